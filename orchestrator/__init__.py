@@ -1,0 +1,5 @@
+"""certsel.orchestrator: the Ray driver, selection rounds, MLflow tracking and reports.
+
+Until the distributed driver lands, the single-process selection used by the ``certsel``
+command is :func:`certsel.orchestrator.local.run_selection`.
+"""

@@ -1,0 +1,60 @@
+"""certsel.policies: the statistics, pure numpy/scipy with no I/O.
+
+Testing by betting (R-Eval, R-AutoEval, R-AutoEval+), anytime-valid confidence bounds, and
+multiple testing over candidates. Nothing here imports Ray, MLflow or HTTP code.
+"""
+
+from .autoeval import (
+    DEFAULT_RHOS,
+    SCHEMES,
+    EffectiveObservations,
+    TestResult,
+    certify,
+    confidence_interval,
+    effective_observations,
+    evalue_path,
+    evalue_paths,
+    log_evalue_paths,
+    lower_confidence_bound,
+    scheme_rhos,
+    test_from_log_evalues,
+    upper_confidence_bound,
+)
+from .betting import BETTING_STRATEGIES, UPPrior, up_prior, wsr_fractions
+from .multiple_testing import (
+    PROCEDURES,
+    bonferroni,
+    certified_set,
+    fixed_sequence,
+    holm,
+    p_values,
+    select,
+)
+
+__all__ = [
+    "BETTING_STRATEGIES",
+    "DEFAULT_RHOS",
+    "PROCEDURES",
+    "SCHEMES",
+    "EffectiveObservations",
+    "TestResult",
+    "UPPrior",
+    "bonferroni",
+    "certified_set",
+    "certify",
+    "confidence_interval",
+    "effective_observations",
+    "evalue_path",
+    "evalue_paths",
+    "fixed_sequence",
+    "holm",
+    "log_evalue_paths",
+    "lower_confidence_bound",
+    "p_values",
+    "scheme_rhos",
+    "select",
+    "test_from_log_evalues",
+    "up_prior",
+    "upper_confidence_bound",
+    "wsr_fractions",
+]

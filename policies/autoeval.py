@@ -1,0 +1,372 @@
+"""R-Eval, R-AutoEval and R-AutoEval+ (sections 2-3 and Algorithm 1 of R-AutoEval+).
+
+One candidate's evidence that its risk R = E[loss] is at most a target ``alpha`` is an
+e-process built from n human-labelled losses, the judge's losses on the same n items and
+the judge's losses on N unlabelled items. Everything is vectorised over arbitrary leading
+batch axes (e.g. replications x candidates); the last axis is the sample axis.
+
+Schemes differ only in the reliance factors rho (eq. 9-10):
+
+* R-Eval:       rhos = [0]            q_i = human loss
+* R-AutoEval:   rhos = [1]            q_i = PPI effective observation (eq. 8)
+* R-AutoEval+:  rhos = linspace(0,1,S) mixture of S PPI++ e-processes (eq. 11-13)
+
+The exponential-weights update (13) telescopes: with ``w_{s,i} ∝ w_{s,0} E_{s,i-1}``,
+``E_n = prod_i sum_s w_{s,i} e_{s,i} = sum_s w_{s,0} E_{s,n}``. The code uses this closed
+form (a log-sum-exp over rho); the tests check it against the literal update of Algorithm 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import logsumexp
+
+from ._validation import (
+    check_bounds,
+    check_level,
+    check_losses,
+    check_positive_int,
+    check_rhos,
+    check_weights,
+)
+from .betting import BETTING_STRATEGIES, log_factors, up_prior
+
+DEFAULT_RHOS = np.linspace(0.0, 1.0, 10)
+SCHEMES = {
+    "r-eval": np.array([0.0]),
+    "r-autoeval": np.array([1.0]),
+    "r-autoeval+": DEFAULT_RHOS,
+}
+# Bisection steps for confidence bounds: the bracket shrinks to (hi - lo) / 2**30.
+_CI_BISECTION_STEPS = 30
+
+
+def scheme_rhos(scheme: str) -> np.ndarray:
+    """Reliance factors of a named scheme: 'r-eval', 'r-autoeval' or 'r-autoeval+'."""
+    try:
+        return SCHEMES[scheme].copy()
+    except KeyError:
+        raise ValueError(f"scheme must be one of {sorted(SCHEMES)}, got {scheme!r}") from None
+
+
+@dataclass(frozen=True)
+class EffectiveObservations:
+    """PPI++ effective observations (eq. 10) for every rho, with their support.
+
+    ``q`` has shape (..., S, n); ``lower``/``upper`` (S,) are the support bounds
+    m_s = lo - rho_s (hi - lo) and M_s = hi + rho_s (hi - lo); ``r`` is floor(N / n).
+    """
+
+    q: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    r: int
+    loss_bounds: tuple[float, float]
+
+
+def effective_observations(
+    human,
+    judge_labeled=None,
+    judge_unlabeled=None,
+    *,
+    rhos=DEFAULT_RHOS,
+    loss_bounds=(0.0, 1.0),
+) -> EffectiveObservations:
+    """Eq. (10): ``q_{s,i} = rho_s mean(judge on unlabelled block i) + human_i - rho_s judge_i``.
+
+    Block i holds the unlabelled items r(i-1)+1 .. ri with r = floor(N / n), so each human
+    label is paired with r judge-only labels. The last N - r n unlabelled items are unused
+    (the protocol of Algorithm 1). With every rho equal to 0 (R-Eval) the judge inputs may
+    be omitted.
+    """
+    bounds = check_bounds(loss_bounds)
+    rhos = check_rhos(rhos)
+    h = check_losses(human, "human", bounds)
+    n = h.shape[-1]
+    if np.all(rhos == 0.0) and judge_labeled is None and judge_unlabeled is None:
+        q = np.broadcast_to(h[..., None, :], h.shape[:-1] + (rhos.size, n)).copy()
+        r = 0
+    else:
+        if judge_labeled is None or judge_unlabeled is None:
+            raise ValueError("judge_labeled and judge_unlabeled are required when some rho > 0")
+        jl = check_losses(judge_labeled, "judge_labeled", bounds)
+        ju = check_losses(judge_unlabeled, "judge_unlabeled", bounds)
+        if jl.shape != h.shape:
+            raise ValueError(
+                f"judge_labeled must have the shape of human {h.shape}, got {jl.shape}"
+            )
+        if ju.shape[:-1] != h.shape[:-1]:
+            raise ValueError(
+                f"judge_unlabeled must share the batch shape {h.shape[:-1]} of human, "
+                f"got {ju.shape[:-1]}"
+            )
+        N = ju.shape[-1]
+        if N < n:
+            raise ValueError(
+                f"judge_unlabeled has N={N} items but N >= n={n} is needed when a judge is used"
+            )
+        r = N // n
+        block_means = ju[..., : r * n].reshape(ju.shape[:-1] + (n, r)).mean(axis=-1)
+        correction = block_means - jl  # (..., n)
+        q = h[..., None, :] + rhos[:, None] * correction[..., None, :]
+    width = bounds[1] - bounds[0]
+    return EffectiveObservations(
+        q=q,
+        lower=bounds[0] - rhos * width,
+        upper=bounds[1] + rhos * width,
+        r=r,
+        loss_bounds=bounds,
+    )
+
+
+def _component_log_evalues(
+    obs: EffectiveObservations,
+    alpha,
+    *,
+    delta: float,
+    betting: str,
+    horizon: int,
+    up_kind: str,
+    up_grid_size: int,
+    wsr_c: float,
+    ci_scale: bool,
+) -> np.ndarray:
+    """log E_{s,i} (eq. 12) for every rho, shape (..., S, n).
+
+    ``alpha`` is a scalar or an array of the batch shape (one target per batch element; used
+    by the bisection of confidence bounds). With ``ci_scale`` the bet bound is 1/(M_s - m_s)
+    instead of 1/(M_s - alpha) (App. D.5).
+    """
+    q = obs.q
+    batch, (S, n) = q.shape[:-2], q.shape[-2:]
+    a = np.broadcast_to(np.asarray(alpha, dtype=np.float64)[..., None], batch + (S,))
+    if ci_scale:
+        scale = np.broadcast_to(1.0 / (obs.upper - obs.lower), batch + (S,))
+    else:
+        scale = 1.0 / (obs.upper - a)
+    prior = None
+    if betting == "up":
+        prior = up_prior(up_kind, horizon=horizon, size=up_grid_size)
+    logf = log_factors(
+        q.reshape(-1, n),
+        a.reshape(-1),
+        np.ascontiguousarray(scale).reshape(-1),
+        betting=betting,
+        delta=delta,
+        horizon=horizon,
+        prior=prior,
+        wsr_c=wsr_c,
+    )
+    return np.cumsum(logf, axis=-1).reshape(q.shape)
+
+
+def _mix(log_components: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """log sum_s w_{s,0} E_{s,i}: the R-AutoEval+ e-value (eq. 11 with the weights of eq. 13)."""
+    return logsumexp(log_components + np.log(weights)[:, None], axis=-2)
+
+
+def _check_options(betting, horizon, n, up_prior_kind, wsr_c):
+    if betting not in BETTING_STRATEGIES:
+        raise ValueError(f"betting must be one of {BETTING_STRATEGIES}, got {betting!r}")
+    horizon = n if horizon is None else check_positive_int(horizon, "horizon")
+    if horizon < n:
+        raise ValueError(f"horizon={horizon} is smaller than the number of observations n={n}")
+    if up_prior_kind not in ("exact", "grid"):
+        raise ValueError(f"up_prior must be 'exact' or 'grid', got {up_prior_kind!r}")
+    if not 0.0 < float(wsr_c) < 1.0:
+        raise ValueError(f"wsr_c must be in (0, 1), got {wsr_c!r}")
+    return horizon
+
+
+def log_evalue_paths(
+    human,
+    judge_labeled=None,
+    judge_unlabeled=None,
+    *,
+    alpha: float,
+    delta: float,
+    rhos=DEFAULT_RHOS,
+    betting: str = "up",
+    loss_bounds=(0.0, 1.0),
+    weights=None,
+    horizon: int | None = None,
+    up_prior: str = "exact",
+    up_grid_size: int = 10_000,
+    wsr_c: float = 0.75,
+) -> np.ndarray:
+    """log E_1..E_n of the R-AutoEval+ e-process for H0: R > alpha vs H1: R <= alpha.
+
+    Batched: inputs may carry any leading axes (e.g. replications x candidates); the result
+    has the shape of ``human``. See :func:`evalue_path` for the meaning of the arguments.
+    """
+    alpha = check_level(alpha, "alpha")
+    delta = check_level(delta, "delta")
+    obs = effective_observations(
+        human, judge_labeled, judge_unlabeled, rhos=rhos, loss_bounds=loss_bounds
+    )
+    lo, hi = obs.loss_bounds
+    if not lo < alpha < hi:
+        raise ValueError(f"alpha={alpha} must lie strictly inside the loss bounds [{lo}, {hi}]")
+    w = check_weights(weights, obs.q.shape[-2])
+    horizon = _check_options(betting, horizon, obs.q.shape[-1], up_prior, wsr_c)
+    comps = _component_log_evalues(
+        obs,
+        alpha,
+        delta=delta,
+        betting=betting,
+        horizon=horizon,
+        up_kind=up_prior,
+        up_grid_size=up_grid_size,
+        wsr_c=wsr_c,
+        ci_scale=False,
+    )
+    return _mix(comps, w)
+
+
+def evalue_paths(human, judge_labeled=None, judge_unlabeled=None, **kwargs) -> np.ndarray:
+    """Batched e-value paths: ``exp`` of :func:`log_evalue_paths` (may overflow to inf only
+    for astronomically strong evidence; use the log form for long horizons)."""
+    return np.exp(log_evalue_paths(human, judge_labeled, judge_unlabeled, **kwargs))
+
+
+def evalue_path(
+    human,
+    judge_labeled=None,
+    judge_unlabeled=None,
+    *,
+    alpha: float,
+    delta: float,
+    rhos=DEFAULT_RHOS,
+    betting: str = "up",
+    **kwargs,
+) -> np.ndarray:
+    """Running e-values E_1..E_n of R-AutoEval+ (Algorithm 1) for one candidate.
+
+    Parameters
+    ----------
+    human : (n,) losses of the candidate against human labels, in ``loss_bounds``.
+    judge_labeled : (n,) the judge's losses on the same n items (None for R-Eval).
+    judge_unlabeled : (N,) the judge's losses on N >= n unlabelled items (None for R-Eval).
+    alpha : target risk; the e-process tests H0: R > alpha against H1: R <= alpha.
+    delta : reliability level; the candidate is certified once E_i >= 1/delta (eq. 5), at
+        any i, with optional stopping (Ville's inequality).
+    rhos : reliance factors rho_s (eq. 9). Default: 10 evenly spaced in [0, 1]
+        (R-AutoEval+); ``[0]`` gives R-Eval and ``[1]`` R-AutoEval.
+    betting : ``"up"`` (Universal Portfolio, eq. 19) or ``"wsr"`` (eq. 20-21).
+    loss_bounds : declared bounds (lo, hi) of the losses (default (0, 1)).
+    weights : initial mixture weights w_{s,0} (default uniform 1/S).
+    horizon : planned number of human labels; enters the WSR bet (the ``n`` of eq. 20) and
+        the exact UP quadrature size. Default: ``len(human)``.
+    up_prior : ``"exact"`` (Gauss-Chebyshev, the continuous Beta(1/2,1/2) mixture) or
+        ``"grid"`` (``up_grid_size`` uniform points, default 10,000, as in the paper).
+    wsr_c : the WSR cap constant c (default 3/4).
+    """
+    h = np.asarray(human, dtype=np.float64)
+    if h.ndim != 1:
+        raise ValueError(f"evalue_path takes 1-D human losses, got shape {h.shape}; use evalue_paths")
+    return evalue_paths(
+        human, judge_labeled, judge_unlabeled, alpha=alpha, delta=delta, rhos=rhos, betting=betting, **kwargs
+    )
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """Outcome of the anytime-valid test for each batch element.
+
+    ``certified``: max_i E_i >= 1/delta. ``labels_to_certify``: the first i (1-based) at which
+    that happened, 0 if never. ``max_log_evalue``: log of max_i E_i.
+    """
+
+    certified: np.ndarray
+    labels_to_certify: np.ndarray
+    max_log_evalue: np.ndarray
+    log_evalues: np.ndarray
+
+
+def certify(human, judge_labeled=None, judge_unlabeled=None, *, alpha, delta, **kwargs) -> TestResult:
+    """Run the test T_n = 1(max_{i<=n} E_i >= 1/delta) of Algorithm 1 on a batch."""
+    log_e = log_evalue_paths(human, judge_labeled, judge_unlabeled, alpha=alpha, delta=delta, **kwargs)
+    return test_from_log_evalues(log_e, delta)
+
+
+def test_from_log_evalues(log_e: np.ndarray, delta: float) -> TestResult:
+    """Certification decisions from log e-value paths (..., n) at level delta."""
+    delta = check_level(delta, "delta")
+    hit = log_e >= np.log(1.0 / delta)
+    certified = hit.any(axis=-1)
+    first = np.where(certified, hit.argmax(axis=-1) + 1, 0)
+    return TestResult(certified, first, log_e.max(axis=-1), log_e)
+
+
+def upper_confidence_bound(
+    human,
+    judge_labeled=None,
+    judge_unlabeled=None,
+    *,
+    delta: float,
+    rhos=DEFAULT_RHOS,
+    betting: str = "up",
+    loss_bounds=(0.0, 1.0),
+    weights=None,
+    horizon: int | None = None,
+    up_prior: str = "exact",
+    up_grid_size: int = 10_000,
+    wsr_c: float = 0.75,
+    _mirror: bool = False,
+) -> np.ndarray:
+    """Anytime-valid upper confidence bound on R at level 1 - delta (App. D.5).
+
+    ``U_n = inf{a : max_{i<=n} E_i(a) >= 1/delta}``, the smallest target that the test would
+    certify. With bets bounded by 1/(M_s - m_s) (independent of the target) every E_i(a) is
+    non-decreasing in a, so the confidence set {a : max_i E_i(a) < 1/delta} is an interval and
+    the bisection is exact up to its tolerance; the reported bound is the upper end of the
+    final bracket (conservative). P(exists n: R > U_n) <= delta by Ville's inequality applied
+    to the e-process at a = R. Returns an array of the batch shape.
+    """
+    delta = check_level(delta, "delta")
+    obs = effective_observations(
+        human, judge_labeled, judge_unlabeled, rhos=rhos, loss_bounds=loss_bounds
+    )
+    lo, hi = obs.loss_bounds
+    if _mirror:
+        # q -> lo + hi - q has mean lo + hi - R and the same support, since m_s + M_s = lo + hi
+        obs = EffectiveObservations(lo + hi - obs.q, obs.lower, obs.upper, obs.r, obs.loss_bounds)
+    w = check_weights(weights, obs.q.shape[-2])
+    horizon = _check_options(betting, horizon, obs.q.shape[-1], up_prior, wsr_c)
+    threshold = np.log(1.0 / delta)
+    batch = obs.q.shape[:-2]
+
+    def rejected(a):
+        comps = _component_log_evalues(
+            obs, a, delta=delta, betting=betting, horizon=horizon, up_kind=up_prior,
+            up_grid_size=up_grid_size, wsr_c=wsr_c, ci_scale=True,
+        )
+        return _mix(comps, w).max(axis=-1) >= threshold
+
+    low = np.full(batch, lo)
+    high = np.full(batch, hi)
+    for _ in range(_CI_BISECTION_STEPS):
+        mid = 0.5 * (low + high)
+        rej = rejected(mid)
+        high = np.where(rej, mid, high)
+        low = np.where(rej, low, mid)
+    # the whole range is rejected only on the miscoverage event; report the bottom then
+    high = np.where(rejected(np.full(batch, lo)), lo, high)
+    return lo + hi - high if _mirror else high
+
+
+def lower_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, **kwargs) -> np.ndarray:
+    """Anytime-valid lower confidence bound at level 1 - delta: the upper bound of the
+    mirrored observations lo + hi - q (App. D.5), mapped back."""
+    return upper_confidence_bound(human, judge_labeled, judge_unlabeled, _mirror=True, **kwargs)
+
+
+def confidence_interval(human, judge_labeled=None, judge_unlabeled=None, *, delta, **kwargs):
+    """Two-sided anytime-valid interval at level 1 - delta: a lower bound at delta/2 and an
+    upper bound at delta/2 (the hedged split epsilon = 1/2 of App. D.5). Returns (low, high)."""
+    delta = check_level(delta, "delta")
+    low = lower_confidence_bound(human, judge_labeled, judge_unlabeled, delta=delta / 2, **kwargs)
+    high = upper_confidence_bound(human, judge_labeled, judge_unlabeled, delta=delta / 2, **kwargs)
+    return low, high

@@ -1,0 +1,173 @@
+"""Betting strategies for testing by betting (App. C of R-AutoEval+).
+
+All functions work on a batch of observation sequences laid out as ``(rows, n)``: one row per
+(replication, candidate, reliance factor) triple, the last axis being time. A row's bet at
+time i only looks at that row's observations 1..i-1 (predictability), which is what makes
+the wealth a test supermartingale under H0: R >= alpha, and so an e-process that may be
+stopped and inspected at any time (Ville's inequality).
+
+Bets are written as ``lambda_i = scale * u_i`` with ``u_i`` in [0, 1) and
+``scale = 1 / (M - alpha)`` for testing (the bound of eq. 6) or ``scale = 1 / (M - m)`` for
+confidence intervals (App. D.5: the bet then no longer depends on alpha, which makes the
+wealth monotone in alpha and the confidence set an interval).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+BETTING_STRATEGIES = ("up", "wsr")
+UP_PRIORS = ("exact", "grid")
+
+# Rows of the universal-portfolio wealth processed together: keeps the (rows, nodes)
+# working set inside the L2 cache so every time step is a few cache-resident passes.
+_UP_CHUNK_ELEMENTS = 1 << 16
+# The node wealth is renormalised every this many steps; between two renormalisations a
+# factor can grow by at most (1 + (alpha - m)/(M - alpha)) per step, far from overflow.
+_UP_RENORMALISE_EVERY = 16
+
+
+@dataclass(frozen=True)
+class UPPrior:
+    """A discrete prior over the bet fraction u in (0, 1): ``nodes`` and ``weights`` (sum 1)."""
+
+    nodes: np.ndarray
+    weights: np.ndarray
+    kind: str
+
+    @property
+    def size(self) -> int:
+        return int(self.nodes.size)
+
+
+def up_prior(kind: str = "exact", *, horizon: int | None = None, size: int = 10_000) -> UPPrior:
+    """The Beta(1/2, 1/2) prior F of the Universal Portfolio bet (eq. 19), discretised.
+
+    ``kind="exact"``: Gauss-Chebyshev quadrature. The Beta(1/2, 1/2) density is the
+    Chebyshev weight on [0, 1], so the m nodes ``u_k = (1 + cos((2k - 1) pi / (2m))) / 2``
+    with equal weights 1/m integrate every polynomial of degree <= 2m - 1 exactly. The
+    integrands of eq. (19) after i - 1 observations are polynomials of degree <= i, so
+    ``m = horizon // 2 + 1`` nodes reproduce the continuous-prior bet exactly for the whole
+    horizon. Past the horizon the bet is still a valid mixture bet (a discrete prior), only
+    no longer the continuous one.
+
+    ``kind="grid"``: the discretisation used by the paper's experiments, ``size`` (default
+    10,000) uniformly spaced points, here the cell midpoints ``(k - 1/2) / size`` (the
+    density is infinite at 0 and 1), weighted by the Beta(1/2, 1/2) density.
+    """
+    if kind == "exact":
+        if horizon is None or int(horizon) < 1:
+            raise ValueError("the exact UP prior needs a positive horizon (number of observations)")
+        m = int(horizon) // 2 + 1
+        k = np.arange(1, m + 1)
+        nodes = 0.5 * (1.0 + np.cos((2 * k - 1) * np.pi / (2 * m)))
+        weights = np.full(m, 1.0 / m)
+        return UPPrior(nodes[::-1].copy(), weights, "exact")
+    if kind == "grid":
+        if int(size) < 2:
+            raise ValueError(f"up_grid_size must be >= 2, got {size!r}")
+        nodes = (np.arange(int(size)) + 0.5) / int(size)
+        dens = 1.0 / np.sqrt(nodes * (1.0 - nodes))
+        return UPPrior(nodes, dens / dens.sum(), "grid")
+    raise ValueError(f"up_prior must be one of {UP_PRIORS}, got {kind!r}")
+
+
+def wsr_fractions(
+    q: np.ndarray,
+    scale: np.ndarray,
+    *,
+    delta: float,
+    horizon: int,
+    c: float = 0.75,
+    mu0: float = 0.5,
+    var0: float = 0.25,
+) -> np.ndarray:
+    """Waudby-Smith--Ramdas bets, eq. (20)-(21), for every row and time at once.
+
+    ``lambda_i = min(c * scale, sqrt(2 log(1/delta) / (horizon * sigma2_{i-1})))`` with
+    ``mu_j = (mu0 + sum_{k<=j} q_k) / (j + 1)`` and
+    ``sigma2_{i-1} = (var0 + sum_{j<i} (q_j - mu_j)^2) / i``. Both running sums are
+    cumulative sums, so no loop over time is needed. Returns the bets lambda (rows, n).
+    """
+    n = q.shape[-1]
+    j = np.arange(1, n + 1, dtype=np.float64)
+    mu = (mu0 + np.cumsum(q, axis=-1)) / (j + 1.0)  # mu_j, j = 1..n
+    sq = (q - mu) ** 2
+    # sigma2_{i-1} for i = 1..n uses squared deviations j = 1..i-1
+    past = np.concatenate([np.zeros(q.shape[:-1] + (1,)), np.cumsum(sq[..., :-1], axis=-1)], axis=-1)
+    sigma2 = (var0 + past) / j
+    lam = np.sqrt(2.0 * np.log(1.0 / delta) / (horizon * sigma2))
+    return np.minimum(c * scale[..., None], lam)
+
+
+def wsr_log_factors(q, x, scale, **kwargs) -> np.ndarray:
+    """log(1 - lambda_i x_i) for WSR bets; ``x = q - alpha`` (rows, n)."""
+    lam = wsr_fractions(q, scale, **kwargs)
+    return np.log1p(-lam * x)
+
+
+def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior) -> np.ndarray:
+    """log(1 - lambda_i x_i) for Universal Portfolio bets, eq. (19).
+
+    The UP bet is the posterior mean of the bet under the prior, weighted by the wealth each
+    constant bet would have made so far:
+    ``lambda_i = scale * sum_k w_k u_k E_{i-1}(scale u_k) / sum_k w_k E_{i-1}(scale u_k)``.
+    The node wealth is kept multiplicatively and both sums come from one (rows, K) x (K, 2)
+    product per step. The loop is over time only; rows are processed in cache-sized blocks.
+    """
+    rows, n = x.shape
+    nodes, weights = prior.nodes, prior.weights
+    K = nodes.size
+    both = np.stack([nodes, np.ones(K)], axis=1)  # (K, 2): numerator and denominator
+    out = np.empty((rows, n))
+    block = max(1, _UP_CHUNK_ELEMENTS // K)
+    for start in range(0, rows, block):
+        stop = min(rows, start + block)
+        xs = x[start:stop]
+        sc = scale[start:stop]
+        lam_nodes = sc[:, None] * nodes[None, :]
+        wealth = np.repeat(weights[None, :], stop - start, axis=0)
+        tmp = np.empty_like(wealth)
+        for i in range(n):
+            sums = wealth @ both
+            lam = sc * (sums[:, 0] / sums[:, 1])
+            xi = xs[:, i]
+            out[start:stop, i] = np.log1p(-lam * xi)
+            np.multiply(lam_nodes, xi[:, None], out=tmp)
+            np.subtract(1.0, tmp, out=tmp)
+            wealth *= tmp
+            if i % _UP_RENORMALISE_EVERY == _UP_RENORMALISE_EVERY - 1:
+                wealth /= wealth.sum(axis=1, keepdims=True)
+    return out
+
+
+def log_factors(
+    q: np.ndarray,
+    alpha: np.ndarray,
+    scale: np.ndarray,
+    *,
+    betting: str,
+    delta: float,
+    horizon: int,
+    prior: UPPrior | None = None,
+    wsr_c: float = 0.75,
+    wsr_mu0: float = 0.5,
+    wsr_var0: float = 0.25,
+) -> np.ndarray:
+    """Per-step log wealth increments log(1 - lambda_i (q_i - alpha)) for rows of ``q``.
+
+    ``q`` is (rows, n); ``alpha`` and ``scale`` are (rows,). The e-process of a row is the
+    exponential of the cumulative sum of the result (eq. 6).
+    """
+    x = q - alpha[:, None]
+    if betting == "wsr":
+        return wsr_log_factors(
+            q, x, scale, delta=delta, horizon=horizon, c=wsr_c, mu0=wsr_mu0, var0=wsr_var0
+        )
+    if betting == "up":
+        if prior is None:
+            prior = up_prior("exact", horizon=horizon)
+        return up_log_factors(x, scale, prior)
+    raise ValueError(f"betting must be one of {BETTING_STRATEGIES}, got {betting!r}")

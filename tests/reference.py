@@ -1,0 +1,119 @@
+"""A straightforward per-sample loop implementation of R-AutoEval+ (Algorithm 1).
+
+Written independently of ``certsel.policies`` to check it: plain Python loops over the
+samples i and the reliance factors s, the weight update (13) applied literally (the package
+uses its telescoped closed form), the WSR moments (21) accumulated term by term (the package
+uses cumulative sums) and the UP integrals (19) evaluated as sums over the prior's nodes at
+every step. Also used by ``benchmarks/bench_evalue.py`` as the naive baseline.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def chebyshev_prior(horizon: int):
+    """Gauss-Chebyshev nodes/weights on [0, 1] for the Beta(1/2,1/2) weight."""
+    m = horizon // 2 + 1
+    nodes = np.array([0.5 * (1 + math.cos((2 * k - 1) * math.pi / (2 * m))) for k in range(1, m + 1)])
+    return nodes, np.full(m, 1.0 / m)
+
+
+def grid_prior(size: int):
+    nodes = (np.arange(size) + 0.5) / size
+    dens = 1.0 / np.sqrt(nodes * (1 - nodes))
+    return nodes, dens / dens.sum()
+
+
+class _WSR:
+    def __init__(self, scale, delta, horizon, c=0.75, mu0=0.5, var0=0.25):
+        self.scale, self.delta, self.horizon, self.c = scale, delta, horizon, c
+        self.mu0, self.var0 = mu0, var0
+        self.qs: list[float] = []
+
+    def bet(self) -> float:
+        i = len(self.qs) + 1  # betting for round i
+        total = self.var0
+        running = self.mu0
+        for j, qj in enumerate(self.qs, start=1):
+            running += qj
+            mu_j = running / (j + 1)
+            total += (qj - mu_j) ** 2
+        sigma2 = total / i
+        return min(self.c * self.scale, math.sqrt(2 * math.log(1 / self.delta) / (self.horizon * sigma2)))
+
+    def update(self, q: float, alpha: float) -> None:
+        self.qs.append(q)
+
+
+class _UP:
+    def __init__(self, scale, nodes, weights):
+        self.scale, self.nodes = scale, nodes
+        self.wealth = weights.copy()  # prior weight x wealth of each constant bet
+
+    def bet(self) -> float:
+        num = float(np.sum(self.nodes * self.wealth))
+        den = float(np.sum(self.wealth))
+        return self.scale * num / den
+
+    def update(self, q: float, alpha: float) -> None:
+        self.wealth = self.wealth * (1 - self.scale * self.nodes * (q - alpha))
+
+
+def reference_evalue_path(
+    human,
+    judge_labeled,
+    judge_unlabeled,
+    *,
+    alpha,
+    delta,
+    rhos,
+    betting,
+    horizon=None,
+    prior=None,
+    loss_bounds=(0.0, 1.0),
+    ci_scale=False,
+):
+    """E_1..E_n by Algorithm 1, literally. ``prior`` = (nodes, weights) for UP."""
+    human = [float(v) for v in human]
+    n = len(human)
+    horizon = n if horizon is None else horizon
+    lo, hi = loss_bounds
+    S = len(rhos)
+    use_judge = any(r != 0 for r in rhos)
+    r = len(judge_unlabeled) // n if use_judge else 0
+    if betting == "up" and prior is None:
+        prior = chebyshev_prior(horizon)
+    w0 = [1.0 / S] * S
+    players = []
+    for rho in rhos:
+        m, M = lo - rho * (hi - lo), hi + rho * (hi - lo)
+        scale = 1 / (M - m) if ci_scale else 1 / (M - alpha)
+        if betting == "wsr":
+            players.append(_WSR(scale, delta, horizon))
+        else:
+            players.append(_UP(scale, prior[0], prior[1]))
+    E = 1.0
+    E_s = [1.0] * S
+    w = list(w0)
+    path = []
+    for i in range(n):
+        e_s = []
+        for s, rho in enumerate(rhos):
+            if use_judge:
+                block = sum(float(judge_unlabeled[k]) for k in range(r * i, r * (i + 1)))
+                q = rho / r * block + human[i] - rho * float(judge_labeled[i])
+            else:
+                q = human[i]
+            lam = players[s].bet()
+            e = 1 - lam * (q - alpha)
+            E_s[s] *= e
+            players[s].update(q, alpha)
+            e_s.append(e)
+        E *= sum(w[s] * e_s[s] for s in range(S))
+        total = sum(w0[s] * E_s[s] for s in range(S))
+        w = [w0[s] * E_s[s] / total for s in range(S)]
+        path.append(E)
+    return np.array(path)
