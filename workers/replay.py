@@ -1,0 +1,142 @@
+"""Replay label source: recorded loss tables (Parquet) and the paper's resampling protocol.
+
+A loss table has one row per (candidate, item) with the candidate's loss against the human
+reference and against one or more judges. It becomes dense (candidates x items) matrices
+after validation: every candidate must cover the same items exactly once, losses must be
+finite and inside the declared bounds. Bad tables raise ``ValueError`` naming the problem.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow.parquet as pq
+
+# The bundled real table; present in a source checkout (the README quickstart runs from one).
+DEFAULT_TABLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "data" / "triviaqa_llama31_8b_mx.parquet"
+
+
+@dataclass(frozen=True)
+class LossTable:
+    """Dense view of a loss table: ``human``/``judge`` are (candidates, items) in the order
+    of ``candidates``; ``order`` is the column used for fixed-sequence order (``rank``) and
+    ``objective`` the column minimised by selection, when present."""
+
+    candidates: np.ndarray
+    items: np.ndarray
+    human: np.ndarray
+    judge: np.ndarray | None
+    order: np.ndarray | None
+    objective: np.ndarray | None
+    judge_column: str | None
+
+    @property
+    def true_risk(self) -> np.ndarray:
+        """Mean human loss over all items: the risk R of each candidate on this population."""
+        return self.human.mean(axis=1)
+
+
+def _column(table, name: str, path) -> np.ndarray:
+    if name not in table.column_names:
+        raise ValueError(f"{path}: missing column {name!r} (has {', '.join(table.column_names)})")
+    return table.column(name).to_numpy(zero_copy_only=False)
+
+
+def _numeric(values: np.ndarray, name: str, path) -> np.ndarray:
+    if not (np.issubdtype(values.dtype, np.number) or values.dtype == bool):
+        raise ValueError(f"{path}: column {name!r} must be numeric, got {values.dtype}")
+    v = values.astype(np.float64)
+    if not np.all(np.isfinite(v)):
+        raise ValueError(f"{path}: column {name!r} has {int(np.sum(~np.isfinite(v)))} NaN/inf value(s)")
+    return v
+
+
+def load_loss_table(
+    path=DEFAULT_TABLE,
+    *,
+    human: str = "loss_human",
+    judge: str | None = "loss_judge_best",
+    candidate: str = "candidate",
+    item: str = "item",
+    order: str | None = "rank",
+    objective: str | None = "avg_bitwidth",
+    loss_bounds=(0.0, 1.0),
+) -> LossTable:
+    """Read and validate a loss table; see the module docstring for the checks."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise ValueError(f"loss table not found: {path}")
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for non-Parquet input
+        raise ValueError(f"{path}: not a readable Parquet file ({exc.__class__.__name__})") from None
+    if table.num_rows == 0:
+        raise ValueError(f"{path}: the table has no rows")
+    cand = _column(table, candidate, path).astype(str)
+    items = _column(table, item, path)
+    if not np.issubdtype(items.dtype, np.integer):
+        raise ValueError(f"{path}: column {item!r} must hold integer item ids, got {items.dtype}")
+    names, cidx = np.unique(cand, return_inverse=True)
+    item_ids, iidx = np.unique(items, return_inverse=True)
+    K, I = names.size, item_ids.size
+    flat = cidx * I + iidx
+    if np.unique(flat).size != flat.size:
+        raise ValueError(f"{path}: duplicated ({candidate}, {item}) rows")
+    if flat.size != K * I:
+        raise ValueError(f"{path}: candidates do not all cover the same {I} items ({flat.size} rows for {K} candidates)")
+    lo, hi = loss_bounds
+
+    def dense(col: str) -> np.ndarray:
+        v = _numeric(_column(table, col, path), col, path)
+        if v.min() < lo or v.max() > hi:
+            raise ValueError(f"{path}: column {col!r} has values outside [{lo}, {hi}] (min {v.min():.6g}, max {v.max():.6g})")
+        out = np.empty(K * I)
+        out[flat] = v
+        return out.reshape(K, I)
+
+    def per_candidate(col: str | None) -> np.ndarray | None:
+        if col is None or col not in table.column_names:
+            return None
+        v = _numeric(_column(table, col, path), col, path)
+        first = np.zeros(K)
+        first[cidx] = v
+        if not np.allclose(first[cidx], v):
+            raise ValueError(f"{path}: column {col!r} must be constant within each candidate")
+        return first
+
+    rank = per_candidate(order)
+    perm = np.argsort(rank, kind="stable") if rank is not None else np.arange(K)
+    h = dense(human)[perm]
+    j = dense(judge)[perm] if judge is not None else None
+    obj = per_candidate(objective)
+    return LossTable(
+        candidates=names[perm],
+        items=item_ids,
+        human=h,
+        judge=j,
+        order=None if rank is None else rank[perm],
+        objective=None if obj is None else obj[perm],
+        judge_column=judge,
+    )
+
+
+def sample_replications(table: LossTable, reps: int, n: int, N: int, *, seed: int = 0):
+    """The paper's protocol, vectorised over replications: per replication one random
+    permutation of the items (shared by all candidates, as the items are), the first n get
+    human labels and the next N are judge-labelled only.
+
+    Returns ``human (reps, K, n)``, ``judge_labeled (reps, K, n)``, ``judge_unlabeled
+    (reps, K, N)``.
+    """
+    if table.judge is None:
+        raise ValueError("the table has no judge column")
+    I = table.items.size
+    if n < 1 or N < 0 or n + N > I:
+        raise ValueError(f"need 1 <= n and n + N <= {I} items, got n={n}, N={N}")
+    rng = np.random.default_rng(seed)
+    perm = np.argsort(rng.random((reps, I)), axis=1)[:, : n + N]  # (reps, n + N)
+    h = table.human[:, perm].transpose(1, 0, 2)  # (reps, K, n + N)
+    j = table.judge[:, perm].transpose(1, 0, 2)
+    return h[..., :n], j[..., :n], j[..., n:]
