@@ -195,11 +195,14 @@ def log_evalue_paths(
     up_prior: str = "exact",
     up_grid_size: int = 10_000,
     wsr_c: float = 0.75,
+    bet_bound: str = "target",
 ) -> np.ndarray:
     """log E_1..E_n of the R-AutoEval+ e-process for H0: R > alpha vs H1: R <= alpha.
 
     Batched: inputs may carry any leading axes (e.g. replications x candidates); the result
-    has the shape of ``human``. See :func:`evalue_path` for the meaning of the arguments.
+    has the shape of ``human``. See :func:`evalue_path` for the arguments. ``bet_bound``
+    "target" bounds bets by 1/(M_s - alpha) (eq. 6, for testing); "range" by 1/(M_s - m_s),
+    the confidence-interval form of App. D.5 whose e-values are non-decreasing in alpha.
     """
     alpha = check_level(alpha, "alpha")
     delta = check_level(delta, "delta")
@@ -209,6 +212,8 @@ def log_evalue_paths(
     lo, hi = obs.loss_bounds
     if not lo < alpha < hi:
         raise ValueError(f"alpha={alpha} must lie strictly inside the loss bounds [{lo}, {hi}]")
+    if bet_bound not in ("target", "range"):
+        raise ValueError(f"bet_bound must be 'target' or 'range', got {bet_bound!r}")
     w = check_weights(weights, obs.q.shape[-2])
     horizon = _check_options(betting, horizon, obs.q.shape[-1], up_prior, wsr_c)
     comps = _component_log_evalues(
@@ -220,7 +225,7 @@ def log_evalue_paths(
         up_kind=up_prior,
         up_grid_size=up_grid_size,
         wsr_c=wsr_c,
-        ci_scale=False,
+        ci_scale=bet_bound == "range",
     )
     return _mix(comps, w)
 
@@ -314,25 +319,22 @@ def upper_confidence_bound(
     up_prior: str = "exact",
     up_grid_size: int = 10_000,
     wsr_c: float = 0.75,
-    _mirror: bool = False,
 ) -> np.ndarray:
     """Anytime-valid upper confidence bound on R at level 1 - delta (App. D.5).
 
-    ``U_n = inf{a : max_{i<=n} E_i(a) >= 1/delta}``, the smallest target that the test would
-    certify. With bets bounded by 1/(M_s - m_s) (independent of the target) every E_i(a) is
-    non-decreasing in a, so the confidence set {a : max_i E_i(a) < 1/delta} is an interval and
-    the bisection is exact up to its tolerance; the reported bound is the upper end of the
-    final bracket (conservative). P(exists n: R > U_n) <= delta by Ville's inequality applied
-    to the e-process at a = R. Returns an array of the batch shape.
+    ``U_n = inf{a : max_{i<=n} E_i(a) >= 1/delta}``, the smallest target the test would
+    certify. With bets bounded by 1/(M_s - m_s) (``bet_bound="range"``, independent of the
+    target) every E_i(a) is non-decreasing in a, so the confidence set
+    {a : max_{i<=n} E_i(a) < 1/delta} is an interval and bisection finds its end; the reported
+    bound is the upper end of the final bracket (conservative). P(exists n: R > U_n) <= delta
+    by Ville's inequality applied to the e-process at a = R. Returns an array of the batch
+    shape.
     """
     delta = check_level(delta, "delta")
     obs = effective_observations(
         human, judge_labeled, judge_unlabeled, rhos=rhos, loss_bounds=loss_bounds
     )
     lo, hi = obs.loss_bounds
-    if _mirror:
-        # q -> lo + hi - q has mean lo + hi - R and the same support, since m_s + M_s = lo + hi
-        obs = EffectiveObservations(lo + hi - obs.q, obs.lower, obs.upper, obs.r, obs.loss_bounds)
     w = check_weights(weights, obs.q.shape[-2])
     horizon = _check_options(betting, horizon, obs.q.shape[-1], up_prior, wsr_c)
     threshold = np.log(1.0 / delta)
@@ -353,14 +355,29 @@ def upper_confidence_bound(
         high = np.where(rej, mid, high)
         low = np.where(rej, low, mid)
     # the whole range is rejected only on the miscoverage event; report the bottom then
-    high = np.where(rejected(np.full(batch, lo)), lo, high)
-    return lo + hi - high if _mirror else high
+    return np.where(rejected(np.full(batch, lo)), lo, high)
 
 
-def lower_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, **kwargs) -> np.ndarray:
-    """Anytime-valid lower confidence bound at level 1 - delta: the upper bound of the
-    mirrored observations lo + hi - q (App. D.5), mapped back."""
-    return upper_confidence_bound(human, judge_labeled, judge_unlabeled, _mirror=True, **kwargs)
+def lower_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, loss_bounds=(0.0, 1.0), **kwargs):
+    """Anytime-valid lower confidence bound at level 1 - delta.
+
+    Mirroring every loss, l -> lo + hi - l, mirrors each effective observation
+    (q -> lo + hi - q, same support since m_s + M_s = lo + hi) and the risk; the lower bound
+    is lo + hi minus the upper bound of the mirrored data (App. D.5).
+    """
+    lo, hi = check_bounds(loss_bounds)
+
+    def mirror(x, name):
+        return None if x is None else lo + hi - check_losses(x, name, (lo, hi))
+
+    up = upper_confidence_bound(
+        mirror(human, "human"),
+        mirror(judge_labeled, "judge_labeled"),
+        mirror(judge_unlabeled, "judge_unlabeled"),
+        loss_bounds=(lo, hi),
+        **kwargs,
+    )
+    return lo + hi - up
 
 
 def confidence_interval(human, judge_labeled=None, judge_unlabeled=None, *, delta, **kwargs):

@@ -1,0 +1,24 @@
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from certsel.workers.replay import DEFAULT_TABLE, load_loss_table  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def trivia_best():
+    return load_loss_table(DEFAULT_TABLE, judge="loss_judge_best")
+
+
+@pytest.fixture(scope="session")
+def trivia_bad():
+    return load_loss_table(DEFAULT_TABLE, judge="loss_judge_bad")
+
+
+@pytest.fixture()
+def rng():
+    return np.random.default_rng(12345)
