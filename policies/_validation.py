@@ -21,6 +21,18 @@ def check_level(value: float, name: str) -> float:
     return v
 
 
+def check_target(value: float, bounds: tuple[float, float]) -> float:
+    """The target risk alpha: a finite number strictly inside the loss bounds."""
+    lo, hi = bounds
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"alpha must be a number in ({lo}, {hi}), got {value!r}") from None
+    if not np.isfinite(v) or not lo < v < hi:
+        raise ValueError(f"alpha must be in ({lo}, {hi}) (inside the loss bounds), got {value!r}")
+    return v
+
+
 def check_bounds(bounds) -> tuple[float, float]:
     """Validate declared loss bounds ``(lo, hi)`` with ``lo < hi``, both finite."""
     try:

@@ -28,6 +28,7 @@ from ._validation import (
     check_level,
     check_losses,
     check_positive_int,
+    check_target,
     check_rhos,
     check_weights,
 )
@@ -204,14 +205,11 @@ def log_evalue_paths(
     "target" bounds bets by 1/(M_s - alpha) (eq. 6, for testing); "range" by 1/(M_s - m_s),
     the confidence-interval form of App. D.5 whose e-values are non-decreasing in alpha.
     """
-    alpha = check_level(alpha, "alpha")
     delta = check_level(delta, "delta")
+    alpha = check_target(alpha, check_bounds(loss_bounds))
     obs = effective_observations(
         human, judge_labeled, judge_unlabeled, rhos=rhos, loss_bounds=loss_bounds
     )
-    lo, hi = obs.loss_bounds
-    if not lo < alpha < hi:
-        raise ValueError(f"alpha={alpha} must lie strictly inside the loss bounds [{lo}, {hi}]")
     if bet_bound not in ("target", "range"):
         raise ValueError(f"bet_bound must be 'target' or 'range', got {bet_bound!r}")
     w = check_weights(weights, obs.q.shape[-2])

@@ -1,0 +1,55 @@
+"""The ``certsel`` console script, run as a user would (a real subprocess)."""
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+# the console script installed next to this interpreter (works without an activated venv)
+CERTSEL = shutil.which("certsel", path=str(pathlib.Path(sys.executable).parent)) or "certsel"
+
+
+def run(*args):
+    return subprocess.run([CERTSEL, *args], capture_output=True, text=True, timeout=600)
+
+
+def test_select_on_bundled_triviaqa(tmp_path):
+    out = tmp_path / "cert.json"
+    p = run("select", "--n", "150", "--r", "3", "--betting", "wsr", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "selected:" in p.stdout
+    cert = json.loads(out.read_text())
+    assert len(cert["candidates"]) == 48
+    sel = cert["candidates"][cert["selected_index"]]
+    assert sel["certified"] and cert["selected"] == sel["candidate"]
+    # FST: the certified set is a prefix of the bitwidth order, and the selection is its end
+    flags = [c["certified"] for c in cert["candidates"]]
+    k = flags.index(False)
+    assert all(flags[:k]) and not any(flags[k:])
+    assert cert["selected_index"] == k - 1
+    assert sel["max_evalue"] >= 1 / cert["delta"]
+    assert all(c["ci"][0] <= c["ci"][1] for c in cert["candidates"])
+    assert cert["data"]["sha256_16"] and cert["labels"]["judge_per_candidate"] == 450
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--alpha", "1.5"], "--alpha must be in (0, 1)"),
+        (["--delta", "0"], "--delta must be in (0, 1)"),
+        (["--n", "0"], "--n and --r must be positive"),
+        (["--n", "5000", "--r", "3"], "n + N <="),
+        (["--judge", "nope"], "missing column 'nope'"),
+        (["--data", "/nonexistent.parquet"], "loss table not found"),
+        (["--procedure", "sidak"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(args, message):
+    p = run("select", *args)
+    assert p.returncode == 2
+    assert message in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert p.stdout == ""
