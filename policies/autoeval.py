@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import logsumexp
 
 from ._validation import (
     check_bounds,
@@ -164,8 +163,15 @@ def _component_log_evalues(
 
 
 def _mix(log_components: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """log sum_s w_{s,0} E_{s,i}: the R-AutoEval+ e-value (eq. 11 with the weights of eq. 13)."""
-    return logsumexp(log_components + np.log(weights)[:, None], axis=-2)
+    """log sum_s w_{s,0} E_{s,i}: the R-AutoEval+ e-value (eq. 11 with the weights of eq. 13),
+    as a log-sum-exp over the rho axis (shifted by the maximum, so it never overflows)."""
+    if log_components.shape[-2] == 1:
+        return log_components[..., 0, :].copy()
+    z = log_components + np.log(weights)[:, None]
+    top = z.max(axis=-2)
+    z -= top[..., None, :]
+    np.exp(z, out=z)
+    return np.log(z.sum(axis=-2)) + top
 
 
 def _check_options(betting, horizon, n, up_prior_kind, wsr_c):

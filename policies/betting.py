@@ -26,10 +26,9 @@ UP_PRIORS = ("exact", "grid")
 # Rows of the universal-portfolio wealth processed together: keeps the (rows, nodes)
 # working set inside the L2 cache so every time step is a few cache-resident passes.
 _UP_CHUNK_ELEMENTS = 1 << 16
-# The node wealth is renormalised every this many steps; between two renormalisations a
-# factor can grow by at most 1 + (alpha - m)/(M - alpha) per step (< 1e64 over 32 steps
-# for alpha <= 0.99 on [0, 1] losses), far from overflow.
-_UP_RENORMALISE_EVERY = 32
+# The node wealth is renormalised at most every this many steps, and more often when the
+# data allow a faster growth (see _renormalise_every), so it never comes near overflow.
+_UP_RENORMALISE_MAX = 64
 _UP_FLUSH = 1e-200
 # Worker threads for independent row blocks (CERTSEL_THREADS overrides; 1 disables).
 _THREADS = int(os.environ.get("CERTSEL_THREADS", os.cpu_count() or 1))
@@ -126,29 +125,33 @@ def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior) -> np.ndarr
     rows, n = x.shape
     nodes, weights = prior.nodes, prior.weights
     K = nodes.size
+    every = _renormalise_every(x, scale)
     both = np.stack([nodes, np.ones(K)], axis=1)  # (K, 2): numerator and denominator
     # factor matrix 1 - y_r u_k as a rank-2 product [1, y] @ [[1], [-u]]: one BLAS call
     affine = np.stack([np.ones(K), -nodes], axis=0)  # (2, K)
-    lam = np.empty((n, rows))  # time-major so each step writes one contiguous row
+    out = np.empty((rows, n))
     block = max(1, _UP_CHUNK_ELEMENTS // K)
 
     def run_block(start: int) -> None:
         stop = min(rows, start + block)
-        # (n, r, 2): step i's [1, y] pairs are contiguous; y = scale * x
-        ys = np.stack([np.ones((n, stop - start)), (scale[start:stop, None] * x[start:stop]).T], axis=2)
+        y = scale[start:stop, None] * x[start:stop]  # (r, n): lambda_i (q_i - alpha) = u_i y_i
+        # (n, r, 2): step i's [1, y] pairs are contiguous
+        ys = np.stack([np.ones((n, stop - start)), y.T], axis=2)
         wealth = np.repeat(weights[None, :], stop - start, axis=0)
         factor = np.empty_like(wealth)
-        out = lam[:, start:stop]
+        sums = np.empty((stop - start, 2))
+        u = np.empty((n, stop - start))  # the bet fractions u_i, time-major
         for i in range(n):
-            sums = wealth @ both
-            np.divide(sums[:, 0], sums[:, 1], out=out[i])
+            np.matmul(wealth, both, out=sums)
+            np.divide(sums[:, 0], sums[:, 1], out=u[i])
             np.matmul(ys[i], affine, out=factor)
             wealth *= factor
-            if i % _UP_RENORMALISE_EVERY == _UP_RENORMALISE_EVERY - 1:
+            if i % every == every - 1:
                 wealth /= wealth.sum(axis=1, keepdims=True)
                 # A node whose share fell below 1e-200 can never matter again at double
                 # precision; zeroing it keeps the arithmetic out of slow subnormal numbers.
                 np.putmask(wealth, wealth < _UP_FLUSH, 0.0)
+        np.log1p(-(u.T * y), out=out[start:stop])
 
     starts = range(0, rows, block)
     if len(starts) > 1 and _THREADS > 1:
@@ -158,7 +161,17 @@ def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior) -> np.ndarr
     else:
         for start in starts:
             run_block(start)
-    return np.log1p(-(lam.T * scale[:, None]) * x)
+    return out
+
+
+def _renormalise_every(x: np.ndarray, scale: np.ndarray) -> int:
+    """Steps between renormalisations of the node wealth.
+
+    A node's factor is at most g = 1 + max(0, -min_i scale x_i) per step (u < 1), so k steps
+    grow the wealth by at most g**k; k is chosen so that g**k <= 1e250.
+    """
+    g = 1.0 + max(0.0, float(-(scale[:, None] * x).min()))
+    return int(np.clip(250.0 / max(np.log10(g), 1e-12), 1, _UP_RENORMALISE_MAX))
 
 
 def log_factors(
