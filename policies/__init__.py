@@ -20,7 +20,7 @@ from .autoeval import (
     test_from_log_evalues,
     upper_confidence_bound,
 )
-from .betting import BETTING_STRATEGIES, UPPrior, up_prior, wsr_fractions
+from .betting import BETTING_STRATEGIES, BettingState, UPPrior, up_prior, wsr_fractions
 from .multiple_testing import (
     PROCEDURES,
     bonferroni,
@@ -30,13 +30,16 @@ from .multiple_testing import (
     p_values,
     select,
 )
+from .sequential import SequentialTest
 
 __all__ = [
     "BETTING_STRATEGIES",
     "DEFAULT_RHOS",
     "PROCEDURES",
     "SCHEMES",
+    "BettingState",
     "EffectiveObservations",
+    "SequentialTest",
     "TestResult",
     "UPPrior",
     "bonferroni",

@@ -31,7 +31,7 @@ from ._validation import (
     check_rhos,
     check_weights,
 )
-from .betting import BETTING_STRATEGIES, log_factors, up_prior
+from .betting import BETTING_STRATEGIES, BettingState, log_factors, up_prior
 
 DEFAULT_RHOS = np.linspace(0.0, 1.0, 10)
 SCHEMES = {
@@ -132,12 +132,15 @@ def _component_log_evalues(
     up_grid_size: int,
     wsr_c: float,
     ci_scale: bool,
-) -> np.ndarray:
+    state: BettingState | None = None,
+    return_state: bool = False,
+):
     """log E_{s,i} (eq. 12) for every rho, shape (..., S, n).
 
     ``alpha`` is a scalar or an array of the batch shape (one target per batch element; used
     by the bisection of confidence bounds). With ``ci_scale`` the bet bound is 1/(M_s - m_s)
-    instead of 1/(M_s - alpha) (App. D.5).
+    instead of 1/(M_s - alpha) (App. D.5). ``state`` continues the bets of earlier rounds
+    (the returned path then holds only the new increments' cumulative sum).
     """
     q = obs.q
     batch, (S, n) = q.shape[:-2], q.shape[-2:]
@@ -158,8 +161,10 @@ def _component_log_evalues(
         horizon=horizon,
         prior=prior,
         wsr_c=wsr_c,
+        state=state,
     )
-    return np.cumsum(logf, axis=-1).reshape(q.shape)
+    path = np.cumsum(logf[0], axis=-1).reshape(q.shape)
+    return (path, logf[1]) if return_state else path
 
 
 def _mix(log_components: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -79,6 +79,37 @@ def up_prior(kind: str = "exact", *, horizon: int | None = None, size: int = 10_
     raise ValueError(f"up_prior must be one of {UP_PRIORS}, got {kind!r}")
 
 
+@dataclass
+class BettingState:
+    """What the bets of a row depend on, so that a process can be resumed exactly.
+
+    ``count`` observations have been consumed (the same for every row). WSR keeps the running
+    sum of observations and of squared deviations (eq. 21); UP keeps the normalised wealth of
+    every prior node (eq. 19). Arrays have one leading entry per row.
+    """
+
+    count: int = 0
+    sum_q: np.ndarray | None = None
+    sum_dev: np.ndarray | None = None
+    wealth: np.ndarray | None = None
+
+
+def _wsr(q, scale, state: BettingState, *, delta, horizon, c, mu0, var0):
+    """WSR bets for the next q.shape[-1] rounds after ``state``; returns (lambda, state')."""
+    n = q.shape[-1]
+    sum_q = np.zeros(q.shape[0]) if state.sum_q is None else state.sum_q
+    sum_dev = np.zeros(q.shape[0]) if state.sum_dev is None else state.sum_dev
+    j = state.count + np.arange(1, n + 1, dtype=np.float64)  # global round index
+    mu = (mu0 + sum_q[:, None] + np.cumsum(q, axis=-1)) / (j + 1.0)  # mu_j
+    dev = np.cumsum((q - mu) ** 2, axis=-1)
+    # sigma2_{j-1} uses squared deviations of rounds 1..j-1
+    past = np.concatenate([sum_dev[:, None], sum_dev[:, None] + dev[:, :-1]], axis=-1)
+    sigma2 = (var0 + past) / j
+    lam = np.minimum(c * scale[:, None], np.sqrt(2.0 * np.log(1.0 / delta) / (horizon * sigma2)))
+    new = BettingState(state.count + n, sum_q + q.sum(axis=-1), sum_dev + dev[:, -1])
+    return lam, new
+
+
 def wsr_fractions(
     q: np.ndarray,
     scale: np.ndarray,
@@ -94,26 +125,14 @@ def wsr_fractions(
     ``lambda_i = min(c * scale, sqrt(2 log(1/delta) / (horizon * sigma2_{i-1})))`` with
     ``mu_j = (mu0 + sum_{k<=j} q_k) / (j + 1)`` and
     ``sigma2_{i-1} = (var0 + sum_{j<i} (q_j - mu_j)^2) / i``. Both running sums are
-    cumulative sums, so no loop over time is needed. Returns the bets lambda (rows, n).
+    cumulative sums, so no loop over time is needed. ``q`` is (rows, n), ``scale`` (rows,);
+    returns the bets lambda (rows, n).
     """
-    n = q.shape[-1]
-    j = np.arange(1, n + 1, dtype=np.float64)
-    mu = (mu0 + np.cumsum(q, axis=-1)) / (j + 1.0)  # mu_j, j = 1..n
-    sq = (q - mu) ** 2
-    # sigma2_{i-1} for i = 1..n uses squared deviations j = 1..i-1
-    past = np.concatenate([np.zeros(q.shape[:-1] + (1,)), np.cumsum(sq[..., :-1], axis=-1)], axis=-1)
-    sigma2 = (var0 + past) / j
-    lam = np.sqrt(2.0 * np.log(1.0 / delta) / (horizon * sigma2))
-    return np.minimum(c * scale[..., None], lam)
+    lam, _ = _wsr(q, scale, BettingState(), delta=delta, horizon=horizon, c=c, mu0=mu0, var0=var0)
+    return lam
 
 
-def wsr_log_factors(q, x, scale, **kwargs) -> np.ndarray:
-    """log(1 - lambda_i x_i) for WSR bets; ``x = q - alpha`` (rows, n)."""
-    lam = wsr_fractions(q, scale, **kwargs)
-    return np.log1p(-lam * x)
-
-
-def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior) -> np.ndarray:
+def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np.ndarray | None = None):
     """log(1 - lambda_i x_i) for Universal Portfolio bets, eq. (19).
 
     The UP bet is the posterior mean of the bet under the prior, weighted by the wealth each
@@ -121,6 +140,8 @@ def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior) -> np.ndarr
     ``lambda_i = scale * sum_k w_k u_k E_{i-1}(scale u_k) / sum_k w_k E_{i-1}(scale u_k)``.
     The node wealth is kept multiplicatively and both sums come from one (rows, K) x (K, 2)
     product per step. The loop is over time only; rows are processed in cache-sized blocks.
+    ``wealth0`` (rows, K) resumes from a previous call's final node wealth. Returns the log
+    factors (rows, n) and the final normalised node wealth (rows, K).
     """
     rows, n = x.shape
     nodes, weights = prior.nodes, prior.weights
@@ -130,6 +151,7 @@ def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior) -> np.ndarr
     # factor matrix 1 - y_r u_k as a rank-2 product [1, y] @ [[1], [-u]]: one BLAS call
     affine = np.stack([np.ones(K), -nodes], axis=0)  # (2, K)
     out = np.empty((rows, n))
+    final = np.empty((rows, K))
     block = max(1, _UP_CHUNK_ELEMENTS // K)
 
     def run_block(start: int) -> None:
@@ -137,7 +159,10 @@ def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior) -> np.ndarr
         y = scale[start:stop, None] * x[start:stop]  # (r, n): lambda_i (q_i - alpha) = u_i y_i
         # (n, r, 2): step i's [1, y] pairs are contiguous
         ys = np.stack([np.ones((n, stop - start)), y.T], axis=2)
-        wealth = np.repeat(weights[None, :], stop - start, axis=0)
+        if wealth0 is None:
+            wealth = np.repeat(weights[None, :], stop - start, axis=0)
+        else:
+            wealth = wealth0[start:stop].copy()
         factor = np.empty_like(wealth)
         sums = np.empty((stop - start, 2))
         u = np.empty((n, stop - start))  # the bet fractions u_i, time-major
@@ -152,6 +177,7 @@ def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior) -> np.ndarr
                 # precision; zeroing it keeps the arithmetic out of slow subnormal numbers.
                 np.putmask(wealth, wealth < _UP_FLUSH, 0.0)
         np.log1p(-(u.T * y), out=out[start:stop])
+        np.divide(wealth, wealth.sum(axis=1, keepdims=True), out=final[start:stop])
 
     starts = range(0, rows, block)
     if len(starts) > 1 and _THREADS > 1:
@@ -161,7 +187,7 @@ def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior) -> np.ndarr
     else:
         for start in starts:
             run_block(start)
-    return out
+    return out, final
 
 
 def _renormalise_every(x: np.ndarray, scale: np.ndarray) -> int:
@@ -186,19 +212,22 @@ def log_factors(
     wsr_c: float = 0.75,
     wsr_mu0: float = 0.5,
     wsr_var0: float = 0.25,
-) -> np.ndarray:
+    state: BettingState | None = None,
+):
     """Per-step log wealth increments log(1 - lambda_i (q_i - alpha)) for rows of ``q``.
 
     ``q`` is (rows, n); ``alpha`` and ``scale`` are (rows,). The e-process of a row is the
-    exponential of the cumulative sum of the result (eq. 6).
+    exponential of the cumulative sum of the increments (eq. 6). ``state`` resumes a process
+    after ``state.count`` earlier observations. Returns (increments, state after them).
     """
+    state = BettingState() if state is None else state
     x = q - alpha[:, None]
     if betting == "wsr":
-        return wsr_log_factors(
-            q, x, scale, delta=delta, horizon=horizon, c=wsr_c, mu0=wsr_mu0, var0=wsr_var0
-        )
+        lam, new = _wsr(q, scale, state, delta=delta, horizon=horizon, c=wsr_c, mu0=wsr_mu0, var0=wsr_var0)
+        return np.log1p(-lam * x), new
     if betting == "up":
         if prior is None:
             prior = up_prior("exact", horizon=horizon)
-        return up_log_factors(x, scale, prior)
+        out, wealth = up_log_factors(x, scale, prior, state.wealth)
+        return out, BettingState(state.count + q.shape[-1], wealth=wealth)
     raise ValueError(f"betting must be one of {BETTING_STRATEGIES}, got {betting!r}")

@@ -1,0 +1,184 @@
+"""Online form of the R-Eval / R-AutoEval / R-AutoEval+ e-process, for drivers and actors.
+
+:class:`SequentialTest` consumes human labels (with their judge labels) as they arrive, in
+batches of any size, and after every batch gives exactly the e-values that
+:func:`certsel.policies.log_evalue_paths` gives on the concatenated data. Its state is a
+handful of arrays (:meth:`state_dict`), so a candidate can be checkpointed and restored
+without replaying its labels. Like the functional form it is vectorised over a batch of
+candidates/replications.
+
+Stopping, resuming or inspecting the process at data-dependent times keeps the guarantee:
+the e-value is a test supermartingale under H0, and Ville's inequality bounds the
+probability that it *ever* reaches 1/delta.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import (
+    check_bounds,
+    check_level,
+    check_positive_int,
+    check_rhos,
+    check_target,
+    check_weights,
+)
+from .autoeval import DEFAULT_RHOS, _check_options, _component_log_evalues, _mix, effective_observations
+from .betting import BettingState
+
+_FORMAT = 1
+
+
+class SequentialTest:
+    """Anytime-valid test of H0: R > alpha for a batch of candidates, fed incrementally.
+
+    Parameters mirror :func:`certsel.policies.evalue_path`; in addition ``batch_shape`` is
+    the shape of the candidate batch (``()`` for one candidate) and ``r`` the number of
+    judge-only labels that accompany every human label (``floor(N/n)`` in Algorithm 1;
+    ignored for R-Eval). ``horizon`` (the planned number of human labels) is required: the
+    WSR bet and the exact UP prior depend on it and must be fixed before the first label.
+    """
+
+    def __init__(
+        self,
+        batch_shape=(),
+        *,
+        alpha: float,
+        delta: float,
+        horizon: int,
+        rhos=DEFAULT_RHOS,
+        betting: str = "up",
+        r: int = 1,
+        loss_bounds=(0.0, 1.0),
+        weights=None,
+        up_prior: str = "exact",
+        up_grid_size: int = 10_000,
+        wsr_c: float = 0.75,
+    ):
+        self.loss_bounds = check_bounds(loss_bounds)
+        self.alpha = check_target(alpha, self.loss_bounds)
+        self.delta = check_level(delta, "delta")
+        self.rhos = check_rhos(rhos)
+        self.weights = check_weights(weights, self.rhos.size)
+        self.horizon = check_positive_int(horizon, "horizon")
+        _check_options(betting, self.horizon, 1, up_prior, wsr_c)
+        self.betting, self.up_prior, self.up_grid_size, self.wsr_c = betting, up_prior, up_grid_size, wsr_c
+        self.uses_judge = bool(np.any(self.rhos != 0.0))
+        self.r = check_positive_int(r, "r") if self.uses_judge else 0
+        self.batch_shape = tuple(int(b) for b in batch_shape)
+        S = self.rhos.size
+        self._log_e_s = np.zeros(self.batch_shape + (S,))
+        self._max_log_e = np.zeros(self.batch_shape)
+        self._first = np.zeros(self.batch_shape, dtype=np.int64)
+        self._state = BettingState()
+
+    # -- feeding -----------------------------------------------------------------------
+    def update(self, human, judge_labeled=None, judge_unlabeled=None) -> np.ndarray:
+        """Consume t new human labels per batch element (last axis), with the judge's losses
+        on the same items and r*t judge-only losses. Returns log E for the t new rounds."""
+        h = np.asarray(human, dtype=np.float64)
+        if h.shape[:-1] != self.batch_shape:
+            raise ValueError(f"human must have batch shape {self.batch_shape}, got {h.shape[:-1]}")
+        t = h.shape[-1] if h.ndim else 0
+        if self.uses_judge:
+            ju = None if judge_unlabeled is None else np.asarray(judge_unlabeled, dtype=np.float64)
+            if ju is not None and ju.shape[-1] != self.r * t:
+                raise ValueError(
+                    f"judge_unlabeled must hold r*t = {self.r * t} items per batch element, got {ju.shape[-1]}"
+                )
+        else:
+            judge_labeled = judge_unlabeled = None
+        obs = effective_observations(h, judge_labeled, judge_unlabeled, rhos=self.rhos, loss_bounds=self.loss_bounds)
+        path, self._state = _component_log_evalues(
+            obs,
+            self.alpha,
+            delta=self.delta,
+            betting=self.betting,
+            horizon=self.horizon,
+            up_kind=self.up_prior,
+            up_grid_size=self.up_grid_size,
+            wsr_c=self.wsr_c,
+            ci_scale=False,
+            state=self._state,
+            return_state=True,
+        )
+        path = path + self._log_e_s[..., None]
+        self._log_e_s = path[..., -1].copy()
+        log_e = _mix(path, self.weights)
+        n0 = self.n - t
+        hit = log_e >= np.log(1.0 / self.delta)
+        newly = (self._first == 0) & hit.any(axis=-1)
+        self._first = np.where(newly, n0 + hit.argmax(axis=-1) + 1, self._first)
+        self._max_log_e = np.maximum(self._max_log_e, log_e.max(axis=-1))
+        return log_e
+
+    # -- reading -----------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        """Human labels consumed so far."""
+        return self._state.count
+
+    @property
+    def log_evalue(self) -> np.ndarray:
+        """log E_n now (0 before any label)."""
+        return _mix(self._log_e_s[..., None], self.weights)[..., 0]
+
+    @property
+    def max_log_evalue(self) -> np.ndarray:
+        """log max_{i<=n} E_i: the evidence the test and the multiple-testing procedures use."""
+        return self._max_log_e.copy()
+
+    @property
+    def certified(self) -> np.ndarray:
+        return self._first > 0
+
+    @property
+    def labels_to_certify(self) -> np.ndarray:
+        """First round with E_i >= 1/delta (1-based), 0 while not certified."""
+        return self._first.copy()
+
+    @property
+    def rho_weights(self) -> np.ndarray:
+        """Current mixture weights w_{s,n+1} of eq. (13), one per rho."""
+        z = self._log_e_s + np.log(self.weights)
+        z = np.exp(z - z.max(axis=-1, keepdims=True))
+        return z / z.sum(axis=-1, keepdims=True)
+
+    # -- checkpointing -------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly: configuration and state, as plain values
+        and numpy arrays (picklable, or storable with ``np.savez``)."""
+        st = self._state
+        return {
+            "format": _FORMAT,
+            "config": {
+                "batch_shape": self.batch_shape, "alpha": self.alpha, "delta": self.delta,
+                "horizon": self.horizon, "rhos": self.rhos.tolist(), "betting": self.betting,
+                "r": max(self.r, 1), "loss_bounds": self.loss_bounds, "weights": self.weights.tolist(),
+                "up_prior": self.up_prior, "up_grid_size": self.up_grid_size, "wsr_c": self.wsr_c,
+            },
+            "count": st.count,
+            "sum_q": None if st.sum_q is None else st.sum_q.copy(),
+            "sum_dev": None if st.sum_dev is None else st.sum_dev.copy(),
+            "wealth": None if st.wealth is None else st.wealth.copy(),
+            "log_e_s": self._log_e_s.copy(),
+            "max_log_e": self._max_log_e.copy(),
+            "first": self._first.copy(),
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "SequentialTest":
+        if state.get("format") != _FORMAT:
+            raise ValueError(f"unsupported SequentialTest state format {state.get('format')!r}")
+        test = cls(**state["config"])
+        test._state = BettingState(
+            int(state["count"]),
+            None if state["sum_q"] is None else np.array(state["sum_q"]),
+            None if state["sum_dev"] is None else np.array(state["sum_dev"]),
+            None if state["wealth"] is None else np.array(state["wealth"]),
+        )
+        test._log_e_s = np.array(state["log_e_s"])
+        test._max_log_e = np.array(state["max_log_e"])
+        test._first = np.array(state["first"])
+        return test

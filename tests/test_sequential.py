@@ -1,0 +1,68 @@
+"""The online SequentialTest equals the functional form, and survives a checkpoint."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+from certsel.policies import SequentialTest, certify, log_evalue_paths, scheme_rhos
+from certsel.workers.replay import sample_replications
+
+
+@pytest.fixture(scope="module")
+def batch(trivia_best):
+    h, jl, ju = sample_replications(trivia_best, 4, 200, 600, seed=5)
+    sub = (slice(None), slice(28, 38))  # 4 replications x 10 candidates
+    return h[sub], jl[sub], ju[sub]
+
+
+def _feed(test, h, jl, ju, cuts, r=3):
+    out = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        out.append(test.update(h[..., a:b], jl[..., a:b], ju[..., r * a : r * b]))
+    return np.concatenate(out, axis=-1)
+
+
+@pytest.mark.parametrize("betting", ["up", "wsr"])
+@pytest.mark.parametrize("scheme", ["r-eval", "r-autoeval", "r-autoeval+"])
+def test_online_equals_batch(batch, betting, scheme):
+    h, jl, ju = batch
+    kw = dict(alpha=0.1, delta=0.1, rhos=scheme_rhos(scheme), betting=betting)
+    ref = log_evalue_paths(h, jl, ju, **kw)
+    test = SequentialTest(h.shape[:-1], horizon=200, r=3, **kw)
+    online = _feed(test, h, jl, ju, [0, 1, 7, 50, 51, 130, 200])
+    assert np.max(np.abs(online - ref)) < 1e-9
+    res = certify(h, jl, ju, **kw)
+    assert np.array_equal(test.labels_to_certify, res.labels_to_certify)
+    assert np.allclose(test.max_log_evalue, np.maximum(res.max_log_evalue, 0.0))
+    assert np.allclose(test.log_evalue, ref[..., -1])
+    assert test.n == 200 and test.certified.any() and not test.certified.all()
+
+
+@pytest.mark.parametrize("betting", ["up", "wsr"])
+def test_checkpoint_restores_exactly(batch, betting):
+    h, jl, ju = batch
+    kw = dict(alpha=0.1, delta=0.1, betting=betting)
+    whole = SequentialTest(h.shape[:-1], horizon=200, r=3, **kw)
+    full = _feed(whole, h, jl, ju, [0, 200])
+    first = SequentialTest(h.shape[:-1], horizon=200, r=3, **kw)
+    _feed(first, h, jl, ju, [0, 90])
+    restored = SequentialTest.from_state_dict(pickle.loads(pickle.dumps(first.state_dict())))
+    rest = restored.update(h[..., 90:], jl[..., 90:], ju[..., 270:])
+    assert np.max(np.abs(rest - full[..., 90:])) < 1e-12
+    assert np.array_equal(restored.labels_to_certify, whole.labels_to_certify)
+    w = restored.rho_weights
+    assert w.shape == h.shape[:-1] + (10,) and np.allclose(w.sum(axis=-1), 1)
+
+
+def test_online_rejects_bad_batches(batch):
+    h, jl, ju = batch
+    test = SequentialTest(h.shape[:-1], alpha=0.1, delta=0.1, horizon=200, r=3)
+    with pytest.raises(ValueError, match="r\\*t = 30"):
+        test.update(h[..., :10], jl[..., :10], ju[..., :29])
+    with pytest.raises(ValueError, match="batch shape"):
+        test.update(h[0, :, :10], jl[0, :, :10], ju[0, :, :30])
+    with pytest.raises(ValueError, match="horizon"):
+        SequentialTest((), alpha=0.1, delta=0.1, horizon=0)
+    with pytest.raises(ValueError, match="unsupported"):
+        SequentialTest.from_state_dict({"format": 99})
