@@ -192,6 +192,13 @@ def _check_options(betting, horizon, n, up_prior_kind, wsr_c):
     return horizon
 
 
+def _prepare(human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, up_prior, wsr_c):
+    """Validated effective observations, mixture weights and horizon for one call."""
+    obs = effective_observations(human, judge_labeled, judge_unlabeled, rhos=rhos, loss_bounds=loss_bounds)
+    w = check_weights(weights, obs.q.shape[-2])
+    return obs, w, _check_options(betting, horizon, obs.q.shape[-1], up_prior, wsr_c)
+
+
 def log_evalue_paths(
     human,
     judge_labeled=None,
@@ -218,13 +225,11 @@ def log_evalue_paths(
     """
     delta = check_level(delta, "delta")
     alpha = check_target(alpha, check_bounds(loss_bounds))
-    obs = effective_observations(
-        human, judge_labeled, judge_unlabeled, rhos=rhos, loss_bounds=loss_bounds
-    )
     if bet_bound not in ("target", "range"):
         raise ValueError(f"bet_bound must be 'target' or 'range', got {bet_bound!r}")
-    w = check_weights(weights, obs.q.shape[-2])
-    horizon = _check_options(betting, horizon, obs.q.shape[-1], up_prior, wsr_c)
+    obs, w, horizon = _prepare(
+        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, up_prior, wsr_c
+    )
     comps = _component_log_evalues(
         obs,
         alpha,
@@ -340,12 +345,10 @@ def upper_confidence_bound(
     shape.
     """
     delta = check_level(delta, "delta")
-    obs = effective_observations(
-        human, judge_labeled, judge_unlabeled, rhos=rhos, loss_bounds=loss_bounds
+    obs, w, horizon = _prepare(
+        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, up_prior, wsr_c
     )
     lo, hi = obs.loss_bounds
-    w = check_weights(weights, obs.q.shape[-2])
-    horizon = _check_options(betting, horizon, obs.q.shape[-1], up_prior, wsr_c)
     threshold = np.log(1.0 / delta)
     batch = obs.q.shape[:-2]
 
