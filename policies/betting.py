@@ -146,7 +146,7 @@ def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np
     rows, n = x.shape
     nodes, weights = prior.nodes, prior.weights
     K = nodes.size
-    every = _renormalise_every(x, scale)
+    every = _renormalise_every(x, scale, nodes.max())
     both = np.stack([nodes, np.ones(K)], axis=1)  # (K, 2): numerator and denominator
     # factor matrix 1 - y_r u_k as a rank-2 product [1, y] @ [[1], [-u]]: one BLAS call
     affine = np.stack([np.ones(K), -nodes], axis=0)  # (2, K)
@@ -173,8 +173,9 @@ def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np
             wealth *= factor
             if i % every == every - 1:
                 wealth /= wealth.sum(axis=1, keepdims=True)
-                # A node whose share fell below 1e-200 can never matter again at double
-                # precision; zeroing it keeps the arithmetic out of slow subnormal numbers.
+                # Zeroing shares below 1e-200 of the total moves the next bet by less than
+                # that, keeps every bet predictable (so the e-process stays valid) and keeps
+                # the arithmetic out of slow subnormal numbers.
                 np.putmask(wealth, wealth < _UP_FLUSH, 0.0)
         np.log1p(-(u.T * y), out=out[start:stop])
         np.divide(wealth, wealth.sum(axis=1, keepdims=True), out=final[start:stop])
@@ -190,14 +191,19 @@ def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np
     return out, final
 
 
-def _renormalise_every(x: np.ndarray, scale: np.ndarray) -> int:
+def _renormalise_every(x: np.ndarray, scale: np.ndarray, u_max: float) -> int:
     """Steps between renormalisations of the node wealth.
 
-    A node's factor is at most g = 1 + max(0, -min_i scale x_i) per step (u < 1), so k steps
-    grow the wealth by at most g**k; k is chosen so that g**k <= 1e250.
+    With y = scale * x, a node's factor 1 - u y lies in [f, g] with
+    g = 1 + max(0, -min y) and f = 1 - u_max max(0, max y) > 0. Over k steps the wealth grows
+    by at most g**k and shrinks by at most f**k; k is chosen so that both stay within
+    1e250, far from overflow and underflow.
     """
-    g = 1.0 + max(0.0, float(-(scale[:, None] * x).min()))
-    return int(np.clip(250.0 / max(np.log10(g), 1e-12), 1, _UP_RENORMALISE_MAX))
+    y = scale[:, None] * x
+    g = 1.0 + max(0.0, float(-y.min()))
+    f = 1.0 - u_max * max(0.0, float(y.max()))
+    worst = max(np.log10(g), -np.log10(f), 1e-12)
+    return int(np.clip(250.0 / worst, 1, _UP_RENORMALISE_MAX))
 
 
 def log_factors(

@@ -101,3 +101,15 @@ def test_wrong_bet_bound_is_detected(draws):
     ref = reference_evalue_path(h[k], jl[k], ju[k], alpha=0.1, delta=0.1, rhos=[1.0], betting="up")
     other = np.exp(log_evalue_paths(h[k], jl[k], ju[k], alpha=0.1, delta=0.1, rhos=[1.0], betting="up", bet_bound="range"))
     assert _max_rel(other, ref) > 1e-3
+
+
+def test_up_extreme_runs_stay_exact_and_finite():
+    """2,000 perfect answers then 300 failures: the UP posterior piles onto the largest bet
+    and is then crushed. Renormalisation and flushing must neither overflow, underflow to
+    NaN nor change the result."""
+    h = np.concatenate([np.zeros(2000), np.ones(300)])
+    log_e = log_evalue_paths(h, alpha=0.1, delta=0.1, rhos=[0.0], betting="up")
+    assert np.all(np.isfinite(log_e))
+    ref = reference_evalue_path(h[:2100], None, None, alpha=0.1, delta=0.1, rhos=[0.0], betting="up", horizon=2300)
+    assert np.max(np.abs(log_e[:2100] - np.log(ref)) / np.abs(np.log(ref))) < 1e-9
+    assert log_e[1999] > 150 and log_e[-1] < log_e[1999] - 50
