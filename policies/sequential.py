@@ -24,7 +24,14 @@ from ._validation import (
     check_target,
     check_weights,
 )
-from .autoeval import DEFAULT_RHOS, _check_options, _component_log_evalues, _mix, effective_observations
+from .autoeval import (
+    DEFAULT_RHOS,
+    _check_options,
+    _component_log_evalues,
+    _mix,
+    effective_observations,
+    test_from_log_evalues,
+)
 from .betting import BettingState
 
 _FORMAT = 1
@@ -106,11 +113,10 @@ class SequentialTest:
         path = path + self._log_e_s[..., None]
         self._log_e_s = path[..., -1].copy()
         log_e = _mix(path, self.weights)
-        n0 = self.n - t
-        hit = log_e >= np.log(1.0 / self.delta)
-        newly = (self._first == 0) & hit.any(axis=-1)
-        self._first = np.where(newly, n0 + hit.argmax(axis=-1) + 1, self._first)
-        self._max_log_e = np.maximum(self._max_log_e, log_e.max(axis=-1))
+        res = test_from_log_evalues(log_e, self.delta)
+        newly = (self._first == 0) & res.certified
+        self._first = np.where(newly, self.n - t + res.labels_to_certify, self._first)
+        self._max_log_e = np.maximum(self._max_log_e, res.max_log_evalue)
         return log_e
 
     # -- reading -----------------------------------------------------------------------

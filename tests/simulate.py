@@ -1,6 +1,5 @@
 """Data generators for the simulation tests: i.i.d. draws with a known risk."""
 
-import numpy as np
 
 
 def bernoulli(rng, reps, n, N, p, flip):
