@@ -20,6 +20,16 @@ from .autoeval import (
     test_from_log_evalues,
     upper_confidence_bound,
 )
+from .cer_eval import RADII, Base, CerEval, EstimationPolicy, EstimationResult, Seq, oracle
+from .partition import FixedPartition, NearestNeighborPartition, score_partition
+from .radius import (
+    adaptive_hoeffding_radius,
+    bernstein_eta,
+    bernstein_radius,
+    epsilon_star,
+    hoeffding_radius,
+    prpl_path,
+)
 from .betting import BETTING_STRATEGIES, BettingState, UPPrior, up_prior, wsr_fractions
 from .multiple_testing import (
     PROCEDURES,
@@ -33,6 +43,22 @@ from .multiple_testing import (
 from .sequential import SequentialTest
 
 __all__ = [
+    "RADII",
+    "Base",
+    "CerEval",
+    "EstimationPolicy",
+    "EstimationResult",
+    "FixedPartition",
+    "NearestNeighborPartition",
+    "Seq",
+    "adaptive_hoeffding_radius",
+    "bernstein_eta",
+    "bernstein_radius",
+    "epsilon_star",
+    "hoeffding_radius",
+    "oracle",
+    "prpl_path",
+    "score_partition",
     "BETTING_STRATEGIES",
     "DEFAULT_RHOS",
     "PROCEDURES",
