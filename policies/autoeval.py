@@ -27,8 +27,8 @@ from ._validation import (
     check_level,
     check_losses,
     check_positive_int,
-    check_target,
     check_rhos,
+    check_target,
     check_weights,
 )
 from .betting import BETTING_STRATEGIES, BettingState, log_factors, up_prior

@@ -398,7 +398,7 @@ class Base(EstimationPolicy):
         return s
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> "Base":
+    def from_state_dict(cls, state: dict) -> Base:
         p = cls(state["n_items"], delta=state["delta"], epsilon=state["epsilon"], threshold=state["threshold"])
         p._restore_base(state)
         p._order = np.asarray(state["order"], dtype=np.int64)
@@ -471,7 +471,7 @@ class Seq(_Stratified):
         return s
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> "Seq":
+    def from_state_dict(cls, state: dict) -> Seq:
         p = cls(state["n_items"], delta=state["delta"], epsilon=state["epsilon"], threshold=state["threshold"],
                 radius=state["radius"])
         p._restore_base(state)
@@ -608,7 +608,7 @@ class CerEval(_Stratified):
         return s
 
     @classmethod
-    def from_state_dict(cls, state: dict, partitioner: Partitioner) -> "CerEval":
+    def from_state_dict(cls, state: dict, partitioner: Partitioner) -> CerEval:
         """Restore a snapshot; ``partitioner`` must be the one the policy was built with."""
         if state.get("partitioner_items") != getattr(partitioner, "n_items", None):
             raise ValueError("partitioner does not match the snapshot (different number of items)")

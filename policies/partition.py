@@ -12,7 +12,8 @@ Algorithm 2.
 from __future__ import annotations
 
 import math
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 from sklearn.decomposition import PCA

@@ -174,7 +174,7 @@ class SequentialTest:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> "SequentialTest":
+    def from_state_dict(cls, state: dict) -> SequentialTest:
         if state.get("format") != _FORMAT:
             raise ValueError(f"unsupported SequentialTest state format {state.get('format')!r}")
         test = cls(**state["config"])
