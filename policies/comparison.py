@@ -81,7 +81,7 @@ def sign_test_paths(u, *, delta: float, method: str = "betting", betting: str = 
     u = check_losses(u, "u", (0.0, 1.0))
     n = u.shape[-1]
     if method == "betting":
-        kw = dict(alpha=0.5, delta=delta / 2.0, rhos=scheme_rhos("r-eval"), betting=betting, horizon=horizon)
+        kw = {"alpha": 0.5, "delta": delta / 2.0, "rhos": scheme_rhos("r-eval"), "betting": betting, "horizon": horizon}
         thr = np.log(2.0 / delta)
         a_hit, a_t = _first(log_evalue_paths(u, **kw) >= thr)
         b_hit, b_t = _first(log_evalue_paths(1.0 - u, **kw) >= thr)

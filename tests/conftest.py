@@ -22,3 +22,10 @@ def trivia_bad():
 @pytest.fixture()
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture(scope="session")
+def alpaca():
+    from certsel.workers.replay import load_preference_table
+
+    return load_preference_table()

@@ -117,3 +117,33 @@ def reference_evalue_path(
         w = [w0[s] * E_s[s] / total for s in range(S)]
         path.append(E)
     return np.array(path)
+
+
+def prpl_eb_loop(x, alpha, c=0.5):
+    """Literal loop of the PrPl-EB confidence sequence (Waudby-Smith & Ramdas, Theorem 2).
+
+    Returns (center, radius) after each observation, computed one step at a time from the
+    definitions: mu_hat_t = (1/2 + sum_{i<=t} x_i)/(t+1),
+    sigma2_hat_t = (1/4 + sum_{i<=t} (x_i - mu_hat_i)^2)/(t+1),
+    lambda_t = min(sqrt(2 log(2/alpha) / (sigma2_hat_{t-1} t log(1+t))), c),
+    v_t = 4 (x_t - mu_hat_{t-1})^2, psi_E(l) = (-log(1-l) - l)/4.
+    """
+    import math
+
+    mu_prev, sig_prev = 0.5, 0.25
+    s = ss = lam_sum = lam_x = vpsi = 0.0
+    centers, radii = [], []
+    for t, xt in enumerate(x, start=1):
+        lam = min(math.sqrt(2 * math.log(2 / alpha) / (sig_prev * t * math.log(1 + t))), c)
+        v = 4 * (xt - mu_prev) ** 2
+        vpsi += v * (-math.log(1 - lam) - lam) / 4
+        lam_sum += lam
+        lam_x += lam * xt
+        s += xt
+        mu = (0.5 + s) / (t + 1)
+        ss += (xt - mu) ** 2
+        sig = (0.25 + ss) / (t + 1)
+        centers.append(lam_x / lam_sum)
+        radii.append((math.log(2 / alpha) + vpsi) / lam_sum)
+        mu_prev, sig_prev = mu, sig
+    return centers, radii

@@ -140,3 +140,61 @@ def sample_replications(table: LossTable, reps: int, n: int, N: int, *, seed: in
     h = table.human[:, perm].transpose(1, 0, 2)  # (reps, K, n + N)
     j = table.judge[:, perm].transpose(1, 0, 2)
     return h[..., :n], j[..., :n], j[..., n:]
+
+
+DATA_DIR = pathlib.Path(__file__).resolve().parents[1] / "examples" / "data"
+ALPACAEVAL_PREFERENCES = DATA_DIR / "alpacaeval_preferences.parquet"
+ALPACAEVAL_EMBEDDINGS = DATA_DIR / "alpacaeval_embeddings.parquet"
+
+
+@dataclass(frozen=True)
+class PreferenceTable:
+    """Per-item losses of several models on one item set, with item embeddings.
+
+    ``losses`` is (models, items) in [0, 1]; ``features`` (items, d); ``subsets`` the item's
+    sub-source (a natural fixed partition).
+    """
+
+    models: list
+    items: np.ndarray
+    losses: np.ndarray
+    features: np.ndarray
+    subsets: np.ndarray
+
+
+def load_preference_table(preferences=ALPACAEVAL_PREFERENCES, embeddings=ALPACAEVAL_EMBEDDINGS) -> PreferenceTable:
+    """Load an AlpacaEval-style table (model, item, loss) and its embeddings (item, e0..e{d-1}).
+
+    Every model must have exactly one loss in [0, 1] for every embedded item.
+    """
+    prefs = pq.read_table(preferences)
+    model = _column(prefs, "model", preferences).astype(str)
+    item = _numeric(_column(prefs, "item", preferences), "item", preferences).astype(np.int64)
+    loss = _numeric(_column(prefs, "loss", preferences), "loss", preferences)
+    if loss.min() < 0 or loss.max() > 1:
+        raise ValueError(f"{preferences}: column 'loss' has values outside [0, 1]")
+    emb = pq.read_table(embeddings)
+    e_item = _numeric(_column(emb, "item", embeddings), "item", embeddings).astype(np.int64)
+    cols = [c for c in emb.column_names if c.startswith("e") and c[1:].isdigit()]
+    if not cols:
+        raise ValueError(f"{embeddings}: no embedding columns e0, e1, ...")
+    cols.sort(key=lambda c: int(c[1:]))
+    feats = np.column_stack([_numeric(_column(emb, c, embeddings), c, embeddings) for c in cols])
+    subsets = _column(emb, "dataset", embeddings).astype(str) if "dataset" in emb.column_names \
+        else np.zeros(e_item.size, dtype=str)
+    if np.unique(e_item).size != e_item.size:
+        raise ValueError(f"{embeddings}: duplicated items")
+    order = np.argsort(e_item)
+    items, feats, subsets = e_item[order], feats[order], subsets[order]
+    models = sorted(set(model.tolist()))
+    losses = np.full((len(models), items.size), np.nan)
+    mi = np.searchsorted(models, model)
+    ii = np.searchsorted(items, item)
+    if np.any(ii >= items.size) or np.any(items[np.minimum(ii, items.size - 1)] != item):
+        raise ValueError(f"{preferences}: items without an embedding in {embeddings}")
+    if np.unique(mi * items.size + ii).size != mi.size:
+        raise ValueError(f"{preferences}: duplicated (model, item) pairs")
+    losses[mi, ii] = loss
+    if np.isnan(losses).any():
+        raise ValueError(f"{preferences}: {int(np.isnan(losses).sum())} missing (model, item) pairs")
+    return PreferenceTable(models, items, losses, feats, subsets)
