@@ -4,7 +4,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from certsel.policies import (
     certified_set,
     confidence_interval,

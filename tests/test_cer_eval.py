@@ -5,8 +5,6 @@ import pickle
 
 import numpy as np
 import pytest
-from reference import prpl_eb_loop
-
 from certsel.policies import (
     Base,
     CerEval,
@@ -23,6 +21,7 @@ from certsel.policies import (
 )
 from certsel.policies.radius import prpl_accumulate, prpl_interval, prpl_step
 from certsel.policies.scenarios import make_scenario
+from reference import prpl_eb_loop
 
 # ---------------------------------------------------------------- radius formulas, by hand
 
@@ -116,9 +115,10 @@ def test_oracle_and_cer_eval_cover_at_every_step():
     misses, runs = 0, 0
     for rep in range(6):
         sc = make_scenario("S2", n=1000, seed=100 + rep)
-        for make in (lambda: oracle(1000, sc.groups, delta=0.1, seed=rep),
-                     lambda: CerEval(1000, NearestNeighborPartition(sc.features), delta=0.1, seed=rep, radius="paper")):
-            path = make().run(sc.losses, record=True).path
+        policies = (oracle(1000, sc.groups, delta=0.1, seed=rep),
+                    CerEval(1000, NearestNeighborPartition(sc.features), delta=0.1, seed=rep, radius="paper"))
+        for policy in policies:
+            path = policy.run(sc.losses, record=True).path
             misses += int(np.any((path[:, 2] > sc.population_mean) | (path[:, 3] < sc.population_mean)))
             runs += 1
     assert misses <= 2, (misses, runs)
@@ -274,7 +274,7 @@ def test_policy_bad_input():
         Seq(50, delta=0.05).run(np.full(50, np.nan))
     with pytest.raises(ValueError, match="shape"):
         Seq(50, delta=0.05).run(np.zeros(49))
-    with pytest.raises(ValueError, match="rows but there are"):
+    with pytest.raises(ValueError, match="partitioner covers 50 items"):
         CerEval(49, NearestNeighborPartition(feats), delta=0.05)
     bad = feats.copy()
     bad[3, 1] = np.nan

@@ -2,9 +2,13 @@
 
 import numpy as np
 import pytest
-
 from certsel.policies import NearestNeighborPartition
-from certsel.policies.comparison import compare_pair, paired_losses, rank_models, sign_test_paths
+from certsel.policies.comparison import (
+    compare_pair,
+    paired_losses,
+    rank_models,
+    sign_test_paths,
+)
 
 
 def _pair(alpaca, a, b):

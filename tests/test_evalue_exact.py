@@ -2,11 +2,16 @@
 
 import numpy as np
 import pytest
-from scipy import integrate
-
-from certsel.policies import evalue_path, evalue_paths, log_evalue_paths, scheme_rhos, up_prior
+from certsel.policies import (
+    evalue_path,
+    evalue_paths,
+    log_evalue_paths,
+    scheme_rhos,
+    up_prior,
+)
 from certsel.workers.replay import sample_replications
 from reference import chebyshev_prior, grid_prior, reference_evalue_path
+from scipy import integrate
 
 SCHEMES = ["r-eval", "r-autoeval", "r-autoeval+"]
 # frontier-like candidates of the TriviaQA table: risks 0.018, 0.045 and 0.099 (alpha 0.1)

@@ -2,8 +2,6 @@
 
 import numpy as np
 import pytest
-from scipy import stats
-
 from certsel.policies.active_testing import (
     active_bayesian_assessment,
     random_sampling_estimates,
@@ -17,6 +15,7 @@ from certsel.policies.ft_eval import (
     t_test,
     tost,
 )
+from scipy import stats
 
 
 def test_t_test_matches_scipy():

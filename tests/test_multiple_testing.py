@@ -2,8 +2,6 @@
 
 import numpy as np
 import pytest
-from scipy import stats
-
 from certsel.policies import (
     bonferroni,
     certified_set,
@@ -13,6 +11,7 @@ from certsel.policies import (
     p_values,
     select,
 )
+from scipy import stats
 
 DELTA = 0.1
 

@@ -3,7 +3,6 @@ selection of the lightest MX configuration with at most 10% performance drop."""
 
 import numpy as np
 import pytest
-
 from certsel.orchestrator.local import replicated_selection
 from certsel.policies import certify, scheme_rhos
 from certsel.workers.replay import sample_replications

@@ -4,7 +4,6 @@ import pickle
 
 import numpy as np
 import pytest
-
 from certsel.policies import SequentialTest, certify, log_evalue_paths, scheme_rhos
 from certsel.workers.replay import sample_replications
 

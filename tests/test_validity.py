@@ -3,14 +3,13 @@ boundary, and anytime coverage of the confidence intervals."""
 
 import numpy as np
 import pytest
-from scipy import stats
-
 from certsel.policies import (
     certify,
     confidence_interval,
     log_evalue_paths,
     scheme_rhos,
 )
+from scipy import stats
 from simulate import bernoulli, resample
 
 SCHEMES = ["r-eval", "r-autoeval", "r-autoeval+"]
