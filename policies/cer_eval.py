@@ -392,6 +392,19 @@ class Base(EstimationPolicy):
     def _observe(self, item, x):
         pass
 
+    def group_stats(self) -> dict:
+        """The same keys as the stratified policies, for one group (the whole test set)."""
+        z = self.labeled_losses
+        lo, hi = self.ci
+        return {
+            "size": np.array([self.n_items]),
+            "labeled": np.array([z.size]),
+            "mean": np.array([z.mean() if z.size else np.nan]),
+            "variance": np.array([z.var() if z.size else np.nan]),
+            "center": np.array([0.5 * (lo + hi)]),
+            "radius": np.array([0.5 * (hi - lo)]),
+        }
+
     def state_dict(self) -> dict:
         s = self._base_state()
         s.update(order=self._order.tolist(), next=self._next)

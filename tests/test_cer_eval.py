@@ -176,6 +176,8 @@ def test_base_reports_hoeffding_only_after_all_items():
     res = p.run(z)
     assert res.n_labeled == 500
     assert res.radius == pytest.approx(hoeffding_radius(500, 0.05), rel=1e-12)
+    gs = p.group_stats()
+    assert gs["labeled"][0] == 500 and gs["mean"][0] == pytest.approx(0.5)
 
 
 def test_threshold_decision():
