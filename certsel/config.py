@@ -1,0 +1,172 @@
+"""Job configuration for ``certsel run CONFIG.yaml``: a validated pydantic schema.
+
+Unknown keys and bad values are errors that name the key (``policy.betting: Input should be
+'up' or 'wsr'``), raised as :class:`ConfigError` with a one-line message. Relative data
+paths are resolved against the directory of the config file.
+
+Example (``examples/quantization.yaml``)::
+
+    name: quantization-triviaqa
+    data:
+      path: data/triviaqa_llama31_8b_mx.parquet
+      judge: loss_judge_best
+      order: rank
+    policy: {kind: r-autoeval+, betting: up}
+    alpha: 0.1
+    delta: 0.1
+    procedure: fst
+    objective: {column: avg_bitwidth, goal: minimize}
+    budget: {n: 300, r: 3}
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+
+class ConfigError(ValueError):
+    """A configuration problem; ``str()`` is one line naming the file and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(_Strict):
+    path: pathlib.Path
+    candidate: str = "candidate"
+    item: str = "item"
+    human: str = "loss_human"
+    judge: str | None = None
+    order: str | None = None
+    features: pathlib.Path | None = None  # item embeddings (Parquet: item, e0..e{d-1}) for Cer-Eval
+
+
+class PolicyConfig(_Strict):
+    kind: Literal["r-eval", "r-autoeval", "r-autoeval+", "seq", "cer-eval"] = "r-autoeval+"
+    betting: Literal["up", "wsr"] = "up"
+    radius: Literal["betting", "paper"] = "betting"
+
+
+class ObjectiveConfig(_Strict):
+    column: str
+    goal: Literal["minimize", "maximize"] = "minimize"
+
+
+class BudgetConfig(_Strict):
+    n: int = Field(300, gt=0, description="human labels per candidate")
+    r: int = Field(3, ge=0, description="judge-only labels per human label")
+    batch: int = Field(25, gt=0, description="human labels per candidate per driver round")
+    max_requests: int | None = Field(None, gt=0, description="cap on label-source requests over the job")
+
+
+class TrackingConfig(_Strict):
+    uri: str | None = None  # default: MLFLOW_TRACKING_URI, else sqlite:///mlruns.db
+    experiment: str = "certsel"
+
+
+class RayConfig(_Strict):
+    address: str | None = None  # default: RAY_ADDRESS, else a local ray.init()
+    num_cpus: int | None = Field(None, gt=0)
+
+
+class RunConfig(_Strict):
+    name: str = Field("certsel", min_length=1)
+    data: DataConfig
+    candidates: list[str] | None = None  # default: every candidate in the table
+    policy: PolicyConfig = PolicyConfig()
+    alpha: float = Field(0.1, gt=0, lt=1, description="target risk")
+    delta: float = Field(0.1, gt=0, lt=1, description="family-wise error level")
+    procedure: Literal["fst", "bonferroni", "holm", "pairwise"] = "fst"
+    objective: ObjectiveConfig | None = None
+    budget: BudgetConfig = BudgetConfig()
+    seed: int = 0
+    tracking: TrackingConfig = TrackingConfig()
+    ray: RayConfig = RayConfig()
+
+    @field_validator("candidates")
+    @classmethod
+    def _unique_candidates(cls, v):
+        if v is not None:
+            if not v:
+                raise ValueError("must list at least one candidate (or be omitted for all)")
+            dup = sorted({c for c in v if v.count(c) > 1})
+            if dup:
+                raise ValueError(f"duplicate candidate ids: {', '.join(dup)}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.procedure == "fst" and self.data.order is None:
+            raise ValueError("procedure 'fst' needs data.order (the column giving the fixed sequence)")
+        if self.procedure == "pairwise" and self.policy.kind not in ("seq", "cer-eval"):
+            raise ValueError("procedure 'pairwise' ranks models with policy.kind 'seq' or 'cer-eval'")
+        if self.procedure != "pairwise" and self.policy.kind in ("seq", "cer-eval") and self.objective is None:
+            raise ValueError("estimation policies select by an objective: set objective.column")
+        if self.policy.kind == "cer-eval" and self.data.features is None:
+            raise ValueError("policy 'cer-eval' needs data.features (item embeddings for the partition)")
+        if self.policy.kind in ("r-autoeval", "r-autoeval+") and self.data.judge is None:
+            raise ValueError(f"policy '{self.policy.kind}' needs data.judge (the judge's loss column)")
+        return self
+
+
+def _format(err: ValidationError, source: str) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"]) or "config"
+    if e["type"] == "extra_forbidden":
+        msg = f"unknown key {loc!r}"
+    else:
+        msg = f"{loc}: {e['msg']}".replace("Value error, ", "")
+    more = len(err.errors()) - 1
+    return f"{source}: {msg}" + (f" (and {more} more problem(s))" if more else "")
+
+
+def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None = None) -> RunConfig:
+    """Validate a mapping (e.g. parsed YAML) into a :class:`RunConfig`."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    try:
+        cfg = RunConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format(err, source)) from None
+    if base_dir is not None:
+        data = cfg.data
+        updates = {}
+        for key in ("path", "features"):
+            p = getattr(data, key)
+            if p is not None and not p.is_absolute():
+                updates[key] = (base_dir / p).resolve()
+        if updates:
+            cfg = cfg.model_copy(update={"data": data.model_copy(update=updates)})
+    for key in ("path", "features"):
+        p = getattr(cfg.data, key)
+        if p is not None and not p.is_file():
+            raise ConfigError(f"{source}: data.{key}: file not found: {p}")
+    return cfg
+
+
+def load_config(path) -> RunConfig:
+    """Read and validate a YAML job file."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file") from None
+    return parse_config(raw, source=str(path), base_dir=path.parent)
