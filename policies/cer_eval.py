@@ -70,18 +70,6 @@ def _check_epsilon(epsilon):
     return e
 
 
-def _check_threshold(threshold):
-    if threshold is None:
-        return None
-    try:
-        c = float(threshold)
-    except (TypeError, ValueError):
-        raise ValueError(f"threshold must be a number in (0, 1), got {threshold!r}") from None
-    if not math.isfinite(c) or not 0.0 < c < 1.0:
-        raise ValueError(f"threshold must be in (0, 1), got {threshold!r}")
-    return c
-
-
 def _check_radius(radius):
     if radius not in RADII:
         raise ValueError(f"radius must be one of {RADII}, got {radius!r}")
@@ -202,7 +190,7 @@ class EstimationPolicy:
         self.n_items = check_positive_int(n_items, "n_items")
         self.delta = check_level(delta, "delta")
         self.epsilon = _check_epsilon(epsilon)
-        self.threshold = _check_threshold(threshold)
+        self.threshold = None if threshold is None else check_level(threshold, "threshold")
         self._rng = np.random.default_rng(seed)
         self._labeled: list[int] = []
         self._losses: list[float] = []
