@@ -164,6 +164,12 @@ class _GroupStats:
         return np.where(n > 0, gain * weights, np.inf)
 
 
+def _stratified_interval(center: np.ndarray, radius: np.ndarray, weights: np.ndarray) -> tuple[float, float]:
+    """sum_k w_k * ([c_k - r_k, c_k + r_k] intersected with [0, 1])."""
+    return (float(np.dot(weights, np.clip(center - radius, 0.0, 1.0))),
+            float(np.dot(weights, np.clip(center + radius, 0.0, 1.0))))
+
+
 @dataclass(frozen=True)
 class EstimationResult:
     """Outcome of :meth:`EstimationPolicy.run`.
@@ -423,10 +429,7 @@ class _Stratified(EstimationPolicy):
     @property
     def ci(self):
         center, rad = self._stats.intervals()
-        w = self._sizes / self.n_items
-        lo = float(np.dot(w, np.clip(center - rad, 0.0, 1.0)))
-        hi = float(np.dot(w, np.clip(center + rad, 0.0, 1.0)))
-        return (lo, hi)
+        return _stratified_interval(center, rad, self._sizes / self.n_items)
 
     def group_stats(self) -> dict:
         """Per-group size N_k, labels n_k, mean, variance, interval center and radius."""
@@ -541,9 +544,8 @@ class CerEval(_Stratified):
     def _radius_of(self, labels: np.ndarray, groups_of_labeled: np.ndarray, K: int) -> float:
         stats = _GroupStats(self._kind, K, self.delta)
         stats.rebuild(self.labeled_losses, groups_of_labeled, K)
-        center, rad = stats.intervals()
-        w = np.bincount(labels, minlength=K) / self.n_items
-        return float(np.dot(w, np.clip(center + rad, 0, 1) - np.clip(center - rad, 0, 1)) / 2.0)
+        lo, hi = _stratified_interval(*stats.intervals(), np.bincount(labels, minlength=K) / self.n_items)
+        return 0.5 * (hi - lo)
 
     def _repartition(self):
         labels = np.asarray(
