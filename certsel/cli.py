@@ -1,6 +1,8 @@
 """The ``certsel`` command line.
 
-``certsel select`` runs one certified selection on a recorded loss table (by default the
+``certsel run CONFIG.yaml`` runs a selection job (Ray actors per candidate, MLflow
+tracking; see :mod:`certsel.orchestrator.job`); ``certsel show RUN_ID`` prints a past
+job's certificate. ``certsel select`` runs one certified selection on a recorded loss table (by default the
 bundled TriviaQA table of 48 MX-quantized Llama-3.1-8B configurations): it draws n
 human-labelled and r*n judge-labelled items, tests every candidate for R <= alpha with the
 chosen scheme, applies the multiple-testing procedure and selects the certified candidate
@@ -35,6 +37,19 @@ def _build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="certsel", description="Certified model / config / prompt selection.")
     p.add_argument("--version", action="version", version=f"certsel {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="run a selection job from a YAML config (Ray + MLflow)")
+    run.add_argument("config", type=pathlib.Path, help="job file, e.g. examples/quantization.yaml")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config key, e.g. --set budget.n=100 (repeatable)")
+    run.add_argument("--json", type=pathlib.Path, help="also write selection.json here")
+    run.add_argument("--report-dir", type=pathlib.Path, help="also keep the report and plots here")
+    run.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    run.add_argument("--no-progress", action="store_true", help="no live progress display")
+    run.add_argument("--quiet", action="store_true", help="print only the selection")
+    show = sub.add_parser("show", help="print the certificate of a past job")
+    show.add_argument("run_id", help="MLflow run id of the job (or of one of its candidates)")
+    show.add_argument("--tracking-uri", help="default: MLFLOW_TRACKING_URI, else sqlite:///mlruns.db")
+    show.add_argument("--json", action="store_true", help="print selection.json as is")
     s = sub.add_parser("select", help="certified selection on a recorded loss table")
     s.add_argument("--data", type=pathlib.Path, default=DEFAULT_TABLE, help="Parquet loss table")
     s.add_argument("--judge", default="best", help="judge column: best|med|bad or a column name")
@@ -133,8 +148,113 @@ def _print_report(report: dict, quiet: bool) -> None:
                       f"{report['labels']['judge_per_candidate']} judge per candidate")
 
 
+def _console():
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=130)
+
+
+def _progress(console, total: int):
+    """A live line: candidates certified / running / stopped and labels spent."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} human labels"),
+                   TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal)
+    task = bar.add_task("starting", total=total)
+
+    def update(records, rounds):
+        count = {}
+        for r in records:
+            count[r.status] = count.get(r.status, 0) + 1
+        text = (f"round {rounds}: {count.get('certified', 0)} certified, {count.get('running', 0)} running, "
+                f"{count.get('failed', 0) + count.get('stopped', 0) + count.get('skipped', 0)} stopped")
+        bar.update(task, completed=sum(r.n_human for r in records), description=text)
+
+    return bar, update
+
+
+def _print_job(console, cert: dict, quiet: bool, run_id=None) -> None:
+    from rich.table import Table
+
+    if not quiet:
+        t = Table(title=f"{cert['job']}: {cert['policy']['kind']} / {cert['procedure']['level']}, "
+                        f"alpha={cert['procedure']['alpha']:g}")
+        cols = ["candidate", "objective", "status", "cert.", "e-value", "interval", "human", "judge", "requests"]
+        for c in cols:
+            t.add_column(c, justify="right", no_wrap=True)
+        for c in cert["candidates"]:
+            ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]"
+            e = "" if c.get("e_value") is None else f"{c['e_value']:.3g}"
+            obj = "" if c["objective"] is None else f"{c['objective']:g}"
+            t.add_row(c["candidate"] + (" *" if c["selected"] else ""), obj, c["status"],
+                      "yes" if c["certified"] else "no", e, ci, str(c["labels_human"]), str(c["labels_judge"]),
+                      str(c["requests"]))
+        console.print(t)
+        if "ranking" in cert:
+            rk = cert["ranking"]
+            console.print(f"ranking (Copeland score over certified pairs, {rk['pairs_certified']} of {rk['pairs']} "
+                          f"orders certified): " + " > ".join(f"{m} ({rk['score'][m]:+d})" for m in rk["order"]))
+    console.print(f"selected: {cert['selected'] or 'none'} — {cert['certificate']}")
+    lab = cert["labels"]
+    console.print("labels: " + ", ".join(
+        f"{lab['spent'][k]} {k} of {lab['full_budget'][k]} ({lab['saved_fraction'][k]:.0%} saved)"
+        for k in ("human", "judge", "requests") if lab["full_budget"][k]))
+    if run_id:
+        console.print(f"MLflow run: {run_id}  (certsel show {run_id})")
+
+
+def _run(args) -> int:
+    from certsel.config import load_config
+    from certsel.orchestrator.job import execute
+    from certsel.orchestrator.report import certificate
+
+    cfg = load_config(args.config, args.overrides)
+    console = _console()
+    bar, update = _progress(console, 0)
+    with bar:
+        def progress(records, rounds):
+            if bar.tasks[0].total == 0:
+                bar.update(bar.tasks[0].id, total=cfg.budget.n * len(records))
+            update(records, rounds)
+
+        result, run_id = execute(cfg, progress=None if args.no_progress else progress, report_dir=args.report_dir,
+                                 track=not args.no_tracking)
+    cert = certificate(result)
+    if args.json:
+        args.json.write_text(json.dumps(cert, indent=2))
+    _print_job(console, cert, args.quiet, run_id)
+    return 0
+
+
+def _show(args) -> int:
+    from certsel.orchestrator.tracking import load_certificate
+
+    cert = load_certificate(args.run_id, args.tracking_uri)
+    if args.json:
+        print(json.dumps(cert, indent=2))
+    else:
+        _print_job(_console(), cert, False)
+    return 0
+
+
 def main(argv=None) -> int:
     args = _build_parser().parse_args(argv)
+    if args.command in ("run", "show"):
+        from certsel.orchestrator.driver import RuntimeProblem
+        from certsel.orchestrator.tracking import TrackingProblem
+
+        try:
+            return _run(args) if args.command == "run" else _show(args)
+        except (ValueError, RuntimeProblem, TrackingProblem) as exc:
+            print(f"certsel: error: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("certsel: interrupted (runs marked KILLED)", file=sys.stderr)
+            return 130
+        except Exception as exc:  # a failure while the job ran; its MLflow runs are marked FAILED
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            print(f"certsel: error: job failed: {exc.__class__.__name__}: {first}", file=sys.stderr)
+            return 1
     try:
         report = _select(args)
     except ValueError as exc:

@@ -71,36 +71,48 @@ class BudgetConfig(_Strict):
     max_requests: int | None = Field(None, gt=0, description="cap on label-source requests over the job")
 
 
+class SchedulingConfig(_Strict):
+    # adaptive: stop candidates whose fate is settled (FST frontier, certified, hopeless);
+    # full: every candidate runs to its budget (the baseline the savings are measured against)
+    mode: Literal["adaptive", "full"] = "adaptive"
+    lookahead: int = Field(1, ge=0, description="FST: candidates past the frontier that run alongside it")
+
+
 class TrackingConfig(_Strict):
     uri: str | None = None  # default: MLFLOW_TRACKING_URI, else sqlite:///mlruns.db
-    experiment: str = "certsel"
+    experiment: str = Field("certsel", min_length=1)
+    # when to compute the two-sided interval of a testing policy (a bisection, ~0.1-0.3 s)
+    intervals: Literal["every_round", "final", "none"] = "final"
 
 
 class RayConfig(_Strict):
     address: str | None = None  # default: RAY_ADDRESS, else a local ray.init()
     num_cpus: int | None = Field(None, gt=0)
+    max_actors: int | None = Field(None, gt=0, description="default: one per candidate up to the cluster's CPUs")
 
 
 class RunConfig(_Strict):
     name: str = Field("certsel", min_length=1)
     data: DataConfig
     candidates: list[str] | None = None  # default: every candidate in the table
+    order: list[str] | None = None  # FST: an explicit fixed sequence (instead of data.order)
     policy: PolicyConfig = PolicyConfig()
     alpha: float = Field(0.1, gt=0, lt=1, description="target risk")
     delta: float = Field(0.1, gt=0, lt=1, description="family-wise error level")
     procedure: Literal["fst", "bonferroni", "holm", "pairwise"] = "fst"
     objective: ObjectiveConfig | None = None
     budget: BudgetConfig = BudgetConfig()
+    scheduling: SchedulingConfig = SchedulingConfig()
     seed: int = 0
     tracking: TrackingConfig = TrackingConfig()
     ray: RayConfig = RayConfig()
 
-    @field_validator("candidates")
+    @field_validator("candidates", "order")
     @classmethod
     def _unique_candidates(cls, v):
         if v is not None:
             if not v:
-                raise ValueError("must list at least one candidate (or be omitted for all)")
+                raise ValueError("must list at least one candidate (or be omitted)")
             dup = sorted({c for c in v if v.count(c) > 1})
             if dup:
                 raise ValueError(f"duplicate candidate ids: {', '.join(dup)}")
@@ -108,12 +120,22 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self):
-        if self.procedure == "fst" and self.data.order is None:
-            raise ValueError("procedure 'fst' needs data.order (the column giving the fixed sequence)")
+        if self.procedure == "fst" and self.data.order is None and self.order is None:
+            raise ValueError("procedure 'fst' needs data.order (a column) or order (a list of candidates)")
+        if self.order is not None and self.procedure != "fst":
+            raise ValueError(f"order is the fixed sequence of procedure 'fst', not {self.procedure!r}")
+        if self.order is not None and self.candidates is not None and set(self.order) != set(self.candidates):
+            extra = sorted(set(self.order) ^ set(self.candidates))
+            raise ValueError(f"order and candidates must name the same candidates (differ in: {', '.join(extra)})")
+        if self.procedure == "holm" and self.policy.kind in ("seq", "cer-eval"):
+            raise ValueError("procedure 'holm' needs e-values (r-eval, r-autoeval, r-autoeval+); "
+                             "estimation policies support fst and bonferroni")
+        if self.policy.kind in ("r-autoeval", "r-autoeval+") and self.budget.r < 1:
+            raise ValueError(f"policy '{self.policy.kind}' needs budget.r >= 1 judge-only labels per human label")
         if self.procedure == "pairwise" and self.policy.kind not in ("seq", "cer-eval"):
             raise ValueError("procedure 'pairwise' ranks models with policy.kind 'seq' or 'cer-eval'")
-        if self.procedure != "pairwise" and self.policy.kind in ("seq", "cer-eval") and self.objective is None:
-            raise ValueError("estimation policies select by an objective: set objective.column")
+        if self.procedure in ("bonferroni", "holm") and self.objective is None:
+            raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
         if self.policy.kind == "cer-eval" and self.data.features is None:
             raise ValueError("policy 'cer-eval' needs data.features (item embeddings for the partition)")
         if self.policy.kind in ("r-autoeval", "r-autoeval+") and self.data.judge is None:
@@ -156,8 +178,27 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
     return cfg
 
 
-def load_config(path) -> RunConfig:
-    """Read and validate a YAML job file."""
+def apply_overrides(raw: dict, overrides, source: str) -> dict:
+    """``["budget.n=100", "policy.kind=r-eval"]``: set dotted keys (values parsed as YAML)."""
+    for item in overrides or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{source}: override {item!r} is not KEY=VALUE")
+        *parents, leaf = key.strip().split(".")
+        node = raw
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{source}: override {item!r}: {p!r} is not a mapping")
+        try:
+            node[leaf] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"{source}: override {item!r}: the value is not valid YAML") from None
+    return raw
+
+
+def load_config(path, overrides=None) -> RunConfig:
+    """Read and validate a YAML job file; ``overrides`` are ``KEY=VALUE`` strings."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -169,4 +210,8 @@ def load_config(path) -> RunConfig:
         raise ConfigError(f"{path}: not valid YAML{where}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a UTF-8 text file") from None
+    if overrides:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of keys, got {type(raw).__name__}")
+        raw = apply_overrides(raw, overrides, str(path))
     return parse_config(raw, source=str(path), base_dir=path.parent)

@@ -122,6 +122,16 @@ def load_loss_table(
     )
 
 
+def item_order(n_items: int, seed, reps: int | None = None) -> np.ndarray:
+    """The seeded random order in which items are labelled: a permutation of
+    ``0..n_items-1`` (or ``reps`` independent ones, shape (reps, n_items)). The driver's
+    replay source and :func:`sample_replications` share it, so a job and its in-process
+    reproduction see the same items."""
+    rng = np.random.default_rng(seed)
+    perm = np.argsort(rng.random((1 if reps is None else reps, n_items)), axis=1)
+    return perm[0] if reps is None else perm
+
+
 def sample_replications(table: LossTable, reps: int, n: int, N: int, *, seed: int = 0):
     """The paper's protocol, vectorised over replications: per replication one random
     permutation of the items (shared by all candidates, as the items are), the first n get
@@ -135,8 +145,7 @@ def sample_replications(table: LossTable, reps: int, n: int, N: int, *, seed: in
     I = table.items.size
     if n < 1 or N < 0 or n + N > I:
         raise ValueError(f"need 1 <= n and n + N <= {I} items, got n={n}, N={N}")
-    rng = np.random.default_rng(seed)
-    perm = np.argsort(rng.random((reps, I)), axis=1)[:, : n + N]  # (reps, n + N)
+    perm = item_order(I, seed, reps)[:, : n + N]  # (reps, n + N)
     h = table.human[:, perm].transpose(1, 0, 2)  # (reps, K, n + N)
     j = table.judge[:, perm].transpose(1, 0, 2)
     return h[..., :n], j[..., :n], j[..., n:]
@@ -198,3 +207,85 @@ def load_preference_table(preferences=ALPACAEVAL_PREFERENCES, embeddings=ALPACAE
     if np.isnan(losses).any():
         raise ValueError(f"{preferences}: {int(np.isnan(losses).sum())} missing (model, item) pairs")
     return PreferenceTable(models, items, losses, feats, subsets)
+
+
+def load_features(path, items: np.ndarray) -> np.ndarray:
+    """Item embeddings (Parquet: ``item``, ``e0..e{d-1}``) aligned to ``items``: (len(items), d).
+
+    Every item of the loss table needs exactly one embedding row; extra rows are ignored.
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise ValueError(f"features file not found: {path}")
+    try:
+        emb = pq.read_table(path)
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable Parquet file ({exc.__class__.__name__})") from None
+    e_item = _numeric(_column(emb, "item", path), "item", path).astype(np.int64)
+    cols = sorted((c for c in emb.column_names if c.startswith("e") and c[1:].isdigit()), key=lambda c: int(c[1:]))
+    if not cols:
+        raise ValueError(f"{path}: no embedding columns e0, e1, ...")
+    if np.unique(e_item).size != e_item.size:
+        raise ValueError(f"{path}: duplicated items")
+    feats = np.column_stack([_numeric(_column(emb, c, path), c, path) for c in cols])
+    order = np.argsort(e_item)
+    pos = np.searchsorted(e_item[order], items)
+    pos = np.minimum(pos, e_item.size - 1)
+    missing = e_item[order][pos] != items
+    if missing.any():
+        raise ValueError(f"{path}: {int(missing.sum())} item(s) of the loss table have no embedding")
+    return feats[order][pos]
+
+
+class ReplaySource:
+    """Label source over one candidate's recorded losses (one row of a :class:`LossTable`).
+
+    The policy asks for items; only those losses are revealed. Costs are counted as a live
+    source would incur them: a human label is a (candidate, item) pair judged by a person;
+    a judge label is one judge call; a request is one call to a model server (the target's
+    generation for a new item, plus the judge's call). Asking again for an item already
+    labelled is free and returns the same loss (requests are idempotent).
+    """
+
+    def __init__(self, human: np.ndarray, judge: np.ndarray | None = None):
+        self._human = np.asarray(human, dtype=np.float64)
+        self._judge = None if judge is None else np.asarray(judge, dtype=np.float64)
+        self._generated = np.zeros(self._human.size, dtype=bool)
+        self._human_done = np.zeros(self._human.size, dtype=bool)
+        self._judge_done = np.zeros(self._human.size, dtype=bool)
+        self.requests = 0
+
+    @property
+    def n_items(self) -> int:
+        return self._human.size
+
+    @property
+    def human_labels(self) -> int:
+        return int(self._human_done.sum())
+
+    @property
+    def judge_labels(self) -> int:
+        return int(self._judge_done.sum())
+
+    def _generate(self, items: np.ndarray) -> None:
+        new = ~self._generated[items]
+        self.requests += int(np.count_nonzero(new))
+        self._generated[items] = True
+
+    def human(self, items) -> np.ndarray:
+        """Human losses of ``items`` (the costly labels)."""
+        items = np.asarray(items, dtype=np.int64)
+        self._generate(items)
+        self._human_done[items] = True
+        return self._human[items]
+
+    def judge(self, items) -> np.ndarray:
+        """The judge's losses on ``items``."""
+        if self._judge is None:
+            raise ValueError("this source has no judge losses")
+        items = np.asarray(items, dtype=np.int64)
+        self._generate(items)
+        new = ~self._judge_done[items]
+        self.requests += int(np.count_nonzero(new))
+        self._judge_done[items] = True
+        return self._judge[items]

@@ -1,0 +1,423 @@
+"""The selection driver: Ray actors per candidate, rounds of labels, procedure decisions.
+
+:func:`run_job` is the body of ``certsel run``. The driver owns the control flow:
+
+1. plan the job (:class:`JobPlan`): one spec per candidate, the shared seeded item order
+   (every candidate is labelled on the same items, as in the paper's protocol);
+2. start or join Ray (:class:`RayRuntime`) and load the candidates into
+   ``CandidateWorker`` actors (one per candidate up to the cluster's CPUs, packed beyond);
+3. rounds: ask the actors that host the scheduled candidates to advance them by
+   ``budget.batch`` human labels, fold the snapshots into records, apply the procedure
+   (:class:`certsel.orchestrator.scheduling.Scheduler`), stop settled candidates;
+4. final decision: the procedure applied to the final evidence, the selection by
+   objective, labels spent against the full-budget cost.
+
+Pairwise ranking (:func:`_run_pairwise`) keeps the pair comparisons (Seq / Cer-Eval on
+paired differences, level delta/P) in the driver and the models' label sources in actors.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+import numpy as np
+
+from certsel.config import RunConfig
+from certsel.policies import certified_set, select
+from certsel.workers.actor import CandidateHost, worker_class
+from certsel.workers.candidate import make_estimation_policy
+from certsel.workers.replay import item_order
+
+from .jobdata import JobData
+from .scheduling import CandidateRecord, Scheduler
+
+TESTING = ("r-eval", "r-autoeval", "r-autoeval+")
+
+
+class RuntimeProblem(RuntimeError):
+    """The job could not start (Ray unreachable, ...): one-line message."""
+
+
+# -- planning ---------------------------------------------------------------------------
+
+
+@dataclass
+class JobPlan:
+    """Specs and shared arrays of a job, independent of where candidates run."""
+
+    cfg: RunConfig
+    data: JobData
+    specs: list = field(init=False)
+    shared: dict = field(init=False)
+    rows: dict = field(init=False)
+
+    def __post_init__(self):
+        cfg, table = self.cfg, self.data.table
+        K, I = table.human.shape
+        self.testing = cfg.policy.kind in TESTING
+        self.uses_judge = cfg.policy.kind in ("r-autoeval", "r-autoeval+")
+        n, r = cfg.budget.n, (cfg.budget.r if self.uses_judge else 0)
+        self.n, self.r = n, r
+        names = self.data.names
+        self.rows = {nm: (table.human[k], table.judge[k] if self.uses_judge else None) for k, nm in enumerate(names)}
+        self.shared = {}
+        if cfg.procedure == "pairwise":
+            self.specs = [{"name": nm, "kind": "labels"} for nm in names]
+            return
+        if self.testing:
+            order = item_order(I, cfg.seed)
+            self.shared = {"human_items": order[:n], "judge_items": order[n : n + r * n]}
+            ci_delta = cfg.delta if cfg.procedure == "fst" else cfg.delta / K
+            opts = {"scheme": cfg.policy.kind, "alpha": cfg.alpha, "delta": cfg.delta, "betting": cfg.policy.betting,
+                    "r": r, "ci_delta": ci_delta, "intervals": cfg.tracking.intervals}
+            self.specs = [{"name": nm, "kind": "testing", "options": opts} for nm in names]
+        else:
+            level = cfg.delta if cfg.procedure == "fst" else cfg.delta / K
+            self.shared = {"features": self.data.features}
+            self.specs = [
+                {"name": nm, "kind": "estimation",
+                 "options": {"kind": cfg.policy.kind, "alpha": cfg.alpha, "delta": level, "radius": cfg.policy.radius,
+                             "seed": [cfg.seed, k], "budget": n}}
+                for k, nm in enumerate(names)
+            ]
+
+    def full_budget(self) -> dict:
+        """Labels and requests if every candidate ran to its whole budget."""
+        K, I = self.data.table.human.shape
+        if self.cfg.procedure == "pairwise" or not self.testing:
+            per = min(self.n, I)
+            return {"human": K * per, "judge": 0, "requests": K * per}
+        items = self.n * (1 + self.r)
+        return {"human": K * self.n, "judge": K * items if self.uses_judge else 0,
+                "requests": K * items * (2 if self.uses_judge else 1)}
+
+
+# -- where candidates run -----------------------------------------------------------------
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast with one line when an explicit Ray address does not answer."""
+    if address in ("auto", "local"):
+        return
+    url = urlparse(address if "://" in address else f"tcp://{address}")
+    host, port = url.hostname, url.port
+    if host is None or port is None:
+        raise RuntimeProblem(f"ray.address: expected HOST:PORT or ray://HOST:PORT, got {address!r}")
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise RuntimeProblem(f"Ray cluster at {address} is unreachable ({exc.strerror or exc})") from None
+
+
+class LocalRuntime:
+    """Candidates hosted in this process (benchmarks' in-process baseline; no Ray)."""
+
+    def __init__(self, n_hosts: int = 1):
+        self.hosts = [CandidateHost() for _ in range(n_hosts)]
+
+    def call(self, host: int, method: str, *args):
+        return getattr(self.hosts[host], method)(*args)
+
+    def gather(self, calls):
+        return [self.call(h, m, *a) for h, m, a in calls]
+
+    def put(self, obj):
+        return obj
+
+    def close(self):
+        pass
+
+
+class RayRuntime:
+    """Ray: the local machine by default, or the cluster in ``address`` / ``RAY_ADDRESS``
+    (under ``ray job submit`` the job's driver joins its cluster this way). A runtime made
+    while Ray is already initialised (a test fixture, a notebook) uses that session and
+    leaves it running."""
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, max_actors: int | None = None):
+        import ray
+
+        self.ray = ray
+        self.owns = False
+        if not ray.is_initialized():
+            target = address or os.environ.get("RAY_ADDRESS")
+            if target:
+                _check_reachable(target)
+            try:
+                if target:
+                    ray.init(address=target, log_to_driver=False)
+                else:
+                    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            except Exception as exc:  # ConnectionError, RuntimeError, ... from ray.init
+                msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+                raise RuntimeProblem(f"could not start or join Ray ({msg})") from None
+            self.owns = True
+        self.max_actors = max_actors
+        self.hosts: list = []
+        self._cls = worker_class()
+
+    def ensure_hosts(self, n: int) -> None:
+        while len(self.hosts) < n:
+            self.hosts.append(self._cls.remote())
+
+    def default_hosts(self, n_candidates: int) -> int:
+        if self.max_actors is not None:
+            return min(self.max_actors, n_candidates)
+        cpus = int(self.ray.cluster_resources().get("CPU", 1))
+        return max(1, min(n_candidates, cpus))
+
+    def call(self, host: int, method: str, *args):
+        return self.ray.get(getattr(self.hosts[host], method).remote(*args))
+
+    def gather(self, calls):
+        return self.ray.get([getattr(self.hosts[h], m).remote(*a) for h, m, a in calls])
+
+    def put(self, obj):
+        return self.ray.put(obj)
+
+    def close(self):
+        for h in self.hosts:
+            self.ray.kill(h)
+        self.hosts = []
+        if self.owns:
+            self.ray.shutdown()
+
+
+# -- the job ------------------------------------------------------------------------------
+
+
+@dataclass
+class JobResult:
+    """Everything the certificate, the report and the tracker need."""
+
+    cfg: RunConfig
+    data: JobData
+    records: list
+    certified: list  # names in the procedure's certified set
+    selected: str | None
+    level: str  # the procedure and its per-candidate level, in words
+    spent: dict
+    full: dict
+    rounds: int
+    seconds: float
+    ranking: dict | None = None
+
+    @property
+    def selected_record(self) -> CandidateRecord | None:
+        return next((r for r in self.records if r.name == self.selected), None)
+
+
+def _assign(names: list[str], n_hosts: int) -> dict:
+    """Round-robin: neighbours in the FST order land on different hosts, so the frontier
+    and its look-ahead advance in parallel."""
+    return {nm: k % n_hosts for k, nm in enumerate(names)}
+
+
+def _totals(records) -> dict:
+    return {"human": sum(r.n_human for r in records), "judge": sum(r.n_judge for r in records),
+            "requests": sum(r.requests for r in records)}
+
+
+def _objective_key(cfg: RunConfig, table) -> np.ndarray | None:
+    if table.objective is None:
+        return None
+    return -table.objective if cfg.objective is not None and cfg.objective.goal == "maximize" else table.objective
+
+
+def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: int | None = None,
+            tracker=None) -> JobResult:
+    """Run one selection job on ``runtime`` (:class:`RayRuntime` or :class:`LocalRuntime`).
+
+    ``progress(records, round)`` is called after every round; ``tracker`` (if given) gets
+    ``on_round(records)``.
+    """
+    t0 = time.perf_counter()
+    plan = JobPlan(cfg, data)
+    table = data.table
+    names = data.names
+    if n_hosts is None:
+        n_hosts = runtime.default_hosts(len(names)) if hasattr(runtime, "default_hosts") else len(runtime.hosts)
+    if hasattr(runtime, "ensure_hosts"):
+        runtime.ensure_hosts(n_hosts)
+    home = _assign(names, n_hosts)
+    per_host = [[s for s in plan.specs if home[s["name"]] == h] for h in range(n_hosts)]
+    rows = runtime.put(plan.rows)
+    runtime.gather([(h, "load", (per_host[h], plan.shared, rows)) for h in range(n_hosts)])
+    records = [
+        CandidateRecord(nm, k, None if table.objective is None else float(table.objective[k]),
+                        float(table.true_risk[k]))
+        for k, nm in enumerate(names)
+    ]
+    if cfg.procedure == "pairwise":
+        return _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0)
+
+    sched = Scheduler(records, procedure=cfg.procedure, delta=cfg.delta, testing=plan.testing,
+                      mode=cfg.scheduling.mode, lookahead=cfg.scheduling.lookahead)
+    cost_per_label = (1 + plan.r) * (2 if plan.uses_judge else 1) if plan.testing else 1
+    rounds = 0
+    while True:
+        active = sched.active()
+        if not active:
+            break
+        batch = cfg.budget.batch
+        if cfg.budget.max_requests is not None:
+            left = cfg.budget.max_requests - _totals(records)["requests"]
+            batch = min(batch, left // (cost_per_label * len(active)))
+            if batch < 1:
+                sched.stop_all("request budget spent")
+                break
+        calls = {}
+        for r in active:
+            calls.setdefault(home[r.name], []).append(r.name)
+        order = list(calls)
+        snaps = runtime.gather([(h, "step", (calls[h], batch)) for h in order])
+        by_name = {s["name"]: s for group in snaps for s in group}
+        for r in active:
+            r.apply(by_name[r.name])
+            r.rounds.append(_round_row(r))
+        rounds += 1
+        sched.settle()
+        if tracker is not None:
+            tracker.on_round(active)
+        if progress is not None:
+            progress(records, rounds)
+
+    if plan.testing and cfg.tracking.intervals != "none":
+        ran = [r for r in records if r.t > 0]
+        calls = {}
+        for r in ran:
+            calls.setdefault(home[r.name], []).append(r.name)
+        order = list(calls)
+        finals = runtime.gather([(h, "finalize", (calls[h],)) for h in order])
+        by_name = {s["name"]: s for group in finals for s in group}
+        for r in ran:
+            r.ci = tuple(by_name[r.name]["ci"])
+
+    certified_mask = _final_certified(cfg, plan, records)
+    key = _objective_key(cfg, table)
+    if key is not None:
+        sel = int(select(certified_mask, key))
+    else:  # FST without an objective: the end of the certified prefix
+        sel = int(np.flatnonzero(certified_mask)[-1]) if certified_mask.any() else -1
+    K = len(records)
+    level = {"fst": f"fixed-sequence, each at delta = {cfg.delta:g}",
+             "bonferroni": f"Bonferroni, each at delta/K = {cfg.delta / K:.4g}",
+             "holm": f"Holm step-down from delta/K = {cfg.delta / K:.4g} to delta = {cfg.delta:g}"}[cfg.procedure]
+    return JobResult(cfg, data, records, [records[k].name for k in np.flatnonzero(certified_mask)],
+                     names[sel] if sel >= 0 else None, level, _totals(records), plan.full_budget(), rounds,
+                     time.perf_counter() - t0)
+
+
+def _final_certified(cfg: RunConfig, plan: JobPlan, records) -> np.ndarray:
+    """The procedure applied to the final evidence (for e-values: the running maxima)."""
+    if plan.testing:
+        max_e = np.exp(np.array([r.max_log_e for r in records]))
+        return certified_set(max_e, cfg.delta, cfg.procedure)
+    ok = np.array([r.status == "certified" for r in records])
+    if cfg.procedure == "fst":  # the longest certified prefix; levels were set per candidate
+        return np.cumprod(ok).astype(bool)
+    return ok
+
+
+def _round_row(r: CandidateRecord) -> dict:
+    row = {"labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests, "estimate": r.estimate}
+    if r.path:
+        row.update(log_evalue=r.log_e, max_log_evalue=r.max_log_e)
+    if r.ci is not None:
+        row.update(ci_low=r.ci[0], ci_high=r.ci[1])
+    if r.rho_weights is not None and len(r.rho_weights) > 1:
+        row.update({f"rho_weight_{s}": w for s, w in enumerate(r.rho_weights)})
+    row["step"] = r.t
+    return row
+
+
+# -- pairwise ranking --------------------------------------------------------------------
+
+
+def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0) -> JobResult:
+    """Every pair (i, j) is compared on u = (loss_i - loss_j + 1)/2 by Seq or Cer-Eval with
+    threshold 1/2 at level delta/P (Bonferroni over the P pairs); a pair stops as soon as
+    its sign is certified. All pairs share one seed, so they ask for the same items for as
+    long as their states agree and a model is labelled once per item, whatever the number
+    of pairs it is in."""
+    K, I = data.table.human.shape
+    names = data.names
+    ii, jj = np.triu_indices(K, 1)
+    P = ii.size
+    cap = min(cfg.budget.n, I)
+    pairs = [make_estimation_policy(cfg.policy.kind, I, delta=cfg.delta / P, alpha=0.5, radius=cfg.policy.radius,
+                                    seed=cfg.seed, features=data.features) for _ in range(P)]
+    known = [dict() for _ in range(K)]  # item -> loss, per model
+    rounds = 0
+    while True:
+        open_pairs = [p for p in range(P) if not pairs[p].done and pairs[p].n_labeled < cap]
+        if not open_pairs:
+            break
+        asks = {}
+        for p in open_pairs:
+            b = min(cfg.budget.batch, cap - pairs[p].n_labeled)
+            asks[p] = pairs[p].next_items(b)
+        need = [set() for _ in range(K)]
+        for p, items in asks.items():
+            for m in (ii[p], jj[p]):
+                need[m].update(int(i) for i in items if int(i) not in known[m])
+        calls = {}
+        for m in range(K):
+            if need[m]:
+                calls.setdefault(home[names[m]], {})[names[m]] = np.array(sorted(need[m]), dtype=np.int64)
+        order = list(calls)
+        answers = runtime.gather([(h, "losses", (calls[h],)) for h in order])
+        for h, ans in zip(order, answers):
+            for nm, losses in ans.items():
+                m = names.index(nm)
+                known[m].update(zip(calls[h][nm].tolist(), np.asarray(losses).tolist()))
+        for p, items in asks.items():
+            a = np.array([known[ii[p]][int(i)] for i in items])
+            b = np.array([known[jj[p]][int(i)] for i in items])
+            pairs[p].update(items, (a - b + 1.0) / 2.0)
+        for m in range(K):
+            records[m].n_human = records[m].t = len(known[m])
+            records[m].requests = len(known[m])
+            if records[m].status == "pending" and known[m]:
+                records[m].status = "running"
+        rounds += 1
+        if progress is not None:
+            progress(records, rounds)
+    better = np.zeros((K, K), dtype=bool)
+    n_used = np.zeros((K, K), dtype=np.int64)
+    intervals = {}
+    for p in range(P):
+        d = pairs[p].decision  # -1: E[u] < 1/2, model ii better
+        if d == -1:
+            better[ii[p], jj[p]] = True
+        elif d == 1:
+            better[jj[p], ii[p]] = True
+        n_used[ii[p], jj[p]] = n_used[jj[p], ii[p]] = pairs[p].n_labeled
+        lo, hi = pairs[p].ci
+        intervals[f"{names[ii[p]]} - {names[jj[p]]}"] = [2 * lo - 1, 2 * hi - 1]  # CI on the risk difference
+    score = better.sum(axis=1) - better.sum(axis=0)
+    order = np.argsort(-score, kind="stable")
+    for m, r in enumerate(records):
+        r.status = "certified" if better[m].sum() == K - 1 else "stopped"
+        r.reason = f"{int(better[m].sum())} certified wins, {int(better[:, m].sum())} certified losses"
+        r.estimate = float(np.mean(list(known[m].values()))) if known[m] else float("nan")
+    top = [names[m] for m in range(K) if better[m].sum() == K - 1]
+    ranking = {
+        "order": [names[m] for m in order],
+        "score": {names[m]: int(score[m]) for m in range(K)},
+        "better": {names[a]: [names[b] for b in np.flatnonzero(better[a])] for a in range(K)},
+        "pairs_certified": int(better.sum()),
+        "pairs": P,
+        "pair_delta": cfg.delta / P,
+        "items_per_pair": {f"{names[ii[p]]} vs {names[jj[p]]}": int(n_used[ii[p], jj[p]]) for p in range(P)},
+        "difference_intervals": intervals,
+    }
+    level = f"pairwise, each of {P} pairs at delta/P = {cfg.delta / P:.4g}"
+    return JobResult(cfg, data, records, top, top[0] if top else None, level, _totals(records), plan.full_budget(),
+                     rounds, time.perf_counter() - t0, ranking=ranking)

@@ -1,0 +1,104 @@
+"""Loading and checking the data of a ``certsel run`` job (before any Ray or MLflow work).
+
+Everything a job needs from disk is read and validated here, so that bad input fails with
+a one-line error *before* a tracking run exists: missing columns, losses out of range,
+unknown or duplicated candidates, an order that names unknown candidates, too few items.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from certsel.config import RunConfig
+from certsel.workers.replay import LossTable, load_features, load_loss_table
+
+
+@dataclass(frozen=True)
+class JobData:
+    """The candidates of a job (in testing order for FST), their losses and objective."""
+
+    table: LossTable
+    features: np.ndarray | None
+    fingerprint: str  # sha256 (16 hex) of the data file(s)
+
+    @property
+    def names(self) -> list[str]:
+        return [str(c) for c in self.table.candidates]
+
+
+def fingerprint(*paths) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        if p is None:
+            continue
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def _require_columns(path: pathlib.Path, cfg: RunConfig) -> None:
+    try:
+        names = set(pq.read_schema(path).names)
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable Parquet file ({exc.__class__.__name__})") from None
+    wanted = {
+        "data.candidate": cfg.data.candidate, "data.item": cfg.data.item, "data.human": cfg.data.human,
+        "data.judge": cfg.data.judge, "data.order": cfg.data.order,
+        "objective.column": cfg.objective.column if cfg.objective else None,
+    }
+    for key, col in wanted.items():
+        if col is not None and col not in names:
+            raise ValueError(f"{path}: missing column {col!r} (named by {key}; the table has {', '.join(sorted(names))})")
+
+
+def _subset(table: LossTable, names: list[str], what: str) -> LossTable:
+    have = {str(c): k for k, c in enumerate(table.candidates)}
+    unknown = [n for n in names if n not in have]
+    if unknown:
+        raise ValueError(f"{what}: unknown candidate(s) not in the data: {', '.join(unknown[:5])}")
+    idx = np.array([have[n] for n in names], dtype=np.int64)
+
+    def pick(a):
+        return None if a is None else a[idx]
+
+    return LossTable(
+        candidates=table.candidates[idx], items=table.items, human=table.human[idx], judge=pick(table.judge),
+        order=pick(table.order), objective=pick(table.objective), judge_column=table.judge_column,
+    )
+
+
+def load_job_data(cfg: RunConfig) -> JobData:
+    """Read, validate and arrange the job's loss table (and features for Cer-Eval)."""
+    path = pathlib.Path(cfg.data.path)
+    _require_columns(path, cfg)
+    table = load_loss_table(
+        path, human=cfg.data.human, judge=cfg.data.judge, candidate=cfg.data.candidate, item=cfg.data.item,
+        order=cfg.data.order, objective=cfg.objective.column if cfg.objective else None,
+    )
+    if cfg.order is not None:
+        table = _subset(table, cfg.order, "order")
+    elif cfg.candidates is not None:
+        # keep the table's (order-column) sequence, restricted to the listed candidates
+        listed = set(cfg.candidates)
+        unknown = sorted(listed - {str(c) for c in table.candidates})
+        if unknown:
+            raise ValueError(f"candidates: unknown candidate(s) not in the data: {', '.join(unknown[:5])}")
+        table = _subset(table, [str(c) for c in table.candidates if str(c) in listed], "candidates")
+    K, I = table.human.shape
+    if cfg.procedure == "pairwise" and K < 2:
+        raise ValueError("procedure 'pairwise' needs at least 2 candidates")
+    if cfg.policy.kind in ("r-eval", "r-autoeval", "r-autoeval+"):
+        uses_judge = cfg.policy.kind != "r-eval"
+        need = cfg.budget.n * (1 + (cfg.budget.r if uses_judge else 0))
+        if need > I:
+            raise ValueError(f"budget: n*(1+r) = {need} items needed per candidate but the table has {I}")
+    features = None
+    if cfg.data.features is not None:
+        features = load_features(cfg.data.features, table.items)
+    return JobData(table=table, features=features, fingerprint=fingerprint(path, cfg.data.features))

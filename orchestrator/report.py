@@ -1,0 +1,245 @@
+"""The certificate (``selection.json``) and the human report (Markdown + HTML + plots)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import math
+import pathlib
+
+import numpy as np
+
+from certsel import __version__
+from certsel.policies import certified_set, select
+
+from .driver import JobResult
+
+
+def _round(x, nd=6):
+    if x is None:
+        return None
+    x = float(x)
+    return x if not math.isfinite(x) else round(x, nd)
+
+
+def _log_level(result: JobResult) -> float:
+    K, d = len(result.records), result.cfg.delta
+    return math.log((K if result.cfg.procedure in ("bonferroni", "holm") else 1) / d)
+
+
+def certificate(result: JobResult) -> dict:
+    """The machine-readable certificate: what was chosen, on what evidence, at what cost."""
+    cfg = result.cfg
+    K = len(result.records)
+    sel = result.selected_record
+    in_set = set(result.certified)
+    pairwise = cfg.procedure == "pairwise"
+    if sel is None:
+        statement = "no candidate certified"
+    elif pairwise:
+        statement = (f"{sel.name} has a lower risk than each of the other {K - 1} models; every certified order "
+                     f"holds simultaneously with probability >= {1 - cfg.delta:g}")
+    else:
+        statement = (f"R({sel.name}) <= {cfg.alpha:g} with probability >= {1 - cfg.delta:g}, simultaneously for "
+                     f"the {len(in_set)} certified of {K} candidates ({result.level})")
+    ci_delta = cfg.delta if cfg.procedure == "fst" else cfg.delta / K
+
+    def cand(r):
+        row = {
+            "candidate": r.name, "objective": r.objective, "status": r.status, "reason": r.reason,
+            "certified": r.name in in_set, "selected": r.name == result.selected,
+            "labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests,
+            "estimate": _round(r.estimate), "ci": None if r.ci is None else [_round(v) for v in r.ci],
+            "certified_at_labels": r.certified_at or None,
+            "risk_on_full_table": _round(r.true_risk),
+        }
+        if r.path:
+            row.update(e_value=_round(math.exp(min(r.max_log_e, 700)), 4), log_e_value=_round(r.max_log_e))
+        if r.rho_weights is not None and len(r.rho_weights) > 1:
+            row["rho_weights"] = [_round(w, 4) for w in r.rho_weights]
+        return row
+
+    rows = [cand(r) for r in result.records]
+    evidence = None
+    if sel is not None and not pairwise:
+        s = rows[sel.index]
+        evidence = {k: s.get(k) for k in ("e_value", "log_e_value", "ci", "estimate", "certified_at_labels",
+                                          "labels_human", "labels_judge")}
+        evidence["ci_level"] = 1 - ci_delta
+    saved = {k: (1 - result.spent[k] / result.full[k]) if result.full[k] else 0.0 for k in result.spent}
+    out = {
+        "certsel_version": __version__,
+        "job": cfg.name,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "selected": result.selected,
+        "selected_objective": None if sel is None else sel.objective,
+        "certificate": statement,
+        "evidence": evidence,
+        "certified_set": list(result.certified),
+        "procedure": {"name": cfg.procedure, "alpha": cfg.alpha, "delta": cfg.delta, "level": result.level,
+                      "candidates": K},
+        "policy": {"kind": cfg.policy.kind, "betting": cfg.policy.betting, "radius": cfg.policy.radius},
+        "objective": None if cfg.objective is None else cfg.objective.model_dump(),
+        "labels": {"spent": result.spent, "full_budget": result.full,
+                   "saved_fraction": {k: _round(v, 4) for k, v in saved.items()},
+                   "budget": cfg.budget.model_dump(), "rounds": result.rounds},
+        "scheduling": cfg.scheduling.model_dump(),
+        "data": {"path": str(cfg.data.path), "sha256_16": result.data.fingerprint, "judge": cfg.data.judge,
+                 "items": int(result.data.table.items.size)},
+        "seed": cfg.seed,
+        "seconds": _round(result.seconds, 3),
+        "candidates": rows,
+    }
+    if result.ranking is not None:
+        out["ranking"] = result.ranking
+    return out
+
+
+def selected_by_budget(result: JobResult, budgets) -> list:
+    """What the job would have selected with a smaller per-candidate budget b (human labels),
+    recomputed from the recorded evidence (each run's evidence up to b is a prefix of it)."""
+    cfg, table = result.cfg, result.data.table
+    if table.objective is None or cfg.procedure == "pairwise":
+        return [None] * len(budgets)
+    key = -table.objective if cfg.objective and cfg.objective.goal == "maximize" else table.objective
+    out = []
+    for b in budgets:
+        if any(r.path for r in result.records):
+            max_e = np.array([math.exp(max([0.0] + r.path[:b])) for r in result.records])
+            cert = certified_set(max_e, cfg.delta, cfg.procedure)
+        else:
+            ok = np.array([r.status == "certified" and 0 < r.certified_at <= b for r in result.records])
+            cert = np.cumprod(ok).astype(bool) if cfg.procedure == "fst" else ok
+        k = int(select(cert, key))
+        out.append(None if k < 0 else float(table.objective[k]))
+    return out
+
+
+def _plots(result: JobResult, outdir: pathlib.Path) -> list[pathlib.Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cfg = result.cfg
+    files = []
+    ran = [r for r in result.records if r.t > 0]
+    if any(r.path for r in ran):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for r in ran:
+            style = "-" if r.name in result.certified else ":"
+            lw = 2.5 if r.name == result.selected else 1.0
+            ax.plot(np.arange(1, len(r.path) + 1), np.asarray(r.path) / math.log(10), style, lw=lw,
+                    label=r.name if r.name == result.selected else None)
+        ax.axhline(_log_level(result) / math.log(10), color="k", lw=1,
+                   label=f"log10 level ({'K/' if cfg.procedure != 'fst' else '1/'}delta)")
+        ax.set_xlabel("human labels")
+        ax.set_ylabel("log10 e-value")
+        ax.set_title("e-value paths (solid: in the certified set)")
+        ax.legend(loc="best", fontsize=8)
+        files.append(outdir / "evalue_paths.png")
+        fig.tight_layout()
+        fig.savefig(files[-1], dpi=110)
+        plt.close(fig)
+    with_ci = [r for r in ran if any("ci_low" in row for row in r.rounds)]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if with_ci:
+        for r in with_ci[:12]:
+            rows = [row for row in r.rounds if "ci_low" in row]
+            x = [row["step"] for row in rows]
+            line, = ax.plot(x, [row["ci_high"] for row in rows], lw=1.5 if r.name == result.selected else 0.8)
+            ax.plot(x, [row["ci_low"] for row in rows], color=line.get_color(), lw=line.get_linewidth())
+        ax.set_xlabel("human labels")
+        ax.set_title("confidence interval shrinkage")
+    else:
+        pts = [(k, r) for k, r in enumerate(ran) if r.ci is not None]
+        for k, r in pts:
+            ax.plot([k, k], r.ci, color="C0" if r.name in result.certified else "C3", lw=2)
+        ax.set_xticks([k for k, _ in pts], [r.name for _, r in pts], rotation=90, fontsize=6)
+        ax.set_title("final anytime-valid intervals (blue: certified)")
+    if cfg.procedure != "pairwise":
+        ax.axhline(cfg.alpha, color="k", lw=1, ls="--", label="alpha")
+        ax.legend(fontsize=8)
+    ax.set_ylabel("risk R")
+    files.append(outdir / "intervals.png")
+    fig.tight_layout()
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+    if cfg.procedure != "pairwise" and result.data.table.objective is not None:
+        budgets = list(range(cfg.budget.batch, cfg.budget.n + 1, cfg.budget.batch))
+        if budgets and budgets[-1] != cfg.budget.n:
+            budgets.append(cfg.budget.n)
+        sel = selected_by_budget(result, budgets)
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.step(budgets, [np.nan if s is None else s for s in sel], where="post")
+        ax.set_xlabel("human labels per candidate (budget)")
+        ax.set_ylabel(cfg.objective.column if cfg.objective else "objective")
+        ax.set_title("selected candidate's objective vs. budget")
+        files.append(outdir / "selected_vs_budget.png")
+        fig.tight_layout()
+        fig.savefig(files[-1], dpi=110)
+        plt.close(fig)
+    return files
+
+
+def _table(cert: dict) -> list[list[str]]:
+    head = ["candidate", "objective", "status", "certified", "e-value", "interval", "human", "judge", "requests"]
+    rows = [head]
+    for c in cert["candidates"]:
+        ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]"
+        e = "" if c.get("e_value") is None else f"{c['e_value']:.3g}"
+        obj = "" if c["objective"] is None else f"{c['objective']:g}"
+        rows.append([c["candidate"] + (" *" if c["selected"] else ""), obj, c["status"],
+                     "yes" if c["certified"] else "no", e, ci, str(c["labels_human"]), str(c["labels_judge"]),
+                     str(c["requests"])])
+    return rows
+
+
+def write_report(result: JobResult, outdir) -> list[pathlib.Path]:
+    """Write selection.json, report.md, report.html and the plots into ``outdir``."""
+    outdir = pathlib.Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    cert = certificate(result)
+    files = [outdir / "selection.json"]
+    files[0].write_text(json.dumps(cert, indent=2))
+    plots = _plots(result, outdir)
+    lab = cert["labels"]
+    summary = [
+        f"# certsel: {cert['job']}",
+        "",
+        f"**Selected:** {cert['selected'] or 'none'}",
+        "",
+        f"**Certificate:** {cert['certificate']}.",
+        "",
+        f"Policy {cert['policy']['kind']} ({cert['policy']['betting']} betting), alpha = {cert['procedure']['alpha']:g}, "
+        f"delta = {cert['procedure']['delta']}, procedure: {cert['procedure']['level']}.",
+        "",
+        "| labels | spent | full budget | saved |",
+        "|---|---:|---:|---:|",
+    ]
+    for k in ("human", "judge", "requests"):
+        summary.append(f"| {k} | {lab['spent'][k]} | {lab['full_budget'][k]} | {lab['saved_fraction'][k]:.1%} |")
+    rows = _table(cert)
+    md = summary + ["", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    md += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+    md += ["", *[f"![{p.stem}]({p.name})" for p in plots], ""]
+    files.append(outdir / "report.md")
+    files[-1].write_text("\n".join(md))
+    esc = html.escape
+    body = [f"<h1>certsel: {esc(cert['job'])}</h1>",
+            f"<p><b>Selected:</b> {esc(str(cert['selected'] or 'none'))}</p>",
+            f"<p><b>Certificate:</b> {esc(cert['certificate'])}.</p>",
+            "<table border=1 cellpadding=3><tr><th>labels</th><th>spent</th><th>full budget</th><th>saved</th></tr>"]
+    for k in ("human", "judge", "requests"):
+        body.append(f"<tr><td>{k}</td><td>{lab['spent'][k]}</td><td>{lab['full_budget'][k]}</td>"
+                    f"<td>{lab['saved_fraction'][k]:.1%}</td></tr>")
+    body.append("</table><br><table border=1 cellpadding=3>")
+    body.append("<tr>" + "".join(f"<th>{esc(h)}</th>" for h in rows[0]) + "</tr>")
+    body += ["<tr>" + "".join(f"<td>{esc(v)}</td>" for v in r) + "</tr>" for r in rows[1:]]
+    body.append("</table>")
+    body += [f'<p><img src="{p.name}" alt="{p.stem}"></p>' for p in plots]
+    files.append(outdir / "report.html")
+    files[-1].write_text("<!doctype html><html><head><meta charset='utf-8'><title>certsel report</title></head><body>"
+                         + "\n".join(body) + "</body></html>")
+    return files + plots

@@ -1,0 +1,221 @@
+"""MLflow tracking of a selection job: a parent run, one nested run per candidate.
+
+Parent run: params (alpha, delta, policy, betting, procedure, budgets, scheduling, data
+path and fingerprint), final metrics (labels spent against the full budget), tags
+(``certsel.selected``), artifacts (``selection.json``, ``report.md``/``report.html`` and
+plots). Nested runs: the candidate's params, step metrics after every round (labels,
+log e-value and its running maximum, estimate, interval, rho weights; the e-value path per
+human label as ``log_evalue_path``), final tags ``certified`` / ``selected`` / ``status``.
+
+The embedded default store is SQLite (``sqlite:///mlruns.db`` next to where the job runs)
+with artifacts in ``mlartifacts/`` beside the database; ``MLFLOW_TRACKING_URI`` or
+``tracking.uri`` point at a server. A job that fails after its runs exist marks them
+FAILED (KILLED on Ctrl-C), so no half-written run is ever left marked FINISHED.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import tempfile
+import time
+from urllib.parse import unquote, urlparse
+
+from certsel import __version__
+
+DEFAULT_URI = "sqlite:///mlruns.db"
+PARENT_TAG = "mlflow.parentRunId"
+
+
+class TrackingProblem(RuntimeError):
+    """The tracking store cannot be used (one-line message)."""
+
+
+def resolve_uri(uri: str | None) -> str:
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+
+def _sqlite_path(uri: str) -> pathlib.Path | None:
+    if not uri.startswith("sqlite:"):
+        return None
+    path = unquote(urlparse(uri).path)
+    if uri.startswith("sqlite:////"):
+        return pathlib.Path("/" + path.lstrip("/"))
+    return pathlib.Path(path.lstrip("/")) if uri.startswith("sqlite:///") else pathlib.Path(path)
+
+
+def _quiet_mlflow() -> None:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    for name in ("alembic", "mlflow", "alembic.runtime.migration"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else exc.__class__.__name__
+
+
+def client_for(uri: str | None):
+    """An MLflow client on a store that exists and is writable, or :class:`TrackingProblem`."""
+    _quiet_mlflow()
+    from mlflow.tracking import MlflowClient
+
+    uri = resolve_uri(uri)
+    db = _sqlite_path(uri)
+    if db is not None:
+        parent = db.resolve().parent
+        if not parent.is_dir():
+            raise TrackingProblem(f"tracking URI {uri}: directory {parent} does not exist")
+        if not os.access(parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):
+            raise TrackingProblem(f"tracking URI {uri}: {db} is not writable")
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)
+    except Exception as exc:
+        raise TrackingProblem(f"tracking URI {uri} is not usable ({_one_line(exc)})") from None
+    return client, uri
+
+
+def experiment_id(client, uri: str, name: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    artifact_location = None
+    db = _sqlite_path(uri)
+    if db is not None:  # keep artifacts beside the database, whatever the working directory
+        root = db.resolve().parent / "mlartifacts"
+        artifact_location = root.as_uri()
+    try:
+        return client.create_experiment(name, artifact_location=artifact_location)
+    except Exception as exc:
+        raise TrackingProblem(f"tracking URI {uri}: cannot create experiment {name!r} ({_one_line(exc)})") from None
+
+
+class JobTracker:
+    """Logs one job; use :meth:`start`, :meth:`on_round`, then :meth:`finish` or :meth:`fail`."""
+
+    def __init__(self, uri: str | None, experiment: str):
+        self.client, self.uri = client_for(uri)
+        self.experiment_id = experiment_id(self.client, self.uri, experiment)
+        self.parent_id: str | None = None
+        self.child: dict[str, str] = {}
+        self._logged: dict[str, int] = {}  # rounds already logged per candidate
+        self._path_logged: dict[str, int] = {}  # e-value path entries already logged
+
+    def start(self, cfg, data, records) -> str:
+        from mlflow.entities import Param, RunTag
+
+        c = self.client
+        parent = c.create_run(self.experiment_id, run_name=cfg.name,
+                              tags={"certsel.version": __version__, "certsel.kind": "job"})
+        self.parent_id = parent.info.run_id
+        params = {
+            "alpha": cfg.alpha, "delta": cfg.delta, "policy": cfg.policy.kind, "betting": cfg.policy.betting,
+            "radius": cfg.policy.radius, "procedure": cfg.procedure, "budget_n": cfg.budget.n,
+            "budget_r": cfg.budget.r, "budget_batch": cfg.budget.batch, "budget_max_requests": cfg.budget.max_requests,
+            "scheduling": cfg.scheduling.mode, "lookahead": cfg.scheduling.lookahead, "seed": cfg.seed,
+            "data_path": str(cfg.data.path), "data_fingerprint": data.fingerprint, "judge": cfg.data.judge,
+            "objective": None if cfg.objective is None else f"{cfg.objective.goal} {cfg.objective.column}",
+            "n_candidates": len(records), "n_items": int(data.table.items.size),
+        }
+        c.log_batch(self.parent_id, params=[Param(k, str(v)) for k, v in params.items()])
+        for r in records:
+            run = c.create_run(self.experiment_id, run_name=r.name,
+                               tags={PARENT_TAG: self.parent_id, "certsel.kind": "candidate", "candidate": r.name})
+            self.child[r.name] = run.info.run_id
+            ps = [Param("candidate", r.name), Param("position", str(r.index))]
+            if r.objective is not None:
+                ps.append(Param("objective", repr(r.objective)))
+            c.log_batch(run.info.run_id, params=ps, tags=[RunTag("status", "pending")])
+        return self.parent_id
+
+    def on_round(self, records) -> None:
+        """Step metrics of the rounds not yet logged (one batched call per candidate)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        for r in records:
+            done = self._logged.get(r.name, 0)
+            new = r.rounds[done:]
+            if not new:
+                continue
+            metrics = []
+            for row in new:
+                step = int(row["step"])
+                metrics += [Metric(k, float(v), now, step) for k, v in row.items() if k != "step" and v == v]
+            start = self._path_logged.get(r.name, 0)
+            metrics += [Metric("log_evalue_path", float(v), now, i + 1)
+                        for i, v in enumerate(r.path[start:], start=start)]
+            for i in range(0, len(metrics), 1000):
+                self.client.log_batch(self.child[r.name], metrics=metrics[i : i + 1000])
+            self._logged[r.name] = len(r.rounds)
+            self._path_logged[r.name] = len(r.path)
+
+    def finish(self, result, artifacts: list) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        c = self.client
+        now = int(time.time() * 1000)
+        self.on_round(result.records)
+        in_set = set(result.certified)
+        for r in result.records:
+            tags = [RunTag("status", r.status), RunTag("certified", str(r.name in in_set).lower()),
+                    RunTag("selected", str(r.name == result.selected).lower())]
+            if r.reason:
+                tags.append(RunTag("reason", r.reason[:250]))
+            final = {"labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests}
+            if r.ci is not None:
+                final.update(final_ci_low=r.ci[0], final_ci_high=r.ci[1])
+            if r.path:
+                final["final_max_log_evalue"] = r.max_log_e
+            c.log_batch(self.child[r.name], tags=tags,
+                        metrics=[Metric(k, float(v), now, r.t) for k, v in final.items()])
+            c.set_terminated(self.child[r.name], "FINISHED")
+        metrics = {"rounds": result.rounds, "seconds": result.seconds, "n_certified": len(result.certified)}
+        for k in ("human", "judge", "requests"):
+            metrics[f"labels_{k}"] = result.spent[k]
+            metrics[f"full_budget_{k}"] = result.full[k]
+            if result.full[k]:
+                metrics[f"saved_fraction_{k}"] = 1 - result.spent[k] / result.full[k]
+        sel = result.selected_record
+        if sel is not None and sel.objective is not None:
+            metrics["selected_objective"] = sel.objective
+        tags = [RunTag("certsel.selected", str(result.selected)), RunTag("certsel.procedure", result.cfg.procedure)]
+        c.log_batch(self.parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags)
+        for path in artifacts:
+            c.log_artifact(self.parent_id, str(path))
+        c.set_terminated(self.parent_id, "FINISHED")
+
+    def fail(self, status: str = "FAILED") -> None:
+        """Mark every run of this job that is still open as FAILED (or KILLED)."""
+        for run_id in [*self.child.values(), self.parent_id]:
+            if run_id is None:
+                continue
+            try:
+                if self.client.get_run(run_id).info.status == "RUNNING":
+                    self.client.set_terminated(run_id, status)
+            except Exception:  # the store itself may be what failed; nothing more to do
+                pass
+
+
+def load_certificate(run_id: str, uri: str | None = None) -> dict:
+    """The ``selection.json`` of a finished job, read back through the MLflow client."""
+    import json
+
+    client, uri = client_for(uri)
+    try:
+        run = client.get_run(run_id)
+    except Exception:
+        raise TrackingProblem(f"no run {run_id!r} in {uri}") from None
+    if run.data.tags.get("certsel.kind") == "candidate":
+        run_id = run.data.tags[PARENT_TAG]
+        run = client.get_run(run_id)
+    if run.info.status != "FINISHED":
+        raise TrackingProblem(f"run {run_id} is {run.info.status}: it has no certificate")
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = client.download_artifacts(run_id, "selection.json", tmp)
+        except Exception:
+            raise TrackingProblem(f"run {run_id} has no selection.json artifact") from None
+        return json.loads(pathlib.Path(path).read_text())

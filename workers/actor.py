@@ -1,0 +1,78 @@
+"""The Ray actor that hosts candidates: their policy state and label-source clients.
+
+A ``CandidateWorker`` actor (:func:`worker_class`) holds one candidate (the default when the cluster has a CPU per
+candidate) or a shard of several; each keeps its own, independent state, so how candidates
+are packed never changes a result (tested). The driver owns the control flow: it calls
+:meth:`step` with the candidates to advance and gets their snapshots back.
+
+Candidates are described by plain *specs* (dicts) so that the driver can build the same
+objects in-process for the reference computation and for replay benchmarks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .candidate import EstimationCandidate, LabelServer, TestingCandidate
+from .replay import ReplaySource
+
+
+def build_candidate(spec: dict, shared: dict):
+    """A candidate object from its spec and the job-wide arrays in ``shared``
+    (``human_items``/``judge_items`` for testing, ``features`` for Cer-Eval)."""
+    source = ReplaySource(spec["human"], spec.get("judge"))
+    kind = spec["kind"]
+    if kind == "testing":
+        return TestingCandidate(spec["name"], source, human_items=shared["human_items"],
+                                judge_items=shared["judge_items"], **spec["options"])
+    if kind == "estimation":
+        return EstimationCandidate(spec["name"], source, features=shared.get("features"), **spec["options"])
+    if kind == "labels":
+        return LabelServer(spec["name"], source)
+    raise ValueError(f"unknown candidate kind {kind!r}")
+
+
+class CandidateHost:
+    """Plain-Python host of several candidates (the body of the Ray actor
+    :data:`CandidateWorker`). :meth:`load` starts a job; an actor can serve many jobs in a
+    row (replications), which keeps Ray's process start-up out of the loop."""
+
+    def __init__(self):
+        self.candidates: dict = {}
+
+    def load(self, specs: list[dict], shared: dict, rows: dict) -> int:
+        """Build the candidates of a job; ``rows[name]`` is ``(human, judge)`` losses."""
+        self.candidates = {}
+        for s in specs:
+            human, judge = rows[s["name"]]
+            self.candidates[s["name"]] = build_candidate({**s, "human": human, "judge": judge}, shared)
+        return len(self.candidates)
+
+    def step(self, names: list[str], batch: int) -> list[dict]:
+        return [self.candidates[n].step(batch) for n in names]
+
+    def finalize(self, names: list[str], with_interval: bool = True) -> list[dict]:
+        out = []
+        for n in names:
+            c = self.candidates[n]
+            if with_interval and hasattr(c, "interval"):
+                c.interval()
+            out.append(c.snapshot(np.zeros(0)))
+        return out
+
+    def losses(self, requests: dict) -> dict:
+        return {n: self.candidates[n].losses(items) for n, items in requests.items()}
+
+    def counters(self) -> list[dict]:
+        return [c._counters() for c in self.candidates.values()]
+
+    def ping(self) -> int:
+        return len(self.candidates)
+
+
+def worker_class():
+    """``CandidateWorker``: :class:`CandidateHost` as a Ray actor class (zero CPUs reserved:
+    it waits on numpy or on model servers; spread over the cluster's nodes)."""
+    import ray
+
+    return ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(CandidateHost)

@@ -1,0 +1,198 @@
+"""One candidate's evaluation state: its policy and its label-source client (no Ray here).
+
+A :class:`TestingCandidate` runs the R-Eval / R-AutoEval / R-AutoEval+ e-process
+(:class:`certsel.policies.SequentialTest`) on items drawn in the job's seeded order: the
+t-th human label is paired with judge-only items r(t-1)..rt-1, exactly as Algorithm 1
+pairs them, so a run stopped after m labels has the e-values of the first m entries of the
+full-budget path. An :class:`EstimationCandidate` runs Seq or Cer-Eval with
+``threshold=alpha``: it asks the policy which items to label. A :class:`LabelServer`
+serves losses on demand for pairwise comparisons, which live in the driver.
+
+``step`` returns a *snapshot*: a small dict of plain numbers and short arrays (what the
+driver needs to decide and what MLflow records). The Ray actor in
+:mod:`certsel.workers.actor` hosts one or more of these objects.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from certsel.policies import (
+    CerEval,
+    NearestNeighborPartition,
+    Seq,
+    SequentialTest,
+    confidence_interval,
+    scheme_rhos,
+)
+
+from .replay import ReplaySource
+
+
+class _Candidate:
+    def __init__(self, name: str, source: ReplaySource):
+        self.name = name
+        self.source = source
+
+    def _counters(self) -> dict:
+        return {
+            "name": self.name,
+            "n_human": self.source.human_labels,
+            "n_judge": self.source.judge_labels,
+            "requests": self.source.requests,
+        }
+
+
+class TestingCandidate(_Candidate):
+    """Anytime-valid test of H0: R > alpha for one candidate (Algorithm 1 of R-AutoEval+).
+
+    ``human_items`` (n,) and ``judge_items`` (r n,) are the job's shared item order; the
+    e-process's horizon is n, as in the full-budget computation. ``ci_delta`` is the level
+    of the two-sided interval reported with the certificate (delta under FST, delta/K under
+    Bonferroni/Holm so that the intervals are simultaneous); ``intervals`` says when to
+    compute it: ``"every_round"``, ``"final"`` (on request) or ``"none"``.
+    """
+
+    def __init__(self, name, source, *, scheme, alpha, delta, betting, human_items, judge_items, r,
+                 ci_delta, intervals="final"):
+        super().__init__(name, source)
+        self.rhos = scheme_rhos(scheme)
+        self.n = int(len(human_items))
+        self.human_items = np.asarray(human_items, dtype=np.int64)
+        self.judge_items = np.asarray(judge_items, dtype=np.int64)
+        self.test = SequentialTest(alpha=alpha, delta=delta, horizon=self.n, rhos=self.rhos, betting=betting, r=max(r, 1))
+        self.r = self.test.r
+        if self.test.uses_judge and self.judge_items.size != self.r * self.n:
+            raise ValueError(f"{name}: need r*n = {self.r * self.n} judge-only items, got {self.judge_items.size}")
+        self.ci_delta, self.intervals, self.betting = ci_delta, intervals, betting
+        self._h: list[np.ndarray] = []
+        self._jl: list[np.ndarray] = []
+        self._ju: list[np.ndarray] = []
+        self._ci: tuple[float, float] | None = None
+
+    @property
+    def t(self) -> int:
+        return self.test.n
+
+    def _data(self):
+        h = np.concatenate(self._h) if self._h else np.zeros(0)
+        if not self.test.uses_judge:
+            return h, None, None
+        return h, np.concatenate(self._jl), np.concatenate(self._ju)
+
+    def interval(self) -> tuple[float, float]:
+        """Two-sided anytime-valid interval on R from the labels so far (App. D.5)."""
+        if self._ci is None:
+            h, jl, ju = self._data()
+            if h.size == 0:
+                self._ci = (0.0, 1.0)
+            else:
+                lo, hi = confidence_interval(h, jl, ju, delta=self.ci_delta, rhos=self.rhos, betting=self.betting,
+                                             horizon=self.n)
+                self._ci = (float(lo), float(hi))
+        return self._ci
+
+    def estimate(self) -> float:
+        """The rho-weighted PPI++ point estimate sum_s w_s mean(q_s) (eq. 10, 13)."""
+        h, jl, ju = self._data()
+        if h.size == 0:
+            return float("nan")
+        if jl is None:
+            return float(h.mean())
+        return float(self.test.rho_weights @ (h.mean() + self.rhos * (ju.mean() - jl.mean())))
+
+    def step(self, batch: int) -> dict:
+        t = self.t
+        b = min(int(batch), self.n - t)
+        if b <= 0:
+            return self.snapshot(np.zeros(0))
+        items = self.human_items[t : t + b]
+        h = self.source.human(items)
+        jl = ju = None
+        if self.test.uses_judge:
+            jl = self.source.judge(items)
+            ju = self.source.judge(self.judge_items[self.r * t : self.r * (t + b)])
+            self._jl.append(jl)
+            self._ju.append(ju)
+        self._h.append(h)
+        path = self.test.update(h, jl, ju)
+        self._ci = None
+        if self.intervals == "every_round":
+            self.interval()
+        return self.snapshot(path)
+
+    def snapshot(self, path) -> dict:
+        out = self._counters()
+        out.update(
+            t=self.t,
+            exhausted=self.t >= self.n,
+            path=np.asarray(path, dtype=np.float64),
+            log_e=float(self.test.log_evalue),
+            max_log_e=float(self.test.max_log_evalue),
+            estimate=self.estimate(),
+            rho_weights=self.test.rho_weights.tolist(),
+            ci=self._ci,
+        )
+        return out
+
+
+def make_estimation_policy(kind: str, n_items: int, *, delta, alpha, radius, seed, features=None):
+    """Seq or Cer-Eval (Algorithm 1 with the 1-NN partition of Algorithm 2) deciding R vs alpha."""
+    if kind == "seq":
+        return Seq(n_items, delta=delta, threshold=alpha, radius=radius, seed=seed)
+    if kind == "cer-eval":
+        if features is None:
+            raise ValueError("policy 'cer-eval' needs item features")
+        state = int(np.random.default_rng(seed).integers(2**31))
+        return CerEval(n_items, NearestNeighborPartition(features, random_state=state), delta=delta,
+                       threshold=alpha, radius=radius, seed=seed)
+    raise ValueError(f"unknown estimation policy {kind!r}")
+
+
+class EstimationCandidate(_Candidate):
+    """Seq / Cer-Eval with ``threshold=alpha``: certified when the upper end of the
+    anytime-valid interval falls below alpha, hopeless when the lower end rises above it."""
+
+    def __init__(self, name, source, *, kind, alpha, delta, radius, seed, budget, features=None):
+        super().__init__(name, source)
+        self.policy = make_estimation_policy(kind, source.n_items, delta=delta, alpha=alpha, radius=radius,
+                                             seed=seed, features=features)
+        self.n = min(int(budget), source.n_items)
+
+    @property
+    def t(self) -> int:
+        return self.policy.n_labeled
+
+    def interval(self) -> tuple[float, float]:
+        lo, hi = self.policy.ci
+        return float(lo), float(hi)
+
+    def step(self, batch: int) -> dict:
+        b = min(int(batch), self.n - self.t)
+        if b > 0 and not self.policy.done:
+            items = self.policy.next_items(b)
+            if items.size:
+                self.policy.update(items, self.source.human(items))
+        return self.snapshot()
+
+    def snapshot(self, path=None) -> dict:
+        out = self._counters()
+        lo, hi = self.interval()
+        out.update(
+            t=self.t,
+            exhausted=self.t >= self.n or self.policy.exhausted,
+            decision=int(self.policy.decision),
+            estimate=float(self.policy.estimate),
+            ci=(lo, hi),
+        )
+        return out
+
+
+class LabelServer(_Candidate):
+    """Serves one model's losses on the items a pairwise comparison asks for."""
+
+    def losses(self, items) -> np.ndarray:
+        return self.source.human(items)
+
+    def snapshot(self, path=None) -> dict:
+        return self._counters()
