@@ -246,7 +246,8 @@ def main(argv=None) -> int:
         try:
             return _run(args) if args.command == "run" else _show(args)
         except (ValueError, RuntimeProblem, TrackingProblem) as exc:
-            print(f"certsel: error: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+            print(f"certsel: error: {msg}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             print("certsel: interrupted (runs marked KILLED)", file=sys.stderr)

@@ -76,6 +76,9 @@ class SchedulingConfig(_Strict):
     # full: every candidate runs to its budget (the baseline the savings are measured against)
     mode: Literal["adaptive", "full"] = "adaptive"
     lookahead: int = Field(1, ge=0, description="FST: candidates past the frontier that run alongside it")
+    # Bonferroni: stop candidates whose objective is no better than a certified one's; the
+    # selection is unchanged, the certified set then only lists candidates that could matter
+    prune: bool = False
 
 
 class TrackingConfig(_Strict):
@@ -127,6 +130,9 @@ class RunConfig(_Strict):
         if self.order is not None and self.candidates is not None and set(self.order) != set(self.candidates):
             extra = sorted(set(self.order) ^ set(self.candidates))
             raise ValueError(f"order and candidates must name the same candidates (differ in: {', '.join(extra)})")
+        if self.scheduling.prune and self.procedure != "bonferroni":
+            raise ValueError("scheduling.prune applies to procedure 'bonferroni' only (under Holm it could change "
+                             "the selection; FST already stops at its frontier)")
         if self.procedure == "holm" and self.policy.kind in ("seq", "cer-eval"):
             raise ValueError("procedure 'holm' needs e-values (r-eval, r-autoeval, r-autoeval+); "
                              "estimation policies support fst and bonferroni")

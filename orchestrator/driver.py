@@ -18,6 +18,7 @@ paired differences, level delta/P) in the driver and the models' label sources i
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -151,9 +152,10 @@ class RayRuntime:
                 _check_reachable(target)
             try:
                 if target:
-                    ray.init(address=target, log_to_driver=False)
+                    ray.init(address=target, log_to_driver=False, logging_level=logging.ERROR)
                 else:
-                    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+                    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                             logging_level=logging.ERROR)
             except Exception as exc:  # ConnectionError, RuntimeError, ... from ray.init
                 msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
                 raise RuntimeProblem(f"could not start or join Ray ({msg})") from None
@@ -257,8 +259,10 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
     if cfg.procedure == "pairwise":
         return _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0)
 
+    key = _objective_key(cfg, table)
     sched = Scheduler(records, procedure=cfg.procedure, delta=cfg.delta, testing=plan.testing,
-                      mode=cfg.scheduling.mode, lookahead=cfg.scheduling.lookahead)
+                      mode=cfg.scheduling.mode, lookahead=cfg.scheduling.lookahead,
+                      prune_keys=key if cfg.scheduling.prune else None)
     cost_per_label = (1 + plan.r) * (2 if plan.uses_judge else 1) if plan.testing else 1
     rounds = 0
     while True:
@@ -300,7 +304,6 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
             r.ci = tuple(by_name[r.name]["ci"])
 
     certified_mask = _final_certified(cfg, plan, records)
-    key = _objective_key(cfg, table)
     if key is not None:
         sel = int(select(certified_mask, key))
     else:  # FST without an objective: the end of the certified prefix

@@ -15,20 +15,20 @@ from certsel.config import RunConfig
 from .driver import JobResult, RayRuntime, run_job
 from .jobdata import load_job_data
 from .report import write_report
-from .tracking import JobTracker
+from .scheduling import CandidateRecord
+from .tracking import JobTracker, precheck
 
 
 def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = True) -> tuple[JobResult, str | None]:
     """Run ``cfg`` end to end; returns the result and the MLflow parent run id."""
     data = load_job_data(cfg)
-    tracker = JobTracker(cfg.tracking.uri, cfg.tracking.experiment) if track else None
+    if track:
+        precheck(cfg.tracking.uri)
     runtime = RayRuntime(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.max_actors)
-    run_id = None
+    tracker = run_id = None
     try:
-        if tracker is not None:
-            # records are created by the driver; the tracker needs names and objectives first
-            from .scheduling import CandidateRecord
-
+        if track:
+            tracker = JobTracker(cfg.tracking.uri, cfg.tracking.experiment)
             table = data.table
             run_id = tracker.start(cfg, data, [
                 CandidateRecord(n, k, None if table.objective is None else float(table.objective[k]))

@@ -20,7 +20,7 @@ def _round(x, nd=6):
     if x is None:
         return None
     x = float(x)
-    return x if not math.isfinite(x) else round(x, nd)
+    return round(x, nd) if math.isfinite(x) else None  # selection.json stays strict JSON
 
 
 def _log_level(result: JobResult) -> float:
@@ -202,7 +202,7 @@ def write_report(result: JobResult, outdir) -> list[pathlib.Path]:
     outdir.mkdir(parents=True, exist_ok=True)
     cert = certificate(result)
     files = [outdir / "selection.json"]
-    files[0].write_text(json.dumps(cert, indent=2))
+    files[0].write_text(json.dumps(cert, indent=2, allow_nan=False))
     plots = _plots(result, outdir)
     lab = cert["labels"]
     summary = [

@@ -15,7 +15,9 @@ data (e.g. FST's frontier) without touching validity, and:
   can join the prefix, so they are stopped (or never started). The certified set equals
   the full-budget one.
 * **Bonferroni**: each candidate runs at level delta/K and stops once certified (or out of
-  budget). The certified set equals the full-budget one.
+  budget). The certified set equals the full-budget one. With ``prune``, candidates whose
+  objective is no better than a certified one's stop too: the selection (the best
+  certified objective) is still the full-budget one; the certified set is then a subset.
 * **Holm**: with c candidates certified, the next one needs E >= (K - c)/delta. A
   candidate stopped at that level is in Holm's final set, and Holm applied to the final
   running maxima returns exactly the full-budget Holm set (the argument is in
@@ -94,10 +96,12 @@ class Scheduler:
     """
 
     def __init__(self, records: list[CandidateRecord], *, procedure: str, delta: float, testing: bool,
-                 mode: str = "adaptive", lookahead: int = 1):
+                 mode: str = "adaptive", lookahead: int = 1, prune_keys=None):
         self.records, self.procedure, self.delta = records, procedure, delta
         self.testing, self.mode, self.lookahead = testing, mode, lookahead
         self.K = len(records)
+        # Bonferroni pruning: objective keys (smaller is better); None disables it
+        self.prune_keys = None if prune_keys is None else [float(k) for k in prune_keys]
 
     # -- levels ------------------------------------------------------------------------
     def log_level(self) -> float:
@@ -138,6 +142,13 @@ class Scheduler:
             changed = any([self._settle_one(r, lvl) for r in self.records])
             if self.procedure != "holm":
                 break
+        if self.prune_keys is not None and self.mode == "adaptive":
+            best = min((self.prune_keys[k] for k, r in enumerate(self.records) if r.status == "certified"),
+                       default=math.inf)
+            for k, r in enumerate(self.records):
+                if r.status in ("pending", "running") and self.prune_keys[k] >= best:
+                    r.status = "stopped" if r.status == "running" else "skipped"
+                    r.reason = "cannot improve the selection"
         if self.procedure == "fst" and self.mode == "adaptive":
             failed = [k for k, r in enumerate(self.records) if r.status == "failed"]
             if failed:

@@ -47,7 +47,7 @@ def _sqlite_path(uri: str) -> pathlib.Path | None:
 
 def _quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    for name in ("alembic", "mlflow", "alembic.runtime.migration"):
+    for name in ("alembic", "mlflow", "mlflow.store.db.utils", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
@@ -56,11 +56,8 @@ def _one_line(exc: BaseException) -> str:
     return text[0][:300] if text else exc.__class__.__name__
 
 
-def client_for(uri: str | None):
-    """An MLflow client on a store that exists and is writable, or :class:`TrackingProblem`."""
-    _quiet_mlflow()
-    from mlflow.tracking import MlflowClient
-
+def precheck(uri: str | None) -> str:
+    """Cheap checks of a local store before anything is created (e.g. before Ray starts)."""
     uri = resolve_uri(uri)
     db = _sqlite_path(uri)
     if db is not None:
@@ -69,6 +66,15 @@ def client_for(uri: str | None):
             raise TrackingProblem(f"tracking URI {uri}: directory {parent} does not exist")
         if not os.access(parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):
             raise TrackingProblem(f"tracking URI {uri}: {db} is not writable")
+    return uri
+
+
+def client_for(uri: str | None):
+    """An MLflow client on a store that exists and is writable, or :class:`TrackingProblem`."""
+    uri = precheck(uri)
+    from mlflow.tracking import MlflowClient
+
+    _quiet_mlflow()  # after the import: mlflow sets its own levels when imported
     try:
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)

@@ -1,0 +1,154 @@
+"""``certsel run`` / ``certsel show`` as a user runs them (real subprocesses, Ray, MLflow)."""
+
+import json
+import pathlib
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from certsel.workers.replay import DATA_DIR
+
+CERTSEL = shutil.which("certsel", path=str(pathlib.Path(sys.executable).parent)) or "certsel"
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def run(*args, cwd=None):
+    return subprocess.run([CERTSEL, *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+def small_table(path, *, loss=None, rows=True):
+    """3 candidates x 200 items of real TriviaQA losses (optionally corrupted)."""
+    t = pq.read_table(DATA_DIR / "triviaqa_llama31_8b_mx.parquet",
+                      columns=["candidate", "rank", "avg_bitwidth", "item", "loss_human", "loss_judge_best"])
+    t = t.filter(pa.compute.is_in(t["candidate"], pa.array(["mx_m10_r8_k16", "mx_m8_r8_k16", "mx_m6_r8_k16"])))
+    t = t.filter(pa.compute.less(t["item"], 200))
+    if loss is not None:
+        h = t["loss_human"].to_numpy().copy()
+        h[5] = loss
+        t = t.set_column(t.column_names.index("loss_human"), "loss_human", pa.array(h))
+    if not rows:
+        t = t.slice(0, 0)
+    pq.write_table(t, path)
+    return path
+
+
+def job_file(tmp_path, **over):
+    cfg = {
+        "data": {"path": str(small_table(tmp_path / "t.parquet")), "judge": "loss_judge_best", "order": "rank"},
+        "objective": {"column": "avg_bitwidth"}, "budget": {"n": 40, "r": 3, "batch": 10},
+        "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"},
+    }
+    for k, v in over.items():
+        cfg[k] = {**cfg[k], **v} if isinstance(v, dict) and isinstance(cfg.get(k), dict) else v
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def n_runs(tmp_path) -> int:
+    db = tmp_path / "store.db"
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as con:
+        return con.execute("select count(*) from runs").fetchone()[0]
+
+
+def test_quantization_example_and_show(tmp_path):
+    """The README's main command (smaller budget), then `certsel show` on its run."""
+    out = tmp_path / "sel.json"
+    p = run("run", str(EXAMPLES / "quantization.yaml"), "--set", "budget.n=100", "--set",
+            f"tracking.uri=sqlite:///{tmp_path}/store.db", "--json", str(out), "--no-progress")
+    assert p.returncode == 0, p.stderr
+    assert "selected: mx_" in p.stdout and "saved" in p.stdout
+    cert = json.loads(out.read_text())
+    run_id = p.stdout.split("MLflow run: ")[1].split()[0]
+    s = run("show", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/store.db", "--json")
+    assert s.returncode == 0, s.stderr
+    shown = json.loads(s.stdout)
+    assert shown["selected"] == cert["selected"] and shown["certified_set"] == cert["certified_set"]
+    assert len(shown["candidates"]) == 48
+    s = run("show", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/store.db")
+    assert s.returncode == 0 and f"selected: {cert['selected']}" in s.stdout
+
+
+def _assert_bad(p, match, tmp_path, runs=0):
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("certsel: error: "), p.stderr
+    assert match in lines[0], lines[0]
+    assert n_runs(tmp_path) == runs  # no half-written run (and no finished one)
+
+
+@pytest.mark.parametrize("case, match", [
+    ("missing column", "missing column 'loss_humn'"),
+    ("loss out of range", "outside [0.0, 1.0]"),
+    ("unknown in order", "order: unknown candidate(s) not in the data: mx_m1_r1_k1"),
+    ("duplicate ids", "duplicate candidate ids: mx_m8_r8_k16"),
+    ("empty data", "has no rows"),
+    ("unknown key", "unknown key 'budget.human'"),
+    ("bad value", "alpha: Input should be less than 1"),
+    ("holm with seq", "procedure 'holm' needs e-values"),
+    ("budget too large", "items needed per candidate but the table has 200"),
+])
+def test_bad_input_is_one_line_exit_2_and_no_run(tmp_path, case, match):
+    over = {
+        "missing column": {"data": {"human": "loss_humn"}},
+        "unknown in order": {"order": ["mx_m10_r8_k16", "mx_m1_r1_k1", "mx_m8_r8_k16"]},
+        "duplicate ids": {"candidates": ["mx_m10_r8_k16", "mx_m8_r8_k16", "mx_m8_r8_k16"]},
+        "unknown key": {"budget": {"human": 3}},
+        "bad value": {"alpha": 1.5},
+        "holm with seq": {"procedure": "holm", "policy": {"kind": "seq"}},
+        "budget too large": {"budget": {"n": 100}},
+    }.get(case, {})
+    path = job_file(tmp_path, **over)
+    if case == "loss out of range":
+        small_table(tmp_path / "t.parquet", loss=1.5)
+    if case == "empty data":
+        small_table(tmp_path / "t.parquet", rows=False)
+    _assert_bad(run("run", str(path)), match, tmp_path)
+
+
+def test_unreachable_ray_address(tmp_path):
+    path = job_file(tmp_path, ray={"address": "127.0.0.1:9"})
+    p = run("run", str(path))
+    _assert_bad(p, "Ray cluster at 127.0.0.1:9 is unreachable", tmp_path)
+
+
+def test_unreachable_ray_address_from_environment(tmp_path):
+    path = job_file(tmp_path)
+    env_run = subprocess.run([CERTSEL, "run", str(path)], capture_output=True, text=True, timeout=120,
+                             env={**__import__("os").environ, "RAY_ADDRESS": "127.0.0.1:9"})
+    _assert_bad(env_run, "unreachable", tmp_path)
+
+
+def test_unwritable_tracking_uri(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    path = job_file(tmp_path, tracking={"uri": f"sqlite:///{blocker}/store.db"})
+    _assert_bad(run("run", str(path)), "does not exist", tmp_path)
+
+
+def test_show_unknown_run(tmp_path):
+    job_file(tmp_path)
+    p = run("show", "0123456789abcdef", "--tracking-uri", f"sqlite:///{tmp_path}/store.db")
+    assert p.returncode == 2 and "no run '0123456789abcdef'" in p.stderr
+
+
+def test_bad_override_and_missing_config(tmp_path):
+    path = job_file(tmp_path)
+    _assert_bad(run("run", str(path), "--set", "budget.n"), "is not KEY=VALUE", tmp_path)
+    _assert_bad(run("run", str(tmp_path / "nope.yaml")), "config file not found", tmp_path)
+
+
+def test_small_job_runs_and_tracks(tmp_path):
+    path = job_file(tmp_path, budget={"n": 40, "r": 3, "batch": 10})
+    p = run("run", str(path), "--no-progress", "--quiet", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert n_runs(tmp_path) == 4
+    with sqlite3.connect(tmp_path / "store.db") as con:
+        assert {s for (s,) in con.execute("select status from runs")} == {"FINISHED"}

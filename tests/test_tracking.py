@@ -1,0 +1,122 @@
+"""A whole job through real Ray and a real MLflow SQLite store, read back with the MLflow client."""
+
+import json
+import math
+
+import pytest
+import ray
+from certsel.config import parse_config
+from certsel.orchestrator.job import execute
+from certsel.orchestrator.report import certificate
+from certsel.orchestrator.tracking import load_certificate
+from certsel.workers.replay import DATA_DIR
+from mlflow.tracking import MlflowClient
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def job(ray_session, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{tmp}/store.db"
+    cfg = parse_config({
+        "name": "quant-test",
+        "data": {"path": str(DATA_DIR / "triviaqa_llama31_8b_mx.parquet"), "judge": "loss_judge_best",
+                 "order": "rank"},
+        "policy": {"kind": "r-autoeval+"}, "objective": {"column": "avg_bitwidth"},
+        "budget": {"n": 100, "r": 3, "batch": 25}, "seed": 3,
+        "tracking": {"uri": uri, "experiment": "certsel-test", "intervals": "every_round"},
+    })
+    result, run_id = execute(cfg, report_dir=tmp / "report")
+    return cfg, result, run_id, MlflowClient(uri), uri, tmp
+
+
+def test_parent_run_params_metrics_tags(job):
+    cfg, result, run_id, client, _, _ = job
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    p = run.data.params
+    assert (p["alpha"], p["delta"], p["policy"], p["betting"], p["procedure"]) == ("0.1", "0.1", "r-autoeval+", "up", "fst")
+    assert (p["budget_n"], p["budget_r"], p["seed"], p["n_candidates"]) == ("100", "3", "3", "48")
+    assert len(p["data_fingerprint"]) == 16
+    m = run.data.metrics
+    assert m["labels_human"] == result.spent["human"] and m["full_budget_human"] == 48 * 100
+    assert 0 < m["saved_fraction_human"] < 1
+    assert run.data.tags["certsel.selected"] == str(result.selected)
+    assert m["selected_objective"] == result.selected_record.objective
+
+
+def test_nested_runs_hold_step_metrics_and_final_tags(job):
+    cfg, result, run_id, client, _, _ = job
+    exp = client.get_experiment_by_name("certsel-test")
+    kids = client.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}'",
+                              max_results=100)
+    assert len(kids) == 48
+    by_name = {k.data.tags["candidate"]: k for k in kids}
+    assert all(k.info.status == "FINISHED" for k in kids)
+    for rec in result.records:
+        kid = by_name[rec.name]
+        assert kid.data.tags["certified"] == str(rec.name in result.certified).lower()
+        assert kid.data.tags["selected"] == str(rec.name == result.selected).lower()
+        assert kid.data.tags["status"] == rec.status
+        if rec.t == 0:
+            continue
+        hist = client.get_metric_history(kid.info.run_id, "log_evalue_path")
+        assert [h.step for h in sorted(hist, key=lambda h: h.step)] == list(range(1, rec.t + 1))
+        assert max(h.value for h in hist) == pytest.approx(max(rec.path))
+        labels = client.get_metric_history(kid.info.run_id, "labels_human")
+        assert sorted(h.value for h in labels)[-1] == rec.n_human
+        lows = client.get_metric_history(kid.info.run_id, "ci_low")
+        assert len(lows) == len(rec.rounds)  # one interval per round (intervals: every_round)
+        weights = [client.get_metric_history(kid.info.run_id, f"rho_weight_{s}")[-1].value for s in range(10)]
+        assert sum(weights) == pytest.approx(1.0)
+
+
+def test_artifacts_and_certificate_read_back(job):
+    cfg, result, run_id, client, uri, tmp = job
+    names = {a.path for a in client.list_artifacts(run_id)}
+    assert {"selection.json", "report.md", "report.html", "evalue_paths.png", "intervals.png",
+            "selected_vs_budget.png"} <= names
+    cert = load_certificate(run_id, uri)
+    local = json.loads((tmp / "report" / "selection.json").read_text())
+    assert cert == local
+    assert cert["selected"] == result.selected and cert["certified_set"] == result.certified
+    assert cert["procedure"] == {"name": "fst", "alpha": 0.1, "delta": 0.1, "level": result.level, "candidates": 48}
+    ev = cert["evidence"]
+    assert ev["e_value"] >= 1 / 0.1 and ev["ci"][0] <= ev["ci"][1]
+    assert math.isclose(math.log(ev["e_value"]), ev["log_e_value"], rel_tol=1e-4)
+    assert cert["labels"]["spent"] == result.spent and cert["labels"]["full_budget"] == result.full
+    # a candidate run id leads to its job's certificate
+    kid = client.search_runs([client.get_run(run_id).info.experiment_id],
+                             filter_string=f"tags.mlflow.parentRunId = '{run_id}'", max_results=1)[0]
+    assert load_certificate(kid.info.run_id, uri)["selected"] == cert["selected"]
+    fresh = certificate(result)
+    assert fresh["candidates"] == cert["candidates"]
+
+
+def test_failure_mid_job_marks_runs_failed(ray_session, tmp_path):
+    """A job that breaks after its runs exist leaves them FAILED, never FINISHED."""
+    uri = f"sqlite:///{tmp_path}/store.db"
+    cfg = parse_config({
+        "data": {"path": str(DATA_DIR / "triviaqa_llama31_8b_mx.parquet"), "judge": "loss_judge_best",
+                 "order": "rank"},
+        "candidates": ["mx_m10_r8_k16", "mx_m9_r8_k16", "mx_m8_r8_k16"],
+        "objective": {"column": "avg_bitwidth"}, "budget": {"n": 50, "r": 1, "batch": 10},
+        "tracking": {"uri": uri},
+    })
+
+    def broken_progress(records, rounds):
+        if rounds == 2:
+            raise RuntimeError("progress display crashed")
+
+    with pytest.raises(RuntimeError, match="progress display crashed"):
+        execute(cfg, progress=broken_progress)
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("certsel").experiment_id])
+    assert len(runs) == 4
+    assert {r.info.status for r in runs} == {"FAILED"}
