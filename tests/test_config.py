@@ -47,6 +47,16 @@ def _base(**over):
     (_base(policy={"kind": "cer-eval"}), "needs data.features"),
     (_base(procedure="pairwise"), "procedure 'pairwise' ranks models"),
     ({"alpha": 0.1}, "data: Field required"),
+    (_base(scheduling={"prune": True}), "scheduling.prune applies to procedure 'bonferroni' only"),
+    (_base(scheduling={"lookahead": -1}), "scheduling.lookahead: Input should be greater than or equal to 0"),
+    (_base(procedure="holm", policy={"kind": "seq"}), "procedure 'holm' needs e-values"),
+    (_base(procedure="bonferroni", objective=None), "procedure 'bonferroni' selects by an objective"),
+    (_base(order=["a", "b"], candidates=["a", "c"]), "order and candidates must name the same candidates"),
+    (_base(order=["a", "a"]), "order: duplicate candidate ids: a"),
+    (_base(procedure="holm", order=["a"]), "order is the fixed sequence of procedure 'fst'"),
+    (_base(budget={"r": 0}), "needs budget.r >= 1"),
+    (_base(tracking={"intervals": "sometimes"}), "tracking.intervals: Input should be"),
+    (_base(ray={"max_actors": 0}), "ray.max_actors: Input should be greater than 0"),
 ])
 def test_bad_configs_name_the_key(raw, needle):
     with pytest.raises(ConfigError) as exc:
@@ -70,3 +80,14 @@ def test_bad_files(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(ConfigError):
         load_config(binary)
+
+
+def test_overrides(tmp_path):
+    cfg = load_config(EXAMPLES / "quantization.yaml", ["budget.n=120", "policy.kind=r-eval", "scheduling.lookahead=0"])
+    assert (cfg.budget.n, cfg.budget.r, cfg.policy.kind, cfg.scheduling.lookahead) == (120, 3, "r-eval", 0)
+    with pytest.raises(ConfigError, match="unknown key 'budget.m'"):
+        load_config(EXAMPLES / "quantization.yaml", ["budget.m=1"])
+    with pytest.raises(ConfigError, match="is not KEY=VALUE"):
+        load_config(EXAMPLES / "quantization.yaml", ["budget.n"])
+    with pytest.raises(ConfigError, match="'alpha' is not a mapping"):
+        load_config(EXAMPLES / "quantization.yaml", ["alpha.x=1"])

@@ -182,3 +182,24 @@ def test_item_order_is_shared_with_the_in_process_protocol():
     data = load_job_data(trivia_cfg())
     h, _, _ = sample_replications(data.table, 1, 10, 30, seed=11)
     np.testing.assert_array_equal(h[0][:, :10], data.table.human[:, item_order(data.table.items.size, 11)[:10]])
+
+
+def test_request_budget_is_a_hard_cap():
+    cfg = _prompt_cfg("bonferroni", seed=2, budget={"n": 200, "r": 3, "batch": 20, "max_requests": 5000})
+    data = load_job_data(cfg)
+    res = run_job(cfg, data, LocalRuntime(1), n_hosts=1)
+    assert res.spent["requests"] <= 5000
+    assert res.spent["requests"] > 5000 - 13 * 8 * 20  # the last round used what was left
+    assert any(r.reason == "request budget spent" for r in res.records)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bonferroni_pruning_keeps_the_selection(seed):
+    base = _prompt_cfg("bonferroni", seed=seed)
+    pruned = _prompt_cfg("bonferroni", seed=seed, scheduling={"prune": True})
+    data = load_job_data(base)
+    a = run_job(base, data, LocalRuntime(1), n_hosts=1)
+    b = run_job(pruned, data, LocalRuntime(1), n_hosts=1)
+    assert a.selected == b.selected and a.selected is not None
+    assert set(b.certified) <= set(a.certified)
+    assert b.spent["human"] < a.spent["human"]
