@@ -19,7 +19,6 @@ paired differences, level delta/P) in the driver and the models' label sources i
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import time
@@ -376,10 +375,10 @@ def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0
                 calls.setdefault(home[names[m]], {})[names[m]] = np.array(sorted(need[m]), dtype=np.int64)
         order = list(calls)
         answers = runtime.gather([(h, "losses", (calls[h],)) for h in order])
-        for h, ans in zip(order, answers):
+        for h, ans in zip(order, answers, strict=True):
             for nm, losses in ans.items():
                 m = names.index(nm)
-                known[m].update(zip(calls[h][nm].tolist(), np.asarray(losses).tolist()))
+                known[m].update(zip(calls[h][nm].tolist(), np.asarray(losses).tolist(), strict=True))
         for p, items in asks.items():
             a = np.array([known[ii[p]][int(i)] for i in items])
             b = np.array([known[jj[p]][int(i)] for i in items])

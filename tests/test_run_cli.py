@@ -152,3 +152,40 @@ def test_small_job_runs_and_tracks(tmp_path):
     assert n_runs(tmp_path) == 4
     with sqlite3.connect(tmp_path / "store.db") as con:
         assert {s for (s,) in con.execute("select status from runs")} == {"FINISHED"}
+
+
+def test_joins_a_running_ray_cluster_via_ray_address(tmp_path):
+    """The `ray job submit` path: the job's driver finds its cluster in RAY_ADDRESS. The
+    cluster is a real `ray start --head --block` process, stopped with SIGTERM (which stops
+    only the processes it started, not other Ray sessions on the machine)."""
+    import os
+    import socket
+    import time
+
+    ray_cli = str(pathlib.Path(sys.executable).parent / "ray")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=os.urandom(16).hex())  # the cluster and its clients share it
+    head = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+                             "--include-dashboard=false", "--disable-usage-stats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.time() < deadline and head.poll() is None, "ray start --head did not come up"
+                time.sleep(0.5)
+        path = job_file(tmp_path)
+        p = subprocess.run([CERTSEL, "run", str(path), "--no-progress", "--quiet"], capture_output=True, text=True,
+                           timeout=300, env={**env, "RAY_ADDRESS": f"127.0.0.1:{port}"})
+        assert p.returncode == 0, p.stderr
+        assert "selected:" in p.stdout
+        assert n_runs(tmp_path) == 4
+    finally:
+        head.terminate()
+        head.wait(timeout=120)
