@@ -86,7 +86,7 @@ def bench(name, cfg, rt_ray):
 
 
 def main() -> None:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     rt = RayRuntime()
     print("| candidates | K | label events | direct (events/s) | in-process driver (events/s) | "
           "Ray driver (events/s) | Ray / in-process time | Ray / direct time | rounds |")

@@ -153,7 +153,8 @@ class RayRuntime:
                 if target:
                     ray.init(address=target, log_to_driver=False, logging_level=logging.ERROR)
                 else:
-                    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                    # "local": always a new instance, never an unrelated one already on this machine
+                    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                              logging_level=logging.ERROR)
             except Exception as exc:  # ConnectionError, RuntimeError, ... from ray.init
                 msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
@@ -303,6 +304,9 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
             r.ci = tuple(by_name[r.name]["ci"])
 
     certified_mask = _final_certified(cfg, plan, records)
+    for r, ok in zip(records, certified_mask, strict=True):
+        if r.status == "certified" and not ok:
+            r.reason = "passed its own test but is not in the procedure's certified set"
     if key is not None:
         sel = int(select(certified_mask, key))
     else:  # FST without an objective: the end of the certified prefix

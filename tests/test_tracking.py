@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -120,3 +120,24 @@ def test_failure_mid_job_marks_runs_failed(ray_session, tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("certsel").experiment_id])
     assert len(runs) == 4
     assert {r.info.status for r in runs} == {"FAILED"}
+
+
+@pytest.mark.parametrize("example", ["prompts.yaml", "alpacaeval_ranking.yaml"])
+def test_bundled_examples_run(ray_session, tmp_path, example):
+    from certsel.config import load_config
+
+    examples = DATA_DIR.parent
+    cfg = load_config(examples / example, [f"tracking.uri=sqlite:///{tmp_path}/store.db"])
+    result, run_id = execute(cfg)
+    cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
+    assert cert["labels"]["spent"]["human"] < cert["labels"]["full_budget"]["human"]
+    if example == "prompts.yaml":
+        # Bonferroni with pruning: a template certified at level delta/K, shortest first
+        assert cert["selected"] is not None and cert["selected"] in cert["certified_set"]
+        sel = next(c for c in cert["candidates"] if c["selected"])
+        assert sel["e_value"] >= 25 / 0.1
+        assert all(c["objective"] >= sel["objective"] for c in cert["candidates"] if c["certified"])
+    else:
+        rk = cert["ranking"]
+        assert rk["pairs"] == 66 and rk["pairs_certified"] >= 10
+        assert rk["order"][0] == "FuseChat-Llama-3.2-1B-Instruct"  # the lowest-loss model on this table
