@@ -151,7 +151,7 @@ def _print_report(report: dict, quiet: bool) -> None:
 def _console():
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=130)
+    return Console(highlight=False) if sys.stdout.isatty() else Console(width=130, highlight=False)
 
 
 def _progress(console, total: int):
@@ -210,15 +210,17 @@ def _run(args) -> int:
 
     cfg = load_config(args.config, args.overrides)
     console = _console()
-    bar, update = _progress(console, 0)
-    with bar:
-        def progress(records, rounds):
-            if bar.tasks[0].total == 0:
-                bar.update(bar.tasks[0].id, total=cfg.budget.n * len(records))
-            update(records, rounds)
+    if args.no_progress:
+        result, run_id = execute(cfg, report_dir=args.report_dir, track=not args.no_tracking)
+    else:
+        bar, update = _progress(console, 0)
+        with bar:
+            def progress(records, rounds):
+                if bar.tasks[0].total == 0:
+                    bar.update(bar.tasks[0].id, total=cfg.budget.n * len(records))
+                update(records, rounds)
 
-        result, run_id = execute(cfg, progress=None if args.no_progress else progress, report_dir=args.report_dir,
-                                 track=not args.no_tracking)
+            result, run_id = execute(cfg, progress=progress, report_dir=args.report_dir, track=not args.no_tracking)
     cert = certificate(result)
     if args.json:
         args.json.write_text(json.dumps(cert, indent=2))
