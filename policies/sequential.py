@@ -151,6 +151,47 @@ class SequentialTest:
         z = np.exp(z - z.max(axis=-1, keepdims=True))
         return z / z.sum(axis=-1, keepdims=True)
 
+    # -- batching ----------------------------------------------------------------------
+    @classmethod
+    def stack(cls, tests) -> SequentialTest:
+        """One test over the batch (k,) made of k single-candidate tests with the same
+        configuration and the same number of labels, so that a host advances them with one
+        vectorised :meth:`update`; :meth:`split` gives them back. Nothing is recomputed:
+        the rows of the betting state are concatenated."""
+        tests = list(tests)
+        first = tests[0]
+        cfg = first.state_dict()["config"]
+        for t in tests:
+            if t.batch_shape != () or t.n != first.n or t.state_dict()["config"] != cfg:
+                raise ValueError("stack needs single-candidate tests with one configuration and label count")
+        out = cls(**{**cfg, "batch_shape": (len(tests),)})
+        out._state = BettingState(first._state.count, *(
+            None if getattr(first._state, f) is None else np.concatenate([getattr(t._state, f) for t in tests])
+            for f in ("sum_q", "sum_dev", "wealth")))
+        out._log_e_s = np.stack([t._log_e_s for t in tests])
+        out._max_log_e = np.stack([t._max_log_e for t in tests])
+        out._first = np.stack([t._first for t in tests])
+        return out
+
+    def split(self) -> list[SequentialTest]:
+        """The inverse of :meth:`stack`: one single-candidate test per batch element."""
+        if len(self.batch_shape) != 1:
+            raise ValueError(f"split needs a 1-D batch, got batch shape {self.batch_shape}")
+        k = self.batch_shape[0]
+        cfg = {**self.state_dict()["config"], "batch_shape": ()}
+        rows = self.rhos.size
+        parts = []
+        for i in range(k):
+            t = SequentialTest(**cfg)
+            t._state = BettingState(self._state.count, *(
+                None if getattr(self._state, f) is None else getattr(self._state, f)[i * rows : (i + 1) * rows].copy()
+                for f in ("sum_q", "sum_dev", "wealth")))
+            t._log_e_s = self._log_e_s[i].copy()
+            t._max_log_e = self._max_log_e[i].copy()
+            t._first = self._first[i].copy()
+            parts.append(t)
+        return parts
+
     # -- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: configuration and state, as plain values

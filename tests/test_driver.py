@@ -117,9 +117,12 @@ def test_packing_candidates_into_actors_changes_nothing(ray_session):
     for actors in (4, 1):
         rt = RayRuntime(max_actors=actors)
         res = run_job(cfg, data, rt)
-        out.append([(r.name, r.status, r.t, r.path) for r in res.records])
+        out.append(res.records)
         rt.close()
-    assert out[0] == out[1]
+    # alone in an actor a candidate is updated by itself; packed, together with the others
+    assert [(r.name, r.status, r.t) for r in out[0]] == [(r.name, r.status, r.t) for r in out[1]]
+    for a, b in zip(out[0], out[1], strict=True):
+        np.testing.assert_allclose(a.path, b.path, rtol=0, atol=1e-12)
 
 
 def test_estimation_policy_fst_equals_direct_seq(ray_session):

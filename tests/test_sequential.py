@@ -65,3 +65,34 @@ def test_online_rejects_bad_batches(batch):
         SequentialTest((), alpha=0.1, delta=0.1, horizon=0)
     with pytest.raises(ValueError, match="unsupported"):
         SequentialTest.from_state_dict({"format": 99})
+
+
+def test_stack_and_split_continue_exactly():
+    """Stacking single-candidate tests for one vectorised update, then splitting them,
+    gives the e-values of updating each on its own (both betting strategies)."""
+    from certsel.policies import SequentialTest
+
+    rng = np.random.default_rng(3)
+    k, n = 4, 40
+    h = (rng.random((k, n)) < 0.1).astype(float)
+    jl = np.where(rng.random((k, n)) < 0.9, h, 1 - h)
+    ju = (rng.random((k, 3 * n)) < 0.1).astype(float)
+    for betting in ("up", "wsr"):
+        def make():
+            return SequentialTest(alpha=0.2, delta=0.1, horizon=n, r=3, betting=betting)
+
+        alone = [make() for _ in range(k)]
+        packed = [make() for _ in range(k)]
+        for i in range(k):
+            alone[i].update(h[i, :15], jl[i, :15], ju[i, :45])
+            packed[i].update(h[i, :15], jl[i, :15], ju[i, :45])
+        st = SequentialTest.stack(packed)
+        path = st.update(h[:, 15:], jl[:, 15:], ju[:, 45:])
+        for i, part in enumerate(st.split()):
+            ref = alone[i].update(h[i, 15:], jl[i, 15:], ju[i, 45:])
+            np.testing.assert_allclose(path[i], ref, rtol=0, atol=1e-12)
+            assert part.labels_to_certify == alone[i].labels_to_certify
+            np.testing.assert_allclose(part.max_log_evalue, alone[i].max_log_evalue, atol=1e-12)
+            np.testing.assert_allclose(part.rho_weights, alone[i].rho_weights, atol=1e-12)
+    with pytest.raises(ValueError, match="one configuration"):
+        SequentialTest.stack([make(), SequentialTest(alpha=0.3, delta=0.1, horizon=n, r=3)])

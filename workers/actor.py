@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .candidate import EstimationCandidate, LabelServer, TestingCandidate
+from .candidate import EstimationCandidate, LabelServer, TestingCandidate, step_together
 from .replay import ReplaySource
 
 
@@ -49,7 +49,18 @@ class CandidateHost:
         return len(self.candidates)
 
     def step(self, names: list[str], batch: int) -> list[dict]:
-        return [self.candidates[n].step(batch) for n in names]
+        """Advance ``names`` by ``batch`` human labels each; testing candidates at the same
+        label count are advanced together (:func:`step_together`)."""
+        groups: dict = {}
+        for n in names:
+            c = self.candidates[n]
+            groups.setdefault(("t", c.t) if isinstance(c, TestingCandidate) else ("one", n), []).append(n)
+        out = {}
+        for key, members in groups.items():
+            cands = [self.candidates[n] for n in members]
+            snaps = step_together(cands, batch) if key[0] == "t" else [cands[0].step(batch)]
+            out.update(zip(members, snaps, strict=True))
+        return [out[n] for n in names]
 
     def finalize(self, names: list[str], with_interval: bool = True) -> list[dict]:
         out = []
