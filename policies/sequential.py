@@ -152,6 +152,17 @@ class SequentialTest:
         return z / z.sum(axis=-1, keepdims=True)
 
     # -- batching ----------------------------------------------------------------------
+    def _key(self) -> tuple:
+        return (self.alpha, self.delta, self.horizon, self.betting, self.r, self.up_prior, self.up_grid_size,
+                self.wsr_c, self.loss_bounds, self.rhos.tobytes(), self.weights.tobytes())
+
+    def _like(self, batch_shape) -> SequentialTest:
+        """An empty test with this (already validated) configuration and another batch shape."""
+        out = object.__new__(type(self))
+        out.__dict__.update({k: v for k, v in self.__dict__.items() if not k.startswith("_")})
+        out.batch_shape = tuple(batch_shape)
+        return out
+
     @classmethod
     def stack(cls, tests) -> SequentialTest:
         """One test over the batch (k,) made of k single-candidate tests with the same
@@ -160,11 +171,11 @@ class SequentialTest:
         the rows of the betting state are concatenated."""
         tests = list(tests)
         first = tests[0]
-        cfg = first.state_dict()["config"]
+        key = first._key()
         for t in tests:
-            if t.batch_shape != () or t.n != first.n or t.state_dict()["config"] != cfg:
+            if t.batch_shape != () or t.n != first.n or t._key() != key:
                 raise ValueError("stack needs single-candidate tests with one configuration and label count")
-        out = cls(**{**cfg, "batch_shape": (len(tests),)})
+        out = first._like((len(tests),))
         out._state = BettingState(first._state.count, *(
             None if getattr(first._state, f) is None else np.concatenate([getattr(t._state, f) for t in tests])
             for f in ("sum_q", "sum_dev", "wealth")))
@@ -177,15 +188,13 @@ class SequentialTest:
         """The inverse of :meth:`stack`: one single-candidate test per batch element."""
         if len(self.batch_shape) != 1:
             raise ValueError(f"split needs a 1-D batch, got batch shape {self.batch_shape}")
-        k = self.batch_shape[0]
-        cfg = {**self.state_dict()["config"], "batch_shape": ()}
         rows = self.rhos.size
+        fields = [getattr(self._state, f) for f in ("sum_q", "sum_dev", "wealth")]
         parts = []
-        for i in range(k):
-            t = SequentialTest(**cfg)
+        for i in range(self.batch_shape[0]):
+            t = self._like(())
             t._state = BettingState(self._state.count, *(
-                None if getattr(self._state, f) is None else getattr(self._state, f)[i * rows : (i + 1) * rows].copy()
-                for f in ("sum_q", "sum_dev", "wealth")))
+                None if a is None else a[i * rows : (i + 1) * rows].copy() for a in fields))
             t._log_e_s = self._log_e_s[i].copy()
             t._max_log_e = self._max_log_e[i].copy()
             t._first = self._first[i].copy()

@@ -69,6 +69,12 @@ def test_full_budget_mode_gives_the_same_evalues(ray_session):
                                rtol=1e-9)
     assert res.spent == res.full
     assert res.certified == [data.names[k] for k in np.flatnonzero(direct.certified[0])]
+    # the PPI++ point estimate sum_s w_s mean(q_s), computed in the actors for the stacked batch
+    h, jl, ju = (x[0] for x in direct.samples)
+    rhos = np.linspace(0, 1, 10)
+    for r in res.records:
+        q_means = h[r.index].mean() + rhos * (ju[r.index].mean() - jl[r.index].mean())
+        assert r.estimate == pytest.approx(float(np.dot(r.rho_weights, q_means)), abs=1e-12)
 
 
 def _prompt_cfg(procedure, seed, **over):

@@ -68,6 +68,7 @@ class TestingCandidate(_Candidate):
         self._h: list[np.ndarray] = []
         self._jl: list[np.ndarray] = []
         self._ju: list[np.ndarray] = []
+        self._sums = np.zeros(3)  # running sums of human, judge-on-labelled, judge-only losses
         self._ci: tuple[float, float] | None = None
 
     @property
@@ -94,12 +95,14 @@ class TestingCandidate(_Candidate):
 
     def estimate(self) -> float:
         """The rho-weighted PPI++ point estimate sum_s w_s mean(q_s) (eq. 10, 13)."""
-        h, jl, ju = self._data()
-        if h.size == 0:
+        t = self.t
+        if t == 0:
             return float("nan")
-        if jl is None:
-            return float(h.mean())
-        return float(self.test.rho_weights @ (h.mean() + self.rhos * (ju.mean() - jl.mean())))
+        mean_h = self._sums[0] / t
+        if not self.test.uses_judge:
+            return float(mean_h)
+        correction = self._sums[2] / (self.r * t) - self._sums[1] / t
+        return float(self.test.rho_weights @ (mean_h + self.rhos * correction))
 
     def fetch(self, batch: int):
         """Buy the next ``b <= batch`` human labels (and their judge labels) from the source;
@@ -116,14 +119,16 @@ class TestingCandidate(_Candidate):
             ju = self.source.judge(self.judge_items[self.r * t : self.r * (t + b)])
             self._jl.append(jl)
             self._ju.append(ju)
+            self._sums[1:] += jl.sum(), ju.sum()
         self._h.append(h)
+        self._sums[0] += h.sum()
         return h, jl, ju
 
-    def after_update(self, path) -> dict:
+    def after_update(self, path, numbers=None) -> dict:
         self._ci = None
         if self.intervals == "every_round":
             self.interval()
-        return self.snapshot(path)
+        return self.snapshot(path, numbers)
 
     def step(self, batch: int) -> dict:
         got = self.fetch(batch)
@@ -131,18 +136,15 @@ class TestingCandidate(_Candidate):
             return self.snapshot(np.zeros(0))
         return self.after_update(self.test.update(*got))
 
-    def snapshot(self, path) -> dict:
+    def snapshot(self, path, numbers=None) -> dict:
+        """``numbers``: (log E, max log E, rho weights, estimate) when already computed for a
+        stacked batch (:func:`step_together`)."""
+        if numbers is None:
+            numbers = (float(self.test.log_evalue), float(self.test.max_log_evalue), self.test.rho_weights.tolist(),
+                       self.estimate())
         out = self._counters()
-        out.update(
-            t=self.t,
-            exhausted=self.t >= self.n,
-            path=np.asarray(path, dtype=np.float64),
-            log_e=float(self.test.log_evalue),
-            max_log_e=float(self.test.max_log_evalue),
-            estimate=self.estimate(),
-            rho_weights=self.test.rho_weights.tolist(),
-            ci=self._ci,
-        )
+        out.update(t=self.t, exhausted=self.t >= self.n, path=np.asarray(path, dtype=np.float64), log_e=numbers[0],
+                   max_log_e=numbers[1], rho_weights=numbers[2], estimate=numbers[3], ci=self._ci)
         return out
 
 
@@ -224,8 +226,18 @@ def step_together(cands: list[TestingCandidate], batch: int) -> list[dict]:
         jl, ju = np.stack([g[1] for g in got]), np.stack([g[2] for g in got])
     test = SequentialTest.stack([c.test for c in cands])
     path = test.update(h, jl, ju)
+    # the snapshot numbers for the whole batch at once (the same formulas as snapshot())
+    log_e, max_log_e, weights = test.log_evalue.tolist(), test.max_log_evalue.tolist(), test.rho_weights
+    sums = np.stack([c._sums for c in cands])
+    t_now = test.n
+    est = sums[:, 0] / t_now
+    if jl is not None:
+        r = cands[0].r
+        est = np.einsum("ks,ks->k", weights, est[:, None] + cands[0].rhos * (sums[:, 2:3] / (r * t_now)
+                                                                             - sums[:, 1:2] / t_now))
+    weights = weights.tolist()
     out = []
     for i, (c, part) in enumerate(zip(cands, test.split(), strict=True)):
         c.test = part
-        out.append(c.after_update(path[i]))
+        out.append(c.after_update(path[i], (log_e[i], max_log_e[i], weights[i], float(est[i]))))
     return out
