@@ -157,7 +157,7 @@ def _plots(result: JobResult, outdir: pathlib.Path) -> list[pathlib.Path]:
         for k, r in pts:
             ax.plot([k, k], r.ci, color="C0" if r.name in result.certified else "C3", lw=2)
         ax.set_xticks([k for k, _ in pts], [r.name for _, r in pts], rotation=90, fontsize=6)
-        ax.set_title("final anytime-valid intervals (blue: certified)")
+        ax.set_title("final two-sided anytime-valid intervals (blue: certified)")
     if cfg.procedure != "pairwise":
         ax.axhline(cfg.alpha, color="k", lw=1, ls="--", label="alpha")
         ax.legend(fontsize=8)
