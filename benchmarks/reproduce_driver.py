@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=100)
     ap.add_argument("--no-check", action="store_true", help="skip the in-process full-budget comparison")
     args = ap.parse_args()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     rt = RayRuntime(max_actors=2)
     data = {j: load_job_data(cfg_for("r-autoeval+", j, 100, 0)) for j in JUDGES}
     t0 = time.perf_counter()
