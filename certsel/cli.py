@@ -13,7 +13,6 @@ one-line error.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import pathlib
 import sys
@@ -66,15 +65,8 @@ def _build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fingerprint(path: pathlib.Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
-
-
 def _select(args) -> dict:
+    from certsel.orchestrator.jobdata import fingerprint
     from certsel.orchestrator.local import candidate_intervals, replicated_selection
     from certsel.policies._validation import check_level
     from certsel.workers.replay import load_loss_table
@@ -117,7 +109,7 @@ def _select(args) -> dict:
         "betting": args.betting,
         "labels": {"human_per_candidate": args.n, "judge_per_candidate": args.r * args.n},
         "seed": args.seed,
-        "data": {"path": str(args.data), "sha256_16": _fingerprint(args.data), "judge": table.judge_column},
+        "data": {"path": str(args.data), "sha256_16": fingerprint(args.data), "judge": table.judge_column},
         "candidates": rows,
     }
 

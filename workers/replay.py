@@ -182,19 +182,7 @@ def load_preference_table(preferences=ALPACAEVAL_PREFERENCES, embeddings=ALPACAE
     loss = _numeric(_column(prefs, "loss", preferences), "loss", preferences)
     if loss.min() < 0 or loss.max() > 1:
         raise ValueError(f"{preferences}: column 'loss' has values outside [0, 1]")
-    emb = pq.read_table(embeddings)
-    e_item = _numeric(_column(emb, "item", embeddings), "item", embeddings).astype(np.int64)
-    cols = [c for c in emb.column_names if c.startswith("e") and c[1:].isdigit()]
-    if not cols:
-        raise ValueError(f"{embeddings}: no embedding columns e0, e1, ...")
-    cols.sort(key=lambda c: int(c[1:]))
-    feats = np.column_stack([_numeric(_column(emb, c, embeddings), c, embeddings) for c in cols])
-    subsets = _column(emb, "dataset", embeddings).astype(str) if "dataset" in emb.column_names \
-        else np.zeros(e_item.size, dtype=str)
-    if np.unique(e_item).size != e_item.size:
-        raise ValueError(f"{embeddings}: duplicated items")
-    order = np.argsort(e_item)
-    items, feats, subsets = e_item[order], feats[order], subsets[order]
+    items, feats, subsets = _read_embeddings(embeddings)
     models = sorted(set(model.tolist()))
     losses = np.full((len(models), items.size), np.nan)
     mi = np.searchsorted(models, model)
@@ -209,11 +197,9 @@ def load_preference_table(preferences=ALPACAEVAL_PREFERENCES, embeddings=ALPACAE
     return PreferenceTable(models, items, losses, feats, subsets)
 
 
-def load_features(path, items: np.ndarray) -> np.ndarray:
-    """Item embeddings (Parquet: ``item``, ``e0..e{d-1}``) aligned to ``items``: (len(items), d).
-
-    Every item of the loss table needs exactly one embedding row; extra rows are ignored.
-    """
+def _read_embeddings(path):
+    """(items sorted, features (items, d), sub-source label per item) from a Parquet file
+    with columns ``item``, ``e0..e{d-1}`` and optionally ``dataset``."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise ValueError(f"features file not found: {path}")
@@ -228,13 +214,23 @@ def load_features(path, items: np.ndarray) -> np.ndarray:
     if np.unique(e_item).size != e_item.size:
         raise ValueError(f"{path}: duplicated items")
     feats = np.column_stack([_numeric(_column(emb, c, path), c, path) for c in cols])
+    subsets = _column(emb, "dataset", path).astype(str) if "dataset" in emb.column_names \
+        else np.zeros(e_item.size, dtype=str)
     order = np.argsort(e_item)
-    pos = np.searchsorted(e_item[order], items)
-    pos = np.minimum(pos, e_item.size - 1)
-    missing = e_item[order][pos] != items
+    return e_item[order], feats[order], subsets[order]
+
+
+def load_features(path, items: np.ndarray) -> np.ndarray:
+    """Item embeddings (Parquet: ``item``, ``e0..e{d-1}``) aligned to ``items``: (len(items), d).
+
+    Every item of the loss table needs exactly one embedding row; extra rows are ignored.
+    """
+    e_items, feats, _ = _read_embeddings(path)
+    pos = np.minimum(np.searchsorted(e_items, items), e_items.size - 1)
+    missing = e_items[pos] != items
     if missing.any():
         raise ValueError(f"{path}: {int(missing.sum())} item(s) of the loss table have no embedding")
-    return feats[order][pos]
+    return feats[pos]
 
 
 class ReplaySource:
