@@ -1,0 +1,217 @@
+"""Client for OpenAI-compatible servers (vLLM's ``/v1/chat/completions``, ``/v1/completions``,
+``/v1/embeddings``): many requests in flight, retries, and a durable response cache.
+
+* Concurrency: up to ``Endpoint.concurrency`` requests in flight (an asyncio semaphore over
+  one ``httpx.AsyncClient``); vLLM batches what is in flight, so this is what makes a
+  server efficient.
+* Retries: connection errors, timeouts, HTTP 429/5xx and malformed bodies (not JSON, or
+  without the expected fields) are retried with exponential backoff up to
+  ``max_retries`` times, then :class:`SourceError` says what failed, where and how often.
+  Other 4xx answers fail at once (retrying a bad request cannot help).
+* Cache: every successful answer is stored in a SQLite file keyed by the SHA-256 of (kind,
+  served model, payload with sampling parameters); a rerun or a restarted actor reads it
+  back instead of paying for the generation again. Identical requests in one batch are
+  sent once. ``stats`` counts what was actually sent, so no label is counted twice.
+* Secrets: the API key is read from the environment variable named by
+  ``Endpoint.api_key_env`` and never appears in errors, logs or ``repr``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import pathlib
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+
+import httpx
+
+_RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class SourceError(RuntimeError):
+    """A request that failed for good (after retries, or a non-retryable answer)."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One served model. ``base_url`` ends before ``/v1`` (e.g. ``http://host:8000``)."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None = None
+    timeout: float = 60.0
+    max_retries: int = 4
+    backoff: float = 0.5  # seconds before the first retry; doubles, capped at 8 s
+    concurrency: int = 16
+
+    def __post_init__(self):
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"endpoint base_url must start with http:// or https://, got {self.base_url!r}")
+        if not self.model:
+            raise ValueError("endpoint model must be a non-empty served-model name")
+        if self.timeout <= 0 or self.max_retries < 0 or self.backoff < 0 or self.concurrency < 1:
+            raise ValueError("endpoint needs timeout > 0, max_retries >= 0, backoff >= 0, concurrency >= 1")
+
+    def headers(self) -> dict:
+        if self.api_key_env is None:
+            return {}
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise SourceError(f"environment variable {self.api_key_env} (the API key for {self.base_url}) is not set")
+        return {"Authorization": f"Bearer {key}"}
+
+
+class ResponseCache:
+    """Durable answers keyed by request (SQLite; safe to share between threads of a process)."""
+
+    def __init__(self, path):
+        self.path = pathlib.Path(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        with self._db:
+            self._db.execute("create table if not exists responses (key text primary key, value text not null)")
+
+    @staticmethod
+    def key(kind: str, model: str, payload: dict) -> str:
+        canon = json.dumps({"kind": kind, "model": model, "payload": payload}, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(canon.encode()).hexdigest()
+
+    def get(self, key: str):
+        with self._lock:
+            row = self._db.execute("select value from responses where key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def put(self, key: str, value) -> None:
+        with self._lock, self._db:
+            self._db.execute("insert or replace into responses values (?, ?)", (key, json.dumps(value)))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("select count(*) from responses").fetchone()[0]
+
+    def close(self) -> None:
+        self._db.close()
+
+
+@dataclass
+class Stats:
+    sent: int = 0  # requests answered by the server and used
+    cache_hits: int = 0
+    retries: int = 0
+    failed: int = 0
+    errors: dict = field(default_factory=dict)  # error kind -> count
+
+
+def _extract(kind: str, body) -> object:
+    """The useful part of an answer, or ValueError when the body is malformed."""
+    if kind == "chat":
+        return body["choices"][0]["message"]["content"]
+    if kind == "completion":
+        return body["choices"][0]["text"]
+    if kind == "embedding":
+        return [d["embedding"] for d in sorted(body["data"], key=lambda d: d["index"])]
+    raise ValueError(kind)
+
+
+_PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "embedding": "/v1/embeddings"}
+
+
+class OpenAIClient:
+    """Batched, cached, retried calls to one :class:`Endpoint`."""
+
+    def __init__(self, endpoint: Endpoint, cache: ResponseCache | None = None):
+        self.endpoint = endpoint
+        self.cache = cache
+        self.stats = Stats()
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"OpenAIClient({self.endpoint.base_url!r}, model={self.endpoint.model!r})"
+
+    async def _post(self, client: httpx.AsyncClient, kind: str, payload: dict):
+        ep = self.endpoint
+        url = ep.base_url.rstrip("/") + _PATHS[kind]
+        last = ""
+        for attempt in range(ep.max_retries + 1):
+            if attempt:
+                self.stats.retries += 1
+                await asyncio.sleep(min(ep.backoff * 2 ** (attempt - 1), 8.0))
+            try:
+                resp = await client.post(url, json=payload, headers=ep.headers(), timeout=ep.timeout)
+            except httpx.TimeoutException:
+                last = f"timed out after {ep.timeout:g} s"
+                self._count("timeout")
+                continue
+            except httpx.TransportError as exc:
+                last = f"connection failed ({exc.__class__.__name__})"
+                self._count("connection")
+                continue
+            if resp.status_code in _RETRY_STATUS:
+                last = f"HTTP {resp.status_code}"
+                self._count(f"http_{resp.status_code}")
+                continue
+            if resp.status_code >= 400:
+                self.stats.failed += 1
+                raise SourceError(f"{url}: HTTP {resp.status_code} (not retried): {resp.text[:200]!r}")
+            try:
+                value = _extract(kind, resp.json())
+            except (ValueError, KeyError, IndexError, TypeError):
+                last = "malformed response body"
+                self._count("malformed")
+                continue
+            self.stats.sent += 1
+            return value
+        self.stats.failed += 1
+        raise SourceError(f"{url}: {last} on all {ep.max_retries + 1} attempts")
+
+    def _count(self, kind: str) -> None:
+        self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
+
+    async def _run(self, kind: str, payloads: list[dict]) -> list:
+        ep = self.endpoint
+        keys = [ResponseCache.key(kind, ep.model, p) for p in payloads]
+        results: dict[str, object] = {}
+        todo: dict[str, dict] = {}
+        for k, p in zip(keys, payloads, strict=True):
+            if k in results or k in todo:
+                continue  # the same request twice in one batch is sent once
+            hit = None if self.cache is None else self.cache.get(k)
+            if hit is not None:
+                results[k] = hit
+                self.stats.cache_hits += 1
+            else:
+                todo[k] = p
+        if todo:
+            sem = asyncio.Semaphore(ep.concurrency)
+            limits = httpx.Limits(max_connections=ep.concurrency)
+            async with httpx.AsyncClient(limits=limits) as client:
+                async def one(k, p):
+                    async with sem:
+                        value = await self._post(client, kind, {"model": ep.model, **p})
+                    if self.cache is not None:
+                        self.cache.put(k, value)  # stored as soon as it arrives: a crash loses nothing paid for
+                    results[k] = value
+
+                outcome = await asyncio.gather(*(one(k, p) for k, p in todo.items()), return_exceptions=True)
+            errors = [e for e in outcome if isinstance(e, BaseException)]
+            if errors:
+                first = next((e for e in errors if isinstance(e, SourceError)), errors[0])
+                raise SourceError(f"{len(errors)} of {len(todo)} requests failed; first: {first}") from None
+        return [results[k] for k in keys]
+
+    def _call(self, kind, payloads):
+        return asyncio.run(self._run(kind, payloads))
+
+    def chat(self, conversations: list[list[dict]], **params) -> list[str]:
+        """One chat completion per conversation (a list of ``{"role", "content"}``)."""
+        return self._call("chat", [{"messages": c, **params} for c in conversations])
+
+    def complete(self, prompts: list[str], **params) -> list[str]:
+        return self._call("completion", [{"prompt": p, **params} for p in prompts])
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """Embeddings of ``texts`` (one request per text, so each is cached on its own)."""
+        return [v[0] for v in self._call("embedding", [{"input": [t]} for t in texts])]
