@@ -53,6 +53,8 @@ class TestingCandidate(_Candidate):
     compute it: ``"every_round"``, ``"final"`` (on request) or ``"none"``.
     """
 
+    __test__ = False  # a domain name, not a pytest test class
+
     def __init__(self, name, source, *, scheme, alpha, delta, betting, human_items, judge_items, r,
                  ci_delta, intervals="final"):
         super().__init__(name, source)

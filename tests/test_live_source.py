@@ -1,0 +1,136 @@
+"""The live label source against a real local HTTP server that answers additions.
+
+The server plays an OpenAI-compatible endpoint with three served models: ``exact`` adds
+correctly, ``weak`` is off by one when a*b is a multiple of 3, ``grader`` grades an answer
+("Score: 10" / "Score: 0"); it answers prose instead of a score for a = 7 unless the request
+carries a sampling seed, and always for a = 9.
+"""
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+from certsel.workers.candidate import TestingCandidate
+from certsel.workers.live import Item, LiveSource
+from certsel.workers.openai_source import Endpoint, OpenAIClient, ResponseCache, SourceError
+
+
+class _Adder(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        text = body["messages"][-1]["content"]
+        a, b = map(int, re.search(r"(\d+)\s*\+\s*(\d+)", text).groups())
+        model = body["model"]
+        with self.server.lock:
+            self.server.calls[model] = self.server.calls.get(model, 0) + 1
+        if model == "grader":
+            given = re.search(r"Answer:\s*(-?\d+)", text)
+            if a == 9 or (a == 7 and "seed" not in body):
+                reply = "Looks fine to me."
+            else:
+                reply = "Score: 10" if given and int(given.group(1)) == a + b else "Score: 0"
+        elif model == "weak" and (a * b) % 3 == 0:
+            reply = str(a + b + 1)
+        else:
+            reply = f"The answer is {a + b}." if model == "chatty" else str(a + b)
+        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture()
+def adder():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Adder)
+    srv.calls, srv.lock = {}, threading.Lock()
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", srv
+    srv.shutdown()
+    srv.server_close()
+
+
+ITEMS = [Item(f"q{a}_{b}", f"{a}+{b}", (str(a + b),)) for a in range(1, 9) for b in range(10, 15)]
+
+
+def make(url, tmp_path, model, **kw):
+    return OpenAIClient(Endpoint(url, model, backoff=0.01, timeout=5), ResponseCache(tmp_path / f"{model}.db"))
+
+
+def truth_weak(item):
+    a, b = map(int, item.question.split("+"))
+    return float((a * b) % 3 == 0)
+
+
+def test_human_and_judge_answer_losses(adder, tmp_path):
+    url, srv = adder
+    src = LiveSource(ITEMS, make(url, tmp_path, "weak"), "What is {question}? Reply with the number only.",
+                     judge=make(url, tmp_path, "exact"), judge_mode="answer")
+    idx = np.arange(len(ITEMS))
+    human = src.human(idx)
+    np.testing.assert_array_equal(human, [truth_weak(it) for it in ITEMS])
+    # an exact judge answering the question itself gives the human loss back
+    np.testing.assert_array_equal(src.judge(idx), human)
+    assert (src.human_labels, src.judge_labels, src.requests) == (40, 40, 80)
+    src.human(idx[:5])
+    src.judge(idx[:5])
+    assert src.requests == 80 and srv.calls == {"weak": 40, "exact": 40}  # asking again is free
+
+
+def test_losses_other_than_exact_match(adder, tmp_path):
+    url, _ = adder
+    src = LiveSource(ITEMS[:5], make(url, tmp_path, "chatty"), "What is {question}?", loss="numeric")
+    np.testing.assert_array_equal(src.human(range(5)), np.zeros(5))  # "The answer is 11." -> 11
+    strict = LiveSource(ITEMS[:5], make(url, tmp_path, "chatty"), "What is {question}?", loss="exact_match")
+    np.testing.assert_array_equal(strict.human(range(5)), np.ones(5))
+
+
+def test_grading_judge_retries_unparsable_verdicts(adder, tmp_path):
+    url, srv = adder
+    items = [it for it in ITEMS if not it.id.startswith("q9")]
+    src = LiveSource(items, make(url, tmp_path, "weak"), "{question}", judge=make(url, tmp_path, "grader"),
+                     judge_mode="grade", judge_template="Question: {question}\nAnswer: {answer}\nGrade it.")
+    idx = np.arange(len(items))
+    np.testing.assert_array_equal(src.judge(idx), src.human(idx))  # a = 7 needed a second, seeded request
+    assert srv.calls["grader"] == len(items) + 5
+
+
+def test_unparsable_to_the_end_is_a_failed_request(adder, tmp_path):
+    url, _ = adder
+    items = [Item("q9_1", "9+1", ("10",)), Item("q2_2", "2+2", ("4",))]
+    src = LiveSource(items, make(url, tmp_path, "exact"), "{question}", judge=make(url, tmp_path, "grader"),
+                     judge_mode="grade", judge_template="Question: {question}\nAnswer: {answer}")
+    with pytest.raises(SourceError, match="unparsable after 3 attempts for item\\(s\\) q9_1"):
+        src.judge([0, 1])
+    assert src.judge_labels == 0  # nothing counted for the failed batch
+
+
+def test_a_testing_candidate_runs_on_live_labels(adder, tmp_path):
+    """The driver's candidate object consumes the live source as it consumes a replay one."""
+    url, _ = adder
+    order = np.random.default_rng(0).permutation(len(ITEMS))
+    src = LiveSource(ITEMS, make(url, tmp_path, "weak"), "{question}", judge=make(url, tmp_path, "exact"))
+    cand = TestingCandidate("weak", src, scheme="r-autoeval+", alpha=0.5, delta=0.1, betting="up",
+                            human_items=order[:8], judge_items=order[8:32], r=3, ci_delta=0.1)
+    snaps = [cand.step(4), cand.step(4)]
+    assert [s["n_human"] for s in snaps] == [4, 8] and snaps[-1]["n_judge"] == 32
+    assert snaps[-1]["exhausted"] and len(snaps[0]["path"]) == 4
+
+
+def test_bad_configuration():
+    client = OpenAIClient(Endpoint("http://127.0.0.1:9", "m"))
+    with pytest.raises(ValueError, match="must contain \\{question\\}"):
+        LiveSource(ITEMS, client, "no placeholder")
+    with pytest.raises(ValueError, match="judge_mode must be"):
+        LiveSource(ITEMS, client, judge_mode="vote")
+    with pytest.raises(ValueError, match="loss must be one of"):
+        LiveSource(ITEMS, client, loss="bleu")
+    with pytest.raises(ValueError, match="no judge"):
+        LiveSource(ITEMS, client).judge([0])

@@ -1,0 +1,142 @@
+"""A live label source: a candidate model answers through an OpenAI-compatible server, its
+answers are scored against human references, and a judge model gives synthetic labels.
+
+It has the interface of :class:`certsel.workers.replay.ReplaySource` (``human(items)``,
+``judge(items)``, counters), so the candidates and the driver use it unchanged.
+
+* **Human loss**: ``loss(candidate answer, references)`` with one of
+  :data:`certsel.workers.losses.LOSSES`.
+* **Judge loss**, two settings:
+  ``judge_mode="answer"`` — the judge answers the question itself and its answer is the
+  synthetic reference (R-AutoEval+'s setting): ``loss(candidate answer, [judge answer])``;
+  ``judge_mode="grade"`` — the judge grades the candidate's answer on a rubric and the loss
+  is ``1 - score`` (:func:`certsel.workers.losses.parse_score`). An unparsable verdict is
+  asked again with a different sampling seed (a different request, so the cache does not
+  replay the bad verdict), then fails the request with :class:`SourceError`; it is never
+  counted as a loss of 0 or 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .losses import LOSSES, UnparsableVerdict, answer_loss, parse_score
+from .openai_source import OpenAIClient, SourceError
+
+
+@dataclass(frozen=True)
+class Item:
+    """One evaluation item: an id, the question, the human reference answers."""
+
+    id: str
+    question: str
+    references: tuple[str, ...]
+
+
+DEFAULT_GRADE_PROMPT = (
+    "You are grading an answer to a question.\nQuestion: {question}\nAnswer: {answer}\n"
+    "Is the answer correct? Reply with 'Score: X' where X is an integer from 0 (wrong) to 10 (correct)."
+)
+
+
+class LiveSource:
+    """Labels for one candidate (``target`` + ``template``) on ``items``; see the module docstring."""
+
+    def __init__(self, items: list[Item], target: OpenAIClient, template: str = "{question}", *,
+                 loss: str = "normalized_exact_match", sampling: dict | None = None,
+                 judge: OpenAIClient | None = None, judge_mode: str = "answer", judge_template: str | None = None,
+                 judge_sampling: dict | None = None, grade_scale=(0, 10), verdict_attempts: int = 3):
+        if "{question}" not in template:
+            raise ValueError("the prompt template must contain {question}")
+        if judge_mode not in ("answer", "grade"):
+            raise ValueError(f"judge_mode must be 'answer' or 'grade', got {judge_mode!r}")
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {loss!r}")
+        self.items, self.target, self.template, self.loss = list(items), target, template, loss
+        self.sampling = {"temperature": 0.0, **(sampling or {})}
+        self.judge_client, self.judge_mode = judge, judge_mode
+        self.judge_template = judge_template or (template if judge_mode == "answer" else DEFAULT_GRADE_PROMPT)
+        self.judge_sampling = {"temperature": 0.0, **(judge_sampling or {})}
+        self.grade_scale, self.verdict_attempts = grade_scale, verdict_attempts
+        self._answers: dict[int, str] = {}
+        self._human: set[int] = set()
+        self._judged: set[int] = set()
+
+    # -- counters (the ReplaySource interface) -------------------------------------------
+    @property
+    def n_items(self) -> int:
+        return len(self.items)
+
+    @property
+    def human_labels(self) -> int:
+        return len(self._human)
+
+    @property
+    def judge_labels(self) -> int:
+        return len(self._judged)
+
+    @property
+    def requests(self) -> int:
+        return self.target.stats.sent + (0 if self.judge_client is None else self.judge_client.stats.sent)
+
+    # -- labels ----------------------------------------------------------------------------
+    def answers(self, items) -> list[str]:
+        """The candidate's answers (generated once per item; cached on disk by the client)."""
+        idx = [int(i) for i in items]
+        new = [i for i in dict.fromkeys(idx) if i not in self._answers]
+        if new:
+            prompts = [[{"role": "user", "content": self.template.format(question=self.items[i].question)}]
+                       for i in new]
+            self._answers.update(zip(new, self.target.chat(prompts, **self.sampling), strict=True))
+        return [self._answers[i] for i in idx]
+
+    def human(self, items) -> np.ndarray:
+        """Human losses: the candidate's answers against the reference answers."""
+        idx = [int(i) for i in items]
+        out = np.array([answer_loss(self.loss, a, list(self.items[i].references))
+                        for i, a in zip(idx, self.answers(idx), strict=True)], dtype=np.float64)
+        self._human.update(idx)
+        return out
+
+    def judge(self, items) -> np.ndarray:
+        """Judge losses (see the module docstring for the two settings)."""
+        if self.judge_client is None:
+            raise ValueError("this source has no judge")
+        idx = [int(i) for i in items]
+        answers = self.answers(idx)
+        if self.judge_mode == "answer":
+            prompts = [[{"role": "user", "content": self.judge_template.format(question=self.items[i].question)}]
+                       for i in idx]
+            refs = self.judge_client.chat(prompts, **self.judge_sampling)
+            out = [answer_loss(self.loss, a, [r]) for a, r in zip(answers, refs, strict=True)]
+        else:
+            out = self._grades(idx, answers)
+        self._judged.update(idx)
+        return np.array(out, dtype=np.float64)
+
+    def _grades(self, idx, answers) -> list[float]:
+        losses: dict[int, float] = {}
+        pending = list(range(len(idx)))
+        for attempt in range(self.verdict_attempts):
+            if not pending:
+                break
+            params = dict(self.judge_sampling)
+            if attempt:  # a new request: the cached unparsable verdict is not replayed
+                params["seed"] = attempt
+            prompts = [[{"role": "user", "content": self.judge_template.format(
+                question=self.items[idx[k]].question, answer=answers[k])}] for k in pending]
+            verdicts = self.judge_client.chat(prompts, **params)
+            still = []
+            for k, v in zip(pending, verdicts, strict=True):
+                try:
+                    losses[k] = 1.0 - parse_score(v, self.grade_scale)
+                except UnparsableVerdict:
+                    still.append(k)
+            pending = still
+        if pending:
+            bad = [self.items[idx[k]].id for k in pending[:3]]
+            raise SourceError(f"judge verdict unparsable after {self.verdict_attempts} attempts for item(s) "
+                              f"{', '.join(bad)}")
+        return [losses[k] for k in range(len(idx))]
