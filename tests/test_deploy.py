@@ -1,0 +1,93 @@
+"""deploy/: the cluster configuration is validated here (the GPU path differs only in it)."""
+
+import json
+import pathlib
+
+import jsonschema
+import pytest
+import ray
+import yaml
+
+DEPLOY = pathlib.Path(__file__).resolve().parents[1] / "deploy"
+
+
+def docs(path):
+    return [d for d in yaml.safe_load_all((DEPLOY / path).read_text()) if d is not None]
+
+
+def test_ray_up_config_matches_rays_schema():
+    cfg = yaml.safe_load((DEPLOY / "ray-up" / "cluster.yaml").read_text())
+    schema = json.loads((pathlib.Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+    jsonschema.validate(cfg, schema)
+    assert cfg["head_node_type"] in cfg["available_node_types"]
+    gpu = cfg["available_node_types"]["gpu"]
+    assert gpu["resources"]["GPU"] >= 1 and gpu["max_workers"] <= cfg["max_workers"]
+    assert any("RAY_AUTH_MODE=token" in c for c in cfg["head_start_ray_commands"] + cfg["worker_start_ray_commands"])
+    assert any("ray[default]==" + ray.__version__ in c for c in cfg["setup_commands"])
+
+
+def _containers(pod_spec):
+    return pod_spec["containers"]
+
+
+def _env_names(container):
+    return {e["name"] for e in container.get("env", [])}
+
+
+def test_raycluster_and_rayjob():
+    (cluster,) = docs("kuberay/raycluster.yaml")
+    (job,) = docs("kuberay/rayjob.yaml")
+    assert (cluster["apiVersion"], cluster["kind"]) == ("ray.io/v1", "RayCluster")
+    assert (job["apiVersion"], job["kind"]) == ("ray.io/v1", "RayJob")
+    assert cluster["spec"]["rayVersion"] == ray.__version__
+    pods = [cluster["spec"]["headGroupSpec"]["template"]["spec"]] + [
+        g["template"]["spec"] for g in cluster["spec"]["workerGroupSpecs"]]
+    pods.append(job["spec"]["submitterPodTemplate"]["spec"])
+    for pod in pods:
+        for c in _containers(pod):
+            assert c["image"].split("/")[-1].startswith("certsel:")  # the image of deploy/Dockerfile
+            assert {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN"} <= _env_names(c)  # every node shares the token
+    for g in cluster["spec"]["workerGroupSpecs"]:
+        assert g["minReplicas"] <= g["replicas"] <= g["maxReplicas"]
+    assert job["spec"]["entrypoint"].startswith("certsel run /config/")
+    assert job["spec"]["clusterSelector"]["ray.io/cluster"] == cluster["metadata"]["name"]
+    mount = job["spec"]["submitterPodTemplate"]["spec"]["containers"][0]["volumeMounts"][0]
+    assert mount["mountPath"] == "/config"
+    assert "MLFLOW_TRACKING_URI" in yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]
+
+
+@pytest.mark.parametrize("path", ["k8s/vllm-candidates.yaml", "k8s/vllm-judge.yaml"])
+def test_vllm_servers(path):
+    objs = docs(path)
+    deployments = [o for o in objs if o["kind"] == "Deployment"]
+    services = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Service"}
+    assert deployments
+    for d in deployments:
+        name = d["metadata"]["name"]
+        assert name in services, f"{name} has no Service"
+        assert services[name]["spec"]["selector"] == d["spec"]["selector"]["matchLabels"]
+        assert d["spec"]["template"]["metadata"]["labels"] == d["spec"]["selector"]["matchLabels"]
+        (c,) = _containers(d["spec"]["template"]["spec"])
+        args = c["args"]
+        assert int(c["resources"]["limits"]["nvidia.com/gpu"]) >= 1
+        assert "--served-model-name" in args and args[args.index("--port") + 1] == "8000"
+        assert c["readinessProbe"]["httpGet"]["path"] == "/health"
+        tp = int(args[args.index("--tensor-parallel-size") + 1]) if "--tensor-parallel-size" in args else 1
+        assert tp == int(c["resources"]["limits"]["nvidia.com/gpu"])
+        if path.endswith("candidates.yaml"):
+            assert args[args.index("--quantization") + 1] in {"fp8", "awq", "gptq", "bitsandbytes", "gguf"}
+            assert args[args.index("--served-model-name") + 1] == d["metadata"]["labels"]["candidate"]
+
+
+def test_mlflow_server():
+    objs = docs("k8s/mlflow.yaml")
+    (dep,) = [o for o in objs if o["kind"] == "Deployment"]
+    (svc,) = [o for o in objs if o["kind"] == "Service"]
+    (c,) = _containers(dep["spec"]["template"]["spec"])
+    cmd = " ".join(c["args"])
+    assert "mlflow server" in cmd and "--backend-store-uri" in cmd and "--serve-artifacts" in cmd
+    assert "MLFLOW_DB_URL" in _env_names(c)  # the database URL (with its password) comes from a Secret
+    assert svc["spec"]["ports"][0]["port"] == 5000
+    (job,) = docs("kuberay/rayjob.yaml")
+    uri = yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]["MLFLOW_TRACKING_URI"]
+    assert uri.startswith(f"http://{svc['metadata']['name']}.") and uri.endswith(":5000")
