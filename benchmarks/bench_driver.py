@@ -72,11 +72,11 @@ def bench(name, cfg, rt_ray):
     direct = replicated_selection(data.table, n=N, r=R, reps=1, seed=0, procedure="bonferroni")
     t_direct = time.perf_counter() - t
     t = time.perf_counter()
-    res_local = run_job(cfg, data, LocalRuntime(1), n_hosts=1)
+    res_local = run_job(cfg, data, LocalRuntime(1), n_hosts=1, collect_labels=False)
     t_local = time.perf_counter() - t
-    run_job(cfg, data, rt_ray)  # warm the actors (imports, first load)
+    run_job(cfg, data, rt_ray, collect_labels=False)  # warm the actors (imports, first load)
     t = time.perf_counter()
-    res_ray = run_job(cfg, data, rt_ray)
+    res_ray = run_job(cfg, data, rt_ray, collect_labels=False)
     t_ray = time.perf_counter() - t
     ev = events(res_ray)
     assert ev == events(res_local) == K * N * (2 + R)

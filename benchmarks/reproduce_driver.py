@@ -66,7 +66,7 @@ def main() -> None:
                 sizes, losses, same, human, judge_l, full = [], [], 0, [], [], None
                 for seed in range(args.seeds):
                     cfg = cfg_for(scheme, judge, n, seed)
-                    res = run_job(cfg, data[judge], rt)
+                    res = run_job(cfg, data[judge], rt, collect_labels=False)
                     jobs += 1
                     rec = res.selected_record
                     sizes.append(np.nan if rec is None else GB_PER_BIT * rec.objective)
@@ -116,7 +116,7 @@ def main() -> None:
     for la in (0, 1, 3):
         h, rounds, gb = [], [], []
         for seed in range(args.seeds):
-            res = run_job(cfg_for("r-autoeval+", "best", 300, seed, la), data["best"], rt)
+            res = run_job(cfg_for("r-autoeval+", "best", 300, seed, la), data["best"], rt, collect_labels=False)
             h.append(res.spent["human"])
             rounds.append(res.rounds)
             gb.append(np.nan if res.selected_record is None else GB_PER_BIT * res.selected_record.objective)

@@ -53,6 +53,56 @@ class DataConfig(_Strict):
     features: pathlib.Path | None = None  # item embeddings (Parquet: item, e0..e{d-1}) for Cer-Eval
 
 
+class EndpointConfig(_Strict):
+    """An OpenAI-compatible server and one of its served models."""
+
+    base_url: str = Field(pattern=r"^https?://")
+    model: str = Field(min_length=1)
+    api_key_env: str | None = None  # the key is read from this environment variable, never from the file
+    timeout: float = Field(60.0, gt=0)
+    max_retries: int = Field(4, ge=0)
+    concurrency: int = Field(16, ge=1)
+    sampling: dict = Field(default_factory=dict)
+
+
+class LiveCandidate(EndpointConfig):
+    id: str = Field(min_length=1)
+    template: str = "{question}"
+    objective: float | None = None  # e.g. model size in GB or prompt length
+
+    @field_validator("template")
+    @classmethod
+    def _placeholder(cls, v):
+        if "{question}" not in v:
+            raise ValueError("must contain {question}")
+        return v
+
+
+class JudgeConfig(EndpointConfig):
+    mode: Literal["answer", "grade"] = "answer"
+    template: str | None = None
+    scale: tuple[float, float] = (0.0, 10.0)
+
+
+class LiveConfig(_Strict):
+    """Candidates served by OpenAI-compatible servers (vLLM), scored against references."""
+
+    items: pathlib.Path  # Parquet or JSON Lines with id, question, answers (list) or answer
+    loss: Literal["exact_match", "normalized_exact_match", "contains", "token_f1", "numeric"] = "normalized_exact_match"
+    cache_dir: pathlib.Path = pathlib.Path(".certsel-cache")
+    candidates: list[LiveCandidate] = Field(min_length=1)
+    judge: JudgeConfig | None = None
+
+    @field_validator("candidates")
+    @classmethod
+    def _unique_ids(cls, v):
+        ids = [c.id for c in v]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"duplicate candidate ids: {', '.join(dup)}")
+        return v
+
+
 class PolicyConfig(_Strict):
     kind: Literal["r-eval", "r-autoeval", "r-autoeval+", "seq", "cer-eval"] = "r-autoeval+"
     betting: Literal["up", "wsr"] = "up"
@@ -96,7 +146,8 @@ class RayConfig(_Strict):
 
 class RunConfig(_Strict):
     name: str = Field("certsel", min_length=1)
-    data: DataConfig
+    data: DataConfig | None = None  # recorded losses (replay), or:
+    live: LiveConfig | None = None  # candidates answering through model servers
     candidates: list[str] | None = None  # default: every candidate in the table
     order: list[str] | None = None  # FST: an explicit fixed sequence (instead of data.order)
     policy: PolicyConfig = PolicyConfig()
@@ -123,6 +174,10 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self):
+        if (self.data is None) == (self.live is None):
+            raise ValueError("give exactly one label source: data (recorded losses) or live (model servers)")
+        if self.live is not None:
+            return self._consistent_live()
         if self.procedure == "fst" and self.data.order is None and self.order is None:
             raise ValueError("procedure 'fst' needs data.order (a column) or order (a list of candidates)")
         if self.order is not None and self.procedure != "fst":
@@ -148,6 +203,35 @@ class RunConfig(_Strict):
             raise ValueError(f"policy '{self.policy.kind}' needs data.judge (the judge's loss column)")
         return self
 
+    def _consistent_live(self):
+        live = self.live
+        ids = {c.id for c in live.candidates}
+        for key in ("candidates", "order"):
+            unknown = sorted(set(getattr(self, key) or ()) - ids)
+            if unknown:
+                raise ValueError(f"{key}: unknown candidate(s) not in live.candidates: {', '.join(unknown[:5])}")
+        if self.policy.kind in ("r-autoeval", "r-autoeval+") and live.judge is None:
+            raise ValueError(f"policy '{self.policy.kind}' needs live.judge (the judge's server)")
+        if self.policy.kind == "cer-eval":
+            raise ValueError("policy 'cer-eval' with a live source needs item embeddings: not supported yet")
+        if self.procedure in ("bonferroni", "holm") and self.objective is None:
+            raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
+        if self.objective is not None:
+            missing = [c.id for c in live.candidates if c.objective is None]
+            if missing:
+                raise ValueError(f"objective: live candidate(s) without an objective value: {', '.join(missing[:5])}")
+        if self.order is not None and self.procedure != "fst":
+            raise ValueError(f"order is the fixed sequence of procedure 'fst', not {self.procedure!r}")
+        if self.scheduling.prune and self.procedure != "bonferroni":
+            raise ValueError("scheduling.prune applies to procedure 'bonferroni' only")
+        if self.procedure == "holm" and self.policy.kind == "seq":
+            raise ValueError("procedure 'holm' needs e-values (r-eval, r-autoeval, r-autoeval+)")
+        if self.procedure == "pairwise" and self.policy.kind != "seq":
+            raise ValueError("procedure 'pairwise' ranks models with policy.kind 'seq' (or 'cer-eval' on replayed data)")
+        if self.policy.kind in ("r-autoeval", "r-autoeval+") and self.budget.r < 1:
+            raise ValueError(f"policy '{self.policy.kind}' needs budget.r >= 1 judge-only labels per human label")
+        return self
+
 
 def _format(err: ValidationError, source: str) -> str:
     e = err.errors()[0]
@@ -168,19 +252,20 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
         cfg = RunConfig.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(_format(err, source)) from None
+    section, keys = ("data", ("path", "features")) if cfg.data is not None else ("live", ("items", "cache_dir"))
     if base_dir is not None:
-        data = cfg.data
+        sub = getattr(cfg, section)
         updates = {}
-        for key in ("path", "features"):
-            p = getattr(data, key)
+        for key in keys:
+            p = getattr(sub, key)
             if p is not None and not p.is_absolute():
                 updates[key] = (base_dir / p).resolve()
         if updates:
-            cfg = cfg.model_copy(update={"data": data.model_copy(update=updates)})
-    for key in ("path", "features"):
-        p = getattr(cfg.data, key)
-        if p is not None and not p.is_file():
-            raise ConfigError(f"{source}: data.{key}: file not found: {p}")
+            cfg = cfg.model_copy(update={section: sub.model_copy(update=updates)})
+    for key in keys:
+        p = getattr(getattr(cfg, section), key)
+        if key != "cache_dir" and p is not None and not p.is_file():
+            raise ConfigError(f"{source}: {section}.{key}: file not found: {p}")
     return cfg
 
 

@@ -58,16 +58,21 @@ class JobPlan:
 
     def __post_init__(self):
         cfg, table = self.cfg, self.data.table
-        K, I = table.human.shape
+        names = self.data.names
+        K, I = len(names), self.data.n_items
         self.testing = cfg.policy.kind in TESTING
         self.uses_judge = cfg.policy.kind in ("r-autoeval", "r-autoeval+")
         n, r = cfg.budget.n, (cfg.budget.r if self.uses_judge else 0)
         self.n, self.r = n, r
-        names = self.data.names
-        self.rows = {nm: (table.human[k], table.judge[k] if self.uses_judge else None) for k, nm in enumerate(names)}
+        if table is not None:
+            self.rows = {nm: (table.human[k], table.judge[k] if self.uses_judge else None)
+                         for k, nm in enumerate(names)}
+        else:  # live: each actor builds its candidates' clients from the configuration
+            self.rows = {nm: (None, None) for nm in names}
         self.shared = {}
         if cfg.procedure == "pairwise":
             self.specs = [{"name": nm, "kind": "labels"} for nm in names]
+            self._add_live()
             return
         if self.testing:
             order = item_order(I, cfg.seed)
@@ -85,10 +90,22 @@ class JobPlan:
                              "seed": [cfg.seed, k], "budget": n}}
                 for k, nm in enumerate(names)
             ]
+        self._add_live()
+
+    def _add_live(self) -> None:
+        """Live candidates: the source configuration travels with each spec; items are shared."""
+        live = self.cfg.live
+        if live is None:
+            return
+        self.shared["items"] = self.data.items
+        judge = None if live.judge is None or not self.uses_judge else live.judge.model_dump()
+        for spec, cand in zip(self.specs, self.data.live, strict=True):
+            spec["live"] = {"candidate": cand.model_dump(), "judge": judge, "loss": live.loss,
+                            "cache_dir": str(live.cache_dir)}
 
     def full_budget(self) -> dict:
         """Labels and requests if every candidate ran to its whole budget."""
-        K, I = self.data.table.human.shape
+        K, I = len(self.data.names), self.data.n_items
         if self.cfg.procedure == "pairwise" or not self.testing:
             per = min(self.n, I)
             return {"human": K * per, "judge": 0, "requests": K * per}
@@ -209,6 +226,7 @@ class JobResult:
     rounds: int
     seconds: float
     ranking: dict | None = None
+    labels: dict | None = None  # per candidate: item, role, loss of every label bought, in order
 
     @property
     def selected_record(self) -> CandidateRecord | None:
@@ -226,23 +244,36 @@ def _totals(records) -> dict:
             "requests": sum(r.requests for r in records)}
 
 
-def _objective_key(cfg: RunConfig, table) -> np.ndarray | None:
-    if table.objective is None:
+def _objective_key(cfg: RunConfig, data) -> np.ndarray | None:
+    obj = data.objective
+    if obj is None:
         return None
-    return -table.objective if cfg.objective is not None and cfg.objective.goal == "maximize" else table.objective
+    return -obj if cfg.objective is not None and cfg.objective.goal == "maximize" else obj
+
+
+def _collect_labels(runtime, home: dict, names: list[str]) -> dict:
+    calls = {}
+    for nm in names:
+        calls.setdefault(home[nm], []).append(nm)
+    order = list(calls)
+    out = {}
+    for part in runtime.gather([(h, "labels", (calls[h],)) for h in order]):
+        out.update(part)
+    return out
 
 
 def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: int | None = None,
-            tracker=None) -> JobResult:
+            tracker=None, collect_labels: bool = True) -> JobResult:
     """Run one selection job on ``runtime`` (:class:`RayRuntime` or :class:`LocalRuntime`).
 
     ``progress(records, round)`` is called after every round; ``tracker`` (if given) gets
-    ``on_round(records)``.
+    ``on_round(records)``. With ``collect_labels`` the result carries every label bought
+    (the ``labels.parquet`` artifact: the certificate can be recomputed from it).
     """
     t0 = time.perf_counter()
     plan = JobPlan(cfg, data)
-    table = data.table
     names = data.names
+    objective, true_risk = data.objective, data.true_risk
     if n_hosts is None:
         n_hosts = runtime.default_hosts(len(names)) if hasattr(runtime, "default_hosts") else len(runtime.hosts)
     if hasattr(runtime, "ensure_hosts"):
@@ -252,14 +283,17 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
     rows = runtime.put(plan.rows)
     runtime.gather([(h, "load", (per_host[h], plan.shared, rows)) for h in range(n_hosts)])
     records = [
-        CandidateRecord(nm, k, None if table.objective is None else float(table.objective[k]),
-                        float(table.true_risk[k]))
+        CandidateRecord(nm, k, None if objective is None else float(objective[k]),
+                        None if true_risk is None else float(true_risk[k]))
         for k, nm in enumerate(names)
     ]
     if cfg.procedure == "pairwise":
-        return _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0)
+        res = _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0)
+        if collect_labels:
+            res.labels = _collect_labels(runtime, home, names)
+        return res
 
-    key = _objective_key(cfg, table)
+    key = _objective_key(cfg, data)
     sched = Scheduler(records, procedure=cfg.procedure, delta=cfg.delta, testing=plan.testing,
                       mode=cfg.scheduling.mode, lookahead=cfg.scheduling.lookahead,
                       prune_keys=key if cfg.scheduling.prune else None)
@@ -317,7 +351,8 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
              "holm": f"Holm step-down from delta/K = {cfg.delta / K:.4g} to delta = {cfg.delta:g}"}[cfg.procedure]
     return JobResult(cfg, data, records, [records[k].name for k in np.flatnonzero(certified_mask)],
                      names[sel] if sel >= 0 else None, level, _totals(records), plan.full_budget(), rounds,
-                     time.perf_counter() - t0)
+                     time.perf_counter() - t0,
+                     labels=_collect_labels(runtime, home, names) if collect_labels else None)
 
 
 def _final_certified(cfg: RunConfig, plan: JobPlan, records) -> np.ndarray:
@@ -352,8 +387,8 @@ def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0
     its sign is certified. All pairs share one seed, so they ask for the same items for as
     long as their states agree and a model is labelled once per item, whatever the number
     of pairs it is in."""
-    K, I = data.table.human.shape
     names = data.names
+    K, I = len(names), data.n_items
     ii, jj = np.triu_indices(K, 1)
     P = ii.size
     cap = min(cfg.budget.n, I)

@@ -29,10 +29,9 @@ def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = Tru
     try:
         if track:
             tracker = JobTracker(cfg.tracking.uri, cfg.tracking.experiment)
-            table = data.table
+            obj = data.objective
             run_id = tracker.start(cfg, data, [
-                CandidateRecord(n, k, None if table.objective is None else float(table.objective[k]))
-                for k, n in enumerate(data.names)
+                CandidateRecord(n, k, None if obj is None else float(obj[k])) for k, n in enumerate(data.names)
             ])
         result = run_job(cfg, data, runtime, progress=progress, tracker=tracker)
         with tempfile.TemporaryDirectory() as tmp:

@@ -20,15 +20,36 @@ from certsel.workers.replay import LossTable, load_features, load_loss_table
 
 @dataclass(frozen=True)
 class JobData:
-    """The candidates of a job (in testing order for FST), their losses and objective."""
+    """The candidates of a job (in testing order for FST) and what labels them: a recorded
+    loss table (replay) or live candidates with their items."""
 
-    table: LossTable
+    table: LossTable | None
     features: np.ndarray | None
     fingerprint: str  # sha256 (16 hex) of the data file(s)
+    items: tuple = ()  # live: the Item objects
+    live: tuple = ()  # live: the LiveCandidate configs, in job order
 
     @property
     def names(self) -> list[str]:
-        return [str(c) for c in self.table.candidates]
+        if self.table is not None:
+            return [str(c) for c in self.table.candidates]
+        return [c.id for c in self.live]
+
+    @property
+    def n_items(self) -> int:
+        return int(self.table.items.size) if self.table is not None else len(self.items)
+
+    @property
+    def objective(self) -> np.ndarray | None:
+        if self.table is not None:
+            return self.table.objective
+        vals = [c.objective for c in self.live]
+        return None if any(v is None for v in vals) else np.array(vals, dtype=np.float64)
+
+    @property
+    def true_risk(self) -> np.ndarray | None:
+        """Risk on the whole table (replay only: the reference the reports show)."""
+        return self.table.true_risk if self.table is not None else None
 
 
 def fingerprint(*paths) -> str:
@@ -73,8 +94,61 @@ def _subset(table: LossTable, names: list[str], what: str) -> LossTable:
     )
 
 
+def load_items(path) -> tuple:
+    """Evaluation items from Parquet or JSON Lines: ``id``, ``question`` and ``answers`` (a
+    list of reference strings) or ``answer`` (one string)."""
+    import json
+
+    from certsel.workers.live import Item
+
+    path = pathlib.Path(path)
+    if path.suffix in (".jsonl", ".json"):
+        rows = []
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    raise ValueError(f"{path}: line {n} is not valid JSON") from None
+    else:
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except Exception as exc:
+            raise ValueError(f"{path}: not a readable Parquet file ({exc.__class__.__name__})") from None
+    if not rows:
+        raise ValueError(f"{path}: no items")
+    items, seen = [], set()
+    for n, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or "id" not in row or not isinstance(row.get("question"), str):
+            raise ValueError(f"{path}: item {n} needs an id and a question string")
+        refs = row.get("answers", [row["answer"]] if "answer" in row else None)
+        if refs is None or isinstance(refs, str) or not refs or not all(isinstance(r, str) for r in refs):
+            raise ValueError(f"{path}: item {row['id']!r} needs answers (a non-empty list of strings) or answer")
+        if str(row["id"]) in seen:
+            raise ValueError(f"{path}: duplicated item id {row['id']!r}")
+        seen.add(str(row["id"]))
+        items.append(Item(str(row["id"]), row["question"], tuple(refs)))
+    return tuple(items)
+
+
+def _load_live(cfg: RunConfig) -> JobData:
+    by_id = {c.id: c for c in cfg.live.candidates}
+    names = cfg.order or cfg.candidates or list(by_id)
+    if cfg.candidates is not None and cfg.order is None:
+        names = [c.id for c in cfg.live.candidates if c.id in set(cfg.candidates)]
+    items = load_items(cfg.live.items)
+    uses_judge = cfg.policy.kind in ("r-autoeval", "r-autoeval+")
+    need = cfg.budget.n * (1 + (cfg.budget.r if uses_judge else 0))
+    if cfg.policy.kind in ("r-eval", "r-autoeval", "r-autoeval+") and need > len(items):
+        raise ValueError(f"budget: n*(1+r) = {need} items needed per candidate but {cfg.live.items} has {len(items)}")
+    return JobData(table=None, features=None, fingerprint=fingerprint(cfg.live.items), items=items,
+                   live=tuple(by_id[n] for n in names))
+
+
 def load_job_data(cfg: RunConfig) -> JobData:
     """Read, validate and arrange the job's loss table (and features for Cer-Eval)."""
+    if cfg.live is not None:
+        return _load_live(cfg)
     path = pathlib.Path(cfg.data.path)
     _require_columns(path, cfg)
     table = load_loss_table(

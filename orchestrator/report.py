@@ -85,8 +85,9 @@ def certificate(result: JobResult) -> dict:
                    "saved_fraction": {k: _round(v, 4) for k, v in saved.items()},
                    "budget": cfg.budget.model_dump(), "rounds": result.rounds},
         "scheduling": cfg.scheduling.model_dump(),
-        "data": {"path": str(cfg.data.path), "sha256_16": result.data.fingerprint, "judge": cfg.data.judge,
-                 "items": int(result.data.table.items.size)},
+        "data": {"path": str(cfg.data.path if cfg.data else cfg.live.items), "sha256_16": result.data.fingerprint,
+                 "judge": cfg.data.judge if cfg.data else (cfg.live.judge.model if cfg.live.judge else None),
+                 "items": result.data.n_items},
         "seed": cfg.seed,
         "seconds": _round(result.seconds, 3),
         "candidates": rows,
@@ -99,10 +100,10 @@ def certificate(result: JobResult) -> dict:
 def selected_by_budget(result: JobResult, budgets) -> list:
     """What the job would have selected with a smaller per-candidate budget b (human labels),
     recomputed from the recorded evidence (each run's evidence up to b is a prefix of it)."""
-    cfg, table = result.cfg, result.data.table
-    if table.objective is None or cfg.procedure == "pairwise":
+    cfg, objective = result.cfg, result.data.objective
+    if objective is None or cfg.procedure == "pairwise":
         return [None] * len(budgets)
-    key = -table.objective if cfg.objective and cfg.objective.goal == "maximize" else table.objective
+    key = -objective if cfg.objective and cfg.objective.goal == "maximize" else objective
     out = []
     for b in budgets:
         if any(r.path for r in result.records):
@@ -112,7 +113,7 @@ def selected_by_budget(result: JobResult, budgets) -> list:
             ok = np.array([r.status == "certified" and 0 < r.certified_at <= b for r in result.records])
             cert = np.cumprod(ok).astype(bool) if cfg.procedure == "fst" else ok
         k = int(select(cert, key))
-        out.append(None if k < 0 else float(table.objective[k]))
+        out.append(None if k < 0 else float(objective[k]))
     return out
 
 
@@ -166,7 +167,7 @@ def _plots(result: JobResult, outdir: pathlib.Path) -> list[pathlib.Path]:
     fig.tight_layout()
     fig.savefig(files[-1], dpi=110)
     plt.close(fig)
-    if cfg.procedure != "pairwise" and result.data.table.objective is not None:
+    if cfg.procedure != "pairwise" and result.data.objective is not None:
         budgets = list(range(cfg.budget.batch, cfg.budget.n + 1, cfg.budget.batch))
         if budgets and budgets[-1] != cfg.budget.n:
             budgets.append(cfg.budget.n)
@@ -181,6 +182,27 @@ def _plots(result: JobResult, outdir: pathlib.Path) -> list[pathlib.Path]:
         fig.savefig(files[-1], dpi=110)
         plt.close(fig)
     return files
+
+
+def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:
+    """Every label the job bought: candidate, purchase order, item (index and id), role, loss."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = result.data
+    ids = np.array([it.id for it in data.items]) if data.items else data.table.items.astype(str)
+    cols = {"candidate": [], "seq": [], "item": [], "item_id": [], "role": [], "loss": []}
+    for name, log in result.labels.items():
+        items = np.asarray(log["item"], dtype=np.int64)
+        cols["candidate"].append(np.full(items.size, name, dtype=object))
+        cols["seq"].append(np.arange(items.size))
+        cols["item"].append(items)
+        cols["item_id"].append(ids[items].astype(object))
+        cols["role"].append(np.asarray(log["role"], dtype=object))
+        cols["loss"].append(np.asarray(log["loss"], dtype=np.float64))
+    table = pa.table({k: pa.array(np.concatenate(v) if v else []) for k, v in cols.items()})
+    pq.write_table(table, path)
+    return path
 
 
 def _table(cert: dict) -> list[list[str]]:
@@ -204,6 +226,8 @@ def write_report(result: JobResult, outdir) -> list[pathlib.Path]:
     files = [outdir / "selection.json"]
     files[0].write_text(json.dumps(cert, indent=2, allow_nan=False))
     plots = _plots(result, outdir)
+    if result.labels is not None:
+        files.append(_write_labels(result, outdir / "labels.parquet"))
     lab = cert["labels"]
     summary = [
         f"# certsel: {cert['job']}",

@@ -121,9 +121,11 @@ class JobTracker:
             "radius": cfg.policy.radius, "procedure": cfg.procedure, "budget_n": cfg.budget.n,
             "budget_r": cfg.budget.r, "budget_batch": cfg.budget.batch, "budget_max_requests": cfg.budget.max_requests,
             "scheduling": cfg.scheduling.mode, "lookahead": cfg.scheduling.lookahead, "seed": cfg.seed,
-            "data_path": str(cfg.data.path), "data_fingerprint": data.fingerprint, "judge": cfg.data.judge,
+            "data_path": str(cfg.data.path if cfg.data else cfg.live.items), "data_fingerprint": data.fingerprint,
+            "judge": cfg.data.judge if cfg.data else (cfg.live.judge.model if cfg.live.judge else None),
+            "source": "replay" if cfg.data else "live",
             "objective": None if cfg.objective is None else f"{cfg.objective.goal} {cfg.objective.column}",
-            "n_candidates": len(records), "n_items": int(data.table.items.size),
+            "n_candidates": len(records), "n_items": data.n_items,
         }
         c.log_batch(self.parent_id, params=[Param(k, str(v)) for k, v in params.items()])
         for r in records:

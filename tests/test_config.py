@@ -46,7 +46,7 @@ def _base(**over):
     (_base(data={"path": "/no/such/file.parquet", "judge": "j", "order": "rank"}), "data.path: file not found"),
     (_base(policy={"kind": "cer-eval"}), "needs data.features"),
     (_base(procedure="pairwise"), "procedure 'pairwise' ranks models"),
-    ({"alpha": 0.1}, "data: Field required"),
+    ({"alpha": 0.1}, "give exactly one label source: data (recorded losses) or live (model servers)"),
     (_base(scheduling={"prune": True}), "scheduling.prune applies to procedure 'bonferroni' only"),
     (_base(scheduling={"lookahead": -1}), "scheduling.lookahead: Input should be greater than or equal to 0"),
     (_base(procedure="holm", policy={"kind": "seq"}), "procedure 'holm' needs e-values"),

@@ -1,60 +1,23 @@
 """The live label source against a real local HTTP server that answers additions.
 
-The server plays an OpenAI-compatible endpoint with three served models: ``exact`` adds
-correctly, ``weak`` is off by one when a*b is a multiple of 3, ``grader`` grades an answer
+The server (tests/servers.py) plays an OpenAI-compatible endpoint with served models: ``exact`` adds
+correctly, ``weak`` is off by one when a*b is a multiple of 7, ``grader`` grades an answer
 ("Score: 10" / "Score: 0"); it answers prose instead of a score for a = 7 unless the request
 carries a sampling seed, and always for a = 9.
 """
-
-import json
-import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 from certsel.workers.candidate import TestingCandidate
 from certsel.workers.live import Item, LiveSource
 from certsel.workers.openai_source import Endpoint, OpenAIClient, ResponseCache, SourceError
-
-
-class _Adder(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        text = body["messages"][-1]["content"]
-        a, b = map(int, re.search(r"(\d+)\s*\+\s*(\d+)", text).groups())
-        model = body["model"]
-        with self.server.lock:
-            self.server.calls[model] = self.server.calls.get(model, 0) + 1
-        if model == "grader":
-            given = re.search(r"Answer:\s*(-?\d+)", text)
-            if a == 9 or (a == 7 and "seed" not in body):
-                reply = "Looks fine to me."
-            else:
-                reply = "Score: 10" if given and int(given.group(1)) == a + b else "Score: 0"
-        elif model == "weak" and (a * b) % 3 == 0:
-            reply = str(a + b + 1)
-        else:
-            reply = f"The answer is {a + b}." if model == "chatty" else str(a + b)
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+from servers import adder_server
 
 
 @pytest.fixture()
 def adder():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Adder)
-    srv.calls, srv.lock = {}, threading.Lock()
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}", srv
-    srv.shutdown()
-    srv.server_close()
+    with adder_server() as (url, srv):
+        yield url, srv
 
 
 ITEMS = [Item(f"q{a}_{b}", f"{a}+{b}", (str(a + b),)) for a in range(1, 9) for b in range(10, 15)]
@@ -66,7 +29,7 @@ def make(url, tmp_path, model, **kw):
 
 def truth_weak(item):
     a, b = map(int, item.question.split("+"))
-    return float((a * b) % 3 == 0)
+    return float((a * b) % 7 == 0)
 
 
 def test_human_and_judge_answer_losses(adder, tmp_path):

@@ -20,7 +20,12 @@ from .replay import ReplaySource
 def build_candidate(spec: dict, shared: dict):
     """A candidate object from its spec and the job-wide arrays in ``shared``
     (``human_items``/``judge_items`` for testing, ``features`` for Cer-Eval)."""
-    source = ReplaySource(spec["human"], spec.get("judge"))
+    if spec.get("live") is not None:
+        from .live import live_source
+
+        source = live_source(spec["live"], shared["items"])
+    else:
+        source = ReplaySource(spec["human"], spec.get("judge"))
     kind = spec["kind"]
     if kind == "testing":
         return TestingCandidate(spec["name"], source, human_items=shared["human_items"],
@@ -73,6 +78,18 @@ class CandidateHost:
 
     def losses(self, requests: dict) -> dict:
         return {n: self.candidates[n].losses(items) for n, items in requests.items()}
+
+    def labels(self, names: list[str]) -> dict:
+        """The label log of each candidate: item indices, roles and losses, in purchase order."""
+        out = {}
+        for n in names:
+            log = self.candidates[n].source.log
+            out[n] = {
+                "item": np.concatenate([e[0] for e in log]) if log else np.zeros(0, dtype=np.int64),
+                "role": [r for e in log for r in [e[1]] * len(e[0])],
+                "loss": np.concatenate([e[2] for e in log]) if log else np.zeros(0),
+            }
+        return out
 
     def counters(self) -> list[dict]:
         return [c._counters() for c in self.candidates.values()]

@@ -18,12 +18,13 @@ It has the interface of :class:`certsel.workers.replay.ReplaySource` (``human(it
 
 from __future__ import annotations
 
+import pathlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from .losses import LOSSES, UnparsableVerdict, answer_loss, parse_score
-from .openai_source import OpenAIClient, SourceError
+from .openai_source import Endpoint, OpenAIClient, ResponseCache, SourceError
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class LiveSource:
         self._answers: dict[int, str] = {}
         self._human: set[int] = set()
         self._judged: set[int] = set()
+        self.log: list = []  # (items, role, losses) of every label bought, in order
 
     # -- counters (the ReplaySource interface) -------------------------------------------
     @property
@@ -97,8 +99,14 @@ class LiveSource:
         idx = [int(i) for i in items]
         out = np.array([answer_loss(self.loss, a, list(self.items[i].references))
                         for i, a in zip(idx, self.answers(idx), strict=True)], dtype=np.float64)
-        self._human.update(idx)
+        self._record(idx, "human", out, self._human)
         return out
+
+    def _record(self, idx, role, losses, done: set) -> None:
+        new = [k for k, i in enumerate(idx) if i not in done]
+        if new:
+            self.log.append((np.array([idx[k] for k in new], dtype=np.int64), role, losses[new]))
+        done.update(idx)
 
     def judge(self, items) -> np.ndarray:
         """Judge losses (see the module docstring for the two settings)."""
@@ -113,8 +121,9 @@ class LiveSource:
             out = [answer_loss(self.loss, a, [r]) for a, r in zip(answers, refs, strict=True)]
         else:
             out = self._grades(idx, answers)
-        self._judged.update(idx)
-        return np.array(out, dtype=np.float64)
+        out = np.array(out, dtype=np.float64)
+        self._record(idx, "judge", out, self._judged)
+        return out
 
     def _grades(self, idx, answers) -> list[float]:
         losses: dict[int, float] = {}
@@ -140,3 +149,22 @@ class LiveSource:
             raise SourceError(f"judge verdict unparsable after {self.verdict_attempts} attempts for item(s) "
                               f"{', '.join(bad)}")
         return [losses[k] for k in range(len(idx))]
+
+
+_ENDPOINT_KEYS = ("base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency")
+
+
+def live_source(cfg: dict, items) -> LiveSource:
+    """A :class:`LiveSource` from a job's plain configuration (what travels to an actor):
+    ``candidate`` and ``judge`` endpoint dicts, ``loss``, ``cache_dir`` (one SQLite cache,
+    shared by the job's actors)."""
+    cache = ResponseCache(pathlib.Path(cfg["cache_dir"]) / "responses.db")
+    cand = cfg["candidate"]
+    target = OpenAIClient(Endpoint(**{k: cand[k] for k in _ENDPOINT_KEYS}), cache)
+    judge = cfg.get("judge")
+    kw = {}
+    if judge is not None:
+        kw = {"judge": OpenAIClient(Endpoint(**{k: judge[k] for k in _ENDPOINT_KEYS}), cache),
+              "judge_mode": judge["mode"], "judge_template": judge["template"], "judge_sampling": judge["sampling"],
+              "grade_scale": tuple(judge["scale"])}
+    return LiveSource(list(items), target, cand["template"], loss=cfg["loss"], sampling=cand["sampling"], **kw)

@@ -9,7 +9,7 @@
   ``max_retries`` times, then :class:`SourceError` says what failed, where and how often.
   Other 4xx answers fail at once (retrying a bad request cannot help).
 * Cache: every successful answer is stored in a SQLite file keyed by the SHA-256 of (kind,
-  served model, payload with sampling parameters); a rerun or a restarted actor reads it
+  server URL, served model, payload with sampling parameters); a rerun or a restarted actor reads it
   back instead of paying for the generation again. Identical requests in one batch are
   sent once. ``stats`` counts what was actually sent, so no label is counted twice.
 * Secrets: the API key is read from the environment variable named by
@@ -71,13 +71,16 @@ class ResponseCache:
     def __init__(self, path):
         self.path = pathlib.Path(path)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # one file may be shared by the actors of a job (processes): wait on its lock
+        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=60)
         with self._db:
             self._db.execute("create table if not exists responses (key text primary key, value text not null)")
 
     @staticmethod
-    def key(kind: str, model: str, payload: dict) -> str:
-        canon = json.dumps({"kind": kind, "model": model, "payload": payload}, sort_keys=True, ensure_ascii=False)
+    def key(kind: str, endpoint: str, model: str, payload: dict) -> str:
+        canon = json.dumps({"kind": kind, "endpoint": endpoint.rstrip("/"), "model": model, "payload": payload},
+                           sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(canon.encode()).hexdigest()
 
     def get(self, key: str):
@@ -172,7 +175,7 @@ class OpenAIClient:
 
     async def _run(self, kind: str, payloads: list[dict]) -> list:
         ep = self.endpoint
-        keys = [ResponseCache.key(kind, ep.model, p) for p in payloads]
+        keys = [ResponseCache.key(kind, ep.base_url, ep.model, p) for p in payloads]
         results: dict[str, object] = {}
         todo: dict[str, dict] = {}
         for k, p in zip(keys, payloads, strict=True):

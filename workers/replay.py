@@ -250,6 +250,7 @@ class ReplaySource:
         self._human_done = np.zeros(self._human.size, dtype=bool)
         self._judge_done = np.zeros(self._human.size, dtype=bool)
         self.requests = 0
+        self.log: list = []  # (items, role, losses) of every label bought, in order
 
     @property
     def n_items(self) -> int:
@@ -272,6 +273,9 @@ class ReplaySource:
         """Human losses of ``items`` (the costly labels)."""
         items = np.asarray(items, dtype=np.int64)
         self._generate(items)
+        new = items[~self._human_done[items]]
+        if new.size:
+            self.log.append((new, "human", self._human[new]))
         self._human_done[items] = True
         return self._human[items]
 
@@ -283,5 +287,7 @@ class ReplaySource:
         self._generate(items)
         new = ~self._judge_done[items]
         self.requests += int(np.count_nonzero(new))
+        if new.any():
+            self.log.append((items[new], "judge", self._judge[items[new]]))
         self._judge_done[items] = True
         return self._judge[items]

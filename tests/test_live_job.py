@@ -1,0 +1,110 @@
+"""A whole `certsel run` job on live candidates: real Ray, real MLflow, a real HTTP model server.
+
+The server (tests/servers.py) answers additions: candidates are (served model, prompt
+template) pairs; the judge answers the question itself (R-AutoEval+'s setting). The
+certificate is recomputed from the job's own label log (labels.parquet), and a second run
+on the same cache sends no request.
+"""
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import ray
+import yaml
+from certsel.config import load_config
+from certsel.orchestrator.job import execute
+from certsel.orchestrator.tracking import load_certificate
+from certsel.policies import log_evalue_paths, scheme_rhos
+from mlflow.tracking import MlflowClient
+from servers import adder_server
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def write_job(tmp_path, url):
+    items = tmp_path / "additions.jsonl"
+    with open(items, "w") as f:
+        for a in range(1, 41):
+            for b in range(10, 20):
+                f.write(json.dumps({"id": f"{a}+{b}", "question": f"{a}+{b}", "answers": [str(a + b)]}) + "\n")
+    job = {
+        "name": "live-additions",
+        "live": {
+            "items": "additions.jsonl", "loss": "normalized_exact_match", "cache_dir": "cache",
+            "candidates": [
+                {"id": "exact-short", "base_url": url, "model": "exact", "template": "{question}=", "objective": 1},
+                {"id": "weak-short", "base_url": url, "model": "weak", "template": "{question}?", "objective": 0.5},
+                {"id": "weak-long", "base_url": url, "model": "weak", "concurrency": 4,
+                 "template": "What is {question}? Answer with a number.", "objective": 2},
+            ],
+            "judge": {"base_url": url, "model": "exact", "mode": "answer", "template": "Compute {question}."},
+        },
+        "policy": {"kind": "r-autoeval+"}, "alpha": 0.5, "delta": 0.1, "procedure": "bonferroni",
+        "objective": {"column": "prompt_cost"}, "budget": {"n": 60, "r": 3, "batch": 10}, "seed": 1,
+        "tracking": {"uri": f"sqlite:///{tmp_path}/store.db", "intervals": "final"},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def test_live_job_end_to_end(ray_session, tmp_path):
+    with adder_server() as (url, srv):
+        cfg = load_config(write_job(tmp_path, url))
+        result, run_id = execute(cfg, report_dir=tmp_path / "report")
+        calls_first = dict(srv.calls)
+        uri = f"sqlite:///{tmp_path}/store.db"
+        cert = load_certificate(run_id, uri)
+        assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
+
+        # weak is wrong when 7 divides a*b (27% of the items): risk < alpha = 0.5; exact risk 0
+        assert cert["selected"] == "weak-short" and set(cert["certified_set"]) >= {"exact-short", "weak-short"}
+        # every request was sent once: 3 candidates' answers + the judge's answers (shared
+        # between the candidates: the same judge prompt is one cached request)
+        assert calls_first["weak"] == sum(r.n_human + 3 * r.n_human for r in result.records if "weak" in r.name)
+        assert calls_first["exact"] <= 400 + 4 * result.records[0].n_human
+
+        # recompute every candidate's e-value from the label log alone
+        log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
+        n = cfg.budget.n
+        for row in cert["candidates"]:
+            mine = log[log.candidate == row["candidate"]].sort_values("seq")
+            human = mine[mine.role == "human"]
+            judge = mine[mine.role == "judge"]
+            h = human.loss.to_numpy()
+            on_human = judge[judge.item.isin(human.item)].set_index("item").loss
+            jl = on_human.loc[human.item].to_numpy()
+            ju = judge[~judge.item.isin(human.item)].loss.to_numpy()
+            assert ju.size == 3 * h.size and row["labels_human"] == h.size
+            log_e = log_evalue_paths(h, jl, ju, alpha=0.5, delta=0.1, rhos=scheme_rhos("r-autoeval+"), horizon=n)
+            assert max(0.0, log_e.max()) == pytest.approx(row["log_e_value"], abs=1e-5)
+            # human losses are the real correctness of the recorded answers
+            a_b = human.item_id.str.split("+", expand=True).astype(int)
+            wrong = ((a_b[0] * a_b[1]) % 7 == 0).astype(float).to_numpy() if "weak" in row["candidate"] else 0.0
+            np.testing.assert_array_equal(h, wrong)
+
+        # a second run on the same cache buys nothing from the servers
+        result2, run_id2 = execute(cfg)
+        assert srv.calls == calls_first
+        cert2 = load_certificate(run_id2, uri)
+        assert cert2["certified_set"] == cert["certified_set"] and cert2["selected"] == cert["selected"]
+        assert [c["log_e_value"] for c in cert2["candidates"]] == [c["log_e_value"] for c in cert["candidates"]]
+
+
+def test_live_job_with_an_unreachable_server_fails_cleanly(ray_session, tmp_path):
+    path = write_job(tmp_path, "http://127.0.0.1:9")
+    cfg = load_config(path)
+    cfg = cfg.model_copy(update={"live": cfg.live.model_copy(update={"candidates": [
+        c.model_copy(update={"max_retries": 1, "timeout": 1.0}) for c in cfg.live.candidates]})})
+    with pytest.raises(Exception, match="connection failed"):
+        execute(cfg)
+    client = MlflowClient(f"sqlite:///{tmp_path}/store.db")
+    runs = client.search_runs([client.get_experiment_by_name("certsel").experiment_id])
+    assert runs and {r.info.status for r in runs} == {"FAILED"}  # nothing looks finished
