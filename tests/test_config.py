@@ -10,10 +10,11 @@ EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 TABLE = str(EXAMPLES / "data" / "triviaqa_llama31_8b_mx.parquet")
 
 
-@pytest.mark.parametrize("name", ["quantization.yaml", "prompts.yaml", "alpacaeval_ranking.yaml"])
+@pytest.mark.parametrize("name", ["quantization.yaml", "prompts.yaml", "alpacaeval_ranking.yaml", "live_additions.yaml"])
 def test_bundled_examples_load(name):
     cfg = load_config(EXAMPLES / name)
-    assert cfg.data.path.is_file() and cfg.data.path.is_absolute()
+    path = cfg.data.path if cfg.data is not None else cfg.live.items
+    assert path.is_file() and path.is_absolute()
 
 
 def test_defaults_and_relative_paths():
@@ -91,3 +92,37 @@ def test_overrides(tmp_path):
         load_config(EXAMPLES / "quantization.yaml", ["budget.n"])
     with pytest.raises(ConfigError, match="'alpha' is not a mapping"):
         load_config(EXAMPLES / "quantization.yaml", ["alpha.x=1"])
+
+
+def _live(**over):
+    cand = {"id": "a", "base_url": "http://127.0.0.1:8000", "model": "m", "objective": 1.0}
+    raw = {"live": {"items": str(EXAMPLES / "data" / "additions.jsonl"), "candidates": [cand, {**cand, "id": "b"}],
+                    "judge": {"base_url": "http://127.0.0.1:8000", "model": "j"}},
+           "procedure": "bonferroni", "objective": {"column": "size"}}
+    for k, v in over.items():
+        if k.startswith("live_"):
+            raw["live"] = {**raw["live"], k[5:]: v}
+        else:
+            raw[k] = v
+    return raw
+
+
+@pytest.mark.parametrize("raw,needle", [
+    (_live(data={"path": TABLE}), "give exactly one label source"),
+    (_live(live_candidates=[{"id": "a", "base_url": "http://x", "model": "m", "template": "hi", "objective": 1}]),
+     "live.candidates.0.template: must contain {question}"),
+    (_live(live_candidates=[{"id": "a", "base_url": "ftp://x", "model": "m", "objective": 1}]),
+     "live.candidates.0.base_url: String should match pattern"),
+    (_live(live_candidates=[{"id": "a", "base_url": "http://x", "model": "m", "objective": 1}] * 2),
+     "duplicate candidate ids: a"),
+    (_live(live_judge=None), "needs live.judge"),
+    (_live(order=["a", "zz"], procedure="fst"), "order: unknown candidate(s) not in live.candidates: zz"),
+    (_live(live_candidates=[{"id": "a", "base_url": "http://x", "model": "m"}]), "without an objective value: a"),
+    (_live(live_loss="bleu"), "live.loss: Input should be"),
+    (_live(live_extra=1), "unknown key 'live.extra'"),
+    (_live(live_items="/no/such.jsonl"), "live.items: file not found"),
+])
+def test_bad_live_configs(raw, needle):
+    with pytest.raises(ConfigError) as exc:
+        parse_config(raw, source="job.yaml")
+    assert needle in str(exc.value)

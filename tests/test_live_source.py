@@ -97,3 +97,29 @@ def test_bad_configuration():
         LiveSource(ITEMS, client, loss="bleu")
     with pytest.raises(ValueError, match="no judge"):
         LiveSource(ITEMS, client).judge([0])
+
+
+@pytest.mark.parametrize("content, match", [
+    ('{"id": 1, "question": "1+1", "answers": ["2"]}\nnot json\n', "line 2 is not valid JSON"),
+    ('{"id": 1, "question": "1+1"}\n', "needs answers"),
+    ('{"id": 1, "question": "1+1", "answers": "2"}\n', "needs answers"),
+    ('{"question": "1+1", "answer": "2"}\n', "needs an id and a question"),
+    ('{"id": 1, "question": "1+1", "answer": "2"}\n{"id": 1, "question": "2+2", "answer": "4"}\n', "duplicated item id"),
+    ("\n", "no items"),
+])
+def test_bad_item_files(tmp_path, content, match):
+    from certsel.orchestrator.jobdata import load_items
+
+    path = tmp_path / "items.jsonl"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=match):
+        load_items(path)
+
+
+def test_item_files_parquet_and_single_answer(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from certsel.orchestrator.jobdata import load_items
+
+    pq.write_table(pa.table({"id": [1, 2], "question": ["1+1", "2+2"], "answer": ["2", "4"]}), tmp_path / "i.parquet")
+    assert load_items(tmp_path / "i.parquet") == (Item("1", "1+1", ("2",)), Item("2", "2+2", ("4",)))
