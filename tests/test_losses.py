@@ -8,7 +8,7 @@ from certsel.workers.losses import (
     answer_loss,
     contains_answer_loss,
     exact_match_loss,
-    first_number,
+    last_number,
     normalize,
     normalized_exact_match_loss,
     numeric_match_loss,
@@ -94,7 +94,8 @@ def test_bad_references_and_kinds():
     with pytest.raises(ValueError, match="loss must be one of"):
         answer_loss("bleu", "a", "a")
     assert answer_loss("token_f1", "cat sat", "cat") == pytest.approx(1 - 2 / 3)
-    assert first_number("x = 1.5e3") == 1500.0
+    assert last_number("x = 1.5e3") == 1500.0
+    assert numeric_match_loss("12+30 = 42", "42") == 0.0  # the operands restated first do not count
 
 
 @pytest.mark.parametrize("text, scale, want", [

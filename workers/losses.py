@@ -78,19 +78,20 @@ def token_f1_loss(prediction: str, references) -> float:
     return 1.0 - best
 
 
-def first_number(text: str) -> float | None:
-    """The first number written in ``text`` (thousands separators and exponents allowed)."""
-    m = re.search(_NUMBER, text)
-    return None if m is None else float(m.group(0).replace(",", ""))
+def last_number(text: str) -> float | None:
+    """The last number written in ``text`` (thousands separators and exponents allowed).
+    The last, because models often restate the question first ("12+30 = 42")."""
+    found = re.findall(_NUMBER, text)
+    return None if not found else float(found[-1].replace(",", ""))
 
 
 def numeric_match_loss(prediction: str, references, *, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> float:
-    """0 if the first number in the prediction equals a reference's number within tolerance.
+    """0 if the last number in the prediction equals a reference's number within tolerance.
     References must contain a number (a reference without one is a data error)."""
-    x = first_number(prediction)
+    x = last_number(prediction)
     ok = False
     for r in _refs(references):
-        y = first_number(r)
+        y = last_number(r)
         if y is None:
             raise ValueError(f"reference {r!r} contains no number")
         ok = ok or (x is not None and math.isclose(x, y, rel_tol=rel_tol, abs_tol=abs_tol))
