@@ -147,3 +147,22 @@ def prpl_eb_loop(x, alpha, c=0.5):
         radii.append((math.log(2 / alpha) + vpsi) / lam_sum)
         mu_prev, sig_prev = mu, sig
     return centers, radii
+
+
+def log_evalues_from_label_log(log, candidate: str, *, alpha: float, delta: float, horizon: int,
+                               rhos=None):
+    """R-AutoEval+ log e-values of one candidate recomputed from a job's labels.parquet
+    (a pandas frame): human losses in purchase order, the judge's loss on each of those
+    items, and the judge-only losses in purchase order. Returns (log_e path, human rows)."""
+    import numpy as np
+
+    from certsel.policies import log_evalue_paths, scheme_rhos
+
+    mine = log[log.candidate == candidate].sort_values("seq")
+    human = mine[mine.role == "human"]
+    judge = mine[mine.role == "judge"]
+    h = human.loss.to_numpy()
+    jl = judge[judge.item.isin(human.item)].set_index("item").loss.loc[human.item].to_numpy()
+    ju = judge[~judge.item.isin(human.item)].loss.to_numpy()
+    rhos = scheme_rhos("r-autoeval+") if rhos is None else np.asarray(rhos)
+    return log_evalue_paths(h, jl, ju, alpha=alpha, delta=delta, rhos=rhos, horizon=horizon), human

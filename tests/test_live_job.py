@@ -16,8 +16,8 @@ import yaml
 from certsel.config import load_config
 from certsel.orchestrator.job import execute
 from certsel.orchestrator.tracking import load_certificate
-from certsel.policies import log_evalue_paths, scheme_rhos
 from mlflow.tracking import MlflowClient
+from reference import log_evalues_from_label_log
 from servers import adder_server
 
 
@@ -75,15 +75,9 @@ def test_live_job_end_to_end(ray_session, tmp_path):
         log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
         n = cfg.budget.n
         for row in cert["candidates"]:
-            mine = log[log.candidate == row["candidate"]].sort_values("seq")
-            human = mine[mine.role == "human"]
-            judge = mine[mine.role == "judge"]
+            log_e, human = log_evalues_from_label_log(log, row["candidate"], alpha=0.5, delta=0.1, horizon=n)
             h = human.loss.to_numpy()
-            on_human = judge[judge.item.isin(human.item)].set_index("item").loss
-            jl = on_human.loc[human.item].to_numpy()
-            ju = judge[~judge.item.isin(human.item)].loss.to_numpy()
-            assert ju.size == 3 * h.size and row["labels_human"] == h.size
-            log_e = log_evalue_paths(h, jl, ju, alpha=0.5, delta=0.1, rhos=scheme_rhos("r-autoeval+"), horizon=n)
+            assert row["labels_human"] == h.size
             assert max(0.0, log_e.max()) == pytest.approx(row["log_e_value"], abs=1e-5)
             # human losses are the real correctness of the recorded answers
             a_b = human.item_id.str.split("+", expand=True).astype(int)
