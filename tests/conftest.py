@@ -3,6 +3,7 @@ import sys
 
 import numpy as np
 import pytest
+import ray
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
@@ -29,3 +30,11 @@ def alpaca():
     from certsel.workers.replay import load_preference_table
 
     return load_preference_table()
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """A real local Ray for one test module (its own instance, never one already running)."""
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import ray
 from certsel.config import parse_config
 from certsel.orchestrator.driver import LocalRuntime, RayRuntime, run_job
 from certsel.orchestrator.jobdata import load_job_data
@@ -12,13 +11,6 @@ from certsel.workers.replay import DATA_DIR, item_order
 
 TRIVIA = DATA_DIR / "triviaqa_llama31_8b_mx.parquet"
 PROMPTS = DATA_DIR / "prompts_sentiment.parquet"
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def trivia_cfg(**over):

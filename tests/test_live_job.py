@@ -11,7 +11,6 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import ray
 import yaml
 from certsel.config import load_config
 from certsel.orchestrator.job import execute
@@ -19,13 +18,6 @@ from certsel.orchestrator.tracking import load_certificate
 from mlflow.tracking import MlflowClient
 from reference import log_evalues_from_label_log
 from servers import adder_server
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def write_job(tmp_path, url):

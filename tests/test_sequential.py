@@ -70,19 +70,17 @@ def test_online_rejects_bad_batches(batch):
 def test_stack_and_split_continue_exactly():
     """Stacking single-candidate tests for one vectorised update, then splitting them,
     gives the e-values of updating each on its own (both betting strategies)."""
-    from certsel.policies import SequentialTest
-
     rng = np.random.default_rng(3)
     k, n = 4, 40
     h = (rng.random((k, n)) < 0.1).astype(float)
     jl = np.where(rng.random((k, n)) < 0.9, h, 1 - h)
     ju = (rng.random((k, 3 * n)) < 0.1).astype(float)
-    for betting in ("up", "wsr"):
-        def make():
-            return SequentialTest(alpha=0.2, delta=0.1, horizon=n, r=3, betting=betting)
+    def make(betting="up", alpha=0.2):
+        return SequentialTest(alpha=alpha, delta=0.1, horizon=n, r=3, betting=betting)
 
-        alone = [make() for _ in range(k)]
-        packed = [make() for _ in range(k)]
+    for betting in ("up", "wsr"):
+        alone = [make(betting) for _ in range(k)]
+        packed = [make(betting) for _ in range(k)]
         for i in range(k):
             alone[i].update(h[i, :15], jl[i, :15], ju[i, :45])
             packed[i].update(h[i, :15], jl[i, :15], ju[i, :45])
@@ -95,4 +93,4 @@ def test_stack_and_split_continue_exactly():
             np.testing.assert_allclose(part.max_log_evalue, alone[i].max_log_evalue, atol=1e-12)
             np.testing.assert_allclose(part.rho_weights, alone[i].rho_weights, atol=1e-12)
     with pytest.raises(ValueError, match="one configuration"):
-        SequentialTest.stack([make(), SequentialTest(alpha=0.3, delta=0.1, horizon=n, r=3)])
+        SequentialTest.stack([make(), make(alpha=0.3)])

@@ -4,20 +4,12 @@ import json
 import math
 
 import pytest
-import ray
 from certsel.config import parse_config
 from certsel.orchestrator.job import execute
 from certsel.orchestrator.report import certificate
 from certsel.orchestrator.tracking import load_certificate
 from certsel.workers.replay import DATA_DIR
 from mlflow.tracking import MlflowClient
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import os
 
 import pyarrow.parquet as pq
 import pytest
-import ray
 import yaml
 from certsel.config import load_config
 from certsel.orchestrator.job import execute
@@ -23,13 +22,6 @@ from reference import log_evalues_from_label_log
 URL = os.environ.get("CERTSEL_VLLM_URL")
 pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(URL is None, reason="set CERTSEL_VLLM_URL to a running SmolLM2 vLLM server")]
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def test_three_templates_on_smollm2(ray_session, tmp_path):
