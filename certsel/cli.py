@@ -236,10 +236,11 @@ def main(argv=None) -> int:
     if args.command in ("run", "show"):
         from certsel.orchestrator.driver import RuntimeProblem
         from certsel.orchestrator.tracking import TrackingProblem
+        from certsel.workers.serving import ServeError
 
         try:
             return _run(args) if args.command == "run" else _show(args)
-        except (ValueError, RuntimeProblem, TrackingProblem) as exc:
+        except (ValueError, RuntimeProblem, TrackingProblem, ServeError) as exc:
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
             print(f"certsel: error: {msg}", file=sys.stderr)
             return 2

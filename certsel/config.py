@@ -53,16 +53,49 @@ class DataConfig(_Strict):
     features: pathlib.Path | None = None  # item embeddings (Parquet: item, e0..e{d-1}) for Cer-Eval
 
 
-class EndpointConfig(_Strict):
-    """An OpenAI-compatible server and one of its served models."""
+class ServeConfig(_Strict):
+    """A model that certsel serves itself (``vllm serve`` in a Ray actor, see
+    :mod:`certsel.workers.serving`); endpoints refer to it as ``server: NAME``."""
 
-    base_url: str = Field(pattern=r"^https?://")
-    model: str = Field(min_length=1)
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    model: str = Field(min_length=1)  # a local model directory or a model id the server can load
+    served_model_name: str | None = None  # default: name
+    args: list[str] = Field(default_factory=list)  # more `vllm serve` arguments, e.g. [--dtype, bfloat16]
+    python: str | None = None  # the interpreter with vLLM; default CERTSEL_VLLM_PYTHON, else certsel's own
+    module: str = "vllm.entrypoints.openai.api_server"
+    num_gpus: float = Field(0, ge=0)
+    num_cpus: float = Field(0, ge=0)
+    host: str | None = None  # default: the Ray node's IP address
+    port: int | None = Field(None, ge=1, le=65535)  # default: a free port
+    env: dict[str, str] = Field(default_factory=dict)
+    startup_timeout: float = Field(900.0, gt=0)
+
+    @property
+    def served(self) -> str:
+        return self.served_model_name or self.name
+
+
+class EndpointConfig(_Strict):
+    """An OpenAI-compatible server and one of its served models: ``base_url`` (and
+    ``model``), or ``server``, the name of a ``live.serve`` entry (``model`` then defaults to
+    its served name)."""
+
+    base_url: str | None = Field(None, pattern=r"^https?://")
+    server: str | None = None
+    model: str | None = Field(None, min_length=1)
     api_key_env: str | None = None  # the key is read from this environment variable, never from the file
     timeout: float = Field(60.0, gt=0)
     max_retries: int = Field(4, ge=0)
     concurrency: int = Field(16, ge=1)
     sampling: dict = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_address(self):
+        if (self.base_url is None) == (self.server is None):
+            raise ValueError("give exactly one of base_url (a running server) or server (a live.serve name)")
+        if self.base_url is not None and self.model is None:
+            raise ValueError("model: the served model name is required with base_url")
+        return self
 
 
 class LiveCandidate(EndpointConfig):
@@ -84,6 +117,20 @@ class JudgeConfig(EndpointConfig):
     scale: tuple[float, float] = (0.0, 10.0)
 
 
+class FeaturesConfig(EndpointConfig):
+    """Item embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint (Cer-Eval's
+    partition features); ``template`` turns an item into the embedded text."""
+
+    template: str = "{question}"
+
+    @field_validator("template")
+    @classmethod
+    def _placeholder(cls, v):
+        if "{question}" not in v:
+            raise ValueError("must contain {question}")
+        return v
+
+
 class LiveConfig(_Strict):
     """Candidates served by OpenAI-compatible servers (vLLM), scored against references."""
 
@@ -92,6 +139,8 @@ class LiveConfig(_Strict):
     cache_dir: pathlib.Path = pathlib.Path(".certsel-cache")
     candidates: list[LiveCandidate] = Field(min_length=1)
     judge: JudgeConfig | None = None
+    features: FeaturesConfig | None = None  # item embeddings, for Cer-Eval
+    serve: list[ServeConfig] = Field(default_factory=list)  # models certsel starts itself
 
     @field_validator("candidates")
     @classmethod
@@ -101,6 +150,34 @@ class LiveConfig(_Strict):
         if dup:
             raise ValueError(f"duplicate candidate ids: {', '.join(dup)}")
         return v
+
+    @model_validator(mode="after")
+    def _servers(self):
+        names = [s.name for s in self.serve]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"serve: duplicate server names: {', '.join(dup)}")
+        served = {s.name: s.served for s in self.serve}
+        endpoints = [(f"candidate {c.id!r}", c) for c in self.candidates]
+        endpoints += [(k, e) for k, e in (("judge", self.judge), ("features", self.features)) if e is not None]
+        for what, ep in endpoints:
+            if ep.server is not None and ep.server not in served:
+                raise ValueError(f"{what}: server {ep.server!r} is not in live.serve "
+                                 f"({', '.join(served) or 'which is empty'})")
+        return self
+
+    def resolved(self, urls: dict[str, str]) -> LiveConfig:
+        """This section with every ``server: NAME`` replaced by the started server's URL and
+        served model name."""
+        served = {s.name: s.served for s in self.serve}
+
+        def fix(ep):
+            if ep is None or ep.server is None:
+                return ep
+            return ep.model_copy(update={"base_url": urls[ep.server], "model": ep.model or served[ep.server]})
+
+        return self.model_copy(update={"candidates": [fix(c) for c in self.candidates], "judge": fix(self.judge),
+                                       "features": fix(self.features)})
 
 
 class PolicyConfig(_Strict):
@@ -212,8 +289,8 @@ class RunConfig(_Strict):
                 raise ValueError(f"{key}: unknown candidate(s) not in live.candidates: {', '.join(unknown[:5])}")
         if self.policy.kind in ("r-autoeval", "r-autoeval+") and live.judge is None:
             raise ValueError(f"policy '{self.policy.kind}' needs live.judge (the judge's server)")
-        if self.policy.kind == "cer-eval":
-            raise ValueError("policy 'cer-eval' with a live source needs item embeddings: not supported yet")
+        if self.policy.kind == "cer-eval" and live.features is None:
+            raise ValueError("policy 'cer-eval' needs live.features (an embeddings endpoint for the partition)")
         if self.procedure in ("bonferroni", "holm") and self.objective is None:
             raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
         if self.objective is not None:
@@ -226,8 +303,8 @@ class RunConfig(_Strict):
             raise ValueError("scheduling.prune applies to procedure 'bonferroni' only")
         if self.procedure == "holm" and self.policy.kind == "seq":
             raise ValueError("procedure 'holm' needs e-values (r-eval, r-autoeval, r-autoeval+)")
-        if self.procedure == "pairwise" and self.policy.kind != "seq":
-            raise ValueError("procedure 'pairwise' ranks models with policy.kind 'seq' (or 'cer-eval' on replayed data)")
+        if self.procedure == "pairwise" and self.policy.kind not in ("seq", "cer-eval"):
+            raise ValueError("procedure 'pairwise' ranks models with policy.kind 'seq' or 'cer-eval'")
         if self.policy.kind in ("r-autoeval", "r-autoeval+") and self.budget.r < 1:
             raise ValueError(f"policy '{self.policy.kind}' needs budget.r >= 1 judge-only labels per human label")
         return self
@@ -242,6 +319,17 @@ def _format(err: ValidationError, source: str) -> str:
         msg = f"{loc}: {e['msg']}".replace("Value error, ", "")
     more = len(err.errors()) - 1
     return f"{source}: {msg}" + (f" (and {more} more problem(s))" if more else "")
+
+
+def _resolve_serve(s: ServeConfig, base_dir: pathlib.Path) -> ServeConfig:
+    """Relative paths in a serve entry are relative to the config file: the model when such
+    a directory exists (otherwise it is a model id), the interpreter when it names a path."""
+    update = {}
+    if not pathlib.Path(s.model).is_absolute() and (base_dir / s.model).exists():
+        update["model"] = str((base_dir / s.model).resolve())
+    if s.python is not None and "/" in s.python and not pathlib.Path(s.python).is_absolute():
+        update["python"] = str((base_dir / s.python).absolute())  # not resolve(): a venv's python is a symlink
+    return s.model_copy(update=update) if update else s
 
 
 def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None = None) -> RunConfig:
@@ -260,6 +348,8 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
             p = getattr(sub, key)
             if p is not None and not p.is_absolute():
                 updates[key] = (base_dir / p).resolve()
+        if section == "live" and sub.serve:
+            updates["serve"] = [_resolve_serve(s, base_dir) for s in sub.serve]
         if updates:
             cfg = cfg.model_copy(update={section: sub.model_copy(update=updates)})
     for key in keys:

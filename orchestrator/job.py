@@ -8,6 +8,7 @@ Ctrl-C) before the error propagates.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 
 from certsel.config import RunConfig
@@ -25,8 +26,10 @@ def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = Tru
     if track:
         precheck(cfg.tracking.uri)
     runtime = RayRuntime(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.max_actors)
-    tracker = run_id = None
+    tracker = run_id = servers = None
     try:
+        if cfg.live is not None:
+            cfg, data, servers = prepare_live(cfg, data)
         if track:
             tracker = JobTracker(cfg.tracking.uri, cfg.tracking.experiment)
             obj = data.objective
@@ -48,4 +51,34 @@ def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = Tru
             tracker.fail("FAILED")
         raise
     finally:
+        if servers is not None:
+            servers.stop()
         runtime.close()
+
+
+def prepare_live(cfg: RunConfig, data):
+    """Start the job's own model servers (``live.serve``), point the endpoints that name them
+    at their URLs, and fetch item embeddings (``live.features``). Runs before any tracking
+    run exists: a server that does not start is an error with no half-written run.
+    Returns the resolved config, the data and the :class:`ServerPool` (or None)."""
+    from certsel.workers.live import embed_items
+    from certsel.workers.serving import ServerPool
+
+    live, pool = cfg.live, None
+    try:
+        if live.serve:
+            log_dir = str(live.cache_dir / "servers")
+            specs = [{**s.model_dump(), "served_model_name": s.served, "log_dir": log_dir} for s in live.serve]
+            pool = ServerPool(specs)
+            live = live.resolved(pool.start())
+            cfg = cfg.model_copy(update={"live": live})
+            by_id = {c.id: c for c in live.candidates}
+            data = dataclasses.replace(data, live=tuple(by_id[c.id] for c in data.live))
+        if live.features is not None and cfg.policy.kind == "cer-eval":
+            data = dataclasses.replace(data, features=embed_items(live.features.model_dump(), data.items,
+                                                                  live.cache_dir))
+    except BaseException:
+        if pool is not None:
+            pool.stop()
+        raise
+    return cfg, data, pool

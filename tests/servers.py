@@ -4,7 +4,13 @@ The adder serves four models on ``/v1/chat/completions``: ``exact`` adds the two
 the last message correctly, ``weak`` is off by one when a*b is a multiple of 7, ``chatty``
 answers "The answer is N.", and ``grader`` grades "Answer: N" ("Score: 10" / "Score: 0"),
 replying prose instead of a score for a = 7 unless the request carries a sampling seed, and
-always for a = 9.
+always for a = 9. ``/v1/embeddings`` embeds a text with two numbers a, b as
+``[a, b, a + b, 1]`` (any model), and ``GET /health`` answers 200, like vLLM's server.
+
+Run as a program (``python servers.py --model M --served-model-name N --host H --port P``,
+the arguments certsel gives ``vllm serve``) it is a stand-in server process for the tests
+of :mod:`certsel.workers.serving`; ``--startup-delay S`` waits before listening and
+``--exit-code C`` exits at once, as a server that cannot load its model does.
 """
 
 import contextlib
@@ -18,8 +24,31 @@ class _Adder(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def _send(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/health":
+            self._send(200, {})
+        else:
+            self._send(404, {"error": "not found"})
+
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path.endswith("/v1/embeddings"):
+            with self.server.lock:
+                self.server.calls["embeddings"] = self.server.calls.get("embeddings", 0) + 1
+            vecs = []
+            for k, t in enumerate(body["input"]):
+                a, b = map(int, re.search(r"(\d+)\s*\+\s*(\d+)", t).groups())
+                vecs.append({"index": k, "embedding": [float(a), float(b), float(a + b), 1.0]})
+            self._send(200, {"data": vecs})
+            return
         text = body["messages"][-1]["content"]
         a, b = map(int, re.search(r"(\d+)\s*\+\s*(\d+)", text).groups())
         model = body["model"]
@@ -35,12 +64,7 @@ class _Adder(BaseHTTPRequestHandler):
             reply = str(a + b + 1)
         else:
             reply = f"The answer is {a + b}." if model == "chatty" else str(a + b)
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._send(200, {"choices": [{"message": {"role": "assistant", "content": reply}}]})
 
 
 @contextlib.contextmanager
@@ -55,3 +79,31 @@ def adder_server():
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def main(argv=None):
+    import argparse
+    import sys
+    import time
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--served-model-name", required=True)
+    ap.add_argument("--host", required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--startup-delay", type=float, default=0.0)
+    ap.add_argument("--exit-code", type=int)
+    args = ap.parse_args(argv)
+    print(f"loading {args.model} as {args.served_model_name}", flush=True)
+    if args.exit_code is not None:
+        print(f"ValueError: cannot load model {args.model}", flush=True)
+        sys.exit(args.exit_code)
+    time.sleep(args.startup_delay)
+    srv = ThreadingHTTPServer((args.host, args.port), _Adder)
+    srv.calls, srv.lock = {}, threading.Lock()
+    print(f"listening on {args.host}:{args.port}", flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -168,3 +168,23 @@ def live_source(cfg: dict, items) -> LiveSource:
               "judge_mode": judge["mode"], "judge_template": judge["template"], "judge_sampling": judge["sampling"],
               "grade_scale": tuple(judge["scale"])}
     return LiveSource(list(items), target, cand["template"], loss=cfg["loss"], sampling=cand["sampling"], **kw)
+
+
+def embed_items(cfg: dict, items, cache_dir) -> np.ndarray:
+    """Item features for Cer-Eval's partition: ``/v1/embeddings`` of ``cfg["template"]``
+    filled with each item's question, as an ``(n_items, d)`` array (cached like any answer).
+    Vectors of different lengths, or with NaN/inf, are an error, not silently repaired."""
+    client = OpenAIClient(Endpoint(**{k: cfg[k] for k in _ENDPOINT_KEYS}),
+                          ResponseCache(pathlib.Path(cache_dir) / "responses.db"))
+    vectors = client.embed([cfg["template"].format(question=it.question) for it in items])
+    dims = {len(v) for v in vectors if isinstance(v, list)}
+    if len(dims) != 1 or not all(isinstance(v, list) for v in vectors) or 0 in dims:
+        raise SourceError(f"{cfg['base_url']}: embeddings of model {cfg['model']!r} are not vectors of one length "
+                          f"(lengths {sorted(dims)[:5]})")
+    try:
+        out = np.asarray(vectors, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SourceError(f"{cfg['base_url']}: embeddings of model {cfg['model']!r} are not numeric") from None
+    if not np.isfinite(out).all():
+        raise SourceError(f"{cfg['base_url']}: embeddings of model {cfg['model']!r} contain NaN or inf")
+    return out
