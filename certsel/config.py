@@ -21,6 +21,8 @@ Example (``examples/quantization.yaml``)::
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
 from typing import Literal
 
@@ -88,6 +90,9 @@ class EndpointConfig(_Strict):
     max_retries: int = Field(4, ge=0)
     concurrency: int = Field(16, ge=1)
     sampling: dict = Field(default_factory=dict)
+    # names the server in the response cache (default: base_url; for `server:` endpoints, the
+    # served model and its `vllm serve` arguments, so a restarted server on a new port hits the cache)
+    cache_key: str | None = None
 
     @model_validator(mode="after")
     def _one_address(self):
@@ -169,12 +174,14 @@ class LiveConfig(_Strict):
     def resolved(self, urls: dict[str, str]) -> LiveConfig:
         """This section with every ``server: NAME`` replaced by the started server's URL and
         served model name."""
-        served = {s.name: s.served for s in self.serve}
+        served = {s.name: s for s in self.serve}
 
         def fix(ep):
             if ep is None or ep.server is None:
                 return ep
-            return ep.model_copy(update={"base_url": urls[ep.server], "model": ep.model or served[ep.server]})
+            s = served[ep.server]
+            key = ep.cache_key or "serve:" + json.dumps([s.model, s.served, s.module, s.args], separators=(",", ":"))
+            return ep.model_copy(update={"base_url": urls[ep.server], "model": ep.model or s.served, "cache_key": key})
 
         return self.model_copy(update={"candidates": [fix(c) for c in self.candidates], "judge": fix(self.judge),
                                        "features": fix(self.features)})
@@ -328,7 +335,7 @@ def _resolve_serve(s: ServeConfig, base_dir: pathlib.Path) -> ServeConfig:
     if not pathlib.Path(s.model).is_absolute() and (base_dir / s.model).exists():
         update["model"] = str((base_dir / s.model).resolve())
     if s.python is not None and "/" in s.python and not pathlib.Path(s.python).is_absolute():
-        update["python"] = str((base_dir / s.python).absolute())  # not resolve(): a venv's python is a symlink
+        update["python"] = os.path.normpath(base_dir.absolute() / s.python)  # not resolve(): a venv's python is a symlink
     return s.model_copy(update=update) if update else s
 
 

@@ -9,6 +9,7 @@ Ctrl-C) before the error propagates.
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 
 from certsel.config import RunConfig
@@ -68,7 +69,10 @@ def prepare_live(cfg: RunConfig, data):
     try:
         if live.serve:
             log_dir = str(live.cache_dir / "servers")
-            specs = [{**s.model_dump(), "served_model_name": s.served, "log_dir": log_dir} for s in live.serve]
+            # the interpreter is settled here, where the environment is the user's
+            python = os.environ.get("CERTSEL_VLLM_PYTHON")
+            specs = [{**s.model_dump(), "python": s.python or python, "served_model_name": s.served,
+                      "log_dir": log_dir} for s in live.serve]
             pool = ServerPool(specs)
             live = live.resolved(pool.start())
             cfg = cfg.model_copy(update={"live": live})

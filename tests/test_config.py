@@ -15,6 +15,8 @@ def test_bundled_examples_load(name):
     cfg = load_config(EXAMPLES / name)
     path = cfg.data.path if cfg.data is not None else cfg.live.items
     assert path.is_file() and path.is_absolute()
+    if cfg.live is not None and cfg.live.serve:  # the served model's paths are relative to the file
+        assert cfg.live.serve[0].python == str(EXAMPLES.parent / ".venv-vllm" / "bin" / "python")
 
 
 def test_defaults_and_relative_paths():

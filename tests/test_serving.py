@@ -132,6 +132,12 @@ def test_job_serves_its_own_models_and_stops_them(ray_session, tmp_path):
     assert "listening on" in (logs / "weak.log").read_text()
     assert not [p for p in server_pids(logs) if alive(p)]  # both servers are gone
 
+    # a rerun starts the servers again (new ports) but the cache knows them: no request sent
+    result2, run_id2 = execute(cfg)
+    cert2 = load_certificate(run_id2, uri)
+    assert cert2["labels"]["spent"]["requests"] == 0 < cert["labels"]["spent"]["requests"]
+    assert [c["log_e_value"] for c in cert2["candidates"]] == [c["log_e_value"] for c in cert["candidates"]]
+
 
 def test_job_whose_server_fails_creates_no_run(tmp_path):
     path = served_job(tmp_path)

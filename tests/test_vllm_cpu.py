@@ -1,10 +1,17 @@
 """End to end against a real vLLM server on CPU (SmolLM2-135M-Instruct, deploy/cpu/).
 
-Marked ``vllm`` and run when ``CERTSEL_VLLM_URL`` names a running server (``bash
-deploy/cpu/setup.sh && bash deploy/cpu/serve.sh`` gives http://127.0.0.1:8000); the rest
-of the suite does not need it. The task is generated here: single-digit additions with
-exact answers. Three prompt templates are the candidates, the same model is the judge
-(answering the question itself), R-AutoEval+ with Bonferroni.
+Marked ``vllm``; the rest of the suite does not need it. It runs when either
+
+* ``CERTSEL_VLLM_MODEL`` names the model directory made by ``bash deploy/cpu/setup.sh``
+  (and ``CERTSEL_VLLM_PYTHON`` the interpreter of its virtual environment): the job's
+  ``live.serve`` section makes certsel start the vLLM server itself, as a Ray actor, and
+  stop it at the end (``.ci/run`` does this); or
+* ``CERTSEL_VLLM_URL`` names a running server (``bash deploy/cpu/serve.sh`` gives
+  http://127.0.0.1:8000).
+
+The task is generated here: single-digit additions with exact answers. Three prompt
+templates are the candidates, the same model is the judge (answering the question itself),
+R-AutoEval+ with Bonferroni.
 """
 
 import json
@@ -20,29 +27,46 @@ from mlflow.tracking import MlflowClient
 from reference import log_evalues_from_label_log
 
 URL = os.environ.get("CERTSEL_VLLM_URL")
-pytestmark = [pytest.mark.vllm,
-              pytest.mark.skipif(URL is None, reason="set CERTSEL_VLLM_URL to a running SmolLM2 vLLM server")]
+MODEL = os.environ.get("CERTSEL_VLLM_MODEL")
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(
+    URL is None and MODEL is None,
+    reason="set CERTSEL_VLLM_MODEL (+ CERTSEL_VLLM_PYTHON) or CERTSEL_VLLM_URL (see deploy/cpu/)")]
 
 
-def test_three_templates_on_smollm2(ray_session, tmp_path):
+def endpoint():
+    """Where the candidates and the judge are served: certsel's own server, or a given URL."""
+    if MODEL is not None:
+        serve = [{"name": "smollm2", "model": MODEL, "startup_timeout": 1200,
+                  "args": ["--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager", "--gpu-memory-utilization",
+                           os.environ.get("CERTSEL_VLLM_MEMORY_FRACTION", "0.25")]}]
+        return {"server": "smollm2"}, serve
+    return {"base_url": URL, "model": "smollm2"}, []
+
+
+def write_items(tmp_path):
     with open(tmp_path / "items.jsonl", "w") as f:
         for a in range(1, 10):
             for b in range(1, 10):
                 f.write(json.dumps({"id": f"{a}+{b}", "question": f"{a}+{b}", "answer": str(a + b)}) + "\n")
+
+
+def test_three_templates_on_smollm2(ray_session, tmp_path):
+    write_items(tmp_path)
     sampling = {"temperature": 0, "max_tokens": 12}
+    where, serve = endpoint()
     job = {
         "name": "smollm2-additions",
         "live": {
-            "items": "items.jsonl", "loss": "numeric", "cache_dir": "cache",
+            "items": "items.jsonl", "loss": "numeric", "cache_dir": "cache", "serve": serve,
             "candidates": [
-                {"id": "bare", "base_url": URL, "model": "smollm2", "template": "{question} =", "objective": 1,
+                {"id": "bare", **where, "template": "{question} =", "objective": 1,
                  "sampling": sampling, "timeout": 300},
-                {"id": "ask", "base_url": URL, "model": "smollm2", "template": "What is {question}?", "objective": 2,
+                {"id": "ask", **where, "template": "What is {question}?", "objective": 2,
                  "sampling": sampling, "timeout": 300},
-                {"id": "strict", "base_url": URL, "model": "smollm2", "objective": 3, "sampling": sampling,
+                {"id": "strict", **where, "objective": 3, "sampling": sampling,
                  "template": "Compute {question}. Reply with the number only.", "timeout": 300},
             ],
-            "judge": {"base_url": URL, "model": "smollm2", "mode": "answer", "sampling": sampling, "timeout": 300,
+            "judge": {**where, "mode": "answer", "sampling": sampling, "timeout": 300,
                       "template": "Calculate {question}. Answer with just the result."},
         },
         "policy": {"kind": "r-autoeval+"}, "alpha": 0.5, "delta": 0.1, "procedure": "bonferroni",
@@ -60,7 +84,7 @@ def test_three_templates_on_smollm2(ray_session, tmp_path):
     log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
     for row in cert["candidates"]:
         log_e, human = log_evalues_from_label_log(log, row["candidate"], alpha=0.5, delta=0.1, horizon=20)
-        assert row["labels_human"] == len(human) == 20
+        assert row["labels_human"] == len(human) <= 20  # certified candidates stop early
         assert max(0.0, log_e.max()) == pytest.approx(row["log_e_value"], abs=1e-5)
         assert set(human.loss.unique()) <= {0.0, 1.0}
 
@@ -70,3 +94,54 @@ def test_three_templates_on_smollm2(ray_session, tmp_path):
     assert cert2["labels"]["spent"]["requests"] == 0
     assert [c["log_e_value"] for c in cert2["candidates"]] == [c["log_e_value"] for c in cert["candidates"]]
     assert cert2["certified_set"] == cert["certified_set"]
+    if serve:  # certsel's own server is gone after each job
+        import subprocess
+
+        left = subprocess.run(["pgrep", "-f", f"vllm.entrypoints.openai.api_server --model {MODEL}"],
+                              capture_output=True, text=True).stdout.split()
+        assert not left, f"vLLM server processes left running: {left}"
+        assert "Application startup complete" in (tmp_path / "cache" / "servers" / "smollm2.log").read_text()
+
+
+def test_cer_eval_with_vllm_embeddings(ray_session, tmp_path):
+    """Cer-Eval on live items: the partition's features are SmolLM2 embeddings from a
+    second vLLM server (``--runner pooling --convert embed``), the labels the answers of
+    the generating one; the job equals Cer-Eval run directly on its label log."""
+    if MODEL is None:
+        pytest.skip("needs CERTSEL_VLLM_MODEL: certsel serves both the generating and the embedding model")
+    import numpy as np
+    from certsel.workers.candidate import make_estimation_policy
+
+    write_items(tmp_path)
+    mem = os.environ.get("CERTSEL_VLLM_MEMORY_FRACTION", "0.25")
+    common = ["--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager", "--gpu-memory-utilization", mem]
+    job = {
+        "name": "smollm2-cer-eval",
+        "live": {
+            "items": "items.jsonl", "loss": "numeric", "cache_dir": "cache",
+            "serve": [{"name": "smollm2", "model": MODEL, "startup_timeout": 1200, "args": common},
+                      {"name": "embed", "model": MODEL, "startup_timeout": 1200,
+                       "args": ["--runner", "pooling", "--convert", "embed", *common]}],
+            "candidates": [{"id": "strict", "server": "smollm2", "objective": 3, "timeout": 300,
+                            "sampling": {"temperature": 0, "max_tokens": 12},
+                            "template": "Compute {question}. Reply with the number only."}],
+            "features": {"server": "embed", "template": "Addition: {question}", "timeout": 300},
+        },
+        "policy": {"kind": "cer-eval"}, "alpha": 0.5, "delta": 0.1, "procedure": "fst",
+        "budget": {"n": 81, "batch": 27}, "seed": 0, "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"},
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    result, run_id = execute(load_config(tmp_path / "job.yaml"), report_dir=tmp_path / "report")
+    feats = result.data.features
+    assert feats.shape == (81, 576) and np.isfinite(feats).all()  # SmolLM2-135M's hidden size
+    assert np.unique(feats.round(6), axis=0).shape[0] == 81  # 81 different questions, 81 different vectors
+    log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
+    rec = result.records[0]
+    ref = make_estimation_policy("cer-eval", 81, delta=0.1, alpha=0.5, radius="betting", seed=[0, 0], features=feats)
+    losses = dict(zip(log.item, log.loss, strict=True))
+    while not ref.done and ref.n_labeled < 81:
+        batch = ref.next_items(27)
+        ref.update(batch, np.array([losses[int(i)] for i in batch]))
+    np.testing.assert_array_equal(log.item.to_numpy(), ref.labeled_items)
+    assert rec.n_human == ref.n_labeled and rec.ci == pytest.approx(ref.ci, abs=1e-12)
+    assert MlflowClient(f"sqlite:///{tmp_path}/store.db").get_run(run_id).info.status == "FINISHED"

@@ -151,7 +151,7 @@ class LiveSource:
         return [losses[k] for k in range(len(idx))]
 
 
-_ENDPOINT_KEYS = ("base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency")
+_ENDPOINT_KEYS = ("base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency", "cache_key")
 
 
 def live_source(cfg: dict, items) -> LiveSource:

@@ -9,7 +9,7 @@
   ``max_retries`` times, then :class:`SourceError` says what failed, where and how often.
   Other 4xx answers fail at once (retrying a bad request cannot help).
 * Cache: every successful answer is stored in a SQLite file keyed by the SHA-256 of (kind,
-  server URL, served model, payload with sampling parameters); a rerun or a restarted actor reads it
+  server URL or ``cache_key``, served model, payload with sampling parameters); a rerun or a restarted actor reads it
   back instead of paying for the generation again. Identical requests in one batch are
   sent once. ``stats`` counts what was actually sent, so no label is counted twice.
 * Secrets: the API key is read from the environment variable named by
@@ -47,6 +47,9 @@ class Endpoint:
     max_retries: int = 4
     backoff: float = 0.5  # seconds before the first retry; doubles, capped at 8 s
     concurrency: int = 16
+    # what names the server in the response cache (default: base_url); a server certsel
+    # starts itself gets a new port every run, so it is named by what it serves instead
+    cache_key: str | None = None
 
     def __post_init__(self):
         if not self.base_url.startswith(("http://", "https://")):
@@ -175,7 +178,7 @@ class OpenAIClient:
 
     async def _run(self, kind: str, payloads: list[dict]) -> list:
         ep = self.endpoint
-        keys = [ResponseCache.key(kind, ep.base_url, ep.model, p) for p in payloads]
+        keys = [ResponseCache.key(kind, ep.cache_key or ep.base_url, ep.model, p) for p in payloads]
         results: dict[str, object] = {}
         todo: dict[str, dict] = {}
         for k, p in zip(keys, payloads, strict=True):

@@ -10,4 +10,4 @@ PORT=${3:-8000}
 # the default 0.92 fails whenever anything else runs on the machine
 MEM=${CERTSEL_VLLM_MEMORY_FRACTION:-0.25}
 exec "$VENV/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL" --served-model-name smollm2 \
-  --dtype bfloat16 --max-model-len 2048 --gpu-memory-utilization "$MEM" --host 127.0.0.1 --port "$PORT"
+  --dtype bfloat16 --max-model-len 2048 --enforce-eager --gpu-memory-utilization "$MEM" --host 127.0.0.1 --port "$PORT"
