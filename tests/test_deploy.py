@@ -91,3 +91,57 @@ def test_mlflow_server():
     (job,) = docs("kuberay/rayjob.yaml")
     uri = yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]["MLFLOW_TRACKING_URI"]
     assert uri.startswith(f"http://{svc['metadata']['name']}.") and uri.endswith(":5000")
+
+
+ADDITIONS = DEPLOY.parent / "examples" / "data" / "additions.jsonl"
+
+
+def _job(name):
+    from certsel.config import load_config
+
+    # the items file is the user's (TriviaQA questions); any valid items file stands in
+    return load_config(DEPLOY / "jobs" / name, [f"live.items={ADDITIONS}"])
+
+
+def _comparable(cfg):
+    """A job without its addresses: what must be the same on every platform."""
+    live = cfg.live
+    cands = [c.model_dump(exclude={"base_url", "server", "model", "cache_key"}) for c in live.candidates]
+    judge = live.judge.model_dump(exclude={"base_url", "server", "model", "cache_key"})
+    rest = cfg.model_dump(exclude={"live", "tracking", "ray"})
+    return rest, cands, judge, live.loss
+
+
+def test_k8s_job_points_at_the_vllm_services():
+    cfg = _job("quantization_k8s.yaml")
+    services = {}
+    for path in ("k8s/vllm-candidates.yaml", "k8s/vllm-judge.yaml"):
+        objs = docs(path)
+        served = {}
+        for d in (o for o in objs if o["kind"] == "Deployment"):
+            (c,) = _containers(d["spec"]["template"]["spec"])
+            served[d["metadata"]["name"]] = c["args"][c["args"].index("--served-model-name") + 1]
+        for s in (o for o in objs if o["kind"] == "Service"):
+            url = f"http://{s['metadata']['name']}.certsel.svc:{s['spec']['ports'][0]['port']}"
+            services[url] = served[s["metadata"]["name"]]
+    for ep in [*cfg.live.candidates, cfg.live.judge]:
+        assert ep.base_url in services, f"{ep.base_url} is not a Service of deploy/k8s"
+        assert ep.model == services[ep.base_url], f"{ep.base_url} serves {services[ep.base_url]}, not {ep.model}"
+    (job,) = docs("kuberay/rayjob.yaml")
+    assert job["spec"]["entrypoint"].split()[2] == "/config/job.yaml"  # the ConfigMap the job file goes into
+
+
+def test_ray_up_job_serves_its_models_on_the_gpu_workers():
+    cfg = _job("quantization_ray_up.yaml")
+    cluster = yaml.safe_load((DEPLOY / "ray-up" / "cluster.yaml").read_text())
+    gpu_types = [t for t in cluster["available_node_types"].values() if t["resources"].get("GPU", 0) > 0]
+    per_node = max(t["resources"]["GPU"] for t in gpu_types)
+    capacity = sum(t["resources"]["GPU"] * t["max_workers"] for t in gpu_types)
+    assert all(0 < s.num_gpus <= per_node for s in cfg.live.serve)  # each server fits on one GPU worker
+    assert sum(s.num_gpus for s in cfg.live.serve) <= capacity  # and they all run at once
+    for s in cfg.live.serve:
+        assert "--port" not in s.args and "--host" not in s.args  # certsel picks them
+        if "--quantization" in s.args:
+            assert s.args[s.args.index("--quantization") + 1] in {"fp8", "awq", "gptq", "bitsandbytes", "gguf"}
+    # the two GPU jobs are the same job: only where the models are served differs
+    assert _comparable(cfg) == _comparable(_job("quantization_k8s.yaml"))
