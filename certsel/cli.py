@@ -45,6 +45,9 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     run.add_argument("--no-progress", action="store_true", help="no live progress display")
     run.add_argument("--quiet", action="store_true", help="print only the selection")
+    run.add_argument("--resume", metavar="JOB_ID", help="resume this unfinished job (its labels are not bought again)")
+    run.add_argument("--fresh", action="store_true",
+                     help="start a new job even if an unfinished one with this configuration exists")
     show = sub.add_parser("show", help="print the certificate of a past job")
     show.add_argument("run_id", help="MLflow run id of the job (or of one of its candidates)")
     show.add_argument("--tracking-uri", help="default: MLFLOW_TRACKING_URI, else sqlite:///mlruns.db")
@@ -186,6 +189,9 @@ def _print_job(console, cert: dict, quiet: bool, run_id=None) -> None:
             rk = cert["ranking"]
             console.print(f"ranking (Copeland score over certified pairs, {rk['pairs_certified']} of {rk['pairs']} "
                           f"orders certified): " + " > ".join(f"{m} ({rk['score'][m]:+d})" for m in rk["order"]))
+    for c in cert["candidates"]:
+        if c.get("reason", "").startswith(("source failed", "worker lost")):
+            console.print(f"{c['candidate']}: not certified ({c['reason']})", markup=False)
     console.print(f"selected: {cert['selected'] or 'none'} — {cert['certificate']}")
     lab = cert["labels"]
     console.print("labels: " + ", ".join(
@@ -201,9 +207,21 @@ def _run(args) -> int:
     from certsel.orchestrator.report import certificate
 
     cfg = load_config(args.config, args.overrides)
+    if args.fresh:
+        if args.resume:
+            raise ValueError("--fresh and --resume exclude each other")
+        cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
     console = _console()
+
+    def on_job(job):
+        # printed first: the job id is what a resume needs if this process dies
+        verb = f"resuming job {job.job_id} (attempt {job.meta['attempts']})" if job.resumed else f"job {job.job_id}"
+        if not args.quiet or job.resumed:
+            print(f"{verb}: labels kept in {job.dir}", flush=True)
+
+    kw = {"report_dir": args.report_dir, "track": not args.no_tracking, "resume": args.resume, "on_job": on_job}
     if args.no_progress:
-        result, run_id = execute(cfg, report_dir=args.report_dir, track=not args.no_tracking)
+        result, run_id = execute(cfg, **kw)
     else:
         bar, update = _progress(console, 0)
         with bar:
@@ -212,7 +230,7 @@ def _run(args) -> int:
                     bar.update(bar.tasks[0].id, total=cfg.budget.n * len(records))
                 update(records, rounds)
 
-            result, run_id = execute(cfg, progress=progress, report_dir=args.report_dir, track=not args.no_tracking)
+            result, run_id = execute(cfg, progress=progress, **kw)
     cert = certificate(result)
     if args.json:
         args.json.write_text(json.dumps(cert, indent=2))
@@ -240,7 +258,7 @@ def main(argv=None) -> int:
 
         try:
             return _run(args) if args.command == "run" else _show(args)
-        except (ValueError, RuntimeProblem, TrackingProblem, ServeError) as exc:
+        except (ValueError, RuntimeProblem, TrackingProblem, ServeError) as exc:  # StateProblem is a ValueError
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
             print(f"certsel: error: {msg}", file=sys.stderr)
             return 2

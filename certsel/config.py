@@ -228,6 +228,14 @@ class RayConfig(_Strict):
     max_actors: int | None = Field(None, gt=0, description="default: one per candidate up to the cluster's CPUs")
 
 
+class StateConfig(_Strict):
+    """Where a job keeps its durable label log, and whether an unfinished job with the same
+    configuration is resumed (see :mod:`certsel.orchestrator.state`)."""
+
+    dir: pathlib.Path = pathlib.Path(".certsel-jobs")
+    resume: Literal["auto", "never"] = "auto"
+
+
 class RunConfig(_Strict):
     name: str = Field("certsel", min_length=1)
     data: DataConfig | None = None  # recorded losses (replay), or:
@@ -244,6 +252,7 @@ class RunConfig(_Strict):
     seed: int = 0
     tracking: TrackingConfig = TrackingConfig()
     ray: RayConfig = RayConfig()
+    state: StateConfig = StateConfig()
 
     @field_validator("candidates", "order")
     @classmethod
@@ -359,6 +368,8 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
             updates["serve"] = [_resolve_serve(s, base_dir) for s in sub.serve]
         if updates:
             cfg = cfg.model_copy(update={section: sub.model_copy(update=updates)})
+    if base_dir is not None and not cfg.state.dir.is_absolute():  # like cache_dir: beside the job file
+        cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"dir": (base_dir / cfg.state.dir).resolve()})})
     for key in keys:
         p = getattr(getattr(cfg, section), key)
         if key != "cache_dir" and p is not None and not p.is_file():

@@ -43,6 +43,17 @@ class RuntimeProblem(RuntimeError):
     """The job could not start (Ray unreachable, ...): one-line message."""
 
 
+@dataclass
+class HostLost:
+    """A candidate host (actor) that died during a call."""
+
+    host: int
+    why: str
+
+
+MAX_HOST_LOSSES = 3  # a host lost more often than this ends its candidates ("worker lost")
+
+
 # -- planning ---------------------------------------------------------------------------
 
 
@@ -197,6 +208,27 @@ class RayRuntime:
     def gather(self, calls):
         return self.ray.get([getattr(self.hosts[h], m).remote(*a) for h, m, a in calls])
 
+    def gather_tolerant(self, calls) -> list:
+        """Like :meth:`gather`, but a host that died (kill -9, OOM, node loss: Ray reports
+        it as soon as it notices, so nothing waits forever) gives a :class:`HostLost` in
+        its place instead of failing the whole round."""
+        refs = [getattr(self.hosts[h], m).remote(*a) for h, m, a in calls]
+        out = []
+        for (h, _, _), ref in zip(calls, refs, strict=True):
+            try:
+                out.append(self.ray.get(ref))
+            except self.ray.exceptions.RayActorError as err:
+                out.append(HostLost(h, str(err).strip().splitlines()[0] if str(err).strip() else "actor died"))
+        return out
+
+    def replace_host(self, host: int) -> None:
+        """A fresh actor in place of a lost one (its candidates are rebuilt by the driver)."""
+        import contextlib
+
+        with contextlib.suppress(Exception):
+            self.ray.kill(self.hosts[host])
+        self.hosts[host] = self._cls.remote()
+
     def put(self, obj):
         return self.ray.put(obj)
 
@@ -227,6 +259,7 @@ class JobResult:
     seconds: float
     ranking: dict | None = None
     labels: dict | None = None  # per candidate: item, role, loss of every label bought, in order
+    job_id: str | None = None  # the durable job (certsel run --resume JOB_ID)
 
     @property
     def selected_record(self) -> CandidateRecord | None:
@@ -263,15 +296,21 @@ def _collect_labels(runtime, home: dict, names: list[str]) -> dict:
 
 
 def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: int | None = None,
-            tracker=None, collect_labels: bool = True) -> JobResult:
+            tracker=None, collect_labels: bool = True, job_dir=None) -> JobResult:
     """Run one selection job on ``runtime`` (:class:`RayRuntime` or :class:`LocalRuntime`).
 
     ``progress(records, round)`` is called after every round; ``tracker`` (if given) gets
     ``on_round(records)``. With ``collect_labels`` the result carries every label bought
-    (the ``labels.parquet`` artifact: the certificate can be recomputed from it).
+    (the ``labels.parquet`` artifact: the certificate can be recomputed from it). With
+    ``job_dir`` every label goes to the job's durable log before a policy uses it
+    (:mod:`certsel.workers.labellog`): a host that dies is replaced and its candidates
+    rebuilt from the log, and a rerun of the same job buys nothing twice.
     """
     t0 = time.perf_counter()
     plan = JobPlan(cfg, data)
+    if job_dir is not None:
+        for spec in plan.specs:
+            spec["job_dir"] = str(job_dir)
     names = data.names
     objective, true_risk = data.objective, data.true_risk
     if n_hosts is None:
@@ -293,6 +332,7 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
             res.labels = _collect_labels(runtime, home, names)
         return res
 
+    recovery = _Recovery(runtime, home, per_host, plan, rows, records)
     key = _objective_key(cfg, data)
     sched = Scheduler(records, procedure=cfg.procedure, delta=cfg.delta, testing=plan.testing,
                       mode=cfg.scheduling.mode, lookahead=cfg.scheduling.lookahead,
@@ -313,10 +353,10 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
         calls = {}
         for r in active:
             calls.setdefault(home[r.name], []).append(r.name)
-        order = list(calls)
-        snaps = runtime.gather([(h, "step", (calls[h], batch)) for h in order])
-        by_name = {s["name"]: s for group in snaps for s in group}
+        by_name = recovery.step(calls, batch)
         for r in active:
+            if r.name not in by_name:
+                continue  # its host was lost too often: already marked
             r.apply(by_name[r.name])
             r.rounds.append(_round_row(r))
         rounds += 1
@@ -353,6 +393,62 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
                      names[sel] if sel >= 0 else None, level, _totals(records), plan.full_budget(), rounds,
                      time.perf_counter() - t0,
                      labels=_collect_labels(runtime, home, names) if collect_labels else None)
+
+
+class _Recovery:
+    """Steps hosts and recovers from hosts that die mid-round.
+
+    A lost host is replaced by a fresh actor, which rebuilds its candidates and replays
+    each one's past batches from the durable label log (``CandidateHost.restore``: no
+    request, the same states), then the interrupted step is sent again. The labels that
+    step had already bought were logged before use, so it finds them in the log: nothing is
+    bought or counted twice. A host lost more than :data:`MAX_HOST_LOSSES` times ends its
+    candidates as "worker lost" (not certified); the others go on.
+    """
+
+    def __init__(self, runtime, home, per_host, plan, rows, records):
+        self.runtime, self.home, self.per_host, self.plan, self.rows = runtime, home, per_host, plan, rows
+        self.records = {r.name: r for r in records}
+        self.losses: dict[int, int] = {}
+        self.tolerant = hasattr(runtime, "gather_tolerant")
+
+    def step(self, calls: dict, batch: int) -> dict:
+        order = list(calls)
+        if not self.tolerant:
+            snaps = self.runtime.gather([(h, "step", (calls[h], batch)) for h in order])
+            return {s["name"]: s for group in snaps for s in group}
+        out = {}
+        pending = order
+        while pending:
+            got = self.runtime.gather_tolerant([(h, "step", (calls[h], batch)) for h in pending])
+            retry = []
+            for h, res in zip(pending, got, strict=True):
+                if not isinstance(res, HostLost):
+                    out.update((s["name"], s) for s in res)
+                elif self._recover(h, res.why):
+                    retry.append(h)
+            pending = retry
+        return out
+
+    def _recover(self, h: int, why: str) -> bool:
+        self.losses[h] = self.losses.get(h, 0) + 1
+        names = [s["name"] for s in self.per_host[h]]
+        if self.losses[h] > MAX_HOST_LOSSES:
+            for n in names:
+                r = self.records[n]
+                if not r.finished:
+                    r.status, r.reason = "failed", f"worker lost {self.losses[h]} times ({why})"
+            return False
+        self.runtime.replace_host(h)
+        self.runtime.call(h, "load", self.per_host[h], self.plan.shared, self.rows)
+        batches = {n: np.diff([0] + [row["step"] for row in self.records[n].rounds]).tolist()
+                   for n in names if self.records[n].rounds}
+        if batches:
+            for snap in self.runtime.call(h, "restore", batches):
+                if snap["t"] != self.records[snap["name"]].t:
+                    raise RuntimeError(f"candidate {snap['name']}: rebuilt at {snap['t']} labels, "
+                                       f"expected {self.records[snap['name']].t}")
+        return True
 
 
 def _final_certified(cfg: RunConfig, plan: JobPlan, records) -> np.ndarray:

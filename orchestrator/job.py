@@ -18,17 +18,30 @@ from .driver import JobResult, RayRuntime, run_job
 from .jobdata import load_job_data
 from .report import write_report
 from .scheduling import CandidateRecord
+from .state import JobState, config_fingerprint
 from .tracking import JobTracker, precheck
 
 
-def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = True) -> tuple[JobResult, str | None]:
-    """Run ``cfg`` end to end; returns the result and the MLflow parent run id."""
+def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = True, resume: str | None = None,
+            durable: bool = True, on_job=None) -> tuple[JobResult, str | None]:
+    """Run ``cfg`` end to end; returns the result and the MLflow parent run id.
+
+    With ``durable`` (the default) the job keeps its labels in ``cfg.state.dir`` and resumes
+    an unfinished job with the same configuration (or the job ``resume``), see
+    :mod:`certsel.orchestrator.state`; ``on_job(state)`` is told which job runs.
+    """
     data = load_job_data(cfg)
     if track:
         precheck(cfg.tracking.uri)
-    runtime = RayRuntime(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.max_actors)
-    tracker = run_id = servers = None
+    job = None
+    if durable:
+        job = JobState.open(cfg.state.dir, config_fingerprint(cfg, data.fingerprint), resume=resume,
+                            auto=cfg.state.resume == "auto")
+        if on_job is not None:
+            on_job(job)
+    tracker = run_id = servers = runtime = None
     try:
+        runtime = RayRuntime(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.max_actors)
         if cfg.live is not None:
             cfg, data, servers = prepare_live(cfg, data)
         if track:
@@ -36,25 +49,38 @@ def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = Tru
             obj = data.objective
             run_id = tracker.start(cfg, data, [
                 CandidateRecord(n, k, None if obj is None else float(obj[k])) for k, n in enumerate(data.names)
-            ])
-        result = run_job(cfg, data, runtime, progress=progress, tracker=tracker)
+            ], job=job)
+            if job is not None:
+                job.update(mlflow_runs=[*job.meta.get("mlflow_runs", []), run_id])
+        result = run_job(cfg, data, runtime, progress=progress, tracker=tracker,
+                         job_dir=None if job is None else job.dir)
+        result.job_id = None if job is None else job.job_id
         with tempfile.TemporaryDirectory() as tmp:
             files = write_report(result, report_dir or tmp)
             if tracker is not None:
                 tracker.finish(result, files)
+        if job is not None:
+            job.update(status="finished", mlflow_run=run_id, finished=True)
         return result, run_id
     except KeyboardInterrupt:
         if tracker is not None:
             tracker.fail("KILLED")
+        if job is not None:
+            job.update(status="interrupted")
         raise
     except BaseException:
         if tracker is not None:
             tracker.fail("FAILED")
+        if job is not None:
+            job.update(status="failed")
         raise
     finally:
         if servers is not None:
             servers.stop()
-        runtime.close()
+        if runtime is not None:
+            runtime.close()
+        if job is not None:
+            job.release()
 
 
 def prepare_live(cfg: RunConfig, data):

@@ -89,6 +89,7 @@ def certificate(result: JobResult) -> dict:
                  "judge": cfg.data.judge if cfg.data else (cfg.live.judge.model if cfg.live.judge else None),
                  "items": result.data.n_items},
         "seed": cfg.seed,
+        "job_id": result.job_id,
         "seconds": _round(result.seconds, 3),
         "candidates": rows,
     }
@@ -206,7 +207,8 @@ def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:
 
 
 def _table(cert: dict) -> list[list[str]]:
-    head = ["candidate", "objective", "status", "certified", "e-value", "interval", "human", "judge", "requests"]
+    head = ["candidate", "objective", "status", "certified", "e-value", "interval", "human", "judge", "requests",
+            "note"]
     rows = [head]
     for c in cert["candidates"]:
         ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]"
@@ -214,8 +216,15 @@ def _table(cert: dict) -> list[list[str]]:
         obj = "" if c["objective"] is None else f"{c['objective']:g}"
         rows.append([c["candidate"] + (" *" if c["selected"] else ""), obj, c["status"],
                      "yes" if c["certified"] else "no", e, ci, str(c["labels_human"]), str(c["labels_judge"]),
-                     str(c["requests"])])
+                     str(c["requests"]), (c.get("reason") or "").replace("|", "/")])
     return rows
+
+
+def _incidents(cert: dict) -> list[str]:
+    """Candidates that ended for a reason other than their evidence (a label source that
+    failed for good, a worker lost too often): not certified, and said so."""
+    return [f"{c['candidate']}: not certified ({c['reason']})" for c in cert["candidates"]
+            if c.get("reason", "").startswith(("source failed", "worker lost"))]
 
 
 def write_report(result: JobResult, outdir) -> list[pathlib.Path]:
@@ -244,6 +253,9 @@ def write_report(result: JobResult, outdir) -> list[pathlib.Path]:
     ]
     for k in ("human", "judge", "requests"):
         summary.append(f"| {k} | {lab['spent'][k]} | {lab['full_budget'][k]} | {lab['saved_fraction'][k]:.1%} |")
+    incidents = _incidents(cert)
+    if incidents:
+        summary += ["", "**Ended without evidence:**", *[f"- {x}" for x in incidents]]
     rows = _table(cert)
     md = summary + ["", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
     md += ["| " + " | ".join(r) + " |" for r in rows[1:]]
@@ -258,7 +270,11 @@ def write_report(result: JobResult, outdir) -> list[pathlib.Path]:
     for k in ("human", "judge", "requests"):
         body.append(f"<tr><td>{k}</td><td>{lab['spent'][k]}</td><td>{lab['full_budget'][k]}</td>"
                     f"<td>{lab['saved_fraction'][k]:.1%}</td></tr>")
-    body.append("</table><br><table border=1 cellpadding=3>")
+    body.append("</table>")
+    if incidents:
+        body.append("<p><b>Ended without evidence:</b></p><ul>" + "".join(f"<li>{esc(x)}</li>" for x in incidents)
+                    + "</ul>")
+    body.append("<br><table border=1 cellpadding=3>")
     body.append("<tr>" + "".join(f"<th>{esc(h)}</th>" for h in rows[0]) + "</tr>")
     body += ["<tr>" + "".join(f"<td>{esc(v)}</td>" for v in r) + "</tr>" for r in rows[1:]]
     body.append("</table>")

@@ -80,6 +80,8 @@ class CandidateRecord:
             self.decision = snap["decision"]
         if self.status == "pending":
             self.status = "running"
+        if snap.get("error"):  # its label source failed for good: not certified, the others go on
+            self.status, self.reason = "failed", f"source failed: {snap['error']}"
 
     def first_crossing(self, log_level: float) -> int:
         """First human label (1-based) at which log E reached ``log_level``; 0 if never."""

@@ -109,12 +109,18 @@ class JobTracker:
         self._logged: dict[str, int] = {}  # rounds already logged per candidate
         self._path_logged: dict[str, int] = {}  # e-value path entries already logged
 
-    def start(self, cfg, data, records) -> str:
+    def start(self, cfg, data, records, job=None) -> str:
+        """``job``: the :class:`~certsel.orchestrator.state.JobState` (its id and attempt are
+        tagged; runs of earlier attempts that a killed driver left RUNNING become KILLED)."""
         from mlflow.entities import Param, RunTag
 
         c = self.client
-        parent = c.create_run(self.experiment_id, run_name=cfg.name,
-                              tags={"certsel.version": __version__, "certsel.kind": "job"})
+        tags = {"certsel.version": __version__, "certsel.kind": "job"}
+        if job is not None:
+            tags.update({"certsel.job_id": job.job_id, "certsel.attempt": str(job.meta.get("attempts", 1))})
+            for old in job.meta.get("mlflow_runs", []):
+                self._close_stale(old)
+        parent = c.create_run(self.experiment_id, run_name=cfg.name, tags=tags)
         self.parent_id = parent.info.run_id
         params = {
             "alpha": cfg.alpha, "delta": cfg.delta, "policy": cfg.policy.kind, "betting": cfg.policy.betting,
@@ -194,6 +200,19 @@ class JobTracker:
         for path in artifacts:
             c.log_artifact(self.parent_id, str(path))
         c.set_terminated(self.parent_id, "FINISHED")
+
+    def _close_stale(self, parent_id: str) -> None:
+        """A parent run (and its candidates' runs) left RUNNING by a driver that died."""
+        from mlflow.entities import RunTag
+
+        try:
+            runs = self.client.search_runs([self.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_id}'")
+            for run in [*runs, self.client.get_run(parent_id)]:
+                if run.info.status == "RUNNING":
+                    self.client.log_batch(run.info.run_id, tags=[RunTag("certsel.interrupted", "resumed later")])
+                    self.client.set_terminated(run.info.run_id, "KILLED")
+        except Exception:  # another store, or a run deleted by hand: nothing to close
+            pass
 
     def fail(self, status: str = "FAILED") -> None:
         """Mark every run of this job that is still open as FAILED (or KILLED)."""

@@ -84,13 +84,23 @@ def test_live_job_end_to_end(ray_session, tmp_path):
         assert [c["log_e_value"] for c in cert2["candidates"]] == [c["log_e_value"] for c in cert["candidates"]]
 
 
-def test_live_job_with_an_unreachable_server_fails_cleanly(ray_session, tmp_path):
-    path = write_job(tmp_path, "http://127.0.0.1:9")
-    cfg = load_config(path)
-    cfg = cfg.model_copy(update={"live": cfg.live.model_copy(update={"candidates": [
-        c.model_copy(update={"max_retries": 1, "timeout": 1.0}) for c in cfg.live.candidates]})})
-    with pytest.raises(Exception, match="connection failed"):
-        execute(cfg)
-    client = MlflowClient(f"sqlite:///{tmp_path}/store.db")
-    runs = client.search_runs([client.get_experiment_by_name("certsel").experiment_id])
-    assert runs and {r.info.status for r in runs} == {"FAILED"}  # nothing looks finished
+def test_a_failing_source_ends_its_candidate_only(ray_session, tmp_path):
+    """One candidate's server is unreachable: after its retries that candidate is "not
+    certified (source failed)", the others are certified as usual, the run is FINISHED and
+    the report says why."""
+    with adder_server() as (url, srv):
+        cfg = load_config(write_job(tmp_path, url))
+        bad = cfg.live.candidates[1].model_copy(update={"base_url": "http://127.0.0.1:9", "max_retries": 1,
+                                                         "timeout": 1.0})
+        cfg = cfg.model_copy(update={"live": cfg.live.model_copy(update={"candidates": [
+            cfg.live.candidates[0], bad, cfg.live.candidates[2]]})})
+        result, run_id = execute(cfg, report_dir=tmp_path / "report")
+    uri = f"sqlite:///{tmp_path}/store.db"
+    assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
+    cert = load_certificate(run_id, uri)
+    rows = {c["candidate"]: c for c in cert["candidates"]}
+    assert rows["weak-short"]["status"] == "failed" and not rows["weak-short"]["certified"]
+    assert rows["weak-short"]["reason"].startswith("source failed:") and "connection failed" in rows["weak-short"]["reason"]
+    assert rows["weak-short"]["labels_human"] == 0 and rows["weak-short"]["requests"] == 0
+    assert {"exact-short", "weak-long"} <= set(cert["certified_set"]) and cert["selected"] == "exact-short"
+    assert "source failed" in (tmp_path / "report" / "report.md").read_text()

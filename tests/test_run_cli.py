@@ -62,7 +62,8 @@ def test_quantization_example_and_show(tmp_path):
     """The README's main command (smaller budget), then `certsel show` on its run."""
     out = tmp_path / "sel.json"
     p = run("run", str(EXAMPLES / "quantization.yaml"), "--set", "budget.n=100", "--set",
-            f"tracking.uri=sqlite:///{tmp_path}/store.db", "--json", str(out), "--no-progress")
+            f"tracking.uri=sqlite:///{tmp_path}/store.db", "--set", f"state.dir={tmp_path}/jobs", "--json", str(out),
+            "--no-progress")
     assert p.returncode == 0, p.stderr
     assert "selected: mx_" in p.stdout and "saved" in p.stdout
     cert = json.loads(out.read_text())

@@ -23,6 +23,7 @@ def job(ray_session, tmp_path_factory):
         "policy": {"kind": "r-autoeval+"}, "objective": {"column": "avg_bitwidth"},
         "budget": {"n": 100, "r": 3, "batch": 25}, "seed": 3,
         "tracking": {"uri": uri, "experiment": "certsel-test", "intervals": "every_round"},
+        "state": {"dir": str(tmp / "jobs")},
     })
     result, run_id = execute(cfg, report_dir=tmp / "report")
     return cfg, result, run_id, MlflowClient(uri), uri, tmp
@@ -99,7 +100,7 @@ def test_failure_mid_job_marks_runs_failed(ray_session, tmp_path):
                  "order": "rank"},
         "candidates": ["mx_m10_r8_k16", "mx_m9_r8_k16", "mx_m8_r8_k16"],
         "objective": {"column": "avg_bitwidth"}, "budget": {"n": 50, "r": 1, "batch": 10},
-        "tracking": {"uri": uri},
+        "tracking": {"uri": uri}, "state": {"dir": str(tmp_path / "jobs")},
     })
 
     def broken_progress(records, rounds):
@@ -119,7 +120,8 @@ def test_bundled_examples_run(ray_session, tmp_path, example):
     from certsel.config import load_config
 
     examples = DATA_DIR.parent
-    cfg = load_config(examples / example, [f"tracking.uri=sqlite:///{tmp_path}/store.db"])
+    cfg = load_config(examples / example, [f"tracking.uri=sqlite:///{tmp_path}/store.db",
+                                           f"state.dir={tmp_path}/jobs"])
     result, run_id = execute(cfg)
     cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
     assert cert["labels"]["spent"]["human"] < cert["labels"]["full_budget"]["human"]

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .candidate import EstimationCandidate, LabelServer, TestingCandidate, step_together
+from .candidate import EstimationCandidate, LabelServer, TestingCandidate, guarded_step, step_together
+from .labellog import LabelLog, LoggedSource, log_path
 from .replay import ReplaySource
 
 
@@ -26,6 +27,8 @@ def build_candidate(spec: dict, shared: dict):
         source = live_source(spec["live"], shared["items"])
     else:
         source = ReplaySource(spec["human"], spec.get("judge"))
+    if spec.get("job_dir") is not None:  # a durable label log: labels survive crashes, never bought twice
+        source = LoggedSource(source, LabelLog(log_path(spec["job_dir"], spec["name"]), spec["name"]))
     kind = spec["kind"]
     if kind == "testing":
         return TestingCandidate(spec["name"], source, human_items=shared["human_items"],
@@ -63,7 +66,7 @@ class CandidateHost:
         out = {}
         for key, members in groups.items():
             cands = [self.candidates[n] for n in members]
-            snaps = step_together(cands, batch) if key[0] == "t" else [cands[0].step(batch)]
+            snaps = step_together(cands, batch) if key[0] == "t" else [guarded_step(cands[0], batch)]
             out.update(zip(members, snaps, strict=True))
         return [out[n] for n in names]
 
@@ -83,7 +86,11 @@ class CandidateHost:
         """The label log of each candidate: item indices, roles and losses, in purchase order."""
         out = {}
         for n in names:
-            log = self.candidates[n].source.log
+            source = self.candidates[n].source
+            if isinstance(source, LoggedSource):  # the durable log: labels bought before a restart too
+                out[n] = source.log_rows
+                continue
+            log = source.log
             out[n] = {
                 "item": np.concatenate([e[0] for e in log]) if log else np.zeros(0, dtype=np.int64),
                 "role": [r for e in log for r in [e[1]] * len(e[0])],
@@ -96,6 +103,25 @@ class CandidateHost:
 
     def ping(self) -> int:
         return len(self.candidates)
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    def restore(self, batches: dict) -> list[dict]:
+        """Bring rebuilt candidates back to where they were: ``batches[name]`` is the list of
+        batch sizes the candidate was stepped by. Its labels come from the durable log (no
+        request); the policy sees them in the same batches, so adaptive policies (Cer-Eval)
+        choose the same items and every state is the one before the restart."""
+        out = []
+        for n, sizes in batches.items():
+            c = self.candidates[n]
+            snap = c.snapshot(np.zeros(0)) if isinstance(c, TestingCandidate) else c.snapshot()
+            for b in sizes:
+                snap = c.step(int(b))
+            out.append(snap)
+        return out
 
 
 def worker_class():

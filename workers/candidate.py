@@ -26,6 +26,7 @@ from certsel.policies import (
     scheme_rhos,
 )
 
+from .openai_source import SourceError
 from .replay import ReplaySource
 
 
@@ -33,6 +34,13 @@ class _Candidate:
     def __init__(self, name: str, source: ReplaySource):
         self.name = name
         self.source = source
+
+    def failed(self, err: Exception) -> dict:
+        """The snapshot of a candidate whose label source failed (its state is unchanged:
+        a batch is consumed whole or not at all)."""
+        snap = self.snapshot(np.zeros(0)) if isinstance(self, TestingCandidate) else self.snapshot()
+        snap["error"] = str(err).splitlines()[0][:300] if str(err) else err.__class__.__name__
+        return snap
 
     def _counters(self) -> dict:
         return {
@@ -212,14 +220,33 @@ class LabelServer(_Candidate):
         return self._counters()
 
 
+def guarded_step(c, batch: int) -> dict:
+    """``c.step(batch)``; a label source that failed for good (after its retries) ends this
+    candidate only: its snapshot says so, and the driver marks it not certified."""
+    try:
+        return c.step(batch)
+    except SourceError as err:
+        return c.failed(err)
+
+
 def step_together(cands: list[TestingCandidate], batch: int) -> list[dict]:
     """Advance testing candidates that are at the same label count as one batch: their
     :class:`SequentialTest` states are stacked, updated with one vectorised call and split
     back (the same e-values as one update each, without a Python loop over the numerics)."""
     t, n = cands[0].t, cands[0].n
     if len(cands) == 1 or any(c.t != t or c.n != n for c in cands):
-        return [c.step(batch) for c in cands]
-    got = [c.fetch(batch) for c in cands]
+        return [guarded_step(c, batch) for c in cands]
+    got, failed = [], {}
+    for c in cands:
+        try:
+            got.append(c.fetch(batch))
+        except SourceError as err:  # this candidate's source failed for good; the others go on
+            failed[c.name] = c.failed(err)
+            got.append(None)
+    if failed:
+        ok = [c for c, g in zip(cands, got, strict=True) if c.name not in failed]
+        done = dict(zip([c.name for c in ok], step_together(ok, batch) if ok else [], strict=True))
+        return [failed.get(c.name) or done[c.name] for c in cands]
     if got[0] is None:
         return [c.snapshot(np.zeros(0)) for c in cands]
     h = np.stack([g[0] for g in got])

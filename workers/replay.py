@@ -264,6 +264,11 @@ class ReplaySource:
     def judge_labels(self) -> int:
         return int(self._judge_done.sum())
 
+    def prime(self, items) -> None:
+        """Items whose generation was already paid for (labels restored from a job's log):
+        their later labels cost no generation again."""
+        self._generated[np.asarray(items, dtype=np.int64)] = True
+
     def _generate(self, items: np.ndarray) -> None:
         new = ~self._generated[items]
         self.requests += int(np.count_nonzero(new))

@@ -1,0 +1,158 @@
+"""A job's durable state: its directory, its fingerprint, and resuming an unfinished job.
+
+``STATE_DIR/JOB_ID/`` holds ``job.json`` (id, config fingerprint, status, MLflow run ids,
+written atomically) and ``labels/`` (the per-candidate label logs of
+:mod:`certsel.workers.labellog`). A job that did not finish (killed driver, lost cluster,
+Ctrl-C) is resumed by ``certsel run CONFIG --resume JOB_ID``, or automatically when
+``certsel run`` finds an unfinished job with the same fingerprint.
+
+Why resuming is exact and valid: every label is in the log before a policy used it, and
+everything else in a job (item orders, Cer-Eval's partitions, the driver's rounds and
+decisions) is a deterministic function of the configuration, the seed and the labels. The
+resumed driver runs the job from its start, with each label it already bought served from
+the log instead of the source: it reaches the state at the crash with no request and then
+goes on, so its e-values, decisions and label counts are those of an uninterrupted run.
+The labels are the same random draws (items in the seeded order) whichever process buys
+them, so the e-processes are the same test supermartingales and Ville's inequality holds
+at every stopping time, including the one at which the first driver died.
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import hashlib
+import json
+import os
+import pathlib
+import uuid
+
+from certsel.config import RunConfig
+
+
+class StateProblem(ValueError):
+    """A job state that cannot be used (unknown id, other config): one-line message."""
+
+
+def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
+    """What makes two runs the same job: the configuration that decides labels and
+    statistics (not where it is tracked, run or named) and the data's content."""
+    body = cfg.model_dump(mode="json", exclude={"name", "tracking", "ray", "state"})
+    canon = json.dumps({"config": body, "data": data_fingerprint}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()[:24]
+
+
+def _write_atomic(path: pathlib.Path, payload: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class JobState:
+    """One job's directory and its ``job.json``."""
+
+    def __init__(self, root: pathlib.Path, meta: dict):
+        self.root, self.meta = root, meta
+        self._lock = None
+
+    def lock(self) -> bool:
+        """Hold the job's lock for this process's lifetime (released by the OS when it
+        dies, even by kill -9): two drivers never write one job. False if held elsewhere."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._lock = fd
+        return True
+
+    def release(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    @property
+    def job_id(self) -> str:
+        return self.meta["job_id"]
+
+    @property
+    def dir(self) -> pathlib.Path:
+        return self.root / self.job_id
+
+    @property
+    def resumed(self) -> bool:
+        return self.meta.get("attempts", 1) > 1
+
+    def update(self, **fields) -> None:
+        self.meta.update(fields)
+        _write_atomic(self.dir / "job.json", self.meta)
+
+    @classmethod
+    def open(cls, root, fingerprint: str, *, resume: str | None = None, auto: bool = True) -> JobState:
+        """The job to run: ``resume`` (a job id), else the unfinished job with this
+        fingerprint (``auto``), else a new one."""
+        root = pathlib.Path(root)
+        if resume is not None:
+            if not resume or any(c not in "0123456789abcdef" for c in resume):
+                raise StateProblem(f"--resume: {resume!r} is not a job id (hex digits, as printed by certsel run)")
+            path = root / resume / "job.json"
+            if not path.is_file():
+                raise StateProblem(f"--resume: no job {resume} in {root}")
+            meta = _read(path)
+            if meta.get("fingerprint") != fingerprint:
+                raise StateProblem(f"--resume: job {resume} was run with a different configuration or data; "
+                                   "resuming it with this one would mix two jobs' labels")
+            if meta.get("status") == "finished":
+                raise StateProblem(f"--resume: job {resume} already finished (certsel show {meta.get('mlflow_run')})")
+            state = cls(root, meta)
+            if not state.lock():
+                raise StateProblem(f"--resume: job {resume} is running in another process")
+            return state._resume()
+        if auto and root.is_dir():
+            found = []
+            for path in root.glob("*/job.json"):
+                meta = _read(path, strict=False)
+                if meta and meta.get("fingerprint") == fingerprint and meta.get("status") != "finished":
+                    found.append(meta)
+            for meta in sorted(found, key=lambda m: m.get("created", ""), reverse=True):
+                state = cls(root, meta)
+                if state.lock():  # not one that another driver is running right now
+                    return state._resume()
+        root.mkdir(parents=True, exist_ok=True)
+        meta = {"job_id": uuid.uuid4().hex[:12], "fingerprint": fingerprint, "status": "running", "attempts": 1,
+                "created": _now(), "mlflow_runs": []}
+        state = cls(root, meta)
+        state.dir.mkdir(parents=True)
+        state.lock()
+        state.update()
+        return state
+
+    def _resume(self) -> JobState:
+        self.update(status="running", attempts=self.meta.get("attempts", 1) + 1, resumed=_now())
+        return self
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _read(path: pathlib.Path, strict: bool = True) -> dict | None:
+    try:
+        meta = json.loads(path.read_text())
+        if not isinstance(meta, dict) or "job_id" not in meta:
+            raise ValueError
+        return meta
+    except (OSError, ValueError):
+        if strict:
+            raise StateProblem(f"{path}: not a readable job record") from None
+        return None
