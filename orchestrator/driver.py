@@ -439,8 +439,11 @@ class _Recovery:
                 if not r.finished:
                     r.status, r.reason = "failed", f"worker lost {self.losses[h]} times ({why})"
             return False
-        self.runtime.replace_host(h)
-        self.runtime.call(h, "load", self.per_host[h], self.plan.shared, self.rows)
+        try:  # Ray restarts the actor (max_restarts): calls wait for the new process
+            self.runtime.call(h, "load", self.per_host[h], self.plan.shared, self.rows)
+        except self.runtime.ray.exceptions.RayActorError:  # restarts spent, or the node is gone
+            self.runtime.replace_host(h)
+            self.runtime.call(h, "load", self.per_host[h], self.plan.shared, self.rows)
         batches = {n: np.diff([0] + [row["step"] for row in self.records[n].rounds]).tolist()
                    for n in names if self.records[n].rounds}
         if batches:

@@ -40,6 +40,10 @@ class _Adder(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if getattr(self.server, "delay", 0):
+            import time
+
+            time.sleep(self.server.delay)
         if self.path.endswith("/v1/embeddings"):
             with self.server.lock:
                 self.server.calls["embeddings"] = self.server.calls.get("embeddings", 0) + 1
@@ -70,7 +74,7 @@ class _Adder(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def adder_server():
     """A real HTTP server on a free local port: yields (base_url, server); ``server.calls``
-    counts requests per served model."""
+    counts requests per served model; setting ``server.delay`` (seconds) slows every answer."""
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Adder)
     srv.calls, srv.lock = {}, threading.Lock()
     threading.Thread(target=srv.serve_forever, daemon=True).start()

@@ -129,4 +129,6 @@ def worker_class():
     it waits on numpy or on model servers; spread over the cluster's nodes)."""
     import ray
 
-    return ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(CandidateHost)
+    # Ray restarts a dead host (kill -9, OOM, node loss) a few times; the driver then
+    # rebuilds its candidates from the durable label log (driver._Recovery)
+    return ray.remote(num_cpus=0, scheduling_strategy="SPREAD", max_restarts=3)(CandidateHost)

@@ -1,0 +1,196 @@
+"""Crash safety: the durable label log, a candidate actor killed with SIGKILL mid-run, and
+the driver process killed with SIGKILL then resumed; real Ray, real MLflow, a real HTTP
+model server (tests/servers.py, slowed down so that the kills land mid-run)."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from certsel.config import load_config
+from certsel.orchestrator.driver import RayRuntime, run_job
+from certsel.orchestrator.jobdata import load_job_data
+from certsel.orchestrator.state import JobState, StateProblem
+from certsel.workers.labellog import LabelLog, LoggedSource, log_path
+from certsel.workers.replay import ReplaySource
+from mlflow.tracking import MlflowClient
+from servers import adder_server
+from test_live_job import write_job
+
+CERTSEL = [sys.executable, "-m", "certsel.cli"]
+
+
+# -- the log itself ------------------------------------------------------------------------
+
+
+def test_label_log_is_durable_unique_and_path_safe(tmp_path):
+    name = "../../etc/passwd\x00weird/name"
+    path = log_path(tmp_path, name)
+    assert path.parent == tmp_path / "labels" and path.suffix == ".db"  # a hash, never the name
+    src = ReplaySource(np.linspace(0, 1, 10), np.linspace(1, 0, 10))
+    logged = LoggedSource(src, LabelLog(path, name))
+    np.testing.assert_array_equal(logged.human([3, 1, 3]), src._human[[3, 1, 3]])
+    logged.judge([1, 2])
+    assert (logged.human_labels, logged.judge_labels, logged.requests) == (2, 2, 2 + 1 + 2)
+    logged.log.close()
+
+    # reopened (a restarted actor): the labels are there, nothing is bought again
+    fresh = ReplaySource(np.full(10, 9.0), np.full(10, 9.0))  # a source that would answer differently
+    again = LoggedSource(fresh, LabelLog(path, name))
+    np.testing.assert_array_equal(again.human([1, 3]), [src._human[1], src._human[3]])
+    assert fresh.requests == 0 and again.requests == 5
+    again.judge([3])  # item 3 was generated before the restart: only the judge call is new
+    assert fresh.requests == 1 and again.requests == 6
+    rows = again.log.rows()
+    assert rows["role"] == ["human", "human", "judge", "judge", "judge"] and rows["item"].tolist() == [3, 1, 1, 2, 3]
+    with sqlite3.connect(path) as con:  # (role, item) is unique in the file itself
+        with pytest.raises(sqlite3.IntegrityError):
+            con.execute("insert into labels (role, item, loss, requests) values ('human', 3, 0.5, 0)")
+    with pytest.raises(ValueError, match="label log of"):
+        LabelLog(path, "another candidate")
+
+
+def test_job_state_resume_rules(tmp_path):
+    a = JobState.open(tmp_path, "f" * 24)
+    with pytest.raises(StateProblem, match="running in another process"):
+        JobState.open(tmp_path, "f" * 24, resume=a.job_id)
+    assert JobState.open(tmp_path, "f" * 24).job_id != a.job_id  # a locked job is not resumed automatically
+    a.update(status="failed")
+    a.release()
+    with pytest.raises(StateProblem, match="different configuration"):
+        JobState.open(tmp_path, "0" * 24, resume=a.job_id)
+    with pytest.raises(StateProblem, match="no job 123abc"):
+        JobState.open(tmp_path, "f" * 24, resume="123abc")
+    with pytest.raises(StateProblem, match="is not a job id"):
+        JobState.open(tmp_path, "f" * 24, resume="../x")
+    b = JobState.open(tmp_path, "f" * 24, resume=a.job_id)
+    assert b.job_id == a.job_id and b.resumed and b.meta["attempts"] == 2
+    b.update(status="finished")
+    b.release()
+    with pytest.raises(StateProblem, match="already finished"):
+        JobState.open(tmp_path, "f" * 24, resume=a.job_id)
+
+
+# -- kills ---------------------------------------------------------------------------------
+
+
+def logged_labels(job_dir) -> int:
+    n = 0
+    for db in (job_dir / "labels").glob("*.db") if (job_dir / "labels").is_dir() else ():
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as con:
+                n += con.execute("select count(*) from labels").fetchone()[0]
+        except sqlite3.Error:
+            pass
+    return n
+
+
+def wait_for(cond, timeout=120.0):
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError("timed out")
+        time.sleep(0.05)
+
+
+def assert_same_outcome(a_records, b_records):
+    for a, b in zip(a_records, b_records, strict=True):
+        assert (a.name, a.status, a.n_human, a.n_judge, a.t) == (b.name, b.status, b.n_human, b.n_judge, b.t)
+        assert a.max_log_e == pytest.approx(b.max_log_e, abs=1e-9)
+        np.testing.assert_allclose(a.path, b.path, atol=1e-9)
+
+
+def no_duplicates(labels: dict):
+    for name, log in labels.items():
+        pairs = list(zip(log["item"].tolist(), log["role"], strict=True))
+        assert len(pairs) == len(set(pairs)), f"{name}: a label appears twice in the log"
+
+
+def test_actor_killed_mid_run_is_rebuilt_from_the_log(ray_session, tmp_path):
+    with adder_server() as (url, srv):
+        (tmp_path / "ref").mkdir()
+        (tmp_path / "kill").mkdir()
+        ref_cfg = load_config(write_job(tmp_path / "ref", url))
+        ref_rt = RayRuntime()
+        ref = run_job(ref_cfg, load_job_data(ref_cfg), ref_rt, job_dir=tmp_path / "ref" / "job")
+        ref_rt.close()
+
+        srv.delay = 0.03
+        cfg = load_config(write_job(tmp_path / "kill", url))
+        runtime = RayRuntime()
+        runtime.ensure_hosts(2)
+        pids = [runtime.call(h, "pid") for h in range(2)]
+        job_dir = tmp_path / "kill" / "job"
+        out = {}
+        thread = threading.Thread(target=lambda: out.update(res=run_job(cfg, load_job_data(cfg), runtime,
+                                                                         n_hosts=2, job_dir=job_dir)))
+        thread.start()
+        wait_for(lambda: logged_labels(job_dir) >= 60)
+        os.kill(pids[0], signal.SIGKILL)
+        thread.join(timeout=600)
+        assert not thread.is_alive()
+        assert runtime.call(0, "pid") != pids[0]  # host 0 is a new process
+        res = out["res"]
+        runtime.close()
+    assert logged_labels(job_dir) < 10_000  # sanity: the log is the job's
+    assert_same_outcome(ref.records, res.records)
+    assert res.certified == ref.certified and res.selected == ref.selected
+    no_duplicates(res.labels)
+    for name in ref.labels:  # the same labels, in the same order
+        np.testing.assert_array_equal(res.labels[name]["item"], ref.labels[name]["item"])
+        np.testing.assert_array_equal(res.labels[name]["loss"], ref.labels[name]["loss"])
+
+
+def test_driver_killed_mid_run_then_resumed(tmp_path):
+    with adder_server() as (url, srv):
+        for d in ("ref", "kill"):
+            (tmp_path / d).mkdir()
+            write_job(tmp_path / d, url)
+        ref = subprocess.run([*CERTSEL, "run", "job.yaml", "--no-progress", "--json", "sel.json"],
+                             cwd=tmp_path / "ref", capture_output=True, text=True, timeout=600)
+        assert ref.returncode == 0, ref.stderr
+
+        srv.delay = 0.03
+        kill_dir = tmp_path / "kill"
+        proc = subprocess.Popen([*CERTSEL, "run", "job.yaml", "--no-progress"], cwd=kill_dir,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = proc.stdout.readline()
+        assert first.startswith("job ") and "labels kept in" in first, first
+        job_id = first.split()[1].rstrip(":")
+        job_dir = kill_dir / ".certsel-jobs" / job_id
+        wait_for(lambda: logged_labels(job_dir) >= 60, timeout=300)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        before = logged_labels(job_dir)
+        meta = json.loads((job_dir / "job.json").read_text())
+        assert meta["status"] == "running"  # the killed driver could not say otherwise
+
+        srv.delay = 0.0
+        res = subprocess.run([*CERTSEL, "run", "job.yaml", "--no-progress", "--json", "sel.json",
+                              "--report-dir", "report"], cwd=kill_dir, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"resuming job {job_id} (attempt 2)"), res.stdout
+    a = json.loads((tmp_path / "ref" / "sel.json").read_text())
+    b = json.loads((kill_dir / "sel.json").read_text())
+    assert b["job_id"] == job_id and b["certified_set"] == a["certified_set"] and b["selected"] == a["selected"]
+    for x, y in zip(a["candidates"], b["candidates"], strict=True):
+        assert (x["status"], x["labels_human"], x["labels_judge"]) == (y["status"], y["labels_human"], y["labels_judge"])
+        assert x["log_e_value"] == pytest.approx(y["log_e_value"], abs=1e-9)
+    assert b["labels"]["spent"]["human"] == a["labels"]["spent"]["human"]
+    log = pq.read_table(kill_dir / "report" / "labels.parquet").to_pandas()
+    assert not log.duplicated(["candidate", "item", "role"]).any()
+    assert len(log) == logged_labels(job_dir) >= before
+    # MLflow: the killed attempt's runs are KILLED, the resumed one FINISHED
+    client = MlflowClient(f"sqlite:///{kill_dir}/store.db")
+    exp = client.get_experiment_by_name("certsel")
+    parents = client.search_runs([exp.experiment_id], "tags.`certsel.kind` = 'job'")
+    assert sorted(r.info.status for r in parents) == ["FINISHED", "KILLED"]
+    assert {r.data.tags["certsel.job_id"] for r in parents} == {job_id}
+    assert json.loads((job_dir / "job.json").read_text())["status"] == "finished"
