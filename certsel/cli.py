@@ -48,6 +48,14 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="JOB_ID", help="resume this unfinished job (its labels are not bought again)")
     run.add_argument("--fresh", action="store_true",
                      help="start a new job even if an unfinished one with this configuration exists")
+    aud = sub.add_parser("audit", help="repeat a job's policy on its replay data: failure rates, coverage, FT-Eval")
+    aud.add_argument("config", type=pathlib.Path, help="a replay job file, e.g. examples/quantization.yaml")
+    aud.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config key, e.g. --set policy.kind=r-eval (repeatable)")
+    aud.add_argument("--reps", type=int, default=1000, help="repetitions (random item orders; default 1000)")
+    aud.add_argument("--seed", type=int, default=0, help="seed of the repetitions' item orders")
+    aud.add_argument("--out", type=pathlib.Path, help="also write audit.json, audit.md and the plot here")
+    aud.add_argument("--no-tracking", action="store_true", help="do not log an MLflow run")
     show = sub.add_parser("show", help="print the certificate of a past job")
     show.add_argument("run_id", help="MLflow run id of the job (or of one of its candidates)")
     show.add_argument("--tracking-uri", help="default: MLFLOW_TRACKING_URI, else sqlite:///mlruns.db")
@@ -238,6 +246,32 @@ def _run(args) -> int:
     return 0
 
 
+def _audit(args) -> int:
+    import tempfile
+
+    from certsel.config import load_config
+    from certsel.orchestrator.audit import audit, write_audit
+    from certsel.orchestrator.jobdata import load_job_data
+    from certsel.orchestrator.tracking import log_audit, precheck
+
+    cfg = load_config(args.config, args.overrides)
+    data = load_job_data(cfg)
+    if data.table is None:
+        raise ValueError(f"{args.config}: certsel audit needs a replay job (data:), whose table gives the true risks")
+    if not args.no_tracking:
+        precheck(cfg.tracking.uri)
+    console = _console()
+    result = audit(cfg, data, reps=args.reps, seed=args.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        files = write_audit(result, args.out or tmp)
+        run_id = None if args.no_tracking else log_audit(cfg, result, files)
+    console.print(result.table(), markup=False)
+    console.print(result.summary(), markup=False)
+    if run_id:
+        console.print(f"MLflow run: {run_id}")
+    return 0 if result.overall["ok"] else 1
+
+
 def _show(args) -> int:
     from certsel.orchestrator.tracking import load_certificate
 
@@ -251,13 +285,13 @@ def _show(args) -> int:
 
 def main(argv=None) -> int:
     args = _build_parser().parse_args(argv)
-    if args.command in ("run", "show"):
+    if args.command in ("run", "show", "audit"):
         from certsel.orchestrator.driver import RuntimeProblem
         from certsel.orchestrator.tracking import TrackingProblem
         from certsel.workers.serving import ServeError
 
         try:
-            return _run(args) if args.command == "run" else _show(args)
+            return {"run": _run, "show": _show, "audit": _audit}[args.command](args)
         except (ValueError, RuntimeProblem, TrackingProblem, ServeError) as exc:  # StateProblem is a ValueError
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
             print(f"certsel: error: {msg}", file=sys.stderr)

@@ -246,3 +246,37 @@ def load_certificate(run_id: str, uri: str | None = None) -> dict:
         except Exception:
             raise TrackingProblem(f"run {run_id} has no selection.json artifact") from None
         return json.loads(pathlib.Path(path).read_text())
+
+
+def log_audit(cfg, result, files) -> str:
+    """One MLflow run for a ``certsel audit``: parameters, the overall and per-candidate
+    rates as metrics (step = candidate position), the table, JSON and plot as artifacts."""
+    from mlflow.entities import Metric, Param
+
+    client, uri = client_for(cfg.tracking.uri)
+    exp = experiment_id(client, uri, cfg.tracking.experiment)
+    run = client.create_run(exp, run_name=f"audit {cfg.name}", tags={"certsel.kind": "audit",
+                                                                     "certsel.version": __version__})
+    rid = run.info.run_id
+    try:
+        params = {"policy": cfg.policy.kind, "betting": cfg.policy.betting, "alpha": cfg.alpha, "delta": cfg.delta,
+                  "procedure": cfg.procedure, "budget_n": cfg.budget.n, "budget_r": cfg.budget.r, "reps": result.reps,
+                  "data_path": str(cfg.data.path), "judge": cfg.data.judge}
+        now = int(time.time() * 1000)
+        o = result.overall
+        metrics = [Metric(k, float(o[k]), now, 0) for k in ("familywise_failure", "failure_upper", "mean_certified")]
+        for i, r in enumerate(result.rows):
+            for k in ("failure", "failure_upper", "power", "coverage", "labels_mean", "rmse"):
+                if r[k] is not None:
+                    metrics.append(Metric(f"candidate_{k}", float(r[k]), now, i))
+        client.log_batch(rid, params=[Param(k, str(v)) for k, v in params.items()])
+        for i in range(0, len(metrics), 1000):
+            client.log_batch(rid, metrics=metrics[i : i + 1000])
+        for path in files:
+            client.log_artifact(rid, str(path))
+        client.set_tag(rid, "certsel.audit_ok", str(o["ok"]).lower())
+        client.set_terminated(rid, "FINISHED")
+    except BaseException:
+        client.set_terminated(rid, "FAILED")
+        raise
+    return rid

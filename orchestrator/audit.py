@@ -1,0 +1,310 @@
+"""``certsel audit CONFIG``: does the job's policy keep its guarantee on this data?
+
+The job's policy is repeated ``reps`` times on its replay table, whose full-table risk of
+every candidate is the ground truth, each repetition with a fresh random item order shared
+by all candidates (as in one job). Per candidate it reports:
+
+* **failure**: for a testing policy (R-Eval / R-AutoEval / R-AutoEval+), the rate of
+  certifying R <= alpha for a candidate whose true R is above alpha (the type-I error the
+  e-process bounds by delta); for Seq / Cer-Eval, the rate at which the anytime interval
+  ever misses the true risk. Each with a one-sided Clopper-Pearson upper bound (99%): the
+  guarantee holds on this data when the rate is <= delta within that bound (the lower
+  bound is <= delta);
+* **power**: the certification rate of candidates whose true R is at most alpha;
+* **coverage** of the two-sided anytime interval at level delta (testing policies: the true
+  risk is never rejected by the two one-sided tests of App. D.5 at delta/2);
+* **labels** used until the decision (mean, 10/50/90% quantiles);
+* the **FT-Eval** verdict on the point estimate at the full budget: TOST with the margin
+  that Algorithm 1 selects against the plain human-label mean (the classical estimator),
+  with RMSE and the one-sample t-test for contrast.
+
+Overall: the family-wise failure rate of the job's procedure (FST / Bonferroni / Holm on the
+per-repetition e-values): any candidate with true R > alpha in the certified set.
+
+Testing policies are vectorised over repetitions and candidates (chunks of repetitions);
+estimation policies run one repetition at a time (their item choices are adaptive).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from certsel.config import RunConfig
+from certsel.policies import certified_set, scheme_rhos
+from certsel.policies.autoeval import _component_log_evalues, _mix, effective_observations
+from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
+from certsel.workers.candidate import make_estimation_policy
+
+TESTING = ("r-eval", "r-autoeval", "r-autoeval+")
+BUDGET_GRID = 10  # budgets at which estimates are compared (FT-Eval's Run(E, N, k))
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.99) -> tuple[float, float]:
+    """One-sided exact binomial bounds (lower, upper) at ``level``."""
+    lo = 0.0 if k == 0 else float(stats.beta.ppf(1 - level, k, n - k + 1))
+    hi = 1.0 if k == n else float(stats.beta.ppf(level, k + 1, n - k))
+    return lo, hi
+
+
+@dataclass
+class AuditResult:
+    cfg: RunConfig
+    reps: int
+    rows: list  # one dict per candidate
+    overall: dict
+
+    def table(self) -> str:
+        """The per-candidate Markdown table (the docs carry these)."""
+        head = ["candidate", "true R", "H0: R > alpha", "failure", "99% CP upper", "ok", "power", "coverage",
+                "labels mean (q10/q50/q90)", "FT-Eval margin", "TOST", "RMSE", "t-test p"]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in self.rows:
+            q = r["labels_q"]
+            margin = "-" if r["ft_margin"] is None else f"{r['ft_margin']:.3f}"
+            tost = "-" if r["ft_pass"] is None else ("pass" if r["ft_pass"] else "fail")
+            cells = [r["candidate"], f"{r['true_risk']:.4f}", "yes" if r["h0"] else "no", _pct(r["failure"]),
+                     _pct(r["failure_upper"]), "yes" if r["ok"] else "NO", _pct(r["power"]), _pct(r["coverage"]),
+                     f"{r['labels_mean']:.1f} ({q[0]:.0f}/{q[1]:.0f}/{q[2]:.0f})", margin, tost, f"{r['rmse']:.4f}",
+                     f"{r['t_p']:.3f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        o = self.overall
+        worst = max((r["failure"] for r in self.rows if r["failure"] is not None), default=0.0)
+        return (f"{self.cfg.policy.kind} ({self.cfg.policy.betting}), alpha = {self.cfg.alpha:g}, delta = "
+                f"{self.cfg.delta:g}, n = {self.cfg.budget.n}, {self.reps} repetitions: worst per-candidate failure "
+                f"{worst:.3f}, family-wise failure of {o['procedure']} {o['familywise_failure']:.3f} "
+                f"(99% CP upper {o['failure_upper']:.3f}); {'OK' if o['ok'] else 'GUARANTEE VIOLATED'}")
+
+
+def _pct(x):
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _orders(rng, reps: int, n_items: int, m: int) -> np.ndarray:
+    """``reps`` random item orders, the first ``m`` items of each (as in a job's seeded order)."""
+    return np.argsort(rng.random((reps, n_items)), axis=1)[:, :m]
+
+
+def _testing_chunk(cfg, human, judge, orders, n, r, rhos):
+    """Per repetition and candidate: max log E, first crossing, estimates on the budget grid,
+    and whether the true risk is excluded by the two-sided interval."""
+    h = human[:, orders[:, :n]].transpose(1, 0, 2)  # (reps, K, n)
+    jl = ju = None
+    if judge is not None and np.any(rhos != 0):
+        jl = judge[:, orders[:, :n]].transpose(1, 0, 2)
+        ju = judge[:, orders[:, n : n * (1 + r)]].transpose(1, 0, 2)
+    obs = effective_observations(h, jl, ju, rhos=rhos)
+    w0 = np.full(rhos.size, 1.0 / rhos.size)
+    kw = dict(delta=cfg.delta, betting=cfg.policy.betting, horizon=n, up_kind="exact", up_grid_size=10_000,
+              wsr_c=0.75)
+    comps = _component_log_evalues(obs, cfg.alpha, ci_scale=False, **kw)  # (reps, K, S, n)
+    log_e = _mix(comps, w0)
+    # the estimate the driver reports after t labels: rho-weighted PPI++ means (eq. 10, 13)
+    t_grid = np.unique(np.linspace(1, n, BUDGET_GRID).round().astype(int))
+    cum = np.cumsum(obs.q, axis=-1)[..., t_grid - 1] / t_grid  # (reps, K, S, G)
+    z = comps[..., t_grid - 1] + np.log(w0)[:, None]
+    wts = np.exp(z - z.max(axis=-2, keepdims=True))
+    wts /= wts.sum(axis=-2, keepdims=True)
+    est = (wts * cum).sum(axis=-2)  # (reps, K, G)
+    classical = np.cumsum(h, axis=-1)[..., t_grid - 1] / t_grid
+    return log_e, est, classical, t_grid, obs
+
+
+def _excluded(cfg, obs, truth, n):
+    """True risk rejected by either one-sided test at delta/2 (App. D.5, bets bounded by the
+    range): exactly when the two-sided anytime interval misses it."""
+    kw = dict(delta=cfg.delta / 2, betting=cfg.policy.betting, horizon=n, up_kind="exact", up_grid_size=10_000,
+              wsr_c=0.75, ci_scale=True)
+    S = obs.q.shape[-2]
+    w0 = np.full(S, 1.0 / S)
+    thr = np.log(2 / cfg.delta)
+    a = np.broadcast_to(truth, obs.q.shape[:-2])
+    up = _mix(_component_log_evalues(obs, a, **kw), w0).max(axis=-1) >= thr
+    lo, hi = obs.loss_bounds
+    flipped = type(obs)(q=(lo + hi) - obs.q, lower=(lo + hi) - obs.upper, upper=(lo + hi) - obs.lower, r=obs.r,
+                        loss_bounds=obs.loss_bounds)
+    down = _mix(_component_log_evalues(flipped, (lo + hi) - a, **kw), w0).max(axis=-1) >= thr
+    return up | down
+
+
+def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int = 50, progress=None) -> AuditResult:
+    """Repeat ``cfg``'s policy ``reps`` times on its replay table (see the module docstring)."""
+    table = data.table
+    if table is None:
+        raise ValueError("certsel audit needs a replay job (a data: section with recorded losses and ground truth)")
+    if reps < 10:
+        raise ValueError(f"--reps must be at least 10, got {reps}")
+    names = data.names
+    truth = table.true_risk
+    K, I = table.human.shape
+    rng = np.random.default_rng(seed)
+    kind = cfg.policy.kind
+    n = cfg.budget.n
+    if kind in TESTING:
+        rhos = scheme_rhos(kind)
+        r = cfg.budget.r if kind != "r-eval" else 0
+        max_log_e = np.empty((reps, K))
+        first = np.empty((reps, K), dtype=np.int64)
+        missed = np.empty((reps, K), dtype=bool)
+        est, classical = [], []
+        for start in range(0, reps, chunk):
+            m = min(chunk, reps - start)
+            orders = _orders(rng, m, I, n * (1 + r))
+            log_e, e, c, t_grid, obs = _testing_chunk(cfg, table.human, table.judge if r else None, orders, n, r, rhos)
+            level = np.log(1 / cfg.delta)
+            hit = log_e >= level
+            max_log_e[start : start + m] = log_e.max(axis=-1)
+            first[start : start + m] = np.where(hit.any(-1), hit.argmax(-1) + 1, n)
+            missed[start : start + m] = _excluded(cfg, obs, truth[None, :], n)
+            est.append(e)
+            classical.append(c)
+            if progress is not None:
+                progress(start + m, reps)
+        est, classical = np.concatenate(est), np.concatenate(classical)
+        certified = max_log_e >= np.log(1 / cfg.delta)
+        fam = certified_set(np.exp(np.minimum(max_log_e, 700)), cfg.delta, _procedure(cfg))
+    else:
+        certified, first, missed, est, classical, t_grid = _estimation(cfg, table, truth, reps, rng, progress)
+        fam = certified if cfg.procedure != "fst" else np.cumprod(certified, axis=1).astype(bool)
+    rows = []
+    for k in range(K):
+        h0 = bool(truth[k] > cfg.alpha)
+        if kind in TESTING:
+            fails = int(certified[:, k].sum()) if h0 else 0
+        else:
+            fails = int(missed[:, k].sum())
+        lo, hi = clopper_pearson(fails, reps)
+        applies = h0 or kind not in TESTING
+        ft = _ft_eval(est[:, k, :], classical[:, k, :], float(truth[k]))
+        rows.append({
+            "candidate": names[k], "true_risk": float(truth[k]), "h0": h0,
+            "failure": fails / reps if applies else None, "failure_upper": hi if applies else None,
+            "failure_lower": lo if applies else None, "ok": (lo <= cfg.delta) if applies else True,
+            "power": None if h0 else float(certified[:, k].mean()),
+            "coverage": float(1 - missed[:, k].mean()),
+            "labels_mean": float(first[:, k].mean()),
+            "labels_q": [float(x) for x in np.quantile(first[:, k], [0.1, 0.5, 0.9])],
+            **ft,
+        })
+    bad = truth > cfg.alpha
+    fam_fail = (fam & bad[None, :]).any(axis=1)
+    k_fail = int(fam_fail.sum())
+    lo, hi = clopper_pearson(k_fail, reps)
+    overall = {"procedure": cfg.procedure, "familywise_failure": k_fail / reps, "failure_upper": hi,
+               "failure_lower": lo, "ok": lo <= cfg.delta and all(r["ok"] for r in rows),
+               "mean_certified": float(fam.sum(axis=1).mean()), "budget_grid": [int(t) for t in t_grid]}
+    return AuditResult(cfg, reps, rows, overall)
+
+
+def _procedure(cfg) -> str:
+    return "bonferroni" if cfg.procedure == "pairwise" else cfg.procedure
+
+
+def _ft_eval(est: np.ndarray, classical: np.ndarray, truth: float) -> dict:
+    """FT-Eval of the policy's estimate (reps, budgets) against the classical mean."""
+    bv = bias_variance(est[:, -1], truth)
+    tt = t_test(est[:, -1], truth)
+    try:
+        search = select_margin(est, classical, truth)
+        margin = search.margin
+        passed = None if margin is None else bool(ft_eval_passes(est[:, -1], truth, margin).passed[-1])
+    except ValueError:
+        margin, passed = None, None
+    return {"ft_margin": margin, "ft_pass": passed, "rmse": float(bv.rmse), "bias": float(bv.bias),
+            "t_p": float(tt.p_value)}
+
+
+def _estimation(cfg, table, truth, reps, rng, progress):
+    """Seq / Cer-Eval, one repetition at a time: decisions against alpha at level delta,
+    interval misses, labels used, estimates on the budget grid."""
+    K, I = table.human.shape
+    n = min(cfg.budget.n, I)
+    t_grid = np.unique(np.linspace(1, n, BUDGET_GRID).round().astype(int))
+    certified = np.zeros((reps, K), dtype=bool)
+    missed = np.zeros((reps, K), dtype=bool)
+    first = np.zeros((reps, K), dtype=np.int64)
+    est = np.zeros((reps, K, t_grid.size))
+    classical = np.zeros((reps, K, t_grid.size))
+    features = None
+    if cfg.policy.kind == "cer-eval":
+        from certsel.workers.replay import load_features
+
+        features = load_features(cfg.data.features, table.items)
+    for rep in range(reps):
+        seed = [int(x) for x in rng.integers(2**31, size=2)]
+        for k in range(K):
+            pol = make_estimation_policy(cfg.policy.kind, I, delta=cfg.delta, alpha=cfg.alpha, radius=cfg.policy.radius,
+                                         seed=seed + [k], features=features)
+            losses = table.human[k]
+            decided_at = 0
+            g = 0
+            while pol.n_labeled < n:
+                step = min(max(1, cfg.budget.batch), n - pol.n_labeled)
+                if g < t_grid.size:  # stop exactly at the next grid budget
+                    step = min(step, int(t_grid[g]) - pol.n_labeled)
+                items = pol.next_items(step)
+                if items.size == 0:
+                    break
+                pol.update(items, losses[items])
+                lo, hi = pol.ci
+                if not (lo <= truth[k] <= hi):
+                    missed[rep, k] = True
+                if pol.decision != 0 and not decided_at:
+                    decided_at = pol.n_labeled
+                    certified[rep, k] = pol.decision == -1
+                while g < t_grid.size and pol.n_labeled >= t_grid[g]:
+                    est[rep, k, g] = pol.estimate
+                    lab = pol.labeled_items
+                    classical[rep, k, g] = losses[lab].mean()
+                    g += 1
+            est[rep, k, g:] = pol.estimate
+            classical[rep, k, g:] = losses[pol.labeled_items].mean() if pol.n_labeled else np.nan
+            first[rep, k] = decided_at or pol.n_labeled
+        if progress is not None:
+            progress(rep + 1, reps)
+    return certified, first, missed, est, classical, t_grid
+
+
+def write_audit(result: AuditResult, outdir) -> list:
+    """audit.json, audit.md and audit.png (failure rates with their bounds against delta,
+    coverage against 1 - delta) into ``outdir``."""
+    import json
+    import pathlib
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = pathlib.Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {"config": result.cfg.model_dump(mode="json"), "reps": result.reps, "overall": result.overall,
+               "candidates": result.rows}
+    (out / "audit.json").write_text(json.dumps(payload, indent=1, allow_nan=False))
+    (out / "audit.md").write_text(f"# certsel audit\n\n{result.summary()}\n\n{result.table()}\n")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    x = np.arange(len(result.rows))
+    fail = np.array([np.nan if r["failure"] is None else r["failure"] for r in result.rows])
+    upper = np.array([np.nan if r["failure_upper"] is None else r["failure_upper"] for r in result.rows])
+    axes[0].bar(x, fail, color="tab:red", label="failure rate")
+    axes[0].scatter(x, upper, marker="_", color="k", s=80, label="99% Clopper-Pearson upper bound")
+    axes[0].axhline(result.cfg.delta, color="tab:blue", ls="--", label="delta")
+    axes[0].set_xlabel("candidate")
+    axes[0].set_ylabel("failure rate")
+    axes[0].legend(fontsize=8)
+    axes[1].bar(x, [r["coverage"] for r in result.rows], color="tab:green")
+    axes[1].axhline(1 - result.cfg.delta, color="tab:blue", ls="--", label="1 - delta")
+    axes[1].set_ylim(min(0.8, 1 - 2 * result.cfg.delta), 1.0)
+    axes[1].set_xlabel("candidate")
+    axes[1].set_ylabel("anytime interval coverage")
+    axes[1].legend(fontsize=8)
+    fig.suptitle(result.summary()[:140], fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "audit.png", dpi=110)
+    plt.close(fig)
+    return [out / "audit.json", out / "audit.md", out / "audit.png"]

@@ -1,0 +1,122 @@
+"""certsel audit: its vectorised repetitions equal the policies run one by one, its coverage
+check equals the interval the jobs report, and the command logs an MLflow run."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from certsel.config import parse_config
+from certsel.orchestrator.audit import _excluded, _orders, _testing_chunk, audit, clopper_pearson
+from certsel.orchestrator.jobdata import load_job_data
+from certsel.policies import confidence_interval, scheme_rhos
+from certsel.workers.candidate import TestingCandidate
+from certsel.workers.replay import ReplaySource
+from mlflow.tracking import MlflowClient
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def small_cfg(kind="r-autoeval+", betting="up", **over):
+    raw = {"data": {"path": str(EXAMPLES / "data" / "triviaqa_llama31_8b_mx.parquet"), "judge": "loss_judge_best",
+                    "order": "rank"},
+           "candidates": ["mx_m10_r8_k16", "mx_m5_r2_k64", "mx_m4_r8_k16", "mx_m4_r2_k16"],
+           "policy": {"kind": kind, "betting": betting}, "alpha": 0.1, "delta": 0.1,
+           "objective": {"column": "avg_bitwidth"}, "budget": {"n": 60, "r": 2, "batch": 20}}
+    raw.update(over)
+    return parse_config(raw)
+
+
+@pytest.mark.parametrize("kind,betting", [("r-eval", "up"), ("r-autoeval", "wsr"), ("r-autoeval+", "up"),
+                                          ("r-autoeval+", "wsr")])
+def test_repetitions_equal_the_candidate_policy(kind, betting):
+    cfg = small_cfg(kind, betting)
+    data = load_job_data(cfg)
+    t = data.table
+    n, r = 60, (0 if kind == "r-eval" else 2)
+    orders = _orders(np.random.default_rng(5), 3, t.items.size, n * (1 + r))
+    log_e, est, classical, grid, obs = _testing_chunk(cfg, t.human, t.judge if r else None, orders, n, r,
+                                                      scheme_rhos(kind))
+    for rep in range(3):
+        for k in range(len(data.names)):
+            cand = TestingCandidate("c", ReplaySource(t.human[k], t.judge[k]), scheme=kind, alpha=0.1, delta=0.1,
+                                    betting=betting, human_items=orders[rep, :n], judge_items=orders[rep, n:],
+                                    r=r, ci_delta=0.1)
+            path, ests = [], {}
+            for step in np.diff(np.concatenate([[0], grid])):
+                snap = cand.step(int(step))
+                path.extend(snap["path"])
+                ests[cand.t] = snap["estimate"]
+            np.testing.assert_allclose(log_e[rep, k], path, atol=1e-9)
+            np.testing.assert_allclose(est[rep, k], [ests[g] for g in grid], atol=1e-12)
+            np.testing.assert_allclose(classical[rep, k], [t.human[k][orders[rep, :g]].mean() for g in grid])
+
+
+def test_coverage_check_is_the_reported_interval():
+    cfg = small_cfg()
+    t = load_job_data(cfg).table
+    n, r = 60, 2
+    orders = _orders(np.random.default_rng(11), 4, t.items.size, n * 3)
+    *_, obs = _testing_chunk(cfg, t.human, t.judge, orders, n, r, scheme_rhos("r-autoeval+"))
+    for target in (0.02, 0.06, 0.1, 0.2):
+        excl = _excluded(cfg, obs, np.full(4, target)[None, :], n)
+        for rep in range(4):
+            for k in range(4):
+                h = t.human[k][orders[rep, :n]]
+                lo, hi = confidence_interval(h, t.judge[k][orders[rep, :n]], t.judge[k][orders[rep, n:]], delta=0.1,
+                                             rhos=scheme_rhos("r-autoeval+"), horizon=n)
+                if min(abs(target - lo), abs(target - hi)) > 1e-4:  # away from the bisection's tolerance
+                    assert excl[rep, k] == (not lo <= target <= hi)
+
+
+def test_failure_rates_hold_delta_near_the_boundary():
+    """Candidates whose risk sits just above alpha: the worst case for the type-I error."""
+    rng = np.random.default_rng(0)
+    cfg = small_cfg(alpha=0.1)
+    data = load_job_data(cfg)
+    t = data.table
+    import dataclasses
+
+    human = (rng.random(t.human.shape) < 0.105).astype(float)
+    judge = np.where(rng.random(t.human.shape) < 0.8, human, 1 - human)
+    table = dataclasses.replace(t, human=human, judge=judge)
+    res = audit(cfg, dataclasses.replace(data, table=table), reps=300, seed=1)
+    assert all(r["h0"] for r in res.rows)
+    for r in res.rows:
+        assert r["failure_lower"] <= 0.1 and r["ok"]
+    assert res.overall["ok"] and res.overall["familywise_failure"] <= 0.1
+
+
+def test_clopper_pearson_against_scipy_binomtest():
+    from scipy.stats import binomtest
+
+    for k, n in [(0, 100), (3, 100), (50, 100), (100, 100)]:
+        lo, hi = clopper_pearson(k, n, 0.99)
+        ci = binomtest(k, n).proportion_ci(confidence_level=0.98, method="exact")
+        assert lo == pytest.approx(ci.low, abs=1e-9) and hi == pytest.approx(ci.high, abs=1e-9)
+
+
+def test_audit_command_logs_a_run(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text((EXAMPLES / "quantization.yaml").read_text().replace("data/", str(EXAMPLES / "data") + "/"))
+    p = subprocess.run([sys.executable, "-m", "certsel.cli", "audit", str(job), "--reps", "20", "--set",
+                        f"tracking.uri=sqlite:///{tmp_path}/s.db", "--set", "budget.n=50", "--out", str(tmp_path / "a")],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "20 repetitions" in p.stdout and "OK" in p.stdout
+    run_id = p.stdout.split("MLflow run: ")[1].split()[0]
+    client = MlflowClient(f"sqlite:///{tmp_path}/s.db")
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["certsel.kind"] == "audit"
+    assert run.data.params["reps"] == "20" and "familywise_failure" in run.data.metrics
+    assert {a.path for a in client.list_artifacts(run_id)} == {"audit.json", "audit.md", "audit.png"}
+    audit_json = json.loads((tmp_path / "a" / "audit.json").read_text())
+    assert len(audit_json["candidates"]) == 48 and audit_json["reps"] == 20
+
+
+def test_audit_rejects_live_jobs(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "certsel.cli", "audit", str(EXAMPLES / "live_additions.yaml"),
+                        "--no-tracking"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "needs a replay job" in p.stderr
