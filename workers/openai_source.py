@@ -112,14 +112,29 @@ class Stats:
     errors: dict = field(default_factory=dict)  # error kind -> count
 
 
+MAX_BODY = 8 << 20  # bytes; a larger answer is treated as malformed (never read whole into memory)
+
+
+def _text(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError("the answer is not a string")
+    value.encode("utf-8")  # a lone surrogate is not text: UnicodeEncodeError (a ValueError)
+    return value
+
+
 def _extract(kind: str, body) -> object:
-    """The useful part of an answer, or ValueError when the body is malformed."""
+    """The useful part of an answer; ValueError/KeyError/IndexError/TypeError when the body
+    is malformed (missing fields, an answer that is not text, vectors that are not numbers)."""
     if kind == "chat":
-        return body["choices"][0]["message"]["content"]
+        return _text(body["choices"][0]["message"]["content"])
     if kind == "completion":
-        return body["choices"][0]["text"]
+        return _text(body["choices"][0]["text"])
     if kind == "embedding":
-        return [d["embedding"] for d in sorted(body["data"], key=lambda d: d["index"])]
+        vecs = [d["embedding"] for d in sorted(body["data"], key=lambda d: d["index"])]
+        for v in vecs:
+            if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+                raise TypeError("an embedding is not a list of numbers")
+        return vecs
     raise ValueError(kind)
 
 
@@ -146,7 +161,7 @@ class OpenAIClient:
                 self.stats.retries += 1
                 await asyncio.sleep(min(ep.backoff * 2 ** (attempt - 1), 8.0))
             try:
-                resp = await client.post(url, json=payload, headers=ep.headers(), timeout=ep.timeout)
+                status, text, raw = await self._send(client, url, payload)
             except httpx.TimeoutException:
                 last = f"timed out after {ep.timeout:g} s"
                 self._count("timeout")
@@ -155,15 +170,19 @@ class OpenAIClient:
                 last = f"connection failed ({exc.__class__.__name__})"
                 self._count("connection")
                 continue
-            if resp.status_code in _RETRY_STATUS:
-                last = f"HTTP {resp.status_code}"
-                self._count(f"http_{resp.status_code}")
+            if status in _RETRY_STATUS:
+                last = f"HTTP {status}"
+                self._count(f"http_{status}")
                 continue
-            if resp.status_code >= 400:
+            if status >= 400:
                 self.stats.failed += 1
-                raise SourceError(f"{url}: HTTP {resp.status_code} (not retried): {resp.text[:200]!r}")
+                raise SourceError(f"{url}: HTTP {status} (not retried): {text[:200]!r}")
+            if raw is None:
+                last = f"response body larger than {MAX_BODY >> 20} MiB"
+                self._count("too_large")
+                continue
             try:
-                value = _extract(kind, resp.json())
+                value = _extract(kind, json.loads(raw))
             except (ValueError, KeyError, IndexError, TypeError):
                 last = "malformed response body"
                 self._count("malformed")
@@ -172,6 +191,20 @@ class OpenAIClient:
             return value
         self.stats.failed += 1
         raise SourceError(f"{url}: {last} on all {ep.max_retries + 1} attempts")
+
+    async def _send(self, client: httpx.AsyncClient, url: str, payload: dict):
+        """POST; returns (status, short text for errors, body bytes or None when the body
+        exceeds :data:`MAX_BODY`)."""
+        ep = self.endpoint
+        async with client.stream("POST", url, json=payload, headers=ep.headers(), timeout=ep.timeout) as resp:
+            chunks, size = [], 0
+            async for chunk in resp.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_BODY:
+                    return resp.status_code, "", None
+                chunks.append(chunk)
+        raw = b"".join(chunks)
+        return resp.status_code, raw[:200].decode("utf-8", "replace"), raw
 
     def _count(self, kind: str) -> None:
         self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
