@@ -29,7 +29,7 @@ import numpy as np
 
 from certsel.config import RunConfig
 from certsel.policies import certified_set, select
-from certsel.workers.actor import CandidateHost, worker_class
+from certsel.workers.actor import CandidateHost, NotLoaded, worker_class
 from certsel.workers.candidate import make_estimation_policy
 from certsel.workers.replay import item_order
 
@@ -51,7 +51,7 @@ class HostLost:
     why: str
 
 
-MAX_HOST_LOSSES = 3  # a host lost more often than this ends its candidates ("worker lost")
+MAX_HOST_LOSSES = 3  # a host lost this often in a row, with no step done between, ends its candidates
 
 
 # -- planning ---------------------------------------------------------------------------
@@ -217,8 +217,13 @@ class RayRuntime:
         for (h, _, _), ref in zip(calls, refs, strict=True):
             try:
                 out.append(self.ray.get(ref))
-            except self.ray.exceptions.RayActorError as err:
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorUnavailableError) as err:
                 out.append(HostLost(h, str(err).strip().splitlines()[0] if str(err).strip() else "actor died"))
+            except self.ray.exceptions.RayTaskError as err:
+                if not isinstance(getattr(err, "cause", None), NotLoaded):
+                    raise
+                # the call reached an actor Ray had restarted, before its candidates were rebuilt
+                out.append(HostLost(h, "restarted actor without its candidates"))
         return out
 
     def replace_host(self, host: int) -> None:
@@ -284,13 +289,12 @@ def _objective_key(cfg: RunConfig, data) -> np.ndarray | None:
     return -obj if cfg.objective is not None and cfg.objective.goal == "maximize" else obj
 
 
-def _collect_labels(runtime, home: dict, names: list[str]) -> dict:
+def _collect_labels(recovery, home: dict, names: list[str]) -> dict:
     calls = {}
     for nm in names:
         calls.setdefault(home[nm], []).append(nm)
-    order = list(calls)
     out = {}
-    for part in runtime.gather([(h, "labels", (calls[h],)) for h in order]):
+    for part in recovery.call("labels", {h: (nms,) for h, nms in calls.items()}).values():
         out.update(part)
     return out
 
@@ -327,9 +331,10 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
         for k, nm in enumerate(names)
     ]
     if cfg.procedure == "pairwise":
-        res = _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0)
+        recovery = _Recovery(runtime, home, per_host, plan, rows, records)
+        res = _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0, recovery)
         if collect_labels:
-            res.labels = _collect_labels(runtime, home, names)
+            res.labels = _collect_labels(recovery, home, names)
         return res
 
     recovery = _Recovery(runtime, home, per_host, plan, rows, records)
@@ -372,8 +377,8 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
         for r in ran:
             calls.setdefault(home[r.name], []).append(r.name)
         order = list(calls)
-        finals = runtime.gather([(h, "finalize", (calls[h],)) for h in order])
-        by_name = {s["name"]: s for group in finals for s in group}
+        finals = recovery.call("finalize", {h: (calls[h],) for h in order})
+        by_name = {s["name"]: s for group in finals.values() for s in group}
         for r in ran:
             r.ci = tuple(by_name[r.name]["ci"])
 
@@ -392,7 +397,7 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
     return JobResult(cfg, data, records, [records[k].name for k in np.flatnonzero(certified_mask)],
                      names[sel] if sel >= 0 else None, level, _totals(records), plan.full_budget(), rounds,
                      time.perf_counter() - t0,
-                     labels=_collect_labels(runtime, home, names) if collect_labels else None)
+                     labels=_collect_labels(recovery, home, names) if collect_labels else None)
 
 
 class _Recovery:
@@ -402,8 +407,9 @@ class _Recovery:
     each one's past batches from the durable label log (``CandidateHost.restore``: no
     request, the same states), then the interrupted step is sent again. The labels that
     step had already bought were logged before use, so it finds them in the log: nothing is
-    bought or counted twice. A host lost more than :data:`MAX_HOST_LOSSES` times ends its
-    candidates as "worker lost" (not certified); the others go on.
+    bought or counted twice. A host lost more than :data:`MAX_HOST_LOSSES` times in a row
+    (no step completed between: a crash loop) ends its candidates as "worker lost" (not
+    certified); the others go on.
     """
 
     def __init__(self, runtime, home, per_host, plan, rows, records):
@@ -413,45 +419,70 @@ class _Recovery:
         self.tolerant = hasattr(runtime, "gather_tolerant")
 
     def step(self, calls: dict, batch: int) -> dict:
-        order = list(calls)
+        """Advance ``calls[host]`` (candidate names) by ``batch``; snapshots by name."""
+        got = self.call("step", {h: (names, batch) for h, names in calls.items()})
+        return {s["name"]: s for group in got.values() for s in group}
+
+    def call(self, method: str, args: dict) -> dict:
+        """``method(*args[host])`` on every host in parallel, recovering lost hosts and
+        sending their call again; ``{host: result}`` (hosts given up on are left out)."""
         if not self.tolerant:
-            snaps = self.runtime.gather([(h, "step", (calls[h], batch)) for h in order])
-            return {s["name"]: s for group in snaps for s in group}
+            order = list(args)
+            return dict(zip(order, self.runtime.gather([(h, method, args[h]) for h in order]), strict=True))
         out = {}
-        pending = order
+        pending = list(args)
         while pending:
-            got = self.runtime.gather_tolerant([(h, "step", (calls[h], batch)) for h in pending])
+            got = self.runtime.gather_tolerant([(h, method, args[h]) for h in pending])
             retry = []
             for h, res in zip(pending, got, strict=True):
                 if not isinstance(res, HostLost):
-                    out.update((s["name"], s) for s in res)
+                    self.losses[h] = 0  # progress: only losses in a row count
+                    out[h] = res
                 elif self._recover(h, res.why):
                     retry.append(h)
             pending = retry
         return out
 
     def _recover(self, h: int, why: str) -> bool:
-        self.losses[h] = self.losses.get(h, 0) + 1
+        exc = self.runtime.ray.exceptions
         names = [s["name"] for s in self.per_host[h]]
-        if self.losses[h] > MAX_HOST_LOSSES:
-            for n in names:
-                r = self.records[n]
-                if not r.finished:
-                    r.status, r.reason = "failed", f"worker lost {self.losses[h]} times ({why})"
-            return False
-        try:  # Ray restarts the actor (max_restarts): calls wait for the new process
-            self.runtime.call(h, "load", self.per_host[h], self.plan.shared, self.rows)
-        except self.runtime.ray.exceptions.RayActorError:  # restarts spent, or the node is gone
-            self.runtime.replace_host(h)
-            self.runtime.call(h, "load", self.per_host[h], self.plan.shared, self.rows)
-        batches = {n: np.diff([0] + [row["step"] for row in self.records[n].rounds]).tolist()
-                   for n in names if self.records[n].rounds}
-        if batches:
-            for snap in self.runtime.call(h, "restore", batches):
-                if snap["t"] != self.records[snap["name"]].t:
-                    raise RuntimeError(f"candidate {snap['name']}: rebuilt at {snap['t']} labels, "
-                                       f"expected {self.records[snap['name']].t}")
-        return True
+        while True:
+            self.losses[h] = self.losses.get(h, 0) + 1
+            if self.losses[h] > MAX_HOST_LOSSES:  # a crash loop (e.g. a candidate that always OOMs)
+                for n in names:
+                    r = self.records[n]
+                    if not r.finished:
+                        r.status, r.reason = "failed", f"worker lost {self.losses[h]} times in a row ({why})"
+                return False
+            try:
+                self._reload(h)
+                batches = {n: np.diff([0] + [row["step"] for row in self.records[n].rounds]).tolist()
+                           for n in names if self.records[n].rounds}
+                if batches:
+                    for snap in self.runtime.call(h, "restore", batches):
+                        if snap["t"] != self.records[snap["name"]].t:
+                            raise RuntimeError(f"candidate {snap['name']}: rebuilt at {snap['t']} labels, "
+                                               f"expected {self.records[snap['name']].t}")
+                return True
+            except (exc.RayActorError, exc.ActorUnavailableError) as err:  # lost again while rebuilding
+                why = str(err).strip().splitlines()[0] if str(err).strip() else "actor died"
+
+    def _reload(self, h: int, patience: float = 120.0) -> None:
+        """Build host ``h``'s candidates again: on the actor Ray restarted (max_restarts),
+        or on a fresh one when its restarts are spent or its node is gone."""
+        exc = self.runtime.ray.exceptions
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                self.runtime.call(h, "load", self.per_host[h], self.plan.shared, self.rows)
+                return
+            except exc.ActorUnavailableError:  # restarting: try again shortly
+                if time.monotonic() > deadline:
+                    self.runtime.replace_host(h)
+                    deadline = time.monotonic() + patience
+                time.sleep(0.2)
+            except exc.RayActorError:
+                self.runtime.replace_host(h)
 
 
 def _final_certified(cfg: RunConfig, plan: JobPlan, records) -> np.ndarray:
@@ -480,7 +511,7 @@ def _round_row(r: CandidateRecord) -> dict:
 # -- pairwise ranking --------------------------------------------------------------------
 
 
-def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0) -> JobResult:
+def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0, recovery) -> JobResult:
     """Every pair (i, j) is compared on u = (loss_i - loss_j + 1)/2 by Seq or Cer-Eval with
     threshold 1/2 at level delta/P (Bonferroni over the P pairs); a pair stops as soon as
     its sign is certified. All pairs share one seed, so they ask for the same items for as
@@ -512,8 +543,8 @@ def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0
             if need[m]:
                 calls.setdefault(home[names[m]], {})[names[m]] = np.array(sorted(need[m]), dtype=np.int64)
         order = list(calls)
-        answers = runtime.gather([(h, "losses", (calls[h],)) for h in order])
-        for h, ans in zip(order, answers, strict=True):
+        got = recovery.call("losses", {h: (calls[h],) for h in order})
+        for h, ans in ((h, got[h]) for h in order):
             for nm, losses in ans.items():
                 m = names.index(nm)
                 known[m].update(zip(calls[h][nm].tolist(), np.asarray(losses).tolist(), strict=True))

@@ -40,6 +40,11 @@ def build_candidate(spec: dict, shared: dict):
     raise ValueError(f"unknown candidate kind {kind!r}")
 
 
+class NotLoaded(RuntimeError):
+    """A call for candidates this host does not hold: Ray restarted it (a new process with
+    an empty state) before the driver rebuilt them. The driver treats it as a lost host."""
+
+
 class CandidateHost:
     """Plain-Python host of several candidates (the body of the Ray actor
     :data:`CandidateWorker`). :meth:`load` starts a job; an actor can serve many jobs in a
@@ -51,14 +56,27 @@ class CandidateHost:
     def load(self, specs: list[dict], shared: dict, rows: dict) -> int:
         """Build the candidates of a job; ``rows[name]`` is ``(human, judge)`` losses."""
         self.candidates = {}
+        job_dirs = {s.get("job_dir") for s in specs} - {None}
+        for d in job_dirs:  # who hosts this job's candidates (for operators and fault-injection tests)
+            import os
+            import pathlib
+
+            (pathlib.Path(d) / "hosts").mkdir(parents=True, exist_ok=True)
+            (pathlib.Path(d) / "hosts" / str(os.getpid())).write_text(",".join(s["name"] for s in specs)[:10_000])
         for s in specs:
             human, judge = rows[s["name"]]
             self.candidates[s["name"]] = build_candidate({**s, "human": human, "judge": judge}, shared)
         return len(self.candidates)
 
+    def _have(self, names) -> None:
+        missing = [n for n in names if n not in self.candidates]
+        if missing:
+            raise NotLoaded(f"this host does not hold {missing[0]!r} (restarted?)")
+
     def step(self, names: list[str], batch: int) -> list[dict]:
         """Advance ``names`` by ``batch`` human labels each; testing candidates at the same
         label count are advanced together (:func:`step_together`)."""
+        self._have(names)
         groups: dict = {}
         for n in names:
             c = self.candidates[n]
@@ -71,6 +89,7 @@ class CandidateHost:
         return [out[n] for n in names]
 
     def finalize(self, names: list[str], with_interval: bool = True) -> list[dict]:
+        self._have(names)
         out = []
         for n in names:
             c = self.candidates[n]
@@ -80,10 +99,12 @@ class CandidateHost:
         return out
 
     def losses(self, requests: dict) -> dict:
+        self._have(list(requests))
         return {n: self.candidates[n].losses(items) for n, items in requests.items()}
 
     def labels(self, names: list[str]) -> dict:
         """The label log of each candidate: item indices, roles and losses, in purchase order."""
+        self._have(names)
         out = {}
         for n in names:
             source = self.candidates[n].source
