@@ -194,3 +194,30 @@ def test_driver_killed_mid_run_then_resumed(tmp_path):
     assert sorted(r.info.status for r in parents) == ["FINISHED", "KILLED"]
     assert {r.data.tags["certsel.job_id"] for r in parents} == {job_id}
     assert json.loads((job_dir / "job.json").read_text())["status"] == "finished"
+
+
+def test_candidate_names_cannot_escape_the_job(ray_session, tmp_path):
+    """Names that look like paths stay names: every file the job writes is inside its folders."""
+    import pyarrow as pa
+
+    from certsel.config import parse_config
+    from certsel.orchestrator.job import execute
+
+    names = ["../../escape", "/abs/olute", "a/../../b", "..", "naïve ✓"]
+    rng = np.random.default_rng(0)
+    I = 50
+    pq.write_table(pa.table({"candidate": np.repeat(names, I), "item": np.tile(np.arange(I), len(names)),
+                             "loss_human": (rng.random(len(names) * I) < 0.1).astype(float),
+                             "size": np.repeat(np.arange(len(names), dtype=float), I)}), tmp_path / "t.parquet")
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = parse_config({"data": {"path": str(tmp_path / "t.parquet")}, "policy": {"kind": "r-eval"},
+                        "alpha": 0.3, "procedure": "bonferroni", "objective": {"column": "size"},
+                        "budget": {"n": 40, "batch": 20}, "tracking": {"uri": f"sqlite:///{work}/s.db"},
+                        "state": {"dir": str(work / "jobs")}})
+    before = {p for p in tmp_path.parent.rglob("*")}
+    result, run_id = execute(cfg, report_dir=work / "report")
+    assert sorted(r.name for r in result.records) == sorted(names)
+    new = {p for p in tmp_path.parent.rglob("*")} - before
+    assert new and all(work in p.parents for p in new), sorted(str(p) for p in new if work not in p.parents)
+    assert len(list((work / "jobs").glob("*/labels/*.db"))) == len(names)
