@@ -134,15 +134,26 @@ class CandidateHost:
         """Bring rebuilt candidates back to where they were: ``batches[name]`` is the list of
         batch sizes the candidate was stepped by. Its labels come from the durable log (no
         request); the policy sees them in the same batches, so adaptive policies (Cer-Eval)
-        choose the same items and every state is the one before the restart."""
-        out = []
+        choose the same items and every state is the one before the restart. Testing
+        candidates with the same history replay as one stacked update per batch."""
+        groups: dict = {}
         for n, sizes in batches.items():
-            c = self.candidates[n]
-            snap = c.snapshot(np.zeros(0)) if isinstance(c, TestingCandidate) else c.snapshot()
+            groups.setdefault(tuple(int(b) for b in sizes), []).append(n)
+        out = {}
+        for sizes, names in groups.items():
+            cands = [self.candidates[n] for n in names]
+            testing = [c for c in cands if isinstance(c, TestingCandidate)]
+            others = [c for c in cands if not isinstance(c, TestingCandidate)]
             for b in sizes:
-                snap = c.step(int(b))
-            out.append(snap)
-        return out
+                if testing:
+                    step_together(testing, b)
+                for c in others:
+                    c.step(b)
+            for c in testing:
+                out[c.name] = c.snapshot(np.zeros(0))
+            for c in others:
+                out[c.name] = c.snapshot()
+        return [out[n] for n in batches]
 
 
 def worker_class():
