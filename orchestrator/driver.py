@@ -51,7 +51,7 @@ class HostLost:
     why: str
 
 
-MAX_HOST_LOSSES = 3  # a host lost this often in a row, with no step done between, ends its candidates
+MAX_HOST_LOSSES = 6  # a host lost this often in a row, with no step done between, ends its candidates
 
 
 # -- planning ---------------------------------------------------------------------------
@@ -324,20 +324,19 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
     home = _assign(names, n_hosts)
     per_host = [[s for s in plan.specs if home[s["name"]] == h] for h in range(n_hosts)]
     rows = runtime.put(plan.rows)
-    runtime.gather([(h, "load", (per_host[h], plan.shared, rows)) for h in range(n_hosts)])
     records = [
         CandidateRecord(nm, k, None if objective is None else float(objective[k]),
                         None if true_risk is None else float(true_risk[k]))
         for k, nm in enumerate(names)
     ]
+    recovery = _Recovery(runtime, home, per_host, plan, rows, records)
+    recovery.call("load", {h: (per_host[h], plan.shared, rows) for h in range(n_hosts)})
     if cfg.procedure == "pairwise":
-        recovery = _Recovery(runtime, home, per_host, plan, rows, records)
         res = _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0, recovery)
         if collect_labels:
             res.labels = _collect_labels(recovery, home, names)
         return res
 
-    recovery = _Recovery(runtime, home, per_host, plan, rows, records)
     key = _objective_key(cfg, data)
     sched = Scheduler(records, procedure=cfg.procedure, delta=cfg.delta, testing=plan.testing,
                       mode=cfg.scheduling.mode, lookahead=cfg.scheduling.lookahead,
