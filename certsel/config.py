@@ -103,10 +103,11 @@ class EndpointConfig(_Strict):
         return self
 
 
-class LiveCandidate(EndpointConfig):
-    id: str = Field(min_length=1)
+class _Templated(EndpointConfig):
+    """An endpoint that is sent each item through ``template`` (which must say where the
+    question goes)."""
+
     template: str = "{question}"
-    objective: float | None = None  # e.g. model size in GB or prompt length
 
     @field_validator("template")
     @classmethod
@@ -114,6 +115,11 @@ class LiveCandidate(EndpointConfig):
         if "{question}" not in v:
             raise ValueError("must contain {question}")
         return v
+
+
+class LiveCandidate(_Templated):
+    id: str = Field(min_length=1)
+    objective: float | None = None  # e.g. model size in GB or prompt length
 
 
 class JudgeConfig(EndpointConfig):
@@ -122,18 +128,9 @@ class JudgeConfig(EndpointConfig):
     scale: tuple[float, float] = (0.0, 10.0)
 
 
-class FeaturesConfig(EndpointConfig):
+class FeaturesConfig(_Templated):
     """Item embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint (Cer-Eval's
     partition features); ``template`` turns an item into the embedded text."""
-
-    template: str = "{question}"
-
-    @field_validator("template")
-    @classmethod
-    def _placeholder(cls, v):
-        if "{question}" not in v:
-            raise ValueError("must contain {question}")
-        return v
 
 
 class LiveConfig(_Strict):

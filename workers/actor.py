@@ -11,6 +11,9 @@ objects in-process for the reference computation and for replay benchmarks.
 
 from __future__ import annotations
 
+import os
+import pathlib
+
 import numpy as np
 
 from .candidate import EstimationCandidate, LabelServer, TestingCandidate, guarded_step, step_together
@@ -58,9 +61,6 @@ class CandidateHost:
         self.candidates = {}
         job_dirs = {s.get("job_dir") for s in specs} - {None}
         for d in job_dirs:  # who hosts this job's candidates (for operators and fault-injection tests)
-            import os
-            import pathlib
-
             (pathlib.Path(d) / "hosts").mkdir(parents=True, exist_ok=True)
             (pathlib.Path(d) / "hosts" / str(os.getpid())).write_text(",".join(s["name"] for s in specs)[:10_000])
         for s in specs:
@@ -126,8 +126,6 @@ class CandidateHost:
         return len(self.candidates)
 
     def pid(self) -> int:
-        import os
-
         return os.getpid()
 
     def restore(self, batches: dict) -> list[dict]:

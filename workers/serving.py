@@ -159,7 +159,7 @@ class ServerPool:
         try:
             for s in self.specs:
                 cls = ray.remote(num_cpus=s.get("num_cpus", 0), num_gpus=s.get("num_gpus", 0))(ModelServer)
-                self.actors[s["name"]] = cls.options(name=None).remote(s)
+                self.actors[s["name"]] = cls.remote(s)
             started = dict(zip(self.actors, ray.get([a.start.remote() for a in self.actors.values()]), strict=True))
             waits = [a.wait_ready.remote(self.timeout or s.get("startup_timeout", 900))
                      for a, s in zip(self.actors.values(), self.specs, strict=True)]
