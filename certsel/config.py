@@ -41,6 +41,12 @@ class ConfigError(ValueError):
     """A configuration problem; ``str()`` is one line naming the file and the key."""
 
 
+def _no_duplicates(values, what: str) -> None:
+    dup = sorted({v for v in values if values.count(v) > 1})
+    if dup:
+        raise ValueError(f"duplicate {what}: {', '.join(dup)}")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -147,18 +153,12 @@ class LiveConfig(_Strict):
     @field_validator("candidates")
     @classmethod
     def _unique_ids(cls, v):
-        ids = [c.id for c in v]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
-        if dup:
-            raise ValueError(f"duplicate candidate ids: {', '.join(dup)}")
+        _no_duplicates([c.id for c in v], "candidate ids")
         return v
 
     @model_validator(mode="after")
     def _servers(self):
-        names = [s.name for s in self.serve]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"serve: duplicate server names: {', '.join(dup)}")
+        _no_duplicates([s.name for s in self.serve], "server names in serve")
         served = {s.name: s.served for s in self.serve}
         endpoints = [(f"candidate {c.id!r}", c) for c in self.candidates]
         endpoints += [(k, e) for k, e in (("judge", self.judge), ("features", self.features)) if e is not None]
@@ -257,9 +257,7 @@ class RunConfig(_Strict):
         if v is not None:
             if not v:
                 raise ValueError("must list at least one candidate (or be omitted)")
-            dup = sorted({c for c in v if v.count(c) > 1})
-            if dup:
-                raise ValueError(f"duplicate candidate ids: {', '.join(dup)}")
+            _no_duplicates(v, "candidate ids")
         return v
 
     @model_validator(mode="after")
