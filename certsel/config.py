@@ -231,6 +231,7 @@ class StateConfig(_Strict):
 
     dir: pathlib.Path = pathlib.Path(".certsel-jobs")
     resume: Literal["auto", "never"] = "auto"
+    snapshot_every: int = Field(10, ge=1, description="rounds between policy snapshots and driver checkpoints")
 
 
 class RunConfig(_Strict):

@@ -18,6 +18,7 @@ paired differences, level delta/P) in the driver and the models' label sources i
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -30,11 +31,12 @@ import numpy as np
 from certsel.config import RunConfig
 from certsel.policies import certified_set, select
 from certsel.workers.actor import CandidateHost, NotLoaded, worker_class
-from certsel.workers.candidate import make_estimation_policy
+from certsel.workers.candidate import make_estimation_policy, restore_policy
 from certsel.workers.replay import item_order
 
 from .jobdata import JobData
 from .scheduling import CandidateRecord, Scheduler
+from .state import read_checkpoint, write_checkpoint
 
 TESTING = ("r-eval", "r-autoeval", "r-autoeval+")
 
@@ -265,6 +267,8 @@ class JobResult:
     ranking: dict | None = None
     labels: dict | None = None  # per candidate: item, role, loss of every label bought, in order
     job_id: str | None = None  # the durable job (certsel run --resume JOB_ID)
+    # a run that started from a driver checkpoint: {"from_round", "steps_from_snapshots", "steps_replayed"}
+    resume: dict | None = None
 
     @property
     def selected_record(self) -> CandidateRecord | None:
@@ -307,14 +311,18 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
     ``on_round(records)``. With ``collect_labels`` the result carries every label bought
     (the ``labels.parquet`` artifact: the certificate can be recomputed from it). With
     ``job_dir`` every label goes to the job's durable log before a policy uses it
-    (:mod:`certsel.workers.labellog`): a host that dies is replaced and its candidates
-    rebuilt from the log, and a rerun of the same job buys nothing twice.
+    (:mod:`certsel.workers.labellog`), hosts snapshot their policies and the driver
+    checkpoints its state every ``cfg.state.snapshot_every`` rounds: a host that dies is
+    replaced and its candidates rebuilt from snapshot + log, and a rerun of the same job
+    starts from the last checkpoint and buys nothing twice.
     """
     t0 = time.perf_counter()
     plan = JobPlan(cfg, data)
+    every = cfg.state.snapshot_every
     if job_dir is not None:
         for spec in plan.specs:
             spec["job_dir"] = str(job_dir)
+            spec["snapshot_every"] = every
     names = data.names
     objective, true_risk = data.objective, data.true_risk
     if n_hosts is None:
@@ -332,7 +340,7 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
     recovery = _Recovery(runtime, home, per_host, plan, rows, records)
     recovery.call("load", {h: (per_host[h], plan.shared, rows) for h in range(n_hosts)})
     if cfg.procedure == "pairwise":
-        res = _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0, recovery)
+        res = _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0, recovery, job_dir)
         if collect_labels:
             res.labels = _collect_labels(recovery, home, names)
         return res
@@ -342,7 +350,14 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
                       mode=cfg.scheduling.mode, lookahead=cfg.scheduling.lookahead,
                       prune_keys=key if cfg.scheduling.prune else None)
     cost_per_label = (1 + plan.r) * (2 if plan.uses_judge else 1) if plan.testing else 1
-    rounds = 0
+    rounds, resume = 0, None
+    ckpt = None if job_dir is None else read_checkpoint(job_dir, "select", names)
+    if ckpt is not None:  # a resumed job: the driver's records as they were, the candidates from snapshot + log
+        _load_records(records, ckpt["records"])
+        rounds = int(ckpt["round"])
+        resume = {"from_round": rounds, **recovery.restore_all()}
+        if tracker is not None:
+            tracker.on_round(records)
     while True:
         active = sched.active()
         if not active:
@@ -367,6 +382,9 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
         sched.settle()
         if tracker is not None:
             tracker.on_round(active)
+        if job_dir is not None and rounds % every == 0:
+            write_checkpoint(job_dir, {"kind": "select", "names": list(names), "round": rounds,
+                                       "records": _dump_records(records)})
         if progress is not None:
             progress(records, rounds)
 
@@ -396,7 +414,25 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
     return JobResult(cfg, data, records, [records[k].name for k in np.flatnonzero(certified_mask)],
                      names[sel] if sel >= 0 else None, level, _totals(records), plan.full_budget(), rounds,
                      time.perf_counter() - t0,
-                     labels=_collect_labels(recovery, home, names) if collect_labels else None)
+                     labels=_collect_labels(recovery, home, names) if collect_labels else None, resume=resume)
+
+
+def _dump_records(records) -> list[dict]:
+    out = []
+    for r in records:
+        d = dataclasses.asdict(r)
+        d["path"] = np.asarray(r.path, dtype=np.float64)
+        out.append(d)
+    return out
+
+
+def _load_records(records, saved: list[dict]) -> None:
+    if [d["name"] for d in saved] != [r.name for r in records]:
+        raise RuntimeError("the driver checkpoint is of other candidates")
+    for r, d in zip(records, saved, strict=True):
+        for k, v in d.items():
+            setattr(r, k, v)
+        r.path = np.asarray(d["path"]).tolist()
 
 
 class _Recovery:
@@ -416,6 +452,31 @@ class _Recovery:
         self.records = {r.name: r for r in records}
         self.losses: dict[int, int] = {}
         self.tolerant = hasattr(runtime, "gather_tolerant")
+
+    def _batches(self, name: str) -> list[int]:
+        """Labels the candidate consumed at each of its steps, from the driver's records."""
+        return np.diff([0] + [row["step"] for row in self.records[name].rounds]).tolist()
+
+    def _check_restored(self, snaps) -> None:
+        for snap in snaps:
+            if snap["t"] != self.records[snap["name"]].t:
+                raise RuntimeError(f"candidate {snap['name']}: rebuilt at {snap['t']} labels, "
+                                   f"expected {self.records[snap['name']].t}")
+
+    def restore_all(self) -> dict:
+        """Every candidate that has run, rebuilt on its host (a resumed driver); how many
+        of their steps came from policy snapshots and how many were replayed from the log."""
+        by_host: dict = {}
+        for name, r in self.records.items():
+            if r.rounds:
+                by_host.setdefault(self.home[name], {})[name] = self._batches(name)
+        counts = {"steps_from_snapshots": 0, "steps_replayed": 0}
+        for h, snaps in self.call("restore", {h: (b,) for h, b in by_host.items()}).items():
+            self._check_restored(snaps)
+            for snap in snaps:
+                counts["steps_from_snapshots"] += snap["restored_steps"]
+                counts["steps_replayed"] += len(by_host[h][snap["name"]]) - snap["restored_steps"]
+        return counts
 
     def step(self, calls: dict, batch: int) -> dict:
         """Advance ``calls[host]`` (candidate names) by ``batch``; snapshots by name."""
@@ -455,13 +516,9 @@ class _Recovery:
                 return False
             try:
                 self._reload(h)
-                batches = {n: np.diff([0] + [row["step"] for row in self.records[n].rounds]).tolist()
-                           for n in names if self.records[n].rounds}
+                batches = {n: self._batches(n) for n in names if self.records[n].rounds}
                 if batches:
-                    for snap in self.runtime.call(h, "restore", batches):
-                        if snap["t"] != self.records[snap["name"]].t:
-                            raise RuntimeError(f"candidate {snap['name']}: rebuilt at {snap['t']} labels, "
-                                               f"expected {self.records[snap['name']].t}")
+                    self._check_restored(self.runtime.call(h, "restore", batches))
                 return True
             except (exc.RayActorError, exc.ActorUnavailableError) as err:  # lost again while rebuilding
                 why = str(err).strip().splitlines()[0] if str(err).strip() else "actor died"
@@ -510,7 +567,7 @@ def _round_row(r: CandidateRecord) -> dict:
 # -- pairwise ranking --------------------------------------------------------------------
 
 
-def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0, recovery) -> JobResult:
+def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0, recovery, job_dir) -> JobResult:
     """Every pair (i, j) is compared on u = (loss_i - loss_j + 1)/2 by Seq or Cer-Eval with
     threshold 1/2 at level delta/P (Bonferroni over the P pairs); a pair stops as soon as
     its sign is certified. All pairs share one seed, so they ask for the same items for as
@@ -524,7 +581,15 @@ def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0
     pairs = [make_estimation_policy(cfg.policy.kind, I, delta=cfg.delta / P, alpha=0.5, radius=cfg.policy.radius,
                                     seed=cfg.seed, features=data.features) for _ in range(P)]
     known = [dict() for _ in range(K)]  # item -> loss, per model
-    rounds = 0
+    rounds, resume = 0, None
+    every = cfg.state.snapshot_every
+    ckpt = None if job_dir is None else read_checkpoint(job_dir, "pairwise", names)
+    if ckpt is not None:  # the pair policies and the losses they saw, as they were
+        pairs = [restore_policy(p, s) for p, s in zip(pairs, ckpt["pairs"], strict=True)]
+        known = [dict(zip(k["item"].tolist(), k["loss"].tolist(), strict=True)) for k in ckpt["known"]]
+        _load_records(records, ckpt["records"])
+        rounds = int(ckpt["round"])
+        resume = {"from_round": rounds, "steps_from_snapshots": rounds, "steps_replayed": 0}  # the pairs live here
     while True:
         open_pairs = [p for p in range(P) if not pairs[p].done and pairs[p].n_labeled < cap]
         if not open_pairs:
@@ -557,6 +622,12 @@ def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0
             if records[m].status == "pending" and known[m]:
                 records[m].status = "running"
         rounds += 1
+        if job_dir is not None and rounds % every == 0:
+            write_checkpoint(job_dir, {
+                "kind": "pairwise", "names": list(names), "round": rounds, "records": _dump_records(records),
+                "pairs": [p.state_dict() for p in pairs],
+                "known": [{"item": np.fromiter(k.keys(), dtype=np.int64, count=len(k)),
+                           "loss": np.fromiter(k.values(), dtype=np.float64, count=len(k))} for k in known]})
         if progress is not None:
             progress(records, rounds)
     better = np.zeros((K, K), dtype=bool)
@@ -590,4 +661,4 @@ def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0
     }
     level = f"pairwise, each of {P} pairs at delta/P = {cfg.delta / P:.4g}"
     return JobResult(cfg, data, records, top, top[0] if top else None, level, _totals(records), plan.full_budget(),
-                     rounds, time.perf_counter() - t0, ranking=ranking)
+                     rounds, time.perf_counter() - t0, ranking=ranking, resume=resume)

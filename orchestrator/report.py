@@ -90,6 +90,7 @@ def certificate(result: JobResult) -> dict:
                  "items": result.data.n_items},
         "seed": cfg.seed,
         "job_id": result.job_id,
+        "resume": result.resume,
         "seconds": _round(result.seconds, 3),
         "candidates": rows,
     }

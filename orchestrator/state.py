@@ -8,10 +8,16 @@ Ctrl-C) is resumed by ``certsel run CONFIG --resume JOB_ID``, or automatically w
 
 Why resuming is exact and valid: every label is in the log before a policy used it, and
 everything else in a job (item orders, Cer-Eval's partitions, the driver's rounds and
-decisions) is a deterministic function of the configuration, the seed and the labels. The
-resumed driver runs the job from its start, with each label it already bought served from
-the log instead of the source: it reaches the state at the crash with no request and then
-goes on, so its e-values, decisions and label counts are those of an uninterrupted run.
+decisions) is a deterministic function of the configuration, the seed and the labels.
+Every ``state.snapshot_every`` rounds the driver writes a checkpoint (``driver.npz``: its
+records and round number, and for pairwise ranking the pair policies' states) and each
+candidate host snapshots its policies into their label logs. The resumed driver starts
+from its last checkpoint; each candidate starts from its newest snapshot on the same
+history and replays the steps after it, then the driver replays the rounds after its
+checkpoint, with each label it already bought served from the log instead of the source.
+It reaches the state at the crash with no request and then goes on, so its e-values,
+decisions and label counts are those of an uninterrupted run (snapshots are exact
+copies of the states, so starting from one or replaying from the start is the same).
 The labels are the same random draws (items in the seeded order) whichever process buys
 them, so the e-processes are the same test supermartingales and Ville's inequality holds
 at every stopping time, including the one at which the first driver died.
@@ -23,11 +29,16 @@ import datetime
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import pathlib
 import uuid
 
 from certsel.config import RunConfig
+from certsel.workers.labellog import pack, unpack
+
+CHECKPOINT = "driver.npz"
+log = logging.getLogger(__name__)
 
 
 class StateProblem(ValueError):
@@ -42,10 +53,15 @@ def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
     return hashlib.sha256(canon.encode()).hexdigest()[:24]
 
 
-def _write_atomic(path: pathlib.Path, payload: dict) -> None:
+def _write_atomic(path: pathlib.Path, payload) -> None:
+    """Write ``payload`` (a dict as JSON, or bytes) so that ``path`` is the old file or the
+    new one, never a part: a temporary file, fsync, rename, fsync of the directory."""
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=1)
+    with open(tmp, "wb" if isinstance(payload, bytes) else "w") as f:
+        if isinstance(payload, bytes):
+            f.write(payload)
+        else:
+            json.dump(payload, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -140,6 +156,29 @@ class JobState:
     def _resume(self) -> JobState:
         self.update(status="running", attempts=self.meta.get("attempts", 1) + 1, resumed=_now())
         return self
+
+
+def write_checkpoint(job_dir, state: dict) -> None:
+    """The driver's state after a round (records, round number, pairwise policies), written
+    atomically: a crash leaves the previous checkpoint or this one."""
+    _write_atomic(pathlib.Path(job_dir) / CHECKPOINT, pack({"format": 1, **state}))
+
+
+def read_checkpoint(job_dir, kind: str, names: list[str]) -> dict | None:
+    """The job's last driver checkpoint, or None (no checkpoint yet). One that cannot be
+    read, or that is of another job shape, is not used (with a warning): the job then
+    replays from its start, which is slower but just as exact."""
+    path = pathlib.Path(job_dir) / CHECKPOINT
+    if not path.is_file():
+        return None
+    try:
+        state = unpack(path.read_bytes())
+        if state.get("format") != 1 or state.get("kind") != kind or state.get("names") != list(names):
+            raise ValueError("written by another kind of job")
+        return state
+    except Exception as exc:  # a damaged file must not stop a resume: the log alone suffices
+        log.warning("ignoring the driver checkpoint %s (%s); replaying the job from its start", path, exc)
+        return None
 
 
 def _now() -> str:

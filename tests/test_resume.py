@@ -14,10 +14,11 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from certsel.config import load_config
 from certsel.orchestrator.driver import RayRuntime, run_job
 from certsel.orchestrator.jobdata import load_job_data
-from certsel.orchestrator.state import JobState, StateProblem
+from certsel.orchestrator.state import CHECKPOINT, JobState, StateProblem
 from certsel.workers.labellog import LabelLog, LoggedSource, log_path
 from certsel.workers.replay import ReplaySource
 from mlflow.tracking import MlflowClient
@@ -41,11 +42,15 @@ def test_label_log_is_durable_unique_and_path_safe(tmp_path):
     assert (logged.human_labels, logged.judge_labels, logged.requests) == (2, 2, 2 + 1 + 2)
     logged.log.close()
 
-    # reopened (a restarted actor): the labels are there, nothing is bought again
+    # reopened (a restarted actor): the labels are there, nothing is bought again; the
+    # counters follow the rows the candidate has used (a prefix of the log)
     fresh = ReplaySource(np.full(10, 9.0), np.full(10, 9.0))  # a source that would answer differently
     again = LoggedSource(fresh, LabelLog(path, name))
-    np.testing.assert_array_equal(again.human([1, 3]), [src._human[1], src._human[3]])
-    assert fresh.requests == 0 and again.requests == 5
+    assert (again.human_labels, again.judge_labels, again.requests) == (0, 0, 0)
+    np.testing.assert_array_equal(again.human([3, 1]), [src._human[3], src._human[1]])
+    assert fresh.requests == 0 and (again.human_labels, again.requests) == (2, 2)
+    again.judge([1, 2])
+    assert fresh.requests == 0 and (again.human_labels, again.judge_labels, again.requests) == (2, 2, 5)
     again.judge([3])  # item 3 was generated before the restart: only the judge call is new
     assert fresh.requests == 1 and again.requests == 6
     rows = again.log.rows()
@@ -152,7 +157,10 @@ def test_driver_killed_mid_run_then_resumed(tmp_path):
     with adder_server() as (url, srv):
         for d in ("ref", "kill"):
             (tmp_path / d).mkdir()
-            write_job(tmp_path / d, url)
+            path = write_job(tmp_path / d, url)
+            job = yaml.safe_load(path.read_text())
+            job["state"] = {"snapshot_every": 1}  # a checkpoint after every round
+            path.write_text(yaml.safe_dump(job))
         ref = subprocess.run([*CERTSEL, "run", "job.yaml", "--no-progress", "--json", "sel.json"],
                              cwd=tmp_path / "ref", capture_output=True, text=True, timeout=600)
         assert ref.returncode == 0, ref.stderr
@@ -165,7 +173,7 @@ def test_driver_killed_mid_run_then_resumed(tmp_path):
         assert first.startswith("job ") and "labels kept in" in first, first
         job_id = first.split()[1].rstrip(":")
         job_dir = kill_dir / ".certsel-jobs" / job_id
-        wait_for(lambda: logged_labels(job_dir) >= 60, timeout=300)
+        wait_for(lambda: (job_dir / CHECKPOINT).exists(), timeout=300)  # killed after round 1 or later
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
         before = logged_labels(job_dir)
@@ -180,6 +188,8 @@ def test_driver_killed_mid_run_then_resumed(tmp_path):
     a = json.loads((tmp_path / "ref" / "sel.json").read_text())
     b = json.loads((kill_dir / "sel.json").read_text())
     assert b["job_id"] == job_id and b["certified_set"] == a["certified_set"] and b["selected"] == a["selected"]
+    assert a["resume"] is None and b["resume"]["from_round"] >= 1  # from the driver checkpoint and snapshots
+    assert b["resume"]["steps_from_snapshots"] >= 3
     for x, y in zip(a["candidates"], b["candidates"], strict=True):
         assert (x["status"], x["labels_human"], x["labels_judge"]) == (y["status"], y["labels_human"], y["labels_judge"])
         assert x["log_e_value"] == pytest.approx(y["log_e_value"], abs=1e-9)

@@ -55,18 +55,29 @@ class CandidateHost:
 
     def __init__(self):
         self.candidates: dict = {}
+        self.history: dict = {}  # per candidate: labels consumed at each step (its batch history)
+        self.snapshot_every: dict = {}
+        self._job: tuple = ({}, {}, {})  # what load() was given: specs by name, shared arrays, rows
 
     def load(self, specs: list[dict], shared: dict, rows: dict) -> int:
-        """Build the candidates of a job; ``rows[name]`` is ``(human, judge)`` losses."""
+        """Build the candidates of a job; ``rows[name]`` is ``(human, judge)`` losses. A
+        spec's ``snapshot_every`` (with a durable log) snapshots it every that many steps."""
         self.candidates = {}
+        self.history = {s["name"]: [] for s in specs}
+        self.snapshot_every = {s["name"]: s.get("snapshot_every") for s in specs}
         job_dirs = {s.get("job_dir") for s in specs} - {None}
         for d in job_dirs:  # who hosts this job's candidates (for operators and fault-injection tests)
             (pathlib.Path(d) / "hosts").mkdir(parents=True, exist_ok=True)
             (pathlib.Path(d) / "hosts" / str(os.getpid())).write_text(",".join(s["name"] for s in specs)[:10_000])
+        self._job = ({s["name"]: s for s in specs}, shared, rows)
         for s in specs:
-            human, judge = rows[s["name"]]
-            self.candidates[s["name"]] = build_candidate({**s, "human": human, "judge": judge}, shared)
+            self.candidates[s["name"]] = self._build(s["name"])
         return len(self.candidates)
+
+    def _build(self, name: str):
+        specs, shared, rows = self._job
+        human, judge = rows[name]
+        return build_candidate({**specs[name], "human": human, "judge": judge}, shared)
 
     def _have(self, names) -> None:
         missing = [n for n in names if n not in self.candidates]
@@ -77,6 +88,7 @@ class CandidateHost:
         """Advance ``names`` by ``batch`` human labels each; testing candidates at the same
         label count are advanced together (:func:`step_together`)."""
         self._have(names)
+        before = {n: self.candidates[n].t for n in names}
         groups: dict = {}
         for n in names:
             c = self.candidates[n]
@@ -86,7 +98,17 @@ class CandidateHost:
             cands = [self.candidates[n] for n in members]
             snaps = step_together(cands, batch) if key[0] == "t" else [guarded_step(cands[0], batch)]
             out.update(zip(members, snaps, strict=True))
+        for n in names:
+            self.history[n].append(self.candidates[n].t - before[n])
+            self._maybe_snapshot(n)
         return [out[n] for n in names]
+
+    def _maybe_snapshot(self, name: str) -> None:
+        c, every = self.candidates[name], self.snapshot_every.get(name)
+        if every and isinstance(c.source, LoggedSource) and hasattr(c, "state_dict") \
+                and len(self.history[name]) % every == 0:
+            # with the log rows it had used: its label counters resume from there
+            c.source.log.write_snapshot(self.history[name], {"candidate": c.state_dict(), "log_used": c.source.used})
 
     def finalize(self, names: list[str], with_interval: bool = True) -> list[dict]:
         self._have(names)
@@ -130,15 +152,34 @@ class CandidateHost:
 
     def restore(self, batches: dict) -> list[dict]:
         """Bring rebuilt candidates back to where they were: ``batches[name]`` is the list of
-        batch sizes the candidate was stepped by. Its labels come from the durable log (no
-        request); the policy sees them in the same batches, so adaptive policies (Cer-Eval)
-        choose the same items and every state is the one before the restart. Testing
-        candidates with the same history replay as one stacked update per batch."""
+        labels the candidate consumed at each of its steps. It starts from its newest
+        snapshot whose history is a prefix of that list (if any), then replays the steps
+        after it with labels from the durable log (no request). The policy sees them in the
+        same batches, so adaptive policies (Cer-Eval) choose the same items and every state
+        is the one before the restart. Candidates with the same remaining steps replay as
+        one stacked update per step. Each returned snapshot says in ``restored_steps`` how
+        many steps came from a policy snapshot (0: replayed from the start)."""
+        self._have(list(batches))
         groups: dict = {}
+        start = {}
         for n, sizes in batches.items():
-            groups.setdefault(tuple(int(b) for b in sizes), []).append(n)
+            sizes = [int(b) for b in sizes]
+            old = self.candidates[n]
+            if isinstance(old.source, LoggedSource):
+                old.source.log.close()
+            # from a new object, so that a restore sent twice (a retried call) is still exact
+            c = self.candidates[n] = self._build(n)
+            start[n] = 0
+            if isinstance(c.source, LoggedSource) and hasattr(c, "load_state_dict"):
+                found = c.source.log.latest_snapshot(sizes)
+                if found is not None:
+                    start[n] = found[0]
+                    c.load_state_dict(found[1]["candidate"])
+                    c.source.used = int(found[1]["log_used"])
+            self.history[n] = sizes
+            groups.setdefault((c.t, tuple(sizes[start[n]:])), []).append(n)
         out = {}
-        for sizes, names in groups.items():
+        for (_, sizes), names in groups.items():
             cands = [self.candidates[n] for n in names]
             testing = [c for c in cands if isinstance(c, TestingCandidate)]
             others = [c for c in cands if not isinstance(c, TestingCandidate)]
@@ -151,6 +192,8 @@ class CandidateHost:
                 out[c.name] = c.snapshot(np.zeros(0))
             for c in others:
                 out[c.name] = c.snapshot()
+        for n in batches:
+            out[n]["restored_steps"] = start[n]
         return [out[n] for n in batches]
 
 

@@ -134,6 +134,32 @@ class TestingCandidate(_Candidate):
         self._sums[0] += h.sum()
         return h, jl, ju
 
+    # -- snapshots (workers/labellog.py) --------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly: the e-process state, the labels it holds
+        (for the interval) and the running sums, bit for bit."""
+        h, jl, ju = self._data()
+        return {"kind": "testing", "t": self.t, "test": self.test.state_dict(), "h": h, "jl": jl, "ju": ju,
+                "sums": self._sums.copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        test = SequentialTest.from_state_dict(state["test"])
+        mine = self.test
+        if (state.get("kind") != "testing" or test.horizon != mine.horizon or test.alpha != mine.alpha
+                or test.delta != mine.delta or test.betting != mine.betting or test.r != mine.r
+                or not np.array_equal(test.rhos, mine.rhos) or test.batch_shape != ()):
+            raise ValueError(f"{self.name}: the snapshot is not of this candidate's test")
+        h = np.asarray(state["h"], dtype=np.float64)
+        if h.size != test.n:
+            raise ValueError(f"{self.name}: the snapshot holds {h.size} labels for {test.n} test updates")
+        self.test = test
+        self._h = [h] if h.size else []
+        if test.uses_judge:
+            self._jl = [np.asarray(state["jl"], dtype=np.float64)] if h.size else []
+            self._ju = [np.asarray(state["ju"], dtype=np.float64)] if h.size else []
+        self._sums = np.asarray(state["sums"], dtype=np.float64).copy()
+        self._ci = None
+
     def after_update(self, path, numbers=None) -> dict:
         self._ci = None
         if self.intervals == "every_round":
@@ -171,6 +197,17 @@ def make_estimation_policy(kind: str, n_items: int, *, delta, alpha, radius, see
     raise ValueError(f"unknown estimation policy {kind!r}")
 
 
+def restore_policy(policy, state: dict):
+    """A Seq / Cer-Eval policy rebuilt from ``state`` (its ``state_dict()``), checked to be a
+    snapshot of the same kind of policy on the same items at the same level."""
+    if (state.get("policy") != policy.name or state.get("n_items") != policy.n_items
+            or state.get("delta") != policy.delta or state.get("threshold") != policy.threshold):
+        raise ValueError(f"the snapshot is not of this {policy.name} policy")
+    if isinstance(policy, CerEval):
+        return CerEval.from_state_dict(state, policy.partitioner)
+    return type(policy).from_state_dict(state)
+
+
 class EstimationCandidate(_Candidate):
     """Seq / Cer-Eval with ``threshold=alpha``: certified when the upper end of the
     anytime-valid interval falls below alpha, hopeless when the lower end rises above it."""
@@ -188,6 +225,14 @@ class EstimationCandidate(_Candidate):
     def interval(self) -> tuple[float, float]:
         lo, hi = self.policy.ci
         return float(lo), float(hi)
+
+    def state_dict(self) -> dict:
+        return {"kind": "estimation", "t": self.t, "policy": self.policy.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("kind") != "estimation":
+            raise ValueError(f"{self.name}: the snapshot is not of an estimation policy")
+        self.policy = restore_policy(self.policy, state["policy"])
 
     def step(self, batch: int) -> dict:
         b = min(int(batch), self.n - self.t)

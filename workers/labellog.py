@@ -11,17 +11,85 @@ is unique: a label cannot be recorded twice.
 :class:`LoggedSource` wraps a label source (:class:`~certsel.workers.replay.ReplaySource`
 or :class:`~certsel.workers.live.LiveSource`): a label already in the log is served from
 it, a new one is bought from the source and committed before it is returned. Its counters
-are the log's, so a candidate rebuilt after a crash counts exactly the labels the job
-bought, once each.
+are the log's up to the last row the candidate has used: a candidate asks for its labels
+in a deterministic order, so the rows it has used are a prefix of the log, and a
+candidate rebuilt after a crash counts, at every step, exactly the labels an
+uninterrupted one had bought by then, once each (even while it replays steps whose labels
+were bought, before the crash, further than the driver's last checkpoint).
+
+Policy snapshots live in the same file (table ``snapshots``): every ``snapshot_every``
+steps the host writes the candidate's whole state (its policy's ``state_dict()`` and the
+label arrays it holds) with the batch history that led to it, and keeps the newest
+:data:`KEEP_SNAPSHOTS`. A rebuilt candidate starts from the newest snapshot whose history
+is a prefix of the driver's, and replays only the batches after it from the log. States
+are stored without pickle (:func:`pack`: JSON plus a NumPy ``.npz``), so reading a state
+directory never runs code from it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import pathlib
 import sqlite3
 
 import numpy as np
+
+KEEP_SNAPSHOTS = 2  # the newest, and the one before it (a driver checkpoint may lag one behind)
+
+
+def pack(obj) -> bytes:
+    """A state (nested dicts with string keys, lists, tuples, numbers, strings, None and
+    NumPy arrays) as one ``.npz`` blob: the arrays as they are, the rest as exact JSON
+    (floats round-trip through ``repr``; Python ints of any size stay exact)."""
+    arrays: dict = {}
+
+    def walk(x):
+        if isinstance(x, np.ndarray):
+            if x.dtype == object:
+                raise TypeError("object arrays cannot be stored in a snapshot")
+            key = f"a{len(arrays)}"
+            arrays[key] = x
+            return {"__array__": key}
+        if isinstance(x, dict):
+            if not all(isinstance(k, str) for k in x):
+                raise TypeError("snapshot dict keys must be strings")
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, tuple):
+            return {"__tuple__": [walk(v) for v in x]}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, np.generic):
+            return x.item()
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        raise TypeError(f"cannot store a {type(x).__name__} in a snapshot")
+
+    text = json.dumps(walk(obj), separators=(",", ":"))
+    buf = io.BytesIO()
+    np.savez(buf, __state__=np.array(text), **arrays)
+    return buf.getvalue()
+
+
+def unpack(blob: bytes):
+    """The inverse of :func:`pack` (no pickle: ``allow_pickle=False``)."""
+    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    text = str(arrays.pop("__state__"))
+
+    def walk(x):
+        if isinstance(x, dict):
+            if set(x) == {"__array__"}:
+                return arrays[x["__array__"]]
+            if set(x) == {"__tuple__"}:
+                return tuple(walk(v) for v in x["__tuple__"])
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        return x
+
+    return walk(json.loads(text))
 
 
 def log_path(job_dir, candidate: str) -> pathlib.Path:
@@ -43,6 +111,8 @@ class LabelLog:
         self._db.execute("create table if not exists labels (seq integer primary key, role text not null, "
                          "item integer not null, loss real not null, requests integer not null, response text, "
                          "unique (role, item))")
+        self._db.execute("create table if not exists snapshots (steps integer primary key, batches text not null, "
+                         "state blob not null)")
         row = self._db.execute("select value from meta where key = 'candidate'").fetchone()
         if row is None:
             self._db.execute("insert into meta values ('candidate', ?)", (candidate,))
@@ -50,14 +120,34 @@ class LabelLog:
             raise ValueError(f"{self.path} is the label log of {row[0]!r}, not {candidate!r}")
         self.candidate = candidate
         self._known = {"human": {}, "judge": {}}
-        self.totals = {"human": 0, "judge": 0, "requests": 0}
+        self._pos = {"human": {}, "judge": {}}  # (role, item) -> row number (0-based, purchase order)
+        self._cum = [(0, 0, 0)]  # human, judge, requests in the first k rows
         for role, item, loss, req in self._db.execute("select role, item, loss, requests from labels order by seq"):
-            self._known[role][item] = loss
-            self.totals[role] += 1
-            self.totals["requests"] += req
+            self._add(role, item, loss, req)
+
+    def _add(self, role: str, item: int, loss: float, requests: int) -> None:
+        self._known[role][item] = loss
+        self._pos[role][item] = len(self._cum) - 1
+        h, j, r = self._cum[-1]
+        self._cum.append((h + (role == "human"), j + (role == "judge"), r + requests))
+
+    def __len__(self) -> int:
+        return len(self._cum) - 1
 
     def known(self, role: str) -> dict:
         return self._known[role]
+
+    def row_of(self, role: str, item: int) -> int:
+        return self._pos[role][item]
+
+    def counts(self, rows: int) -> tuple[int, int, int]:
+        """Human labels, judge labels and requests in the first ``rows`` rows."""
+        return self._cum[rows]
+
+    @property
+    def totals(self) -> dict:
+        h, j, r = self._cum[-1]
+        return {"human": h, "judge": j, "requests": r}
 
     def append(self, role: str, items, losses, requests: int, responses=None) -> None:
         """Commit labels (one transaction, fsync'd) before anyone uses them."""
@@ -72,15 +162,37 @@ class LabelLog:
             self._db.executemany("insert into labels (role, item, loss, requests, response) values (?, ?, ?, ?, ?)",
                                  [(role, i, x, c, r) for i, x, c, r in zip(items, losses, costs, responses,
                                                                           strict=True)])
-        self._known[role].update(zip(items, losses, strict=True))
-        self.totals[role] += len(items)
-        self.totals["requests"] += int(requests)
+        for i, x, c in zip(items, losses, costs, strict=True):
+            self._add(role, i, x, c)
 
     def rows(self) -> dict:
         """Every label in purchase order: item, role, loss arrays."""
         got = self._db.execute("select item, role, loss from labels order by seq").fetchall()
         return {"item": np.array([g[0] for g in got], dtype=np.int64), "role": [g[1] for g in got],
                 "loss": np.array([g[2] for g in got], dtype=np.float64)}
+
+    def write_snapshot(self, batches: list[int], state: dict) -> None:
+        """Store the state reached after the steps ``batches`` (labels consumed per step),
+        replacing any other of that length, and drop all but the newest
+        :data:`KEEP_SNAPSHOTS`; one fsync'd transaction."""
+        blob = pack(state)
+        with self._db:
+            self._db.execute("begin immediate")
+            self._db.execute("insert or replace into snapshots values (?, ?, ?)",
+                             (len(batches), json.dumps([int(b) for b in batches]), blob))
+            self._db.execute("delete from snapshots where steps not in "
+                             "(select steps from snapshots order by steps desc limit ?)", (KEEP_SNAPSHOTS,))
+
+    def latest_snapshot(self, batches: list[int]):
+        """``(steps, state)`` of the newest snapshot whose history is a prefix of
+        ``batches``, or None: a snapshot from further along (a step the driver never
+        received) or from another history is not used."""
+        want = [int(b) for b in batches]
+        for steps, hist, blob in self._db.execute("select steps, batches, state from snapshots where steps <= ? "
+                                                  "order by steps desc", (len(want),)):
+            if json.loads(hist) == want[:steps]:
+                return int(steps), unpack(blob)
+        return None
 
     def close(self) -> None:
         self._db.close()
@@ -91,6 +203,7 @@ class LoggedSource:
 
     def __init__(self, source, log: LabelLog):
         self.source, self.log = source, log
+        self.used = 0  # the candidate has used the log's first `used` rows
         prime = getattr(source, "prime", None)
         if prime is not None:  # e.g. the replay source: generations already paid for
             items = list(log.known("human")) + list(log.known("judge"))
@@ -102,24 +215,27 @@ class LoggedSource:
 
     @property
     def human_labels(self) -> int:
-        return self.log.totals["human"]
+        return self.log.counts(self.used)[0]
 
     @property
     def judge_labels(self) -> int:
-        return self.log.totals["judge"]
+        return self.log.counts(self.used)[1]
 
     @property
     def requests(self) -> int:
-        return self.log.totals["requests"]
+        return self.log.counts(self.used)[2]
 
     def _labels(self, role: str, items) -> np.ndarray:
         items = np.asarray(items, dtype=np.int64)
         known = self.log.known(role)
-        missing = [i for i in dict.fromkeys(items.tolist()) if i not in known]
+        wanted = list(dict.fromkeys(items.tolist()))
+        missing = [i for i in wanted if i not in known]
         if missing:
             before = self.source.requests
             losses = getattr(self.source, role)(np.array(missing, dtype=np.int64))
             self.log.append(role, missing, losses, self.source.requests - before)
+        if wanted:
+            self.used = max(self.used, 1 + max(self.log.row_of(role, i) for i in wanted))
         return np.array([known[i] for i in items.tolist()], dtype=np.float64)
 
     def human(self, items) -> np.ndarray:
