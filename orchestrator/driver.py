@@ -269,6 +269,8 @@ class JobResult:
     job_id: str | None = None  # the durable job (certsel run --resume JOB_ID)
     # a run that started from a driver checkpoint: {"from_round", "steps_from_snapshots", "steps_replayed"}
     resume: dict | None = None
+    # hosts lost and rebuilt during the run: {"hosts", "steps_from_snapshots", "steps_replayed"}
+    recovered: dict | None = None
 
     @property
     def selected_record(self) -> CandidateRecord | None:
@@ -341,6 +343,7 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
     recovery.call("load", {h: (per_host[h], plan.shared, rows) for h in range(n_hosts)})
     if cfg.procedure == "pairwise":
         res = _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0, recovery, job_dir)
+        res.recovered = recovery.recovered
         if collect_labels:
             res.labels = _collect_labels(recovery, home, names)
         return res
@@ -414,7 +417,8 @@ def run_job(cfg: RunConfig, data: JobData, runtime, *, progress=None, n_hosts: i
     return JobResult(cfg, data, records, [records[k].name for k in np.flatnonzero(certified_mask)],
                      names[sel] if sel >= 0 else None, level, _totals(records), plan.full_budget(), rounds,
                      time.perf_counter() - t0,
-                     labels=_collect_labels(recovery, home, names) if collect_labels else None, resume=resume)
+                     labels=_collect_labels(recovery, home, names) if collect_labels else None, resume=resume,
+                     recovered=recovery.recovered)
 
 
 def _dump_records(records) -> list[dict]:
@@ -451,17 +455,21 @@ class _Recovery:
         self.runtime, self.home, self.per_host, self.plan, self.rows = runtime, home, per_host, plan, rows
         self.records = {r.name: r for r in records}
         self.losses: dict[int, int] = {}
+        # hosts rebuilt during the run, and how their candidates' steps were restored
+        self.recovered = {"hosts": 0, "steps_from_snapshots": 0, "steps_replayed": 0}
         self.tolerant = hasattr(runtime, "gather_tolerant")
 
     def _batches(self, name: str) -> list[int]:
         """Labels the candidate consumed at each of its steps, from the driver's records."""
         return np.diff([0] + [row["step"] for row in self.records[name].rounds]).tolist()
 
-    def _check_restored(self, snaps) -> None:
+    def _check_restored(self, snaps, batches: dict, counts: dict) -> None:
         for snap in snaps:
             if snap["t"] != self.records[snap["name"]].t:
                 raise RuntimeError(f"candidate {snap['name']}: rebuilt at {snap['t']} labels, "
                                    f"expected {self.records[snap['name']].t}")
+            counts["steps_from_snapshots"] += snap["restored_steps"]
+            counts["steps_replayed"] += len(batches[snap["name"]]) - snap["restored_steps"]
 
     def restore_all(self) -> dict:
         """Every candidate that has run, rebuilt on its host (a resumed driver); how many
@@ -472,10 +480,7 @@ class _Recovery:
                 by_host.setdefault(self.home[name], {})[name] = self._batches(name)
         counts = {"steps_from_snapshots": 0, "steps_replayed": 0}
         for h, snaps in self.call("restore", {h: (b,) for h, b in by_host.items()}).items():
-            self._check_restored(snaps)
-            for snap in snaps:
-                counts["steps_from_snapshots"] += snap["restored_steps"]
-                counts["steps_replayed"] += len(by_host[h][snap["name"]]) - snap["restored_steps"]
+            self._check_restored(snaps, by_host[h], counts)
         return counts
 
     def step(self, calls: dict, batch: int) -> dict:
@@ -518,7 +523,8 @@ class _Recovery:
                 self._reload(h)
                 batches = {n: self._batches(n) for n in names if self.records[n].rounds}
                 if batches:
-                    self._check_restored(self.runtime.call(h, "restore", batches))
+                    self._check_restored(self.runtime.call(h, "restore", batches), batches, self.recovered)
+                self.recovered["hosts"] += 1
                 return True
             except (exc.RayActorError, exc.ActorUnavailableError) as err:  # lost again while rebuilding
                 why = str(err).strip().splitlines()[0] if str(err).strip() else "actor died"

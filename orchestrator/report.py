@@ -91,6 +91,7 @@ def certificate(result: JobResult) -> dict:
         "seed": cfg.seed,
         "job_id": result.job_id,
         "resume": result.resume,
+        "recovered": result.recovered,
         "seconds": _round(result.seconds, 3),
         "candidates": rows,
     }

@@ -19,7 +19,7 @@ from certsel.config import load_config
 from certsel.orchestrator.driver import RayRuntime, run_job
 from certsel.orchestrator.jobdata import load_job_data
 from certsel.orchestrator.state import CHECKPOINT, JobState, StateProblem
-from certsel.workers.labellog import LabelLog, LoggedSource, log_path
+from certsel.workers.labellog import LabelLog, LoggedSource, log_path, unpack
 from certsel.workers.replay import ReplaySource
 from mlflow.tracking import MlflowClient
 from servers import adder_server
@@ -86,15 +86,37 @@ def test_job_state_resume_rules(tmp_path):
 # -- kills ---------------------------------------------------------------------------------
 
 
-def logged_labels(job_dir) -> int:
+def count_rows(job_dir, table: str) -> int:
+    """Rows of ``table`` over the job's label logs (read-only, while the job writes them)."""
     n = 0
     for db in (job_dir / "labels").glob("*.db") if (job_dir / "labels").is_dir() else ():
         try:
             with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as con:
-                n += con.execute("select count(*) from labels").fetchone()[0]
+                n += con.execute(f"select count(*) from {table}").fetchone()[0]
         except sqlite3.Error:
             pass
     return n
+
+
+def logged_labels(job_dir) -> int:
+    return count_rows(job_dir, "labels")
+
+
+def past_snapshot(job_dir) -> int | None:
+    """The pid of a host one of whose candidates has a snapshot and has bought labels
+    since (so the driver has received the step the snapshot was taken at), else None."""
+    hosts = job_dir / "hosts"
+    for f in hosts.iterdir() if hosts.is_dir() else ():
+        for name in f.read_text().split(","):
+            try:
+                with sqlite3.connect(f"file:{log_path(job_dir, name)}?mode=ro", uri=True, timeout=5) as con:
+                    row = con.execute("select state from snapshots order by steps desc").fetchone()
+                    rows = con.execute("select count(*) from labels").fetchone()[0]
+            except sqlite3.Error:
+                continue
+            if row is not None and rows > unpack(row[0])["log_used"]:
+                return int(f.name)
+    return None
 
 
 def wait_for(cond, timeout=120.0):
@@ -129,6 +151,8 @@ def test_actor_killed_mid_run_is_rebuilt_from_the_log(ray_session, tmp_path):
 
         srv.delay = 0.03
         cfg = load_config(write_job(tmp_path / "kill", url))
+        # snapshots every 2 steps here (none in the reference): the rebuilt host starts from one
+        cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"snapshot_every": 2})})
         runtime = RayRuntime()
         runtime.ensure_hosts(2)
         pids = [runtime.call(h, "pid") for h in range(2)]
@@ -137,14 +161,17 @@ def test_actor_killed_mid_run_is_rebuilt_from_the_log(ray_session, tmp_path):
         thread = threading.Thread(target=lambda: out.update(res=run_job(cfg, load_job_data(cfg), runtime,
                                                                          n_hosts=2, job_dir=job_dir)))
         thread.start()
-        wait_for(lambda: logged_labels(job_dir) >= 60)
-        os.kill(pids[0], signal.SIGKILL)
+        target = {}
+        wait_for(lambda: target.update(pid=past_snapshot(job_dir)) or target["pid"] is not None)
+        os.kill(target["pid"], signal.SIGKILL)
         thread.join(timeout=600)
         assert not thread.is_alive()
-        assert runtime.call(0, "pid") != pids[0]  # host 0 is a new process
+        host = pids.index(target["pid"])
+        assert runtime.call(host, "pid") != pids[host]  # the killed host is a new process
         res = out["res"]
         runtime.close()
     assert logged_labels(job_dir) < 10_000  # sanity: the log is the job's
+    assert res.recovered["hosts"] >= 1 and res.recovered["steps_from_snapshots"] >= 2
     assert_same_outcome(ref.records, res.records)
     assert res.certified == ref.certified and res.selected == ref.selected
     no_duplicates(res.labels)
