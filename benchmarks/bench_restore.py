@@ -56,6 +56,17 @@ def host_for(raw: dict, job_dir, every: int) -> tuple[CandidateHost, list[str]]:
     return host, list(data.names)
 
 
+def equal(a, b) -> bool:
+    """Two states are the same, arrays bit for bit (NaN equal to NaN)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+    return a == b or (a != a and b != b)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=60)
@@ -89,7 +100,7 @@ def main(argv=None) -> int:
                 times[every] = best
                 states[every] = {n: fresh.candidates[n].state_dict() for n in names}
                 labels = int(np.mean([s["t"] for s in snaps]))
-        same = all(pack(states[args.every][n]) == pack(states[10**9][n]) for n in states[10**9])
+        same = all(equal(states[args.every][n], states[10**9][n]) for n in states[10**9])
         ok &= same
         print(f"| {label} | {args.steps} | {labels} | {times[args.every]:.3f} | {times[10**9]:.3f} | "
               f"{times[10**9] / times[args.every]:.1f} | {size:.0f} | {'yes' if same else 'NO'} |")

@@ -150,8 +150,10 @@ def main(argv=None) -> int:
           f"{max(s[1] for s in samples) * mb:.0f} | {np.mean([s[1] for s in first]) * mb:.0f} / "
           f"{np.mean([s[1] for s in last]) * mb:.0f} | {max(s[2] for s in samples) * mb:.0f} | "
           f"{np.mean([s[2] for s in first]) * mb:.0f} / {np.mean([s[2] for s in last]) * mb:.0f} |")
+    rec = res.recovered
     print(f"(reference without kills: {t_ref:.0f} s, {len(ref.certified)} certified; {len(samples)} memory samples, "
-          f"host pid files seen: {len(host_pids_seen)})")
+          f"host pid files seen: {len(host_pids_seen)}; hosts rebuilt: {rec['hosts']}, candidate steps restored "
+          f"from snapshots: {rec['steps_from_snapshots']}, replayed from the log: {rec['steps_replayed']})")
     ray.shutdown()
     return 0 if valid and dup == 0 else 1
 

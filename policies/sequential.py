@@ -196,8 +196,8 @@ class SequentialTest:
             t._state = BettingState(self._state.count, *(
                 None if a is None else a[i * rows : (i + 1) * rows].copy() for a in fields))
             t._log_e_s = self._log_e_s[i].copy()
-            t._max_log_e = self._max_log_e[i].copy()
-            t._first = self._first[i].copy()
+            t._max_log_e = np.array(self._max_log_e[i])  # 0-d, as in an unstacked test
+            t._first = np.array(self._first[i])
             parts.append(t)
         return parts
 

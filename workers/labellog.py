@@ -28,6 +28,7 @@ directory never runs code from it.
 
 from __future__ import annotations
 
+import array
 import hashlib
 import io
 import json
@@ -119,35 +120,48 @@ class LabelLog:
         elif row[0] != candidate:
             raise ValueError(f"{self.path} is the label log of {row[0]!r}, not {candidate!r}")
         self.candidate = candidate
-        self._known = {"human": {}, "judge": {}}
+        # compact: one dict entry per label, and typed arrays by row (the log can be long)
         self._pos = {"human": {}, "judge": {}}  # (role, item) -> row number (0-based, purchase order)
-        self._cum = [(0, 0, 0)]  # human, judge, requests in the first k rows
+        self._loss = array.array("d")  # loss of each row
+        self._cum = {k: array.array("q", [0]) for k in ("human", "judge", "requests")}  # in the first k rows
         for role, item, loss, req in self._db.execute("select role, item, loss, requests from labels order by seq"):
             self._add(role, item, loss, req)
 
     def _add(self, role: str, item: int, loss: float, requests: int) -> None:
-        self._known[role][item] = loss
-        self._pos[role][item] = len(self._cum) - 1
-        h, j, r = self._cum[-1]
-        self._cum.append((h + (role == "human"), j + (role == "judge"), r + requests))
+        self._pos[role][item] = len(self._loss)
+        self._loss.append(loss)
+        for k, add in (("human", role == "human"), ("judge", role == "judge"), ("requests", requests)):
+            self._cum[k].append(self._cum[k][-1] + add)
 
     def __len__(self) -> int:
-        return len(self._cum) - 1
+        return len(self._loss)
 
-    def known(self, role: str) -> dict:
-        return self._known[role]
+    def items(self, role: str) -> list[int]:
+        """The items with a ``role`` label in the log."""
+        return list(self._pos[role])
 
-    def row_of(self, role: str, item: int) -> int:
-        return self._pos[role][item]
+    def row_of(self, role: str, item: int) -> int | None:
+        return self._pos[role].get(item)
+
+    def loss(self, role: str, item: int) -> float:
+        return self._loss[self._pos[role][item]]
+
+    def losses_at(self, rows: np.ndarray) -> np.ndarray:
+        """The losses of rows ``rows`` (a new array)."""
+        if rows.size == 0:
+            return np.zeros(0)
+        view = np.frombuffer(self._loss, dtype=np.float64)
+        out = view[rows]  # fancy indexing copies
+        del view  # release the buffer: the array grows on the next append
+        return out
 
     def counts(self, rows: int) -> tuple[int, int, int]:
         """Human labels, judge labels and requests in the first ``rows`` rows."""
-        return self._cum[rows]
+        return self._cum["human"][rows], self._cum["judge"][rows], self._cum["requests"][rows]
 
     @property
     def totals(self) -> dict:
-        h, j, r = self._cum[-1]
-        return {"human": h, "judge": j, "requests": r}
+        return {k: v[-1] for k, v in self._cum.items()}
 
     def append(self, role: str, items, losses, requests: int, responses=None) -> None:
         """Commit labels (one transaction, fsync'd) before anyone uses them."""
@@ -206,7 +220,7 @@ class LoggedSource:
         self.used = 0  # the candidate has used the log's first `used` rows
         prime = getattr(source, "prime", None)
         if prime is not None:  # e.g. the replay source: generations already paid for
-            items = list(log.known("human")) + list(log.known("judge"))
+            items = log.items("human") + log.items("judge")
             prime(np.array(items, dtype=np.int64))
 
     @property
@@ -227,16 +241,17 @@ class LoggedSource:
 
     def _labels(self, role: str, items) -> np.ndarray:
         items = np.asarray(items, dtype=np.int64)
-        known = self.log.known(role)
+        log = self.log
         wanted = list(dict.fromkeys(items.tolist()))
-        missing = [i for i in wanted if i not in known]
+        missing = [i for i in wanted if log.row_of(role, i) is None]
         if missing:
             before = self.source.requests
             losses = getattr(self.source, role)(np.array(missing, dtype=np.int64))
-            self.log.append(role, missing, losses, self.source.requests - before)
-        if wanted:
-            self.used = max(self.used, 1 + max(self.log.row_of(role, i) for i in wanted))
-        return np.array([known[i] for i in items.tolist()], dtype=np.float64)
+            log.append(role, missing, losses, self.source.requests - before)
+        rows = np.array([log.row_of(role, i) for i in items.tolist()], dtype=np.int64)
+        if rows.size:
+            self.used = max(self.used, int(rows.max()) + 1)
+        return log.losses_at(rows)
 
     def human(self, items) -> np.ndarray:
         return self._labels("human", items)
