@@ -205,6 +205,14 @@ def _print_job(console, cert: dict, quiet: bool, run_id=None) -> None:
     console.print("labels: " + ", ".join(
         f"{lab['spent'][k]} {k} of {lab['full_budget'][k]} ({lab['saved_fraction'][k]:.0%} saved)"
         for k in ("human", "judge", "requests") if lab["full_budget"][k]))
+    if cert.get("resume"):
+        r = cert["resume"]
+        console.print(f"resumed from round {r['from_round']}: {r['steps_from_snapshots']} candidate steps from "
+                      f"snapshots, {r['steps_replayed']} replayed from the label log, no label bought twice")
+    if cert.get("recovered") and cert["recovered"]["hosts"]:
+        r = cert["recovered"]
+        console.print(f"workers rebuilt after a crash: {r['hosts']} ({r['steps_from_snapshots']} candidate steps "
+                      f"from snapshots, {r['steps_replayed']} replayed from the label log)")
     if run_id:
         console.print(f"MLflow run: {run_id}  (certsel show {run_id})")
 

@@ -212,6 +212,7 @@ def test_driver_killed_mid_run_then_resumed(tmp_path):
                               "--report-dir", "report"], cwd=kill_dir, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith(f"resuming job {job_id} (attempt 2)"), res.stdout
+    assert "resumed from round " in res.stdout and "no label bought twice" in res.stdout
     a = json.loads((tmp_path / "ref" / "sel.json").read_text())
     b = json.loads((kill_dir / "sel.json").read_text())
     assert b["job_id"] == job_id and b["certified_set"] == a["certified_set"] and b["selected"] == a["selected"]

@@ -121,11 +121,17 @@ class LabelLog:
             raise ValueError(f"{self.path} is the label log of {row[0]!r}, not {candidate!r}")
         self.candidate = candidate
         # compact: one dict entry per label, and typed arrays by row (the log can be long)
-        self._pos = {"human": {}, "judge": {}}  # (role, item) -> row number (0-based, purchase order)
-        self._loss = array.array("d")  # loss of each row
-        self._cum = {k: array.array("q", [0]) for k in ("human", "judge", "requests")}  # in the first k rows
-        for role, item, loss, req in self._db.execute("select role, item, loss, requests from labels order by seq"):
-            self._add(role, item, loss, req)
+        got = self._db.execute("select role = 'human', item, requests from labels order by seq").fetchall()
+        ints = np.array(got, dtype=np.int64).reshape(-1, 3)
+        loss = np.array(self._db.execute("select loss from labels order by seq").fetchall(),
+                        dtype=np.float64).reshape(-1)
+        human, rows = ints[:, 0].astype(bool), np.arange(len(ints))
+        self._pos = {"human": dict(zip(ints[human, 1].tolist(), rows[human].tolist(), strict=True)),
+                     "judge": dict(zip(ints[~human, 1].tolist(), rows[~human].tolist(), strict=True))}
+        self._loss = array.array("d", loss.tobytes())  # loss of each row
+        self._cum = {}  # human labels, judge labels, requests in the first k rows
+        for k, x in (("human", human), ("judge", ~human), ("requests", ints[:, 2])):
+            self._cum[k] = array.array("q", np.concatenate([[0], np.cumsum(x, dtype=np.int64)]).tobytes())
 
     def _add(self, role: str, item: int, loss: float, requests: int) -> None:
         self._pos[role][item] = len(self._loss)
