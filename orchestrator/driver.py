@@ -587,6 +587,8 @@ def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0
     pairs = [make_estimation_policy(cfg.policy.kind, I, delta=cfg.delta / P, alpha=0.5, radius=cfg.policy.radius,
                                     seed=cfg.seed, features=data.features) for _ in range(P)]
     known = [dict() for _ in range(K)]  # item -> loss, per model
+    # a model whose label source failed for good: its pairs end undecided, the others go on
+    dead = set()
     rounds, resume = 0, None
     every = cfg.state.snapshot_every
     ckpt = None if job_dir is None else read_checkpoint(job_dir, "pairwise", names)
@@ -596,8 +598,10 @@ def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0
         _load_records(records, ckpt["records"])
         rounds = int(ckpt["round"])
         resume = {"from_round": rounds, "steps_from_snapshots": rounds, "steps_replayed": 0}  # the pairs live here
+        dead = {m for m, r in enumerate(records) if r.status == "failed"}
     while True:
-        open_pairs = [p for p in range(P) if not pairs[p].done and pairs[p].n_labeled < cap]
+        open_pairs = [p for p in range(P) if not pairs[p].done and pairs[p].n_labeled < cap
+                      and ii[p] not in dead and jj[p] not in dead]
         if not open_pairs:
             break
         asks = {}
@@ -617,8 +621,14 @@ def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0
         for h, ans in ((h, got[h]) for h in order):
             for nm, losses in ans.items():
                 m = names.index(nm)
+                if isinstance(losses, dict):  # its source failed for good
+                    dead.add(m)
+                    records[m].status, records[m].reason = "failed", f"source failed: {losses['error']}"
+                    continue
                 known[m].update(zip(calls[h][nm].tolist(), np.asarray(losses).tolist(), strict=True))
         for p, items in asks.items():
+            if ii[p] in dead or jj[p] in dead:
+                continue  # stopped undecided (stopping is always allowed)
             a = np.array([known[ii[p]][int(i)] for i in items])
             b = np.array([known[jj[p]][int(i)] for i in items])
             pairs[p].update(items, (a - b + 1.0) / 2.0)
@@ -651,10 +661,11 @@ def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0
     score = better.sum(axis=1) - better.sum(axis=0)
     order = np.argsort(-score, kind="stable")
     for m, r in enumerate(records):
-        r.status = "certified" if better[m].sum() == K - 1 else "stopped"
-        r.reason = f"{int(better[m].sum())} certified wins, {int(better[:, m].sum())} certified losses"
+        if m not in dead:
+            r.status = "certified" if better[m].sum() == K - 1 else "stopped"
+            r.reason = f"{int(better[m].sum())} certified wins, {int(better[:, m].sum())} certified losses"
         r.estimate = float(np.mean(list(known[m].values()))) if known[m] else float("nan")
-    top = [names[m] for m in range(K) if better[m].sum() == K - 1]
+    top = [names[m] for m in range(K) if better[m].sum() == K - 1 and m not in dead]
     ranking = {
         "order": [names[m] for m in order],
         "score": {names[m]: int(score[m]) for m in range(K)},

@@ -104,3 +104,29 @@ def test_a_failing_source_ends_its_candidate_only(ray_session, tmp_path):
     assert rows["weak-short"]["labels_human"] == 0 and rows["weak-short"]["requests"] == 0
     assert {"exact-short", "weak-long"} <= set(cert["certified_set"]) and cert["selected"] == "exact-short"
     assert "source failed" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_failing_source_in_a_pairwise_job_ends_its_pairs_only(ray_session, tmp_path):
+    """Pairwise ranking with one model's server unreachable: that model is "not certified
+    (source failed)", its pairs end undecided, the other pair is compared as usual."""
+    with adder_server() as (url, srv):
+        cfg = load_config(write_job(tmp_path, url), [
+            "procedure=pairwise", "policy.kind=seq", "budget.n=400", "budget.batch=40", "delta=0.05"])
+        bad = cfg.live.candidates[1].model_copy(update={"base_url": "http://127.0.0.1:9", "max_retries": 1,
+                                                         "timeout": 1.0})
+        cfg = cfg.model_copy(update={"live": cfg.live.model_copy(update={"candidates": [
+            cfg.live.candidates[0], bad, cfg.live.candidates[2]]})})
+        result, run_id = execute(cfg, report_dir=tmp_path / "report")
+    uri = f"sqlite:///{tmp_path}/store.db"
+    assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
+    cert = load_certificate(run_id, uri)
+    rows = {c["candidate"]: c for c in cert["candidates"]}
+    assert rows["weak-short"]["status"] == "failed" and rows["weak-short"]["reason"].startswith("source failed:")
+    assert rows["weak-short"]["labels_human"] == 0
+    rk = cert["ranking"]
+    # exact (risk 0) is certified better than weak-long (27% wrong); weak-short's pairs are undecided
+    assert rk["better"]["exact-short"] == ["weak-long"] and rk["better"]["weak-long"] == []
+    assert rk["better"]["weak-short"] == [] and rk["pairs_certified"] == 1
+    assert rk["items_per_pair"]["exact-short vs weak-short"] == 0
+    assert cert["selected"] is None  # nobody is certified better than all others
+    assert "source failed" in (tmp_path / "report" / "report.md").read_text()

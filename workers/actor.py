@@ -18,6 +18,7 @@ import numpy as np
 
 from .candidate import EstimationCandidate, LabelServer, TestingCandidate, guarded_step, step_together
 from .labellog import LabelLog, LoggedSource, log_path
+from .openai_source import SourceError
 from .replay import ReplaySource
 
 
@@ -121,8 +122,16 @@ class CandidateHost:
         return out
 
     def losses(self, requests: dict) -> dict:
+        """Losses of the requested items per model; ``{"error": ...}`` for a model whose
+        label source failed for good (the driver ends that model's pairs only)."""
         self._have(list(requests))
-        return {n: self.candidates[n].losses(items) for n, items in requests.items()}
+        out = {}
+        for n, items in requests.items():
+            try:
+                out[n] = self.candidates[n].losses(items)
+            except SourceError as err:
+                out[n] = {"error": str(err).splitlines()[0][:300] if str(err) else err.__class__.__name__}
+        return out
 
     def labels(self, names: list[str]) -> dict:
         """The label log of each candidate: item indices, roles and losses, in purchase order."""
