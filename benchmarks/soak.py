@@ -70,8 +70,11 @@ def main(argv=None) -> int:
                         "objective": {"column": "avg_bitwidth"}, "scheduling": {"mode": "full"},
                         "budget": {"n": args.n, "r": 3, "batch": args.batch}, "tracking": {"intervals": "none"}})
     data = build(args.candidates, args.items, 0)
+    import logging
+
     import ray
 
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
@@ -151,6 +154,8 @@ def main(argv=None) -> int:
           f"{np.mean([s[1] for s in last]) * mb:.0f} | {max(s[2] for s in samples) * mb:.0f} | "
           f"{np.mean([s[2] for s in first]) * mb:.0f} / {np.mean([s[2] for s in last]) * mb:.0f} |")
     rec = res.recovered
+    for why in sorted({r.reason for r in res.records if r.reason.startswith("worker lost")}):
+        print(f"ended: {why}")
     print(f"(reference without kills: {t_ref:.0f} s, {len(ref.certified)} certified; {len(samples)} memory samples, "
           f"host pid files seen: {len(host_pids_seen)}; hosts rebuilt: {rec['hosts']}, candidate steps restored "
           f"from snapshots: {rec['steps_from_snapshots']}, replayed from the log: {rec['steps_replayed']})")

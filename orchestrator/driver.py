@@ -39,6 +39,7 @@ from .scheduling import CandidateRecord, Scheduler
 from .state import read_checkpoint, write_checkpoint
 
 TESTING = ("r-eval", "r-autoeval", "r-autoeval+")
+log = logging.getLogger(__name__)
 
 
 class RuntimeProblem(RuntimeError):
@@ -205,7 +206,11 @@ class RayRuntime:
         return max(1, min(n_candidates, cpus))
 
     def call(self, host: int, method: str, *args):
-        return self.ray.get(getattr(self.hosts[host], method).remote(*args))
+        return self.ray.get(self.submit(host, method, *args))
+
+    def submit(self, host: int, method: str, *args):
+        """The object ref of ``method(*args)`` on host ``host``."""
+        return getattr(self.hosts[host], method).remote(*args)
 
     def gather(self, calls):
         return self.ray.get([getattr(self.hosts[h], m).remote(*a) for h, m, a in calls])
@@ -498,53 +503,65 @@ class _Recovery:
         pending = list(args)
         while pending:
             got = self.runtime.gather_tolerant([(h, method, args[h]) for h in pending])
-            retry = []
+            lost = {}
             for h, res in zip(pending, got, strict=True):
-                if not isinstance(res, HostLost):
+                if isinstance(res, HostLost):
+                    lost[h] = res.why
+                else:
                     self.losses[h] = 0  # progress: only losses in a row count
                     out[h] = res
-                elif self._recover(h, res.why):
-                    retry.append(h)
-            pending = retry
+            pending = self._recover(lost) if lost else []
         return out
 
-    def _recover(self, h: int, why: str) -> bool:
-        exc = self.runtime.ray.exceptions
-        names = [s["name"] for s in self.per_host[h]]
-        while True:
-            self.losses[h] = self.losses.get(h, 0) + 1
-            if self.losses[h] > MAX_HOST_LOSSES:  # a crash loop (e.g. a candidate that always OOMs)
-                for n in names:
-                    r = self.records[n]
-                    if not r.finished:
-                        r.status, r.reason = "failed", f"worker lost {self.losses[h]} times in a row ({why})"
-                return False
-            try:
-                self._reload(h)
-                batches = {n: self._batches(n) for n in names if self.records[n].rounds}
-                if batches:
-                    self._check_restored(self.runtime.call(h, "restore", batches), batches, self.recovered)
-                self.recovered["hosts"] += 1
-                return True
-            except (exc.RayActorError, exc.ActorUnavailableError) as err:  # lost again while rebuilding
-                why = str(err).strip().splitlines()[0] if str(err).strip() else "actor died"
-
-    def _reload(self, h: int, patience: float = 120.0) -> None:
-        """Build host ``h``'s candidates again: on the actor Ray restarted (max_restarts),
-        or on a fresh one when its restarts are spent or its node is gone."""
-        exc = self.runtime.ray.exceptions
-        deadline = time.monotonic() + patience
-        while True:
-            try:
-                self.runtime.call(h, "load", self.per_host[h], self.plan.shared, self.rows)
-                return
-            except exc.ActorUnavailableError:  # restarting: try again shortly
-                if time.monotonic() > deadline:
+    def _recover(self, lost: dict, patience: float = 120.0) -> list[int]:
+        """Rebuild the lost hosts (``{host: why}``) all at once, each in one call
+        (``CandidateHost.rebuild``: load + restore from snapshot + log), on the actor Ray
+        restarted or on a fresh one; returns the hosts to send the interrupted call again.
+        A host still restarting is waited for (a fresh actor after ``patience`` s); one
+        lost again while rebuilding counts as another loss in a row."""
+        ray = self.runtime.ray
+        exc = ray.exceptions
+        t0 = time.monotonic()
+        deadline = {h: t0 + patience for h in lost}
+        todo, new_loss, done = dict(lost), dict(lost), []
+        while todo:
+            for h, why in new_loss.items():
+                self.losses[h] = self.losses.get(h, 0) + 1
+                log.warning("candidate host %d lost (%s; %d in a row): rebuilding its %d candidates", h, why,
+                            self.losses[h], len(self.per_host[h]))
+                if self.losses[h] > MAX_HOST_LOSSES:  # a crash loop (e.g. a candidate that always OOMs)
+                    for spec in self.per_host[h]:
+                        r = self.records[spec["name"]]
+                        if not r.finished:
+                            r.status, r.reason = "failed", f"worker lost {self.losses[h]} times in a row ({why})"
+                    del todo[h]
+            new_loss = {}
+            batches = {h: {s["name"]: self._batches(s["name"]) for s in self.per_host[h]
+                           if self.records[s["name"]].rounds} for h in todo}
+            refs = {h: self.runtime.submit(h, "rebuild", self.per_host[h], self.plan.shared, self.rows, batches[h])
+                    for h in todo}
+            waiting = False
+            for h, ref in refs.items():
+                try:
+                    snaps = ray.get(ref)
+                except exc.ActorUnavailableError:  # still restarting: try again shortly
+                    if time.monotonic() > deadline[h]:
+                        self.runtime.replace_host(h)
+                        deadline[h] = time.monotonic() + patience
+                    waiting = True
+                    continue
+                except exc.RayActorError as err:  # lost again while rebuilding: on a fresh actor
                     self.runtime.replace_host(h)
-                    deadline = time.monotonic() + patience
+                    new_loss[h] = todo[h] = str(err).strip().splitlines()[0] if str(err).strip() else "actor died"
+                    continue
+                self._check_restored(snaps, batches[h], self.recovered)
+                self.recovered["hosts"] += 1
+                log.warning("candidate host %d rebuilt in %.1f s", h, time.monotonic() - t0)
+                done.append(h)
+                del todo[h]
+            if waiting:
                 time.sleep(0.2)
-            except exc.RayActorError:
-                self.runtime.replace_host(h)
+        return done
 
 
 def _final_certified(cfg: RunConfig, plan: JobPlan, records) -> np.ndarray:

@@ -59,6 +59,7 @@ class CandidateHost:
         self.history: dict = {}  # per candidate: labels consumed at each step (its batch history)
         self.snapshot_every: dict = {}
         self._job: tuple = ({}, {}, {})  # what load() was given: specs by name, shared arrays, rows
+        self._pristine: set = set()  # candidates as load() built them (not stepped or restored since)
 
     def load(self, specs: list[dict], shared: dict, rows: dict) -> int:
         """Build the candidates of a job; ``rows[name]`` is ``(human, judge)`` losses. A
@@ -73,7 +74,13 @@ class CandidateHost:
         self._job = ({s["name"]: s for s in specs}, shared, rows)
         for s in specs:
             self.candidates[s["name"]] = self._build(s["name"])
+        self._pristine = set(self.candidates)
         return len(self.candidates)
+
+    def rebuild(self, specs: list[dict], shared: dict, rows: dict, batches: dict) -> list[dict]:
+        """:meth:`load` then :meth:`restore` in one call (a host the driver lost)."""
+        self.load(specs, shared, rows)
+        return self.restore(batches) if batches else []
 
     def _build(self, name: str):
         specs, shared, rows = self._job
@@ -90,6 +97,7 @@ class CandidateHost:
         label count are advanced together (:func:`step_together`)."""
         self._have(names)
         before = {n: self.candidates[n].t for n in names}
+        self._pristine.difference_update(names)
         groups: dict = {}
         for n in names:
             c = self.candidates[n]
@@ -173,11 +181,12 @@ class CandidateHost:
         start = {}
         for n, sizes in batches.items():
             sizes = [int(b) for b in sizes]
-            old = self.candidates[n]
-            if isinstance(old.source, LoggedSource):
-                old.source.log.close()
-            # from a new object, so that a restore sent twice (a retried call) is still exact
-            c = self.candidates[n] = self._build(n)
+            c = self.candidates[n]
+            if n not in self._pristine:  # from a new object, so that a restore sent twice is still exact
+                if isinstance(c.source, LoggedSource):
+                    c.source.log.close()
+                c = self.candidates[n] = self._build(n)
+            self._pristine.discard(n)
             start[n] = 0
             if isinstance(c.source, LoggedSource) and hasattr(c, "load_state_dict"):
                 found = c.source.log.latest_snapshot(sizes)
