@@ -447,9 +447,10 @@ def _load_records(records, saved: list[dict]) -> None:
 class _Recovery:
     """Steps hosts and recovers from hosts that die mid-round.
 
-    A lost host is replaced by a fresh actor, which rebuilds its candidates and replays
-    each one's past batches from the durable label log (``CandidateHost.restore``: no
-    request, the same states), then the interrupted step is sent again. The labels that
+    A lost host (on the actor Ray restarted, or a fresh one) rebuilds its candidates, each
+    from its newest policy snapshot plus the batches after it from the durable label log
+    (``CandidateHost.rebuild``: no request, the same states); hosts lost in the same call
+    are rebuilt in parallel. Then the interrupted call is sent again. The labels that
     step had already bought were logged before use, so it finds them in the log: nothing is
     bought or counted twice. A host lost more than :data:`MAX_HOST_LOSSES` times in a row
     (no step completed between: a crash loop) ends its candidates as "worker lost" (not
