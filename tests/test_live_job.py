@@ -84,12 +84,11 @@ def test_live_job_end_to_end(ray_session, tmp_path):
         assert [c["log_e_value"] for c in cert2["candidates"]] == [c["log_e_value"] for c in cert["candidates"]]
 
 
-def test_a_failing_source_ends_its_candidate_only(ray_session, tmp_path):
-    """One candidate's server is unreachable: after its retries that candidate is "not
-    certified (source failed)", the others are certified as usual, the run is FINISHED and
-    the report says why."""
+def run_with_weak_short_unreachable(tmp_path, overrides=None) -> dict:
+    """The job of :func:`write_job` (with ``overrides``) whose "weak-short" server does not
+    answer; the run must be FINISHED. Returns its certificate."""
     with adder_server() as (url, srv):
-        cfg = load_config(write_job(tmp_path, url))
+        cfg = load_config(write_job(tmp_path, url), overrides)
         bad = cfg.live.candidates[1].model_copy(update={"base_url": "http://127.0.0.1:9", "max_retries": 1,
                                                          "timeout": 1.0})
         cfg = cfg.model_copy(update={"live": cfg.live.model_copy(update={"candidates": [
@@ -97,7 +96,14 @@ def test_a_failing_source_ends_its_candidate_only(ray_session, tmp_path):
         result, run_id = execute(cfg, report_dir=tmp_path / "report")
     uri = f"sqlite:///{tmp_path}/store.db"
     assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
-    cert = load_certificate(run_id, uri)
+    return load_certificate(run_id, uri)
+
+
+def test_a_failing_source_ends_its_candidate_only(ray_session, tmp_path):
+    """One candidate's server is unreachable: after its retries that candidate is "not
+    certified (source failed)", the others are certified as usual, the run is FINISHED and
+    the report says why."""
+    cert = run_with_weak_short_unreachable(tmp_path)
     rows = {c["candidate"]: c for c in cert["candidates"]}
     assert rows["weak-short"]["status"] == "failed" and not rows["weak-short"]["certified"]
     assert rows["weak-short"]["reason"].startswith("source failed:") and "connection failed" in rows["weak-short"]["reason"]
@@ -109,17 +115,8 @@ def test_a_failing_source_ends_its_candidate_only(ray_session, tmp_path):
 def test_a_failing_source_in_a_pairwise_job_ends_its_pairs_only(ray_session, tmp_path):
     """Pairwise ranking with one model's server unreachable: that model is "not certified
     (source failed)", its pairs end undecided, the other pair is compared as usual."""
-    with adder_server() as (url, srv):
-        cfg = load_config(write_job(tmp_path, url), [
-            "procedure=pairwise", "policy.kind=seq", "budget.n=400", "budget.batch=40", "delta=0.05"])
-        bad = cfg.live.candidates[1].model_copy(update={"base_url": "http://127.0.0.1:9", "max_retries": 1,
-                                                         "timeout": 1.0})
-        cfg = cfg.model_copy(update={"live": cfg.live.model_copy(update={"candidates": [
-            cfg.live.candidates[0], bad, cfg.live.candidates[2]]})})
-        result, run_id = execute(cfg, report_dir=tmp_path / "report")
-    uri = f"sqlite:///{tmp_path}/store.db"
-    assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
-    cert = load_certificate(run_id, uri)
+    cert = run_with_weak_short_unreachable(tmp_path, [
+        "procedure=pairwise", "policy.kind=seq", "budget.n=400", "budget.batch=40", "delta=0.05"])
     rows = {c["candidate"]: c for c in cert["candidates"]}
     assert rows["weak-short"]["status"] == "failed" and rows["weak-short"]["reason"].startswith("source failed:")
     assert rows["weak-short"]["labels_human"] == 0
