@@ -20,6 +20,7 @@ import sys
 import numpy as np
 
 from certsel import __version__
+from certsel.errors import first_line
 
 JUDGES = {"best": "loss_judge_best", "med": "loss_judge_med", "bad": "loss_judge_bad"}
 
@@ -301,15 +302,13 @@ def main(argv=None) -> int:
         try:
             return {"run": _run, "show": _show, "audit": _audit}[args.command](args)
         except (ValueError, RuntimeProblem, TrackingProblem, ServeError) as exc:  # StateProblem is a ValueError
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-            print(f"certsel: error: {msg}", file=sys.stderr)
+            print(f"certsel: error: {first_line(exc)}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             print("certsel: interrupted (runs marked KILLED)", file=sys.stderr)
             return 130
         except Exception as exc:  # a failure while the job ran; its MLflow runs are marked FAILED
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            print(f"certsel: error: job failed: {exc.__class__.__name__}: {first}", file=sys.stderr)
+            print(f"certsel: error: job failed: {exc.__class__.__name__}: {first_line(exc, '')}", file=sys.stderr)
             return 1
     try:
         report = _select(args)

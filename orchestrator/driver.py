@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from certsel.config import RunConfig
+from certsel.errors import first_line
 from certsel.policies import certified_set, select
 from certsel.workers.actor import CandidateHost, NotLoaded, worker_class
 from certsel.workers.candidate import make_estimation_policy, restore_policy
@@ -188,8 +189,7 @@ class RayRuntime:
                     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                              logging_level=logging.ERROR)
             except Exception as exc:  # ConnectionError, RuntimeError, ... from ray.init
-                msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-                raise RuntimeProblem(f"could not start or join Ray ({msg})") from None
+                raise RuntimeProblem(f"could not start or join Ray ({first_line(exc)})") from None
             self.owns = True
         self.max_actors = max_actors
         self.hosts: list = []
@@ -225,7 +225,7 @@ class RayRuntime:
             try:
                 out.append(self.ray.get(ref))
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorUnavailableError) as err:
-                out.append(HostLost(h, str(err).strip().splitlines()[0] if str(err).strip() else "actor died"))
+                out.append(HostLost(h, first_line(err, "actor died")))
             except self.ray.exceptions.RayTaskError as err:
                 if not isinstance(getattr(err, "cause", None), NotLoaded):
                     raise
@@ -553,7 +553,7 @@ class _Recovery:
                     continue
                 except exc.RayActorError as err:  # lost again while rebuilding: on a fresh actor
                     self.runtime.replace_host(h)
-                    new_loss[h] = todo[h] = str(err).strip().splitlines()[0] if str(err).strip() else "actor died"
+                    new_loss[h] = todo[h] = first_line(err, "actor died")
                     continue
                 self._check_restored(snaps, batches[h], self.recovered)
                 self.recovered["hosts"] += 1

@@ -227,3 +227,18 @@ def test_resume_through_ray_from_snapshots(ray_session, tmp_path):
         rt.close()
     assert res.resume["from_round"] == 6 and res.resume["steps_from_snapshots"] > 0
     assert_same_job(ref, res)
+
+
+def test_an_unreadable_snapshot_falls_back_to_an_older_one_or_a_replay(tmp_path, caplog):
+    cfg = job_cfg("seq", every=2)
+    a, names = _host(cfg, tmp_path)
+    for b in (20, 20, 20, 20):
+        a.step(names[:1], b)
+    want = a.candidates[names[0]].state_dict()
+    a.candidates[names[0]].source.log.close()
+    with sqlite3.connect(log_path(tmp_path, names[0])) as con:
+        con.execute("update snapshots set state = x'00' where steps = 4")
+    b_host, _ = _host(cfg, tmp_path)
+    assert b_host.restore({names[0]: [20, 20, 20, 20]})[0]["restored_steps"] == 2
+    same_states(want, b_host.candidates[names[0]].state_dict())
+    assert "ignoring the snapshot at step 4" in caplog.text

@@ -16,6 +16,8 @@ import pathlib
 
 import numpy as np
 
+from certsel.errors import first_line
+
 from .candidate import EstimationCandidate, LabelServer, TestingCandidate, guarded_step, step_together
 from .labellog import LabelLog, LoggedSource, log_path
 from .openai_source import SourceError
@@ -138,7 +140,7 @@ class CandidateHost:
             try:
                 out[n] = self.candidates[n].losses(items)
             except SourceError as err:
-                out[n] = {"error": str(err).splitlines()[0][:300] if str(err) else err.__class__.__name__}
+                out[n] = {"error": first_line(err, limit=300)}
         return out
 
     def labels(self, names: list[str]) -> dict:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from certsel.errors import first_line
 from certsel.policies import (
     CerEval,
     NearestNeighborPartition,
@@ -39,7 +40,7 @@ class _Candidate:
         """The snapshot of a candidate whose label source failed (its state is unchanged:
         a batch is consumed whole or not at all)."""
         snap = self.snapshot(np.zeros(0)) if isinstance(self, TestingCandidate) else self.snapshot()
-        snap["error"] = str(err).splitlines()[0][:300] if str(err) else err.__class__.__name__
+        snap["error"] = first_line(err, limit=300)
         return snap
 
     def _counters(self) -> dict:

@@ -32,10 +32,15 @@ import array
 import hashlib
 import io
 import json
+import logging
 import pathlib
 import sqlite3
 
 import numpy as np
+
+from certsel.errors import first_line
+
+log = logging.getLogger(__name__)
 
 KEEP_SNAPSHOTS = 2  # the newest, and the one before it (a driver checkpoint may lag one behind)
 
@@ -209,9 +214,14 @@ class LabelLog:
         received) or from another history is not used."""
         want = [int(b) for b in batches]
         for steps, hist, blob in self._db.execute("select steps, batches, state from snapshots where steps <= ? "
-                                                  "order by steps desc", (len(want),)):
-            if json.loads(hist) == want[:steps]:
+                                                  "order by steps desc", (len(want),)).fetchall():
+            if json.loads(hist) != want[:steps]:
+                continue
+            try:
                 return int(steps), unpack(blob)
+            except Exception as exc:  # unreadable: an older snapshot, or a replay from the log, is as exact
+                log.warning("%s: ignoring the snapshot at step %d of %r (%s)", self.path, steps, self.candidate,
+                            first_line(exc))
         return None
 
     def close(self) -> None:
