@@ -188,6 +188,17 @@ class PolicyConfig(_Strict):
     kind: Literal["r-eval", "r-autoeval", "r-autoeval+", "seq", "cer-eval"] = "r-autoeval+"
     betting: Literal["up", "wsr"] = "up"
     radius: Literal["betting", "paper"] = "betting"
+    # Cer-Eval's groups: 1-NN on item embeddings (Algorithm 2), or strata of the judge's loss
+    partition: Literal["embeddings", "judge"] = "embeddings"
+
+    @model_validator(mode="after")
+    def _partition_is_cer_eval(self):
+        if self.partition != "embeddings" and self.kind != "cer-eval":
+            raise ValueError(f"policy.partition {self.partition!r} applies to policy.kind 'cer-eval' only")
+        if self.partition == "judge" and self.radius == "paper":
+            raise ValueError("policy.partition 'judge' needs radius 'betting' (the paper's Algorithm 2 partitions "
+                             "embeddings)")
+        return self
 
 
 class ObjectiveConfig(_Strict):
@@ -286,8 +297,11 @@ class RunConfig(_Strict):
             raise ValueError("procedure 'pairwise' ranks models with policy.kind 'seq' or 'cer-eval'")
         if self.procedure in ("bonferroni", "holm") and self.objective is None:
             raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
-        if self.policy.kind == "cer-eval" and self.data.features is None:
-            raise ValueError("policy 'cer-eval' needs data.features (item embeddings for the partition)")
+        if self.policy.kind == "cer-eval" and self.policy.partition == "embeddings" and self.data.features is None:
+            raise ValueError("policy 'cer-eval' needs data.features (item embeddings for the partition), "
+                             "or policy.partition 'judge' with data.judge")
+        if self.policy.partition == "judge" and self.data.judge is None:
+            raise ValueError("policy.partition 'judge' needs data.judge (the judge's loss column)")
         if self.policy.kind in ("r-autoeval", "r-autoeval+") and self.data.judge is None:
             raise ValueError(f"policy '{self.policy.kind}' needs data.judge (the judge's loss column)")
         return self
@@ -301,8 +315,11 @@ class RunConfig(_Strict):
                 raise ValueError(f"{key}: unknown candidate(s) not in live.candidates: {', '.join(unknown[:5])}")
         if self.policy.kind in ("r-autoeval", "r-autoeval+") and live.judge is None:
             raise ValueError(f"policy '{self.policy.kind}' needs live.judge (the judge's server)")
-        if self.policy.kind == "cer-eval" and live.features is None:
-            raise ValueError("policy 'cer-eval' needs live.features (an embeddings endpoint for the partition)")
+        if self.policy.kind == "cer-eval" and self.policy.partition == "embeddings" and live.features is None:
+            raise ValueError("policy 'cer-eval' needs live.features (an embeddings endpoint for the partition), "
+                             "or policy.partition 'judge' with live.judge")
+        if self.policy.partition == "judge" and live.judge is None:
+            raise ValueError("policy.partition 'judge' needs live.judge (the judge's server)")
         if self.procedure in ("bonferroni", "holm") and self.objective is None:
             raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
         if self.objective is not None:

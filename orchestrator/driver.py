@@ -31,6 +31,7 @@ import numpy as np
 from certsel.config import RunConfig
 from certsel.errors import first_line
 from certsel.policies import certified_set, select
+from certsel.policies.comparison import sign_policy_delta
 from certsel.workers.actor import CandidateHost, NotLoaded, worker_class
 from certsel.workers.candidate import make_estimation_policy, restore_policy
 from certsel.workers.replay import item_order
@@ -77,10 +78,13 @@ class JobPlan:
         K, I = len(names), self.data.n_items
         self.testing = cfg.policy.kind in TESTING
         self.uses_judge = cfg.policy.kind in ("r-autoeval", "r-autoeval+")
+        # Cer-Eval's judge strata: the judge's loss on every item, known before any human label
+        self.judge_strata = cfg.policy.kind == "cer-eval" and cfg.policy.partition == "judge"
         n, r = cfg.budget.n, (cfg.budget.r if self.uses_judge else 0)
         self.n, self.r = n, r
         if table is not None:
-            self.rows = {nm: (table.human[k], table.judge[k] if self.uses_judge else None)
+            with_judge = self.uses_judge or self.judge_strata
+            self.rows = {nm: (table.human[k], table.judge[k] if with_judge else None)
                          for k, nm in enumerate(names)}
         else:  # live: each actor builds its candidates' clients from the configuration
             self.rows = {nm: (None, None) for nm in names}
@@ -102,7 +106,7 @@ class JobPlan:
             self.specs = [
                 {"name": nm, "kind": "estimation",
                  "options": {"kind": cfg.policy.kind, "alpha": cfg.alpha, "delta": level, "radius": cfg.policy.radius,
-                             "seed": [cfg.seed, k], "budget": n}}
+                             "seed": [cfg.seed, k], "budget": n, "partition": cfg.policy.partition}}
                 for k, nm in enumerate(names)
             ]
         self._add_live()
@@ -113,7 +117,7 @@ class JobPlan:
         if live is None:
             return
         self.shared["items"] = self.data.items
-        judge = None if live.judge is None or not self.uses_judge else live.judge.model_dump()
+        judge = None if live.judge is None or not (self.uses_judge or self.judge_strata) else live.judge.model_dump()
         for spec, cand in zip(self.specs, self.data.live, strict=True):
             spec["live"] = {"candidate": cand.model_dump(), "judge": judge, "loss": live.loss,
                             "cache_dir": str(live.cache_dir)}
@@ -123,7 +127,8 @@ class JobPlan:
         K, I = len(self.data.names), self.data.n_items
         if self.cfg.procedure == "pairwise" or not self.testing:
             per = min(self.n, I)
-            return {"human": K * per, "judge": 0, "requests": K * per}
+            judge = K * I if self.judge_strata else 0  # the strata: every item once per model
+            return {"human": K * per, "judge": judge, "requests": K * per + judge}
         items = self.n * (1 + self.r)
         return {"human": K * self.n, "judge": K * items if self.uses_judge else 0,
                 "requests": K * items * (2 if self.uses_judge else 1)}
@@ -591,6 +596,26 @@ def _round_row(r: CandidateRecord) -> dict:
 # -- pairwise ranking --------------------------------------------------------------------
 
 
+def _judge_losses(names, home, recovery, records, dead, n_items) -> list:
+    """The judge's loss on every item for every model (Cer-Eval's judge strata); a model
+    whose source fails is marked dead like in the rounds."""
+    everything = np.arange(n_items, dtype=np.int64)
+    calls = {}
+    for nm in names:
+        calls.setdefault(home[nm], {})[nm] = everything
+    got = recovery.call("losses", {h: (calls[h], "judge") for h in calls})
+    out = [None] * len(names)
+    for ans in got.values():
+        for nm, losses in ans.items():
+            m = names.index(nm)
+            if isinstance(losses, dict):
+                dead.add(m)
+                records[m].status, records[m].reason = "failed", f"source failed: {losses['error']}"
+            else:
+                out[m] = np.asarray(losses, dtype=np.float64)
+    return out
+
+
 def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0, recovery, job_dir) -> JobResult:
     """Every pair (i, j) is compared on u = (loss_i - loss_j + 1)/2 by Seq or Cer-Eval with
     threshold 1/2 at level delta/P (Bonferroni over the P pairs); a pair stops as soon as
@@ -602,11 +627,21 @@ def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0
     ii, jj = np.triu_indices(K, 1)
     P = ii.size
     cap = min(cfg.budget.n, I)
-    pairs = [make_estimation_policy(cfg.policy.kind, I, delta=cfg.delta / P, alpha=0.5, radius=cfg.policy.radius,
-                                    seed=cfg.seed, features=data.features) for _ in range(P)]
-    known = [dict() for _ in range(K)]  # item -> loss, per model
+    # each direction of a pair's sign at delta/(2P): a false order, an exact tie included, has
+    # probability <= delta/P, and <= delta over all P pairs
+    pair_delta = sign_policy_delta(cfg.delta / P, cfg.policy.radius)
     # a model whose label source failed for good: its pairs end undecided, the others go on
     dead = set()
+    scores = [None] * P
+    if plan.judge_strata:  # every model's judge loss on every item, before any human label
+        judged = _judge_losses(names, home, recovery, records, dead, I)
+        scores = [None if ii[p] in dead or jj[p] in dead else (judged[ii[p]] - judged[jj[p]] + 1.0) / 2.0
+                  for p in range(P)]
+    pairs = [make_estimation_policy(cfg.policy.kind, I, delta=pair_delta, alpha=0.5, radius=cfg.policy.radius,
+                                    seed=cfg.seed, features=data.features, partition=cfg.policy.partition,
+                                    judge_scores=scores[p] if scores[p] is not None else np.full(I, 0.5))
+             for p in range(P)]
+    known = [dict() for _ in range(K)]  # item -> loss, per model
     rounds, resume = 0, None
     every = cfg.state.snapshot_every
     ckpt = None if job_dir is None else read_checkpoint(job_dir, "pairwise", names)
@@ -652,7 +687,8 @@ def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0
             pairs[p].update(items, (a - b + 1.0) / 2.0)
         for m in range(K):
             records[m].n_human = records[m].t = len(known[m])
-            records[m].requests = len(known[m])
+            records[m].n_judge = I if plan.judge_strata else 0
+            records[m].requests = len(known[m]) + records[m].n_judge
             if records[m].status == "pending" and known[m]:
                 records[m].status = "running"
         rounds += 1
@@ -691,9 +727,10 @@ def _run_pairwise(cfg, data, plan, runtime, records, home, progress, tracker, t0
         "pairs_certified": int(better.sum()),
         "pairs": P,
         "pair_delta": cfg.delta / P,
+        "pair_delta_per_direction": pair_delta,
         "items_per_pair": {f"{names[ii[p]]} vs {names[jj[p]]}": int(n_used[ii[p], jj[p]]) for p in range(P)},
         "difference_intervals": intervals,
     }
-    level = f"pairwise, each of {P} pairs at delta/P = {cfg.delta / P:.4g}"
+    level = f"pairwise, each of {P} pairs at delta/P = {cfg.delta / P:.4g} ({pair_delta:.4g} per direction)"
     return JobResult(cfg, data, records, top, top[0] if top else None, level, _totals(records), plan.full_budget(),
                      rounds, time.perf_counter() - t0, ranking=ranking, resume=resume)

@@ -1,7 +1,8 @@
 """certsel.policies: the statistics, pure numpy/scipy with no I/O.
 
-Testing by betting (R-Eval, R-AutoEval, R-AutoEval+), anytime-valid confidence bounds, and
-multiple testing over candidates. Nothing here imports Ray, MLflow or HTTP code.
+Testing by betting (R-Eval, R-AutoEval, R-AutoEval+), certified estimation (Seq, Cer-Eval:
+stratified sampling with one betting confidence sequence), anytime-valid confidence bounds,
+and multiple testing over candidates. Nothing here imports Ray, MLflow or HTTP code.
 """
 
 from .autoeval import (
@@ -39,7 +40,8 @@ from .multiple_testing import (
     p_values,
     select,
 )
-from .partition import FixedPartition, NearestNeighborPartition, score_partition
+from .confseq import BettingCS
+from .partition import FixedPartition, NearestNeighborPartition, ScorePartition, score_partition
 from .radius import (
     adaptive_hoeffding_radius,
     bernstein_eta,
@@ -49,6 +51,7 @@ from .radius import (
     prpl_path,
 )
 from .sequential import SequentialTest
+from .stratified import StratifiedBetting, seq_paths
 
 __all__ = [
     "BETTING_STRATEGIES",
@@ -57,6 +60,7 @@ __all__ = [
     "RADII",
     "SCHEMES",
     "Base",
+    "BettingCS",
     "BettingState",
     "CerEval",
     "EffectiveObservations",
@@ -65,7 +69,9 @@ __all__ = [
     "FixedPartition",
     "NearestNeighborPartition",
     "Seq",
+    "ScorePartition",
     "SequentialTest",
+    "StratifiedBetting",
     "TestResult",
     "UPPrior",
     "adaptive_hoeffding_radius",
@@ -90,6 +96,7 @@ __all__ = [
     "scheme_rhos",
     "score_partition",
     "select",
+    "seq_paths",
     "test_from_log_evalues",
     "up_prior",
     "upper_confidence_bound",

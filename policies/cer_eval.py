@@ -1,39 +1,39 @@
 """Certified estimation of a model's mean loss: Base, Seq (Algorithm 3) and Cer-Eval (Algorithm 1).
 
-All three policies estimate R, the mean loss in [0, 1] of a model over the item population
-that a finite test set of ``n_items`` items was drawn from, and stop when their confidence
-interval is narrow enough (radius <= ``epsilon``), when it excludes a ``threshold`` (the
-"is R above c?" decision of section 3), or when the test set is exhausted. They share one
-state-machine interface so that a driver can run them item by item or in batches:
+All three policies estimate R, the mean loss in [0, 1] of a model over the ``n_items`` items
+of a test set, label items one at a time (or in batches) and stop when their confidence
+interval is narrow enough (half-width <= ``epsilon``), when a one-sided bound settles a
+``threshold`` (the "is R above c?" decision of section 3), or when the test set is exhausted.
+They share one state-machine interface so that a driver can run them item by item or in
+batches:
 
     policy = CerEval(n_items, NearestNeighborPartition(embeddings), epsilon=0.05, delta=0.05)
     while not policy.done:
         items = policy.next_items(16)          # which items to label next
-        policy.update(items, losses_of(items))  # the labels, in any batch size
+        policy.update(items, losses_of(items))  # the labels, in any batch size and order
     policy.estimate, policy.ci, policy.n_labeled
 
 ``state_dict()`` / ``from_state_dict()`` snapshot everything, including the random
 generator, so a restored policy makes exactly the choices the original would have made.
 
-Radii (``radius=``):
+Guarantee (``radius="betting"``, the default). Seq and Cer-Eval draw items without
+replacement through the stratified design of :mod:`certsel.policies.stratified` (Seq with
+one group, Cer-Eval with the groups of its partitioner, refitted on the schedule of
+Algorithm 2) and keep one betting confidence sequence on its observations
+(:mod:`certsel.policies.confseq`). With probability at least 1 - delta:
 
-* ``"paper"``: the closed forms of the paper. Seq uses the adaptive Hoeffding radius of
-  Lemma B.3; Cer-Eval uses the per-group adaptive empirical-Bernstein radius of Algorithm
-  1, lines 10-11 (:func:`certsel.policies.radius.bernstein_radius`).
-* ``"betting"`` (default): the PrPl-EB confidence sequence of Waudby-Smith & Ramdas, per
-  group at level delta/K, two-sided. It is valid under the same conditions and adapts to
-  the variance far better: the closed-form Bernstein radius can never fall below
-  2 eta^(3/2), which on 5,000 items is 0.035-0.07, above the error levels of section 6.
+* the interval ``ci`` contains R at every step (each end at delta/2), and
+* ``lower_bound`` <= R (and, separately, R <= ``upper_bound``) at every step, each one-sided
+  at the full delta; ``decision`` uses these: -1 certifies R <= threshold, +1 certifies
+  R >= threshold, and each claim is false with probability at most delta.
 
-Guarantee. Each group's interval is time-uniform at level delta/K (paper: the event of the
-proof of Theorem 5.2), so by a union bound the stratified interval
-sum_k N_k/N * I_k covers R at every step with probability >= 1 - delta. Each group interval
-is intersected with [0, 1] before the weighted sum (a loss is in [0, 1]; without clipping
-the radius is exactly line 13's sum_j N_j eps_j / N). This argument is exact for a
-partition fixed before labelling (:class:`FixedPartition`: user groups, judge-score bins,
-oracle). The adaptive 1-NN partition of Algorithm 2 is fitted to the observed losses, which
-the union bound does not cover; the paper supports it empirically, and so do the failure
-rates measured in ``docs/cer_eval.md``. Seq's guarantee is exact.
+This holds for any partition the partitioner returns, refitted as often as it likes from
+past labels, under optional stopping, and for batches returned in any order. The target
+R is the mean over the test set's items; with every item labelled the interval is R.
+
+``radius="paper"`` runs the paper's own closed-form radii instead
+(:mod:`certsel.policies.paper_radii`): exact for Seq and for a fixed partition, not for a
+partition fitted to the labels.
 """
 
 from __future__ import annotations
@@ -44,18 +44,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._validation import check_level, check_losses, check_positive_int
+from .paper_radii import PaperEngine, next_refit
 from .partition import FixedPartition, Partitioner
-from .radius import (
-    _adaptive_hoeffding,
-    _bernstein,
-    hoeffding_radius,
-    prpl_accumulate,
-    prpl_interval,
-    prpl_step,
-)
+from .radius import hoeffding_radius
+from .stratified import DEFAULT_FLOOR, StratifiedBetting
 
 RADII = ("paper", "betting")
-_FORMAT = 1
+_FORMAT = 2
 
 
 def _check_epsilon(epsilon):
@@ -76,105 +71,11 @@ def _check_radius(radius):
     return radius
 
 
-class _GroupStats:
-    """Per-group sufficient statistics and intervals for one of three radius kinds.
-
-    ``hoeffding`` (Seq, paper) and ``bernstein`` (Cer-Eval, paper) keep (n, sum, sum of
-    squares); ``betting`` keeps the PrPl-EB accumulators of :mod:`.radius`.
-    """
-
-    def __init__(self, kind: str, n_groups: int, delta: float):
-        self.kind = kind
-        self.K = n_groups
-        self.delta = delta
-        self.acc = np.zeros((6 if kind == "betting" else 3, n_groups))
-
-    @property
-    def alpha(self) -> float:
-        return self.delta / self.K
-
-    def counts(self) -> np.ndarray:
-        return self.acc[0]
-
-    def add(self, k: int, x: float) -> None:
-        if self.kind == "betting":
-            prpl_step(self.acc, k, x, self.alpha)
-        else:
-            self.acc[0, k] += 1.0
-            self.acc[1, k] += x
-            self.acc[2, k] += x * x
-
-    def rebuild(self, x: np.ndarray, groups: np.ndarray, n_groups: int) -> None:
-        self.K = n_groups
-        if self.kind == "betting":
-            self.acc = prpl_accumulate(x, groups, n_groups, self.alpha)
-        else:
-            self.acc = np.vstack([
-                np.bincount(groups, minlength=n_groups).astype(np.float64),
-                np.bincount(groups, weights=x, minlength=n_groups),
-                np.bincount(groups, weights=x * x, minlength=n_groups),
-            ]) if x.size else np.zeros((3, n_groups))
-
-    def _mean_var(self):
-        """Mean and variance per group, 1/2 and 1/4 (the worst case) for empty groups."""
-        n = self.acc[0]
-        m = np.maximum(n, 1.0)
-        mean = np.where(n > 0, self.acc[1] / m, 0.5)
-        if self.kind == "betting":
-            var = np.where(n > 0, self.acc[2] / m, 0.25)
-        else:
-            var = np.where(n > 0, np.maximum(self.acc[2] / m - mean * mean, 0.0), 0.25)
-        return mean, var
-
-    def means_variances(self):
-        """Mean and variance per group, NaN for empty groups (for reports)."""
-        mean, var = self._mean_var()
-        empty = self.acc[0] == 0
-        return np.where(empty, np.nan, mean), np.where(empty, np.nan, var)
-
-    def intervals(self):
-        """(center, radius) per group; empty groups get the trivial (1/2, 1/2)."""
-        if self.kind == "betting":
-            return prpl_interval(self.acc, self.alpha)
-        n = self.acc[0]
-        mean, var = self._mean_var()
-        if self.kind == "hoeffding":
-            rad = _adaptive_hoeffding(n, self.delta)
-        else:
-            rad = _bernstein(var, n, self.K, self.delta)
-        return mean, np.where(n > 0, rad, 0.5)
-
-    def gains(self, weights: np.ndarray, pending: np.ndarray) -> np.ndarray:
-        """Weighted reduction of each group's radius from one more label (line 18).
-
-        ``pending`` counts labels already requested for the group but not yet received;
-        they are counted as if they had arrived with the current variance estimate.
-        """
-        n = self.acc[0] + pending
-        m = np.maximum(n, 1.0)
-        if self.kind == "bernstein":
-            _, v = self._mean_var()
-            gain = _bernstein(v, m, self.K, self.delta) - _bernstein(v, m + 1.0, self.K, self.delta)
-        else:
-            # a smooth stand-in for the PrPl-EB width: sqrt(2 s^2 L / n) + L / n
-            sig2 = (0.25 + self.acc[2]) / (self.acc[0] + 1.0)
-            L = math.log(2.0 * self.K / self.delta)
-            gain = (np.sqrt(2.0 * sig2 * L) * (1.0 / np.sqrt(m) - 1.0 / np.sqrt(m + 1.0))
-                    + L * (1.0 / m - 1.0 / (m + 1.0)))
-        return np.where(n > 0, gain * weights, np.inf)
-
-
-def _stratified_interval(center: np.ndarray, radius: np.ndarray, weights: np.ndarray) -> tuple[float, float]:
-    """sum_k w_k * ([c_k - r_k, c_k + r_k] intersected with [0, 1])."""
-    return (float(np.dot(weights, np.clip(center - radius, 0.0, 1.0))),
-            float(np.dot(weights, np.clip(center + radius, 0.0, 1.0))))
-
-
 @dataclass(frozen=True)
 class EstimationResult:
     """Outcome of :meth:`EstimationPolicy.run`.
 
-    ``path`` (when recorded) has one row per label: (n_labeled, estimate, ci_low, ci_high).
+    ``path`` (when recorded) has one row per update: (n_labeled, estimate, ci_low, ci_high).
     """
 
     estimate: float
@@ -224,9 +125,25 @@ class EstimationPolicy:
     def exhausted(self) -> bool:
         return self.n_labeled == self.n_items
 
+    def bounds(self) -> tuple[float, float, float, float]:
+        """(one-sided lower, one-sided upper) at level delta, then the two-sided interval."""
+        raise NotImplementedError
+
     @property
     def ci(self) -> tuple[float, float]:
-        raise NotImplementedError
+        """The two-sided interval: contains R at every step with probability >= 1 - delta."""
+        _, _, lo, hi = self.bounds()
+        return lo, hi
+
+    @property
+    def lower_bound(self) -> float:
+        """One-sided: R >= lower_bound at every step with probability >= 1 - delta."""
+        return self.bounds()[0]
+
+    @property
+    def upper_bound(self) -> float:
+        """One-sided: R <= upper_bound at every step with probability >= 1 - delta."""
+        return self.bounds()[1]
 
     @property
     def estimate(self) -> float:
@@ -245,11 +162,13 @@ class EstimationPolicy:
 
     @property
     def decision(self) -> int:
-        """Threshold decision: +1 if R > threshold is certified, -1 if R < threshold, else 0."""
+        """Threshold decision from the one-sided bounds at level delta: -1 certifies
+        R <= threshold (upper bound below it), +1 certifies R >= threshold (lower bound
+        above it), 0 undecided. Each claim is false with probability at most delta."""
         if self.threshold is None:
             return 0
-        lo, hi = self.ci
-        return 1 if lo > self.threshold else (-1 if hi < self.threshold else 0)
+        lo, hi, _, _ = self.bounds()
+        return -1 if hi < self.threshold else (1 if lo > self.threshold else 0)
 
     @property
     def done(self) -> bool:
@@ -261,9 +180,8 @@ class EstimationPolicy:
         if self.done:
             return np.zeros(0, dtype=np.int64)
         out = self._choose(batch)
-        for i in out:
-            self._status[i] = 1
-            self._pending.append(int(i))
+        self._status[out] = 1
+        self._pending.extend(int(i) for i in out)
         return np.asarray(out, dtype=np.int64)
 
     def update(self, items, losses) -> None:
@@ -286,14 +204,13 @@ class EstimationPolicy:
             raise ValueError(
                 f"items {not_pending[:5].tolist()} were not requested by next_items() or are already labelled"
             )
-        done = set()
-        for i, x in zip(items.tolist(), z.tolist()):
-            self._status[i] = 2
-            self._labeled.append(i)
-            self._losses.append(x)
-            self._observe(i, x)
-            done.add(i)
+        items = items.astype(np.int64)
+        self._status[items] = 2
+        self._labeled.extend(items.tolist())
+        self._losses.extend(z.tolist())
+        done = set(items.tolist())
         self._pending = [i for i in self._pending if i not in done]
+        self._observe(items, z)
 
     def run(self, losses, *, batch: int = 1, record: bool = False) -> EstimationResult:
         """Drive the policy on a full loss vector, revealing only the losses it asks for.
@@ -351,7 +268,7 @@ class EstimationPolicy:
     def _choose(self, batch: int) -> list[int]:
         raise NotImplementedError
 
-    def _observe(self, item: int, x: float) -> None:
+    def _observe(self, items: np.ndarray, losses: np.ndarray) -> None:
         raise NotImplementedError
 
 
@@ -370,20 +287,20 @@ class Base(EstimationPolicy):
         self._order = self._rng.permutation(self.n_items)
         self._next = 0
 
-    @property
-    def ci(self):
+    def bounds(self):
         if not self.exhausted:
-            return (0.0, 1.0)
+            return (0.0, 1.0, 0.0, 1.0)
         m = float(np.mean(self._losses))
         r = float(hoeffding_radius(self.n_items, self.delta))
-        return (max(m - r, 0.0), min(m + r, 1.0))
+        lo, hi = max(m - r, 0.0), min(m + r, 1.0)
+        return (lo, hi, lo, hi)
 
     def _choose(self, batch):
         out = self._order[self._next:self._next + batch].tolist()
         self._next += len(out)
         return out
 
-    def _observe(self, item, x):
+    def _observe(self, items, losses):
         pass
 
     def group_stats(self) -> dict:
@@ -413,102 +330,106 @@ class Base(EstimationPolicy):
         return p
 
 
-class _Stratified(EstimationPolicy):
-    """Groups with per-group time-uniform intervals combined with weights N_k / N."""
+class _Engined(EstimationPolicy):
+    """Seq and Cer-Eval: the item bookkeeping here, the statistics in an engine
+    (:class:`StratifiedBetting` for ``radius="betting"``, :class:`PaperEngine` for "paper")."""
 
-    def _init_groups(self, kind: str, labels: np.ndarray):
-        self._labels = labels
-        self._K = int(labels.max()) + 1
-        self._sizes = np.bincount(labels, minlength=self._K).astype(np.float64)
-        self._stats = _GroupStats(kind, self._K, self.delta)
+    def _make_engine(self, radius: str, paper_kind: str, floor: float):
+        self.radius_kind = _check_radius(radius)
+        if radius == "paper":
+            self._engine = PaperEngine(self.n_items, paper_kind, delta=self.delta, rng=self._rng)
+        else:
+            # tune the bets for what stops the policy: a one-sided bound with a threshold
+            bet = self.delta if self.threshold is not None else self.delta / 2.0
+            self._engine = StratifiedBetting(self.n_items, delta=self.delta, rng=self._rng, floor=floor,
+                                             bet_level=bet)
+
+    @property
+    def betting(self) -> bool:
+        return self.radius_kind == "betting"
+
+    def bounds(self):
+        if self.betting:
+            return self._engine.bounds()
+        lo, hi = self._engine.interval()
+        return (lo, hi, lo, hi)
 
     @property
     def n_groups(self) -> int:
-        return self._K
-
-    @property
-    def ci(self):
-        center, rad = self._stats.intervals()
-        return _stratified_interval(center, rad, self._sizes / self.n_items)
+        return self._engine.K
 
     def group_stats(self) -> dict:
-        """Per-group size N_k, labels n_k, mean, variance, interval center and radius."""
-        center, rad = self._stats.intervals()
-        mean, var = self._stats.means_variances()
-        return {
-            "size": self._sizes.astype(np.int64),
-            "labeled": self._stats.counts().astype(np.int64),
-            "mean": mean,
-            "variance": var,
-            "center": center,
-            "radius": rad,
-        }
+        """Per-group size, labels, mean and variance, plus the engine's own columns
+        (betting: pool, allocation, control, spread; paper: interval center and radius)."""
+        return self._engine.group_stats()
 
-    def _observe(self, item, x):
-        self._stats.add(int(self._labels[item]), x)
+    def _observe(self, items, losses):
+        self._engine.observe(items, losses)
+
+    def _engine_state(self) -> dict:
+        s = self._base_state()
+        s.update(radius=self.radius_kind, engine=self._engine.state_dict())
+        return s
 
 
-class Seq(_Stratified):
-    """Algorithm 3: label items in a random order until the radius is at most epsilon.
+class Seq(_Engined):
+    """Algorithm 3: label uniformly random items until the radius is at most epsilon.
 
-    ``radius="paper"`` is the adaptive Hoeffding radius of Lemma B.3, exact under optional
-    stopping; ``"betting"`` the PrPl-EB confidence sequence at level delta.
+    ``radius="betting"``: sampling without replacement with one betting confidence
+    sequence on the test-set mean (:mod:`certsel.policies.stratified` with one group);
+    ``"paper"``: the adaptive Hoeffding radius of Lemma B.3 on a random order.
     """
 
     name = "seq"
 
     def __init__(self, n_items, *, delta, epsilon=None, threshold=None, radius="betting", seed=None):
         super().__init__(n_items, delta=delta, epsilon=epsilon, threshold=threshold, seed=seed)
-        self.radius_kind = _check_radius(radius)
-        self._init_groups("hoeffding" if radius == "paper" else "betting", np.zeros(self.n_items, dtype=np.int64))
-        self._order = self._rng.permutation(self.n_items)
-        self._next = 0
+        self._make_engine(radius, "hoeffding", DEFAULT_FLOOR)
 
     def _choose(self, batch):
-        out = self._order[self._next:self._next + batch].tolist()
-        self._next += len(out)
-        return out
+        if self.betting:
+            return self._engine.choose(batch)
+        return self._engine.take_uniform(batch)
 
     def state_dict(self) -> dict:
-        s = self._base_state()
-        s.update(radius=self.radius_kind, order=self._order.tolist(), next=self._next, stats=self._stats.acc.copy())
-        return s
+        return self._engine_state()
 
     @classmethod
     def from_state_dict(cls, state: dict) -> Seq:
         p = cls(state["n_items"], delta=state["delta"], epsilon=state["epsilon"], threshold=state["threshold"],
                 radius=state["radius"])
         p._restore_base(state)
-        p._order = np.asarray(state["order"], dtype=np.int64)
-        p._next = int(state["next"])
-        p._stats.acc = np.array(state["stats"], dtype=np.float64)
+        p._engine.load_state_dict(state["engine"])
         return p
 
 
-class CerEval(_Stratified):
-    """Algorithm 1: adaptive partition, per-group radii, target the most useful group.
+class CerEval(_Engined):
+    """Algorithm 1: adaptive partition, allocation to the groups that vary most, one certificate.
 
     Parameters
     ----------
     n_items : size N of the test set.
     partitioner : :class:`NearestNeighborPartition` (Algorithm 2, adaptive),
-        :class:`FixedPartition` / :func:`score_partition` (fixed), or anything with the same
-        ``partition`` method.
+        :class:`ScorePartition` (judge-score strata), :class:`FixedPartition` /
+        :func:`score_partition` (fixed), or anything with the same ``partition`` method.
     epsilon, delta, threshold : stopping rule and confidence; see the module docstring.
-    radius : ``"betting"`` (PrPl-EB per group, default) or ``"paper"`` (lines 10-11).
+    radius : ``"betting"`` (the exactly valid stratified betting sequence, default) or
+        ``"paper"`` (Algorithm 1 lines 10-11 with the union bound over groups).
     warm_start : m, the number of uniformly random items labelled before the first partition.
     schedule : (a, beta): an adaptive partition is refitted when the number of labels first
-        reaches a * beta^t, t = 1, 2, ... (section 6.2), so there are O(log N) refits.
-        ``a`` defaults to ``warm_start``.
-    seed : seed of the generator behind the shuffles, the warm start and the training subsets.
+        reaches a * beta^t, t = 1, 2, ... (section 6.2), so there are O(log N) refits; a beta
+        just above 1 refits after every label. ``a`` defaults to ``warm_start``.
+    floor : with ``radius="betting"``, every group with items left is drawn with probability
+        at least ``floor`` times its share of the remaining items.
+    seed : seed of the generator behind the draws, the warm start and the training subsets.
     """
 
     name = "cer-eval"
 
     def __init__(self, n_items, partitioner: Partitioner, *, delta, epsilon=None, threshold=None,
-                 radius="betting", warm_start: int = 50, schedule=(None, 1.25), seed=None):
+                 radius="betting", warm_start: int = 50, schedule=(None, 1.25), floor: float = DEFAULT_FLOOR,
+                 seed=None):
         super().__init__(n_items, delta=delta, epsilon=epsilon, threshold=threshold, seed=seed)
-        self.radius_kind = _check_radius(radius)
         if getattr(partitioner, "n_items", None) != self.n_items:
             raise ValueError(
                 f"partitioner covers {getattr(partitioner, 'n_items', None)} items but n_items is {self.n_items}"
@@ -525,90 +446,71 @@ class CerEval(_Stratified):
         if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 1):
             raise ValueError(f"schedule beta must be a number > 1, got {beta!r}")
         self.schedule = (float(a), float(beta))
-        self._kind = "bernstein" if radius == "paper" else "betting"
-        self._init_groups(self._kind, np.zeros(self.n_items, dtype=np.int64))
-        self._build_queues()
+        try:
+            floor = float(floor)
+        except (TypeError, ValueError):
+            raise ValueError(f"floor must be a number in (0, 1], got {floor!r}") from None
+        if not 0.0 < floor <= 1.0:
+            raise ValueError(f"floor must be in (0, 1], got {floor!r}")
+        self._make_engine(radius, "bernstein", floor)
         self._partitions = 0  # number of partitions fitted so far
         self._next_refit = self.warm_start
+        if self.betting and not partitioner.adaptive:
+            # a partition known before any label needs no warm start: stratify from the first draw
+            self._repartition()
 
-    # queues: for every group its not-yet-requested items in a random order
-    def _build_queues(self):
-        free = np.flatnonzero(self._status == 0)
-        free = free[self._rng.permutation(free.size)]
-        order = np.argsort(self._labels[free], kind="stable")
-        self._queue = free[order]
-        counts = np.bincount(self._labels[free], minlength=self._K)
-        self._qend = np.cumsum(counts)
-        self._qpos = self._qend - counts
+    def _score(self, groups, groups_of_labeled, K) -> float:
+        """The criterion a partitioner minimises over its candidate partitions."""
+        if self.betting:
+            return self._engine.score(groups, self._status)
+        return self._engine.radius_of(self.labeled_losses, groups, groups_of_labeled, K)
 
-    def _radius_of(self, labels: np.ndarray, groups_of_labeled: np.ndarray, K: int) -> float:
-        stats = _GroupStats(self._kind, K, self.delta)
-        stats.rebuild(self.labeled_losses, groups_of_labeled, K)
-        lo, hi = _stratified_interval(*stats.intervals(), np.bincount(labels, minlength=K) / self.n_items)
-        return 0.5 * (hi - lo)
+    def _partition_call(self):
+        if self.betting:
+            return self.partitioner.partition
+        # the paper's Algorithm 2 groups labelled items by their own losses; see paper_radii
+        return getattr(self.partitioner, "paper_partition", self.partitioner.partition)
 
     def _repartition(self):
-        labels = np.asarray(
-            self.partitioner.partition(self.labeled_items, self.labeled_losses, self._radius_of, self._rng)
-        )
-        if labels.shape != (self.n_items,) or labels.dtype.kind not in "iu" or labels.min() < 0:
+        items, losses = self.labeled_items, self.labeled_losses
+        if self.betting:  # in the order drawn: a refit must not depend on the order labels came back in
+            order = np.argsort(self._engine.draw_rank(items), kind="stable")
+            items, losses = items[order], losses[order]
+        groups = np.asarray(self._partition_call()(items, losses, self._score, self._rng))
+        if groups.shape != (self.n_items,) or groups.dtype.kind not in "iu" or groups.min() < 0:
             raise ValueError("partitioner must return one non-negative integer group per item")
-        K = int(labels.max()) + 1
-        sizes = np.bincount(labels, minlength=K)
-        if np.any(sizes == 0):
-            raise ValueError(f"partitioner returned {int(np.count_nonzero(sizes == 0))} empty group(s)")
-        self._labels = labels.astype(np.int64)
-        self._K = K
-        self._sizes = sizes.astype(np.float64)
-        self._stats.rebuild(self.labeled_losses, self._labels[self.labeled_items], K)
-        self._build_queues()
-        self._partitions += 1
-        if self.partitioner.adaptive:
-            a, beta = self.schedule
-            t = 1
-            while a * beta ** t <= self.n_labeled:
-                t += 1
-            self._next_refit = math.ceil(a * beta ** t)
+        groups = groups.astype(np.int64)
+        if self.betting:
+            self._engine.set_partition(groups, self._status)
         else:
-            self._next_refit = math.inf
+            self._engine.set_partition(groups, self.labeled_items, self.labeled_losses, self._status)
+        self._partitions += 1
+        self._next_refit = next_refit(self.schedule, self.n_labeled) if self.partitioner.adaptive else math.inf
 
     def _choose(self, batch):
         issued = self.n_labeled + len(self._pending)
-        if issued < self.warm_start:
+        if self._partitions == 0 and issued < self.warm_start:  # uniform items: the engine has one group
             take = min(batch, self.warm_start - issued)
-            out = self._queue[self._qpos[0]:self._qpos[0] + take].tolist()
-            self._qpos[0] += len(out)
-            return out
+            return self._engine.choose(take) if self.betting else self._engine.take_uniform(take)
         if self.n_labeled >= self._next_refit:
             self._repartition()
-        pending = np.bincount(self._labels[self._pending], minlength=self._K).astype(np.float64) \
-            if self._pending else np.zeros(self._K)
-        w = self._sizes / self.n_items
-        out = []
-        for _ in range(batch):
-            gain = self._stats.gains(w, pending)
-            gain[self._qpos >= self._qend] = -np.inf
-            k = int(np.argmax(gain))
-            if not np.isfinite(gain[k]) and gain[k] < 0:
-                break  # every group exhausted
-            out.append(int(self._queue[self._qpos[k]]))
-            self._qpos[k] += 1
-            pending[k] += 1
-        return out
+        if self.betting:
+            return self._engine.choose(batch)
+        return self._engine.choose(batch, self.pending_items)
 
     @property
     def n_partitions(self) -> int:
         return self._partitions
 
     def state_dict(self) -> dict:
-        s = self._base_state()
-        s.update(
-            radius=self.radius_kind, warm_start=self.warm_start, schedule=list(self.schedule),
-            labels=self._labels.copy(), stats=self._stats.acc.copy(), queue=self._queue.copy(),
-            qpos=self._qpos.copy(), qend=self._qend.copy(), partitions=self._partitions,
-            next_refit=self._next_refit, partitioner_items=self.partitioner.n_items,
-        )
+        s = self._engine_state()
+        s.update(warm_start=self.warm_start, schedule=list(self.schedule), floor=self._floor(),
+                 partitions=self._partitions, next_refit=self._next_refit,
+                 partitioner_items=self.partitioner.n_items)
         return s
+
+    def _floor(self) -> float:
+        return self._engine.floor if self.betting else DEFAULT_FLOOR
 
     @classmethod
     def from_state_dict(cls, state: dict, partitioner: Partitioner) -> CerEval:
@@ -617,16 +519,9 @@ class CerEval(_Stratified):
             raise ValueError("partitioner does not match the snapshot (different number of items)")
         p = cls(state["n_items"], partitioner, delta=state["delta"], epsilon=state["epsilon"],
                 threshold=state["threshold"], radius=state["radius"], warm_start=state["warm_start"],
-                schedule=tuple(state["schedule"]))
+                schedule=tuple(state["schedule"]), floor=state["floor"])
         p._restore_base(state)
-        p._labels = np.asarray(state["labels"], dtype=np.int64)
-        p._K = int(p._labels.max()) + 1
-        p._sizes = np.bincount(p._labels, minlength=p._K).astype(np.float64)
-        p._stats = _GroupStats(p._kind, p._K, p.delta)
-        p._stats.acc = np.array(state["stats"], dtype=np.float64)
-        p._queue = np.asarray(state["queue"], dtype=np.int64)
-        p._qpos = np.asarray(state["qpos"], dtype=np.int64).copy()
-        p._qend = np.asarray(state["qend"], dtype=np.int64)
+        p._engine.load_state_dict(state["engine"])
         p._partitions = int(state["partitions"])
         p._next_refit = state["next_refit"]
         return p

@@ -9,10 +9,15 @@ sign of E[d] is certified:
   :mod:`certsel.policies.autoeval` with target 1/2), one for "A better" on u and one for
   "B better" on 1 - u, each at level delta/2. Ville's inequality bounds the probability of
   ever certifying a false sign by delta.
-* ``method="seq"``: Seq's confidence sequence on u (``radius="paper"``: adaptive Hoeffding,
-  Lemma B.3; ``"betting"``: PrPl-EB), certify when it excludes 1/2.
+* ``method="seq"``: Seq's confidence sequence on u (``radius="betting"``: the betting
+  sequence for sampling without replacement of :mod:`certsel.policies.stratified`, whose
+  target is the mean of u over the test set; ``"paper"``: adaptive Hoeffding, Lemma B.3),
+  certify when the two-sided interval at delta excludes 1/2.
 * ``method="cer-eval"``: the Cer-Eval policy on u with ``threshold=1/2`` and a partitioner
-  (the paper's section 6.4 setting).
+  (the paper's section 6.4 setting), its one-sided decisions at delta/2 per direction.
+
+Every method spends at most delta/2 on each direction, so a false sign, including any sign
+at an exact tie E[d] = 0, is certified with probability at most delta.
 
 :func:`rank_models` runs every pair at level delta / P (Bonferroni over the P = K(K-1)/2
 pairs), so the probability that *any* certified order is wrong is at most delta. Pairs share
@@ -28,7 +33,8 @@ import numpy as np
 from ._validation import check_level, check_losses
 from .autoeval import log_evalue_paths, scheme_rhos
 from .cer_eval import RADII, CerEval
-from .radius import _adaptive_hoeffding, prpl_path
+from .radius import _adaptive_hoeffding
+from .stratified import seq_paths
 
 METHODS = ("betting", "seq", "cer-eval")
 
@@ -38,6 +44,16 @@ def _check_method(method, radius):
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if radius not in RADII:
         raise ValueError(f"radius must be one of {RADII}, got {radius!r}")
+
+
+def sign_policy_delta(delta: float, radius: str) -> float:
+    """The level to give a Seq / Cer-Eval policy with ``threshold=1/2`` so that its sign
+    decisions are false with probability <= ``delta``, an exact tie included.
+
+    The betting policies decide with one-sided bounds at their own level, one per
+    direction, so each direction gets delta/2. The paper's radii decide with a two-sided
+    interval at their level, which already splits it."""
+    return delta / 2.0 if radius == "betting" else delta
 
 
 def paired_losses(loss_a, loss_b) -> np.ndarray:
@@ -72,7 +88,9 @@ def sign_test_paths(u, *, delta: float, method: str = "betting", betting: str = 
     """Vectorised sign certification on paired sequences ``u`` of shape (..., n), in order.
 
     ``method`` is "betting" or "seq" (Cer-Eval is sequential per run; use
-    :func:`compare_pair`). ``horizon`` is the planned maximum length for the UP prior.
+    :func:`compare_pair`). ``horizon`` is the planned maximum length for the UP prior. With
+    ``method="seq"`` and ``radius="betting"`` each row must be the whole test set in a
+    uniformly random order (sampling without replacement; the target is the test-set mean).
     """
     delta = check_level(delta, "delta")
     _check_method(method, radius)
@@ -90,10 +108,12 @@ def sign_test_paths(u, *, delta: float, method: str = "betting", betting: str = 
         if radius == "paper":
             center = np.cumsum(u, axis=-1) / t
             rad = _adaptive_hoeffding(t, delta)
+            low, high = center - rad, center + rad
         else:
-            center, rad = prpl_path(u, delta)
-        a_hit, a_t = _first(center + rad < 0.5)
-        b_hit, b_t = _first(center - rad > 0.5)
+            bounds = seq_paths(u.reshape(-1, n), delta=delta).reshape(u.shape + (4,))
+            low, high = bounds[..., 2], bounds[..., 3]  # two-sided: delta/2 per direction
+        a_hit, a_t = _first(high < 0.5)
+        b_hit, b_t = _first(low > 0.5)
     winner = np.where(a_hit & (a_t <= b_t), 1, np.where(b_hit, -1, 0))
     n_used = np.where(winner != 0, np.minimum(a_t, b_t), n)
     return SignPaths(winner.astype(np.int64), n_used.astype(np.int64))
@@ -117,7 +137,8 @@ def compare_pair(loss_a, loss_b, *, delta: float, method: str = "betting", seed=
     if method == "cer-eval":
         if partitioner is None:
             raise ValueError("method 'cer-eval' needs a partitioner (e.g. NearestNeighborPartition(embeddings))")
-        p = CerEval(u.size, partitioner, delta=delta, threshold=0.5, radius=radius, seed=seed, **policy_kwargs)
+        p = CerEval(u.size, partitioner, delta=sign_policy_delta(delta, radius), threshold=0.5, radius=radius,
+                    seed=seed, **policy_kwargs)
         res = p.run(u)
         used = p.labeled_items
         return PairResult(-res.decision, res.n_labeled, float(np.mean(2.0 * u[used] - 1.0)))

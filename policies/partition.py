@@ -2,11 +2,19 @@
 
 A partitioner maps the items of the test set to groups ``0..K-1``. It is called with the
 items labelled so far (in the order they were labelled), their losses, a function that
-scores a candidate partition by its total confidence radius, and the policy's random
-generator, and returns one label per item. Fixed partitions (a user-supplied column such
-as "subject", bins of a judge's predicted loss, the true groups of a simulation) ignore
-the labels; :class:`NearestNeighborPartition` is the adaptive 1-NN subroutine of
-Algorithm 2.
+scores a candidate partition (lower is better: the predicted spread of the stratified
+observation, or the paper's total radius) and the policy's random generator, and returns
+one group per item.
+
+What the groups are used for: Cer-Eval draws its next items from the groups of the items
+not labelled yet, so any partition computed from past labels keeps its certificate exact
+(:mod:`certsel.policies.stratified`). The groups of the *labelled* items only feed the
+per-group means and spreads that steer the allocation; a partitioner should assign them as
+it would an unlabelled item (never by the item's own loss), or the allocation is steered by
+an optimistic picture. Fixed partitions (a user column such as "subject", the true groups
+of a simulation) ignore the labels; :class:`ScorePartition` bins a per-item score known in
+advance, such as a judge's loss; :class:`NearestNeighborPartition` is the adaptive 1-NN
+subroutine of Algorithm 2.
 """
 
 from __future__ import annotations
@@ -19,8 +27,9 @@ import numpy as np
 from sklearn.decomposition import PCA
 from sklearn.neighbors import NearestNeighbors
 
-RadiusFn = Callable[[np.ndarray, np.ndarray, int], float]
-"""radius_fn(group_of_each_item (N,), group_of_each_labelled_item (in order), K) -> total radius."""
+ScoreFn = Callable[[np.ndarray, np.ndarray, int], float]
+"""score_fn(group_of_each_item (N,), group_of_each_labelled_item (in order), K) -> score, lower is better."""
+RadiusFn = ScoreFn  # the name the paper's Algorithm 2 gives it: the total radius of a partition
 
 
 class Partitioner(Protocol):
@@ -28,7 +37,7 @@ class Partitioner(Protocol):
     n_items: int
 
     def partition(
-        self, labeled: np.ndarray, losses: np.ndarray, radius_fn: RadiusFn, rng: np.random.Generator
+        self, labeled: np.ndarray, losses: np.ndarray, score_fn: ScoreFn, rng: np.random.Generator
     ) -> np.ndarray: ...
 
 
@@ -41,9 +50,8 @@ def _encode(labels: np.ndarray) -> np.ndarray:
 class FixedPartition:
     """A partition known before any label: user groups, judge-score bins, oracle groups.
 
-    ``labels`` holds one group label (any hashable numpy dtype) per item. With a fixed
-    partition the per-group confidence sequences and the union bound over groups are exact:
-    the groups do not depend on the losses.
+    ``labels`` holds one group label (any hashable numpy dtype) per item. The groups do not
+    depend on the losses, which also makes the paper's per-group union bound exact.
     """
 
     adaptive = False
@@ -60,7 +68,7 @@ class FixedPartition:
         self.n_items = int(a.size)
         self.n_groups = int(self.labels.max()) + 1
 
-    def partition(self, labeled, losses, radius_fn, rng) -> np.ndarray:
+    def partition(self, labeled, losses, score_fn, rng) -> np.ndarray:
         return self.labels
 
 
@@ -103,14 +111,67 @@ def check_features(features, n_items: int | None = None) -> np.ndarray:
     return f
 
 
+def _value_bins(s: np.ndarray, k: int) -> np.ndarray:
+    """Up to k bins of equal mass of ``s``; equal values always share a bin."""
+    if k <= 1:
+        return np.zeros(s.size, dtype=np.int64)
+    edges = np.unique(np.quantile(s, np.linspace(0.0, 1.0, k + 1)[1:-1]))
+    return _encode(np.searchsorted(edges, s, side="right"))
+
+
+class ScorePartition:
+    """Strata of a per-item score known before any label, such as the judge's loss or score.
+
+    The candidate partitions are 1..``max_groups`` equal-mass bins of the score (tied scores
+    share a bin, so a 0/1 judge gives at most two groups); at every refit the one with the
+    best score (the predicted spread of the stratified observation) is used. The bins never
+    depend on the labels, only the choice among them does, so every item, labelled or not,
+    is grouped by its score alone.
+    """
+
+    adaptive = True
+
+    def __init__(self, scores, *, max_groups: int = 8):
+        s = np.asarray(scores, dtype=np.float64) if not isinstance(scores, np.ndarray) else scores.astype(np.float64)
+        if s.ndim != 1 or s.size == 0:
+            raise ValueError(f"scores must be a non-empty 1-D array, got shape {s.shape}")
+        if not np.all(np.isfinite(s)):
+            raise ValueError(f"scores contain {int(np.count_nonzero(~np.isfinite(s)))} NaN or infinite value(s)")
+        if isinstance(max_groups, bool) or not isinstance(max_groups, (int, np.integer)) or max_groups < 1:
+            raise ValueError(f"max_groups must be a positive integer, got {max_groups!r}")
+        self.scores = s
+        self.n_items = int(s.size)
+        self.max_groups = int(max_groups)
+        self._candidates = []
+        for k in range(1, self.max_groups + 1):
+            labels = _value_bins(s, k)
+            if not any(np.array_equal(labels, c) for c in self._candidates):
+                self._candidates.append(labels)
+
+    def partition(self, labeled, losses, score_fn, rng) -> np.ndarray:
+        labeled = np.asarray(labeled, dtype=np.int64)
+        best, best_labels = math.inf, self._candidates[0]
+        for labels in self._candidates:
+            r = score_fn(labels, labels[labeled], int(labels.max()) + 1)
+            if r < best:
+                best, best_labels = r, labels
+        return best_labels
+
+
 class NearestNeighborPartition:
     """Algorithm 2: partition by a 1-nearest-neighbour classifier on the labelled items.
 
     For k = 1 .. ceil(ln |S|) + 1 every labelled item gets the label floor(k Z_i) (capped at
     k - 1 so that Z = 1 stays in the top bin), a 1-NN classifier trained on a random subset
-    of S labels every item of the test set, and the k whose partition has the smallest
-    total radius sum_j N_j eps_j / N wins. The nearest training neighbour of every item
-    does not depend on k, so one scikit-learn query serves all k.
+    of S labels every item of the test set, and the k whose partition has the best score
+    wins. The nearest training neighbour of every item does not depend on k, so one
+    scikit-learn query serves all k.
+
+    :meth:`partition` never groups an item by its own loss: a training item is labelled by
+    its nearest *other* training item (leave-one-out), exactly as an unlabelled item is
+    labelled by its nearest training item. :meth:`paper_partition` is the literal Algorithm 2
+    (the classifier applied to its own training items, which land in the group of their own
+    loss); Cer-Eval with ``radius="paper"`` uses it.
 
     Parameters
     ----------
@@ -141,25 +202,50 @@ class NearestNeighborPartition:
         self.subset_fraction = float(subset_fraction)
         self.max_train = max_train
 
-    def partition(self, labeled, losses, radius_fn, rng) -> np.ndarray:
-        labeled = np.asarray(labeled, dtype=np.int64)
-        z = np.asarray(losses, dtype=np.float64)
+    def _neighbour_losses(self, labeled, z, rng, *, leave_one_out: bool):
+        """The loss of every item's nearest training item (its own excluded with ``leave_one_out``)."""
         m = labeled.size
-        if m == 0:
-            return np.zeros(self.n_items, dtype=np.int64)
         size = max(1, math.ceil(self.subset_fraction * m))
         if self.max_train is not None:
             size = min(size, int(self.max_train))
         train = np.sort(rng.choice(m, size=size, replace=False))
-        nn = NearestNeighbors(n_neighbors=1, algorithm="brute").fit(self.features[labeled[train]])
-        nearest = nn.kneighbors(self.features, return_distance=False)[:, 0]
-        z_nn = z[train][nearest]
+        train_items = labeled[train]
+        k = 2 if leave_one_out and size > 1 else 1
+        nn = NearestNeighbors(n_neighbors=k, algorithm="brute").fit(self.features[train_items])
+        nearest = nn.kneighbors(self.features, return_distance=False)
+        pick = nearest[:, 0]
+        if k == 2:
+            # a training item's nearest training item is itself (or, with duplicated
+            # features, a tie at distance 0): whichever comes first, never use its own row
+            own = np.full(self.n_items, -1, dtype=np.int64)
+            own[train_items] = np.arange(size)
+            pick = np.where(nearest[:, 0] == own, nearest[:, 1], nearest[:, 0])
+        return z[train][pick]
+
+    def _best_bins(self, z_nn, labeled, score_fn, m):
         best, best_labels = math.inf, None
         for k in range(1, math.ceil(math.log(m)) + 2):
             raw = np.minimum(np.floor(k * z_nn), k - 1).astype(np.int64)
             labels = _encode(raw)
             K = int(labels.max()) + 1
-            r = radius_fn(labels, labels[labeled], K)
+            r = score_fn(labels, labels[labeled], K)
             if r < best:
                 best, best_labels = r, labels
         return best_labels
+
+    def partition(self, labeled, losses, score_fn, rng) -> np.ndarray:
+        labeled = np.asarray(labeled, dtype=np.int64)
+        z = np.asarray(losses, dtype=np.float64)
+        if labeled.size == 0:
+            return np.zeros(self.n_items, dtype=np.int64)
+        z_nn = self._neighbour_losses(labeled, z, rng, leave_one_out=True)
+        return self._best_bins(z_nn, labeled, score_fn, labeled.size)
+
+    def paper_partition(self, labeled, losses, score_fn, rng) -> np.ndarray:
+        """Algorithm 2 as published: a training item is classified as itself."""
+        labeled = np.asarray(labeled, dtype=np.int64)
+        z = np.asarray(losses, dtype=np.float64)
+        if labeled.size == 0:
+            return np.zeros(self.n_items, dtype=np.int64)
+        z_nn = self._neighbour_losses(labeled, z, rng, leave_one_out=False)
+        return self._best_bins(z_nn, labeled, score_fn, labeled.size)

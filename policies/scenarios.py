@@ -50,3 +50,49 @@ def make_scenario(name: str, *, n: int = 5000, d: int = 10, sigma2: float = 1.0,
         losses[idx] = _loss_distribution(k + 1, K).rvs(size=idx.size, random_state=rng)
     pop = float(np.mean([_loss_distribution(k + 1, K).mean() for k in range(K)]))
     return Scenario(features, losses, groups, pop)
+
+
+def make_separated(*, n: int = 5000, d: int = 10, means=(0.1, 0.5, 0.9), sds=(0.03, 0.3, 0.03), lam: float = 5.0,
+                   seed=None) -> Scenario:
+    """Well-separated strata with unequal variances: K equal groups at c_k = (lam k, 0, ...)
+    (as in S2), loss in group k a Gaussian with mean ``means[k]`` and sd ``sds[k]`` truncated
+    to [0, 1]. Between-group variance dominates and one group varies far more than the
+    others: the case stratified sampling with Neyman allocation is built for."""
+    n = check_positive_int(n, "n")
+    d = check_positive_int(d, "d")
+    if len(means) != len(sds) or not means:
+        raise ValueError("means and sds must be non-empty and of equal length")
+    K = len(means)
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(K), -(-n // K))[:n]
+    groups = groups[rng.permutation(n)]
+    centers = np.zeros((K, d))
+    centers[:, 0] = lam * np.arange(1, K + 1)
+    features = centers[groups] + rng.standard_normal((n, d))
+    losses = np.empty(n)
+    dists = [truncnorm((0.0 - m) / s, (1.0 - m) / s, loc=m, scale=s) for m, s in zip(means, sds)]
+    for k in range(K):
+        idx = np.flatnonzero(groups == k)
+        losses[idx] = dists[k].rvs(size=idx.size, random_state=rng)
+    pop = float(np.mean([dist.mean() for dist in dists]))
+    return Scenario(features, losses, groups, pop)
+
+
+def make_outliers(*, n: int = 3000, d: int = 10, hard: float = 0.3, distance: float = 5.0, hard_error: float = 0.8,
+                  easy_error: float = 0.05, seed=None) -> Scenario:
+    """Isolated hard items: a fraction ``hard`` of the items sit alone at random points at
+    ``distance`` from a standard-normal cluster of easy items, so a hard item's nearest
+    neighbour is usually an easy item. 0/1 losses with error rates ``hard_error`` and
+    ``easy_error``. A 1-NN partition fitted on the labelled items and applied to them puts
+    every labelled item in the group of its own loss: the adversarial case for Cer-Eval's
+    per-group union bound."""
+    n = check_positive_int(n, "n")
+    d = check_positive_int(d, "d")
+    rng = np.random.default_rng(seed)
+    groups = (rng.random(n) < hard).astype(np.int64)
+    features = rng.standard_normal((n, d))
+    direction = rng.standard_normal((n, d))
+    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    features[groups == 1] = distance * direction[groups == 1]
+    losses = (rng.random(n) < np.where(groups == 1, hard_error, easy_error)).astype(np.float64)
+    return Scenario(features, losses, groups, float(hard * hard_error + (1 - hard) * easy_error))

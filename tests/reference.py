@@ -166,3 +166,81 @@ def log_evalues_from_label_log(log, candidate: str, *, alpha: float, delta: floa
     ju = judge[~judge.item.isin(human.item)].loss.to_numpy()
     rhos = scheme_rhos("r-autoeval+") if rhos is None else np.asarray(rhos)
     return log_evalue_paths(h, jl, ju, alpha=alpha, delta=delta, rhos=rhos, horizon=horizon), human
+
+
+def hedged_capital_bounds_loop(y, a, b, v, *, delta, bet_level, cap=0.5, known_lo=None, known_hi=None,
+                               lo=0.0, hi=1.0, tol=1e-12):
+    """Exact bounds of the hedged-capital confidence sequence after each observation.
+
+    Written from the definitions with plain loops: bet sizes
+    l_s = sqrt(2 log(1/bet_level) / (I_s log(1+s))) / v_s with I_s = sum_{r<=s} 1/v_r; the
+    capital K+_t(m) = prod_{s<=t} (1 + min(l_s, cap/(m - a_s)) (y_s - m)) (no cap where m <= a_s)
+    and K-_t(m) = prod (1 - min(l_s, cap/(b_s - m)) (y_s - m)); each one-sided bound is the
+    root of log K(m) = threshold found by bisection on [lo, hi] (K+ is non-increasing in m,
+    K- non-decreasing), kept as a running max / min and intersected with the known bounds.
+    Returns rows (lower at delta, upper at delta, lower at delta/2, upper at delta/2).
+    """
+    n = len(y)
+    lam = []
+    info = 0.0
+    for s in range(1, n + 1):
+        info += 1.0 / v[s - 1]
+        lam.append(math.sqrt(2.0 * math.log(1.0 / bet_level) / (info * math.log1p(s))) / v[s - 1])
+
+    def log_k(m, t, side):
+        total = 0.0
+        for s in range(t):
+            if side > 0:
+                bet = lam[s] if m <= a[s] else min(lam[s], cap / (m - a[s]))
+                total += math.log1p(bet * (y[s] - m))
+            else:
+                bet = lam[s] if m >= b[s] else min(lam[s], cap / (b[s] - m))
+                total += math.log1p(-bet * (y[s] - m))
+        return total
+
+    def root(t, side, thr):
+        # side +1: sup{m : log K+ >= thr}; side -1: inf{m : log K- >= thr}
+        if side > 0:
+            if log_k(lo, t, 1) < thr:
+                return -math.inf
+            left, right = lo, hi
+            if log_k(hi, t, 1) >= thr:
+                return hi
+            for _ in range(100):
+                mid = 0.5 * (left + right)
+                if log_k(mid, t, 1) >= thr:
+                    left = mid
+                else:
+                    right = mid
+                if right - left < tol:
+                    break
+            return left
+        if log_k(hi, t, -1) < thr:
+            return math.inf
+        left, right = lo, hi
+        if log_k(lo, t, -1) >= thr:
+            return lo
+        for _ in range(100):
+            mid = 0.5 * (left + right)
+            if log_k(mid, t, -1) >= thr:
+                right = mid
+            else:
+                left = mid
+            if right - left < tol:
+                break
+        return right
+
+    rows = []
+    best = [lo, hi, lo, hi]
+    thresholds = (math.log(1.0 / delta), math.log(2.0 / delta))
+    for t in range(1, n + 1):
+        for j, thr in enumerate(thresholds):
+            low = root(t, 1, thr)
+            high = root(t, -1, thr)
+            if known_lo is not None:
+                low = max(low, known_lo[t - 1])
+                high = min(high, known_hi[t - 1])
+            best[2 * j] = max(best[2 * j], low)
+            best[2 * j + 1] = min(best[2 * j + 1], high)
+        rows.append(tuple(best))
+    return np.array(rows)

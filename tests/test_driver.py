@@ -160,7 +160,7 @@ def test_pairwise_ranking_equals_direct_pair_policies(ray_session):
     P = ii.size
     used = [set() for _ in range(K)]
     for p in range(P):
-        pol = Seq(I, delta=0.05 / P, threshold=0.5, seed=2)
+        pol = Seq(I, delta=0.05 / P / 2, threshold=0.5, seed=2)  # each direction at delta/(2P)
         while not pol.done:
             items = pol.next_items(25)
             pol.update(items, (data.table.human[ii[p]][items] - data.table.human[jj[p]][items] + 1) / 2)

@@ -84,7 +84,7 @@ def _host(cfg, job_dir):
 
 @pytest.mark.parametrize("kind", ["r-autoeval+", "seq", "cer-eval"])
 def test_snapshot_restore_is_the_state_before_the_crash(tmp_path, kind):
-    cfg = job_cfg(kind, every=3)
+    cfg = job_cfg(kind, every=3, delta=1e-6)  # no candidate decides within these steps
     a, names = _host(cfg, tmp_path)
     names = names[:3]
     batches = [10, 7, 10, 3, 10, 10, 4]  # uneven steps: Cer-Eval's choices depend on them

@@ -131,14 +131,15 @@ class CandidateHost:
             out.append(c.snapshot(np.zeros(0)))
         return out
 
-    def losses(self, requests: dict) -> dict:
-        """Losses of the requested items per model; ``{"error": ...}`` for a model whose
-        label source failed for good (the driver ends that model's pairs only)."""
+    def losses(self, requests: dict, role: str = "human") -> dict:
+        """Losses of the requested items per model (``role`` "judge": the judge's);
+        ``{"error": ...}`` for a model whose label source failed for good (the driver ends
+        that model's pairs only)."""
         self._have(list(requests))
         out = {}
         for n, items in requests.items():
             try:
-                out[n] = self.candidates[n].losses(items)
+                out[n] = self.candidates[n].losses(items, role)
             except SourceError as err:
                 out[n] = {"error": first_line(err, limit=300)}
         return out

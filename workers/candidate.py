@@ -21,6 +21,7 @@ from certsel.errors import first_line
 from certsel.policies import (
     CerEval,
     NearestNeighborPartition,
+    ScorePartition,
     Seq,
     SequentialTest,
     confidence_interval,
@@ -185,16 +186,26 @@ class TestingCandidate(_Candidate):
         return out
 
 
-def make_estimation_policy(kind: str, n_items: int, *, delta, alpha, radius, seed, features=None):
-    """Seq or Cer-Eval (Algorithm 1 with the 1-NN partition of Algorithm 2) deciding R vs alpha."""
+def make_estimation_policy(kind: str, n_items: int, *, delta, alpha, radius, seed, features=None,
+                           judge_scores=None, partition: str = "embeddings"):
+    """Seq or Cer-Eval deciding R vs alpha. Cer-Eval's groups come from the 1-NN partition of
+    Algorithm 2 on ``features`` (``partition="embeddings"``) or from strata of a per-item
+    judge score known before any human label (``partition="judge"``, ``judge_scores``)."""
     if kind == "seq":
         return Seq(n_items, delta=delta, threshold=alpha, radius=radius, seed=seed)
     if kind == "cer-eval":
-        if features is None:
-            raise ValueError("policy 'cer-eval' needs item features")
-        state = int(np.random.default_rng(seed).integers(2**31))
-        return CerEval(n_items, NearestNeighborPartition(features, random_state=state), delta=delta,
-                       threshold=alpha, radius=radius, seed=seed)
+        if partition == "judge":
+            if judge_scores is None:
+                raise ValueError("policy 'cer-eval' with partition 'judge' needs the judge's loss on every item")
+            part = ScorePartition(judge_scores)
+        elif partition == "embeddings":
+            if features is None:
+                raise ValueError("policy 'cer-eval' needs item features")
+            state = int(np.random.default_rng(seed).integers(2**31))
+            part = NearestNeighborPartition(features, random_state=state)
+        else:
+            raise ValueError(f"unknown partition {partition!r} (embeddings or judge)")
+        return CerEval(n_items, part, delta=delta, threshold=alpha, radius=radius, seed=seed)
     raise ValueError(f"unknown estimation policy {kind!r}")
 
 
@@ -213,10 +224,13 @@ class EstimationCandidate(_Candidate):
     """Seq / Cer-Eval with ``threshold=alpha``: certified when the upper end of the
     anytime-valid interval falls below alpha, hopeless when the lower end rises above it."""
 
-    def __init__(self, name, source, *, kind, alpha, delta, radius, seed, budget, features=None):
+    def __init__(self, name, source, *, kind, alpha, delta, radius, seed, budget, features=None,
+                 partition="embeddings"):
         super().__init__(name, source)
+        # judge strata: the judge's loss on every item, bought (and logged) before any human label
+        scores = source.judge(np.arange(source.n_items)) if partition == "judge" else None
         self.policy = make_estimation_policy(kind, source.n_items, delta=delta, alpha=alpha, radius=radius,
-                                             seed=seed, features=features)
+                                             seed=seed, features=features, judge_scores=scores, partition=partition)
         self.n = min(int(budget), source.n_items)
 
     @property
@@ -257,10 +271,11 @@ class EstimationCandidate(_Candidate):
 
 
 class LabelServer(_Candidate):
-    """Serves one model's losses on the items a pairwise comparison asks for."""
+    """Serves one model's losses on the items a pairwise comparison asks for (``role``
+    "judge": the judge's losses, for Cer-Eval's judge strata)."""
 
-    def losses(self, items) -> np.ndarray:
-        return self.source.human(items)
+    def losses(self, items, role: str = "human") -> np.ndarray:
+        return self.source.judge(items) if role == "judge" else self.source.human(items)
 
     def snapshot(self, path=None) -> dict:
         return self._counters()

@@ -1,0 +1,350 @@
+"""Stratified sampling with one betting confidence sequence: the exact engine of Seq and Cer-Eval.
+
+The target is mu = (1/N) sum_i z_i, the mean loss over the N items of the test set. Items
+are labelled one at a time, without replacement. Before draw t the policy holds a
+partition of the items not yet drawn (the pool) into groups P_1..P_K, chosen from past
+labels only, and fixes from past labels only:
+
+* pi_k > 0, the probability of drawing from group k (Neyman-type allocation: proportional
+  to |P_k| times a predictable spread estimate, mixed with the proportional share so that
+  every group gets at least ``floor`` times it and no group's weight is unbounded), and
+* c_k, a control value per group (a shrunk running mean of the group's past labels).
+
+It draws group k with probability pi_k, then an item uniformly from P_k, and records
+
+    Y_t = S_{t-1}/N + sum_j (|P_j|/N) c_j + (|P_k| / (N pi_k)) (z - c_k)
+
+where S_{t-1} is the sum of the labels of all earlier draws. Given everything before draw
+t, the draw is uniform inside P_k, so E[(z - c_k) | k] = m_k - c_k (m_k the mean of P_k) and
+
+    E[Y_t | past] = S_{t-1}/N + sum_j (|P_j|/N) c_j + sum_k (|P_k|/N) (m_k - c_k) = mu,
+
+exactly, for any partition, allocation and controls chosen from the past: a partition
+refitted from the labels at every step, a 1-NN classifier trained on the labelled items,
+or judge-score strata. The pool is what the partition acts on, so an item's group is never
+chosen with its own label. Y_t lies in [a_t, b_t] with a_t = S_{t-1}/N + sum_j (|P_j|/N) c_j
++ min_k (|P_k|/(N pi_k)) (-c_k) and b_t the same with max_k ... (1 - c_k), known before the
+draw. One :class:`~certsel.policies.confseq.BettingCS` on (Y_t) is therefore an anytime-valid
+confidence sequence for mu with no split of delta over groups or refits. Since the labelled
+part of the test set is known exactly, mu also lies in [S_t/N, (S_t + N - t)/N] with
+certainty, and the sequence is intersected with that (after all N items the interval is
+the test-set mean itself, widened by 1e-9 against rounding).
+
+With one group this is sequential sampling without replacement (Seq): Y_t = (S_{t-1} +
+(N - t + 1) z_t)/N, whose range is exactly the known-for-certain interval; stratification
+removes the between-group variance and moves labels to the groups that vary most.
+
+Labels may arrive in any order; observations are fed to the sequence in draw order once all
+earlier labels are in, so every bet only uses what was known before its draw.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .confseq import GRID_SIZE, BettingCS
+
+# The labelled part of the test set bounds the mean for certain; the bounds are widened by
+# this much so that rounding in the running sums never decides anything (at an exact tie the
+# exhausted interval is [mu - 1e-9, mu + 1e-9], not a rounded point on one side of it).
+KNOWN_TOL = 1e-9
+DEFAULT_FLOOR = 0.25  # pi_k >= floor * |P_k| / |P|: bounds every draw's weight by 1/floor
+_PRIOR_MEAN, _PRIOR_VAR = 0.5, 0.25  # one pseudo-observation at the worst case for a [0, 1] loss
+# per-draw design record, columns of self._design
+_K, _FAC, _CTL, _BASE, _LO, _HI, _VAR = range(7)
+_FORMAT = 1
+
+
+def shrunk_moments(moments: np.ndarray):
+    """Predictable group means and variances from (count, sum, sum of squares) rows.
+
+    One pseudo-observation at mean 1/2 and variance 1/4 (the widest a [0, 1] loss allows)
+    keeps an unseen or rarely seen group from looking certain.
+    """
+    n, s, ss = moments
+    mean = (_PRIOR_MEAN + s) / (n + 1.0)
+    dev = np.maximum(ss - s * s / np.maximum(n, 1.0), 0.0)  # sum of squared deviations
+    var = (_PRIOR_VAR + dev) / (n + 1.0)
+    return mean, var
+
+
+def allocation(pool: np.ndarray, spread: np.ndarray, floor: float) -> np.ndarray:
+    """Draw probabilities pi_k = floor * |P_k|/|P| + (1 - floor) * (Neyman share |P_k| spread_k / sum).
+
+    Every group with items left gets at least ``floor`` times its proportional share, so
+    |P_k| / (N pi_k) <= |P| / (N floor); groups with an empty pool get 0.
+    """
+    share = pool / pool.sum()
+    w = pool * spread
+    total = w.sum()
+    neyman = share if total <= 0 else w / total
+    return floor * share + (1.0 - floor) * neyman
+
+
+def neyman_score(pool: np.ndarray, moments: np.ndarray) -> float:
+    """Predicted standard deviation of one stratified observation per unit of pool weight,
+    sum_k (|P_k|/|P|) sd_k: what Algorithm 2's choice of K minimises here."""
+    _, var = shrunk_moments(moments)
+    return float(np.dot(pool / max(pool.sum(), 1.0), np.sqrt(var)))
+
+
+@dataclass(frozen=True)
+class Design:
+    """What is fixed before one draw: draw probabilities ``pi`` per group, the weight
+    |P_k| / (N pi_k) and control c_k of each group, and the parts of Y_t that do not depend
+    on the draw (added to S_{t-1}/N): ``base`` = sum_j |P_j| c_j / N, and the range offsets
+    min_k / max_k of weight_k (z - c_k) over z in [0, 1]. ``variance`` is the predicted
+    Var(Y_t | past) that sizes the bet."""
+
+    pi: np.ndarray
+    weight: np.ndarray
+    control: np.ndarray
+    base: float
+    lo_offset: float
+    hi_offset: float
+    variance: float
+
+
+class StratifiedBetting:
+    """Sampling design, observations and the betting confidence sequence for one test set.
+
+    The owner (:class:`~certsel.policies.cer_eval.EstimationPolicy`) keeps the item
+    bookkeeping; this class decides the next draws (:meth:`choose`), turns labels into
+    observations (:meth:`observe`) and holds the bounds.
+    """
+
+    def __init__(self, n_items: int, *, delta: float, rng: np.random.Generator, floor: float = DEFAULT_FLOOR,
+                 bet_level: float | None = None, grid_size: int = GRID_SIZE):
+        if not 0.0 < float(floor) <= 1.0:
+            raise ValueError(f"floor must be in (0, 1], got {floor!r}")
+        self.N = int(n_items)
+        self.floor = float(floor)
+        self.rng = rng
+        self.cs = BettingCS(1, delta=delta, bet_level=bet_level, grid_size=grid_size)
+        self.groups = np.zeros(self.N, dtype=np.int64)
+        self.K = 1
+        self.moments = np.zeros((3, 1))
+        self._loss = np.full(self.N, np.nan)
+        self._items: list[int] = []  # draws in order
+        self._design: list[np.ndarray] = []  # one record per draw (columns _K.._VAR)
+        self._processed = 0
+        self._sum = 0.0  # labels of the processed draws
+        self.build_queues(np.zeros(self.N, dtype=np.int8))
+
+    # -- partition -------------------------------------------------------------------------
+    def set_partition(self, groups: np.ndarray, status: np.ndarray) -> None:
+        """Use ``groups`` (one label per item) from now on; ``status`` marks items already drawn."""
+        self.groups = np.asarray(groups, dtype=np.int64)
+        self.K = int(self.groups.max()) + 1
+        known = np.flatnonzero(~np.isnan(self._loss))
+        self.moments = self._moments_of(self.groups, known)
+        self.build_queues(status)
+
+    def _moments_of(self, groups: np.ndarray, items: np.ndarray) -> np.ndarray:
+        z, g = self._loss[items], groups[items]
+        K = int(groups.max()) + 1
+        return np.vstack([np.bincount(g, minlength=K).astype(np.float64), np.bincount(g, weights=z, minlength=K),
+                          np.bincount(g, weights=z * z, minlength=K)])
+
+    def score(self, groups: np.ndarray, status: np.ndarray) -> float:
+        """:func:`neyman_score` of a candidate partition on the current pool and labels."""
+        groups = np.asarray(groups, dtype=np.int64)
+        K = int(groups.max()) + 1
+        pool = np.bincount(groups[status == 0], minlength=K).astype(np.float64)
+        return neyman_score(pool, self._moments_of(groups, np.flatnonzero(~np.isnan(self._loss))))
+
+    def build_queues(self, status: np.ndarray) -> None:
+        """For every group its pool items in a uniformly random order."""
+        free = np.flatnonzero(status == 0)
+        free = free[self.rng.permutation(free.size)]
+        order = np.argsort(self.groups[free], kind="stable")
+        self._queue = free[order]
+        counts = np.bincount(self.groups[free], minlength=self.K)
+        self._qend = np.cumsum(counts)
+        self._qpos = self._qend - counts
+
+    # -- drawing ---------------------------------------------------------------------------------
+    def pool_sizes(self) -> np.ndarray:
+        return (self._qend - self._qpos).astype(np.float64)
+
+    def allocation(self) -> np.ndarray:
+        """The draw probabilities pi_k the next draw would use."""
+        return self.design().pi
+
+    def design(self, pool: np.ndarray | None = None) -> Design:
+        """The design of the next draw given the labels observed so far (and the pool sizes
+        ``pool``, default the current ones)."""
+        pool = self.pool_sizes() if pool is None else pool
+        mean, var = shrunk_moments(self.moments)
+        live = pool > 0
+        pi = np.zeros(self.K)
+        fac = np.zeros(self.K)
+        if not live.any():
+            return Design(pi, fac, mean, 0.0, 0.0, 0.0, 0.0)
+        pi[live] = allocation(pool[live], np.sqrt(var[live]), self.floor)
+        N = float(self.N)
+        fac[live] = pool[live] / (N * pi[live])
+        return Design(
+            pi, fac, mean, float(np.dot(pool, mean)) / N,
+            float(np.min(fac[live] * -mean[live])), float(np.max(fac[live] * (1.0 - mean[live]))),
+            float(np.sum(pi[live] * fac[live] ** 2 * var[live])),
+        )
+
+    def choose(self, batch: int) -> list[int]:
+        """Up to ``batch`` draws; each one's design is fixed from the labels known now."""
+        pool = self.pool_sizes()
+        out = []
+        for _ in range(batch):
+            if pool.sum() == 0:
+                break
+            d = self.design(pool)
+            cum = np.cumsum(d.pi)
+            k = min(int(np.searchsorted(cum, self.rng.random() * cum[-1], side="right")), self.K - 1)
+            while d.pi[k] == 0.0:  # only reachable through rounding at the top end
+                k -= 1
+            item = int(self._queue[self._qpos[k]])
+            self._qpos[k] += 1
+            pool[k] -= 1.0
+            self._items.append(item)
+            self._design.append(np.array([k, d.weight[k], d.control[k], d.base, d.lo_offset, d.hi_offset,
+                                          d.variance]))
+            out.append(item)
+        return out
+
+    # -- labels ----------------------------------------------------------------------------------
+    def observe(self, items: np.ndarray, losses: np.ndarray) -> None:
+        """Labels of earlier draws (any subset, any order); feeds every draw whose label and
+        all earlier labels are known to the confidence sequence, in draw order."""
+        self._loss[items] = losses
+        g = self.groups[items]
+        self.moments[0] += np.bincount(g, minlength=self.K)
+        self.moments[1] += np.bincount(g, weights=losses, minlength=self.K)
+        self.moments[2] += np.bincount(g, weights=losses * losses, minlength=self.K)
+        start = self._processed
+        stop = start
+        while stop < len(self._items) and not math.isnan(self._loss[self._items[stop]]):
+            stop += 1
+        if stop == start:
+            return
+        z = self._loss[np.asarray(self._items[start:stop])]
+        d = np.vstack(self._design[start:stop])
+        N = float(self.N)
+        # running sums in draw order, rounded as one-by-one updates would be
+        run = np.cumsum(np.concatenate([[self._sum], z]))
+        before, after = run[:-1], run[1:]
+        base = before / N + d[:, _BASE]
+        y = base + d[:, _FAC] * (z - d[:, _CTL])
+        t = np.arange(start + 1, stop + 1, dtype=np.float64)
+        lo, hi = base + d[:, _LO], base + d[:, _HI]
+        # y lies in [lo, hi] by construction (the same products); the clip only absorbs rounding
+        y = np.minimum(np.maximum(y, lo), hi)
+        self.cs.feed(y[None], lo[None], hi[None], d[None, :, _VAR], (after / N - KNOWN_TOL)[None],
+                     ((after + N - t) / N + KNOWN_TOL)[None])
+        self._sum = float(after[-1])
+        self._processed = stop
+
+    # -- reading ---------------------------------------------------------------------------------
+    def draw_rank(self, items: np.ndarray) -> np.ndarray:
+        """Position of each of ``items`` in the draw order."""
+        rank = np.full(self.N, -1, dtype=np.int64)
+        rank[np.asarray(self._items, dtype=np.int64)] = np.arange(len(self._items))
+        return rank[items]
+
+    @property
+    def n_processed(self) -> int:
+        return self._processed
+
+    def bounds(self) -> tuple[float, float, float, float]:
+        """(one-sided lower, one-sided upper, two-sided lower, two-sided upper) at level delta."""
+        lo2, hi2 = self.cs.interval
+        return float(self.cs.lower[0]), float(self.cs.upper[0]), float(lo2[0]), float(hi2[0])
+
+    def group_stats(self) -> dict:
+        mean, var = shrunk_moments(self.moments)
+        n = self.moments[0]
+        return {
+            "size": np.bincount(self.groups, minlength=self.K).astype(np.int64),
+            "pool": self.pool_sizes().astype(np.int64),
+            "labeled": n.astype(np.int64),
+            "mean": np.where(n > 0, self.moments[1] / np.maximum(n, 1.0), np.nan),
+            "variance": np.where(n > 0, self.moments[2] / np.maximum(n, 1.0)
+                                 - (self.moments[1] / np.maximum(n, 1.0)) ** 2, np.nan),
+            "allocation": self.allocation(),
+            "control": mean,
+            "spread": np.sqrt(var),
+        }
+
+    # -- snapshot ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "format": _FORMAT, "floor": self.floor, "groups": self.groups.copy(), "moments": self.moments.copy(),
+            "loss": self._loss.copy(), "items": np.asarray(self._items, dtype=np.int64),
+            "design": np.vstack(self._design) if self._design else np.zeros((0, 7)),
+            "processed": self._processed, "sum": self._sum, "queue": self._queue.copy(), "qpos": self._qpos.copy(),
+            "qend": self._qend.copy(), "cs": self.cs.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("format") != _FORMAT:
+            raise ValueError(f"unsupported stratified state format {state.get('format')!r}")
+        self.floor = float(state["floor"])
+        self.groups = np.asarray(state["groups"], dtype=np.int64)
+        self.K = int(self.groups.max()) + 1
+        self.moments = np.array(state["moments"], dtype=np.float64).reshape(3, -1)
+        self._loss = np.array(state["loss"], dtype=np.float64)
+        self._items = [int(i) for i in np.asarray(state["items"]).reshape(-1)]
+        design = np.array(state["design"], dtype=np.float64).reshape(-1, 7)
+        self._design = list(design)
+        self._processed = int(state["processed"])
+        self._sum = float(state["sum"])
+        self._queue = np.asarray(state["queue"], dtype=np.int64)
+        self._qpos = np.asarray(state["qpos"], dtype=np.int64).copy()
+        self._qend = np.asarray(state["qend"], dtype=np.int64)
+        self.cs = BettingCS.from_state_dict(state["cs"])
+
+
+def uniform_observations(x: np.ndarray):
+    """Seq's observations for rows ``x`` (B, N), each the whole test set in a uniformly random order.
+
+    Returns (y, a, b, v, known_lo, known_hi), each (B, N): the same numbers as
+    :class:`StratifiedBetting` with one group computes draw by draw, from cumulative sums.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    N = x.shape[-1]
+    t = np.arange(1, N + 1, dtype=np.float64)
+    zero = np.zeros(x.shape[:-1] + (1,))
+    before = np.cumsum(np.concatenate([zero, x], axis=-1), axis=-1)[..., :-1]
+    sq_before = np.cumsum(np.concatenate([zero, x * x], axis=-1), axis=-1)[..., :-1]
+    pool = N - t + 1.0
+    n = t - 1.0
+    dev = np.maximum(sq_before - before * before / np.maximum(n, 1.0), 0.0)
+    var = (_PRIOR_VAR + dev) / (n + 1.0)
+    y = (before + pool * x) / N
+    a = before / N
+    b = (before + pool) / N
+    v = (pool / N) ** 2 * var
+    after = np.cumsum(x, axis=-1)
+    return y, a, b, v, after / N - KNOWN_TOL, (after + N - t) / N + KNOWN_TOL
+
+
+def seq_paths(x, *, delta: float, grid_size: int = GRID_SIZE, bet_level: float | None = None,
+              chunk: int = 32) -> np.ndarray:
+    """Seq's bounds after every label for a batch of uniformly random orders ``x`` (B, N).
+
+    Each row is one run of :class:`~certsel.policies.cer_eval.Seq` (``radius="betting"``) on
+    the test set whose items the row lists, in the order drawn. Returns (B, N, 4): one-sided
+    lower and upper bounds at level delta, then the two-sided interval.
+    """
+    x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    B, N = x.shape
+    y, a, b, v, klo, khi = uniform_observations(x)
+    cs = BettingCS(B, delta=delta, grid_size=grid_size, bet_level=bet_level)
+    out = np.empty((B, N, 4))
+    for s in range(0, N, chunk):
+        e = min(N, s + chunk)
+        out[:, s:e] = cs.update(y[:, s:e], a[:, s:e], b[:, s:e], v[:, s:e], known_lo=klo[:, s:e],
+                                known_hi=khi[:, s:e], path=True)
+    return out

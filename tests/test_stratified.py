@@ -1,0 +1,371 @@
+"""The exact engine of Seq and Cer-Eval: one betting confidence sequence on a stratified observation.
+
+Checked three ways: the observation is unbiased for the test-set mean exactly (an exact
+expectation over the next draw, for partitions, allocations and pending labels of any
+kind); the confidence sequence equals an independent literal computation (bisection on the
+product formula); and the guarantee holds by simulation over >= 1,000 runs on the cases
+that broke the per-group union bound: isolated hard items under a self-assigning 1-NN
+partition, a partition refitted after every label, judge-score strata, pairwise
+comparisons on an exact null, and threshold decisions.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from certsel.policies import (
+    BettingCS,
+    CerEval,
+    FixedPartition,
+    NearestNeighborPartition,
+    ScorePartition,
+    Seq,
+    seq_paths,
+)
+from certsel.policies.comparison import compare_pair, sign_test_paths
+from certsel.policies.scenarios import make_outliers, make_scenario, make_separated
+from certsel.policies.stratified import StratifiedBetting, uniform_observations
+from reference import hedged_capital_bounds_loop
+
+
+def ceiling(runs: int, delta: float) -> float:
+    """The 99% binomial ceiling: a failure rate above it rejects "rate <= delta" at 1%."""
+    return binom.ppf(0.99, runs, delta) / runs
+
+
+def ever_missed(path: np.ndarray, mu: float) -> bool:
+    """path rows (labels, estimate, low, high): did the interval miss mu at any step?"""
+    tol = 1e-12
+    return bool(np.any((path[:, 2] > mu + tol) | (path[:, 3] < mu - tol)))
+
+
+# ---------------------------------------------------------------- the observation is exact
+
+
+def _expected_next_observation(engine: StratifiedBetting, z: np.ndarray, drawn: np.ndarray):
+    """E[Y_t | past] and the range of Y_t, from the engine's design and its pool queues."""
+    d = engine.design()
+    N = engine.N
+    known_part = z[drawn].sum() / N  # S_{t-1}: every earlier draw, labelled or still pending
+    mean_y, ys = 0.0, []
+    for k in range(engine.K):
+        pool = engine._queue[engine._qpos[k]:engine._qend[k]]
+        if pool.size == 0:
+            assert d.pi[k] == 0.0
+            continue
+        y = known_part + d.base + d.weight[k] * (z[pool] - d.control[k])
+        mean_y += d.pi[k] * y.mean()
+        ys.append(known_part + d.base + d.weight[k] * (np.array([0.0, 1.0]) - d.control[k]))
+    return mean_y, np.concatenate(ys), known_part + d.base + d.lo_offset, known_part + d.base + d.hi_offset
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_next_observation_is_unbiased_for_the_test_set_mean(seed):
+    """E[Y_t | past] = mean of the N losses, exactly, whatever the partition, the labels seen,
+    the pending draws and a refit in between; every possible Y_t is inside the range."""
+    rng = np.random.default_rng(seed)
+    N = 40
+    z = rng.random(N) * (rng.random(N) < 0.7)
+    engine = StratifiedBetting(N, delta=0.1, rng=np.random.default_rng(seed))
+    status = np.zeros(N, dtype=np.int8)
+    drawn: list[int] = []
+    for step in range(20):
+        if engine.pool_sizes().sum() == 0:
+            break
+        if step % 6 == 2:  # refit: any partition, here groups chosen from the losses seen so far
+            groups = rng.integers(0, 1 + step % 4, size=N)
+            groups[drawn] = (z[drawn] > 0.5).astype(int)  # even a self-assigning one
+            engine.set_partition(groups, status)
+        mean_y, ys, lo, hi = _expected_next_observation(engine, z, np.asarray(drawn, dtype=np.int64))
+        assert mean_y == pytest.approx(z.mean(), abs=1e-12)
+        assert np.all(ys >= lo - 1e-12) and np.all(ys <= hi + 1e-12)
+        items = engine.choose(1 + step % 3)
+        drawn.extend(items)
+        status[items] = 1
+        reveal = [i for i in drawn if status[i] == 1 and rng.random() < 0.6]  # some stay pending
+        if reveal:
+            status[reveal] = 2
+            engine.observe(np.asarray(reveal), z[reveal])
+
+
+def test_seq_observations_are_the_one_group_design():
+    """With one group, Y_t = (S_{t-1} + (N - t + 1) z_t) / N and its range is [S/N, (S + U)/N]."""
+    z = np.random.default_rng(0).random(30)
+    y, a, b, v, klo, khi = uniform_observations(z[None])
+    S = np.concatenate([[0.0], np.cumsum(z)[:-1]])
+    U = 30 - np.arange(30)
+    np.testing.assert_allclose(y[0], (S + U * z) / 30, rtol=1e-14)
+    np.testing.assert_allclose(a[0], S / 30, rtol=1e-14)
+    np.testing.assert_allclose(b[0], (S + U) / 30, rtol=1e-14)
+    assert y[0, -1] == pytest.approx(z.mean(), abs=1e-14)  # the last draw reveals the mean
+
+
+# ---------------------------------------------------------------- the sequence, against a literal loop
+
+
+@pytest.mark.parametrize("case", ["uniform", "stratified"])
+def test_bounds_equal_bisection_on_the_literal_capital(case):
+    """Never tighter than the exact bounds of the hedged capital (computed by bisection on
+    the product formula, with plain loops); at most one grid spacing looser."""
+    rng = np.random.default_rng(4)
+    if case == "uniform":
+        z = rng.beta(0.5, 1.5, size=120)
+        y, a, b, v, klo, khi = (x[0] for x in uniform_observations(z[None]))
+    else:  # a stratified run of Cer-Eval with a fixed partition
+        N = 200
+        groups = rng.integers(0, 3, size=N)
+        z = np.clip(0.2 * groups + 0.15 * rng.standard_normal(N), 0.0, 1.0)
+        p = CerEval(N, FixedPartition(groups), delta=0.1, seed=1)
+        for _ in range(100):
+            items = p.next_items(1)
+            p.update(items, z[items])
+        h = p._engine.cs.history()
+        y, a, b = h[0, 0], h[1, 0], h[2, 0]
+        v = np.array([row[6] for row in p._engine._design])[: y.size]
+        S = np.cumsum(z[np.asarray(p._engine._items[: y.size])])
+        t = np.arange(1, y.size + 1)
+        klo, khi = S / N - 1e-9, (S + N - t) / N + 1e-9
+    cs = BettingCS(1, delta=0.1, bet_level=0.05)
+    got, spacing = [], []
+    for i in range(y.size):
+        got.append(cs.update(y[i:i + 1], a[i:i + 1], b[i:i + 1], v[i:i + 1], known_lo=klo[i:i + 1],
+                             known_hi=khi[i:i + 1], path=True)[0, 0])
+        spacing.append((cs._grid[0, -1] - cs._grid[0, 0]) / (cs.grid_size - 1))
+    got = np.array(got)
+    ref = hedged_capital_bounds_loop(y, a, b, v, delta=0.1, bet_level=0.05, known_lo=klo, known_hi=khi)
+    slack = np.maximum.accumulate(np.array(spacing))[:, None]  # the coarsest grid used so far
+    assert np.all(got[:, 0::2] <= ref[:, 0::2] + 1e-9), "a lower bound above the exact one"
+    assert np.all(got[:, 1::2] >= ref[:, 1::2] - 1e-9), "an upper bound below the exact one"
+    assert np.all(got[:, 0::2] >= ref[:, 0::2] - slack - 1e-9)
+    assert np.all(got[:, 1::2] <= ref[:, 1::2] + slack + 1e-9)
+    mid = y.size // 2  # once the grid sits inside the interval, bounds are within 2% of its width
+    width = ref[mid, 3] - ref[mid, 2]
+    assert abs(got[mid, 2] - ref[mid, 2]) < 0.02 * width and abs(got[mid, 3] - ref[mid, 3]) < 0.02 * width
+
+
+def test_batched_sequences_equal_single_runs_bit_for_bit():
+    """seq_paths over many orders, in any chunk size, equals Seq run item by item."""
+    sc = make_scenario("S2", n=300, seed=1)
+    runs, orders = [], []
+    for seed in range(4):
+        p = Seq(300, delta=0.1, seed=seed)
+        items, rows = [], []
+        while not p.exhausted:
+            it = p.next_items(1)
+            items.append(int(it[0]))
+            p.update(it, sc.losses[it])
+            rows.append(p.bounds())
+        runs.append(rows)
+        orders.append(items)
+    runs = np.array(runs)
+    for chunk in (1, 9, 300):
+        vec = seq_paths(sc.losses[np.array(orders)], delta=0.1, bet_level=0.05, chunk=chunk)
+        assert np.array_equal(vec, runs), chunk
+
+
+def test_labels_in_any_order_give_the_same_certificate():
+    sc = make_scenario("S2", n=600, seed=3)
+    part = NearestNeighborPartition(sc.features)
+    a = CerEval(600, part, delta=0.05, seed=2)
+    b = CerEval(600, part, delta=0.05, seed=2)
+    for _ in range(30):
+        items = a.next_items(8)
+        assert np.array_equal(items, b.next_items(8))
+        a.update(items, sc.losses[items])
+        rev = items[::-1]
+        b.update(rev[:3], sc.losses[rev[:3]])
+        assert b._engine.n_processed <= a._engine.n_processed  # later draws wait for earlier labels
+        b.update(rev[3:], sc.losses[rev[3:]])
+        assert a.bounds() == b.bounds()
+
+
+def test_exhausted_interval_is_the_test_set_mean():
+    z = np.random.default_rng(2).random(150)
+    for p in (Seq(150, delta=0.05, seed=0), CerEval(150, FixedPartition(np.arange(150) % 3), delta=0.05, seed=0)):
+        res = p.run(z, batch=7)
+        assert res.exhausted
+        assert res.ci[0] == pytest.approx(z.mean(), abs=2e-9) and res.ci[1] == pytest.approx(z.mean(), abs=2e-9)
+        assert res.ci[0] < z.mean() < res.ci[1]
+
+
+def test_bad_observations_are_refused():
+    cs = BettingCS(2, delta=0.1)
+    with pytest.raises(ValueError, match="outside the range"):
+        cs.update([[0.5], [1.5]], [[0.0], [0.0]], [[1.0], [1.0]], [[0.1], [0.1]])
+    with pytest.raises(ValueError, match="positive"):
+        cs.update([[0.5], [0.5]], [[0.0], [0.0]], [[1.0], [1.0]], [[0.1], [0.0]])
+    with pytest.raises(ValueError, match="shape"):
+        cs.update([0.5], [0.0], [1.0], [0.1])
+    with pytest.raises(ValueError, match="NaN"):
+        cs.update([[np.nan], [0.5]], [[0.0], [0.0]], [[1.0], [1.0]], [[0.1], [0.1]])
+    with pytest.raises(ValueError, match="delta"):
+        BettingCS(1, delta=0.0)
+    with pytest.raises(ValueError, match="floor"):
+        CerEval(10, FixedPartition(np.zeros(10)), delta=0.1, floor=0.0)
+
+
+# ---------------------------------------------------------------- validity by simulation
+
+
+def _ever_miss_rate(make, losses, runs, batch, seed0=0):
+    mu = float(np.mean(losses))
+    misses = 0
+    for r in range(runs):
+        path = make(seed0 + r).run(losses, batch=batch, record=True).path
+        misses += ever_missed(path, mu)
+    return misses / runs
+
+
+@pytest.mark.slow
+def test_isolated_outliers_with_a_self_assigning_1nn_partition():
+    """The case that broke the union bound (0.475 of runs missed at delta = 0.05): isolated
+    hard items whose nearest neighbour is an easy item."""
+    sc = make_outliers(n=400, seed=1)
+    part = NearestNeighborPartition(sc.features)
+    runs, delta = 1000, 0.1
+    rate = _ever_miss_rate(lambda s: CerEval(400, part, delta=delta, seed=s, warm_start=20), sc.losses, runs, 5)
+    assert rate <= ceiling(runs, delta), rate
+
+
+class _RefitEveryStep:
+    """An adversarial partitioner: after every label, split the pool by the loss of each
+    item's nearest labelled item on a 1-d feature, into a number of groups that itself
+    depends on the labels seen (anything computed from the past is allowed)."""
+
+    adaptive = True
+
+    def __init__(self, x):
+        self.x = x
+        self.n_items = x.size
+
+    def partition(self, labeled, losses, score_fn, rng):
+        order = np.argsort(self.x[labeled])
+        xs, zs = self.x[labeled][order], np.asarray(losses)[order]
+        pos = np.clip(np.searchsorted(xs, self.x), 0, xs.size - 1)
+        k = 2 + int(10 * np.mean(losses)) % 4
+        return np.minimum((zs[pos] * k).astype(np.int64), k - 1)
+
+
+@pytest.mark.slow
+def test_partition_refitted_after_every_label():
+    rng = np.random.default_rng(5)
+    x = rng.random(300)
+    z = ((rng.random(300) < 0.15 + 0.7 * (x > 0.8)) * rng.random(300) ** 0.3).astype(float)
+    part = _RefitEveryStep(x)
+    runs, delta = 1000, 0.1
+
+    def make(s):
+        return CerEval(300, part, delta=delta, seed=s, warm_start=5, schedule=(5, 1.0 + 1e-9))
+
+    p = make(0)
+    p.run(z, batch=1)
+    assert p.n_partitions >= 290  # refitted after (almost) every label
+    rate = _ever_miss_rate(make, z, runs, 3)
+    assert rate <= ceiling(runs, delta), rate
+
+
+@pytest.mark.slow
+def test_judge_score_strata():
+    """Strata of a judge's loss that agrees with the human loss 80% of the time."""
+    rng = np.random.default_rng(7)
+    N = 400
+    human = (rng.random(N) < 0.3).astype(float)
+    judge = np.where(rng.random(N) < 0.8, human, 1.0 - human) * rng.uniform(0.5, 1.0, N)
+    part = ScorePartition(judge)
+    runs, delta = 1000, 0.1
+    rate = _ever_miss_rate(lambda s: CerEval(N, part, delta=delta, seed=s, warm_start=20), human, runs, 5)
+    assert rate <= ceiling(runs, delta), rate
+
+
+def _exact_null_pair(rng, n):
+    """Two models whose mean losses over the 2n items are equal exactly: every item appears
+    twice, once with the models' losses swapped."""
+    a = (rng.random(n) < 0.4).astype(float) * rng.random(n)
+    b = (rng.random(n) < 0.4).astype(float) * rng.random(n)
+    return np.r_[a, b], np.r_[b, a]
+
+
+@pytest.mark.slow
+def test_pairwise_comparisons_on_an_exact_null():
+    rng = np.random.default_rng(8)
+    la, lb = _exact_null_pair(rng, 200)
+    u = (la - lb + 1.0) / 2.0
+    assert u.mean() == 0.5
+    runs, delta = 1000, 0.1
+    feats = rng.standard_normal((400, 5))
+    part = NearestNeighborPartition(feats)
+    # Cer-Eval pairs: the interval on E[u] over the test set, and the certified signs
+    misses, signs = 0, 0
+    for r in range(runs):
+        p = CerEval(400, part, delta=delta, seed=r, warm_start=20)
+        misses += ever_missed(p.run(u, batch=5, record=True).path, 0.5)
+        signs += compare_pair(la, lb, delta=delta, method="cer-eval", partitioner=part, seed=r,
+                              warm_start=20).winner != 0
+    assert misses / runs <= ceiling(runs, delta), misses / runs
+    assert signs / runs <= ceiling(runs, delta), signs / runs
+    # Seq pairs, vectorised over the runs
+    orders = np.argsort(rng.random((runs, 400)), axis=1)
+    res = sign_test_paths(u[orders], delta=delta, method="seq")
+    assert np.mean(res.winner != 0) <= ceiling(runs, delta)
+    bounds = seq_paths(u[orders], delta=delta)
+    miss = np.any((bounds[:, :, 2] > 0.5) | (bounds[:, :, 3] < 0.5), axis=1)
+    assert miss.mean() <= ceiling(runs, delta)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("side", ["below", "at", "above"])
+def test_threshold_decisions_are_wrong_at_most_delta(side):
+    """decision -1 claims R <= c, +1 claims R >= c, each one-sided at the full delta: the
+    claim made is false in at most delta of the runs, with R just below, at or just above c."""
+    rng = np.random.default_rng(9)
+    N = 500
+    z = rng.beta(0.6, 2.0, size=N)
+    mu = float(z.mean())
+    c = {"below": mu + 0.02, "at": mu, "above": mu - 0.02}[side]
+    runs, delta = 1000, 0.1
+    wrong = decided = 0
+    groups = (z > np.median(z)).astype(int) ^ (rng.random(N) < 0.2)
+    part = FixedPartition(groups)
+    for r in range(runs):
+        p = CerEval(N, part, delta=delta, threshold=c, seed=r)
+        res = p.run(z, batch=5)
+        decided += res.decision != 0
+        wrong += (res.decision == -1 and mu > c) or (res.decision == 1 and mu < c)
+    assert decided > 0
+    assert wrong / runs <= ceiling(runs, delta), wrong / runs
+
+
+# ---------------------------------------------------------------- efficiency
+
+
+def test_stratification_halves_the_labels_on_well_separated_strata():
+    """Unequal within-group variances and well-separated groups: Cer-Eval (learned 1-NN
+    partition) reaches epsilon with at most half of Seq's labels."""
+    sc = make_separated(n=3000, seed=0)
+    part = NearestNeighborPartition(sc.features)
+    eps = 0.03
+    seq = np.mean([Seq(3000, delta=0.05, epsilon=eps, seed=s).run(sc.losses).n_labeled for s in range(3)])
+    cer = np.mean([CerEval(3000, part, delta=0.05, epsilon=eps, seed=s).run(sc.losses).n_labeled
+                   for s in range(3)])
+    oracle = np.mean([CerEval(3000, FixedPartition(sc.groups), delta=0.05, epsilon=eps, seed=s).run(sc.losses)
+                      .n_labeled for s in range(3)])
+    assert cer <= 0.5 * seq, (cer, seq)
+    assert oracle <= cer
+
+
+def test_neyman_allocation_favours_the_group_that_varies():
+    n = 2000
+    groups = np.repeat([0, 1], n // 2)
+    losses = np.where(groups == 0, 0.3, np.arange(n) % 2).astype(float)
+    p = CerEval(n, FixedPartition(groups), delta=0.05, seed=0)
+    for _ in range(400):
+        items = p.next_items(1)
+        p.update(items, losses[items])
+    gs = p.group_stats()
+    assert gs["labeled"][1] > 2 * gs["labeled"][0], gs["labeled"]
+    share = gs["pool"] / gs["pool"].sum()
+    assert np.all(gs["allocation"] >= 0.25 * share - 1e-15)  # the floor
+    assert gs["allocation"][0] < share[0]
+    assert math.isclose(gs["allocation"].sum(), 1.0)
