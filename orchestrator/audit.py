@@ -21,6 +21,10 @@ by all candidates (as in one job). Per candidate it reports:
 Overall: the family-wise failure rate of the job's procedure (FST / Bonferroni / Holm on the
 per-repetition e-values): any candidate with true R > alpha in the certified set.
 
+A pairwise job is audited as the ranking it is: every pair's policy repeated as the job
+runs it, a certified order counted wrong when the table's mean losses disagree (an exact
+tie included), and the family-wise failure is a repetition with any wrong order.
+
 Testing policies are vectorised over repetitions and candidates (chunks of repetitions);
 estimation policies run one repetition at a time (their item choices are adaptive).
 """
@@ -35,6 +39,7 @@ from scipy import stats
 from certsel.config import RunConfig
 from certsel.policies import certified_set, scheme_rhos
 from certsel.policies.autoeval import _component_log_evalues, _mix, effective_observations
+from certsel.policies.comparison import sign_policy_delta
 from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
 from certsel.workers.candidate import make_estimation_policy
 
@@ -53,11 +58,14 @@ def clopper_pearson(k: int, n: int, level: float = 0.99) -> tuple[float, float]:
 class AuditResult:
     cfg: RunConfig
     reps: int
-    rows: list  # one dict per candidate
+    rows: list  # one dict per candidate (or per pair of a ranking)
     overall: dict
+    unit: str = "candidate"
 
     def table(self) -> str:
-        """The per-candidate Markdown table (the docs carry these)."""
+        """The per-candidate (per-pair) Markdown table (the docs carry these)."""
+        if self.unit == "pair":
+            return self._pair_table()
         head = ["candidate", "true R", "H0: R > alpha", "failure", "99% CP upper", "ok", "power", "coverage",
                 "labels mean (q10/q50/q90)", "FT-Eval margin", "TOST", "RMSE", "t-test p"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -72,8 +80,29 @@ class AuditResult:
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
+    def _pair_table(self) -> str:
+        head = ["pair", "true difference", "wrong order", "99% CP upper", "ok", "decided", "interval coverage",
+                "items mean (q10/q50/q90)"]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in self.rows:
+            q = r["labels_q"]
+            cells = [r["candidate"], f"{r['true_risk']:+.4f}", _pct(r["failure"]), _pct(r["failure_upper"]),
+                     "yes" if r["ok"] else "NO", _pct(r["power"]), _pct(r["coverage"]),
+                     f"{r['labels_mean']:.1f} ({q[0]:.0f}/{q[1]:.0f}/{q[2]:.0f})"]
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
     def summary(self) -> str:
         o = self.overall
+        if self.unit == "pair":
+            worst = max(r["failure"] for r in self.rows)
+            return (f"pairwise {self.cfg.policy.kind} ranking of {o['models']} models, "
+                    f"delta = {self.cfg.delta:g} over {o['pairs']} pairs ({o['pair_delta']:.3g} per direction), "
+                    f"{self.reps} repetitions: worst per-pair wrong-order rate {worst:.3f}, family-wise failure "
+                    f"(any wrong order) {o['familywise_failure']:.3f} (99% CP upper {o['failure_upper']:.3f}), "
+                    f"{o['mean_certified']:.1f} orders certified on average, "
+                    f"{o['evaluations_mean']:.0f} of {o['evaluations_full']} model evaluations; "
+                    f"{'OK' if o['ok'] else 'GUARANTEE VIOLATED'}")
         worst = max((r["failure"] for r in self.rows if r["failure"] is not None), default=0.0)
         return (f"{self.cfg.policy.kind} ({self.cfg.policy.betting}), alpha = {self.cfg.alpha:g}, delta = "
                 f"{self.cfg.delta:g}, n = {self.cfg.budget.n}, {self.reps} repetitions: worst per-candidate failure "
@@ -144,6 +173,8 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     K, I = table.human.shape
     rng = np.random.default_rng(seed)
     kind = cfg.policy.kind
+    if cfg.procedure == "pairwise":
+        return _pairwise(cfg, table, names, reps, rng, progress)
     n = cfg.budget.n
     if kind in TESTING:
         rhos = scheme_rhos(kind)
@@ -219,6 +250,85 @@ def _ft_eval(est: np.ndarray, classical: np.ndarray, truth: float) -> dict:
             "t_p": float(tt.p_value)}
 
 
+def _features(cfg, table):
+    """Item embeddings for Cer-Eval's 1-NN partition (None when the job does not use them)."""
+    if cfg.policy.kind != "cer-eval" or cfg.policy.partition != "embeddings":
+        return None
+    from certsel.workers.replay import load_features
+
+    return load_features(cfg.data.features, table.items)
+
+
+def _pairwise(cfg, table, names, reps, rng, progress) -> AuditResult:
+    """The ranking repeated ``reps`` times as a pairwise job runs it: every pair's Seq /
+    Cer-Eval policy on u = (loss_i - loss_j + 1)/2 with threshold 1/2 at delta/(2P) per
+    direction, stopped at a certified sign or the budget. A certified order is wrong when
+    the table's mean losses say otherwise (ties included); the family-wise failure is a
+    repetition with any wrong order, the guarantee being <= delta."""
+    K, I = table.human.shape
+    ii, jj = np.triu_indices(K, 1)
+    P = ii.size
+    pair_delta = sign_policy_delta(cfg.delta / P, cfg.policy.radius)
+    n = min(cfg.budget.n, I)
+    truth = table.human.mean(axis=1)
+    diff = truth[ii] - truth[jj]
+    features = _features(cfg, table)
+    scores = None
+    if cfg.policy.partition == "judge":
+        scores = [(table.judge[ii[p]] - table.judge[jj[p]] + 1.0) / 2.0 for p in range(P)]
+    wrong = np.zeros((reps, P), dtype=bool)
+    decided = np.zeros((reps, P), dtype=bool)
+    missed = np.zeros((reps, P), dtype=bool)
+    used = np.zeros((reps, P), dtype=np.int64)
+    evaluations = np.zeros(reps, dtype=np.int64)
+    for rep in range(reps):
+        seed = int(rng.integers(2**31))
+        items_of = [set() for _ in range(K)]
+        for p in range(P):
+            u = (table.human[ii[p]] - table.human[jj[p]] + 1.0) / 2.0
+            mu = float(u.mean())
+            pol = make_estimation_policy(cfg.policy.kind, I, delta=pair_delta, alpha=0.5, radius=cfg.policy.radius,
+                                         seed=seed, features=features, partition=cfg.policy.partition,
+                                         judge_scores=None if scores is None else scores[p])
+            while not pol.done and pol.n_labeled < n:
+                items = pol.next_items(min(cfg.budget.batch, n - pol.n_labeled))
+                if items.size == 0:
+                    break
+                pol.update(items, u[items])
+                lo, hi = pol.ci
+                missed[rep, p] |= not (lo - 1e-12 <= mu <= hi + 1e-12)
+            d = pol.decision  # -1: model ii has the lower risk, +1: model jj
+            decided[rep, p] = d != 0
+            wrong[rep, p] = (d == -1 and diff[p] >= 0) or (d == 1 and diff[p] <= 0)
+            used[rep, p] = pol.n_labeled
+            items_of[ii[p]].update(pol.labeled_items.tolist())
+            items_of[jj[p]].update(pol.labeled_items.tolist())
+        evaluations[rep] = sum(len(s) for s in items_of)
+        if progress is not None:
+            progress(rep + 1, reps)
+    rows = []
+    for p in range(P):
+        k = int(wrong[:, p].sum())
+        lo, hi = clopper_pearson(k, reps)
+        rows.append({
+            "candidate": f"{names[ii[p]]} vs {names[jj[p]]}", "true_risk": float(diff[p]), "h0": bool(diff[p] == 0),
+            "failure": k / reps, "failure_upper": hi, "failure_lower": lo, "ok": lo <= cfg.delta,
+            "power": float(decided[:, p].mean()), "coverage": float(1 - missed[:, p].mean()),
+            "labels_mean": float(used[:, p].mean()),
+            "labels_q": [float(x) for x in np.quantile(used[:, p], [0.1, 0.5, 0.9])],
+            "ft_margin": None, "ft_pass": None, "rmse": None, "bias": None, "t_p": None,
+        })
+    fam = wrong.any(axis=1)
+    k_fail = int(fam.sum())
+    lo, hi = clopper_pearson(k_fail, reps)
+    overall = {"procedure": "pairwise", "familywise_failure": k_fail / reps, "failure_upper": hi,
+               "failure_lower": lo, "ok": lo <= cfg.delta and all(r["ok"] for r in rows),
+               "mean_certified": float(decided.sum(axis=1).mean()), "pairs": P, "models": K, "pair_delta": pair_delta,
+               "evaluations_mean": float(evaluations.mean()), "evaluations_full": int(K * n),
+               "interval_misses": int(missed.sum()), "budget_grid": []}
+    return AuditResult(cfg, reps, rows, overall, unit="pair")
+
+
 def _estimation(cfg, table, truth, reps, rng, progress):
     """Seq / Cer-Eval, one repetition at a time: decisions against alpha at level delta,
     interval misses, labels used, estimates on the budget grid."""
@@ -230,16 +340,14 @@ def _estimation(cfg, table, truth, reps, rng, progress):
     first = np.zeros((reps, K), dtype=np.int64)
     est = np.zeros((reps, K, t_grid.size))
     classical = np.zeros((reps, K, t_grid.size))
-    features = None
-    if cfg.policy.kind == "cer-eval":
-        from certsel.workers.replay import load_features
-
-        features = load_features(cfg.data.features, table.items)
+    features = _features(cfg, table)
+    level = cfg.delta if cfg.procedure == "fst" else cfg.delta / K  # as the job runs them
     for rep in range(reps):
         seed = [int(x) for x in rng.integers(2**31, size=2)]
         for k in range(K):
-            pol = make_estimation_policy(cfg.policy.kind, I, delta=cfg.delta, alpha=cfg.alpha, radius=cfg.policy.radius,
-                                         seed=seed + [k], features=features)
+            pol = make_estimation_policy(cfg.policy.kind, I, delta=level, alpha=cfg.alpha, radius=cfg.policy.radius,
+                                         seed=seed + [k], features=features, partition=cfg.policy.partition,
+                                         judge_scores=None if table.judge is None else table.judge[k])
             losses = table.human[k]
             decided_at = 0
             g = 0

@@ -241,12 +241,13 @@ class BettingCS:
         cum_p = self._logp[0] + inc_p
         cum_m = self._logm[0] + inc_m
         G = g.size
+        thr = self._thr[:, None]
+        lo_i = _lower_index(cum_p >= thr).tolist()  # both levels at once
+        hi_i = _upper_index(cum_m >= thr).tolist()
         out = np.empty(4)
-        for j, thr in enumerate(self._thr):
-            lo_i = int(_lower_index(cum_p >= thr))
-            hi_i = int(_upper_index(cum_m >= thr))
-            lo_t = max(g[lo_i] if lo_i >= 0 else -np.inf, klo)
-            hi_t = min(g[hi_i] if hi_i < G else np.inf, khi)
+        for j in range(2):
+            lo_t = max(g[lo_i[j]] if lo_i[j] >= 0 else -np.inf, klo)
+            hi_t = min(g[hi_i[j]] if hi_i[j] < G else np.inf, khi)
             out[2 * j] = max(lo_t, self._lower[0, j])
             out[2 * j + 1] = min(hi_t, self._upper[0, j])
         self._logp[0], self._logm[0] = cum_p, cum_m

@@ -128,8 +128,9 @@ class StratifiedBetting:
         self.K = 1
         self.moments = np.zeros((3, 1))
         self._loss = np.full(self.N, np.nan)
-        self._items: list[int] = []  # draws in order
-        self._design: list[np.ndarray] = []  # one record per draw (columns _K.._VAR)
+        self._items = np.zeros(self.N, dtype=np.int64)  # draws in order (the first _drawn)
+        self._design = np.zeros((self.N, 7))  # one record per draw (columns _K.._VAR)
+        self._drawn = 0
         self._processed = 0
         self._sum = 0.0  # labels of the processed draws
         self.build_queues(np.zeros(self.N, dtype=np.int8))
@@ -208,9 +209,9 @@ class StratifiedBetting:
             item = int(self._queue[self._qpos[k]])
             self._qpos[k] += 1
             pool[k] -= 1.0
-            self._items.append(item)
-            self._design.append(np.array([k, d.weight[k], d.control[k], d.base, d.lo_offset, d.hi_offset,
-                                          d.variance]))
+            self._items[self._drawn] = item
+            self._design[self._drawn] = (k, d.weight[k], d.control[k], d.base, d.lo_offset, d.hi_offset, d.variance)
+            self._drawn += 1
             out.append(item)
         return out
 
@@ -225,12 +226,12 @@ class StratifiedBetting:
         self.moments[2] += np.bincount(g, weights=losses * losses, minlength=self.K)
         start = self._processed
         stop = start
-        while stop < len(self._items) and not math.isnan(self._loss[self._items[stop]]):
+        while stop < self._drawn and not math.isnan(self._loss[self._items[stop]]):
             stop += 1
         if stop == start:
             return
-        z = self._loss[np.asarray(self._items[start:stop])]
-        d = np.vstack(self._design[start:stop])
+        z = self._loss[self._items[start:stop]]
+        d = self._design[start:stop]
         N = float(self.N)
         # running sums in draw order, rounded as one-by-one updates would be
         run = np.cumsum(np.concatenate([[self._sum], z]))
@@ -250,7 +251,7 @@ class StratifiedBetting:
     def draw_rank(self, items: np.ndarray) -> np.ndarray:
         """Position of each of ``items`` in the draw order."""
         rank = np.full(self.N, -1, dtype=np.int64)
-        rank[np.asarray(self._items, dtype=np.int64)] = np.arange(len(self._items))
+        rank[self._items[:self._drawn]] = np.arange(self._drawn)
         return rank[items]
 
     @property
@@ -281,8 +282,8 @@ class StratifiedBetting:
     def state_dict(self) -> dict:
         return {
             "format": _FORMAT, "floor": self.floor, "groups": self.groups.copy(), "moments": self.moments.copy(),
-            "loss": self._loss.copy(), "items": np.asarray(self._items, dtype=np.int64),
-            "design": np.vstack(self._design) if self._design else np.zeros((0, 7)),
+            "loss": self._loss.copy(), "items": self._items[:self._drawn].copy(),
+            "design": self._design[:self._drawn].copy(),
             "processed": self._processed, "sum": self._sum, "queue": self._queue.copy(), "qpos": self._qpos.copy(),
             "qend": self._qend.copy(), "cs": self.cs.state_dict(),
         }
@@ -295,9 +296,12 @@ class StratifiedBetting:
         self.K = int(self.groups.max()) + 1
         self.moments = np.array(state["moments"], dtype=np.float64).reshape(3, -1)
         self._loss = np.array(state["loss"], dtype=np.float64)
-        self._items = [int(i) for i in np.asarray(state["items"]).reshape(-1)]
-        design = np.array(state["design"], dtype=np.float64).reshape(-1, 7)
-        self._design = list(design)
+        items = np.asarray(state["items"], dtype=np.int64).reshape(-1)
+        self._drawn = items.size
+        self._items = np.zeros(self.N, dtype=np.int64)
+        self._items[:self._drawn] = items
+        self._design = np.zeros((self.N, 7))
+        self._design[:self._drawn] = np.array(state["design"], dtype=np.float64).reshape(-1, 7)
         self._processed = int(state["processed"])
         self._sum = float(state["sum"])
         self._queue = np.asarray(state["queue"], dtype=np.int64)
