@@ -7,8 +7,10 @@ Each policy runs on ``--shuffles`` random item orders (seeds) per model. Saving 
 items (the paper's metric for real data), with a one-sided 95% Clopper-Pearson upper bound
 over all runs of the policy.
 
-Policies: Seq and Cer-Eval with the paper's radii and with the PrPl-EB betting radius, and
-Cer-Eval with AlpacaEval's own sub-source column ("dataset": 5 groups) as a fixed partition.
+Policies: Seq and Cer-Eval with the paper's radii and with the stratified betting sequence,
+and Cer-Eval with AlpacaEval's own sub-source column ("dataset": 5 groups) as a fixed
+partition. The betting policies certify the mean over the 805 items, which is also the
+reference for failures here.
 
     python benchmarks/cer_eval_alpacaeval.py [--shuffles 100] [--workers 2]
 """

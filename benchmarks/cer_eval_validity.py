@@ -10,8 +10,9 @@ bound. Cases:
 * outliers: 3,000 items, 30% hard items (error 0.8) alone at distance 5 from a cluster of
   easy items (error 0.05), Cer-Eval with the 1-NN partition of Algorithm 2 (the case where
   the per-group union bound failed), and the paper's radii on the same data;
-* refit every label: 600 items, a partition recomputed from the labels after every label
-  (an adversarial partitioner) and the 1-NN partition refitted after every label;
+* refit every label: a partition recomputed from the labels after every label (an
+  adversarial partitioner, 600 items) and the 1-NN partition refitted after every label
+  (300 items);
 * judge strata: real TriviaQA losses (one MX configuration, 2,000 items) with strata of the
   judge's loss (``loss_judge_best``, and the useless ``loss_judge_bad``);
 * pairwise exact null: AlpacaEval's claude vs claude-2 with every item twice, once swapped,
@@ -74,14 +75,15 @@ def case(name: str):
         radius = "paper" if name.endswith("paper") else "betting"
         return (lambda s: CerEval(3000, part, delta=DELTA, seed=s, radius=radius)), sc.losses, None, 10
     if name.startswith("refit"):
+        n = 600 if name == "refit/adversarial" else 300
         rng = np.random.default_rng(5)
-        x = rng.random(600)
-        z = ((rng.random(600) < 0.15 + 0.7 * (x > 0.8)) * rng.random(600) ** 0.3).astype(float)
+        x = rng.random(n)
+        z = ((rng.random(n) < 0.15 + 0.7 * (x > 0.8)) * rng.random(n) ** 0.3).astype(float)
         if name == "refit/adversarial":
             part = RefitEveryLabel(x)
         else:
-            part = NearestNeighborPartition(np.c_[x, rng.standard_normal((600, 3))])
-        return (lambda s: CerEval(600, part, delta=DELTA, seed=s, warm_start=10, schedule=(10, 1.0 + 1e-9))), z, \
+            part = NearestNeighborPartition(np.c_[x, rng.standard_normal((n, 3))])
+        return (lambda s: CerEval(n, part, delta=DELTA, seed=s, warm_start=10, schedule=(10, 1.0 + 1e-9))), z, \
             None, 5
     if name.startswith("judge"):
         human, judge = _trivia("loss_judge_" + name.split("/")[1])

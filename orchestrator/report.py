@@ -28,6 +28,23 @@ def _log_level(result: JobResult) -> float:
     return math.log((K if result.cfg.procedure in ("bonferroni", "holm") else 1) / d)
 
 
+def _guarantee(cfg, n_items: int) -> str | None:
+    """What R is and why the estimation policies' certificate holds (None for the testing
+    policies, whose certificate is the e-value against 1/delta)."""
+    if cfg.policy.kind not in ("seq", "cer-eval"):
+        return None
+    what = (f"R is a candidate's mean loss over the {n_items} items of the test set. Its intervals and "
+            "decisions are ")
+    if cfg.policy.radius == "paper":
+        return what + ("the Cer-Eval paper's closed-form radii (radius: paper), per group with a union bound "
+                       "over groups: exact for Seq and for a partition fixed before labelling, not for a partition "
+                       "fitted to the labels (the 1-NN partition of Algorithm 2).")
+    groups = {"seq": "one group", "cer-eval": f"groups from {cfg.policy.partition} refitted from past labels"}
+    return what + (f"one betting confidence sequence on stratified draws without replacement ({groups[cfg.policy.kind]}): "
+                   "anytime-valid for any partition, refit schedule, batch order and stopping rule, with no split "
+                   "of delta over groups or refits.")
+
+
 def certificate(result: JobResult) -> dict:
     """The machine-readable certificate: what was chosen, on what evidence, at what cost."""
     cfg = result.cfg
@@ -44,6 +61,7 @@ def certificate(result: JobResult) -> dict:
         statement = (f"R({sel.name}) <= {cfg.alpha:g} with probability >= {1 - cfg.delta:g}, simultaneously for "
                      f"the {len(in_set)} certified of {K} candidates ({result.level})")
     ci_delta = cfg.delta if cfg.procedure == "fst" else cfg.delta / K
+    guarantee = _guarantee(cfg, result.data.n_items)
 
     def cand(r):
         row = {
@@ -75,11 +93,13 @@ def certificate(result: JobResult) -> dict:
         "selected": result.selected,
         "selected_objective": None if sel is None else sel.objective,
         "certificate": statement,
+        "guarantee": guarantee,
         "evidence": evidence,
         "certified_set": list(result.certified),
         "procedure": {"name": cfg.procedure, "alpha": cfg.alpha, "delta": cfg.delta, "level": result.level,
                       "candidates": K},
-        "policy": {"kind": cfg.policy.kind, "betting": cfg.policy.betting, "radius": cfg.policy.radius},
+        "policy": {"kind": cfg.policy.kind, "betting": cfg.policy.betting, "radius": cfg.policy.radius,
+                   "partition": cfg.policy.partition},
         "objective": None if cfg.objective is None else cfg.objective.model_dump(),
         "labels": {"spent": result.spent, "full_budget": result.full,
                    "saved_fraction": {k: _round(v, 4) for k, v in saved.items()},
@@ -247,6 +267,7 @@ def write_report(result: JobResult, outdir) -> list[pathlib.Path]:
         "",
         f"**Certificate:** {cert['certificate']}.",
         "",
+        *([cert["guarantee"], ""] if cert["guarantee"] else []),
         f"Policy {cert['policy']['kind']} ({cert['policy']['betting']} betting), alpha = {cert['procedure']['alpha']:g}, "
         f"delta = {cert['procedure']['delta']}, procedure: {cert['procedure']['level']}.",
         "",
@@ -268,6 +289,7 @@ def write_report(result: JobResult, outdir) -> list[pathlib.Path]:
     body = [f"<h1>certsel: {esc(cert['job'])}</h1>",
             f"<p><b>Selected:</b> {esc(str(cert['selected'] or 'none'))}</p>",
             f"<p><b>Certificate:</b> {esc(cert['certificate'])}.</p>",
+            *([f"<p>{esc(cert['guarantee'])}</p>"] if cert["guarantee"] else []),
             "<table border=1 cellpadding=3><tr><th>labels</th><th>spent</th><th>full budget</th><th>saved</th></tr>"]
     for k in ("human", "judge", "requests"):
         body.append(f"<tr><td>{k}</td><td>{lab['spent'][k]}</td><td>{lab['full_budget'][k]}</td>"

@@ -124,7 +124,8 @@ class JobTracker:
         self.parent_id = parent.info.run_id
         params = {
             "alpha": cfg.alpha, "delta": cfg.delta, "policy": cfg.policy.kind, "betting": cfg.policy.betting,
-            "radius": cfg.policy.radius, "procedure": cfg.procedure, "budget_n": cfg.budget.n,
+            "radius": cfg.policy.radius, "partition": cfg.policy.partition, "procedure": cfg.procedure,
+            "budget_n": cfg.budget.n,
             "budget_r": cfg.budget.r, "budget_batch": cfg.budget.batch, "budget_max_requests": cfg.budget.max_requests,
             "scheduling": cfg.scheduling.mode, "lookahead": cfg.scheduling.lookahead, "seed": cfg.seed,
             "data_path": str(cfg.data.path if cfg.data else cfg.live.items), "data_fingerprint": data.fingerprint,

@@ -204,3 +204,31 @@ def test_bonferroni_pruning_keeps_the_selection(seed):
     assert a.selected == b.selected and a.selected is not None
     assert set(b.certified) <= set(a.certified)
     assert b.spent["human"] < a.spent["human"]
+
+
+def test_cer_eval_with_judge_strata_equals_direct_policies(ray_session):
+    """partition: judge on a replay table: each candidate's Cer-Eval stratifies by its own
+    judge loss column and equals the policy run directly; the strata's judge labels are
+    counted (every item once)."""
+    from certsel.workers.candidate import make_estimation_policy
+
+    cfg = trivia_cfg(policy={"kind": "cer-eval", "partition": "judge"}, data={"judge": "loss_judge_best"},
+                     budget={"n": 1500, "r": 0, "batch": 100}, candidates=None,
+                     order=["mx_m5_r2_k64", "mx_m4_r8_k16", "mx_m4_r2_k64"], alpha=0.12)
+    data = load_job_data(cfg)
+    rt = RayRuntime(max_actors=2)
+    res = run_job(cfg, data, rt)
+    rt.close()
+    I = data.n_items
+    for k, r in enumerate(res.records):
+        if r.t == 0:
+            continue
+        ref = make_estimation_policy("cer-eval", I, delta=0.1, alpha=0.12, radius="betting", seed=[7, k],
+                                     partition="judge", judge_scores=data.table.judge[k])
+        while not ref.done and ref.n_labeled < 1500:
+            items = ref.next_items(min(100, 1500 - ref.n_labeled))
+            ref.update(items, data.table.human[k][items])
+        assert (r.t, r.decision) == (ref.n_labeled, ref.decision)
+        assert r.ci == pytest.approx(ref.ci, abs=1e-12)
+        assert r.n_judge == I and r.n_human == r.t
+    assert res.records[0].status == "certified"  # R = 0.058 <= 0.12, judge strata of the best judge

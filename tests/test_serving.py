@@ -197,3 +197,32 @@ def test_cer_eval_on_live_items_with_served_embeddings(ray_session, tmp_path):
     np.testing.assert_array_equal(weak.item.to_numpy(), ref.labeled_items)
     assert rec.n_human == ref.n_labeled
     assert rec.ci == pytest.approx(ref.ci, abs=1e-12) and rec.status == "certified"
+
+
+def test_cer_eval_with_judge_strata_on_live_items(ray_session, tmp_path):
+    """partition: judge on a live job: the judge scores every item once, before any human
+    label, and the job's Cer-Eval equals the policy run directly on those strata."""
+    path = served_job(tmp_path, policy={"kind": "cer-eval", "partition": "judge"}, procedure="fst",
+                      order=["weak", "exact"], objective=None, budget={"n": 200, "batch": 20})
+    cfg = load_config(path)
+    result, run_id = execute(cfg, report_dir=tmp_path / "report")
+    import pyarrow.parquet as pq
+
+    log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
+    weak = log[log.candidate == "weak"]
+    judged = weak[weak.role == "judge"].sort_values("item")
+    items = [json.loads(line) for line in (tmp_path / "additions.jsonl").read_text().splitlines()]
+    assert judged.item.tolist() == list(range(len(items)))  # every item, once
+    rec = next(r for r in result.records if r.name == "weak")
+    assert rec.n_judge == len(items)
+    wrong = np.array([(a * b) % 7 == 0 for a, b in (map(int, it["id"].split("+")) for it in items)], float)
+    ref = make_estimation_policy("cer-eval", len(items), delta=0.1, alpha=0.5, radius="betting", seed=[3, 0],
+                                 partition="judge", judge_scores=judged.loss.to_numpy())
+    while not ref.done and ref.n_labeled < 200:
+        batch = ref.next_items(20)
+        ref.update(batch, wrong[batch])
+    human = weak[weak.role == "human"]
+    np.testing.assert_array_equal(human.item.to_numpy(), ref.labeled_items)
+    assert rec.n_human == ref.n_labeled and rec.ci == pytest.approx(ref.ci, abs=1e-12)
+    cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
+    assert cert["policy"]["partition"] == "judge" and "without replacement" in cert["guarantee"]
