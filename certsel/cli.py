@@ -55,6 +55,8 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="override a config key, e.g. --set policy.kind=r-eval (repeatable)")
     aud.add_argument("--reps", type=int, default=1000, help="repetitions (random item orders; default 1000)")
     aud.add_argument("--seed", type=int, default=0, help="seed of the repetitions' item orders")
+    aud.add_argument("--workers", type=int, default=None,
+                     help="processes for Seq / Cer-Eval repetitions (default: one per CPU; results do not depend on it)")
     aud.add_argument("--out", type=pathlib.Path, help="also write audit.json, audit.md and the plot here")
     aud.add_argument("--no-tracking", action="store_true", help="do not log an MLflow run")
     show = sub.add_parser("show", help="print the certificate of a past job")
@@ -270,7 +272,9 @@ def _audit(args) -> int:
     if not args.no_tracking:
         precheck(cfg.tracking.uri)
     console = _console()
-    result = audit(cfg, data, reps=args.reps, seed=args.seed)
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    result = audit(cfg, data, reps=args.reps, seed=args.seed, workers=args.workers)
     with tempfile.TemporaryDirectory() as tmp:
         files = write_audit(result, args.out or tmp)
         run_id = None if args.no_tracking else log_audit(cfg, result, files)

@@ -31,6 +31,7 @@ estimation policies run one repetition at a time (their item choices are adaptiv
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -161,8 +162,12 @@ def _excluded(cfg, obs, truth, n):
     return up | down
 
 
-def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int = 50, progress=None) -> AuditResult:
-    """Repeat ``cfg``'s policy ``reps`` times on its replay table (see the module docstring)."""
+def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int = 50, progress=None,
+          workers: int | None = None) -> AuditResult:
+    """Repeat ``cfg``'s policy ``reps`` times on its replay table (see the module docstring).
+
+    Seq / Cer-Eval repetitions (and a ranking's) run in ``workers`` processes (default: one
+    per CPU); the result is the same for any number of workers."""
     table = data.table
     if table is None:
         raise ValueError("certsel audit needs a replay job (a data: section with recorded losses and ground truth)")
@@ -173,8 +178,9 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     K, I = table.human.shape
     rng = np.random.default_rng(seed)
     kind = cfg.policy.kind
+    workers = max(1, (os.cpu_count() or 1) if workers is None else int(workers))
     if cfg.procedure == "pairwise":
-        return _pairwise(cfg, table, names, reps, rng, progress)
+        return _pairwise(cfg, table, names, reps, rng, progress, workers)
     n = cfg.budget.n
     if kind in TESTING:
         rhos = scheme_rhos(kind)
@@ -200,7 +206,8 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
         certified = max_log_e >= np.log(1 / cfg.delta)
         fam = certified_set(np.exp(np.minimum(max_log_e, 700)), cfg.delta, _procedure(cfg))
     else:
-        certified, first, missed, est, classical, t_grid = _estimation(cfg, table, truth, reps, rng, progress)
+        certified, first, missed, est, classical, t_grid = _estimation(cfg, table, truth, reps, rng, progress,
+                                                                       workers)
         fam = certified if cfg.procedure != "fst" else np.cumprod(certified, axis=1).astype(bool)
     rows = []
     for k in range(K):
@@ -259,7 +266,65 @@ def _features(cfg, table):
     return load_features(cfg.data.features, table.items)
 
 
-def _pairwise(cfg, table, names, reps, rng, progress) -> AuditResult:
+def _ranking_once(job) -> tuple:
+    """One repetition of a pairwise job's ranking (module level: it runs in worker processes).
+    Returns per pair (wrong order, decided, interval ever missed, items used) and the
+    number of model evaluations (a model's items counted once across its pairs)."""
+    cfg, human, features, scores, seed = job
+    K, I = human.shape
+    ii, jj = np.triu_indices(K, 1)
+    P = ii.size
+    pair_delta = sign_policy_delta(cfg.delta / P, cfg.policy.radius)
+    n = min(cfg.budget.n, I)
+    truth = human.mean(axis=1)
+    out = np.zeros((4, P), dtype=np.int64)
+    items_of = [set() for _ in range(K)]
+    for p in range(P):
+        u = (human[ii[p]] - human[jj[p]] + 1.0) / 2.0
+        mu = float(u.mean())
+        pol = make_estimation_policy(cfg.policy.kind, I, delta=pair_delta, alpha=0.5, radius=cfg.policy.radius,
+                                     seed=seed, features=features, partition=cfg.policy.partition,
+                                     judge_scores=None if scores is None else scores[p])
+        missed = False
+        while not pol.done and pol.n_labeled < n:
+            items = pol.next_items(min(cfg.budget.batch, n - pol.n_labeled))
+            if items.size == 0:
+                break
+            pol.update(items, u[items])
+            lo, hi = pol.ci
+            missed |= not (lo - 1e-12 <= mu <= hi + 1e-12)
+        d = pol.decision  # -1: model ii has the lower risk, +1: model jj
+        diff = truth[ii[p]] - truth[jj[p]]
+        out[:, p] = ((d == -1 and diff >= 0) or (d == 1 and diff <= 0), d != 0, missed, pol.n_labeled)
+        items_of[ii[p]].update(pol.labeled_items.tolist())
+        items_of[jj[p]].update(pol.labeled_items.tolist())
+    return out, sum(len(x) for x in items_of)
+
+
+def _repeat(fn, jobs: list, workers: int, progress) -> list:
+    """``fn`` over the repetitions' jobs, in worker processes when ``workers`` > 1; the
+    results are in job order and do not depend on the number of workers."""
+    if workers <= 1 or len(jobs) <= 1:
+        out = []
+        for i, job in enumerate(jobs):
+            out.append(fn(job))
+            if progress is not None:
+                progress(i + 1, len(jobs))
+        return out
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    out = []
+    ctx = multiprocessing.get_context("spawn" if multiprocessing.get_start_method() != "fork" else "fork")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as ex:
+        for i, res in enumerate(ex.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * workers)))):
+            out.append(res)
+            if progress is not None:
+                progress(i + 1, len(jobs))
+    return out
+
+
+def _pairwise(cfg, table, names, reps, rng, progress, workers: int = 1) -> AuditResult:
     """The ranking repeated ``reps`` times as a pairwise job runs it: every pair's Seq /
     Cer-Eval policy on u = (loss_i - loss_j + 1)/2 with threshold 1/2 at delta/(2P) per
     direction, stopped at a certified sign or the budget. A certified order is wrong when
@@ -270,42 +335,17 @@ def _pairwise(cfg, table, names, reps, rng, progress) -> AuditResult:
     P = ii.size
     pair_delta = sign_policy_delta(cfg.delta / P, cfg.policy.radius)
     n = min(cfg.budget.n, I)
-    truth = table.human.mean(axis=1)
-    diff = truth[ii] - truth[jj]
+    diff = table.human.mean(axis=1)[ii] - table.human.mean(axis=1)[jj]
     features = _features(cfg, table)
     scores = None
     if cfg.policy.partition == "judge":
         scores = [(table.judge[ii[p]] - table.judge[jj[p]] + 1.0) / 2.0 for p in range(P)]
-    wrong = np.zeros((reps, P), dtype=bool)
-    decided = np.zeros((reps, P), dtype=bool)
-    missed = np.zeros((reps, P), dtype=bool)
-    used = np.zeros((reps, P), dtype=np.int64)
-    evaluations = np.zeros(reps, dtype=np.int64)
-    for rep in range(reps):
-        seed = int(rng.integers(2**31))
-        items_of = [set() for _ in range(K)]
-        for p in range(P):
-            u = (table.human[ii[p]] - table.human[jj[p]] + 1.0) / 2.0
-            mu = float(u.mean())
-            pol = make_estimation_policy(cfg.policy.kind, I, delta=pair_delta, alpha=0.5, radius=cfg.policy.radius,
-                                         seed=seed, features=features, partition=cfg.policy.partition,
-                                         judge_scores=None if scores is None else scores[p])
-            while not pol.done and pol.n_labeled < n:
-                items = pol.next_items(min(cfg.budget.batch, n - pol.n_labeled))
-                if items.size == 0:
-                    break
-                pol.update(items, u[items])
-                lo, hi = pol.ci
-                missed[rep, p] |= not (lo - 1e-12 <= mu <= hi + 1e-12)
-            d = pol.decision  # -1: model ii has the lower risk, +1: model jj
-            decided[rep, p] = d != 0
-            wrong[rep, p] = (d == -1 and diff[p] >= 0) or (d == 1 and diff[p] <= 0)
-            used[rep, p] = pol.n_labeled
-            items_of[ii[p]].update(pol.labeled_items.tolist())
-            items_of[jj[p]].update(pol.labeled_items.tolist())
-        evaluations[rep] = sum(len(s) for s in items_of)
-        if progress is not None:
-            progress(rep + 1, reps)
+    seeds = [int(x) for x in rng.integers(2**31, size=reps)]
+    got = _repeat(_ranking_once, [(cfg, table.human, features, scores, sd) for sd in seeds], workers, progress)
+    per = np.stack([g[0] for g in got])  # (reps, 4, P)
+    wrong, decided, missed, used = (per[:, i] for i in range(4))
+    wrong, decided, missed = wrong.astype(bool), decided.astype(bool), missed.astype(bool)
+    evaluations = np.array([g[1] for g in got])
     rows = []
     for p in range(P):
         k = int(wrong[:, p].sum())
@@ -329,52 +369,58 @@ def _pairwise(cfg, table, names, reps, rng, progress) -> AuditResult:
     return AuditResult(cfg, reps, rows, overall, unit="pair")
 
 
-def _estimation(cfg, table, truth, reps, rng, progress):
-    """Seq / Cer-Eval, one repetition at a time: decisions against alpha at level delta,
-    interval misses, labels used, estimates on the budget grid."""
+def _estimation_once(job) -> tuple:
+    """One repetition of Seq / Cer-Eval for every candidate (module level: it runs in worker
+    processes): decision, labels to decide, interval ever missed, estimates on the grid."""
+    cfg, table, truth, features, t_grid, seed = job
     K, I = table.human.shape
     n = min(cfg.budget.n, I)
-    t_grid = np.unique(np.linspace(1, n, BUDGET_GRID).round().astype(int))
-    certified = np.zeros((reps, K), dtype=bool)
-    missed = np.zeros((reps, K), dtype=bool)
-    first = np.zeros((reps, K), dtype=np.int64)
-    est = np.zeros((reps, K, t_grid.size))
-    classical = np.zeros((reps, K, t_grid.size))
-    features = _features(cfg, table)
     level = cfg.delta if cfg.procedure == "fst" else cfg.delta / K  # as the job runs them
-    for rep in range(reps):
-        seed = [int(x) for x in rng.integers(2**31, size=2)]
-        for k in range(K):
-            pol = make_estimation_policy(cfg.policy.kind, I, delta=level, alpha=cfg.alpha, radius=cfg.policy.radius,
-                                         seed=seed + [k], features=features, partition=cfg.policy.partition,
-                                         judge_scores=None if table.judge is None else table.judge[k])
-            losses = table.human[k]
-            decided_at = 0
-            g = 0
-            while pol.n_labeled < n:
-                step = min(max(1, cfg.budget.batch), n - pol.n_labeled)
-                if g < t_grid.size:  # stop exactly at the next grid budget
-                    step = min(step, int(t_grid[g]) - pol.n_labeled)
-                items = pol.next_items(step)
-                if items.size == 0:
-                    break
-                pol.update(items, losses[items])
-                lo, hi = pol.ci
-                if not (lo <= truth[k] <= hi):
-                    missed[rep, k] = True
-                if pol.decision != 0 and not decided_at:
-                    decided_at = pol.n_labeled
-                    certified[rep, k] = pol.decision == -1
-                while g < t_grid.size and pol.n_labeled >= t_grid[g]:
-                    est[rep, k, g] = pol.estimate
-                    lab = pol.labeled_items
-                    classical[rep, k, g] = losses[lab].mean()
-                    g += 1
-            est[rep, k, g:] = pol.estimate
-            classical[rep, k, g:] = losses[pol.labeled_items].mean() if pol.n_labeled else np.nan
-            first[rep, k] = decided_at or pol.n_labeled
-        if progress is not None:
-            progress(rep + 1, reps)
+    certified = np.zeros(K, dtype=bool)
+    missed = np.zeros(K, dtype=bool)
+    first = np.zeros(K, dtype=np.int64)
+    est = np.zeros((K, t_grid.size))
+    classical = np.zeros((K, t_grid.size))
+    for k in range(K):
+        pol = make_estimation_policy(cfg.policy.kind, I, delta=level, alpha=cfg.alpha, radius=cfg.policy.radius,
+                                     seed=seed + [k], features=features, partition=cfg.policy.partition,
+                                     judge_scores=None if table.judge is None else table.judge[k])
+        losses = table.human[k]
+        decided_at = 0
+        g = 0
+        while pol.n_labeled < n:
+            step = min(max(1, cfg.budget.batch), n - pol.n_labeled)
+            if g < t_grid.size:  # stop exactly at the next grid budget
+                step = min(step, int(t_grid[g]) - pol.n_labeled)
+            items = pol.next_items(step)
+            if items.size == 0:
+                break
+            pol.update(items, losses[items])
+            lo, hi = pol.ci
+            if not (lo - 1e-12 <= truth[k] <= hi + 1e-12):
+                missed[k] = True
+            if pol.decision != 0 and not decided_at:
+                decided_at = pol.n_labeled
+                certified[k] = pol.decision == -1
+            while g < t_grid.size and pol.n_labeled >= t_grid[g]:
+                est[k, g] = pol.estimate
+                classical[k, g] = losses[pol.labeled_items].mean()
+                g += 1
+        est[k, g:] = pol.estimate
+        classical[k, g:] = losses[pol.labeled_items].mean() if pol.n_labeled else np.nan
+        first[k] = decided_at or pol.n_labeled
+    return certified, first, missed, est, classical
+
+
+def _estimation(cfg, table, truth, reps, rng, progress, workers: int = 1):
+    """Seq / Cer-Eval repeated ``reps`` times: decisions against alpha at the level the job
+    uses, interval misses, labels used, estimates on the budget grid."""
+    n = min(cfg.budget.n, table.human.shape[1])
+    t_grid = np.unique(np.linspace(1, n, BUDGET_GRID).round().astype(int))
+    features = _features(cfg, table)
+    seeds = [[int(x) for x in rng.integers(2**31, size=2)] for _ in range(reps)]
+    got = _repeat(_estimation_once, [(cfg, table, truth, features, t_grid, sd) for sd in seeds], workers, progress)
+    certified, first, missed, est, classical = (np.stack([g[i] for g in got]) for i in range(5))
     return certified, first, missed, est, classical, t_grid
 
 

@@ -19,12 +19,14 @@ subroutine of Algorithm 2.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
 from sklearn.decomposition import PCA
+from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.neighbors import NearestNeighbors
 
 ScoreFn = Callable[[np.ndarray, np.ndarray, int], float]
@@ -95,6 +97,27 @@ def score_partition(scores, n_groups: int) -> FixedPartition:
     return FixedPartition(labels)
 
 
+_SORTED_MAX = 2048  # test sets up to this size keep every item's neighbours sorted (N^2 int32)
+_SORTED_CACHE: dict = {}
+
+
+def _sorted_others(features: np.ndarray) -> np.ndarray:
+    """(N, N-1): for every item the other items by increasing distance (ties by index).
+    Cached per feature matrix, so the partitioners of many policies (the pairs of a ranking)
+    share one."""
+    key = (features.shape, hashlib.sha1(np.ascontiguousarray(features).tobytes()).hexdigest())
+    order = _SORTED_CACHE.get(key)
+    if order is None:
+        N = features.shape[0]
+        d = euclidean_distances(features, squared=True)
+        d[np.arange(N), np.arange(N)] = -np.inf  # the item itself first, then dropped
+        order = np.argsort(d, axis=1, kind="stable")[:, 1:].astype(np.int32)
+        if len(_SORTED_CACHE) >= 4:
+            _SORTED_CACHE.pop(next(iter(_SORTED_CACHE)))
+        _SORTED_CACHE[key] = order
+    return order
+
+
 def check_features(features, n_items: int | None = None) -> np.ndarray:
     """Item features (embeddings): a finite 2-D float array with one row per item."""
     try:
@@ -112,11 +135,16 @@ def check_features(features, n_items: int | None = None) -> np.ndarray:
 
 
 def _value_bins(s: np.ndarray, k: int) -> np.ndarray:
-    """Up to k bins of equal mass of ``s``; equal values always share a bin."""
+    """Up to k bins of about equal mass of ``s``; equal values always share a bin (a score
+    with k or fewer distinct values gets one bin per value)."""
     if k <= 1:
         return np.zeros(s.size, dtype=np.int64)
-    edges = np.unique(np.quantile(s, np.linspace(0.0, 1.0, k + 1)[1:-1]))
-    return _encode(np.searchsorted(edges, s, side="right"))
+    values = np.unique(s)
+    if values.size <= k:
+        return np.searchsorted(values, s).astype(np.int64)
+    # each edge is a value of s and the top of its bin
+    edges = np.unique(np.quantile(s, np.linspace(0.0, 1.0, k + 1)[1:-1], method="lower"))
+    return _encode(np.searchsorted(edges, s, side="left"))
 
 
 class ScorePartition:
@@ -214,6 +242,7 @@ class NearestNeighborPartition:
             raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction!r}")
         self.subset_fraction = float(subset_fraction)
         self.max_train = max_train
+        self._order = None  # every item's other items by distance (small test sets), on first use
         self.n_neighbors = int(n_neighbors)
         self.train_fraction = float(train_fraction)
 
@@ -227,6 +256,8 @@ class NearestNeighborPartition:
         train = np.sort(rng.choice(m, size=size, replace=False))
         train_items = labeled[train]
         k = max(1, min(k, size - 1 if leave_one_out else size))
+        if leave_one_out and size > 1 and self.n_items <= _SORTED_MAX:
+            return self._sorted_neighbour_losses(train_items, z[train], k)
         q = k + 1 if leave_one_out and size > 1 else k
         nn = NearestNeighbors(n_neighbors=q, algorithm="brute").fit(self.features[train_items])
         nearest = nn.kneighbors(self.features, return_distance=False)
@@ -239,6 +270,28 @@ class NearestNeighborPartition:
             drop[~drop.any(axis=1), -1] = True
             nearest = nearest[~drop].reshape(self.n_items, k)
         return z[train][nearest].mean(axis=1)
+
+    def _sorted_neighbour_losses(self, train_items, z_train, k):
+        """:meth:`_neighbour_losses` (leave-one-out) from every item's other items sorted by
+        distance, computed once per feature matrix: a test set of up to _SORTED_MAX items then
+        costs a few array passes per refit instead of a neighbour search. Only the first
+        columns that hold every row's k nearest training items are read."""
+        if self._order is None:
+            self._order = _sorted_others(self.features)
+        order = self._order
+        member = np.zeros(self.n_items, dtype=bool)
+        member[train_items] = True
+        value = np.zeros(self.n_items)
+        value[train_items] = z_train
+        width = min(order.shape[1], 4 * k * self.n_items // max(1, train_items.size) + k)
+        while True:
+            inrow = member[order[:, :width]]
+            counts = np.cumsum(inrow, axis=1, dtype=np.int32)
+            if width == order.shape[1] or counts[:, -1].min() >= k:
+                break
+            width = min(order.shape[1], 2 * width)
+        first_k = inrow & (counts <= k)
+        return np.where(first_k, value[order[:, :width]], 0.0).sum(axis=1) / k
 
     def _best_bins(self, z_nn, labeled, score_fn, m):
         best, best_labels = math.inf, None

@@ -175,33 +175,41 @@ class StratifiedBetting:
         """The draw probabilities pi_k the next draw would use."""
         return self.design().pi
 
-    def design(self, pool: np.ndarray | None = None) -> Design:
+    def design(self, pool: np.ndarray | None = None, moments=None) -> Design:
         """The design of the next draw given the labels observed so far (and the pool sizes
-        ``pool``, default the current ones)."""
+        ``pool``, default the current ones; ``moments`` = (mean, var, spread) when already
+        computed from the same labels)."""
         pool = self.pool_sizes() if pool is None else pool
-        mean, var = shrunk_moments(self.moments)
+        mean, var, spread = self._moments() if moments is None else moments
         live = pool > 0
-        pi = np.zeros(self.K)
-        fac = np.zeros(self.K)
         if not live.any():
-            return Design(pi, fac, mean, 0.0, 0.0, 0.0, 0.0)
-        pi[live] = allocation(pool[live], np.sqrt(var[live]), self.floor)
+            zero = np.zeros(self.K)
+            return Design(zero, zero, mean, 0.0, 0.0, 0.0, 0.0)
+        # allocation() over the groups with items left (an empty group has weight 0 in every sum)
+        share = pool / pool.sum()
+        w = pool * spread
+        pi = self.floor * share + (1.0 - self.floor) * (w / w.sum())
         N = float(self.N)
-        fac[live] = pool[live] / (N * pi[live])
+        fac = np.divide(pool, N * pi, out=np.zeros(self.K), where=live)
         return Design(
             pi, fac, mean, float(np.dot(pool, mean)) / N,
-            float(np.min(fac[live] * -mean[live])), float(np.max(fac[live] * (1.0 - mean[live]))),
-            float(np.sum(pi[live] * fac[live] ** 2 * var[live])),
+            float(np.min(np.where(live, fac * -mean, np.inf))), float(np.max(np.where(live, fac * (1.0 - mean), -np.inf))),
+            float(np.sum(pi * fac * fac * var)),
         )
+
+    def _moments(self):
+        mean, var = shrunk_moments(self.moments)
+        return mean, var, np.sqrt(var)
 
     def choose(self, batch: int) -> list[int]:
         """Up to ``batch`` draws; each one's design is fixed from the labels known now."""
         pool = self.pool_sizes()
+        moments = self._moments()  # the labels do not change within a batch
         out = []
         for _ in range(batch):
             if pool.sum() == 0:
                 break
-            d = self.design(pool)
+            d = self.design(pool, moments)
             cum = np.cumsum(d.pi)
             k = min(int(np.searchsorted(cum, self.rng.random() * cum[-1], side="right")), self.K - 1)
             while d.pi[k] == 0.0:  # only reachable through rounding at the top end

@@ -120,3 +120,38 @@ def test_audit_rejects_live_jobs(tmp_path):
     p = subprocess.run([sys.executable, "-m", "certsel.cli", "audit", str(EXAMPLES / "live_additions.yaml"),
                         "--no-tracking"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "needs a replay job" in p.stderr
+
+
+def test_pairwise_audit_repeats_the_ranking_as_the_job_runs_it():
+    """A pairwise job is audited as its ranking: each repetition's pairs equal the pair
+    policies run directly (delta/(2P) per direction), wrong orders are counted against the
+    table's means, and the result does not depend on the number of worker processes."""
+    from certsel.orchestrator.audit import _ranking_once
+    from certsel.policies import Seq
+
+    raw = {"data": {"path": str(EXAMPLES / "data" / "alpacaeval_preferences.parquet"), "candidate": "model",
+                    "human": "loss"},
+           "candidates": ["FuseChat-Llama-3.2-1B-Instruct", "claude", "claude-2", "gpt4_gamed"],
+           "policy": {"kind": "seq"}, "procedure": "pairwise", "delta": 0.05, "budget": {"n": 300, "batch": 25}}
+    cfg = parse_config(raw)
+    data = load_job_data(cfg)
+    t = data.table
+    per, evaluations = _ranking_once((cfg, t.human, None, None, 17))
+    ii, jj = np.triu_indices(4, 1)
+    used = [set() for _ in range(4)]
+    for p in range(6):
+        u = (t.human[ii[p]] - t.human[jj[p]] + 1) / 2
+        pol = Seq(t.human.shape[1], delta=0.05 / 6 / 2, threshold=0.5, seed=17)
+        while not pol.done and pol.n_labeled < 300:
+            items = pol.next_items(min(25, 300 - pol.n_labeled))
+            pol.update(items, u[items])
+        assert per[3, p] == pol.n_labeled and per[1, p] == (pol.decision != 0)
+        used[ii[p]].update(pol.labeled_items.tolist())
+        used[jj[p]].update(pol.labeled_items.tolist())
+    assert evaluations == sum(len(s) for s in used)
+    one = audit(cfg, data, reps=12, seed=3, workers=1)
+    two = audit(cfg, data, reps=12, seed=3, workers=2)
+    assert one.rows == two.rows and one.overall == two.overall
+    assert one.unit == "pair" and len(one.rows) == 6 and one.overall["ok"]
+    assert one.overall["familywise_failure"] == 0.0
+    assert "pairwise seq ranking of 4 models" in one.summary() and "| pair |" in one.table()

@@ -368,3 +368,43 @@ def test_neyman_allocation_favours_the_group_that_varies():
     assert np.all(gs["allocation"] >= 0.25 * share - 1e-15)  # the floor
     assert gs["allocation"][0] < share[0]
     assert math.isclose(gs["allocation"].sum(), 1.0)
+
+
+# ---------------------------------------------------------------- partitions
+
+
+@pytest.mark.parametrize("n", [300, 3000])  # the sorted-neighbour path and the neighbour search
+def test_no_item_is_grouped_by_its_own_loss(n):
+    """The honest 1-NN prediction of a labelled item does not move when its own loss does;
+    the paper's Algorithm 2 (training items classified as themselves) does."""
+    sc = make_outliers(n=n, seed=2)
+    part = NearestNeighborPartition(sc.features)
+    rng = np.random.default_rng(0)
+    labeled = rng.choice(n, 150, replace=False)
+    z = sc.losses[labeled].copy()
+    base = part._neighbour_losses(labeled, z, np.random.default_rng(1), leave_one_out=True, fraction=1.0, k=5)
+    paper = part._neighbour_losses(labeled, z, np.random.default_rng(1), leave_one_out=False, fraction=1.0, k=1)
+    for j in range(10):
+        flipped = z.copy()
+        flipped[j] = 1.0 - flipped[j]
+        again = part._neighbour_losses(labeled, flipped, np.random.default_rng(1), leave_one_out=True, fraction=1.0,
+                                       k=5)
+        assert again[labeled[j]] == base[labeled[j]]
+        paper2 = part._neighbour_losses(labeled, flipped, np.random.default_rng(1), leave_one_out=False,
+                                        fraction=1.0, k=1)
+        assert paper2[labeled[j]] != paper[labeled[j]]
+
+
+def test_score_partition_bins_ties_together_and_picks_the_best_count():
+    judge = np.r_[np.zeros(60), np.full(30, 0.5), np.ones(10)]
+    part = ScorePartition(judge, max_groups=5)
+    assert all(np.unique(c[judge == v]).size == 1 for c in part._candidates for v in (0.0, 0.5, 1.0))
+    assert len(part._candidates) == 3  # 1, 2 or 3 groups: tied scores cannot be split
+    human = np.where(judge > 0.25, 1.0, 0.0)
+    p = CerEval(100, part, delta=0.1, seed=0, warm_start=30)
+    p.run(human, batch=5)
+    assert p.n_groups >= 2  # the strata that explain the losses win
+    with pytest.raises(ValueError, match="NaN"):
+        ScorePartition([0.1, np.nan])
+    with pytest.raises(ValueError, match="max_groups"):
+        ScorePartition([0.1, 0.2], max_groups=0)
