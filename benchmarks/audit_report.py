@@ -2,9 +2,12 @@
 
 TriviaQA (48 MX configurations, alpha = 0.1, delta = 0.1, n = 300, r = 3, FST in
 decreasing bitwidth): R-Eval, R-AutoEval, R-AutoEval+ with UP and with WSR betting.
-AlpacaEval (12 models, alpha = 0.5, delta = 0.05, up to 805 items): Seq and Cer-Eval.
+AlpacaEval: the ranking example (12 models, 66 pairs, delta = 0.05, up to 805 items per
+pair) with Seq and with Cer-Eval pairs, audited as the ranking (a row's "candidates" are
+the pairs; failure = a wrong certified order); ``--ranking-reps`` repetitions (default 200:
+a Cer-Eval ranking repetition runs 66 pair policies).
 
-    python benchmarks/audit_report.py [--reps 1000] [--out DIR]
+    python benchmarks/audit_report.py [--reps 1000] [--ranking-reps 200] [--out DIR]
 """
 
 from __future__ import annotations
@@ -24,27 +27,31 @@ RUNS = [
     ("TriviaQA", "quantization.yaml", ["policy.kind=r-autoeval", "policy.betting=up"]),
     ("TriviaQA", "quantization.yaml", ["policy.kind=r-autoeval+", "policy.betting=up"]),
     ("TriviaQA", "quantization.yaml", ["policy.kind=r-autoeval+", "policy.betting=wsr"]),
-    ("AlpacaEval", "alpacaeval_ranking.yaml", ["policy.kind=seq", "alpha=0.5"]),
-    ("AlpacaEval", "alpacaeval_ranking.yaml", ["policy.kind=cer-eval", "alpha=0.5"]),
+    ("AlpacaEval ranking", "alpacaeval_ranking.yaml", ["policy.kind=seq"]),
+    ("AlpacaEval ranking", "alpacaeval_ranking.yaml", ["policy.kind=cer-eval"]),
 ]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=1000)
+    ap.add_argument("--ranking-reps", type=int, default=200)
     ap.add_argument("--out", type=pathlib.Path, help="keep each audit's json/md/png here")
     args = ap.parse_args(argv)
-    print(f"{args.reps} repetitions each; failure = certifying a candidate whose true risk is above alpha "
-          "(testing policies) or an anytime interval that ever misses the true risk (Seq, Cer-Eval)\n")
+    print(f"{args.reps} repetitions each ({args.ranking_reps} for the rankings); failure = certifying a candidate "
+          "whose true risk is above alpha (testing policies) or a wrong certified order (rankings, whose "
+          "'candidates' are the pairs and whose coverage is the pairs' anytime intervals)\n")
     print("| data | policy | betting | candidates with H0 | worst failure (99% CP upper) | family-wise failure "
-          "(99% CP upper) | delta | min coverage | mean labels to decide | FT-Eval TOST pass | ok | seconds |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "(99% CP upper) | delta | min coverage | mean labels to decide | FT-Eval TOST pass | ok | reps | seconds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     ok_all = True
+    summaries = []
     for data_name, file, sets in RUNS:
         cfg = load_config(EXAMPLES / file, sets)
         data = load_job_data(cfg)
         t = time.perf_counter()
-        res = audit(cfg, data, reps=args.reps, seed=0)
+        reps = args.ranking_reps if cfg.procedure == "pairwise" else args.reps
+        res = audit(cfg, data, reps=reps, seed=0)
         secs = time.perf_counter() - t
         if args.out is not None:
             write_audit(res, args.out / f"{data_name}-{cfg.policy.kind}-{cfg.policy.betting}")
@@ -57,8 +64,12 @@ def main(argv=None) -> int:
               f" | {sum(r['h0'] for r in res.rows)}/{len(res.rows)} | {w} | {o['familywise_failure']:.3f} "
               f"({o['failure_upper']:.3f}) | {cfg.delta:g} | {min(r['coverage'] for r in res.rows):.3f} | "
               f"{sum(r['labels_mean'] for r in res.rows) / len(res.rows):.1f} | {sum(ft)}/{len(ft)} | "
-              f"{'yes' if o['ok'] else 'NO'} | {secs:.0f} |", flush=True)
+              f"{'yes' if o['ok'] else 'NO'} | {reps} | {secs:.0f} |", flush=True)
         ok_all &= o["ok"]
+        if res.unit == "pair":
+            summaries.append(res.summary())
+    for line in summaries:
+        print(f"\n- {line}")
     return 0 if ok_all else 1
 
 

@@ -34,29 +34,11 @@ import numpy as np
 from scipy import stats
 
 from certsel.policies import CerEval, FixedPartition, NearestNeighborPartition, ScorePartition
-from certsel.policies.scenarios import make_outliers
+from certsel.policies.scenarios import RefitEveryLabel, make_outliers
 from certsel.workers.replay import load_loss_table, load_preference_table
 
 DELTA = 0.05
 TRIVIA = "examples/data/triviaqa_llama31_8b_mx.parquet"
-
-
-class RefitEveryLabel:
-    """Groups of the pool by the loss of each item's nearest labelled item on a 1-d feature,
-    with a number of groups that depends on the labels: recomputed after every label."""
-
-    adaptive = True
-
-    def __init__(self, x):
-        self.x = x
-        self.n_items = x.size
-
-    def partition(self, labeled, losses, score_fn, rng):
-        order = np.argsort(self.x[labeled])
-        xs, zs = self.x[labeled][order], np.asarray(losses)[order]
-        pos = np.clip(np.searchsorted(xs, self.x), 0, xs.size - 1)
-        k = 2 + int(10 * np.mean(losses)) % 4
-        return np.minimum((zs[pos] * k).astype(np.int64), k - 1)
 
 
 def _trivia(column_judge: str, n: int = 2000):

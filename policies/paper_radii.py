@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from .radius import _adaptive_hoeffding, _bernstein
+from .stratified import group_queues
 
 
 class GroupRadii:
@@ -110,13 +111,7 @@ class PaperEngine:
         self.build_queues(np.zeros(self.N, dtype=np.int8))
 
     def build_queues(self, status: np.ndarray) -> None:
-        free = np.flatnonzero(status == 0)
-        free = free[self.rng.permutation(free.size)]
-        order = np.argsort(self.groups[free], kind="stable")
-        self._queue = free[order]
-        counts = np.bincount(self.groups[free], minlength=self.K)
-        self._qend = np.cumsum(counts)
-        self._qpos = self._qend - counts
+        self._queue, self._qpos, self._qend = group_queues(self.groups, self.K, status, self.rng)
 
     def radius_of(self, losses: np.ndarray, groups: np.ndarray, groups_of_labeled: np.ndarray, K: int) -> float:
         stats = GroupRadii(self.kind, K, self.delta)

@@ -96,3 +96,24 @@ def make_outliers(*, n: int = 3000, d: int = 10, hard: float = 0.3, distance: fl
     features[groups == 1] = distance * direction[groups == 1]
     losses = (rng.random(n) < np.where(groups == 1, hard_error, easy_error)).astype(np.float64)
     return Scenario(features, losses, groups, float(hard * hard_error + (1 - hard) * easy_error))
+
+
+class RefitEveryLabel:
+    """An adversarial partitioner for validity simulations: the pool is split by the loss of
+    each item's nearest labelled item on a 1-d feature ``x``, into a number of groups that
+    itself depends on the labels seen, and it is meant to be refitted after every label
+    (``CerEval(..., schedule=(a, 1 + 1e-9))``). Anything computed from the past is allowed,
+    so the certificate must hold."""
+
+    adaptive = True
+
+    def __init__(self, x):
+        self.x = np.asarray(x, dtype=np.float64)
+        self.n_items = self.x.size
+
+    def partition(self, labeled, losses, score_fn, rng):
+        order = np.argsort(self.x[labeled])
+        xs, zs = self.x[labeled][order], np.asarray(losses)[order]
+        pos = np.clip(np.searchsorted(xs, self.x), 0, xs.size - 1)
+        k = 2 + int(10 * np.mean(losses)) % 4
+        return np.minimum((zs[pos] * k).astype(np.int64), k - 1)

@@ -58,6 +58,19 @@ _K, _FAC, _CTL, _BASE, _LO, _HI, _VAR = range(7)
 _FORMAT = 1
 
 
+def group_queues(groups: np.ndarray, K: int, status: np.ndarray, rng: np.random.Generator):
+    """For every group its items not drawn yet (``status == 0``) in a uniformly random order:
+    one array ``queue`` holding the groups one after another, with group k's next item at
+    ``queue[pos[k]]`` and its end at ``end[k]``. Taking from the front of a group's queue is
+    a uniform draw among its remaining items, whatever was observed since the shuffle."""
+    free = np.flatnonzero(status == 0)
+    free = free[rng.permutation(free.size)]
+    queue = free[np.argsort(groups[free], kind="stable")]
+    counts = np.bincount(groups[free], minlength=K)
+    end = np.cumsum(counts)
+    return queue, end - counts, end
+
+
 def shrunk_moments(moments: np.ndarray):
     """Predictable group means and variances from (count, sum, sum of squares) rows.
 
@@ -158,14 +171,7 @@ class StratifiedBetting:
         return neyman_score(pool, self._moments_of(groups, np.flatnonzero(~np.isnan(self._loss))))
 
     def build_queues(self, status: np.ndarray) -> None:
-        """For every group its pool items in a uniformly random order."""
-        free = np.flatnonzero(status == 0)
-        free = free[self.rng.permutation(free.size)]
-        order = np.argsort(self.groups[free], kind="stable")
-        self._queue = free[order]
-        counts = np.bincount(self.groups[free], minlength=self.K)
-        self._qend = np.cumsum(counts)
-        self._qpos = self._qend - counts
+        self._queue, self._qpos, self._qend = group_queues(self.groups, self.K, status, self.rng)
 
     # -- drawing ---------------------------------------------------------------------------------
     def pool_sizes(self) -> np.ndarray:

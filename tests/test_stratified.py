@@ -25,7 +25,7 @@ from certsel.policies import (
     seq_paths,
 )
 from certsel.policies.comparison import sign_test_paths
-from certsel.policies.scenarios import make_outliers, make_scenario, make_separated
+from certsel.policies.scenarios import RefitEveryLabel, make_outliers, make_scenario, make_separated
 from certsel.policies.stratified import StratifiedBetting, uniform_observations
 from reference import hedged_capital_bounds_loop
 
@@ -229,31 +229,12 @@ def test_isolated_outliers_with_a_self_assigning_1nn_partition():
     assert rate <= ceiling(runs, delta), rate
 
 
-class _RefitEveryStep:
-    """An adversarial partitioner: after every label, split the pool by the loss of each
-    item's nearest labelled item on a 1-d feature, into a number of groups that itself
-    depends on the labels seen (anything computed from the past is allowed)."""
-
-    adaptive = True
-
-    def __init__(self, x):
-        self.x = x
-        self.n_items = x.size
-
-    def partition(self, labeled, losses, score_fn, rng):
-        order = np.argsort(self.x[labeled])
-        xs, zs = self.x[labeled][order], np.asarray(losses)[order]
-        pos = np.clip(np.searchsorted(xs, self.x), 0, xs.size - 1)
-        k = 2 + int(10 * np.mean(losses)) % 4
-        return np.minimum((zs[pos] * k).astype(np.int64), k - 1)
-
-
 @pytest.mark.slow
 def test_partition_refitted_after_every_label():
     rng = np.random.default_rng(5)
     x = rng.random(200)
     z = ((rng.random(200) < 0.15 + 0.7 * (x > 0.8)) * rng.random(200) ** 0.3).astype(float)
-    part = _RefitEveryStep(x)
+    part = RefitEveryLabel(x)
     runs, delta = 1000, 0.1
 
     def make(s):
