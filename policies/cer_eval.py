@@ -479,6 +479,9 @@ class CerEval(_Engined):
         groups = np.asarray(self._partition_call()(items, losses, self._score, self._rng))
         if groups.shape != (self.n_items,) or groups.dtype.kind not in "iu" or groups.min() < 0:
             raise ValueError("partitioner must return one non-negative integer group per item")
+        if groups.max() >= self.n_items:
+            raise ValueError(f"partitioner returned group id {int(groups.max())}: ids must be below n_items "
+                             f"({self.n_items})")
         groups = groups.astype(np.int64)
         if self.betting:
             self._engine.set_partition(groups, self._status)

@@ -389,3 +389,21 @@ def test_score_partition_bins_ties_together_and_picks_the_best_count():
         ScorePartition([0.1, np.nan])
     with pytest.raises(ValueError, match="max_groups"):
         ScorePartition([0.1, 0.2], max_groups=0)
+
+
+def test_partitioner_output_is_checked():
+    class Bad:
+        adaptive = True
+        n_items = 20
+
+        def __init__(self, out):
+            self.out = out
+
+        def partition(self, labeled, losses, score_fn, rng):
+            return self.out
+
+    z = np.linspace(0, 1, 20)
+    for out, message in ((np.full(20, 10**9), "below n_items"), (np.full(19, 0), "one non-negative integer"),
+                         (np.full(20, -1), "one non-negative integer"), (np.full(20, 0.5), "one non-negative")):
+        with pytest.raises(ValueError, match=message):
+            CerEval(20, Bad(out), delta=0.1, warm_start=5, seed=0).run(z)
