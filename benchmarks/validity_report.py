@@ -2,8 +2,11 @@
 
 Type-I error: fraction of runs that ever certify R <= alpha when R is slightly above alpha
 (Bernoulli, and resamples of the real TriviaQA candidate with R = 0.0994 at alpha = R -
-0.002). Coverage: fraction of runs whose two-sided anytime interval ever excludes the true
-risk. Each with a one-sided 99% Clopper-Pearson upper bound, to compare with delta.
+0.002). Coverage: fraction of runs whose two-sided anytime interval (the one a job
+reports: a strategy whose bets depend on the target, ONS, reports the intervals of its
+``interval_strategy()``) ever excludes the true risk. Each with a one-sided 99%
+Clopper-Pearson upper bound, to compare with delta. Every registered betting strategy
+(``certsel.policies.STRATEGIES``) gets a row per scheme.
 
     python benchmarks/validity_report.py [--reps 2000]
 """
@@ -21,7 +24,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 
 from simulate import bernoulli, resample  # noqa: E402
 
-from certsel.policies import certify, log_evalue_paths, scheme_rhos  # noqa: E402
+from certsel.policies import STRATEGIES, certify, effective_observations, scheme_rhos  # noqa: E402
+from certsel.policies.autoeval import interval_excludes  # noqa: E402
 from certsel.workers.replay import load_loss_table  # noqa: E402
 
 DELTA = 0.1
@@ -32,11 +36,8 @@ def upper99(k, n):
 
 
 def excluded(h, jl, ju, R, rhos, betting):
-    kw = dict(delta=DELTA / 2, rhos=rhos, betting=betting, bet_bound="range")
-    thr = np.log(2 / DELTA)
-    up = log_evalue_paths(h, jl, ju, alpha=R, **kw).max(axis=-1) >= thr
-    down = log_evalue_paths(1 - h, 1 - jl, 1 - ju, alpha=1 - R, **kw).max(axis=-1) >= thr
-    return up | down
+    obs = effective_observations(h, jl, ju, rhos=rhos)
+    return interval_excludes(obs, R, delta=DELTA, betting=betting)
 
 
 def main() -> None:
@@ -52,7 +53,7 @@ def main() -> None:
           "non-coverage Bernoulli R=0.3 | non-coverage TriviaQA R=0.045 |")
     print("|---|---|---|---|---|---|")
     for i, s in enumerate(("r-eval", "r-autoeval", "r-autoeval+")):
-        for j, b in enumerate(("up", "wsr")):
+        for j, b in enumerate(STRATEGIES):
             rng = np.random.default_rng(100 * i + j)
             rhos = scheme_rhos(s)
             cells = []

@@ -31,7 +31,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from certsel.policies import BETTING_STRATEGIES, PROCEDURES, SCHEMES
+    from certsel.policies import PROCEDURES, SCHEMES, STRATEGIES
     from certsel.workers.replay import DEFAULT_TABLE
 
     p = _Parser(prog="certsel", description="Certified model / config / prompt selection.")
@@ -67,7 +67,7 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data", type=pathlib.Path, default=DEFAULT_TABLE, help="Parquet loss table")
     s.add_argument("--judge", default="best", help="judge column: best|med|bad or a column name")
     s.add_argument("--scheme", default="r-autoeval+", choices=sorted(SCHEMES))
-    s.add_argument("--betting", default="up", choices=BETTING_STRATEGIES)
+    s.add_argument("--betting", default="up", choices=list(STRATEGIES))
     s.add_argument("--procedure", default="fst", choices=PROCEDURES)
     s.add_argument("--alpha", type=float, default=0.1, help="target risk (default 0.1)")
     s.add_argument("--delta", type=float, default=0.1, help="error level (default 0.1)")

@@ -36,6 +36,8 @@ from pydantic import (
     model_validator,
 )
 
+from certsel.policies.betting import BettingStrategy, get_strategy
+
 
 class ConfigError(ValueError):
     """A configuration problem; ``str()`` is one line naming the file and the key."""
@@ -186,10 +188,23 @@ class LiveConfig(_Strict):
 
 class PolicyConfig(_Strict):
     kind: Literal["r-eval", "r-autoeval", "r-autoeval+", "seq", "cer-eval"] = "r-autoeval+"
-    betting: Literal["up", "wsr"] = "up"
+    # a registered betting strategy (certsel.policies.STRATEGIES): its name, or a mapping
+    # with its parameters, e.g. {kind: up, prior: grid}
+    betting: str | dict = "up"
     radius: Literal["betting", "paper"] = "betting"
     # Cer-Eval's groups: 1-NN on item embeddings (Algorithm 2), or strata of the judge's loss
     partition: Literal["embeddings", "judge"] = "embeddings"
+
+    @field_validator("betting")
+    @classmethod
+    def _known_strategy(cls, v):
+        get_strategy(v)  # unknown names and bad parameters are one-line errors
+        return v
+
+    @property
+    def strategy(self) -> BettingStrategy:
+        """The betting strategy object (for the testing policies)."""
+        return get_strategy(self.betting)
 
     @model_validator(mode="after")
     def _partition_is_cer_eval(self):

@@ -39,7 +39,12 @@ from scipy import stats
 
 from certsel.config import RunConfig
 from certsel.policies import certified_set, scheme_rhos
-from certsel.policies.autoeval import _component_log_evalues, _mix, effective_observations
+from certsel.policies.autoeval import (
+    component_log_evalues,
+    effective_observations,
+    interval_excludes,
+    mix_log_evalues,
+)
 from certsel.policies.comparison import sign_policy_delta
 from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
 from certsel.workers.candidate import make_estimation_policy
@@ -130,10 +135,9 @@ def _testing_chunk(cfg, human, judge, orders, n, r, rhos):
         ju = judge[:, orders[:, n : n * (1 + r)]].transpose(1, 0, 2)
     obs = effective_observations(h, jl, ju, rhos=rhos)
     w0 = np.full(rhos.size, 1.0 / rhos.size)
-    kw = dict(delta=cfg.delta, betting=cfg.policy.betting, horizon=n, up_kind="exact", up_grid_size=10_000,
-              wsr_c=0.75)
-    comps = _component_log_evalues(obs, cfg.alpha, ci_scale=False, **kw)  # (reps, K, S, n)
-    log_e = _mix(comps, w0)
+    kw = dict(delta=cfg.delta, betting=cfg.policy.strategy, horizon=n)
+    comps = component_log_evalues(obs, cfg.alpha, ci_scale=False, **kw)  # (reps, K, S, n)
+    log_e = mix_log_evalues(comps, w0)
     # the estimate the driver reports after t labels: rho-weighted PPI++ means (eq. 10, 13)
     t_grid = np.unique(np.linspace(1, n, BUDGET_GRID).round().astype(int))
     cum = np.cumsum(obs.q, axis=-1)[..., t_grid - 1] / t_grid  # (reps, K, S, G)
@@ -143,23 +147,6 @@ def _testing_chunk(cfg, human, judge, orders, n, r, rhos):
     est = (wts * cum).sum(axis=-2)  # (reps, K, G)
     classical = np.cumsum(h, axis=-1)[..., t_grid - 1] / t_grid
     return log_e, est, classical, t_grid, obs
-
-
-def _excluded(cfg, obs, truth, n):
-    """True risk rejected by either one-sided test at delta/2 (App. D.5, bets bounded by the
-    range): exactly when the two-sided anytime interval misses it."""
-    kw = dict(delta=cfg.delta / 2, betting=cfg.policy.betting, horizon=n, up_kind="exact", up_grid_size=10_000,
-              wsr_c=0.75, ci_scale=True)
-    S = obs.q.shape[-2]
-    w0 = np.full(S, 1.0 / S)
-    thr = np.log(2 / cfg.delta)
-    a = np.broadcast_to(truth, obs.q.shape[:-2])
-    up = _mix(_component_log_evalues(obs, a, **kw), w0).max(axis=-1) >= thr
-    lo, hi = obs.loss_bounds
-    flipped = type(obs)(q=(lo + hi) - obs.q, lower=(lo + hi) - obs.upper, upper=(lo + hi) - obs.lower, r=obs.r,
-                        loss_bounds=obs.loss_bounds)
-    down = _mix(_component_log_evalues(flipped, (lo + hi) - a, **kw), w0).max(axis=-1) >= thr
-    return up | down
 
 
 def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int = 50, progress=None,
@@ -197,7 +184,8 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
             hit = log_e >= level
             max_log_e[start : start + m] = log_e.max(axis=-1)
             first[start : start + m] = np.where(hit.any(-1), hit.argmax(-1) + 1, n)
-            missed[start : start + m] = _excluded(cfg, obs, truth[None, :], n)
+            missed[start : start + m] = interval_excludes(obs, truth[None, :], delta=cfg.delta, betting=cfg.policy.strategy,
+                                                                      horizon=n)
             est.append(e)
             classical.append(c)
             if progress is not None:

@@ -97,7 +97,7 @@ class JobPlan:
             order = item_order(I, cfg.seed)
             self.shared = {"human_items": order[:n], "judge_items": order[n : n + r * n]}
             ci_delta = cfg.delta if cfg.procedure == "fst" else cfg.delta / K
-            opts = {"scheme": cfg.policy.kind, "alpha": cfg.alpha, "delta": cfg.delta, "betting": cfg.policy.betting,
+            opts = {"scheme": cfg.policy.kind, "alpha": cfg.alpha, "delta": cfg.delta, "betting": cfg.policy.strategy,
                     "r": r, "ci_delta": ci_delta, "intervals": cfg.tracking.intervals}
             self.specs = [{"name": nm, "kind": "testing", "options": opts} for nm in names]
         else:

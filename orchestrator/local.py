@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from certsel.policies import (
+    get_strategy,
     certified_set,
     confidence_interval,
     log_evalue_paths,
@@ -93,4 +94,5 @@ def replicated_selection(
 def candidate_intervals(outcome: SelectionOutcome, *, delta: float, scheme: str, betting: str, **policy_kwargs):
     """Two-sided anytime-valid (1 - delta) intervals for every candidate of every replication."""
     human, jl, ju = outcome.samples
-    return confidence_interval(human, jl, ju, delta=delta, rhos=scheme_rhos(scheme), betting=betting, **policy_kwargs)
+    return confidence_interval(human, jl, ju, delta=delta, rhos=scheme_rhos(scheme),
+                               betting=get_strategy(betting).interval_strategy(), **policy_kwargs)

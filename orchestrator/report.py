@@ -98,7 +98,7 @@ def certificate(result: JobResult) -> dict:
         "certified_set": list(result.certified),
         "procedure": {"name": cfg.procedure, "alpha": cfg.alpha, "delta": cfg.delta, "level": result.level,
                       "candidates": K},
-        "policy": {"kind": cfg.policy.kind, "betting": cfg.policy.betting, "radius": cfg.policy.radius,
+        "policy": {"kind": cfg.policy.kind, "betting": cfg.policy.strategy.describe(), "radius": cfg.policy.radius,
                    "partition": cfg.policy.partition},
         "objective": None if cfg.objective is None else cfg.objective.model_dump(),
         "labels": {"spent": result.spent, "full_budget": result.full,

@@ -123,7 +123,7 @@ class JobTracker:
         parent = c.create_run(self.experiment_id, run_name=cfg.name, tags=tags)
         self.parent_id = parent.info.run_id
         params = {
-            "alpha": cfg.alpha, "delta": cfg.delta, "policy": cfg.policy.kind, "betting": cfg.policy.betting,
+            "alpha": cfg.alpha, "delta": cfg.delta, "policy": cfg.policy.kind, "betting": cfg.policy.strategy.describe(),
             "radius": cfg.policy.radius, "partition": cfg.policy.partition, "procedure": cfg.procedure,
             "budget_n": cfg.budget.n,
             "budget_r": cfg.budget.r, "budget_batch": cfg.budget.batch, "budget_max_requests": cfg.budget.max_requests,
@@ -260,7 +260,7 @@ def log_audit(cfg, result, files) -> str:
                                                                      "certsel.version": __version__})
     rid = run.info.run_id
     try:
-        params = {"policy": cfg.policy.kind, "betting": cfg.policy.betting, "alpha": cfg.alpha, "delta": cfg.delta,
+        params = {"policy": cfg.policy.kind, "betting": cfg.policy.strategy.describe(), "alpha": cfg.alpha, "delta": cfg.delta,
                   "procedure": cfg.procedure, "budget_n": cfg.budget.n, "budget_r": cfg.budget.r, "reps": result.reps,
                   "data_path": str(cfg.data.path), "judge": cfg.data.judge}
         now = int(time.time() * 1000)

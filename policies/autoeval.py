@@ -31,7 +31,7 @@ from ._validation import (
     check_target,
     check_weights,
 )
-from .betting import BETTING_STRATEGIES, BettingState, log_factors, up_prior
+from .betting import BettingState, BettingStrategy, get_strategy
 
 DEFAULT_RHOS = np.linspace(0.0, 1.0, 10)
 SCHEMES = {
@@ -121,27 +121,26 @@ def effective_observations(
     )
 
 
-def _component_log_evalues(
+def component_log_evalues(
     obs: EffectiveObservations,
     alpha,
     *,
     delta: float,
-    betting: str,
+    betting,
     horizon: int,
-    up_kind: str,
-    up_grid_size: int,
-    wsr_c: float,
-    ci_scale: bool,
+    ci_scale: bool = False,
     state: BettingState | None = None,
     return_state: bool = False,
 ):
     """log E_{s,i} (eq. 12) for every rho, shape (..., S, n).
 
     ``alpha`` is a scalar or an array of the batch shape (one target per batch element; used
-    by the bisection of confidence bounds). With ``ci_scale`` the bet bound is 1/(M_s - m_s)
-    instead of 1/(M_s - alpha) (App. D.5). ``state`` continues the bets of earlier rounds
-    (the returned path then holds only the new increments' cumulative sum).
+    by the bisection of confidence bounds). ``betting`` is a strategy, its name or its
+    mapping (:func:`~certsel.policies.betting.get_strategy`). With ``ci_scale`` the bet bound
+    is 1/(M_s - m_s) instead of 1/(M_s - alpha) (App. D.5). ``state`` continues the bets of
+    earlier rounds (the returned path then holds only the new increments' cumulative sum).
     """
+    strategy = get_strategy(betting)
     q = obs.q
     batch, (S, n) = q.shape[:-2], q.shape[-2:]
     a = np.broadcast_to(np.asarray(alpha, dtype=np.float64)[..., None], batch + (S,))
@@ -149,25 +148,15 @@ def _component_log_evalues(
         scale = np.broadcast_to(1.0 / (obs.upper - obs.lower), batch + (S,))
     else:
         scale = 1.0 / (obs.upper - a)
-    prior = None
-    if betting == "up":
-        prior = up_prior(up_kind, horizon=horizon, size=up_grid_size)
-    logf = log_factors(
-        q.reshape(-1, n),
-        a.reshape(-1),
-        np.ascontiguousarray(scale).reshape(-1),
-        betting=betting,
-        delta=delta,
-        horizon=horizon,
-        prior=prior,
-        wsr_c=wsr_c,
-        state=state,
+    logf, new = strategy.log_factors(
+        q.reshape(-1, n), np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(scale).reshape(-1),
+        BettingState() if state is None else state, delta=delta, horizon=horizon,
     )
-    path = np.cumsum(logf[0], axis=-1).reshape(q.shape)
-    return (path, logf[1]) if return_state else path
+    path = np.cumsum(logf, axis=-1).reshape(q.shape)
+    return (path, new) if return_state else path
 
 
-def _mix(log_components: np.ndarray, weights: np.ndarray) -> np.ndarray:
+def mix_log_evalues(log_components: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """log sum_s w_{s,0} E_{s,i}: the R-AutoEval+ e-value (eq. 11 with the weights of eq. 13),
     as a log-sum-exp over the rho axis (shifted by the maximum, so it never overflows)."""
     if log_components.shape[-2] == 1:
@@ -179,24 +168,19 @@ def _mix(log_components: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.log(z.sum(axis=-2)) + top
 
 
-def _check_options(betting, horizon, n, up_prior_kind, wsr_c):
-    if betting not in BETTING_STRATEGIES:
-        raise ValueError(f"betting must be one of {BETTING_STRATEGIES}, got {betting!r}")
+def check_horizon(horizon, n: int) -> int:
+    """The planned number of human labels (default ``n``), at least ``n``."""
     horizon = n if horizon is None else check_positive_int(horizon, "horizon")
     if horizon < n:
         raise ValueError(f"horizon={horizon} is smaller than the number of observations n={n}")
-    if up_prior_kind not in ("exact", "grid"):
-        raise ValueError(f"up_prior must be 'exact' or 'grid', got {up_prior_kind!r}")
-    if not 0.0 < float(wsr_c) < 1.0:
-        raise ValueError(f"wsr_c must be in (0, 1), got {wsr_c!r}")
     return horizon
 
 
-def _prepare(human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, up_prior, wsr_c):
-    """Validated effective observations, mixture weights and horizon for one call."""
+def _prepare(human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon):
+    """Validated effective observations, mixture weights, strategy and horizon for one call."""
     obs = effective_observations(human, judge_labeled, judge_unlabeled, rhos=rhos, loss_bounds=loss_bounds)
     w = check_weights(weights, obs.q.shape[-2])
-    return obs, w, _check_options(betting, horizon, obs.q.shape[-1], up_prior, wsr_c)
+    return obs, w, get_strategy(betting), check_horizon(horizon, obs.q.shape[-1])
 
 
 def log_evalue_paths(
@@ -207,13 +191,10 @@ def log_evalue_paths(
     alpha: float,
     delta: float,
     rhos=DEFAULT_RHOS,
-    betting: str = "up",
+    betting: str | dict | BettingStrategy = "up",
     loss_bounds=(0.0, 1.0),
     weights=None,
     horizon: int | None = None,
-    up_prior: str = "exact",
-    up_grid_size: int = 10_000,
-    wsr_c: float = 0.75,
     bet_bound: str = "target",
 ) -> np.ndarray:
     """log E_1..E_n of the R-AutoEval+ e-process for H0: R > alpha vs H1: R <= alpha.
@@ -227,21 +208,18 @@ def log_evalue_paths(
     alpha = check_target(alpha, check_bounds(loss_bounds))
     if bet_bound not in ("target", "range"):
         raise ValueError(f"bet_bound must be 'target' or 'range', got {bet_bound!r}")
-    obs, w, horizon = _prepare(
-        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, up_prior, wsr_c
+    obs, w, betting, horizon = _prepare(
+        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon
     )
-    comps = _component_log_evalues(
+    comps = component_log_evalues(
         obs,
         alpha,
         delta=delta,
         betting=betting,
         horizon=horizon,
-        up_kind=up_prior,
-        up_grid_size=up_grid_size,
-        wsr_c=wsr_c,
         ci_scale=bet_bound == "range",
     )
-    return _mix(comps, w)
+    return mix_log_evalues(comps, w)
 
 
 def evalue_paths(human, judge_labeled=None, judge_unlabeled=None, **kwargs) -> np.ndarray:
@@ -258,7 +236,7 @@ def evalue_path(
     alpha: float,
     delta: float,
     rhos=DEFAULT_RHOS,
-    betting: str = "up",
+    betting: str | dict | BettingStrategy = "up",
     **kwargs,
 ) -> np.ndarray:
     """Running e-values E_1..E_n of R-AutoEval+ (Algorithm 1) for one candidate.
@@ -273,14 +251,13 @@ def evalue_path(
         any i, with optional stopping (Ville's inequality).
     rhos : reliance factors rho_s (eq. 9). Default: 10 evenly spaced in [0, 1]
         (R-AutoEval+); ``[0]`` gives R-Eval and ``[1]`` R-AutoEval.
-    betting : ``"up"`` (Universal Portfolio, eq. 19) or ``"wsr"`` (eq. 20-21).
+    betting : a betting strategy (:data:`~certsel.policies.betting.STRATEGIES`): its name
+        (``"up"``: Universal Portfolio, eq. 19; ``"wsr"``: eq. 20-21; ``"ons"``: online
+        Newton step), a mapping ``{"kind": "up", "prior": "grid"}`` or an instance.
     loss_bounds : declared bounds (lo, hi) of the losses (default (0, 1)).
     weights : initial mixture weights w_{s,0} (default uniform 1/S).
     horizon : planned number of human labels; enters the WSR bet (the ``n`` of eq. 20) and
         the exact UP quadrature size. Default: ``len(human)``.
-    up_prior : ``"exact"`` (Gauss-Chebyshev, the continuous Beta(1/2,1/2) mixture) or
-        ``"grid"`` (``up_grid_size`` uniform points, default 10,000, as in the paper).
-    wsr_c : the WSR cap constant c (default 3/4).
     """
     h = np.asarray(human, dtype=np.float64)
     if h.ndim != 1:
@@ -326,13 +303,10 @@ def upper_confidence_bound(
     *,
     delta: float,
     rhos=DEFAULT_RHOS,
-    betting: str = "up",
+    betting: str | dict | BettingStrategy = "up",
     loss_bounds=(0.0, 1.0),
     weights=None,
     horizon: int | None = None,
-    up_prior: str = "exact",
-    up_grid_size: int = 10_000,
-    wsr_c: float = 0.75,
 ) -> np.ndarray:
     """Anytime-valid upper confidence bound on R at level 1 - delta (App. D.5).
 
@@ -345,19 +319,21 @@ def upper_confidence_bound(
     shape.
     """
     delta = check_level(delta, "delta")
-    obs, w, horizon = _prepare(
-        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, up_prior, wsr_c
+    obs, w, betting, horizon = _prepare(
+        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon
     )
+    if not betting.monotone_in_target:
+        raise ValueError(f"betting {betting.name!r} bets depend on the target, so its rejected targets need not "
+                         f"form an interval; use {betting.name}.interval_strategy() for confidence bounds")
     lo, hi = obs.loss_bounds
     threshold = np.log(1.0 / delta)
     batch = obs.q.shape[:-2]
 
     def rejected(a):
-        comps = _component_log_evalues(
-            obs, a, delta=delta, betting=betting, horizon=horizon, up_kind=up_prior,
-            up_grid_size=up_grid_size, wsr_c=wsr_c, ci_scale=True,
+        comps = component_log_evalues(
+            obs, a, delta=delta, betting=betting, horizon=horizon, ci_scale=True,
         )
-        return _mix(comps, w).max(axis=-1) >= threshold
+        return mix_log_evalues(comps, w).max(axis=-1) >= threshold
 
     low = np.full(batch, lo)
     high = np.full(batch, hi)
@@ -390,6 +366,31 @@ def lower_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, l
         **kwargs,
     )
     return lo + hi - up
+
+
+def interval_excludes(obs: EffectiveObservations, target, *, delta: float, betting="up", horizon: int | None = None,
+                      weights=None) -> np.ndarray:
+    """Whether the two-sided anytime interval at level delta (:func:`confidence_interval`)
+    has excluded ``target`` at some step, for every batch element of ``obs``.
+
+    The interval misses ``target`` exactly when one of its one-sided tests at delta/2 (bets
+    bounded by the range, App. D.5) has rejected it, so this needs one e-process per side
+    instead of a bisection. ``target`` is a scalar or an array of the batch shape.
+    """
+    delta = check_level(delta, "delta")
+    strategy = get_strategy(betting).interval_strategy()
+    S, n = obs.q.shape[-2:]
+    horizon = check_horizon(horizon, n)
+    w = check_weights(weights, S)
+    thr = np.log(2.0 / delta)
+    a = np.broadcast_to(np.asarray(target, dtype=np.float64), obs.q.shape[:-2])
+    kw = dict(delta=delta / 2, betting=strategy, horizon=horizon, ci_scale=True)
+    up = mix_log_evalues(component_log_evalues(obs, a, **kw), w).max(axis=-1) >= thr
+    lo, hi = obs.loss_bounds
+    mirrored = EffectiveObservations(q=(lo + hi) - obs.q, lower=(lo + hi) - obs.upper, upper=(lo + hi) - obs.lower,
+                                     r=obs.r, loss_bounds=obs.loss_bounds)
+    down = mix_log_evalues(component_log_evalues(mirrored, (lo + hi) - a, **kw), w).max(axis=-1) >= thr
+    return up | down
 
 
 def confidence_interval(human, judge_labeled=None, judge_unlabeled=None, *, delta, **kwargs):

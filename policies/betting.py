@@ -14,13 +14,14 @@ wealth monotone in alpha and the confidence set an interval).
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-BETTING_STRATEGIES = ("up", "wsr")
 UP_PRIORS = ("exact", "grid")
 
 # Rows of the universal-portfolio wealth processed together: keeps the (rows, nodes)
@@ -81,24 +82,54 @@ def up_prior(kind: str = "exact", *, horizon: int | None = None, size: int = 10_
 
 @dataclass
 class BettingState:
-    """What the bets of a row depend on, so that a process can be resumed exactly.
+    """What the bets of a batch of rows depend on, so that a process can be resumed exactly.
 
-    ``count`` observations have been consumed (the same for every row). WSR keeps the running
-    sum of observations and of squared deviations (eq. 21); UP keeps the normalised wealth of
-    every prior node (eq. 19). Arrays have one leading entry per row.
+    ``count`` observations have been consumed (the same for every row); ``arrays`` holds the
+    strategy's own running quantities, each with one leading entry per row (WSR: running sum
+    of observations and of squared deviations, eq. 21; UP: the normalised wealth of every
+    prior node, eq. 19; ONS: the current bet fraction and the sum of squared gradients).
+    Rows are independent, so states of several processes stack and split along that axis.
     """
 
     count: int = 0
-    sum_q: np.ndarray | None = None
-    sum_dev: np.ndarray | None = None
-    wealth: np.ndarray | None = None
+    arrays: dict = field(default_factory=dict)
+
+    def get(self, key: str, rows: int, init) -> np.ndarray:
+        """The running quantity ``key``, or ``init`` broadcast to ``rows`` before any observation."""
+        have = self.arrays.get(key)
+        if have is not None:
+            return have
+        return np.broadcast_to(np.asarray(init, dtype=np.float64), (rows,) + np.shape(init)).copy()
+
+    @staticmethod
+    def stack(states) -> "BettingState":
+        states = list(states)
+        keys = set(states[0].arrays)
+        if any(s.count != states[0].count or set(s.arrays) != keys for s in states):
+            raise ValueError("only states of one strategy after the same number of observations stack")
+        return BettingState(states[0].count, {k: np.concatenate([s.arrays[k] for s in states]) for k in sorted(keys)})
+
+    def split(self, parts: int) -> list["BettingState"]:
+        """``parts`` states of equal row counts (the inverse of :meth:`stack`)."""
+        out = [BettingState(self.count, {}) for _ in range(parts)]
+        for k, a in self.arrays.items():
+            for i, piece in enumerate(np.split(a, parts)):
+                out[i].arrays[k] = piece.copy()
+        return out
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, **{k: v.copy() for k, v in self.arrays.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BettingState":
+        return cls(int(d["count"]), {k: np.array(v, dtype=np.float64) for k, v in d.items() if k != "count"})
 
 
 def _wsr(q, scale, state: BettingState, *, delta, horizon, c, mu0, var0):
     """WSR bets for the next q.shape[-1] rounds after ``state``; returns (lambda, state')."""
     n = q.shape[-1]
-    sum_q = np.zeros(q.shape[0]) if state.sum_q is None else state.sum_q
-    sum_dev = np.zeros(q.shape[0]) if state.sum_dev is None else state.sum_dev
+    sum_q = state.get("sum_q", q.shape[0], 0.0)
+    sum_dev = state.get("sum_dev", q.shape[0], 0.0)
     j = state.count + np.arange(1, n + 1, dtype=np.float64)  # global round index
     mu = (mu0 + sum_q[:, None] + np.cumsum(q, axis=-1)) / (j + 1.0)  # mu_j
     dev = np.cumsum((q - mu) ** 2, axis=-1)
@@ -106,7 +137,7 @@ def _wsr(q, scale, state: BettingState, *, delta, horizon, c, mu0, var0):
     past = np.concatenate([sum_dev[:, None], sum_dev[:, None] + dev[:, :-1]], axis=-1)
     sigma2 = (var0 + past) / j
     lam = np.minimum(c * scale[:, None], np.sqrt(2.0 * np.log(1.0 / delta) / (horizon * sigma2)))
-    new = BettingState(state.count + n, sum_q + q.sum(axis=-1), sum_dev + dev[:, -1])
+    new = BettingState(state.count + n, {"sum_q": sum_q + q.sum(axis=-1), "sum_dev": sum_dev + dev[:, -1]})
     return lam, new
 
 
@@ -206,34 +237,193 @@ def _renormalise_every(x: np.ndarray, scale: np.ndarray, u_max: float) -> int:
     return int(np.clip(250.0 / worst, 1, _UP_RENORMALISE_MAX))
 
 
-def log_factors(
-    q: np.ndarray,
-    alpha: np.ndarray,
-    scale: np.ndarray,
-    *,
-    betting: str,
-    delta: float,
-    horizon: int,
-    prior: UPPrior | None = None,
-    wsr_c: float = 0.75,
-    wsr_mu0: float = 0.5,
-    wsr_var0: float = 0.25,
-    state: BettingState | None = None,
-):
+# -- strategies ---------------------------------------------------------------------------
+
+
+class BettingStrategy:
+    """How the bets lambda_i = scale * u_i, u_i in [0, 1), are chosen from past observations.
+
+    A strategy is a small immutable object (its parameters) that turns a batch of
+    observation rows into per-step log wealth factors log(1 - lambda_i (q_i - alpha)),
+    resuming from and returning a :class:`BettingState`. Whatever it does, it may only use
+    observations 1..i-1 for the bet at step i: that is what keeps the wealth a test
+    supermartingale under H0 (every factor has conditional mean <= 1 when E[q] >= alpha and
+    u >= 0). Subclasses are frozen dataclasses whose fields are their parameters, registered
+    in :data:`STRATEGIES` under ``name`` (see :func:`register_strategy`).
+    """
+
+    name: ClassVar[str] = ""
+    # Whether the wealth is non-decreasing in the target when the bet scale does not depend
+    # on it (confidence bounds, App. D.5): true for mixtures of constant bets (UP) and for
+    # bets computed from the observations alone (WSR). Only then is the set of rejected
+    # targets an interval that bisection may search.
+    monotone_in_target: ClassVar[bool] = True
+
+    def log_factors(self, q: np.ndarray, alpha: np.ndarray, scale: np.ndarray, state: BettingState, *,
+                    delta: float, horizon: int) -> tuple[np.ndarray, BettingState]:
+        """Increments (rows, n) for observations ``q`` (rows, n), targets ``alpha`` (rows,)
+        and bet scales ``scale`` (rows,), after ``state``; and the state after them."""
+        raise NotImplementedError
+
+    def params(self) -> dict:
+        """The parameters, as plain values (snapshots, MLflow params, equality of configs)."""
+        return asdict(self) if hasattr(self, "__dataclass_fields__") else {}
+
+    def spec(self) -> dict:
+        """``{"kind": name, **params}``: what :func:`get_strategy` turns back into this object."""
+        return {"kind": self.name, **self.params()}
+
+    def interval_strategy(self) -> "BettingStrategy":
+        """The strategy whose e-processes give this one's confidence bounds: itself when
+        :attr:`monotone_in_target`, else the exact Universal Portfolio."""
+        return self if self.monotone_in_target else UP()
+
+    def describe(self) -> str:
+        """The name, with the parameters that differ from their defaults: ``up``, ``up(prior=grid)``."""
+        defaults = type(self)().params() if hasattr(self, "__dataclass_fields__") else {}
+        extra = ", ".join(f"{k}={v}" for k, v in self.params().items() if defaults.get(k, object()) != v)
+        return f"{self.name}({extra})" if extra else self.name
+
+
+def _unit(value, name: str, *, closed_high: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    ok = 0.0 < v <= 1.0 if closed_high else 0.0 < v < 1.0
+    if not ok:
+        raise ValueError(f"{name} must be in (0, 1{']' if closed_high else ')'}, got {value!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class UP(BettingStrategy):
+    """Universal Portfolio bets (eq. 19): the wealth-weighted posterior mean of the bet under
+    the Beta(1/2, 1/2) prior, ``prior="exact"`` (Gauss-Chebyshev, the continuous mixture)
+    or ``"grid"`` (``grid`` uniform cells weighted by the density, as in the paper's code)."""
+
+    name: ClassVar[str] = "up"
+    prior: str = "exact"
+    grid: int = 10_000
+
+    def __post_init__(self):
+        if self.prior not in UP_PRIORS:
+            raise ValueError(f"up prior must be one of {UP_PRIORS}, got {self.prior!r}")
+        if isinstance(self.grid, bool) or not isinstance(self.grid, (int, np.integer)) or self.grid < 2:
+            raise ValueError(f"up grid must be an integer >= 2, got {self.grid!r}")
+
+    def log_factors(self, q, alpha, scale, state, *, delta, horizon):
+        prior = up_prior(self.prior, horizon=horizon, size=self.grid)
+        out, wealth = up_log_factors(q - alpha[:, None], scale, prior, state.arrays.get("wealth"))
+        return out, BettingState(state.count + q.shape[-1], {"wealth": wealth})
+
+
+@dataclass(frozen=True)
+class WSR(BettingStrategy):
+    """Waudby-Smith--Ramdas predictable plug-in bets (eq. 20-21), capped at ``c`` times the
+    largest allowed bet; ``mu0`` and ``var0`` are the prior mean and variance of eq. 21."""
+
+    name: ClassVar[str] = "wsr"
+    c: float = 0.75
+    mu0: float = 0.5
+    var0: float = 0.25
+
+    def __post_init__(self):
+        _unit(self.c, "wsr c")
+        if not (np.isfinite(self.mu0) and np.isfinite(self.var0) and self.var0 > 0):
+            raise ValueError(f"wsr mu0 must be finite and var0 positive, got {self.mu0!r}, {self.var0!r}")
+
+    def log_factors(self, q, alpha, scale, state, *, delta, horizon):
+        lam, new = _wsr(q, scale, state, delta=delta, horizon=horizon, c=self.c, mu0=self.mu0, var0=self.var0)
+        return np.log1p(-lam * (q - alpha[:, None])), new
+
+
+# ONS step constant of Cutkosky & Orabona ("Black-box reductions for parameter-free online
+# learning in Banach spaces", COLT 2018, arXiv:1802.06293): 2 / (2 - ln 3)
+_ONS_STEP = 2.0 / (2.0 - math.log(3.0))
+
+
+@dataclass(frozen=True)
+class ONS(BettingStrategy):
+    """Online Newton step bets: the bet fraction follows the gradient of the log wealth.
+
+    With y_i = scale (q_i - alpha) <= 1 and the factor 1 - u y_i, the loss of a fraction u
+    is -log(1 - u y_i) with gradient g_i = y_i / (1 - u_i y_i). ONS keeps A_i = 1 + sum g^2
+    and sets u_{i+1} = clip(u_i - 2/(2 - ln 3) g_i / A_i, 0, c): the exp-concave online
+    Newton step of Cutkosky & Orabona (arXiv:1802.06293, section 5), also used for betting
+    confidence sequences by Waudby-Smith & Ramdas (arXiv:2010.09686). u_1 = 0 and every bet
+    uses past observations only; the cap ``c`` <= 1/2 keeps every factor >= 1 - c.
+    Its bets depend on the target, so its confidence bounds come from
+    :meth:`interval_strategy` (UP), not from bisection on its own wealth.
+    """
+
+    name: ClassVar[str] = "ons"
+    # the fraction follows the centred observations q - alpha, so it depends on the target
+    monotone_in_target: ClassVar[bool] = False
+    c: float = 0.5
+
+    def __post_init__(self):
+        _unit(self.c, "ons c")
+
+    def log_factors(self, q, alpha, scale, state, *, delta, horizon):
+        rows, n = q.shape
+        y = scale[:, None] * (q - alpha[:, None])  # (rows, n), each <= 1
+        u = state.get("u", rows, 0.0)
+        a = state.get("a", rows, 1.0)
+        fractions = np.empty((rows, n))
+        for i in range(n):  # each bet depends on the previous one: a loop over time, vectorised over rows
+            fractions[:, i] = u
+            yi = y[:, i]
+            g = yi / (1.0 - u * yi)
+            a = a + g * g
+            u = np.clip(u - _ONS_STEP * g / a, 0.0, self.c)
+        return np.log1p(-fractions * y), BettingState(state.count + n, {"u": u, "a": a})
+
+
+STRATEGIES: dict[str, type[BettingStrategy]] = {}
+
+
+def register_strategy(cls: type[BettingStrategy]) -> type[BettingStrategy]:
+    """Add a strategy class to :data:`STRATEGIES` under ``cls.name`` (usable as a decorator).
+    From then on ``betting: NAME`` (or ``{kind: NAME, param: value}``) selects it in a job
+    file, :class:`~certsel.policies.SequentialTest` and every function that takes ``betting``."""
+    if not (isinstance(cls, type) and issubclass(cls, BettingStrategy)):
+        raise TypeError(f"a betting strategy must subclass BettingStrategy, got {cls!r}")
+    if not isinstance(cls.name, str) or not cls.name:
+        raise ValueError("a betting strategy needs a non-empty name")
+    STRATEGIES[cls.name] = cls
+    return cls
+
+
+for _cls in (UP, WSR, ONS):
+    register_strategy(_cls)
+
+
+def get_strategy(betting) -> BettingStrategy:
+    """A strategy from a name (``"up"``), a mapping (``{"kind": "up", "prior": "grid"}``) or
+    an instance (returned as is). Unknown names and bad parameters are one-line errors."""
+    if isinstance(betting, BettingStrategy):
+        return betting
+    if isinstance(betting, dict):
+        params = dict(betting)
+        kind = params.pop("kind", None)
+    else:
+        kind, params = betting, {}
+    if not isinstance(kind, str) or kind not in STRATEGIES:
+        raise ValueError(f"betting must be one of {', '.join(STRATEGIES)}, got {kind!r}")
+    try:
+        return STRATEGIES[kind](**params)
+    except TypeError as err:  # an unknown parameter
+        raise ValueError(f"betting {kind!r}: {err}") from None
+
+
+def log_factors(q: np.ndarray, alpha: np.ndarray, scale: np.ndarray, *, betting, delta: float, horizon: int,
+                state: BettingState | None = None):
     """Per-step log wealth increments log(1 - lambda_i (q_i - alpha)) for rows of ``q``.
 
     ``q`` is (rows, n); ``alpha`` and ``scale`` are (rows,). The e-process of a row is the
     exponential of the cumulative sum of the increments (eq. 6). ``state`` resumes a process
     after ``state.count`` earlier observations. Returns (increments, state after them).
     """
-    state = BettingState() if state is None else state
-    x = q - alpha[:, None]
-    if betting == "wsr":
-        lam, new = _wsr(q, scale, state, delta=delta, horizon=horizon, c=wsr_c, mu0=wsr_mu0, var0=wsr_var0)
-        return np.log1p(-lam * x), new
-    if betting == "up":
-        if prior is None:
-            prior = up_prior("exact", horizon=horizon)
-        out, wealth = up_log_factors(x, scale, prior, state.wealth)
-        return out, BettingState(state.count + q.shape[-1], wealth=wealth)
-    raise ValueError(f"betting must be one of {BETTING_STRATEGIES}, got {betting!r}")
+    return get_strategy(betting).log_factors(q, alpha, scale, BettingState() if state is None else state,
+                                             delta=delta, horizon=horizon)

@@ -26,15 +26,15 @@ from ._validation import (
 )
 from .autoeval import (
     DEFAULT_RHOS,
-    _check_options,
-    _component_log_evalues,
-    _mix,
+    check_horizon,
+    component_log_evalues,
     effective_observations,
+    mix_log_evalues,
     test_from_log_evalues,
 )
-from .betting import BettingState
+from .betting import BettingState, BettingStrategy, get_strategy
 
-_FORMAT = 1
+_FORMAT = 2
 
 
 class SequentialTest:
@@ -45,6 +45,9 @@ class SequentialTest:
     judge-only labels that accompany every human label (``floor(N/n)`` in Algorithm 1;
     ignored for R-Eval). ``horizon`` (the planned number of human labels) is required: the
     WSR bet and the exact UP prior depend on it and must be fixed before the first label.
+    ``betting`` is a strategy object, its registered name or a mapping
+    (:func:`~certsel.policies.betting.get_strategy`); ``self.strategy`` is the object and
+    ``self.betting`` its name.
     """
 
     def __init__(
@@ -55,13 +58,10 @@ class SequentialTest:
         delta: float,
         horizon: int,
         rhos=DEFAULT_RHOS,
-        betting: str = "up",
+        betting: str | dict | BettingStrategy = "up",
         r: int = 1,
         loss_bounds=(0.0, 1.0),
         weights=None,
-        up_prior: str = "exact",
-        up_grid_size: int = 10_000,
-        wsr_c: float = 0.75,
     ):
         self.loss_bounds = check_bounds(loss_bounds)
         self.alpha = check_target(alpha, self.loss_bounds)
@@ -69,8 +69,8 @@ class SequentialTest:
         self.rhos = check_rhos(rhos)
         self.weights = check_weights(weights, self.rhos.size)
         self.horizon = check_positive_int(horizon, "horizon")
-        _check_options(betting, self.horizon, 1, up_prior, wsr_c)
-        self.betting, self.up_prior, self.up_grid_size, self.wsr_c = betting, up_prior, up_grid_size, wsr_c
+        self.strategy = get_strategy(betting)
+        self.betting = self.strategy.name
         self.uses_judge = bool(np.any(self.rhos != 0.0))
         self.r = check_positive_int(r, "r") if self.uses_judge else 0
         self.batch_shape = tuple(int(b) for b in batch_shape)
@@ -97,22 +97,19 @@ class SequentialTest:
         else:
             judge_labeled = judge_unlabeled = None
         obs = effective_observations(h, judge_labeled, judge_unlabeled, rhos=self.rhos, loss_bounds=self.loss_bounds)
-        path, self._state = _component_log_evalues(
+        path, self._state = component_log_evalues(
             obs,
             self.alpha,
             delta=self.delta,
-            betting=self.betting,
+            betting=self.strategy,
             horizon=self.horizon,
-            up_kind=self.up_prior,
-            up_grid_size=self.up_grid_size,
-            wsr_c=self.wsr_c,
             ci_scale=False,
             state=self._state,
             return_state=True,
         )
         path = path + self._log_e_s[..., None]
         self._log_e_s = path[..., -1].copy()
-        log_e = _mix(path, self.weights)
+        log_e = mix_log_evalues(path, self.weights)
         res = test_from_log_evalues(log_e, self.delta)
         newly = (self._first == 0) & res.certified
         self._first = np.where(newly, self.n - t + res.labels_to_certify, self._first)
@@ -128,7 +125,7 @@ class SequentialTest:
     @property
     def log_evalue(self) -> np.ndarray:
         """log E_n now (0 before any label)."""
-        return _mix(self._log_e_s[..., None], self.weights)[..., 0]
+        return mix_log_evalues(self._log_e_s[..., None], self.weights)[..., 0]
 
     @property
     def max_log_evalue(self) -> np.ndarray:
@@ -153,8 +150,8 @@ class SequentialTest:
 
     # -- batching ----------------------------------------------------------------------
     def _key(self) -> tuple:
-        return (self.alpha, self.delta, self.horizon, self.betting, self.r, self.up_prior, self.up_grid_size,
-                self.wsr_c, self.loss_bounds, self.rhos.tobytes(), self.weights.tobytes())
+        return (self.alpha, self.delta, self.horizon, self.strategy, self.r, self.loss_bounds, self.rhos.tobytes(),
+                self.weights.tobytes())
 
     def _like(self, batch_shape) -> SequentialTest:
         """An empty test with this (already validated) configuration and another batch shape."""
@@ -176,9 +173,7 @@ class SequentialTest:
             if t.batch_shape != () or t.n != first.n or t._key() != key:
                 raise ValueError("stack needs single-candidate tests with one configuration and label count")
         out = first._like((len(tests),))
-        out._state = BettingState(first._state.count, *(
-            None if getattr(first._state, f) is None else np.concatenate([getattr(t._state, f) for t in tests])
-            for f in ("sum_q", "sum_dev", "wealth")))
+        out._state = BettingState.stack(t._state for t in tests)
         out._log_e_s = np.stack([t._log_e_s for t in tests])
         out._max_log_e = np.stack([t._max_log_e for t in tests])
         out._first = np.stack([t._first for t in tests])
@@ -188,13 +183,11 @@ class SequentialTest:
         """The inverse of :meth:`stack`: one single-candidate test per batch element."""
         if len(self.batch_shape) != 1:
             raise ValueError(f"split needs a 1-D batch, got batch shape {self.batch_shape}")
-        rows = self.rhos.size
-        fields = [getattr(self._state, f) for f in ("sum_q", "sum_dev", "wealth")]
+        states = self._state.split(self.batch_shape[0])
         parts = []
         for i in range(self.batch_shape[0]):
             t = self._like(())
-            t._state = BettingState(self._state.count, *(
-                None if a is None else a[i * rows : (i + 1) * rows].copy() for a in fields))
+            t._state = states[i]
             t._log_e_s = self._log_e_s[i].copy()
             t._max_log_e = np.array(self._max_log_e[i])  # 0-d, as in an unstacked test
             t._first = np.array(self._first[i])
@@ -210,30 +203,29 @@ class SequentialTest:
             "format": _FORMAT,
             "config": {
                 "batch_shape": self.batch_shape, "alpha": self.alpha, "delta": self.delta,
-                "horizon": self.horizon, "rhos": self.rhos.tolist(), "betting": self.betting,
+                "horizon": self.horizon, "rhos": self.rhos.tolist(), "betting": self.strategy.spec(),
                 "r": max(self.r, 1), "loss_bounds": self.loss_bounds, "weights": self.weights.tolist(),
-                "up_prior": self.up_prior, "up_grid_size": self.up_grid_size, "wsr_c": self.wsr_c,
             },
-            "count": st.count,
-            "sum_q": None if st.sum_q is None else st.sum_q.copy(),
-            "sum_dev": None if st.sum_dev is None else st.sum_dev.copy(),
-            "wealth": None if st.wealth is None else st.wealth.copy(),
+            "betting_state": st.to_dict(),
             "log_e_s": self._log_e_s.copy(),
             "max_log_e": self._max_log_e.copy(),
             "first": self._first.copy(),
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> SequentialTest:
+    def from_state_dict(cls, state: dict, strategy: BettingStrategy | None = None) -> SequentialTest:
+        """Rebuild a test from :meth:`state_dict`. ``strategy`` is the strategy object when the
+        caller has it (one defined outside the registry of this process); by default the
+        snapshot's strategy spec is looked up in the registry."""
         if state.get("format") != _FORMAT:
             raise ValueError(f"unsupported SequentialTest state format {state.get('format')!r}")
-        test = cls(**state["config"])
-        test._state = BettingState(
-            int(state["count"]),
-            None if state["sum_q"] is None else np.array(state["sum_q"]),
-            None if state["sum_dev"] is None else np.array(state["sum_dev"]),
-            None if state["wealth"] is None else np.array(state["wealth"]),
-        )
+        config = dict(state["config"])
+        if strategy is not None:
+            if strategy.spec() != dict(config["betting"]):
+                raise ValueError(f"the snapshot's betting {config['betting']!r} is not {strategy.spec()!r}")
+            config["betting"] = strategy
+        test = cls(**config)
+        test._state = BettingState.from_dict(state["betting_state"])
         test._log_e_s = np.array(state["log_e_s"])
         test._max_log_e = np.array(state["max_log_e"])
         test._first = np.array(state["first"])

@@ -62,6 +62,24 @@ class _UP:
         self.wealth = self.wealth * (1 - self.scale * self.nodes * (q - alpha))
 
 
+class _ONS:
+    """Online Newton step on the bet fraction u in [0, c], one observation at a time:
+    g = y / (1 - u y) with y = scale (q - alpha), A += g^2, u <- clip(u - 2/(2 - ln 3) g / A)."""
+
+    def __init__(self, scale, c=0.5):
+        self.scale, self.c = scale, c
+        self.u, self.A = 0.0, 1.0
+
+    def bet(self) -> float:
+        return self.scale * self.u
+
+    def update(self, q: float, alpha: float) -> None:
+        y = self.scale * (q - alpha)
+        g = y / (1 - self.u * y)
+        self.A += g * g
+        self.u = min(max(self.u - 2 / (2 - math.log(3)) * g / self.A, 0.0), self.c)
+
+
 def reference_evalue_path(
     human,
     judge_labeled,
@@ -93,6 +111,8 @@ def reference_evalue_path(
         scale = 1 / (M - m) if ci_scale else 1 / (M - alpha)
         if betting == "wsr":
             players.append(_WSR(scale, delta, horizon))
+        elif betting == "ons":
+            players.append(_ONS(scale))
         else:
             players.append(_UP(scale, prior[0], prior[1]))
     E = 1.0

@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 from certsel.config import parse_config
-from certsel.orchestrator.audit import _excluded, _orders, _testing_chunk, audit, clopper_pearson
+from certsel.orchestrator.audit import _orders, _testing_chunk, audit, clopper_pearson
+from certsel.policies.autoeval import interval_excludes
 from certsel.orchestrator.jobdata import load_job_data
 from certsel.policies import confidence_interval, scheme_rhos
 from certsel.workers.candidate import TestingCandidate
@@ -61,7 +62,8 @@ def test_coverage_check_is_the_reported_interval():
     orders = _orders(np.random.default_rng(11), 4, t.items.size, n * 3)
     *_, obs = _testing_chunk(cfg, t.human, t.judge, orders, n, r, scheme_rhos("r-autoeval+"))
     for target in (0.02, 0.06, 0.1, 0.2):
-        excl = _excluded(cfg, obs, np.full(4, target)[None, :], n)
+        excl = interval_excludes(obs, np.full(4, target)[None, :], delta=cfg.delta, betting=cfg.policy.strategy,
+                                horizon=n)
         for rep in range(4):
             for k in range(4):
                 h = t.human[k][orders[rep, :n]]

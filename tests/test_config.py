@@ -38,7 +38,7 @@ def _base(**over):
     (_base(alpha=1.5), "alpha: Input should be less than 1"),
     (_base(delta=0), "delta: Input should be greater than 0"),
     (_base(alpha="high"), "alpha: Input should be a valid number"),
-    (_base(policy={"betting": "kelly"}), "policy.betting: Input should be 'up' or 'wsr'"),
+    (_base(policy={"betting": "kelly"}), "policy.betting: betting must be one of up, wsr, ons, got 'kelly'"),
     (_base(procedure="sidak"), "procedure: Input should be"),
     (_base(budget={"n": 0}), "budget.n: Input should be greater than 0"),
     (_base(budget={"r": -1}), "budget.r: Input should be greater than or equal to 0"),
