@@ -48,9 +48,7 @@ def configs(steps: int, batch: int) -> dict:
 def host_for(raw: dict, job_dir, every: int) -> tuple[CandidateHost, list[str]]:
     cfg = parse_config({**raw, "state": {"snapshot_every": every}, "tracking": {"intervals": "none"}})
     data = load_job_data(cfg)
-    plan = JobPlan(cfg, data)
-    for s in plan.specs:
-        s["job_dir"], s["snapshot_every"] = str(job_dir), every
+    plan = JobPlan(cfg, data, str(job_dir))
     host = CandidateHost()
     host.load(plan.specs, plan.shared, plan.rows)
     return host, list(data.names)

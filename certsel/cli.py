@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from certsel import __version__
-from certsel.errors import first_line
+from certsel.errors import CertselError, first_line
 
 JUDGES = {"best": "loss_judge_best", "med": "loss_judge_med", "bad": "loss_judge_bad"}
 
@@ -31,7 +31,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from certsel.policies import PROCEDURES, SCHEMES, STRATEGIES
+    from certsel.orchestrator.procedures import PROCEDURES
+    from certsel.policies import SCHEMES, STRATEGIES
     from certsel.workers.replay import DEFAULT_TABLE
 
     p = _Parser(prog="certsel", description="Certified model / config / prompt selection.")
@@ -68,7 +69,7 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--judge", default="best", help="judge column: best|med|bad or a column name")
     s.add_argument("--scheme", default="r-autoeval+", choices=sorted(SCHEMES))
     s.add_argument("--betting", default="up", choices=list(STRATEGIES))
-    s.add_argument("--procedure", default="fst", choices=PROCEDURES)
+    s.add_argument("--procedure", default="fst", choices=[n for n, p in PROCEDURES.items() if p.testing])
     s.add_argument("--alpha", type=float, default=0.1, help="target risk (default 0.1)")
     s.add_argument("--delta", type=float, default=0.1, help="error level (default 0.1)")
     s.add_argument("--n", type=int, default=300, help="human labels per candidate")
@@ -169,11 +170,10 @@ def _progress(console, total: int):
     task = bar.add_task("starting", total=total)
 
     def update(records, rounds):
-        count = {}
-        for r in records:
-            count[r.status] = count.get(r.status, 0) + 1
-        text = (f"round {rounds}: {count.get('certified', 0)} certified, {count.get('running', 0)} running, "
-                f"{count.get('failed', 0) + count.get('stopped', 0) + count.get('skipped', 0)} stopped")
+        certified = sum(str(r.status) == "certified" for r in records)
+        running = sum(not r.finished and r.n_human > 0 for r in records)
+        ended = sum(r.finished for r in records) - certified
+        text = f"round {rounds}: {certified} certified, {running} running, {ended} ended"
         bar.update(task, completed=sum(r.n_human for r in records), description=text)
 
     return bar, update
@@ -201,7 +201,7 @@ def _print_job(console, cert: dict, quiet: bool, run_id=None) -> None:
             console.print(f"ranking (Copeland score over certified pairs, {rk['pairs_certified']} of {rk['pairs']} "
                           f"orders certified): " + " > ".join(f"{m} ({rk['score'][m]:+d})" for m in rk["order"]))
     for c in cert["candidates"]:
-        if c.get("reason", "").startswith(("source failed", "worker lost")):
+        if c["status"] in ("source failed", "worker lost"):
             console.print(f"{c['candidate']}: not certified ({c['reason']})", markup=False)
     console.print(f"selected: {cert['selected'] or 'none'} — {cert['certificate']}")
     lab = cert["labels"]
@@ -299,19 +299,18 @@ def _show(args) -> int:
 def main(argv=None) -> int:
     args = _build_parser().parse_args(argv)
     if args.command in ("run", "show", "audit"):
-        from certsel.orchestrator.driver import RuntimeProblem
-        from certsel.orchestrator.tracking import TrackingProblem
-        from certsel.workers.serving import ServeError
-
         try:
             return {"run": _run, "show": _show, "audit": _audit}[args.command](args)
-        except (ValueError, RuntimeProblem, TrackingProblem, ServeError) as exc:  # StateProblem is a ValueError
+        except CertselError as exc:  # InputError: 2 (nothing was started); JobError: 1 (runs marked FAILED)
+            print(f"certsel: error: {first_line(exc)}", file=sys.stderr)
+            return exc.exit_code
+        except ValueError as exc:  # a check of the command line itself
             print(f"certsel: error: {first_line(exc)}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             print("certsel: interrupted (runs marked KILLED)", file=sys.stderr)
             return 130
-        except Exception as exc:  # a failure while the job ran; its MLflow runs are marked FAILED
+        except Exception as exc:  # anything else once work started: the job failed
             print(f"certsel: error: job failed: {exc.__class__.__name__}: {first_line(exc, '')}", file=sys.stderr)
             return 1
     try:

@@ -36,10 +36,15 @@ from pydantic import (
     model_validator,
 )
 
+import numpy as np
+
+from certsel.errors import InputError
+from certsel.orchestrator.procedures import PROCEDURES, get_procedure
+from certsel.policies import SCHEMES, scheme_rhos
 from certsel.policies.betting import BettingStrategy, get_strategy
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A configuration problem; ``str()`` is one line naming the file and the key."""
 
 
@@ -125,6 +130,18 @@ class _Templated(EndpointConfig):
         return v
 
 
+class LiveCandidateRef(_Strict):
+    """A candidate of a python source: its id (passed to the function) and objective."""
+
+    id: str = Field(min_length=1)
+    objective: float | None = None  # e.g. model size in GB or prompt length
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, v):
+        return {"id": v} if isinstance(v, str) else v
+
+
 class LiveCandidate(_Templated):
     id: str = Field(min_length=1)
     objective: float | None = None  # e.g. model size in GB or prompt length
@@ -206,6 +223,16 @@ class PolicyConfig(_Strict):
         """The betting strategy object (for the testing policies)."""
         return get_strategy(self.betting)
 
+    @property
+    def is_testing(self) -> bool:
+        """An e-process policy (R-Eval, R-AutoEval, R-AutoEval+), not an estimation policy."""
+        return self.kind in SCHEMES
+
+    @property
+    def uses_judge(self) -> bool:
+        """A testing policy that also uses the judge's labels (rho > 0)."""
+        return self.is_testing and bool(np.any(scheme_rhos(self.kind) != 0))
+
     @model_validator(mode="after")
     def _partition_is_cer_eval(self):
         if self.partition != "embeddings" and self.kind != "cer-eval":
@@ -260,16 +287,36 @@ class StateConfig(_Strict):
     snapshot_every: int = Field(10, ge=1, description="rounds between policy snapshots and driver checkpoints")
 
 
+class PythonSourceConfig(_Strict):
+    """Labels from a user function (see :mod:`certsel.workers.sources`): ``python`` names it
+    as ``module:function``; it is called as ``f(candidate, items, role)``."""
+
+    python: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+    items: int = Field(gt=0, description="number of items; the function is asked about indices 0..items-1")
+    candidates: list[LiveCandidateRef] = Field(min_length=1)
+    judge: bool = False  # the function also answers role "judge"
+    features: pathlib.Path | None = None  # item embeddings (Parquet: item, e0..e{d-1}) for Cer-Eval
+    retries: int = Field(2, ge=0, description="calls retried after an exception before the source fails")
+
+    @field_validator("candidates")
+    @classmethod
+    def _unique_ids(cls, v):
+        _no_duplicates([c.id for c in v], "candidate ids")
+        return v
+
+
 class RunConfig(_Strict):
     name: str = Field("certsel", min_length=1)
     data: DataConfig | None = None  # recorded losses (replay), or:
-    live: LiveConfig | None = None  # candidates answering through model servers
+    live: LiveConfig | None = None  # candidates answering through model servers, or:
+    source: PythonSourceConfig | None = None  # a user function
     candidates: list[str] | None = None  # default: every candidate in the table
     order: list[str] | None = None  # FST: an explicit fixed sequence (instead of data.order)
     policy: PolicyConfig = PolicyConfig()
     alpha: float = Field(0.1, gt=0, lt=1, description="target risk")
     delta: float = Field(0.1, gt=0, lt=1, description="family-wise error level")
-    procedure: Literal["fst", "bonferroni", "holm", "pairwise"] = "fst"
+    # a registered procedure (certsel.orchestrator.procedures.PROCEDURES)
+    procedure: str = "fst"
     objective: ObjectiveConfig | None = None
     budget: BudgetConfig = BudgetConfig()
     scheduling: SchedulingConfig = SchedulingConfig()
@@ -287,71 +334,112 @@ class RunConfig(_Strict):
             _no_duplicates(v, "candidate ids")
         return v
 
+    @field_validator("procedure")
+    @classmethod
+    def _known_procedure(cls, v):
+        get_procedure(v)
+        return v
+
+    @property
+    def source_kind(self) -> str:
+        """Where labels come from: ``replay``, ``live`` or ``python``."""
+        return "replay" if self.data is not None else ("live" if self.live is not None else "python")
+
+    @property
+    def data_path(self) -> str:
+        """What the labels come from, for reports: the table, the items file or the function."""
+        return str({"replay": lambda: self.data.path, "live": lambda: self.live.items,
+                    "python": lambda: self.source.python}[self.source_kind]())
+
+    @property
+    def judge_name(self) -> str | None:
+        """The judge, for reports: the loss column, the judge's model, or the function."""
+        if self.data is not None:
+            return self.data.judge
+        if self.live is not None:
+            return self.live.judge.model if self.live.judge else None
+        return self.source.python if self.source.judge else None
+
+    # -- one validator: rules that hold for every source, then each source's own -----------
     @model_validator(mode="after")
     def _consistent(self):
-        if (self.data is None) == (self.live is None):
-            raise ValueError("give exactly one label source: data (recorded losses) or live (model servers)")
-        if self.live is not None:
-            return self._consistent_live()
-        if self.procedure == "fst" and self.data.order is None and self.order is None:
-            raise ValueError("procedure 'fst' needs data.order (a column) or order (a list of candidates)")
-        if self.order is not None and self.procedure != "fst":
-            raise ValueError(f"order is the fixed sequence of procedure 'fst', not {self.procedure!r}")
-        if self.order is not None and self.candidates is not None and set(self.order) != set(self.candidates):
-            extra = sorted(set(self.order) ^ set(self.candidates))
-            raise ValueError(f"order and candidates must name the same candidates (differ in: {', '.join(extra)})")
-        if self.scheduling.prune and self.procedure != "bonferroni":
-            raise ValueError("scheduling.prune applies to procedure 'bonferroni' only (under Holm it could change "
-                             "the selection; FST already stops at its frontier)")
-        if self.procedure == "holm" and self.policy.kind in ("seq", "cer-eval"):
-            raise ValueError("procedure 'holm' needs e-values (r-eval, r-autoeval, r-autoeval+); "
-                             "estimation policies support fst and bonferroni")
-        if self.policy.kind in ("r-autoeval", "r-autoeval+") and self.budget.r < 1:
-            raise ValueError(f"policy '{self.policy.kind}' needs budget.r >= 1 judge-only labels per human label")
-        if self.procedure == "pairwise" and self.policy.kind not in ("seq", "cer-eval"):
-            raise ValueError("procedure 'pairwise' ranks models with policy.kind 'seq' or 'cer-eval'")
-        if self.procedure in ("bonferroni", "holm") and self.objective is None:
-            raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
-        if self.policy.kind == "cer-eval" and self.policy.partition == "embeddings" and self.data.features is None:
-            raise ValueError("policy 'cer-eval' needs data.features (item embeddings for the partition), "
-                             "or policy.partition 'judge' with data.judge")
-        if self.policy.partition == "judge" and self.data.judge is None:
-            raise ValueError("policy.partition 'judge' needs data.judge (the judge's loss column)")
-        if self.policy.kind in ("r-autoeval", "r-autoeval+") and self.data.judge is None:
-            raise ValueError(f"policy '{self.policy.kind}' needs data.judge (the judge's loss column)")
+        given = [k for k in ("data", "live", "source") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one label source: data (recorded losses), live (model servers) or "
+                             "source (a Python function)")
+        self._check_procedure()
+        self._check_policy_inputs()
+        getattr(self, f"_check_{self.source_kind}")()
         return self
 
-    def _consistent_live(self):
-        live = self.live
-        ids = {c.id for c in live.candidates}
+    def _check_procedure(self) -> None:
+        proc, kind = get_procedure(self.procedure), self.policy.kind
+        if self.policy.is_testing and not proc.testing:
+            raise ValueError(f"procedure {self.procedure!r} ranks models with policy.kind 'seq' or 'cer-eval'")
+        if not self.policy.is_testing and not proc.estimation:
+            raise ValueError(f"procedure {self.procedure!r} needs e-values (r-eval, r-autoeval, r-autoeval+); "
+                             f"policy {kind!r} supports {', '.join(n for n, p in PROCEDURES.items() if p.estimation)}")
+        if self.order is not None and not proc.needs_order:
+            raise ValueError(f"order is the fixed sequence of procedure 'fst', not {self.procedure!r}")
+        if self.scheduling.prune and not proc.allows_prune:
+            allowed = ", ".join(repr(n) for n, p in PROCEDURES.items() if p.allows_prune)
+            raise ValueError(f"scheduling.prune applies to procedure {allowed} only (elsewhere it could change the "
+                             "selection, or the procedure already stops what cannot matter)")
+        if proc.needs_objective and self.objective is None:
+            raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
+
+    def _check_policy_inputs(self) -> None:
+        """What the policy needs from the source: a judge, features, judge-only labels."""
+        kind, has = self.policy.kind, self._source_has()
+        if self.policy.uses_judge and self.budget.r < 1:
+            raise ValueError(f"policy '{kind}' needs budget.r >= 1 judge-only labels per human label")
+        if self.policy.uses_judge and not has["judge"]:
+            raise ValueError(f"policy '{kind}' needs {has['judge_key']} (the judge)")
+        if kind == "cer-eval" and self.policy.partition == "embeddings" and not has["features"]:
+            raise ValueError(f"policy 'cer-eval' needs {has['features_key']} (item embeddings for the partition), "
+                             f"or policy.partition 'judge' with {has['judge_key']}")
+        if self.policy.partition == "judge" and not has["judge"]:
+            raise ValueError(f"policy.partition 'judge' needs {has['judge_key']} (the judge)")
+
+    def _source_has(self) -> dict:
+        if self.data is not None:
+            return {"judge": self.data.judge is not None, "judge_key": "data.judge",
+                    "features": self.data.features is not None, "features_key": "data.features"}
+        if self.live is not None:
+            return {"judge": self.live.judge is not None, "judge_key": "live.judge",
+                    "features": self.live.features is not None, "features_key": "live.features"}
+        return {"judge": self.source.judge, "judge_key": "source.judge: true",
+                "features": self.source.features is not None, "features_key": "source.features"}
+
+    def _check_ids(self, ids: set, where: str) -> None:
         for key in ("candidates", "order"):
             unknown = sorted(set(getattr(self, key) or ()) - ids)
             if unknown:
-                raise ValueError(f"{key}: unknown candidate(s) not in live.candidates: {', '.join(unknown[:5])}")
-        if self.policy.kind in ("r-autoeval", "r-autoeval+") and live.judge is None:
-            raise ValueError(f"policy '{self.policy.kind}' needs live.judge (the judge's server)")
-        if self.policy.kind == "cer-eval" and self.policy.partition == "embeddings" and live.features is None:
-            raise ValueError("policy 'cer-eval' needs live.features (an embeddings endpoint for the partition), "
-                             "or policy.partition 'judge' with live.judge")
-        if self.policy.partition == "judge" and live.judge is None:
-            raise ValueError("policy.partition 'judge' needs live.judge (the judge's server)")
-        if self.procedure in ("bonferroni", "holm") and self.objective is None:
-            raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
+                raise ValueError(f"{key}: unknown candidate(s) not in {where}: {', '.join(unknown[:5])}")
+
+    def _check_objectives(self, cands, where: str) -> None:
         if self.objective is not None:
-            missing = [c.id for c in live.candidates if c.objective is None]
+            missing = [c.id for c in cands if c.objective is None]
             if missing:
-                raise ValueError(f"objective: live candidate(s) without an objective value: {', '.join(missing[:5])}")
-        if self.order is not None and self.procedure != "fst":
-            raise ValueError(f"order is the fixed sequence of procedure 'fst', not {self.procedure!r}")
-        if self.scheduling.prune and self.procedure != "bonferroni":
-            raise ValueError("scheduling.prune applies to procedure 'bonferroni' only")
-        if self.procedure == "holm" and self.policy.kind == "seq":
-            raise ValueError("procedure 'holm' needs e-values (r-eval, r-autoeval, r-autoeval+)")
-        if self.procedure == "pairwise" and self.policy.kind not in ("seq", "cer-eval"):
-            raise ValueError("procedure 'pairwise' ranks models with policy.kind 'seq' or 'cer-eval'")
-        if self.policy.kind in ("r-autoeval", "r-autoeval+") and self.budget.r < 1:
-            raise ValueError(f"policy '{self.policy.kind}' needs budget.r >= 1 judge-only labels per human label")
-        return self
+                raise ValueError(f"objective: {where} candidate(s) without an objective value: {', '.join(missing[:5])}")
+
+    def _check_fixed_order(self, has_order_column: bool) -> None:
+        if get_procedure(self.procedure).needs_order and not has_order_column and self.order is None:
+            raise ValueError(f"procedure {self.procedure!r} needs data.order (a column) or order (a list of candidates)")
+
+    def _check_replay(self) -> None:
+        self._check_fixed_order(self.data.order is not None)
+        if self.order is not None and self.candidates is not None and set(self.order) != set(self.candidates):
+            extra = sorted(set(self.order) ^ set(self.candidates))
+            raise ValueError(f"order and candidates must name the same candidates (differ in: {', '.join(extra)})")
+
+    def _check_live(self) -> None:
+        self._check_ids({c.id for c in self.live.candidates}, "live.candidates")
+        self._check_objectives(self.live.candidates, "live")
+
+    def _check_python(self) -> None:
+        self._check_ids({c.id for c in self.source.candidates}, "source.candidates")
+        self._check_objectives(self.source.candidates, "source")
 
 
 def _format(err: ValidationError, source: str) -> str:
@@ -384,7 +472,8 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
         cfg = RunConfig.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(_format(err, source)) from None
-    section, keys = ("data", ("path", "features")) if cfg.data is not None else ("live", ("items", "cache_dir"))
+    section, keys = {"replay": ("data", ("path", "features")), "live": ("live", ("items", "cache_dir")),
+                     "python": ("source", ("features",))}[cfg.source_kind]
     if base_dir is not None:
         sub = getattr(cfg, section)
         updates = {}

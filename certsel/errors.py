@@ -1,6 +1,38 @@
-"""One-line error messages (the CLI's rule: an error is one line naming the problem)."""
+"""One error taxonomy, and one-line messages.
+
+Every error certsel raises on purpose is a :class:`CertselError`:
+
+* :class:`InputError` (exit status 2): the job cannot start as given: a bad config, bad
+  data, an unreachable Ray cluster, an unusable tracking store, a model server that does not
+  start, an unknown job id. Raised before any MLflow run exists, so nothing is half-written.
+* :class:`JobError` (exit status 1): the job failed while running (its MLflow runs are then
+  marked FAILED). Anything raised once the job runs, including errors Ray re-raises from an
+  actor, is reported as one.
+
+The CLI prints ``certsel: error: <one line>`` and exits with the error's ``exit_code``.
+"""
 
 from __future__ import annotations
+
+import contextlib
+
+
+class CertselError(Exception):
+    """Base of every error certsel raises on purpose; ``exit_code`` is the CLI's status."""
+
+    exit_code = 1
+
+
+class InputError(CertselError, ValueError):
+    """Bad input: the job cannot start as given (exit status 2)."""
+
+    exit_code = 2
+
+
+class JobError(CertselError, RuntimeError):
+    """The job failed while running (exit status 1)."""
+
+    exit_code = 1
 
 
 def first_line(exc: BaseException, default: str | None = None, limit: int | None = None) -> str:
@@ -11,3 +43,27 @@ def first_line(exc: BaseException, default: str | None = None, limit: int | None
         return exc.__class__.__name__ if default is None else default
     line = text.splitlines()[0]
     return line if limit is None else line[:limit]
+
+
+@contextlib.contextmanager
+def as_input_errors(prefix: str = ""):
+    """Inside: a ``ValueError`` (the validators' and loaders' way of saying "bad input")
+    becomes an :class:`InputError` with the same one-line message."""
+    try:
+        yield
+    except InputError:
+        raise
+    except ValueError as exc:
+        raise InputError(prefix + first_line(exc)) from exc
+
+
+def job_error(exc: BaseException) -> JobError:
+    """``exc`` (raised while a job ran) as a :class:`JobError`. Errors Ray re-raises from an
+    actor are unwrapped to their cause, so the message names what actually failed."""
+    if isinstance(exc, JobError):
+        return exc
+    cause = getattr(exc, "cause", None)  # ray.exceptions.RayTaskError carries the actor's exception
+    inner = cause if isinstance(cause, BaseException) else exc
+    err = JobError(f"job failed: {inner.__class__.__name__}: {first_line(inner, '')}".rstrip(": "))
+    err.__cause__ = exc
+    return err

@@ -38,7 +38,7 @@ import numpy as np
 from scipy import stats
 
 from certsel.config import RunConfig
-from certsel.policies import certified_set, scheme_rhos
+from certsel.policies import scheme_rhos
 from certsel.policies.autoeval import (
     component_log_evalues,
     effective_observations,
@@ -49,7 +49,8 @@ from certsel.policies.comparison import sign_policy_delta
 from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
 from certsel.workers.candidate import make_estimation_policy
 
-TESTING = ("r-eval", "r-autoeval", "r-autoeval+")
+from .procedures import get_procedure
+
 BUDGET_GRID = 10  # budgets at which estimates are compared (FT-Eval's Run(E, N, k))
 
 
@@ -166,12 +167,14 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     rng = np.random.default_rng(seed)
     kind = cfg.policy.kind
     workers = max(1, (os.cpu_count() or 1) if workers is None else int(workers))
-    if cfg.procedure == "pairwise":
+    proc = get_procedure(cfg.procedure)
+    if proc.ranking:
         return _pairwise(cfg, table, names, reps, rng, progress, workers)
     n = cfg.budget.n
-    if kind in TESTING:
+    testing = cfg.policy.is_testing
+    if testing:
         rhos = scheme_rhos(kind)
-        r = cfg.budget.r if kind != "r-eval" else 0
+        r = cfg.budget.r if cfg.policy.uses_judge else 0
         max_log_e = np.empty((reps, K))
         first = np.empty((reps, K), dtype=np.int64)
         missed = np.empty((reps, K), dtype=bool)
@@ -192,20 +195,20 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
                 progress(start + m, reps)
         est, classical = np.concatenate(est), np.concatenate(classical)
         certified = max_log_e >= np.log(1 / cfg.delta)
-        fam = certified_set(np.exp(np.minimum(max_log_e, 700)), cfg.delta, _procedure(cfg))
+        fam = proc.certified(np.minimum(max_log_e, 700), cfg.delta)
     else:
         certified, first, missed, est, classical, t_grid = _estimation(cfg, table, truth, reps, rng, progress,
                                                                        workers)
-        fam = certified if cfg.procedure != "fst" else np.cumprod(certified, axis=1).astype(bool)
+        fam = proc.certified_by_decisions(certified)
     rows = []
     for k in range(K):
         h0 = bool(truth[k] > cfg.alpha)
-        if kind in TESTING:
+        if testing:
             fails = int(certified[:, k].sum()) if h0 else 0
         else:
             fails = int(missed[:, k].sum())
         lo, hi = clopper_pearson(fails, reps)
-        applies = h0 or kind not in TESTING
+        applies = h0 or not testing
         ft = _ft_eval(est[:, k, :], classical[:, k, :], float(truth[k]))
         rows.append({
             "candidate": names[k], "true_risk": float(truth[k]), "h0": h0,
@@ -225,10 +228,6 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
                "failure_lower": lo, "ok": lo <= cfg.delta and all(r["ok"] for r in rows),
                "mean_certified": float(fam.sum(axis=1).mean()), "budget_grid": [int(t) for t in t_grid]}
     return AuditResult(cfg, reps, rows, overall)
-
-
-def _procedure(cfg) -> str:
-    return "bonferroni" if cfg.procedure == "pairwise" else cfg.procedure
 
 
 def _ft_eval(est: np.ndarray, classical: np.ndarray, truth: float) -> dict:
@@ -349,7 +348,7 @@ def _pairwise(cfg, table, names, reps, rng, progress, workers: int = 1) -> Audit
     fam = wrong.any(axis=1)
     k_fail = int(fam.sum())
     lo, hi = clopper_pearson(k_fail, reps)
-    overall = {"procedure": "pairwise", "familywise_failure": k_fail / reps, "failure_upper": hi,
+    overall = {"procedure": cfg.procedure, "familywise_failure": k_fail / reps, "failure_upper": hi,
                "failure_lower": lo, "ok": lo <= cfg.delta and all(r["ok"] for r in rows),
                "mean_certified": float(decided.sum(axis=1).mean()), "pairs": P, "models": K, "pair_delta": pair_delta,
                "evaluations_mean": float(evaluations.mean()), "evaluations_full": int(K * n),
@@ -363,14 +362,14 @@ def _estimation_once(job) -> tuple:
     cfg, table, truth, features, t_grid, seed = job
     K, I = table.human.shape
     n = min(cfg.budget.n, I)
-    level = cfg.delta if cfg.procedure == "fst" else cfg.delta / K  # as the job runs them
+    levels = get_procedure(cfg.procedure).candidate_deltas(cfg.delta, K)  # as the job runs them
     certified = np.zeros(K, dtype=bool)
     missed = np.zeros(K, dtype=bool)
     first = np.zeros(K, dtype=np.int64)
     est = np.zeros((K, t_grid.size))
     classical = np.zeros((K, t_grid.size))
     for k in range(K):
-        pol = make_estimation_policy(cfg.policy.kind, I, delta=level, alpha=cfg.alpha, radius=cfg.policy.radius,
+        pol = make_estimation_policy(cfg.policy.kind, I, delta=float(levels[k]), alpha=cfg.alpha, radius=cfg.policy.radius,
                                      seed=seed + [k], features=features, partition=cfg.policy.partition,
                                      judge_scores=None if table.judge is None else table.judge[k])
         losses = table.human[k]

@@ -2,8 +2,10 @@
 
 Order matters for the "no half-written run" rule: the config, the data, the tracking store
 and the Ray connection are all checked *before* the MLflow parent run is created, so bad
-input leaves no run at all; once runs exist, any failure marks them FAILED (KILLED on
-Ctrl-C) before the error propagates.
+input leaves no run at all (an :class:`~certsel.errors.InputError`, exit status 2); once
+runs exist, any failure marks them FAILED (KILLED on Ctrl-C) and propagates as a
+:class:`~certsel.errors.JobError` (exit status 1), errors Ray re-raises from an actor
+included.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ import os
 import tempfile
 
 from certsel.config import RunConfig
+from certsel.errors import InputError, first_line, job_error
 
-from .driver import JobResult, RayRuntime, run_job
+from .driver import run_job
 from .jobdata import load_job_data
+from .records import CandidateRecord
 from .report import write_report
-from .scheduling import CandidateRecord
+from .result import JobResult
+from .runtime import RayRuntime
 from .state import JobState, config_fingerprint
 from .tracking import JobTracker, precheck
 
@@ -52,8 +57,13 @@ def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = Tru
             ], job=job)
             if job is not None:
                 job.update(mlflow_runs=[*job.meta.get("mlflow_runs", []), run_id])
-        result = run_job(cfg, data, runtime, progress=progress, tracker=tracker,
-                         job_dir=None if job is None else job.dir)
+        try:
+            result = run_job(cfg, data, runtime, progress=progress, tracker=tracker,
+                             job_dir=None if job is None else job.dir)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # while the job ran: a job error, whatever its type
+            raise job_error(exc) from exc
         result.job_id = None if job is None else job.job_id
         with tempfile.TemporaryDirectory() as tmp:
             files = write_report(result, report_dir or tmp)
@@ -91,6 +101,8 @@ def prepare_live(cfg: RunConfig, data):
     from certsel.workers.live import embed_items
     from certsel.workers.serving import ServerPool
 
+    from certsel.workers.openai_source import SourceError
+
     live, pool = cfg.live, None
     try:
         if live.serve:
@@ -105,8 +117,11 @@ def prepare_live(cfg: RunConfig, data):
             by_id = {c.id: c for c in live.candidates}
             data = dataclasses.replace(data, live=tuple(by_id[c.id] for c in data.live))
         if live.features is not None and cfg.policy.kind == "cer-eval":
-            data = dataclasses.replace(data, features=embed_items(live.features.model_dump(), data.items,
-                                                                  live.cache_dir))
+            try:
+                feats = embed_items(live.features.model_dump(), data.items, live.cache_dir)
+            except SourceError as exc:  # before the job starts: its input cannot be read
+                raise InputError(f"live.features: {first_line(exc)}") from exc
+            data = dataclasses.replace(data, features=feats)
     except BaseException:
         if pool is not None:
             pool.stop()

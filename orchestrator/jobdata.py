@@ -15,19 +15,24 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from certsel.config import RunConfig
+from certsel.errors import as_input_errors
 from certsel.workers.replay import LossTable, load_features, load_loss_table
+
+from .procedures import get_procedure
 
 
 @dataclass(frozen=True)
 class JobData:
     """The candidates of a job (in testing order for FST) and what labels them: a recorded
-    loss table (replay) or live candidates with their items."""
+    loss table (replay), live candidates with their items, or a user function (python)."""
 
     table: LossTable | None
     features: np.ndarray | None
     fingerprint: str  # sha256 (16 hex) of the data file(s)
     items: tuple = ()  # live: the Item objects
-    live: tuple = ()  # live: the LiveCandidate configs, in job order
+    live: tuple = ()  # live and python: the candidate configs (id, objective, ...), in job order
+    function: object = None  # python: the label function
+    n_python_items: int = 0  # python: the number of items
 
     @property
     def names(self) -> list[str]:
@@ -37,7 +42,9 @@ class JobData:
 
     @property
     def n_items(self) -> int:
-        return int(self.table.items.size) if self.table is not None else len(self.items)
+        if self.table is not None:
+            return int(self.table.items.size)
+        return len(self.items) if self.items else self.n_python_items
 
     @property
     def objective(self) -> np.ndarray | None:
@@ -131,24 +138,63 @@ def load_items(path) -> tuple:
     return tuple(items)
 
 
+def _listed(cfg: RunConfig, cands) -> tuple:
+    """The listed candidates in job order: ``order`` if given, else the source's order
+    restricted to ``candidates``."""
+    by_id = {c.id: c for c in cands}
+    if cfg.order is not None:
+        return tuple(by_id[n] for n in cfg.order)
+    keep = set(cfg.candidates) if cfg.candidates is not None else set(by_id)
+    return tuple(c for c in cands if c.id in keep)
+
+
+def _check_size(cfg: RunConfig, n_items: int, where: str) -> None:
+    """Testing policies label n human items and r*n judge-only items, all distinct."""
+    need = cfg.budget.n * (1 + (cfg.budget.r if cfg.policy.uses_judge else 0))
+    if cfg.policy.is_testing and need > n_items:
+        largest = n_items // (1 + (cfg.budget.r if cfg.policy.uses_judge else 0))
+        raise ValueError(f"budget: n*(1+r) = {need} items needed per candidate but {where} has {n_items} "
+                         f"(the largest budget.n that fits is {largest})")
+
+
+def _check_count(cfg: RunConfig, K: int) -> None:
+    proc = get_procedure(cfg.procedure)
+    if K < proc.min_candidates:
+        raise ValueError(f"procedure {cfg.procedure!r} needs at least {proc.min_candidates} candidates")
+
+
 def _load_live(cfg: RunConfig) -> JobData:
-    by_id = {c.id: c for c in cfg.live.candidates}
-    names = cfg.order or cfg.candidates or list(by_id)
-    if cfg.candidates is not None and cfg.order is None:
-        names = [c.id for c in cfg.live.candidates if c.id in set(cfg.candidates)]
     items = load_items(cfg.live.items)
-    uses_judge = cfg.policy.kind in ("r-autoeval", "r-autoeval+")
-    need = cfg.budget.n * (1 + (cfg.budget.r if uses_judge else 0))
-    if cfg.policy.kind in ("r-eval", "r-autoeval", "r-autoeval+") and need > len(items):
-        raise ValueError(f"budget: n*(1+r) = {need} items needed per candidate but {cfg.live.items} has {len(items)}")
-    return JobData(table=None, features=None, fingerprint=fingerprint(cfg.live.items), items=items,
-                   live=tuple(by_id[n] for n in names))
+    _check_size(cfg, len(items), str(cfg.live.items))
+    listed = _listed(cfg, cfg.live.candidates)
+    _check_count(cfg, len(listed))
+    return JobData(table=None, features=None, fingerprint=fingerprint(cfg.live.items), items=items, live=listed)
+
+
+def _load_python(cfg: RunConfig) -> JobData:
+    from certsel.workers.sources import load_callable
+
+    src = cfg.source
+    fn = load_callable(src.python)
+    _check_size(cfg, src.items, f"source ({src.python})")
+    listed = _listed(cfg, src.candidates)
+    _check_count(cfg, len(listed))
+    features = None
+    if src.features is not None:
+        features = load_features(src.features, np.arange(src.items))
+    return JobData(table=None, features=features, fingerprint=fingerprint(src.features) + ":" + src.python,
+                   live=listed, function=fn, n_python_items=src.items)
 
 
 def load_job_data(cfg: RunConfig) -> JobData:
-    """Read, validate and arrange the job's loss table (and features for Cer-Eval)."""
-    if cfg.live is not None:
-        return _load_live(cfg)
+    """Read, validate and arrange the job's data: a one-line :class:`InputError` for anything
+    wrong with it, before any Ray or MLflow work."""
+    with as_input_errors():
+        return {"replay": _load_replay, "live": _load_live, "python": _load_python}[cfg.source_kind](cfg)
+
+
+def _load_replay(cfg: RunConfig) -> JobData:
+    """The loss table (and features for Cer-Eval)."""
     path = pathlib.Path(cfg.data.path)
     _require_columns(path, cfg)
     table = load_loss_table(
@@ -165,13 +211,8 @@ def load_job_data(cfg: RunConfig) -> JobData:
             raise ValueError(f"candidates: unknown candidate(s) not in the data: {', '.join(unknown[:5])}")
         table = _subset(table, [str(c) for c in table.candidates if str(c) in listed], "candidates")
     K, I = table.human.shape
-    if cfg.procedure == "pairwise" and K < 2:
-        raise ValueError("procedure 'pairwise' needs at least 2 candidates")
-    if cfg.policy.kind in ("r-eval", "r-autoeval", "r-autoeval+"):
-        uses_judge = cfg.policy.kind != "r-eval"
-        need = cfg.budget.n * (1 + (cfg.budget.r if uses_judge else 0))
-        if need > I:
-            raise ValueError(f"budget: n*(1+r) = {need} items needed per candidate but the table has {I}")
+    _check_count(cfg, K)
+    _check_size(cfg, I, "the table")
     features = None
     if cfg.data.features is not None:
         features = load_features(cfg.data.features, table.items)

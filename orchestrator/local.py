@@ -14,15 +14,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from certsel.policies import (
-    get_strategy,
-    certified_set,
     confidence_interval,
+    get_strategy,
     log_evalue_paths,
     scheme_rhos,
     select,
     test_from_log_evalues,
 )
 from certsel.workers.replay import LossTable, sample_replications
+
+from .procedures import get_procedure
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,13 @@ def replicated_selection(
 
     Each replication labels n items with humans and N = r n more with the judge only
     (Algorithm 1's pairing), tests every candidate for R <= alpha at level delta, applies
-    ``procedure`` ('fst' in the table's order, 'bonferroni' or 'holm') and selects the
-    certified candidate with the smallest objective (e.g. average bitwidth).
+    ``procedure`` (a registered procedure that takes e-values: 'fst' in the table's order,
+    'bonferroni', 'holm', ...) and selects the certified candidate with the smallest
+    objective (e.g. average bitwidth).
     """
+    proc = get_procedure(procedure)
+    if not proc.testing:
+        raise ValueError(f"procedure {procedure!r} does not take per-candidate e-values")
     if table.objective is None:
         raise ValueError("the loss table has no objective column to select on")
     human, jl, ju = sample_replications(table, reps, n, r * n, seed=seed)
@@ -78,7 +83,7 @@ def replicated_selection(
     )
     test = test_from_log_evalues(log_e, delta)
     max_e = np.exp(test.max_log_evalue)
-    certified = certified_set(max_e, delta, procedure)
+    certified = proc.certified(test.max_log_evalue, delta)
     return SelectionOutcome(
         candidates=table.candidates,
         objective=table.objective,

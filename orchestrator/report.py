@@ -11,9 +11,10 @@ import pathlib
 import numpy as np
 
 from certsel import __version__
-from certsel.policies import certified_set, select
+from certsel.policies import select
 
-from .driver import JobResult
+from .procedures import get_procedure
+from .result import JobResult
 
 
 def _round(x, nd=6):
@@ -24,8 +25,9 @@ def _round(x, nd=6):
 
 
 def _log_level(result: JobResult) -> float:
-    K, d = len(result.records), result.cfg.delta
-    return math.log((K if result.cfg.procedure in ("bonferroni", "holm") else 1) / d)
+    """The strictest e-value threshold of the job's procedure (before any certification)."""
+    K = len(result.records)
+    return float(np.max(get_procedure(result.cfg.procedure).log_thresholds(result.cfg.delta, np.zeros(K, dtype=bool))))
 
 
 def _guarantee(cfg, n_items: int) -> str | None:
@@ -51,7 +53,8 @@ def certificate(result: JobResult) -> dict:
     K = len(result.records)
     sel = result.selected_record
     in_set = set(result.certified)
-    pairwise = cfg.procedure == "pairwise"
+    proc = get_procedure(cfg.procedure)
+    pairwise = proc.ranking
     if sel is None:
         statement = "no candidate certified"
     elif pairwise:
@@ -60,7 +63,7 @@ def certificate(result: JobResult) -> dict:
     else:
         statement = (f"R({sel.name}) <= {cfg.alpha:g} with probability >= {1 - cfg.delta:g}, simultaneously for "
                      f"the {len(in_set)} certified of {K} candidates ({result.level})")
-    ci_delta = cfg.delta if cfg.procedure == "fst" else cfg.delta / K
+    ci_delta = float(proc.candidate_deltas(cfg.delta, K).min())
     guarantee = _guarantee(cfg, result.data.n_items)
 
     def cand(r):
@@ -105,8 +108,7 @@ def certificate(result: JobResult) -> dict:
                    "saved_fraction": {k: _round(v, 4) for k, v in saved.items()},
                    "budget": cfg.budget.model_dump(), "rounds": result.rounds},
         "scheduling": cfg.scheduling.model_dump(),
-        "data": {"path": str(cfg.data.path if cfg.data else cfg.live.items), "sha256_16": result.data.fingerprint,
-                 "judge": cfg.data.judge if cfg.data else (cfg.live.judge.model if cfg.live.judge else None),
+        "data": {"path": cfg.data_path, "sha256_16": result.data.fingerprint, "judge": cfg.judge_name,
                  "items": result.data.n_items},
         "seed": cfg.seed,
         "job_id": result.job_id,
@@ -124,17 +126,18 @@ def selected_by_budget(result: JobResult, budgets) -> list:
     """What the job would have selected with a smaller per-candidate budget b (human labels),
     recomputed from the recorded evidence (each run's evidence up to b is a prefix of it)."""
     cfg, objective = result.cfg, result.data.objective
-    if objective is None or cfg.procedure == "pairwise":
+    proc = get_procedure(cfg.procedure)
+    if objective is None or proc.ranking:
         return [None] * len(budgets)
     key = -objective if cfg.objective and cfg.objective.goal == "maximize" else objective
     out = []
     for b in budgets:
         if any(r.path for r in result.records):
-            max_e = np.array([math.exp(max([0.0] + r.path[:b])) for r in result.records])
-            cert = certified_set(max_e, cfg.delta, cfg.procedure)
+            max_log_e = np.array([max([0.0] + r.path[:b]) for r in result.records])
+            cert = proc.certified(max_log_e, cfg.delta)
         else:
             ok = np.array([r.status == "certified" and 0 < r.certified_at <= b for r in result.records])
-            cert = np.cumprod(ok).astype(bool) if cfg.procedure == "fst" else ok
+            cert = proc.certified_by_decisions(ok)
         k = int(select(cert, key))
         out.append(None if k < 0 else float(objective[k]))
     return out
@@ -147,6 +150,7 @@ def _plots(result: JobResult, outdir: pathlib.Path) -> list[pathlib.Path]:
     import matplotlib.pyplot as plt
 
     cfg = result.cfg
+    proc = get_procedure(cfg.procedure)
     files = []
     ran = [r for r in result.records if r.t > 0]
     if any(r.path for r in ran):
@@ -157,7 +161,7 @@ def _plots(result: JobResult, outdir: pathlib.Path) -> list[pathlib.Path]:
             ax.plot(np.arange(1, len(r.path) + 1), np.asarray(r.path) / math.log(10), style, lw=lw,
                     label=r.name if r.name == result.selected else None)
         ax.axhline(_log_level(result) / math.log(10), color="k", lw=1,
-                   label=f"log10 level ({'K/' if cfg.procedure != 'fst' else '1/'}delta)")
+                   label=f"log10 level ({proc.threshold_words(cfg.delta, len(result.records))})")
         ax.set_xlabel("human labels")
         ax.set_ylabel("log10 e-value")
         ax.set_title("e-value paths (solid: in the certified set)")
@@ -182,7 +186,7 @@ def _plots(result: JobResult, outdir: pathlib.Path) -> list[pathlib.Path]:
             ax.plot([k, k], r.ci, color="C0" if r.name in result.certified else "C3", lw=2)
         ax.set_xticks([k for k, _ in pts], [r.name for _, r in pts], rotation=90, fontsize=6)
         ax.set_title("final two-sided anytime-valid intervals (blue: certified)")
-    if cfg.procedure != "pairwise":
+    if not proc.ranking:
         ax.axhline(cfg.alpha, color="k", lw=1, ls="--", label="alpha")
         ax.legend(fontsize=8)
     ax.set_ylabel("risk R")
@@ -190,7 +194,7 @@ def _plots(result: JobResult, outdir: pathlib.Path) -> list[pathlib.Path]:
     fig.tight_layout()
     fig.savefig(files[-1], dpi=110)
     plt.close(fig)
-    if cfg.procedure != "pairwise" and result.data.objective is not None:
+    if not proc.ranking and result.data.objective is not None:
         budgets = list(range(cfg.budget.batch, cfg.budget.n + 1, cfg.budget.batch))
         if budgets and budgets[-1] != cfg.budget.n:
             budgets.append(cfg.budget.n)

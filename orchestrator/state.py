@@ -35,13 +35,14 @@ import pathlib
 import uuid
 
 from certsel.config import RunConfig
+from certsel.errors import InputError
 from certsel.workers.labellog import pack, unpack
 
 CHECKPOINT = "driver.npz"
 log = logging.getLogger(__name__)
 
 
-class StateProblem(ValueError):
+class StateProblem(InputError):
     """A job state that cannot be used (unknown id, other config): one-line message."""
 
 

@@ -23,12 +23,13 @@ import time
 from urllib.parse import unquote, urlparse
 
 from certsel import __version__
+from certsel.errors import InputError
 
 DEFAULT_URI = "sqlite:///mlruns.db"
 PARENT_TAG = "mlflow.parentRunId"
 
 
-class TrackingProblem(RuntimeError):
+class TrackingProblem(InputError):
     """The tracking store cannot be used (one-line message)."""
 
 
@@ -128,9 +129,8 @@ class JobTracker:
             "budget_n": cfg.budget.n,
             "budget_r": cfg.budget.r, "budget_batch": cfg.budget.batch, "budget_max_requests": cfg.budget.max_requests,
             "scheduling": cfg.scheduling.mode, "lookahead": cfg.scheduling.lookahead, "seed": cfg.seed,
-            "data_path": str(cfg.data.path if cfg.data else cfg.live.items), "data_fingerprint": data.fingerprint,
-            "judge": cfg.data.judge if cfg.data else (cfg.live.judge.model if cfg.live.judge else None),
-            "source": "replay" if cfg.data else "live",
+            "data_path": cfg.data_path, "data_fingerprint": data.fingerprint, "judge": cfg.judge_name,
+            "source": cfg.source_kind,
             "objective": None if cfg.objective is None else f"{cfg.objective.goal} {cfg.objective.column}",
             "n_candidates": len(records), "n_items": data.n_items,
         }

@@ -148,6 +148,26 @@ def compare_pair(loss_a, loss_b, *, delta: float, method: str = "betting", seed=
     return PairResult(int(res.winner), n, float(np.mean(2.0 * u[order[:n]] - 1.0)))
 
 
+def better_matrix(K: int, ii, jj, first_better, second_better) -> np.ndarray:
+    """``better[a, b]``: "model a has the lower risk than model b" was certified, from the
+    pairs (ii[p], jj[p]) and, per pair, whether its first / second model was certified
+    better."""
+    ii, jj = np.asarray(ii), np.asarray(jj)
+    first, second = np.asarray(first_better, dtype=bool), np.asarray(second_better, dtype=bool)
+    better = np.zeros((K, K), dtype=bool)
+    better[ii[first], jj[first]] = True
+    better[jj[second], ii[second]] = True
+    return better
+
+
+def copeland(better) -> tuple[np.ndarray, np.ndarray]:
+    """Copeland scores (certified wins minus certified losses) and the models sorted by
+    them (ties keep the input order). The scores order models; only ``better`` is certified."""
+    better = np.asarray(better, dtype=bool)
+    score = better.sum(axis=1) - better.sum(axis=0)
+    return score, np.argsort(-score, kind="stable")
+
+
 @dataclass(frozen=True)
 class Ranking:
     """Certified pairwise ranking of K models.
@@ -194,11 +214,9 @@ def rank_models(losses, *, delta: float, names=None, method: str = "betting", se
     order = np.random.default_rng(seed).permutation(n)
     u = (z[ii][:, order] - z[jj][:, order] + 1.0) / 2.0
     res = sign_test_paths(u, delta=delta / P, method=method, betting=betting, radius=radius)
-    better = np.zeros((K, K), dtype=bool)
-    better[ii[res.winner == 1], jj[res.winner == 1]] = True
-    better[jj[res.winner == -1], ii[res.winner == -1]] = True
+    better = better_matrix(K, ii, jj, res.winner == 1, res.winner == -1)
     n_used = np.zeros((K, K), dtype=np.int64)
     n_used[ii, jj] = n_used[jj, ii] = res.n_used
-    score = better.sum(axis=1) - better.sum(axis=0)
+    score, order = copeland(better)
     labels = n_used.max(axis=1)
-    return Ranking(names, better, n_used, score, np.argsort(-score, kind="stable"), labels, K * n, delta / P)
+    return Ranking(names, better, n_used, score, order, labels, K * n, delta / P)

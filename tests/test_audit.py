@@ -48,8 +48,8 @@ def test_repetitions_equal_the_candidate_policy(kind, betting):
             path, ests = [], {}
             for step in np.diff(np.concatenate([[0], grid])):
                 snap = cand.step(int(step))
-                path.extend(snap["path"])
-                ests[cand.t] = snap["estimate"]
+                path.extend(snap.path)
+                ests[cand.t] = snap.estimate
             np.testing.assert_allclose(log_e[rep, k], path, atol=1e-9)
             np.testing.assert_allclose(est[rep, k], [ests[g] for g in grid], atol=1e-12)
             np.testing.assert_allclose(classical[rep, k], [t.human[k][orders[rep, :g]].mean() for g in grid])

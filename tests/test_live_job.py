@@ -105,7 +105,7 @@ def test_a_failing_source_ends_its_candidate_only(ray_session, tmp_path):
     the report says why."""
     cert = run_with_weak_short_unreachable(tmp_path)
     rows = {c["candidate"]: c for c in cert["candidates"]}
-    assert rows["weak-short"]["status"] == "failed" and not rows["weak-short"]["certified"]
+    assert rows["weak-short"]["status"] == "source failed" and not rows["weak-short"]["certified"]
     assert rows["weak-short"]["reason"].startswith("source failed:") and "connection failed" in rows["weak-short"]["reason"]
     assert rows["weak-short"]["labels_human"] == 0 and rows["weak-short"]["requests"] == 0
     assert {"exact-short", "weak-long"} <= set(cert["certified_set"]) and cert["selected"] == "exact-short"
@@ -118,7 +118,7 @@ def test_a_failing_source_in_a_pairwise_job_ends_its_pairs_only(ray_session, tmp
     cert = run_with_weak_short_unreachable(tmp_path, [
         "procedure=pairwise", "policy.kind=seq", "budget.n=400", "budget.batch=40", "delta=0.05"])
     rows = {c["candidate"]: c for c in cert["candidates"]}
-    assert rows["weak-short"]["status"] == "failed" and rows["weak-short"]["reason"].startswith("source failed:")
+    assert rows["weak-short"]["status"] == "source failed" and rows["weak-short"]["reason"].startswith("source failed:")
     assert rows["weak-short"]["labels_human"] == 0
     rk = cert["ranking"]
     # exact (risk 0) is certified better than weak-long (27% wrong); weak-short's pairs are undecided

@@ -83,8 +83,8 @@ def test_a_testing_candidate_runs_on_live_labels(adder, tmp_path):
     cand = TestingCandidate("weak", src, scheme="r-autoeval+", alpha=0.5, delta=0.1, betting="up",
                             human_items=order[:8], judge_items=order[8:32], r=3, ci_delta=0.1)
     snaps = [cand.step(4), cand.step(4)]
-    assert [s["n_human"] for s in snaps] == [4, 8] and snaps[-1]["n_judge"] == 32
-    assert snaps[-1]["exhausted"] and len(snaps[0]["path"]) == 4
+    assert [s.n_human for s in snaps] == [4, 8] and snaps[-1].n_judge == 32
+    assert snaps[-1].exhausted and len(snaps[0].path) == 4
 
 
 def test_bad_configuration():

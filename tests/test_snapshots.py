@@ -2,6 +2,7 @@
 that never stopped (testing, Seq, Cer-Eval, pairwise), on the bundled real data."""
 
 import copy
+import dataclasses
 import sqlite3
 
 import numpy as np
@@ -74,9 +75,7 @@ def test_pack_round_trips_exactly_and_never_pickles():
 
 def _host(cfg, job_dir):
     data = load_job_data(cfg)
-    plan = JobPlan(cfg, data)
-    for s in plan.specs:
-        s["job_dir"], s["snapshot_every"] = str(job_dir), cfg.state.snapshot_every
+    plan = JobPlan(cfg, data, str(job_dir))
     host = CandidateHost()
     host.load(plan.specs, plan.shared, plan.rows)
     return host, data.names
@@ -100,14 +99,16 @@ def test_snapshot_restore_is_the_state_before_the_crash(tmp_path, kind):
 
     b_host, _ = _host(cfg, tmp_path)  # a restarted actor: same job, empty process state
     snaps = b_host.restore(history)
-    assert [s["restored_steps"] for s in snaps] == [6, 6, 6]  # the newest snapshot, then 1 step replayed
+    assert [s.restored_steps for s in snaps] == [6, 6, 6]  # the newest snapshot, then 1 step replayed
     for n in names:
         same_states(at_crash[n], b_host.candidates[n].state_dict())
         assert b_host.candidates[n].source.requests == requests[n]
     # it goes on as the uninterrupted candidates did (the labels come from the log)
     for b, want in zip((10, 10, 5), later, strict=True):
         for x, y in zip(want, b_host.step(names, b), strict=True):
-            np.testing.assert_array_equal(x.pop("path", []), y.pop("path", []))
+            x, y = dataclasses.asdict(x), dataclasses.asdict(y)
+            np.testing.assert_array_equal(x.pop("path") if x["path"] is not None else [],
+                                          y.pop("path") if y["path"] is not None else [])
             same_states(x, y)
 
     # only the newest snapshots are kept; a history that is not the snapshot's is replayed
@@ -120,7 +121,7 @@ def test_snapshot_restore_is_the_state_before_the_crash(tmp_path, kind):
     assert log.latest_snapshot(batches[:5]) is None  # older than both kept snapshots: replay from start
     assert log.latest_snapshot([10, 7, 10, 3, 10, 9, 4, 10, 10]) is None  # another history
     c = _host(cfg, tmp_path)[0]
-    assert c.restore({names[0]: batches[:5]})[0]["restored_steps"] == 0
+    assert c.restore({names[0]: batches[:5]})[0].restored_steps == 0
     same_states(c.candidates[names[0]].state_dict(), _replayed(cfg, names[0], batches[:5], tmp_path / "fresh"))
 
 
@@ -141,7 +142,7 @@ def test_restore_sent_twice_is_still_exact(tmp_path):
     hist = {n: [20, 20, 20] for n in names[:2]}
     first = b_host.restore(hist)
     second = b_host.restore(hist)
-    assert [s["t"] for s in first] == [s["t"] for s in second] == [60, 60]
+    assert [s.t for s in first] == [s.t for s in second] == [60, 60]
     for n in names[:2]:
         same_states(a.candidates[n].state_dict(), b_host.candidates[n].state_dict())
 
@@ -239,6 +240,6 @@ def test_an_unreadable_snapshot_falls_back_to_an_older_one_or_a_replay(tmp_path,
     with sqlite3.connect(log_path(tmp_path, names[0])) as con:
         con.execute("update snapshots set state = x'00' where steps = 4")
     b_host, _ = _host(cfg, tmp_path)
-    assert b_host.restore({names[0]: [20, 20, 20, 20]})[0]["restored_steps"] == 2
+    assert b_host.restore({names[0]: [20, 20, 20, 20]})[0].restored_steps == 2
     same_states(want, b_host.candidates[names[0]].state_dict())
     assert "ignoring the snapshot at step 4" in caplog.text

@@ -5,8 +5,9 @@ candidate) or a shard of several; each keeps its own, independent state, so how 
 are packed never changes a result (tested). The driver owns the control flow: it calls
 :meth:`step` with the candidates to advance and gets their snapshots back.
 
-Candidates are described by plain *specs* (dicts) so that the driver can build the same
-objects in-process for the reference computation and for replay benchmarks.
+Candidates are described by typed specs (:class:`~certsel.workers.contracts.CandidateSpec`)
+so that the driver can build the same objects in-process for the reference computation and
+for replay benchmarks.
 """
 
 from __future__ import annotations
@@ -16,37 +17,36 @@ import pathlib
 
 import numpy as np
 
-from certsel.errors import first_line
+from certsel.errors import CertselError, first_line
 
 from .candidate import EstimationCandidate, LabelServer, TestingCandidate, guarded_step, step_together
+from .contracts import CandidateKind, CandidateSpec, Snapshot
 from .labellog import LabelLog, LoggedSource, log_path
 from .openai_source import SourceError
-from .replay import ReplaySource
+from .sources import build_source
 
 
-def build_candidate(spec: dict, shared: dict):
-    """A candidate object from its spec and the job-wide arrays in ``shared``
-    (``human_items``/``judge_items`` for testing, ``features`` for Cer-Eval)."""
-    if spec.get("live") is not None:
-        from .live import live_source
-
-        source = live_source(spec["live"], shared["items"])
-    else:
-        source = ReplaySource(spec["human"], spec.get("judge"))
-    if spec.get("job_dir") is not None:  # a durable label log: labels survive crashes, never bought twice
-        source = LoggedSource(source, LabelLog(log_path(spec["job_dir"], spec["name"]), spec["name"]))
-    kind = spec["kind"]
-    if kind == "testing":
-        return TestingCandidate(spec["name"], source, human_items=shared["human_items"],
-                                judge_items=shared["judge_items"], **spec["options"])
-    if kind == "estimation":
-        return EstimationCandidate(spec["name"], source, features=shared.get("features"), **spec["options"])
-    if kind == "labels":
-        return LabelServer(spec["name"], source)
-    raise ValueError(f"unknown candidate kind {kind!r}")
+def _kwargs(options) -> dict:
+    """A frozen options dataclass as keyword arguments (its fields, not deep copies)."""
+    return {f: getattr(options, f) for f in options.__dataclass_fields__}
 
 
-class NotLoaded(RuntimeError):
+def build_candidate(spec: CandidateSpec, shared: dict, rows=(None, None)):
+    """A candidate object from its spec, the job-wide arrays in ``shared``
+    (``human_items``/``judge_items`` for testing, ``features`` for Cer-Eval, ``items`` for
+    live sources) and, for replay sources, its ``rows`` (human, judge) of the loss table."""
+    source = build_source(spec.source, shared, rows)
+    if spec.job_dir is not None:  # a durable label log: labels survive crashes, never bought twice
+        source = LoggedSource(source, LabelLog(log_path(spec.job_dir, spec.name), spec.name))
+    if spec.kind is CandidateKind.TESTING:
+        return TestingCandidate(spec.name, source, human_items=shared["human_items"],
+                                judge_items=shared["judge_items"], **_kwargs(spec.options))
+    if spec.kind is CandidateKind.ESTIMATION:
+        return EstimationCandidate(spec.name, source, features=shared.get("features"), **_kwargs(spec.options))
+    return LabelServer(spec.name, source)
+
+
+class NotLoaded(CertselError):
     """A call for candidates this host does not hold: Ray restarted it (a new process with
     an empty state) before the driver rebuilt them. The driver treats it as a lost host."""
 
@@ -63,38 +63,37 @@ class CandidateHost:
         self._job: tuple = ({}, {}, {})  # what load() was given: specs by name, shared arrays, rows
         self._pristine: set = set()  # candidates as load() built them (not stepped or restored since)
 
-    def load(self, specs: list[dict], shared: dict, rows: dict) -> int:
+    def load(self, specs: list[CandidateSpec], shared: dict, rows: dict) -> int:
         """Build the candidates of a job; ``rows[name]`` is ``(human, judge)`` losses. A
         spec's ``snapshot_every`` (with a durable log) snapshots it every that many steps."""
         self.candidates = {}
-        self.history = {s["name"]: [] for s in specs}
-        self.snapshot_every = {s["name"]: s.get("snapshot_every") for s in specs}
-        job_dirs = {s.get("job_dir") for s in specs} - {None}
+        self.history = {s.name: [] for s in specs}
+        self.snapshot_every = {s.name: s.snapshot_every for s in specs}
+        job_dirs = {s.job_dir for s in specs} - {None}
         for d in job_dirs:  # who hosts this job's candidates (for operators and fault-injection tests)
             (pathlib.Path(d) / "hosts").mkdir(parents=True, exist_ok=True)
-            (pathlib.Path(d) / "hosts" / str(os.getpid())).write_text(",".join(s["name"] for s in specs)[:10_000])
-        self._job = ({s["name"]: s for s in specs}, shared, rows)
+            (pathlib.Path(d) / "hosts" / str(os.getpid())).write_text(",".join(s.name for s in specs)[:10_000])
+        self._job = ({s.name: s for s in specs}, shared, rows)
         for s in specs:
-            self.candidates[s["name"]] = self._build(s["name"])
+            self.candidates[s.name] = self._build(s.name)
         self._pristine = set(self.candidates)
         return len(self.candidates)
 
-    def rebuild(self, specs: list[dict], shared: dict, rows: dict, batches: dict) -> list[dict]:
+    def rebuild(self, specs: list[CandidateSpec], shared: dict, rows: dict, batches: dict) -> list[Snapshot]:
         """:meth:`load` then :meth:`restore` in one call (a host the driver lost)."""
         self.load(specs, shared, rows)
         return self.restore(batches) if batches else []
 
     def _build(self, name: str):
         specs, shared, rows = self._job
-        human, judge = rows[name]
-        return build_candidate({**specs[name], "human": human, "judge": judge}, shared)
+        return build_candidate(specs[name], shared, rows.get(name, (None, None)))
 
     def _have(self, names) -> None:
         missing = [n for n in names if n not in self.candidates]
         if missing:
             raise NotLoaded(f"this host does not hold {missing[0]!r} (restarted?)")
 
-    def step(self, names: list[str], batch: int) -> list[dict]:
+    def step(self, names: list[str], batch: int) -> list[Snapshot]:
         """Advance ``names`` by ``batch`` human labels each; testing candidates at the same
         label count are advanced together (:func:`step_together`)."""
         self._have(names)
@@ -116,19 +115,19 @@ class CandidateHost:
 
     def _maybe_snapshot(self, name: str) -> None:
         c, every = self.candidates[name], self.snapshot_every.get(name)
-        if every and isinstance(c.source, LoggedSource) and hasattr(c, "state_dict") \
+        if every and isinstance(c.source, LoggedSource) and not isinstance(c, LabelServer) \
                 and len(self.history[name]) % every == 0:
             # with the log rows it had used: its label counters resume from there
             c.source.log.write_snapshot(self.history[name], {"candidate": c.state_dict(), "log_used": c.source.used})
 
-    def finalize(self, names: list[str], with_interval: bool = True) -> list[dict]:
+    def finalize(self, names: list[str], with_interval: bool = True) -> list[Snapshot]:
         self._have(names)
         out = []
         for n in names:
             c = self.candidates[n]
-            if with_interval and hasattr(c, "interval"):
+            if with_interval and isinstance(c, (TestingCandidate, EstimationCandidate)):
                 c.interval()
-            out.append(c.snapshot(np.zeros(0)))
+            out.append(c.snapshot())
         return out
 
     def losses(self, requests: dict, role: str = "human") -> dict:
@@ -161,8 +160,8 @@ class CandidateHost:
             }
         return out
 
-    def counters(self) -> list[dict]:
-        return [c._counters() for c in self.candidates.values()]
+    def counters(self) -> list[Snapshot]:
+        return [c.counters() for c in self.candidates.values()]
 
     def ping(self) -> int:
         return len(self.candidates)
@@ -170,7 +169,7 @@ class CandidateHost:
     def pid(self) -> int:
         return os.getpid()
 
-    def restore(self, batches: dict) -> list[dict]:
+    def restore(self, batches: dict) -> list[Snapshot]:
         """Bring rebuilt candidates back to where they were: ``batches[name]`` is the list of
         labels the candidate consumed at each of its steps. It starts from its newest
         snapshot whose history is a prefix of that list (if any), then replays the steps
@@ -191,7 +190,7 @@ class CandidateHost:
                 c = self.candidates[n] = self._build(n)
             self._pristine.discard(n)
             start[n] = 0
-            if isinstance(c.source, LoggedSource) and hasattr(c, "load_state_dict"):
+            if isinstance(c.source, LoggedSource) and not isinstance(c, LabelServer):
                 found = c.source.log.latest_snapshot(sizes)
                 if found is not None:
                     start[n] = found[0]
@@ -209,12 +208,10 @@ class CandidateHost:
                     step_together(testing, b)
                 for c in others:
                     c.step(b)
-            for c in testing:
-                out[c.name] = c.snapshot(np.zeros(0))
-            for c in others:
+            for c in cands:
                 out[c.name] = c.snapshot()
         for n in batches:
-            out[n]["restored_steps"] = start[n]
+            out[n].restored_steps = start[n]
         return [out[n] for n in batches]
 
 

@@ -8,8 +8,8 @@ full-budget path. An :class:`EstimationCandidate` runs Seq or Cer-Eval with
 ``threshold=alpha``: it asks the policy which items to label. A :class:`LabelServer`
 serves losses on demand for pairwise comparisons, which live in the driver.
 
-``step`` returns a *snapshot*: a small dict of plain numbers and short arrays (what the
-driver needs to decide and what MLflow records). The Ray actor in
+``step`` returns a :class:`~certsel.workers.contracts.Snapshot`: plain numbers and short
+arrays (what the driver needs to decide and what MLflow records). The Ray actor in
 :mod:`certsel.workers.actor` hosts one or more of these objects.
 """
 
@@ -28,29 +28,26 @@ from certsel.policies import (
     scheme_rhos,
 )
 
+from .contracts import LabelSource, Snapshot
 from .openai_source import SourceError
-from .replay import ReplaySource
 
 
 class _Candidate:
-    def __init__(self, name: str, source: ReplaySource):
+    def __init__(self, name: str, source: LabelSource):
         self.name = name
         self.source = source
 
-    def failed(self, err: Exception) -> dict:
+    def failed(self, err: Exception) -> Snapshot:
         """The snapshot of a candidate whose label source failed (its state is unchanged:
         a batch is consumed whole or not at all)."""
-        snap = self.snapshot(np.zeros(0)) if isinstance(self, TestingCandidate) else self.snapshot()
-        snap["error"] = first_line(err, limit=300)
+        snap = self.snapshot()
+        snap.error = first_line(err, limit=300)
         return snap
 
-    def _counters(self) -> dict:
-        return {
-            "name": self.name,
-            "n_human": self.source.human_labels,
-            "n_judge": self.source.judge_labels,
-            "requests": self.source.requests,
-        }
+    def counters(self) -> Snapshot:
+        """What the candidate bought so far."""
+        return Snapshot(self.name, n_human=self.source.human_labels, n_judge=self.source.judge_labels,
+                        requests=self.source.requests)
 
 
 class TestingCandidate(_Candidate):
@@ -76,7 +73,8 @@ class TestingCandidate(_Candidate):
         self.r = self.test.r
         if self.test.uses_judge and self.judge_items.size != self.r * self.n:
             raise ValueError(f"{name}: need r*n = {self.r * self.n} judge-only items, got {self.judge_items.size}")
-        self.ci_delta, self.intervals, self.betting = ci_delta, intervals, betting
+        self.ci_delta, self.intervals = ci_delta, intervals
+        self.betting = self.test.strategy
         self._h: list[np.ndarray] = []
         self._jl: list[np.ndarray] = []
         self._ju: list[np.ndarray] = []
@@ -100,7 +98,8 @@ class TestingCandidate(_Candidate):
             if h.size == 0:
                 self._ci = (0.0, 1.0)
             else:
-                lo, hi = confidence_interval(h, jl, ju, delta=self.ci_delta, rhos=self.rhos, betting=self.betting,
+                lo, hi = confidence_interval(h, jl, ju, delta=self.ci_delta, rhos=self.rhos,
+                                             betting=self.betting.interval_strategy(),
                                              horizon=self.n)
                 self._ci = (float(lo), float(hi))
         return self._ci
@@ -145,10 +144,12 @@ class TestingCandidate(_Candidate):
                 "sums": self._sums.copy()}
 
     def load_state_dict(self, state: dict) -> None:
-        test = SequentialTest.from_state_dict(state["test"])
+        if state.get("kind") != "testing":
+            raise ValueError(f"{self.name}: the snapshot is not of this candidate's test")
+        test = SequentialTest.from_state_dict(state["test"], self.test.strategy)
         mine = self.test
-        if (state.get("kind") != "testing" or test.horizon != mine.horizon or test.alpha != mine.alpha
-                or test.delta != mine.delta or test.betting != mine.betting or test.r != mine.r
+        if (test.horizon != mine.horizon or test.alpha != mine.alpha
+                or test.delta != mine.delta or test.r != mine.r
                 or not np.array_equal(test.rhos, mine.rhos) or test.batch_shape != ()):
             raise ValueError(f"{self.name}: the snapshot is not of this candidate's test")
         h = np.asarray(state["h"], dtype=np.float64)
@@ -162,27 +163,30 @@ class TestingCandidate(_Candidate):
         self._sums = np.asarray(state["sums"], dtype=np.float64).copy()
         self._ci = None
 
-    def after_update(self, path, numbers=None) -> dict:
+    def after_update(self, path, numbers=None) -> Snapshot:
         self._ci = None
         if self.intervals == "every_round":
             self.interval()
         return self.snapshot(path, numbers)
 
-    def step(self, batch: int) -> dict:
+    def step(self, batch: int) -> Snapshot:
         got = self.fetch(batch)
         if got is None:
-            return self.snapshot(np.zeros(0))
+            return self.snapshot()
         return self.after_update(self.test.update(*got))
 
-    def snapshot(self, path, numbers=None) -> dict:
-        """``numbers``: (log E, max log E, rho weights, estimate) when already computed for a
-        stacked batch (:func:`step_together`)."""
+    def snapshot(self, path=None, numbers=None) -> Snapshot:
+        """``path``: log E after each label of this step (none: no new label); ``numbers``:
+        (log E, max log E, rho weights, estimate) when already computed for a stacked batch
+        (:func:`step_together`)."""
         if numbers is None:
             numbers = (float(self.test.log_evalue), float(self.test.max_log_evalue), self.test.rho_weights.tolist(),
                        self.estimate())
-        out = self._counters()
-        out.update(t=self.t, exhausted=self.t >= self.n, path=np.asarray(path, dtype=np.float64), log_e=numbers[0],
-                   max_log_e=numbers[1], rho_weights=numbers[2], estimate=numbers[3], ci=self._ci)
+        out = self.counters()
+        out.t, out.exhausted = self.t, self.t >= self.n
+        out.path = np.zeros(0) if path is None else np.asarray(path, dtype=np.float64)
+        out.log_e, out.max_log_e, out.rho_weights, out.estimate = numbers
+        out.ci = self._ci
         return out
 
 
@@ -249,7 +253,7 @@ class EstimationCandidate(_Candidate):
             raise ValueError(f"{self.name}: the snapshot is not of an estimation policy")
         self.policy = restore_policy(self.policy, state["policy"])
 
-    def step(self, batch: int) -> dict:
+    def step(self, batch: int) -> Snapshot:
         b = min(int(batch), self.n - self.t)
         if b > 0 and not self.policy.done:
             items = self.policy.next_items(b)
@@ -257,16 +261,10 @@ class EstimationCandidate(_Candidate):
                 self.policy.update(items, self.source.human(items))
         return self.snapshot()
 
-    def snapshot(self, path=None) -> dict:
-        out = self._counters()
-        lo, hi = self.interval()
-        out.update(
-            t=self.t,
-            exhausted=self.t >= self.n or self.policy.exhausted,
-            decision=int(self.policy.decision),
-            estimate=float(self.policy.estimate),
-            ci=(lo, hi),
-        )
+    def snapshot(self) -> Snapshot:
+        out = self.counters()
+        out.t, out.exhausted = self.t, self.t >= self.n or self.policy.exhausted
+        out.decision, out.estimate, out.ci = int(self.policy.decision), float(self.policy.estimate), self.interval()
         return out
 
 
@@ -277,11 +275,11 @@ class LabelServer(_Candidate):
     def losses(self, items, role: str = "human") -> np.ndarray:
         return self.source.judge(items) if role == "judge" else self.source.human(items)
 
-    def snapshot(self, path=None) -> dict:
-        return self._counters()
+    def snapshot(self) -> Snapshot:
+        return self.counters()
 
 
-def guarded_step(c, batch: int) -> dict:
+def guarded_step(c, batch: int) -> Snapshot:
     """``c.step(batch)``; a label source that failed for good (after its retries) ends this
     candidate only: its snapshot says so, and the driver marks it not certified."""
     try:
@@ -290,7 +288,7 @@ def guarded_step(c, batch: int) -> dict:
         return c.failed(err)
 
 
-def step_together(cands: list[TestingCandidate], batch: int) -> list[dict]:
+def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
     """Advance testing candidates that are at the same label count as one batch: their
     :class:`SequentialTest` states are stacked, updated with one vectorised call and split
     back (the same e-values as one update each, without a Python loop over the numerics)."""
@@ -309,7 +307,7 @@ def step_together(cands: list[TestingCandidate], batch: int) -> list[dict]:
         done = dict(zip([c.name for c in ok], step_together(ok, batch) if ok else [], strict=True))
         return [failed.get(c.name) or done[c.name] for c in cands]
     if got[0] is None:
-        return [c.snapshot(np.zeros(0)) for c in cands]
+        return [c.snapshot() for c in cands]
     h = np.stack([g[0] for g in got])
     jl = ju = None
     if got[0][1] is not None:

@@ -154,20 +154,20 @@ class LiveSource:
 _ENDPOINT_KEYS = ("base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency", "cache_key")
 
 
-def live_source(cfg: dict, items) -> LiveSource:
-    """A :class:`LiveSource` from a job's plain configuration (what travels to an actor):
-    ``candidate`` and ``judge`` endpoint dicts, ``loss``, ``cache_dir`` (one SQLite cache,
-    shared by the job's actors)."""
-    cache = ResponseCache(pathlib.Path(cfg["cache_dir"]) / "responses.db")
-    cand = cfg["candidate"]
+def live_source(spec, items) -> LiveSource:
+    """A :class:`LiveSource` from a job's :class:`~certsel.workers.contracts.LiveSpec` (what
+    travels to an actor): ``candidate`` and ``judge`` endpoint dicts, ``loss``,
+    ``cache_dir`` (one SQLite cache, shared by the job's actors)."""
+    cache = ResponseCache(pathlib.Path(spec.cache_dir) / "responses.db")
+    cand = spec.candidate
     target = OpenAIClient(Endpoint(**{k: cand[k] for k in _ENDPOINT_KEYS}), cache)
-    judge = cfg.get("judge")
+    judge = spec.judge
     kw = {}
     if judge is not None:
         kw = {"judge": OpenAIClient(Endpoint(**{k: judge[k] for k in _ENDPOINT_KEYS}), cache),
               "judge_mode": judge["mode"], "judge_template": judge["template"], "judge_sampling": judge["sampling"],
               "grade_scale": tuple(judge["scale"])}
-    return LiveSource(list(items), target, cand["template"], loss=cfg["loss"], sampling=cand["sampling"], **kw)
+    return LiveSource(list(items), target, cand["template"], loss=spec.loss, sampling=cand["sampling"], **kw)
 
 
 def embed_items(cfg: dict, items, cache_dir) -> np.ndarray:

@@ -17,11 +17,13 @@ import re
 import unicodedata
 from collections import Counter
 
+from certsel.errors import CertselError
+
 _ARTICLES = {"a", "an", "the"}
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+"
 
 
-class UnparsableVerdict(ValueError):
+class UnparsableVerdict(CertselError, ValueError):
     """A judge's reply that states no single score in range."""
 
 

@@ -29,10 +29,12 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from certsel.errors import CertselError
+
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
-class SourceError(RuntimeError):
+class SourceError(CertselError):
     """A request that failed for good (after retries, or a non-retryable answer)."""
 
 

@@ -31,10 +31,12 @@ import time
 
 import httpx
 
+from certsel.errors import InputError
+
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 
 
-class ServeError(RuntimeError):
+class ServeError(InputError):
     """A model server that could not be started (one-line message)."""
 
 

@@ -1,0 +1,172 @@
+"""Pairwise ranking: every pair of models compared by Seq or Cer-Eval on paired losses.
+
+Every pair (i, j) is compared on u = (loss_i - loss_j + 1)/2 with threshold 1/2 at level
+delta/P (Bonferroni over the P pairs, :class:`~certsel.orchestrator.procedures.PairwiseRanking`);
+a pair stops as soon as its sign is certified. The pair policies live in the driver; the
+models' label sources live in the hosts (label servers). All pairs share one seed, so they
+ask for the same items for as long as their states agree, and a model is labelled once per
+item whatever the number of pairs it is in.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from certsel.policies.comparison import better_matrix, copeland, sign_policy_delta
+from certsel.workers.candidate import make_estimation_policy, restore_policy
+
+from .records import Status
+from .result import JobResult, dump_records, load_records, totals
+from .state import read_checkpoint, write_checkpoint
+
+
+def _mark_failed(records, dead: set, answers: dict, names: list) -> dict:
+    """Losses per model from a host answer; a model whose source failed for good is dead
+    (its pairs end undecided, the others go on)."""
+    out = {}
+    for nm, losses in answers.items():
+        m = names.index(nm)
+        if isinstance(losses, dict):
+            dead.add(m)
+            records[m].end(Status.SOURCE_FAILED, f"source failed: {losses['error']}")
+        else:
+            out[m] = np.asarray(losses, dtype=np.float64)
+    return out
+
+
+def _pair_scores(plan, pool, records, dead, ii, jj):
+    """Cer-Eval's judge strata per pair: every model's judge loss on every item (bought
+    before any human label), as paired scores; None per pair without strata."""
+    P = ii.size
+    if not plan.judge_strata:
+        return [None] * P
+    names, I = plan.data.names, plan.data.n_items
+    everything = np.arange(I, dtype=np.int64)
+    judged = _mark_failed(records, dead, pool.losses_of({nm: everything for nm in names}, "judge"), names)
+    return [None if ii[p] in dead or jj[p] in dead else (judged[ii[p]] - judged[jj[p]] + 1.0) / 2.0
+            for p in range(P)]
+
+
+def _model_row(r, wins: int, losses: int, open_pairs: int) -> dict:
+    return {"labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests, "estimate": r.estimate,
+            "certified_wins": wins, "certified_losses": losses, "open_pairs": open_pairs, "step": r.t}
+
+
+def run_pairwise(plan, pool, records, *, progress=None, tracker=None, job_dir=None, t0=None) -> JobResult:
+    """The rounds of a pairwise ranking job (see the module docstring)."""
+    cfg, data = plan.cfg, plan.data
+    t0 = time.perf_counter() if t0 is None else t0
+    names = data.names
+    K, I = len(names), data.n_items
+    ii, jj = np.triu_indices(K, 1)
+    P = ii.size
+    cap = min(cfg.budget.n, I)
+    # each direction of a pair's sign at delta/(2P): a false order, an exact tie included, has
+    # probability <= delta/P, and <= delta over all P pairs
+    pair_delta = sign_policy_delta(plan.procedure.pair_delta(cfg.delta, K), cfg.policy.radius)
+    dead: set = set()
+    scores = _pair_scores(plan, pool, records, dead, ii, jj)
+    pairs = [make_estimation_policy(cfg.policy.kind, I, delta=pair_delta, alpha=0.5, radius=cfg.policy.radius,
+                                    seed=cfg.seed, features=data.features, partition=cfg.policy.partition,
+                                    judge_scores=scores[p] if scores[p] is not None else np.full(I, 0.5))
+             for p in range(P)]
+    known = [dict() for _ in range(K)]  # item -> loss, per model
+    rounds, resume = 0, None
+    every = cfg.state.snapshot_every
+    ckpt = None if job_dir is None else read_checkpoint(job_dir, "pairwise", names)
+    if ckpt is not None:  # the pair policies and the losses they saw, as they were
+        pairs = [restore_policy(p, s) for p, s in zip(pairs, ckpt["pairs"], strict=True)]
+        known = [dict(zip(k["item"].tolist(), k["loss"].tolist(), strict=True)) for k in ckpt["known"]]
+        load_records(records, ckpt["records"])
+        rounds = int(ckpt["round"])
+        resume = {"from_round": rounds, "steps_from_snapshots": rounds, "steps_replayed": 0}  # the pairs live here
+        dead = {m for m, r in enumerate(records) if r.status is Status.SOURCE_FAILED}
+    while True:
+        open_pairs = [p for p in range(P) if not pairs[p].done and pairs[p].n_labeled < cap
+                      and ii[p] not in dead and jj[p] not in dead]
+        if not open_pairs:
+            break
+        asks = {p: pairs[p].next_items(min(cfg.budget.batch, cap - pairs[p].n_labeled)) for p in open_pairs}
+        need = [set() for _ in range(K)]
+        for p, items in asks.items():
+            for m in (ii[p], jj[p]):
+                need[m].update(int(i) for i in items if int(i) not in known[m])
+        requests = {names[m]: np.array(sorted(need[m]), dtype=np.int64) for m in range(K) if need[m]}
+        got = _mark_failed(records, dead, pool.losses_of(requests), names)
+        for m, losses in got.items():
+            known[m].update(zip(requests[names[m]].tolist(), losses.tolist(), strict=True))
+        for p, items in asks.items():
+            if ii[p] in dead or jj[p] in dead:
+                continue  # stopped undecided (stopping is always allowed)
+            a = np.array([known[ii[p]][int(i)] for i in items])
+            b = np.array([known[jj[p]][int(i)] for i in items])
+            pairs[p].update(items, (a - b + 1.0) / 2.0)
+        rounds += 1
+        _fold(plan, records, known, pairs, ii, jj, cap, dead)
+        if tracker is not None:
+            tracker.on_round(records)
+        if job_dir is not None and rounds % every == 0:
+            write_checkpoint(job_dir, {
+                "kind": "pairwise", "names": list(names), "round": rounds, "records": dump_records(records),
+                "pairs": [p.state_dict() for p in pairs],
+                "known": [{"item": np.fromiter(k.keys(), dtype=np.int64, count=len(k)),
+                           "loss": np.fromiter(k.values(), dtype=np.float64, count=len(k))} for k in known]})
+        if progress is not None:
+            progress(records, rounds)
+    return _result(plan, records, known, pairs, ii, jj, dead, rounds, resume, t0, pair_delta)
+
+
+def _fold(plan, records, known, pairs, ii, jj, cap, dead) -> None:
+    """Counters, status and one metrics row per model whose label count moved this round."""
+    K, I = len(records), plan.data.n_items
+    better = better_matrix(K, ii, jj, [p.decision == -1 for p in pairs], [p.decision == 1 for p in pairs])
+    still = np.zeros(K, dtype=np.int64)
+    for p, pol in enumerate(pairs):
+        if not pol.done and pol.n_labeled < cap and ii[p] not in dead and jj[p] not in dead:
+            still[ii[p]] += 1
+            still[jj[p]] += 1
+    for m, r in enumerate(records):
+        moved = len(known[m]) != r.t
+        r.n_human = r.t = len(known[m])
+        r.n_judge = I if plan.judge_strata else 0
+        r.requests = len(known[m]) + r.n_judge
+        r.estimate = float(np.mean(list(known[m].values()))) if known[m] else float("nan")
+        if r.status is Status.PENDING and known[m]:
+            r.status = Status.RUNNING
+        if moved:
+            r.rounds.append(_model_row(r, int(better[m].sum()), int(better[:, m].sum()), int(still[m])))
+
+
+def _result(plan, records, known, pairs, ii, jj, dead, rounds, resume, t0, pair_delta) -> JobResult:
+    cfg, names = plan.cfg, plan.data.names
+    K, P = len(names), ii.size
+    better = better_matrix(K, ii, jj, [p.decision == -1 for p in pairs], [p.decision == 1 for p in pairs])
+    n_used = np.zeros((K, K), dtype=np.int64)
+    intervals = {}
+    for p in range(P):
+        n_used[ii[p], jj[p]] = n_used[jj[p], ii[p]] = pairs[p].n_labeled
+        lo, hi = pairs[p].ci
+        intervals[f"{names[ii[p]]} - {names[jj[p]]}"] = [2 * lo - 1, 2 * hi - 1]  # CI on the risk difference
+    score, order = copeland(better)
+    for m, r in enumerate(records):
+        if m not in dead:
+            won = better[m].sum() == K - 1
+            r.end(Status.CERTIFIED if won else Status.STOPPED,
+                  f"{int(better[m].sum())} certified wins, {int(better[:, m].sum())} certified losses")
+    top = [names[m] for m in range(K) if better[m].sum() == K - 1 and m not in dead]
+    ranking = {
+        "order": [names[m] for m in order],
+        "score": {names[m]: int(score[m]) for m in range(K)},
+        "better": {names[a]: [names[b] for b in np.flatnonzero(better[a])] for a in range(K)},
+        "pairs_certified": int(better.sum()),
+        "pairs": P,
+        "pair_delta": plan.procedure.pair_delta(cfg.delta, K),
+        "pair_delta_per_direction": pair_delta,
+        "items_per_pair": {f"{names[ii[p]]} vs {names[jj[p]]}": int(n_used[ii[p], jj[p]]) for p in range(P)},
+        "difference_intervals": intervals,
+    }
+    level = plan.procedure.level(cfg.delta, K) + f" ({pair_delta:.4g} per direction)"
+    return JobResult(cfg, plan.data, records, top, top[0] if top else None, level, totals(records), plan.full_budget(),
+                     rounds, time.perf_counter() - t0, ranking=ranking, resume=resume)

@@ -1,0 +1,107 @@
+"""A job's plan: one typed spec per candidate and the arrays every candidate shares.
+
+Independent of where candidates run. Every candidate is labelled on the same seeded item
+order (the paper's protocol), so the plan is a deterministic function of the
+configuration, the data and the seed: a resumed driver rebuilds exactly the same one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from certsel.config import RunConfig
+from certsel.workers.contracts import (
+    CandidateKind,
+    CandidateSpec,
+    EstimationOptions,
+    LiveSpec,
+    PythonSpec,
+    ReplaySpec,
+    TestingOptions,
+)
+from certsel.workers.replay import item_order
+
+from .jobdata import JobData
+from .procedures import get_procedure
+
+
+@dataclass
+class JobPlan:
+    """Specs and shared arrays of a job (see the module docstring). ``rows[name]`` holds a
+    replay candidate's (human, judge) losses; ``shared`` the item order (testing), the
+    features (Cer-Eval) or the items (live)."""
+
+    cfg: RunConfig
+    data: JobData
+    job_dir: str | None = None
+    specs: list = field(init=False)
+    shared: dict = field(init=False)
+    rows: dict = field(init=False)
+
+    def __post_init__(self):
+        cfg, table = self.cfg, self.data.table
+        names = self.data.names
+        K, I = len(names), self.data.n_items
+        self.procedure = get_procedure(cfg.procedure)
+        self.testing = cfg.policy.is_testing
+        self.uses_judge = cfg.policy.uses_judge
+        # Cer-Eval's judge strata: the judge's loss on every item, known before any human label
+        self.judge_strata = cfg.policy.kind == "cer-eval" and cfg.policy.partition == "judge"
+        n, r = cfg.budget.n, (cfg.budget.r if self.uses_judge else 0)
+        self.n, self.r = n, r
+        with_judge = self.uses_judge or self.judge_strata
+        if table is not None:
+            self.rows = {nm: (table.human[k], table.judge[k] if with_judge else None) for k, nm in enumerate(names)}
+        else:  # live or python: each actor builds its candidates' sources from their specs
+            self.rows = {}
+        self.shared = {}
+        deltas = self.procedure.candidate_deltas(cfg.delta, K)
+        if self.procedure.ranking:
+            kinds = [(CandidateKind.LABELS, None)] * K
+        elif self.testing:
+            order = item_order(I, cfg.seed)
+            self.shared = {"human_items": order[:n], "judge_items": order[n : n + r * n]}
+            kinds = [(CandidateKind.TESTING, TestingOptions(
+                scheme=cfg.policy.kind, alpha=cfg.alpha, delta=cfg.delta, betting=cfg.policy.strategy, r=r,
+                ci_delta=float(deltas[k]), intervals=cfg.tracking.intervals)) for k in range(K)]
+        else:
+            self.shared = {"features": self.data.features}
+            kinds = [(CandidateKind.ESTIMATION, EstimationOptions(
+                kind=cfg.policy.kind, alpha=cfg.alpha, delta=float(deltas[k]), radius=cfg.policy.radius,
+                seed=(cfg.seed, k), budget=n, partition=cfg.policy.partition)) for k in range(K)]
+        if cfg.live is not None:
+            self.shared["items"] = self.data.items
+        every = cfg.state.snapshot_every if self.job_dir is not None else None
+        self.specs = [CandidateSpec(nm, kind, opts, self._source(k, with_judge), self.job_dir, every)
+                      for k, (nm, (kind, opts)) in enumerate(zip(names, kinds, strict=True))]
+
+    def _source(self, k: int, with_judge: bool):
+        cfg = self.cfg
+        if cfg.live is not None:
+            live = cfg.live
+            judge = None if live.judge is None or not with_judge else live.judge.model_dump()
+            return LiveSpec(candidate=self.data.live[k].model_dump(), judge=judge, loss=live.loss,
+                            cache_dir=str(live.cache_dir))
+        if cfg.source is not None:
+            src = cfg.source
+            return PythonSpec(function=self.data.function, candidate=self.data.names[k], n_items=self.data.n_items,
+                              judge=src.judge and with_judge, retries=src.retries)
+        return ReplaySpec()
+
+    def extensions(self) -> list:
+        """Objects from user code that the specs carry (they must reach the workers)."""
+        out = [self.cfg.policy.strategy] if self.testing else []
+        if self.cfg.source is not None:
+            out.append(self.data.function)
+        return out
+
+    def full_budget(self) -> dict:
+        """Labels and requests if every candidate ran to its whole budget."""
+        K, I = len(self.data.names), self.data.n_items
+        if self.procedure.ranking or not self.testing:
+            per = min(self.n, I)
+            judge = K * I if self.judge_strata else 0  # the strata: every item once per model
+            return {"human": K * per, "judge": judge, "requests": K * per + judge}
+        items = self.n * (1 + self.r)
+        return {"human": K * self.n, "judge": K * items if self.uses_judge else 0,
+                "requests": K * items * (2 if self.uses_judge else 1)}

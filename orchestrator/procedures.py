@@ -1,0 +1,228 @@
+"""Multiple-testing procedures over candidates: one object per procedure, one registry.
+
+A :class:`Procedure` answers the four questions a job asks of it, and nothing else:
+
+* **levels**: the level each candidate's own decision or interval runs at
+  (:meth:`~Procedure.candidate_deltas`; estimation policies are built at that level and the
+  reported intervals are simultaneous at it);
+* **thresholds given the evidence so far**: the log e-value each candidate needs now,
+  given which candidates are certified (:meth:`~Procedure.log_thresholds`; Holm loosens its
+  level as candidates are certified);
+* **the final certified set** from the final evidence (:meth:`~Procedure.certified` for
+  running-maximum e-values, :meth:`~Procedure.certified_by_decisions` for the decisions of
+  estimation policies);
+* **wording** for the certificate (:meth:`~Procedure.level`).
+
+Scheduling hooks with trivial defaults (:meth:`~Procedure.active`,
+:meth:`~Procedure.after_settle`) let a procedure restrict which candidates run (FST's
+frontier) without the driver knowing which procedure it runs. Config validation, the
+scheduler, the driver, the report and the audit all consult :data:`PROCEDURES`; a new
+procedure is a subclass passed to :func:`register_procedure`.
+
+Why early stopping keeps the guarantees: see :mod:`certsel.orchestrator.scheduling`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from certsel.policies import bonferroni, fixed_sequence, holm
+
+
+class Procedure:
+    """Family-wise error control over K candidates at level delta (see the module docstring).
+
+    Class attributes say what the procedure needs and supports; config validation reads them:
+    ``testing`` / ``estimation`` (runs with e-value policies / with Seq and Cer-Eval),
+    ``ranking`` (compares every pair of models instead of testing R <= alpha),
+    ``needs_order`` (a fixed sequence), ``needs_objective`` (selects by an objective),
+    ``allows_prune`` (``scheduling.prune`` keeps its selection), ``min_candidates``.
+    """
+
+    name: ClassVar[str] = ""
+    testing: ClassVar[bool] = True
+    estimation: ClassVar[bool] = True
+    ranking: ClassVar[bool] = False
+    needs_order: ClassVar[bool] = False
+    needs_objective: ClassVar[bool] = True
+    allows_prune: ClassVar[bool] = False
+    min_candidates: ClassVar[int] = 1
+
+    # -- levels and thresholds ------------------------------------------------------------
+    def candidate_deltas(self, delta: float, K: int) -> np.ndarray:
+        """The level of each candidate's own decision and interval, shape (K,)."""
+        raise NotImplementedError
+
+    def log_thresholds(self, delta: float, certified: np.ndarray) -> np.ndarray:
+        """log of the e-value each candidate needs now, given the certified mask so far (K,).
+        Default: 1 / candidate level, which does not depend on the evidence."""
+        return -np.log(self.candidate_deltas(delta, len(certified)))
+
+    # -- the final set ----------------------------------------------------------------------
+    def certified(self, max_log_e: np.ndarray, delta: float) -> np.ndarray:
+        """Certified mask from running-maximum log e-values (..., K)."""
+        raise NotImplementedError
+
+    def certified_by_decisions(self, ok: np.ndarray) -> np.ndarray:
+        """Certified mask from estimation policies' own decisions (..., K), each made at
+        :meth:`candidate_deltas`. Default: the decisions themselves."""
+        return np.asarray(ok, dtype=bool)
+
+    # -- scheduling hooks -----------------------------------------------------------------------
+    def active(self, open_records: list, lookahead: int) -> list:
+        """Which unfinished candidates run next round (adaptive mode). Default: all."""
+        return open_records
+
+    def after_settle(self, records: list) -> None:
+        """Statuses the procedure settles once others are known (adaptive mode). Default: none."""
+
+    # -- wording -----------------------------------------------------------------------------------
+    def level(self, delta: float, K: int) -> str:
+        """The procedure and its per-candidate level, in words."""
+        raise NotImplementedError
+
+    def threshold_words(self, delta: float, K: int) -> str:
+        """The e-value a candidate needs, in words (next to the e-values in reports)."""
+        return f"1/delta = {1.0 / float(self.candidate_deltas(delta, K).min()):.4g}"
+
+
+class FixedSequence(Procedure):
+    """Fixed-sequence testing: every candidate at the full delta in a pre-set order; the
+    certified set is the longest certified prefix."""
+
+    name = "fst"
+    needs_order = True
+    needs_objective = False
+
+    def candidate_deltas(self, delta, K):
+        return np.full(K, float(delta))
+
+    def certified(self, max_log_e, delta):
+        return fixed_sequence(np.exp(max_log_e), delta)
+
+    def certified_by_decisions(self, ok):
+        return np.cumprod(np.asarray(ok, dtype=bool), axis=-1).astype(bool)
+
+    def active(self, open_records, lookahead):
+        # labels go to the frontier (the first candidate not yet settled) and lookahead after it
+        return open_records[: 1 + lookahead]
+
+    def after_settle(self, records):
+        # once a candidate failed, no later one can join the certified prefix
+        failed = [k for k, r in enumerate(records) if r.status.test_failed]
+        if not failed:
+            return
+        first = records[failed[0]]
+        for r in records[failed[0] + 1:]:
+            if r.status.waiting:
+                r.end("skipped", f"after {first.name} failed")
+            elif r.status.running:
+                r.end("stopped", f"after {first.name} failed")
+
+    def level(self, delta, K):
+        return f"fixed-sequence, each at delta = {delta:g}"
+
+
+class Bonferroni(Procedure):
+    """Bonferroni: every candidate at delta/K."""
+
+    name = "bonferroni"
+    allows_prune = True
+
+    def candidate_deltas(self, delta, K):
+        return np.full(K, float(delta) / K)
+
+    def certified(self, max_log_e, delta):
+        return bonferroni(np.exp(max_log_e), delta)
+
+    def level(self, delta, K):
+        return f"Bonferroni, each at delta/K = {delta / K:.4g}"
+
+    def threshold_words(self, delta, K):
+        return f"K/delta = {K / delta:.4g}"
+
+
+class Holm(Procedure):
+    """Holm's step-down on p = 1/E: with c candidates certified, the next needs E >= (K - c)/delta."""
+
+    name = "holm"
+    estimation = False  # needs e-values: the estimation policies decide at one fixed level
+
+    def candidate_deltas(self, delta, K):
+        return np.full(K, float(delta) / K)  # the strictest level (intervals: simultaneous at it)
+
+    def log_thresholds(self, delta, certified):
+        K = len(certified)
+        c = int(np.sum(certified))
+        return np.full(K, math.log(max(K - c, 1) / delta))
+
+    def certified(self, max_log_e, delta):
+        return holm(np.exp(max_log_e), delta)
+
+    def level(self, delta, K):
+        return f"Holm step-down from delta/K = {delta / K:.4g} to delta = {delta:g}"
+
+    def threshold_words(self, delta, K):
+        return f"(K - c)/delta, from {K / delta:.4g} down to {1 / delta:.4g}"
+
+
+class PairwiseRanking(Procedure):
+    """Every pair of models compared at delta/P (Bonferroni over the P = K(K-1)/2 pairs);
+    a model is selected when it is certified better than every other one."""
+
+    name = "pairwise"
+    testing = False
+    ranking = True
+    needs_objective = False
+    min_candidates = 2
+
+    @staticmethod
+    def n_pairs(K: int) -> int:
+        return K * (K - 1) // 2
+
+    def pair_delta(self, delta: float, K: int) -> float:
+        return float(delta) / self.n_pairs(K)
+
+    def candidate_deltas(self, delta, K):
+        return np.full(K, self.pair_delta(delta, K))
+
+    def certified(self, max_log_e, delta):
+        raise TypeError("a pairwise ranking certifies orders of pairs, not e-values per candidate")
+
+    def level(self, delta, K):
+        P = self.n_pairs(K)
+        return f"pairwise, each of {P} pairs at delta/P = {delta / P:.4g}"
+
+    def threshold_words(self, delta, K):
+        return f"each pair's sign at delta/P = {self.pair_delta(delta, K):.4g}"
+
+
+PROCEDURES: dict[str, Procedure] = {}
+
+
+def register_procedure(proc: Procedure | type[Procedure]) -> Procedure:
+    """Add a procedure (an instance, or a class with a no-argument constructor) to
+    :data:`PROCEDURES` under its ``name``; from then on ``procedure: NAME`` selects it in a
+    job file. Returns the instance."""
+    if isinstance(proc, type):
+        proc = proc()
+    if not isinstance(proc, Procedure):
+        raise TypeError(f"a procedure must subclass Procedure, got {proc!r}")
+    if not isinstance(proc.name, str) or not proc.name:
+        raise ValueError("a procedure needs a non-empty name")
+    PROCEDURES[proc.name] = proc
+    return proc
+
+
+for _p in (FixedSequence, Bonferroni, Holm, PairwiseRanking):
+    register_procedure(_p)
+
+
+def get_procedure(name: str) -> Procedure:
+    try:
+        return PROCEDURES[name]
+    except KeyError:
+        raise ValueError(f"procedure must be one of {', '.join(PROCEDURES)}, got {name!r}") from None

@@ -1,0 +1,119 @@
+"""The driver's view of a candidate: its status and the evidence folded in from its snapshots.
+
+Pure bookkeeping; no Ray, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from certsel.workers.contracts import Snapshot
+
+
+class Status(StrEnum):
+    """Where a candidate stands. The values are what reports, ``selection.json`` and MLflow
+    tags show. A test that ended without certifying (its own evidence) is kept apart from a
+    label source that failed and from a worker that kept dying: none of them is certified,
+    only the first says anything about the candidate."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    CERTIFIED = "certified"
+    NOT_CERTIFIED = "not certified"  # the budget was spent without certifying R <= alpha
+    ABOVE_ALPHA = "above alpha"  # an estimation policy certified R >= alpha
+    STOPPED = "stopped"  # the procedure stopped it: it could no longer change the selection
+    SKIPPED = "skipped"  # never started, for the same reason
+    SOURCE_FAILED = "source failed"  # its label source failed for good (after retries)
+    WORKER_LOST = "worker lost"  # the actor hosting it died too often in a row
+
+    @property
+    def finished(self) -> bool:
+        return self not in (Status.PENDING, Status.RUNNING)
+
+    @property
+    def waiting(self) -> bool:
+        return self is Status.PENDING
+
+    @property
+    def running(self) -> bool:
+        return self is Status.RUNNING
+
+    @property
+    def test_failed(self) -> bool:
+        """Ended without certification while it was being evaluated (for FST: no later
+        candidate can join the certified prefix)."""
+        return self in (Status.NOT_CERTIFIED, Status.ABOVE_ALPHA, Status.SOURCE_FAILED, Status.WORKER_LOST)
+
+
+@dataclass
+class CandidateRecord:
+    """The driver's view of one candidate."""
+
+    name: str
+    index: int
+    objective: float | None
+    true_risk: float | None = None
+    status: Status = Status.PENDING
+    reason: str = ""
+    n_human: int = 0
+    n_judge: int = 0
+    requests: int = 0
+    t: int = 0  # human labels consumed by the policy
+    exhausted: bool = False
+    log_e: float = 0.0
+    max_log_e: float = 0.0
+    path: list = field(default_factory=list)  # per-human-label log e-values (testing policies)
+    estimate: float = float("nan")
+    ci: tuple | None = None
+    decision: int = 0
+    rho_weights: list | None = None
+    certified_at: int = 0  # human labels when certification was observed (0: never)
+    rounds: list = field(default_factory=list)  # per-round rows for tracking
+
+    @property
+    def finished(self) -> bool:
+        return self.status.finished
+
+    def end(self, status: Status | str, reason: str = "") -> None:
+        self.status, self.reason = Status(status), reason
+
+    def apply(self, snap: Snapshot) -> None:
+        """Fold an actor snapshot into the record."""
+        self.n_human, self.n_judge, self.requests = snap.n_human, snap.n_judge, snap.requests
+        self.t, self.exhausted = snap.t, snap.exhausted
+        self.estimate = snap.estimate
+        if snap.ci is not None:
+            self.ci = tuple(snap.ci)
+        if snap.path is not None:
+            if snap.path.size:
+                self.path.extend(snap.path.tolist())
+            self.log_e, self.max_log_e = snap.log_e, snap.max_log_e
+            self.rho_weights = snap.rho_weights
+        if snap.decision is not None:
+            self.decision = snap.decision
+        if self.status is Status.PENDING:
+            self.status = Status.RUNNING
+        if snap.error:  # its label source failed for good: not certified, the others go on
+            self.end(Status.SOURCE_FAILED, f"source failed: {snap.error}")
+
+    def first_crossing(self, log_level: float) -> int:
+        """First human label (1-based) at which log E reached ``log_level``; 0 if never."""
+        p = np.asarray(self.path)
+        hit = np.flatnonzero(p >= log_level)
+        return int(hit[0]) + 1 if hit.size else 0
+
+    def round_row(self) -> dict:
+        """The per-round metrics of this candidate (MLflow steps, driver checkpoints)."""
+        row = {"labels_human": self.n_human, "labels_judge": self.n_judge, "requests": self.requests,
+               "estimate": self.estimate}
+        if self.path:
+            row.update(log_evalue=self.log_e, max_log_evalue=self.max_log_e)
+        if self.ci is not None:
+            row.update(ci_low=self.ci[0], ci_high=self.ci[1])
+        if self.rho_weights is not None and len(self.rho_weights) > 1:
+            row.update({f"rho_weight_{s}": w for s, w in enumerate(self.rho_weights)})
+        row["step"] = self.t
+        return row

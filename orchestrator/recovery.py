@@ -1,0 +1,176 @@
+"""The host pool: every driver call to the candidate hosts, recovering hosts that die mid-call.
+
+A lost host (on the actor Ray restarted, or a fresh one) rebuilds its candidates, each from
+its newest policy snapshot plus the batches after it from the durable label log
+(``CandidateHost.rebuild``: no request, the same states); hosts lost in the same call are
+rebuilt in parallel. Then the interrupted call is sent again. The labels that step had
+already bought were logged before use, so it finds them in the log: nothing is bought or
+counted twice. A host lost more than :data:`MAX_HOST_LOSSES` times in a row (no step
+completed between: a crash loop) ends its candidates as "worker lost" (not certified); the
+others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from certsel.errors import first_line
+from certsel.workers.contracts import CandidateKind
+
+from .records import Status
+from .runtime import HostLost
+
+log = logging.getLogger(__name__)
+
+MAX_HOST_LOSSES = 6  # a host lost this often in a row, with no step done between, ends its candidates
+
+
+def assign(names: list[str], n_hosts: int) -> dict:
+    """Round-robin: neighbours in the FST order land on different hosts, so the frontier
+    and its look-ahead advance in parallel."""
+    return {nm: k % n_hosts for k, nm in enumerate(names)}
+
+
+class HostPool:
+    """Calls to the hosts of one job (see the module docstring)."""
+
+    def __init__(self, runtime, home: dict, plan, rows, records):
+        self.runtime, self.home, self.plan, self.rows = runtime, home, plan, rows
+        n_hosts = max(home.values(), default=-1) + 1
+        self.per_host = [[s for s in plan.specs if home[s.name] == h] for h in range(n_hosts)]
+        self.records = {r.name: r for r in records}
+        self.losses: dict[int, int] = {}
+        # hosts rebuilt during the run, and how their candidates' steps were restored
+        self.recovered = {"hosts": 0, "steps_from_snapshots": 0, "steps_replayed": 0}
+
+    def by_host(self, names) -> dict:
+        """``{host: [names on it]}``, in the order given."""
+        out: dict = {}
+        for nm in names:
+            out.setdefault(self.home[nm], []).append(nm)
+        return out
+
+    def load(self) -> None:
+        self.call("load", {h: (specs, self.plan.shared, self.rows) for h, specs in enumerate(self.per_host)})
+
+    def _batches(self, name: str) -> list[int]:
+        """Labels the candidate consumed at each of its steps, from the driver's records."""
+        return np.diff([0] + [row["step"] for row in self.records[name].rounds]).tolist()
+
+    def _check_restored(self, snaps, batches: dict, counts: dict) -> None:
+        for snap in snaps:
+            if snap.t != self.records[snap.name].t:
+                raise RuntimeError(f"candidate {snap.name}: rebuilt at {snap.t} labels, "
+                                   f"expected {self.records[snap.name].t}")
+            counts["steps_from_snapshots"] += snap.restored_steps
+            counts["steps_replayed"] += len(batches[snap.name]) - snap.restored_steps
+
+    def restore_all(self) -> dict:
+        """Every candidate that has run, rebuilt on its host (a resumed driver); how many
+        of their steps came from policy snapshots and how many were replayed from the log."""
+        by_host: dict = {}
+        for name, r in self.records.items():
+            if r.rounds:
+                by_host.setdefault(self.home[name], {})[name] = self._batches(name)
+        counts = {"steps_from_snapshots": 0, "steps_replayed": 0}
+        for h, snaps in self.call("restore", {h: (b,) for h, b in by_host.items()}).items():
+            self._check_restored(snaps, by_host[h], counts)
+        return counts
+
+    def step(self, names, batch: int) -> dict:
+        """Advance ``names`` by ``batch``; their snapshots by name."""
+        got = self.call("step", {h: (nms, batch) for h, nms in self.by_host(names).items()})
+        return {s.name: s for group in got.values() for s in group}
+
+    def finalize(self, names) -> dict:
+        got = self.call("finalize", {h: (nms,) for h, nms in self.by_host(names).items()})
+        return {s.name: s for group in got.values() for s in group}
+
+    def losses_of(self, requests: dict, role: str = "human") -> dict:
+        """``{name: items}`` -> ``{name: losses or {"error": ...}}`` (pairwise label servers)."""
+        calls: dict = {}
+        for nm, items in requests.items():
+            calls.setdefault(self.home[nm], {})[nm] = items
+        out = {}
+        for part in self.call("losses", {h: (c, role) for h, c in calls.items()}).values():
+            out.update(part)
+        return out
+
+    def labels(self, names) -> dict:
+        out = {}
+        for part in self.call("labels", {h: (nms,) for h, nms in self.by_host(names).items()}).values():
+            out.update(part)
+        return out
+
+    def call(self, method: str, args: dict) -> dict:
+        """``method(*args[host])`` on every host in parallel, recovering lost hosts and
+        sending their call again; ``{host: result}`` (hosts given up on are left out)."""
+        out = {}
+        pending = list(args)
+        while pending:
+            got = self.runtime.gather_tolerant([(h, method, args[h]) for h in pending])
+            lost = {}
+            for h, res in zip(pending, got, strict=True):
+                if isinstance(res, HostLost):
+                    lost[h] = res.why
+                else:
+                    self.losses[h] = 0  # progress: only losses in a row count
+                    out[h] = res
+            pending = self._recover(lost) if lost else []
+        return out
+
+    def _give_up(self, h: int, why: str) -> None:
+        for spec in self.per_host[h]:
+            r = self.records[spec.name]
+            if not r.finished:
+                r.end(Status.WORKER_LOST, f"worker lost {self.losses[h]} times in a row ({why})")
+
+    def _recover(self, lost: dict, patience: float = 120.0) -> list[int]:
+        """Rebuild the lost hosts (``{host: why}``) all at once, each in one call
+        (``CandidateHost.rebuild``: load + restore from snapshot + log), on the actor Ray
+        restarted or on a fresh one; returns the hosts to send the interrupted call again.
+        A host still restarting is waited for (a fresh actor after ``patience`` s); one
+        lost again while rebuilding counts as another loss in a row."""
+        exc = self.runtime.ray.exceptions
+        t0 = time.monotonic()
+        deadline = {h: t0 + patience for h in lost}
+        todo, new_loss, done = dict(lost), dict(lost), []
+        while todo:
+            for h, why in new_loss.items():
+                self.losses[h] = self.losses.get(h, 0) + 1
+                log.warning("candidate host %d lost (%s; %d in a row): rebuilding its %d candidates", h, why,
+                            self.losses[h], len(self.per_host[h]))
+                if self.losses[h] > MAX_HOST_LOSSES:  # a crash loop (e.g. a candidate that always OOMs)
+                    self._give_up(h, why)
+                    del todo[h]
+            new_loss = {}
+            # label servers (pairwise) have no steps: their labels come back from the log on request
+            batches = {h: {s.name: self._batches(s.name) for s in self.per_host[h]
+                           if self.records[s.name].rounds and s.kind is not CandidateKind.LABELS} for h in todo}
+            refs = {h: self.runtime.submit(h, "rebuild", self.per_host[h], self.plan.shared, self.rows, batches[h])
+                    for h in todo}
+            waiting = False
+            for h, ref in refs.items():
+                try:
+                    snaps = self.runtime.ray.get(ref)
+                except exc.ActorUnavailableError:  # still restarting: try again shortly
+                    if time.monotonic() > deadline[h]:
+                        self.runtime.replace_host(h)
+                        deadline[h] = time.monotonic() + patience
+                    waiting = True
+                    continue
+                except exc.RayActorError as err:  # lost again while rebuilding: on a fresh actor
+                    self.runtime.replace_host(h)
+                    new_loss[h] = todo[h] = first_line(err, "actor died")
+                    continue
+                self._check_restored(snaps, batches[h], self.recovered)
+                self.recovered["hosts"] += 1
+                log.warning("candidate host %d rebuilt in %.1f s", h, time.monotonic() - t0)
+                done.append(h)
+                del todo[h]
+            if waiting:
+                time.sleep(0.2)
+        return done

@@ -1,0 +1,102 @@
+"""Selection rounds: advance the scheduled candidates, settle them, decide.
+
+Each round asks the hosts of the candidates the procedure schedules to advance them by
+``budget.batch`` human labels, folds the snapshots into the records and lets the
+:class:`~certsel.orchestrator.scheduling.Scheduler` settle statuses. At the end the
+procedure is applied to the final evidence and the selection is made by objective.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from certsel.config import RunConfig
+from certsel.policies import select
+
+from .records import Status
+from .result import JobResult, dump_records, load_records, totals
+from .scheduling import Scheduler
+from .state import read_checkpoint, write_checkpoint
+
+
+def objective_key(cfg: RunConfig, data) -> np.ndarray | None:
+    """The objective as "smaller is better" (None without one)."""
+    obj = data.objective
+    if obj is None:
+        return None
+    return -obj if cfg.objective is not None and cfg.objective.goal == "maximize" else obj
+
+
+def final_certified(plan, records) -> np.ndarray:
+    """The procedure applied to the final evidence (for e-values: the running maxima)."""
+    if plan.testing:
+        return plan.procedure.certified(np.array([r.max_log_e for r in records]), plan.cfg.delta)
+    return plan.procedure.certified_by_decisions(np.array([r.status is Status.CERTIFIED for r in records]))
+
+
+def run_selection(plan, pool, records, *, progress=None, tracker=None, job_dir=None, t0=None) -> JobResult:
+    """The rounds of a selection job (FST, Bonferroni, Holm, or any registered procedure)."""
+    cfg, data = plan.cfg, plan.data
+    t0 = time.perf_counter() if t0 is None else t0
+    names = data.names
+    key = objective_key(cfg, data)
+    sched = Scheduler(records, procedure=plan.procedure, delta=cfg.delta, testing=plan.testing,
+                      mode=cfg.scheduling.mode, lookahead=cfg.scheduling.lookahead,
+                      prune_keys=key if cfg.scheduling.prune else None)
+    cost_per_label = (1 + plan.r) * (2 if plan.uses_judge else 1) if plan.testing else 1
+    every = cfg.state.snapshot_every
+    rounds, resume = 0, None
+    ckpt = None if job_dir is None else read_checkpoint(job_dir, "select", names)
+    if ckpt is not None:  # a resumed job: the driver's records as they were, the candidates from snapshot + log
+        load_records(records, ckpt["records"])
+        rounds = int(ckpt["round"])
+        resume = {"from_round": rounds, **pool.restore_all()}
+        if tracker is not None:
+            tracker.on_round(records)
+    while True:
+        active = sched.active()
+        if not active:
+            break
+        batch = cfg.budget.batch
+        if cfg.budget.max_requests is not None:
+            left = cfg.budget.max_requests - totals(records)["requests"]
+            batch = min(batch, left // (cost_per_label * len(active)))
+            if batch < 1:
+                sched.stop_all("request budget spent")
+                break
+        by_name = pool.step([r.name for r in active], batch)
+        for r in active:
+            if r.name not in by_name:
+                continue  # its host was lost too often: already marked
+            r.apply(by_name[r.name])
+            r.rounds.append(r.round_row())
+        rounds += 1
+        sched.settle()
+        if tracker is not None:
+            tracker.on_round(active)
+        if job_dir is not None and rounds % every == 0:
+            write_checkpoint(job_dir, {"kind": "select", "names": list(names), "round": rounds,
+                                       "records": dump_records(records)})
+        if progress is not None:
+            progress(records, rounds)
+
+    if plan.testing and cfg.tracking.intervals != "none":
+        ran = [r for r in records if r.t > 0]
+        finals = pool.finalize([r.name for r in ran])
+        for r in ran:
+            r.ci = tuple(finals[r.name].ci)
+
+    certified_mask = final_certified(plan, records)
+    for r, ok in zip(records, certified_mask, strict=True):
+        if r.status is Status.CERTIFIED and not ok:
+            r.reason = "passed its own test but is not in the procedure's certified set"
+    if key is not None:
+        sel = int(select(certified_mask, key))
+    else:  # a fixed sequence without an objective: the end of the certified prefix
+        sel = int(np.flatnonzero(certified_mask)[-1]) if certified_mask.any() else -1
+    K = len(records)
+    return JobResult(cfg, data, records, [records[k].name for k in np.flatnonzero(certified_mask)],
+                     names[sel] if sel >= 0 else None, plan.procedure.level(cfg.delta, K), totals(records),
+                     plan.full_budget(), rounds, time.perf_counter() - t0, resume=resume)

@@ -1,0 +1,162 @@
+"""Typed contracts between the driver and the workers: candidate specs, snapshots, label sources.
+
+* :class:`CandidateSpec` says what a worker builds: a candidate's name, what it runs
+  (:class:`TestingOptions` for R-Eval / R-AutoEval / R-AutoEval+, :class:`EstimationOptions`
+  for Seq / Cer-Eval, nothing for a pairwise label server) and where its labels come from
+  (a :class:`SourceSpec`).
+* :class:`Snapshot` is what a worker returns after each step: counters, the evidence and,
+  when its label source failed for good, the error.
+* :class:`LabelSource` is what a candidate asks for labels. Replay tables, live model
+  servers and user functions implement it; :class:`~certsel.workers.labellog.LoggedSource`
+  wraps any of them with the durable label log.
+
+Everything here is plain data that Ray ships between processes (extension objects such as
+a betting strategy defined in user code travel by value; see
+:meth:`certsel.orchestrator.runtime.RayRuntime.ship_by_value`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class LabelSource(Protocol):
+    """Losses of one candidate on the items a policy asks for.
+
+    ``human(items)`` are the costly labels (a person's reference, or recorded human
+    losses), ``judge(items)`` the judge's losses; both return one loss in [0, 1] per item,
+    in the order asked, and asking again for an item returns the same loss without a new
+    purchase (requests are idempotent). The counters say what was bought so far. A source
+    that fails for good raises :class:`~certsel.workers.openai_source.SourceError`; the
+    candidate then ends as "source failed" and the others go on.
+    """
+
+    @property
+    def n_items(self) -> int: ...
+
+    @property
+    def human_labels(self) -> int: ...
+
+    @property
+    def judge_labels(self) -> int: ...
+
+    @property
+    def requests(self) -> int: ...
+
+    def human(self, items) -> np.ndarray: ...
+
+    def judge(self, items) -> np.ndarray: ...
+
+
+class CandidateKind(StrEnum):
+    TESTING = "testing"  # an e-process for H0: R > alpha (R-Eval, R-AutoEval, R-AutoEval+)
+    ESTIMATION = "estimation"  # Seq / Cer-Eval deciding R vs alpha with an anytime interval
+    LABELS = "labels"  # serves losses on demand (pairwise comparisons live in the driver)
+
+
+@dataclass(frozen=True)
+class TestingOptions:
+    """A testing candidate: ``scheme`` (r-eval, r-autoeval, r-autoeval+), the target and
+    level, the betting strategy object, judge-only labels per human label, the level of the
+    reported interval and when to compute it (``every_round``, ``final``, ``none``)."""
+
+    __test__ = False  # a domain name, not a pytest test class
+
+    scheme: str
+    alpha: float
+    delta: float
+    betting: object  # a certsel.policies.BettingStrategy
+    r: int
+    ci_delta: float
+    intervals: str = "final"
+
+
+@dataclass(frozen=True)
+class EstimationOptions:
+    """An estimation candidate: Seq or Cer-Eval with ``threshold=alpha`` at level ``delta``."""
+
+    kind: str
+    alpha: float
+    delta: float
+    radius: str
+    seed: tuple
+    budget: int
+    partition: str = "embeddings"
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """Recorded losses: the candidate's row of the job's loss table (sent once per host)."""
+
+    kind = "replay"
+
+
+@dataclass(frozen=True)
+class LiveSpec:
+    """A model behind an OpenAI-compatible server, scored against references (and a judge)."""
+
+    candidate: dict
+    judge: dict | None
+    loss: str
+    cache_dir: str
+    kind = "live"
+
+
+@dataclass(frozen=True)
+class PythonSpec:
+    """A user function ``module:function`` called as ``f(candidate, items, role)``."""
+
+    function: str
+    candidate: str
+    n_items: int
+    judge: bool
+    retries: int
+    kind = "python"
+
+
+SourceSpec = ReplaySpec | LiveSpec | PythonSpec
+
+
+@dataclass(frozen=True)
+class CandidateSpec:
+    """What a worker builds for one candidate (see the module docstring)."""
+
+    name: str
+    kind: CandidateKind
+    options: TestingOptions | EstimationOptions | None = None
+    source: SourceSpec = field(default_factory=ReplaySpec)
+    job_dir: str | None = None  # the durable label log's job folder (None: no log)
+    snapshot_every: int | None = None  # steps between policy snapshots in the log
+
+
+@dataclass
+class Snapshot:
+    """A candidate after a step: what the driver decides on and what MLflow records.
+
+    Testing candidates fill ``path`` (log E after each new human label), ``log_e``,
+    ``max_log_e`` and ``rho_weights``; estimation candidates fill ``decision`` (-1: R <=
+    alpha certified, +1: R >= alpha certified, 0: undecided). ``error`` is set when the
+    label source failed for good; ``restored_steps`` when a worker rebuilt the candidate
+    (steps that came from a policy snapshot rather than a replay of the log).
+    """
+
+    name: str
+    n_human: int = 0
+    n_judge: int = 0
+    requests: int = 0
+    t: int = 0
+    exhausted: bool = False
+    estimate: float = float("nan")
+    ci: tuple | None = None
+    path: np.ndarray | None = None
+    log_e: float = 0.0
+    max_log_e: float = 0.0
+    rho_weights: list | None = None
+    decision: int | None = None
+    error: str | None = None
+    restored_steps: int = 0
