@@ -21,9 +21,11 @@ Example (``examples/quantization.yaml``)::
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pathlib
+import sys
 from typing import Literal
 
 import yaml
@@ -38,7 +40,7 @@ from pydantic import (
 
 import numpy as np
 
-from certsel.errors import InputError
+from certsel.errors import InputError, first_line
 from certsel.orchestrator.procedures import PROCEDURES, get_procedure
 from certsel.policies import SCHEMES, scheme_rhos
 from certsel.policies.betting import BettingStrategy, get_strategy
@@ -307,6 +309,10 @@ class PythonSourceConfig(_Strict):
 
 class RunConfig(_Strict):
     name: str = Field("certsel", min_length=1)
+    # modules imported before the rest is validated: they register procedures and betting
+    # strategies (certsel.orchestrator.register_procedure, certsel.policies.register_strategy);
+    # a module next to the job file is found there
+    plugins: list[str] = Field(default_factory=list)
     data: DataConfig | None = None  # recorded losses (replay), or:
     live: LiveConfig | None = None  # candidates answering through model servers, or:
     source: PythonSourceConfig | None = None  # a user function
@@ -464,10 +470,36 @@ def _resolve_serve(s: ServeConfig, base_dir: pathlib.Path) -> ServeConfig:
     return s.model_copy(update=update) if update else s
 
 
+def _user_modules_path(raw: dict, base_dir: pathlib.Path | None) -> None:
+    """User code named by the job (plugins, a python source) is looked up next to the job
+    file first, then on the usual path."""
+    if base_dir is None or not (raw.get("plugins") or isinstance(raw.get("source"), dict)):
+        return
+    where = str(base_dir.resolve())
+    if where not in sys.path:
+        sys.path.insert(0, where)
+
+
+def load_plugins(names, source: str) -> None:
+    """Import the job's plugin modules (their import registers their extensions)."""
+    if names is None:
+        return
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(f"{source}: plugins: must be a list of module names")
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # whatever the plugin raises while importing
+            raise ConfigError(f"{source}: plugins: cannot import {name!r} ({first_line(exc)})") from None
+
+
 def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None = None) -> RunConfig:
-    """Validate a mapping (e.g. parsed YAML) into a :class:`RunConfig`."""
+    """Validate a mapping (e.g. parsed YAML) into a :class:`RunConfig`; ``plugins`` are
+    imported first, so that the procedures and strategies they register are known."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    _user_modules_path(raw, base_dir)
+    load_plugins(raw.get("plugins"), source)
     try:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as err:

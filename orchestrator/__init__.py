@@ -1,6 +1,11 @@
-"""certsel.orchestrator: the Ray driver, selection rounds, MLflow tracking and reports.
+"""certsel.orchestrator: the driver, selection procedures, MLflow tracking, reports and audits.
 
-Until the distributed driver lands, the single-process selection used by the ``certsel``
-command is :func:`certsel.orchestrator.local.replicated_selection`
-(vectorised over replications; ``reps=1`` is a single job).
+``certsel run`` is :func:`certsel.orchestrator.job.execute`; the driver
+(:func:`certsel.orchestrator.driver.run_job`) runs candidates on Ray actors (or in-process)
+under a multiple-testing procedure from :data:`PROCEDURES`. A new procedure subclasses
+:class:`Procedure` and is added with :func:`register_procedure`.
 """
+
+from .procedures import PROCEDURES, Procedure, get_procedure, register_procedure
+
+__all__ = ["PROCEDURES", "Procedure", "get_procedure", "register_procedure"]

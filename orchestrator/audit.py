@@ -44,6 +44,8 @@ from certsel.policies.autoeval import (
     effective_observations,
     interval_excludes,
     mix_log_evalues,
+    mixture_weights,
+    ppi_estimate,
 )
 from certsel.policies.comparison import sign_policy_delta
 from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
@@ -142,10 +144,7 @@ def _testing_chunk(cfg, human, judge, orders, n, r, rhos):
     # the estimate the driver reports after t labels: rho-weighted PPI++ means (eq. 10, 13)
     t_grid = np.unique(np.linspace(1, n, BUDGET_GRID).round().astype(int))
     cum = np.cumsum(obs.q, axis=-1)[..., t_grid - 1] / t_grid  # (reps, K, S, G)
-    z = comps[..., t_grid - 1] + np.log(w0)[:, None]
-    wts = np.exp(z - z.max(axis=-2, keepdims=True))
-    wts /= wts.sum(axis=-2, keepdims=True)
-    est = (wts * cum).sum(axis=-2)  # (reps, K, G)
+    est = ppi_estimate(cum, mixture_weights(comps[..., t_grid - 1], w0, axis=-2), axis=-2)  # (reps, K, G)
     classical = np.cumsum(h, axis=-1)[..., t_grid - 1] / t_grid
     return log_e, est, classical, t_grid, obs
 

@@ -72,17 +72,12 @@ def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = Tru
         if job is not None:
             job.update(status="finished", mlflow_run=run_id, finished=True)
         return result, run_id
-    except KeyboardInterrupt:
+    except BaseException as exc:  # the runs say how it ended: KILLED on Ctrl-C, FAILED otherwise
+        killed = isinstance(exc, KeyboardInterrupt)
         if tracker is not None:
-            tracker.fail("KILLED")
+            tracker.fail("KILLED" if killed else "FAILED")
         if job is not None:
-            job.update(status="interrupted")
-        raise
-    except BaseException:
-        if tracker is not None:
-            tracker.fail("FAILED")
-        if job is not None:
-            job.update(status="failed")
+            job.update(status="interrupted" if killed else "failed")
         raise
     finally:
         if servers is not None:

@@ -145,14 +145,14 @@ class Bonferroni(Procedure):
         return f"K/delta = {K / delta:.4g}"
 
 
-class Holm(Procedure):
-    """Holm's step-down on p = 1/E: with c candidates certified, the next needs E >= (K - c)/delta."""
+class Holm(Bonferroni):
+    """Holm's step-down on p = 1/E: with c candidates certified, the next needs E >= (K - c)/delta.
+    It starts at Bonferroni's level delta/K (the level of the reported intervals) and certifies
+    everything Bonferroni does."""
 
     name = "holm"
     estimation = False  # needs e-values: the estimation policies decide at one fixed level
-
-    def candidate_deltas(self, delta, K):
-        return np.full(K, float(delta) / K)  # the strictest level (intervals: simultaneous at it)
+    allows_prune = False  # pruning could change Holm's selection
 
     def log_thresholds(self, delta, certified):
         K = len(certified)

@@ -168,6 +168,22 @@ def mix_log_evalues(log_components: np.ndarray, weights: np.ndarray) -> np.ndarr
     return np.log(z.sum(axis=-2)) + top
 
 
+def mixture_weights(log_components: np.ndarray, weights: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The exponential weights of eq. (13), w_{s,n+1} proportional to w_{s,0} E_{s,n}, from
+    the components' log e-values along ``axis`` (the rho axis)."""
+    shape = [1] * np.ndim(log_components)
+    shape[axis] = -1
+    z = log_components + np.log(weights).reshape(shape)
+    z = np.exp(z - z.max(axis=axis, keepdims=True))
+    return z / z.sum(axis=axis, keepdims=True)
+
+
+def ppi_estimate(q_means: np.ndarray, weights: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The rho-weighted PPI++ point estimate sum_s w_s mean(q_s) (eq. 10 and 13): the means
+    of the effective observations of every rho and the mixture weights, along ``axis``."""
+    return np.sum(weights * q_means, axis=axis)
+
+
 def check_horizon(horizon, n: int) -> int:
     """The planned number of human labels (default ``n``), at least ``n``."""
     horizon = n if horizon is None else check_positive_int(horizon, "horizon")
@@ -211,14 +227,8 @@ def log_evalue_paths(
     obs, w, betting, horizon = _prepare(
         human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon
     )
-    comps = component_log_evalues(
-        obs,
-        alpha,
-        delta=delta,
-        betting=betting,
-        horizon=horizon,
-        ci_scale=bet_bound == "range",
-    )
+    comps = component_log_evalues(obs, alpha, delta=delta, betting=betting, horizon=horizon,
+                                  ci_scale=bet_bound == "range")
     return mix_log_evalues(comps, w)
 
 
@@ -228,17 +238,8 @@ def evalue_paths(human, judge_labeled=None, judge_unlabeled=None, **kwargs) -> n
     return np.exp(log_evalue_paths(human, judge_labeled, judge_unlabeled, **kwargs))
 
 
-def evalue_path(
-    human,
-    judge_labeled=None,
-    judge_unlabeled=None,
-    *,
-    alpha: float,
-    delta: float,
-    rhos=DEFAULT_RHOS,
-    betting: str | dict | BettingStrategy = "up",
-    **kwargs,
-) -> np.ndarray:
+def evalue_path(human, judge_labeled=None, judge_unlabeled=None, *, alpha: float, delta: float, rhos=DEFAULT_RHOS,
+                betting: str | dict | BettingStrategy = "up", **kwargs) -> np.ndarray:
     """Running e-values E_1..E_n of R-AutoEval+ (Algorithm 1) for one candidate.
 
     Parameters
@@ -296,18 +297,9 @@ def test_from_log_evalues(log_e: np.ndarray, delta: float) -> TestResult:
     return TestResult(certified, first, log_e.max(axis=-1), log_e)
 
 
-def upper_confidence_bound(
-    human,
-    judge_labeled=None,
-    judge_unlabeled=None,
-    *,
-    delta: float,
-    rhos=DEFAULT_RHOS,
-    betting: str | dict | BettingStrategy = "up",
-    loss_bounds=(0.0, 1.0),
-    weights=None,
-    horizon: int | None = None,
-) -> np.ndarray:
+def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, delta: float, rhos=DEFAULT_RHOS,
+                           betting: str | dict | BettingStrategy = "up", loss_bounds=(0.0, 1.0), weights=None,
+                           horizon: int | None = None) -> np.ndarray:
     """Anytime-valid upper confidence bound on R at level 1 - delta (App. D.5).
 
     ``U_n = inf{a : max_{i<=n} E_i(a) >= 1/delta}``, the smallest target the test would

@@ -74,18 +74,28 @@ class FixedPartition:
         return self.labels
 
 
+def _check_scores(scores) -> np.ndarray:
+    """Per-item scores as a finite 1-D float array (a new array: the caller's is not kept)."""
+    s = np.array(scores, dtype=np.float64)
+    if s.ndim != 1 or s.size == 0:
+        raise ValueError(f"scores must be a non-empty 1-D array, got shape {s.shape}")
+    if not np.all(np.isfinite(s)):
+        raise ValueError(f"scores contain {int(np.count_nonzero(~np.isfinite(s)))} NaN or infinite value(s)")
+    return s
+
+
+def _check_groups(n, name: str) -> None:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"{name} must be a positive integer, got {n!r}")
+
+
 def score_partition(scores, n_groups: int) -> FixedPartition:
     """Equal-mass bins of a per-item score known in advance (e.g. a judge's predicted loss).
 
     Raises if a bin would be empty (too many groups for the number of distinct scores).
     """
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim != 1 or s.size == 0:
-        raise ValueError(f"scores must be a non-empty 1-D array, got shape {s.shape}")
-    if not np.all(np.isfinite(s)):
-        raise ValueError(f"scores contain {int(np.count_nonzero(~np.isfinite(s)))} NaN or infinite value(s)")
-    if isinstance(n_groups, bool) or not isinstance(n_groups, (int, np.integer)) or n_groups < 1:
-        raise ValueError(f"n_groups must be a positive integer, got {n_groups!r}")
+    s = _check_scores(scores)
+    _check_groups(n_groups, "n_groups")
     edges = np.quantile(s, np.linspace(0.0, 1.0, n_groups + 1)[1:-1])
     labels = np.searchsorted(edges, s, side="right")
     counts = np.bincount(labels, minlength=n_groups)
@@ -160,13 +170,8 @@ class ScorePartition:
     adaptive = True
 
     def __init__(self, scores, *, max_groups: int = 8):
-        s = np.asarray(scores, dtype=np.float64) if not isinstance(scores, np.ndarray) else scores.astype(np.float64)
-        if s.ndim != 1 or s.size == 0:
-            raise ValueError(f"scores must be a non-empty 1-D array, got shape {s.shape}")
-        if not np.all(np.isfinite(s)):
-            raise ValueError(f"scores contain {int(np.count_nonzero(~np.isfinite(s)))} NaN or infinite value(s)")
-        if isinstance(max_groups, bool) or not isinstance(max_groups, (int, np.integer)) or max_groups < 1:
-            raise ValueError(f"max_groups must be a positive integer, got {max_groups!r}")
+        s = _check_scores(scores)
+        _check_groups(max_groups, "max_groups")
         self.scores = s
         self.n_items = int(s.size)
         self.max_groups = int(max_groups)

@@ -30,6 +30,8 @@ from .autoeval import (
     component_log_evalues,
     effective_observations,
     mix_log_evalues,
+    mixture_weights,
+    ppi_estimate,
     test_from_log_evalues,
 )
 from .betting import BettingState, BettingStrategy, get_strategy
@@ -97,16 +99,8 @@ class SequentialTest:
         else:
             judge_labeled = judge_unlabeled = None
         obs = effective_observations(h, judge_labeled, judge_unlabeled, rhos=self.rhos, loss_bounds=self.loss_bounds)
-        path, self._state = component_log_evalues(
-            obs,
-            self.alpha,
-            delta=self.delta,
-            betting=self.strategy,
-            horizon=self.horizon,
-            ci_scale=False,
-            state=self._state,
-            return_state=True,
-        )
+        path, self._state = component_log_evalues(obs, self.alpha, delta=self.delta, betting=self.strategy,
+                                                  horizon=self.horizon, state=self._state, return_state=True)
         path = path + self._log_e_s[..., None]
         self._log_e_s = path[..., -1].copy()
         log_e = mix_log_evalues(path, self.weights)
@@ -144,9 +138,18 @@ class SequentialTest:
     @property
     def rho_weights(self) -> np.ndarray:
         """Current mixture weights w_{s,n+1} of eq. (13), one per rho."""
-        z = self._log_e_s + np.log(self.weights)
-        z = np.exp(z - z.max(axis=-1, keepdims=True))
-        return z / z.sum(axis=-1, keepdims=True)
+        return mixture_weights(self._log_e_s, self.weights)
+
+    def estimate(self, sums) -> np.ndarray:
+        """The rho-weighted PPI++ estimate (eq. 10, 13) from the running sums (..., 3) of the
+        human losses, the judge's losses on the same items and the judge-only losses."""
+        sums = np.asarray(sums, dtype=np.float64)
+        t = self.n
+        mean_h = sums[..., 0] / t
+        if not self.uses_judge:
+            return mean_h
+        correction = sums[..., 2] / (self.r * t) - sums[..., 1] / t
+        return ppi_estimate(mean_h[..., None] + self.rhos * correction[..., None], self.rho_weights)
 
     # -- batching ----------------------------------------------------------------------
     def _key(self) -> tuple:

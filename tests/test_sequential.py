@@ -94,3 +94,28 @@ def test_stack_and_split_continue_exactly():
             np.testing.assert_allclose(part.rho_weights, alone[i].rho_weights, atol=1e-12)
     with pytest.raises(ValueError, match="one configuration"):
         SequentialTest.stack([make(), make(alpha=0.3)])
+
+
+def test_ppi_estimate_agrees_with_ppi_python(trivia_best):
+    """Cross-check with the prediction-powered inference package (ppi-python): for every
+    reliance factor rho the mean of our effective observations (eq. 10) is its PPI++ mean
+    estimate with lambda = rho, and the online estimate of a one-rho test (R-AutoEval) is
+    exactly that number."""
+    ppi_py = pytest.importorskip("ppi_py")
+    from certsel.policies import effective_observations
+
+    rng = np.random.default_rng(4)
+    k, n, r = 36, 120, 3
+    items = rng.permutation(trivia_best.items.size)[: n * (1 + r)]
+    h, jl = trivia_best.human[k][items[:n]], trivia_best.judge[k][items[:n]]
+    ju = trivia_best.judge[k][items[n:]]
+    rhos = np.linspace(0, 1, 10)
+    q = effective_observations(h, jl, ju, rhos=rhos).q
+    for s, rho in enumerate(rhos):
+        want = float(np.asarray(ppi_py.ppi_mean_pointestimate(h, jl, ju, lam=rho)).reshape(-1)[0])
+        assert q[s].mean() == pytest.approx(want, abs=1e-12)
+    test = SequentialTest(alpha=0.1, delta=0.1, horizon=n, rhos=[1.0], r=r)
+    test.update(h, jl, ju)
+    sums = np.array([h.sum(), jl.sum(), ju.sum()])
+    want = float(np.asarray(ppi_py.ppi_mean_pointestimate(h, jl, ju, lam=1.0)).reshape(-1)[0])
+    assert float(test.estimate(sums)) == pytest.approx(want, abs=1e-12)

@@ -106,14 +106,7 @@ class TestingCandidate(_Candidate):
 
     def estimate(self) -> float:
         """The rho-weighted PPI++ point estimate sum_s w_s mean(q_s) (eq. 10, 13)."""
-        t = self.t
-        if t == 0:
-            return float("nan")
-        mean_h = self._sums[0] / t
-        if not self.test.uses_judge:
-            return float(mean_h)
-        correction = self._sums[2] / (self.r * t) - self._sums[1] / t
-        return float(self.test.rho_weights @ (mean_h + self.rhos * correction))
+        return float("nan") if self.t == 0 else float(self.test.estimate(self._sums))
 
     def fetch(self, batch: int):
         """Buy the next ``b <= batch`` human labels (and their judge labels) from the source;
@@ -316,13 +309,7 @@ def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
     path = test.update(h, jl, ju)
     # the snapshot numbers for the whole batch at once (the same formulas as snapshot())
     log_e, max_log_e, weights = test.log_evalue.tolist(), test.max_log_evalue.tolist(), test.rho_weights
-    sums = np.stack([c._sums for c in cands])
-    t_now = test.n
-    est = sums[:, 0] / t_now
-    if jl is not None:
-        r = cands[0].r
-        est = np.einsum("ks,ks->k", weights, est[:, None] + cands[0].rhos * (sums[:, 2:3] / (r * t_now)
-                                                                             - sums[:, 1:2] / t_now))
+    est = test.estimate(np.stack([c._sums for c in cands]))
     weights = weights.tolist()
     out = []
     for i, (c, part) in enumerate(zip(cands, test.split(), strict=True)):
