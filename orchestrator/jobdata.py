@@ -47,6 +47,16 @@ class JobData:
         return len(self.items) if self.items else self.n_python_items
 
     @property
+    def item_ids(self) -> np.ndarray:
+        """Each item's id as a string (the table's item column, the items file's ids, or the
+        index a python source is asked about)."""
+        if self.table is not None:
+            return self.table.items.astype(str)
+        if self.items:
+            return np.array([it.id for it in self.items])
+        return np.arange(self.n_python_items).astype(str)
+
+    @property
     def objective(self) -> np.ndarray | None:
         if self.table is not None:
             return self.table.objective

@@ -216,8 +216,7 @@ def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    data = result.data
-    ids = np.array([it.id for it in data.items]) if data.items else data.table.items.astype(str)
+    ids = result.data.item_ids
     cols = {"candidate": [], "seq": [], "item": [], "item_id": [], "role": [], "loss": []}
     for name, log in result.labels.items():
         items = np.asarray(log["item"], dtype=np.int64)

@@ -1,15 +1,22 @@
-"""Betting strategies for testing by betting (App. C of R-AutoEval+).
+"""Betting strategies for testing by betting (App. C of R-AutoEval+), as objects in a registry.
 
-All functions work on a batch of observation sequences laid out as ``(rows, n)``: one row per
-(replication, candidate, reliance factor) triple, the last axis being time. A row's bet at
-time i only looks at that row's observations 1..i-1 (predictability), which is what makes
-the wealth a test supermartingale under H0: R >= alpha, and so an e-process that may be
-stopped and inspected at any time (Ville's inequality).
+A strategy (:class:`BettingStrategy`) turns observation rows laid out as ``(rows, n)`` into
+per-step log wealth factors: one row per (replication, candidate, reliance factor) triple,
+the last axis being time. A row's bet at time i only looks at that row's observations
+1..i-1 (predictability), which is what makes the wealth a test supermartingale under
+H0: R >= alpha, and so an e-process that may be stopped and inspected at any time (Ville's
+inequality). The strategy owns its running state (:class:`BettingState`), so a process can
+be checkpointed, resumed, and stacked with others.
 
 Bets are written as ``lambda_i = scale * u_i`` with ``u_i`` in [0, 1) and
 ``scale = 1 / (M - alpha)`` for testing (the bound of eq. 6) or ``scale = 1 / (M - m)`` for
-confidence intervals (App. D.5: the bet then no longer depends on alpha, which makes the
-wealth monotone in alpha and the confidence set an interval).
+confidence intervals (App. D.5: the bet then no longer depends on alpha for UP and WSR,
+which makes the wealth monotone in alpha and the confidence set an interval).
+
+:data:`STRATEGIES` maps names to classes: ``up`` (:class:`UP`, the Universal Portfolio of
+eq. 19, exact Beta(1/2, 1/2) mixture or the paper's grid), ``wsr`` (:class:`WSR`, eq.
+20-21) and ``ons`` (:class:`ONS`, online Newton step). :func:`register_strategy` adds one;
+:func:`get_strategy` resolves a name, a ``{"kind": name, **params}`` mapping or an instance.
 """
 
 from __future__ import annotations

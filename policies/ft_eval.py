@@ -3,7 +3,8 @@
 Given N repeated estimates theta_hat_1..N of a quantity whose ground truth theta* is known
 (e.g. a benchmark mean computed on the full labelled set), FT-Eval asks whether the
 estimator falls within a tolerance epsilon of the truth, accounting for bias and variance
-together (``../shared/papers/ft-eval.md``):
+together ("Fault-Tolerant Evaluation for Sample-Efficient Model Performance Estimators",
+Zhu, Wu and Xu; equation and algorithm numbers below are that paper's):
 
 * :func:`bias_variance`: MSE = Bias^2 + Var (eqs. 1-2) and RMSE;
 * :func:`t_test`: the traditional two-sided one-sample t-test of H0: mean = theta* (eqs. 3-4);
