@@ -49,6 +49,9 @@ def _pair_scores(plan, pool, records, dead, ii, jj):
             for p in range(P)]
 
 
+_CHANGES = ("certified_wins", "certified_losses", "open_pairs")
+
+
 def _model_row(r, wins: int, losses: int, open_pairs: int) -> dict:
     return {"labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests, "estimate": r.estimate,
             "certified_wins": wins, "certified_losses": losses, "open_pairs": open_pairs, "step": r.t}
@@ -119,7 +122,7 @@ def run_pairwise(plan, pool, records, *, progress=None, tracker=None, job_dir=No
 
 
 def _fold(plan, records, known, pairs, ii, jj, cap, dead) -> None:
-    """Counters, status and one metrics row per model whose label count moved this round."""
+    """Counters, status and a metrics row for every model whose labels or pairs moved."""
     K, I = len(records), plan.data.n_items
     better = better_matrix(K, ii, jj, [p.decision == -1 for p in pairs], [p.decision == 1 for p in pairs])
     still = np.zeros(K, dtype=np.int64)
@@ -128,15 +131,15 @@ def _fold(plan, records, known, pairs, ii, jj, cap, dead) -> None:
             still[ii[p]] += 1
             still[jj[p]] += 1
     for m, r in enumerate(records):
-        moved = len(known[m]) != r.t
         r.n_human = r.t = len(known[m])
         r.n_judge = I if plan.judge_strata else 0
         r.requests = len(known[m]) + r.n_judge
         r.estimate = float(np.mean(list(known[m].values()))) if known[m] else float("nan")
         if r.status is Status.PENDING and known[m]:
             r.status = Status.RUNNING
-        if moved:
-            r.rounds.append(_model_row(r, int(better[m].sum()), int(better[:, m].sum()), int(still[m])))
+        row = _model_row(r, int(better[m].sum()), int(better[:, m].sum()), int(still[m]))
+        if not r.rounds or any(r.rounds[-1][k] != row[k] for k in ("step", *_CHANGES)):
+            r.rounds.append(row)  # a row when its labels or its pairs' state changed
 
 
 def _result(plan, records, known, pairs, ii, jj, dead, rounds, resume, t0, pair_delta) -> JobResult:

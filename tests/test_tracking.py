@@ -135,3 +135,12 @@ def test_bundled_examples_run(ray_session, tmp_path, example):
         rk = cert["ranking"]
         assert rk["pairs"] == 66 and rk["pairs_certified"] >= 10
         assert rk["order"][0] == "FuseChat-Llama-3.2-1B-Instruct"  # the lowest-loss model on this table
+        # pairwise jobs log per-round metrics like the others: one step per round a model was labelled
+        client = MlflowClient(f"sqlite:///{tmp_path}/store.db")
+        kids = client.search_runs([client.get_run(run_id).info.experiment_id],
+                                  f"tags.`mlflow.parentRunId` = '{run_id}'")
+        top = next(k for k in kids if k.data.tags["candidate"] == rk["order"][0])
+        history = client.get_metric_history(top.info.run_id, "labels_human")
+        assert len(history) > 2 and [m.step for m in history] == sorted(m.step for m in history)
+        wins = client.get_metric_history(top.info.run_id, "certified_wins")
+        assert wins[-1].value == len(rk["better"][rk["order"][0]])
