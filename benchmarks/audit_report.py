@@ -1,7 +1,7 @@
 """The policy audits of docs/reliability.md: ``certsel audit`` on the bundled data.
 
 TriviaQA (48 MX configurations, alpha = 0.1, delta = 0.1, n = 300, r = 3, FST in
-decreasing bitwidth): R-Eval, R-AutoEval, R-AutoEval+ with UP and with WSR betting.
+decreasing bitwidth): R-Eval, R-AutoEval, R-AutoEval+ with UP, WSR and ONS betting.
 AlpacaEval: the ranking example (12 models, 66 pairs, delta = 0.05, up to 805 items per
 pair) with Seq and with Cer-Eval pairs, audited as the ranking (a row's "candidates" are
 the pairs; failure = a wrong certified order); ``--ranking-reps`` repetitions (default 200:
@@ -27,6 +27,7 @@ RUNS = [
     ("TriviaQA", "quantization.yaml", ["policy.kind=r-autoeval", "policy.betting=up"]),
     ("TriviaQA", "quantization.yaml", ["policy.kind=r-autoeval+", "policy.betting=up"]),
     ("TriviaQA", "quantization.yaml", ["policy.kind=r-autoeval+", "policy.betting=wsr"]),
+    ("TriviaQA", "quantization.yaml", ["policy.kind=r-autoeval+", "policy.betting=ons"]),
     ("AlpacaEval ranking", "alpacaeval_ranking.yaml", ["policy.kind=seq"]),
     ("AlpacaEval ranking", "alpacaeval_ranking.yaml", ["policy.kind=cer-eval"]),
 ]
@@ -54,13 +55,13 @@ def main(argv=None) -> int:
         res = audit(cfg, data, reps=reps, seed=0)
         secs = time.perf_counter() - t
         if args.out is not None:
-            write_audit(res, args.out / f"{data_name}-{cfg.policy.kind}-{cfg.policy.betting}")
+            write_audit(res, args.out / f"{data_name}-{cfg.policy.kind}-{cfg.policy.strategy.describe()}")
         rated = [r for r in res.rows if r["failure"] is not None]
         worst = max(rated, key=lambda r: r["failure"]) if rated else None
         o = res.overall
         ft = [r["ft_pass"] for r in res.rows if r["ft_pass"] is not None]
         w = "-" if worst is None else f"{worst['failure']:.3f} ({worst['failure_upper']:.3f})"
-        print(f"| {data_name} | {cfg.policy.kind} | {cfg.policy.betting if cfg.policy.kind not in ('seq', 'cer-eval') else '-'}"
+        print(f"| {data_name} | {cfg.policy.kind} | {cfg.policy.strategy.describe() if cfg.policy.is_testing else '-'}"
               f" | {sum(r['h0'] for r in res.rows)}/{len(res.rows)} | {w} | {o['familywise_failure']:.3f} "
               f"({o['failure_upper']:.3f}) | {cfg.delta:g} | {min(r['coverage'] for r in res.rows):.3f} | "
               f"{sum(r['labels_mean'] for r in res.rows) / len(res.rows):.1f} | {sum(ft)}/{len(ft)} | "

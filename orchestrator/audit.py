@@ -113,7 +113,7 @@ class AuditResult:
                     f"{o['evaluations_mean']:.0f} of {o['evaluations_full']} model evaluations; "
                     f"{'OK' if o['ok'] else 'GUARANTEE VIOLATED'}")
         worst = max((r["failure"] for r in self.rows if r["failure"] is not None), default=0.0)
-        return (f"{self.cfg.policy.kind} ({self.cfg.policy.betting}), alpha = {self.cfg.alpha:g}, delta = "
+        return (f"{self.cfg.policy.kind} ({self.cfg.policy.strategy.describe()}), alpha = {self.cfg.alpha:g}, delta = "
                 f"{self.cfg.delta:g}, n = {self.cfg.budget.n}, {self.reps} repetitions: worst per-candidate failure "
                 f"{worst:.3f}, family-wise failure of {o['procedure']} {o['familywise_failure']:.3f} "
                 f"(99% CP upper {o['failure_upper']:.3f}); {'OK' if o['ok'] else 'GUARANTEE VIOLATED'}")

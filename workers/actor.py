@@ -221,5 +221,5 @@ def worker_class():
     import ray
 
     # Ray restarts a dead host (kill -9, OOM, node loss) a few times; the driver then
-    # rebuilds its candidates from the durable label log (driver._Recovery)
+    # rebuilds its candidates from the durable label log (orchestrator.recovery.HostPool)
     return ray.remote(num_cpus=0, scheduling_strategy="SPREAD", max_restarts=3)(CandidateHost)
