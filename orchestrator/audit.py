@@ -44,8 +44,8 @@ from certsel.policies.autoeval import (
     effective_observations,
     interval_excludes,
     mix_log_evalues,
-    mixture_weights,
-    ppi_estimate,
+    predictable_mixture,
+    running_mean,
 )
 from certsel.policies.comparison import sign_policy_delta
 from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
@@ -141,10 +141,9 @@ def _testing_chunk(cfg, human, judge, orders, n, r, rhos):
     kw = dict(delta=cfg.delta, betting=cfg.policy.strategy, horizon=n)
     comps = component_log_evalues(obs, cfg.alpha, ci_scale=False, **kw)  # (reps, K, S, n)
     log_e = mix_log_evalues(comps, w0)
-    # the estimate the driver reports after t labels: rho-weighted PPI++ means (eq. 10, 13)
+    # the estimate the driver reports after t labels: the unbiased predictable mixture (eq. 10, 13)
     t_grid = np.unique(np.linspace(1, n, BUDGET_GRID).round().astype(int))
-    cum = np.cumsum(obs.q, axis=-1)[..., t_grid - 1] / t_grid  # (reps, K, S, G)
-    est = ppi_estimate(cum, mixture_weights(comps[..., t_grid - 1], w0, axis=-2), axis=-2)  # (reps, K, G)
+    est = running_mean(predictable_mixture(obs.q, comps, w0), t_grid)  # (reps, K, G)
     classical = np.cumsum(h, axis=-1)[..., t_grid - 1] / t_grid
     return log_e, est, classical, t_grid, obs
 

@@ -178,10 +178,26 @@ def mixture_weights(log_components: np.ndarray, weights: np.ndarray, axis: int =
     return z / z.sum(axis=axis, keepdims=True)
 
 
-def ppi_estimate(q_means: np.ndarray, weights: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The rho-weighted PPI++ point estimate sum_s w_s mean(q_s) (eq. 10 and 13): the means
-    of the effective observations of every rho and the mixture weights, along ``axis``."""
-    return np.sum(weights * q_means, axis=axis)
+def predictable_mixture(q: np.ndarray, log_components: np.ndarray, weights: np.ndarray,
+                        log_before: np.ndarray | None = None) -> np.ndarray:
+    """Per-label observations of the unbiased R-AutoEval+ point estimate, shape (..., n).
+
+    Label i's observation is sum_s w_{s,i} q_{s,i} with the weights of eq. (13) *before* label
+    i, w_{s,i} proportional to w_{s,0} E_{s,i-1}: they are fixed by the labels before i, and
+    every q_s is unbiased for R (eq. 10), so each observation has conditional mean R and
+    their running mean is an unbiased estimate of R (the weights after label i would favour
+    the rho whose observations happened to be low). ``q`` and ``log_components`` are
+    (..., S, n) (log E_{s,i} after each label); ``log_before`` (..., S) is log E_s before the
+    first of these labels (0 at the start)."""
+    before = np.zeros(log_components.shape[:-1]) if log_before is None else log_before
+    prev = np.concatenate([before[..., None], log_components[..., :-1]], axis=-1)
+    return np.sum(mixture_weights(prev, weights, axis=-2) * q, axis=-2)
+
+
+def running_mean(x: np.ndarray, t_grid) -> np.ndarray:
+    """Means of the first t entries of the last axis, for every t in ``t_grid`` (1-based)."""
+    t = np.asarray(t_grid)
+    return np.cumsum(x, axis=-1)[..., t - 1] / t
 
 
 def check_horizon(horizon, n: int) -> int:

@@ -31,12 +31,12 @@ from .autoeval import (
     effective_observations,
     mix_log_evalues,
     mixture_weights,
-    ppi_estimate,
+    predictable_mixture,
     test_from_log_evalues,
 )
 from .betting import BettingState, BettingStrategy, get_strategy
 
-_FORMAT = 2
+_FORMAT = 3
 
 
 class SequentialTest:
@@ -80,6 +80,7 @@ class SequentialTest:
         self._log_e_s = np.zeros(self.batch_shape + (S,))
         self._max_log_e = np.zeros(self.batch_shape)
         self._first = np.zeros(self.batch_shape, dtype=np.int64)
+        self._est_sum = np.zeros(self.batch_shape)  # sum of the unbiased estimate's observations
         self._state = BettingState()
 
     # -- feeding -----------------------------------------------------------------------
@@ -102,6 +103,8 @@ class SequentialTest:
         path, self._state = component_log_evalues(obs, self.alpha, delta=self.delta, betting=self.strategy,
                                                   horizon=self.horizon, state=self._state, return_state=True)
         path = path + self._log_e_s[..., None]
+        if t:
+            self._est_sum = self._est_sum + predictable_mixture(obs.q, path, self.weights, self._log_e_s).sum(axis=-1)
         self._log_e_s = path[..., -1].copy()
         log_e = mix_log_evalues(path, self.weights)
         res = test_from_log_evalues(log_e, self.delta)
@@ -140,16 +143,14 @@ class SequentialTest:
         """Current mixture weights w_{s,n+1} of eq. (13), one per rho."""
         return mixture_weights(self._log_e_s, self.weights)
 
-    def estimate(self, sums) -> np.ndarray:
-        """The rho-weighted PPI++ estimate (eq. 10, 13) from the running sums (..., 3) of the
-        human losses, the judge's losses on the same items and the judge-only losses."""
-        sums = np.asarray(sums, dtype=np.float64)
-        t = self.n
-        mean_h = sums[..., 0] / t
-        if not self.uses_judge:
-            return mean_h
-        correction = sums[..., 2] / (self.r * t) - sums[..., 1] / t
-        return ppi_estimate(mean_h[..., None] + self.rhos * correction[..., None], self.rho_weights)
+    @property
+    def estimate(self) -> np.ndarray:
+        """The unbiased R-AutoEval+ point estimate: the mean over labels of the rho mixture of
+        the effective observations with each label's weights fixed before it
+        (:func:`~certsel.policies.autoeval.predictable_mixture`); NaN before any label. For
+        R-Eval it is the mean human loss."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self._est_sum / self.n if self.n else np.full(self.batch_shape, np.nan)
 
     # -- batching ----------------------------------------------------------------------
     def _key(self) -> tuple:
@@ -180,6 +181,7 @@ class SequentialTest:
         out._log_e_s = np.stack([t._log_e_s for t in tests])
         out._max_log_e = np.stack([t._max_log_e for t in tests])
         out._first = np.stack([t._first for t in tests])
+        out._est_sum = np.stack([t._est_sum for t in tests])
         return out
 
     def split(self) -> list[SequentialTest]:
@@ -194,6 +196,7 @@ class SequentialTest:
             t._log_e_s = self._log_e_s[i].copy()
             t._max_log_e = np.array(self._max_log_e[i])  # 0-d, as in an unstacked test
             t._first = np.array(self._first[i])
+            t._est_sum = np.array(self._est_sum[i])
             parts.append(t)
         return parts
 
@@ -213,6 +216,7 @@ class SequentialTest:
             "log_e_s": self._log_e_s.copy(),
             "max_log_e": self._max_log_e.copy(),
             "first": self._first.copy(),
+            "est_sum": self._est_sum.copy(),
         }
 
     @classmethod
@@ -232,4 +236,5 @@ class SequentialTest:
         test._log_e_s = np.array(state["log_e_s"])
         test._max_log_e = np.array(state["max_log_e"])
         test._first = np.array(state["first"])
+        test._est_sum = np.array(state["est_sum"], dtype=np.float64)
         return test

@@ -78,7 +78,6 @@ class TestingCandidate(_Candidate):
         self._h: list[np.ndarray] = []
         self._jl: list[np.ndarray] = []
         self._ju: list[np.ndarray] = []
-        self._sums = np.zeros(3)  # running sums of human, judge-on-labelled, judge-only losses
         self._ci: tuple[float, float] | None = None
 
     @property
@@ -105,8 +104,8 @@ class TestingCandidate(_Candidate):
         return self._ci
 
     def estimate(self) -> float:
-        """The rho-weighted PPI++ point estimate sum_s w_s mean(q_s) (eq. 10, 13)."""
-        return float("nan") if self.t == 0 else float(self.test.estimate(self._sums))
+        """The unbiased R-AutoEval+ point estimate (:attr:`SequentialTest.estimate`)."""
+        return float(self.test.estimate)
 
     def fetch(self, batch: int):
         """Buy the next ``b <= batch`` human labels (and their judge labels) from the source;
@@ -123,9 +122,7 @@ class TestingCandidate(_Candidate):
             ju = self.source.judge(self.judge_items[self.r * t : self.r * (t + b)])
             self._jl.append(jl)
             self._ju.append(ju)
-            self._sums[1:] += jl.sum(), ju.sum()
         self._h.append(h)
-        self._sums[0] += h.sum()
         return h, jl, ju
 
     # -- snapshots (workers/labellog.py) --------------------------------------------------
@@ -133,8 +130,7 @@ class TestingCandidate(_Candidate):
         """Everything needed to continue exactly: the e-process state, the labels it holds
         (for the interval) and the running sums, bit for bit."""
         h, jl, ju = self._data()
-        return {"kind": "testing", "t": self.t, "test": self.test.state_dict(), "h": h, "jl": jl, "ju": ju,
-                "sums": self._sums.copy()}
+        return {"kind": "testing", "t": self.t, "test": self.test.state_dict(), "h": h, "jl": jl, "ju": ju}
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("kind") != "testing":
@@ -153,7 +149,6 @@ class TestingCandidate(_Candidate):
         if test.uses_judge:
             self._jl = [np.asarray(state["jl"], dtype=np.float64)] if h.size else []
             self._ju = [np.asarray(state["ju"], dtype=np.float64)] if h.size else []
-        self._sums = np.asarray(state["sums"], dtype=np.float64).copy()
         self._ci = None
 
     def after_update(self, path, numbers=None) -> Snapshot:
@@ -309,7 +304,7 @@ def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
     path = test.update(h, jl, ju)
     # the snapshot numbers for the whole batch at once (the same formulas as snapshot())
     log_e, max_log_e, weights = test.log_evalue.tolist(), test.max_log_evalue.tolist(), test.rho_weights
-    est = test.estimate(np.stack([c._sums for c in cands]))
+    est = test.estimate
     weights = weights.tolist()
     out = []
     for i, (c, part) in enumerate(zip(cands, test.split(), strict=True)):
