@@ -185,15 +185,17 @@ def _print_job(console, cert: dict, quiet: bool, run_id=None) -> None:
     if not quiet:
         t = Table(title=f"{cert['job']}: {cert['policy']['kind']} / {cert['procedure']['level']}, "
                         f"alpha={cert['procedure']['alpha']:g}")
-        cols = ["candidate", "objective", "status", "cert.", "e-value", "interval", "human", "judge", "requests"]
+        cols = ["candidate", "objective", "status", "cert.", "e-value", "R <=", "two-sided interval", "human",
+                "judge", "requests"]
         for c in cols:
             t.add_column(c, justify="right", no_wrap=True)
         for c in cert["candidates"]:
             ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]"
             e = "" if c.get("e_value") is None else f"{c['e_value']:.3g}"
+            ub = "" if c.get("upper_bound") is None else f"{c['upper_bound']:.3f}"
             obj = "" if c["objective"] is None else f"{c['objective']:g}"
             t.add_row(c["candidate"] + (" *" if c["selected"] else ""), obj, c["status"],
-                      "yes" if c["certified"] else "no", e, ci, str(c["labels_human"]), str(c["labels_judge"]),
+                      "yes" if c["certified"] else "no", e, ub, ci, str(c["labels_human"]), str(c["labels_judge"]),
                       str(c["requests"]))
         console.print(t)
         if "ranking" in cert:

@@ -61,6 +61,12 @@ class Procedure:
         Default: 1 / candidate level, which does not depend on the evidence."""
         return -np.log(self.candidate_deltas(delta, len(certified)))
 
+    def decision_deltas(self, delta: float, max_log_e: np.ndarray) -> np.ndarray:
+        """The level at which each candidate's decision was taken, given the final evidence
+        (K,): what its one-sided bound is reported at, so that the bound is <= alpha exactly
+        when the candidate passed its test. Default: :meth:`candidate_deltas`."""
+        return self.candidate_deltas(delta, len(max_log_e))
+
     # -- the final set ----------------------------------------------------------------------
     def certified(self, max_log_e: np.ndarray, delta: float) -> np.ndarray:
         """Certified mask from running-maximum log e-values (..., K)."""
@@ -161,6 +167,19 @@ class Holm(Bonferroni):
 
     def certified(self, max_log_e, delta):
         return holm(np.exp(max_log_e), delta)
+
+    def decision_deltas(self, delta, max_log_e):
+        # the j-th largest e-value (0-based) is tested at delta/(K - j) while the step-down
+        # goes on; every candidate after the first failure at the level that failed
+        max_log_e = np.asarray(max_log_e, dtype=np.float64)
+        K = max_log_e.size
+        order = np.argsort(-max_log_e, kind="stable")
+        levels = delta / (K - np.arange(K))
+        passed = np.cumprod(max_log_e[order] >= -np.log(levels)).astype(bool)
+        c = int(passed.sum())
+        out = np.empty(K)
+        out[order] = np.where(passed, levels, delta / (K - c))
+        return out
 
     def level(self, delta, K):
         return f"Holm step-down from delta/K = {delta / K:.4g} to delta = {delta:g}"

@@ -68,6 +68,7 @@ class CandidateRecord:
     path: list = field(default_factory=list)  # per-human-label log e-values (testing policies)
     estimate: float = float("nan")
     ci: tuple | None = None
+    upper_bound: float | None = None  # one-sided, at the level of the decision: <= alpha iff certified
     decision: int = 0
     rho_weights: list | None = None
     certified_at: int = 0  # human labels when certification was observed (0: never)
@@ -87,6 +88,8 @@ class CandidateRecord:
         self.estimate = snap.estimate
         if snap.ci is not None:
             self.ci = tuple(snap.ci)
+        if snap.upper_bound is not None:
+            self.upper_bound = snap.upper_bound
         if snap.path is not None:
             if snap.path.size:
                 self.path.extend(snap.path.tolist())
@@ -113,6 +116,8 @@ class CandidateRecord:
             row.update(log_evalue=self.log_e, max_log_evalue=self.max_log_e)
         if self.ci is not None:
             row.update(ci_low=self.ci[0], ci_high=self.ci[1])
+        if self.upper_bound is not None:
+            row["upper_bound"] = self.upper_bound
         if self.rho_weights is not None and len(self.rho_weights) > 1:
             row.update({f"rho_weight_{s}": w for s, w in enumerate(self.rho_weights)})
         row["step"] = self.t

@@ -85,8 +85,11 @@ class HostPool:
         got = self.call("step", {h: (nms, batch) for h, nms in self.by_host(names).items()})
         return {s.name: s for group in got.values() for s in group}
 
-    def finalize(self, names) -> dict:
-        got = self.call("finalize", {h: (nms,) for h, nms in self.by_host(names).items()})
+    def finalize(self, names, levels: dict | None = None) -> dict:
+        """Final snapshots (intervals; with ``levels[name]``, testing candidates' one-sided
+        bounds at the level of their decision)."""
+        got = self.call("finalize", {h: (nms, None if levels is None else [levels[n] for n in nms])
+                                     for h, nms in self.by_host(names).items()})
         return {s.name: s for group in got.values() for s in group}
 
     def losses_of(self, requests: dict, role: str = "human") -> dict:

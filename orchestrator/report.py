@@ -71,7 +71,8 @@ def certificate(result: JobResult) -> dict:
             "candidate": r.name, "objective": r.objective, "status": r.status, "reason": r.reason,
             "certified": r.name in in_set, "selected": r.name == result.selected,
             "labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests,
-            "estimate": _round(r.estimate), "ci": None if r.ci is None else [_round(v) for v in r.ci],
+            "estimate": _round(r.estimate), "upper_bound": _round(r.upper_bound),
+            "ci": None if r.ci is None else [_round(v) for v in r.ci],
             "certified_at_labels": r.certified_at or None,
             "risk_on_full_table": _round(r.true_risk),
         }
@@ -85,8 +86,8 @@ def certificate(result: JobResult) -> dict:
     evidence = None
     if sel is not None and not pairwise:
         s = rows[sel.index]
-        evidence = {k: s.get(k) for k in ("e_value", "log_e_value", "ci", "estimate", "certified_at_labels",
-                                          "labels_human", "labels_judge")}
+        evidence = {k: s.get(k) for k in ("e_value", "log_e_value", "upper_bound", "ci", "estimate",
+                                          "certified_at_labels", "labels_human", "labels_judge")}
         evidence["ci_level"] = 1 - ci_delta
     saved = {k: (1 - result.spent[k] / result.full[k]) if result.full[k] else 0.0 for k in result.spent}
     out = {

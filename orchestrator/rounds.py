@@ -36,6 +36,22 @@ def final_certified(plan, records) -> np.ndarray:
     return plan.procedure.certified_by_decisions(np.array([r.status is Status.CERTIFIED for r in records]))
 
 
+def reconcile(plan, records, certified_mask) -> None:
+    """Statuses that agree with the final set. A candidate that ended at a stricter level
+    than the one the procedure finally reached (Holm: its budget ran out before others were
+    certified) is in the final set: it is certified, at that level. One that passed its own
+    test but is not in the set (FST after an earlier failure) says so."""
+    thresholds = None
+    if plan.testing:
+        thresholds = -np.log(plan.procedure.decision_deltas(plan.cfg.delta, np.array([r.max_log_e for r in records])))
+    for r, ok in zip(records, certified_mask, strict=True):
+        if ok and r.status is not Status.CERTIFIED:
+            r.status, r.reason = Status.CERTIFIED, "in the final set at the level the procedure reached"
+            r.certified_at = r.first_crossing(float(thresholds[r.index])) if thresholds is not None else r.t
+        elif r.status is Status.CERTIFIED and not ok:  # e.g. after an earlier failure in a fixed sequence
+            r.end(Status.STOPPED, "passed its own test but is not in the procedure's certified set")
+
+
 def run_selection(plan, pool, records, *, progress=None, tracker=None, job_dir=None, t0=None) -> JobResult:
     """The rounds of a selection job (FST, Bonferroni, Holm, or any registered procedure)."""
     cfg, data = plan.cfg, plan.data
@@ -82,16 +98,14 @@ def run_selection(plan, pool, records, *, progress=None, tracker=None, job_dir=N
         if progress is not None:
             progress(records, rounds)
 
-    if plan.testing and cfg.tracking.intervals != "none":
-        ran = [r for r in records if r.t > 0]
-        finals = pool.finalize([r.name for r in ran])
-        for r in ran:
-            r.ci = tuple(finals[r.name].ci)
-
     certified_mask = final_certified(plan, records)
-    for r, ok in zip(records, certified_mask, strict=True):
-        if r.status is Status.CERTIFIED and not ok:
-            r.reason = "passed its own test but is not in the procedure's certified set"
+    if plan.testing and cfg.tracking.intervals != "none":
+        levels = plan.procedure.decision_deltas(cfg.delta, np.array([r.max_log_e for r in records]))
+        ran = [r for r in records if r.t > 0]
+        finals = pool.finalize([r.name for r in ran], {r.name: float(levels[r.index]) for r in ran})
+        for r in ran:
+            r.ci, r.upper_bound = tuple(finals[r.name].ci), finals[r.name].upper_bound
+    reconcile(plan, records, certified_mask)
     if key is not None:
         sel = int(select(certified_mask, key))
     else:  # a fixed sequence without an objective: the end of the certified prefix

@@ -63,32 +63,39 @@ class Scheduler:
         """The strictest e-value threshold now (what the reports draw)."""
         return float(np.max(self.log_thresholds()))
 
-    def _settle_one(self, r: CandidateRecord, log_level: float) -> bool:
+    def _certify(self, r: CandidateRecord, log_level: float) -> bool:
+        """Certify ``r`` if its evidence passes its threshold now."""
         if r.finished or r.status is Status.PENDING:
             return False
         if self.mode == "full" and self.testing and not r.exhausted:
             return False  # the baseline: every candidate spends its whole budget
-        if self.testing:
-            if r.max_log_e >= log_level:
-                r.status, r.certified_at = Status.CERTIFIED, r.first_crossing(log_level)
-                return True
-        elif r.decision == -1:
+        if self.testing and r.max_log_e >= log_level:
+            r.status, r.certified_at = Status.CERTIFIED, r.first_crossing(log_level)
+            return True
+        if not self.testing and r.decision == -1:
             r.status, r.certified_at = Status.CERTIFIED, r.t
-            return True
-        elif r.decision == 1:
-            r.end(Status.ABOVE_ALPHA, "risk above alpha certified")
-            return True
-        if r.exhausted:
-            r.end(Status.NOT_CERTIFIED, "budget spent")
             return True
         return False
 
+    def _end(self, r: CandidateRecord) -> None:
+        """End ``r`` if it cannot be certified any more: R >= alpha certified, or its budget spent."""
+        if r.finished or r.status is Status.PENDING:
+            return
+        if not self.testing and r.decision == 1:
+            r.end(Status.ABOVE_ALPHA, "risk above alpha certified")
+        elif r.exhausted:
+            r.end(Status.NOT_CERTIFIED, "budget spent")
+
     def settle(self) -> None:
-        """Update statuses after a round, until no new certification changes a threshold."""
+        """Update statuses after a round. Certifications come first, until none changes a
+        threshold (Holm: each one loosens the others'); only then do candidates whose
+        budget is spent end uncertified, at the thresholds the round reached."""
         changed = True
         while changed:
             thresholds = self.log_thresholds()
-            changed = any([self._settle_one(r, float(thresholds[r.index])) for r in self.records])
+            changed = any([self._certify(r, float(thresholds[r.index])) for r in self.records])
+        for r in self.records:
+            self._end(r)
         if self.prune_keys is not None and self.mode == "adaptive":
             best = min((self.prune_keys[k] for k, r in enumerate(self.records) if r.status is Status.CERTIFIED),
                        default=math.inf)

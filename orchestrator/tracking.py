@@ -182,6 +182,8 @@ class JobTracker:
             final = {"labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests}
             if r.ci is not None:
                 final.update(final_ci_low=r.ci[0], final_ci_high=r.ci[1])
+            if r.upper_bound is not None:
+                final["final_upper_bound"] = r.upper_bound
             if r.path:
                 final["final_max_log_evalue"] = r.max_log_e
             c.log_batch(self.child[r.name], tags=tags,

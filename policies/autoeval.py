@@ -333,25 +333,59 @@ def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, d
     if not betting.monotone_in_target:
         raise ValueError(f"betting {betting.name!r} bets depend on the target, so its rejected targets need not "
                          f"form an interval; use {betting.name}.interval_strategy() for confidence bounds")
+    return _bisect_upper(obs, w, betting, horizon, bet_delta=delta, level=delta, ci_scale=True)
+
+
+def _bisect_upper(obs, w, betting, horizon, *, bet_delta, level, ci_scale, alpha=None) -> np.ndarray:
+    """inf{a : max_i E_i(a) >= 1/level} by bisection (the e-processes non-decreasing in a):
+    the upper end of the final bracket, a rejected target (conservative). With ``alpha``
+    and alpha rejected, never above alpha: the bound then agrees with the test exactly."""
     lo, hi = obs.loss_bounds
-    threshold = np.log(1.0 / delta)
+    threshold = np.log(1.0 / level)
     batch = obs.q.shape[:-2]
 
     def rejected(a):
-        comps = component_log_evalues(
-            obs, a, delta=delta, betting=betting, horizon=horizon, ci_scale=True,
-        )
+        comps = component_log_evalues(obs, a, delta=bet_delta, betting=betting, horizon=horizon, ci_scale=ci_scale)
         return mix_log_evalues(comps, w).max(axis=-1) >= threshold
 
     low = np.full(batch, lo)
-    high = np.full(batch, hi)
+    high = np.full(batch, hi)  # every target >= hi is trivially rejected
     for _ in range(_CI_BISECTION_STEPS):
         mid = 0.5 * (low + high)
         rej = rejected(mid)
         high = np.where(rej, mid, high)
         low = np.where(rej, low, mid)
+    if alpha is not None:
+        high = np.where(rejected(np.full(batch, float(alpha))), np.minimum(high, alpha), high)
     # the whole range is rejected only on the miscoverage event; report the bottom then
     return np.where(rejected(np.full(batch, lo)), lo, high)
+
+
+def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, level: float, delta: float,
+                         alpha: float | None = None, rhos=DEFAULT_RHOS, betting: str | dict | BettingStrategy = "up",
+                         loss_bounds=(0.0, 1.0), weights=None, horizon: int | None = None) -> np.ndarray:
+    """The one-sided upper bound that inverts the test itself: U = inf{a : max_i E_i(a) >=
+    1/level}, with the test's own bets (bounded by 1/(M_s - a), sized for ``delta`` as in
+    :func:`log_evalue_paths`).
+
+    Every factor 1 - lambda_i (q_i - a) of UP and WSR is non-decreasing in a (for a constant
+    fraction u, (q - a)/(M - a) is non-increasing in a since q <= M; WSR's bet is the
+    smaller of c/(M - a) and a target-free plug-in, continuous and non-decreasing on each
+    piece), and so are their rho mixtures: the rejected targets form an interval [U, hi], so
+    P(R > U) <= P(max_i E_i(R) >= 1/level) <= level by Ville's inequality. And the test at
+    ``alpha`` certifies exactly when U <= alpha: the bound and the certificate agree by
+    construction (with ``alpha`` given, a certified candidate's bound is never above it).
+    It is one-sided at the full level, so it is tighter than the upper end of the two-sided
+    interval at level/2. A strategy whose bets are not monotone in the target (ONS) has no
+    such bound: its :meth:`interval_strategy` is used instead.
+    """
+    delta = check_level(delta, "delta")
+    level = check_level(level, "level")
+    obs, w, betting, horizon = _prepare(
+        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon
+    )
+    return _bisect_upper(obs, w, betting.interval_strategy(), horizon, bet_delta=delta, level=level, ci_scale=False,
+                         alpha=alpha if betting.monotone_in_target else None)
 
 
 def lower_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, loss_bounds=(0.0, 1.0), **kwargs):

@@ -92,6 +92,30 @@ def test_artifacts_and_certificate_read_back(job):
     assert fresh["candidates"] == cert["candidates"]
 
 
+def _bounds_agree(cert, alpha):
+    """Every certified candidate's one-sided bound is at most alpha; every candidate that ran
+    and ended uncertified on its own evidence has its bound above alpha."""
+    ran = [c for c in cert["candidates"] if c["labels_human"] > 0]
+    assert ran and all(c["upper_bound"] is not None for c in ran)
+    for c in ran:
+        if c["certified"]:
+            assert c["upper_bound"] <= alpha
+        elif c["status"] in ("not certified", "above alpha"):
+            assert c["upper_bound"] > alpha
+
+
+def test_certified_candidates_have_upper_bounds_below_alpha(job):
+    cfg, result, run_id, client, uri, tmp = job
+    cert = load_certificate(run_id, uri)
+    _bounds_agree(cert, cfg.alpha)
+    assert cert["evidence"]["upper_bound"] <= cfg.alpha < cert["evidence"]["ci"][1]  # one-sided is tighter here
+    sel = next(r for r in result.records if r.name == result.selected)
+    kid = next(k for k in client.search_runs([client.get_run(run_id).info.experiment_id],
+                                             f"tags.`mlflow.parentRunId` = '{run_id}'")
+               if k.data.tags["candidate"] == sel.name)
+    assert kid.data.metrics["final_upper_bound"] == pytest.approx(sel.upper_bound)
+
+
 def test_failure_mid_job_marks_runs_failed(ray_session, tmp_path):
     """A job that breaks after its runs exist leaves them FAILED, never FINISHED."""
     uri = f"sqlite:///{tmp_path}/store.db"
@@ -131,6 +155,7 @@ def test_bundled_examples_run(ray_session, tmp_path, example):
         sel = next(c for c in cert["candidates"] if c["selected"])
         assert sel["e_value"] >= 25 / 0.1
         assert all(c["objective"] >= sel["objective"] for c in cert["candidates"] if c["certified"])
+        _bounds_agree(cert, cfg.alpha)
     else:
         rk = cert["ranking"]
         assert rk["pairs"] == 66 and rk["pairs_certified"] >= 10

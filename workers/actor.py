@@ -120,14 +120,19 @@ class CandidateHost:
             # with the log rows it had used: its label counters resume from there
             c.source.log.write_snapshot(self.history[name], {"candidate": c.state_dict(), "log_used": c.source.used})
 
-    def finalize(self, names: list[str], with_interval: bool = True) -> list[Snapshot]:
+    def finalize(self, names: list[str], levels: list | None = None) -> list[Snapshot]:
+        """Final snapshots with the two-sided interval and, for testing candidates, the
+        one-sided bound that inverts their test at ``levels[i]`` (the level of the decision)."""
         self._have(names)
         out = []
-        for n in names:
+        for k, n in enumerate(names):
             c = self.candidates[n]
-            if with_interval and isinstance(c, (TestingCandidate, EstimationCandidate)):
+            if isinstance(c, (TestingCandidate, EstimationCandidate)):
                 c.interval()
-            out.append(c.snapshot())
+            snap = c.snapshot()
+            if isinstance(c, TestingCandidate) and levels is not None:
+                snap.upper_bound = c.upper_bound(float(levels[k]))
+            out.append(snap)
         return out
 
     def losses(self, requests: dict, role: str = "human") -> dict:

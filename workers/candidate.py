@@ -20,6 +20,7 @@ import numpy as np
 from certsel.errors import first_line
 from certsel.policies import (
     CerEval,
+    decision_upper_bound,
     NearestNeighborPartition,
     ScorePartition,
     Seq,
@@ -79,6 +80,7 @@ class TestingCandidate(_Candidate):
         self._jl: list[np.ndarray] = []
         self._ju: list[np.ndarray] = []
         self._ci: tuple[float, float] | None = None
+        self._bound: dict = {}  # level -> upper bound (cleared by new labels)
 
     @property
     def t(self) -> int:
@@ -102,6 +104,17 @@ class TestingCandidate(_Candidate):
                                              horizon=self.n)
                 self._ci = (float(lo), float(hi))
         return self._ci
+
+    def upper_bound(self, level: float) -> float:
+        """The one-sided upper bound that inverts this candidate's own test at ``level``
+        (:func:`~certsel.policies.autoeval.decision_upper_bound`): <= alpha exactly when its
+        e-process reached 1/level."""
+        if level not in self._bound:
+            h, jl, ju = self._data()
+            self._bound[level] = 1.0 if h.size == 0 else float(decision_upper_bound(
+                h, jl, ju, level=level, delta=self.test.delta, alpha=self.test.alpha, rhos=self.rhos,
+                betting=self.betting, horizon=self.n))
+        return self._bound[level]
 
     def estimate(self) -> float:
         """The unbiased R-AutoEval+ point estimate (:attr:`SequentialTest.estimate`)."""
@@ -150,9 +163,11 @@ class TestingCandidate(_Candidate):
             self._jl = [np.asarray(state["jl"], dtype=np.float64)] if h.size else []
             self._ju = [np.asarray(state["ju"], dtype=np.float64)] if h.size else []
         self._ci = None
+        self._bound = {}
 
     def after_update(self, path, numbers=None) -> Snapshot:
         self._ci = None
+        self._bound = {}
         if self.intervals == "every_round":
             self.interval()
         return self.snapshot(path, numbers)
@@ -253,6 +268,7 @@ class EstimationCandidate(_Candidate):
         out = self.counters()
         out.t, out.exhausted = self.t, self.t >= self.n or self.policy.exhausted
         out.decision, out.estimate, out.ci = int(self.policy.decision), float(self.policy.estimate), self.interval()
+        out.upper_bound = float(self.policy.upper_bound)  # one-sided, at the policy's level (its decision's)
         return out
 
 

@@ -153,6 +153,7 @@ class Snapshot:
     exhausted: bool = False
     estimate: float = float("nan")
     ci: tuple | None = None
+    upper_bound: float | None = None  # the one-sided bound at the level of the candidate's decision
     path: np.ndarray | None = None
     log_e: float = 0.0
     max_log_e: float = 0.0
