@@ -38,6 +38,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=1000)
     ap.add_argument("--ranking-reps", type=int, default=200)
     ap.add_argument("--out", type=pathlib.Path, help="keep each audit's json/md/png here")
+    ap.add_argument("--only", help="run only the rows whose data name contains this (e.g. TriviaQA)")
     args = ap.parse_args(argv)
     print(f"{args.reps} repetitions each ({args.ranking_reps} for the rankings); failure = certifying a candidate "
           "whose true risk is above alpha (testing policies) or a wrong certified order (rankings, whose "
@@ -48,6 +49,8 @@ def main(argv=None) -> int:
     ok_all = True
     summaries = []
     for data_name, file, sets in RUNS:
+        if args.only and args.only not in data_name:
+            continue
         cfg = load_config(EXAMPLES / file, sets)
         data = load_job_data(cfg)
         t = time.perf_counter()
