@@ -179,29 +179,65 @@ def _progress(console, total: int):
     return bar, update
 
 
-def _print_job(console, cert: dict, quiet: bool, run_id=None) -> None:
+def _candidate_table(cert: dict):
+    """The per-candidate table: the one-sided bound (what the certificate is about) first,
+    the two-sided interval as a secondary column; the judge's agreement when there is one."""
     from rich.table import Table
 
+    p = cert["procedure"]
+    t = Table(title=f"{cert['job']}: {cert['policy']['kind']} / {p['level']}, alpha={p['alpha']:g}")
+    testing = any(c.get("e_value") is not None for c in cert["candidates"])
+    judged = any(c.get("judge") for c in cert["candidates"])
+    cols = ["candidate", "objective", "status", "in set", *(["e-value"] if testing else []), "R <= (bound)",
+            "estimate", "two-sided interval", "human", "judge", "requests", *(["judge agrees (kappa)"] if judged else [])]
+    for c in cols:
+        t.add_column(c, justify="right", no_wrap=True)
+    for c in cert["candidates"]:
+        ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]"
+        ub = "" if c.get("upper_bound") is None else f"{c['upper_bound']:.3f}"
+        est = "" if c.get("estimate") is None else f"{c['estimate']:.3f}"
+        obj = "" if c["objective"] is None else f"{c['objective']:g}"
+        row = [c["candidate"] + (" *" if c["selected"] else ""), obj, c["status"], "yes" if c["certified"] else "no"]
+        if testing:
+            row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g}")
+        row += [ub, est, ci, str(c["labels_human"]), str(c["labels_judge"]), str(c["requests"])]
+        if judged:
+            j = c.get("judge")
+            row.append("" if not j else f"{j['agreement']:.0%} ({j['kappa']:.2f})")
+        t.add_row(*row, style="bold" if c["selected"] else None)
+    return t
+
+
+def _ranking_table(cert: dict):
+    """A ranking as the partial order it certifies: per model its certified wins and losses."""
+    from rich.table import Table
+
+    rk = cert["ranking"]
+    t = Table(title=f"{cert['job']}: {cert['policy']['kind']} / {cert['procedure']['level']} "
+                    f"({rk['pairs_certified']} of {rk['pairs']} pair orders certified)")
+    for c in ("model", "certified better than", "certified worse than", "possible winner", "mean loss seen",
+              "items", "Copeland score (not certified)"):
+        t.add_column(c, justify="right", no_wrap=True)
+    worse = {m: sum(m in b for b in rk["better"].values()) for m in rk["order"]}
+    rows = {c["candidate"]: c for c in cert["candidates"]}
+    for m in rk["order"]:
+        c = rows[m]
+        est = "" if c.get("estimate") is None else f"{c['estimate']:.3f}"
+        t.add_row(m, str(len(rk["better"][m])), str(worse[m]), "yes" if m in rk.get("possible_winners", ()) else "",
+                  est, str(c["labels_human"]), f"{rk['score'][m]:+d}")
+    return t
+
+
+def _print_job(console, cert: dict, quiet: bool, run_id=None) -> None:
     if not quiet:
-        t = Table(title=f"{cert['job']}: {cert['policy']['kind']} / {cert['procedure']['level']}, "
-                        f"alpha={cert['procedure']['alpha']:g}")
-        cols = ["candidate", "objective", "status", "cert.", "e-value", "R <=", "two-sided interval", "human",
-                "judge", "requests"]
-        for c in cols:
-            t.add_column(c, justify="right", no_wrap=True)
-        for c in cert["candidates"]:
-            ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]"
-            e = "" if c.get("e_value") is None else f"{c['e_value']:.3g}"
-            ub = "" if c.get("upper_bound") is None else f"{c['upper_bound']:.3f}"
-            obj = "" if c["objective"] is None else f"{c['objective']:g}"
-            t.add_row(c["candidate"] + (" *" if c["selected"] else ""), obj, c["status"],
-                      "yes" if c["certified"] else "no", e, ub, ci, str(c["labels_human"]), str(c["labels_judge"]),
-                      str(c["requests"]))
-        console.print(t)
         if "ranking" in cert:
-            rk = cert["ranking"]
-            console.print(f"ranking (Copeland score over certified pairs, {rk['pairs_certified']} of {rk['pairs']} "
-                          f"orders certified): " + " > ".join(f"{m} ({rk['score'][m]:+d})" for m in rk["order"]))
+            console.print(_ranking_table(cert))
+            console.print("possible winners (no other model is certified better): "
+                          + ", ".join(cert["ranking"].get("possible_winners", [])), markup=False)
+        else:
+            console.print(_candidate_table(cert))
+            console.print("R <= (bound): the one-sided bound at the level of the candidate's test; it is at most "
+                          "alpha exactly for the candidates that passed it.", markup=False)
     for c in cert["candidates"]:
         if c["status"] in ("source failed", "worker lost"):
             console.print(f"{c['candidate']}: not certified ({c['reason']})", markup=False)
@@ -240,7 +276,8 @@ def _run(args) -> int:
         if not args.quiet or job.resumed:
             print(f"{verb}: labels kept in {job.dir}", flush=True)
 
-    kw = {"report_dir": args.report_dir, "track": not args.no_tracking, "resume": args.resume, "on_job": on_job}
+    kw = {"report_dir": args.report_dir, "track": not args.no_tracking, "resume": args.resume, "on_job": on_job,
+          "warn": lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True)}
     if args.no_progress:
         result, run_id = execute(cfg, **kw)
     else:
@@ -273,17 +310,18 @@ def _audit(args) -> int:
         raise ValueError(f"{args.config}: certsel audit needs a replay job (data:), whose table gives the true risks")
     if not args.no_tracking:
         precheck(cfg.tracking.uri)
-    console = _console()
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
     result = audit(cfg, data, reps=args.reps, seed=args.seed, workers=args.workers)
     with tempfile.TemporaryDirectory() as tmp:
         files = write_audit(result, args.out or tmp)
         run_id = None if args.no_tracking else log_audit(cfg, result, files)
-    console.print(result.table(), markup=False)
-    console.print(result.summary(), markup=False)
+    # plain Markdown on stdout (never wrapped at the terminal's width): it pastes into docs
+    print(result.table())
+    print()
+    print(result.summary())
     if run_id:
-        console.print(f"MLflow run: {run_id}")
+        print(f"MLflow run: {run_id}")
     return 0 if result.overall["ok"] else 1
 
 

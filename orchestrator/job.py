@@ -11,6 +11,7 @@ included.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import tempfile
 
@@ -18,6 +19,7 @@ from certsel.config import RunConfig
 from certsel.errors import InputError, first_line, job_error
 
 from .driver import run_job
+from .feasibility import feasibility_warning
 from .jobdata import load_job_data
 from .records import CandidateRecord
 from .report import write_report
@@ -26,16 +28,22 @@ from .runtime import RayRuntime
 from .state import JobState, config_fingerprint
 from .tracking import JobTracker, precheck
 
+log = logging.getLogger(__name__)
+
 
 def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = True, resume: str | None = None,
-            durable: bool = True, on_job=None) -> tuple[JobResult, str | None]:
+            durable: bool = True, on_job=None, warn=None) -> tuple[JobResult, str | None]:
     """Run ``cfg`` end to end; returns the result and the MLflow parent run id.
 
     With ``durable`` (the default) the job keeps its labels in ``cfg.state.dir`` and resumes
     an unfinished job with the same configuration (or the job ``resume``), see
-    :mod:`certsel.orchestrator.state`; ``on_job(state)`` is told which job runs.
+    :mod:`certsel.orchestrator.state`; ``on_job(state)`` is told which job runs; ``warn(line)``
+    gets warnings about the job before it runs (default: the logging module).
     """
     data = load_job_data(cfg)
+    note = feasibility_warning(cfg, len(data.names), data.n_items)
+    if note is not None:
+        (warn or log.warning)(note)
     if track:
         precheck(cfg.tracking.uri)
     job = None

@@ -160,9 +160,13 @@ def _result(plan, records, known, pairs, ii, jj, dead, rounds, resume, t0, pair_
                   f"{int(better[m].sum())} certified wins, {int(better[:, m].sum())} certified losses")
     top = [names[m] for m in range(K) if better[m].sum() == K - 1 and m not in dead]
     ranking = {
+        # what is certified: a partial order (the pairs whose sign was certified)
+        "better": {names[a]: [names[b] for b in np.flatnonzero(better[a])] for a in range(K)},
+        "possible_winners": [names[m] for m in range(K) if not better[:, m].any() and m not in dead],
+        # a way to list the models, not a certified rank: certified wins minus certified losses
         "order": [names[m] for m in order],
         "score": {names[m]: int(score[m]) for m in range(K)},
-        "better": {names[a]: [names[b] for b in np.flatnonzero(better[a])] for a in range(K)},
+        "score_meaning": "Copeland score (certified wins minus certified losses); orders the list, is not certified",
         "pairs_certified": int(better.sum()),
         "pairs": P,
         "pair_delta": plan.procedure.pair_delta(cfg.delta, K),

@@ -69,6 +69,7 @@ class CandidateRecord:
     estimate: float = float("nan")
     ci: tuple | None = None
     upper_bound: float | None = None  # one-sided, at the level of the decision: <= alpha iff certified
+    judge: dict | None = None  # the judge's agreement with the human labels
     decision: int = 0
     rho_weights: list | None = None
     certified_at: int = 0  # human labels when certification was observed (0: never)
@@ -90,6 +91,8 @@ class CandidateRecord:
             self.ci = tuple(snap.ci)
         if snap.upper_bound is not None:
             self.upper_bound = snap.upper_bound
+        if snap.judge is not None:
+            self.judge = snap.judge
         if snap.path is not None:
             if snap.path.size:
                 self.path.extend(snap.path.tolist())

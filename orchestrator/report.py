@@ -80,6 +80,8 @@ def certificate(result: JobResult) -> dict:
             row.update(e_value=_round(math.exp(min(r.max_log_e, 700)), 4), log_e_value=_round(r.max_log_e))
         if r.rho_weights is not None and len(r.rho_weights) > 1:
             row["rho_weights"] = [_round(w, 4) for w in r.rho_weights]
+        if r.judge is not None:
+            row["judge"] = {k: (_round(v, 4) if isinstance(v, float) else v) for k, v in r.judge.items()}
         return row
 
     rows = [cand(r) for r in result.records]
@@ -100,27 +102,51 @@ def certificate(result: JobResult) -> dict:
         "guarantee": guarantee,
         "evidence": evidence,
         "certified_set": list(result.certified),
-        "procedure": {"name": cfg.procedure, "alpha": cfg.alpha, "delta": cfg.delta, "level": result.level,
-                      "candidates": K},
+        "procedure": {"name": cfg.procedure, "delta": cfg.delta, "level": result.level, "candidates": K,
+                      **({} if pairwise else {"alpha": cfg.alpha})},
         "policy": {"kind": cfg.policy.kind, "betting": cfg.policy.strategy.describe(), "radius": cfg.policy.radius,
                    "partition": cfg.policy.partition},
         "objective": None if cfg.objective is None else cfg.objective.model_dump(),
         "labels": {"spent": result.spent, "full_budget": result.full,
                    "saved_fraction": {k: _round(v, 4) for k, v in saved.items()},
-                   "budget": cfg.budget.model_dump(), "rounds": result.rounds},
+                   "budget": _budget(cfg), "rounds": result.rounds},
         "scheduling": cfg.scheduling.model_dump(),
-        "data": {"path": cfg.data_path, "sha256_16": result.data.fingerprint, "judge": cfg.judge_name,
-                 "items": result.data.n_items},
+        "data": {"path": cfg.data_path, "sha256_16": result.data.fingerprint, "items": result.data.n_items,
+                 **({"judge": cfg.judge_name} if _uses_judge(cfg) else {})},
         "seed": cfg.seed,
         "job_id": result.job_id,
         "resume": result.resume,
         "recovered": result.recovered,
         "seconds": _round(result.seconds, 3),
-        "candidates": rows,
+        "candidates": _sorted_rows(cfg, rows),
     }
     if result.ranking is not None:
         out["ranking"] = result.ranking
     return out
+
+
+def _uses_judge(cfg) -> bool:
+    return cfg.policy.uses_judge or cfg.policy.partition == "judge"
+
+
+def _budget(cfg) -> dict:
+    """The budget keys that mean something for this job (no judge ratio without a judge)."""
+    b = cfg.budget.model_dump()
+    if not cfg.policy.uses_judge:
+        b.pop("r")
+    return b
+
+
+def _sorted_rows(cfg, rows: list) -> list:
+    """Candidates in the order the job uses them: its fixed sequence, or by objective
+    (best first) for procedures that select by objective; each row keeps its ``position``."""
+    for k, row in enumerate(rows):
+        row["position"] = k
+    proc = get_procedure(cfg.procedure)
+    if proc.needs_order or proc.ranking or cfg.objective is None or any(r["objective"] is None for r in rows):
+        return rows
+    sign = -1.0 if cfg.objective.goal == "maximize" else 1.0
+    return sorted(rows, key=lambda r: (sign * r["objective"], r["position"]))
 
 
 def selected_by_budget(result: JobResult, budgets) -> list:

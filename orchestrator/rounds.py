@@ -104,7 +104,7 @@ def run_selection(plan, pool, records, *, progress=None, tracker=None, job_dir=N
         ran = [r for r in records if r.t > 0]
         finals = pool.finalize([r.name for r in ran], {r.name: float(levels[r.index]) for r in ran})
         for r in ran:
-            r.ci, r.upper_bound = tuple(finals[r.name].ci), finals[r.name].upper_bound
+            r.ci, r.upper_bound, r.judge = tuple(finals[r.name].ci), finals[r.name].upper_bound, finals[r.name].judge
     reconcile(plan, records, certified_mask)
     if key is not None:
         sel = int(select(certified_mask, key))

@@ -184,6 +184,8 @@ class JobTracker:
                 final.update(final_ci_low=r.ci[0], final_ci_high=r.ci[1])
             if r.upper_bound is not None:
                 final["final_upper_bound"] = r.upper_bound
+            if r.judge is not None:
+                final.update({f"judge_{k}": v for k, v in r.judge.items() if k != "items"})
             if r.path:
                 final["final_max_log_evalue"] = r.max_log_e
             c.log_batch(self.child[r.name], tags=tags,

@@ -168,6 +168,25 @@ def mix_log_evalues(log_components: np.ndarray, weights: np.ndarray) -> np.ndarr
     return np.log(z.sum(axis=-2)) + top
 
 
+def judge_agreement(human, judge_labeled) -> dict:
+    """How well the judge's losses track the human ones on the labelled items: ``agreement``
+    (fraction of items on which both are on the same side of 1/2), Cohen's ``kappa`` of those
+    binary verdicts (chance-corrected agreement; 0 when either side is constant), and
+    ``mean_abs_diff`` = mean |judge - human|. A bad judge costs labels, never validity: these
+    numbers say why a job needed the labels it did."""
+    from sklearn.metrics import cohen_kappa_score
+
+    h = np.asarray(human, dtype=np.float64)
+    j = np.asarray(judge_labeled, dtype=np.float64)
+    if h.shape != j.shape or h.size == 0:
+        raise ValueError("human and judge_labeled must be non-empty and of one shape")
+    hb, jb = h >= 0.5, j >= 0.5
+    constant = np.all(hb == hb[0]) or np.all(jb == jb[0])
+    kappa = 0.0 if constant else float(cohen_kappa_score(hb, jb))
+    return {"agreement": float(np.mean(hb == jb)), "kappa": kappa, "mean_abs_diff": float(np.mean(np.abs(h - j))),
+            "items": int(h.size)}
+
+
 def mixture_weights(log_components: np.ndarray, weights: np.ndarray, axis: int = -1) -> np.ndarray:
     """The exponential weights of eq. (13), w_{s,n+1} proportional to w_{s,0} E_{s,n}, from
     the components' log e-values along ``axis`` (the rho axis)."""

@@ -157,3 +157,17 @@ def test_pairwise_audit_repeats_the_ranking_as_the_job_runs_it():
     assert one.unit == "pair" and len(one.rows) == 6 and one.overall["ok"]
     assert one.overall["familywise_failure"] == 0.0
     assert "pairwise seq ranking of 4 models" in one.summary() and "| pair |" in one.table()
+
+
+def test_the_bundled_ranking_example_orders_no_pair_wrongly():
+    """The ranking example as it ships (12 models, 66 pairs, delta = 0.05), audited as a
+    ranking: its overall result is the ranking's (any wrong certified order in a
+    repetition), at most delta; docs/reliability.md has the 200-repetition table."""
+    from certsel.config import load_config
+
+    cfg = load_config(EXAMPLES / "alpacaeval_ranking.yaml", ["policy.kind=seq"])
+    res = audit(cfg, load_job_data(cfg), reps=24, seed=5, workers=2)
+    o = res.overall
+    assert o["procedure"] == "pairwise" and res.unit == "pair" and len(res.rows) == 66
+    assert o["wrong_order_rate"] == o["familywise_failure"] <= cfg.delta and o["ok"]
+    assert 0 < o["saved_fraction"] < 1 and o["mean_certified"] > 30

@@ -130,8 +130,10 @@ class CandidateHost:
             if isinstance(c, (TestingCandidate, EstimationCandidate)):
                 c.interval()
             snap = c.snapshot()
-            if isinstance(c, TestingCandidate) and levels is not None:
-                snap.upper_bound = c.upper_bound(float(levels[k]))
+            if isinstance(c, TestingCandidate):
+                snap.judge = c.judge_report()
+                if levels is not None:
+                    snap.upper_bound = c.upper_bound(float(levels[k]))
             out.append(snap)
         return out
 

@@ -21,6 +21,7 @@ from certsel.errors import first_line
 from certsel.policies import (
     CerEval,
     decision_upper_bound,
+    judge_agreement,
     NearestNeighborPartition,
     ScorePartition,
     Seq,
@@ -115,6 +116,14 @@ class TestingCandidate(_Candidate):
                 h, jl, ju, level=level, delta=self.test.delta, alpha=self.test.alpha, rhos=self.rhos,
                 betting=self.betting, horizon=self.n))
         return self._bound[level]
+
+    def judge_report(self) -> dict | None:
+        """The judge's agreement with the human labels on this candidate's labelled items
+        (:func:`~certsel.policies.autoeval.judge_agreement`); None without a judge."""
+        if not self.test.uses_judge or self.t == 0:
+            return None
+        h, jl, _ = self._data()
+        return judge_agreement(h, jl)
 
     def estimate(self) -> float:
         """The unbiased R-AutoEval+ point estimate (:attr:`SequentialTest.estimate`)."""

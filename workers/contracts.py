@@ -154,6 +154,7 @@ class Snapshot:
     estimate: float = float("nan")
     ci: tuple | None = None
     upper_bound: float | None = None  # the one-sided bound at the level of the candidate's decision
+    judge: dict | None = None  # agreement of the judge with the human labels (testing with a judge)
     path: np.ndarray | None = None
     log_e: float = 0.0
     max_log_e: float = 0.0

@@ -1,0 +1,34 @@
+"""A budget that cannot certify anything even with every loss at 0 is said before the job runs."""
+
+import pathlib
+
+from certsel.config import load_config
+from certsel.orchestrator.feasibility import _estimation_reaches, _testing_reaches, feasibility_warning
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_a_hopeless_budget_is_named_with_the_smallest_one_that_could():
+    cfg = load_config(EXAMPLES / "quantization.yaml", ["budget.n=5"])
+    line = feasibility_warning(cfg, 48, 9960)
+    assert line.startswith("warning: with budget.n = 5 no candidate can reach its level 0.1") and "\n" not in line
+    need = int(line.split("budget.n = ")[-1].split()[0])
+    assert _testing_reaches(cfg, 0.1, need) and not _testing_reaches(cfg, 0.1, need - 1)
+    assert feasibility_warning(load_config(EXAMPLES / "quantization.yaml"), 48, 9960) is None
+    # Bonferroni over 48 candidates needs more: the level is delta/K
+    bon = load_config(EXAMPLES / "quantization.yaml", ["budget.n=" + str(need), "procedure=bonferroni"])
+    assert "level 0.00208" in feasibility_warning(bon, 48, 9960)
+
+
+def test_estimation_policies_and_the_test_set_size():
+    cfg = load_config(EXAMPLES / "alpacaeval_ranking.yaml", ["procedure=fst", "order=[claude,claude-2]",
+                                                             "candidates=[claude,claude-2]", "budget.n=5"])
+    line = feasibility_warning(cfg, 2, 805)
+    need = int(line.split("budget.n = ")[-1].split()[0])
+    assert _estimation_reaches(cfg, 0.05, need, 805) and not _estimation_reaches(cfg, 0.05, need - 1, 805)
+    # on a finite test set the whole set always decides: the interval is then the mean itself
+    tiny = load_config(EXAMPLES / "alpacaeval_ranking.yaml", ["procedure=fst", "order=[claude,claude-2]",
+                                                              "candidates=[claude,claude-2]", "alpha=0.001",
+                                                              "budget.n=100"])
+    need = int(feasibility_warning(tiny, 2, 805).split("budget.n = ")[-1].split()[0])
+    assert 100 < need <= 805
