@@ -27,6 +27,8 @@ JUDGES = {"best": "loss_judge_best", "med": "loss_judge_med", "bad": "loss_judge
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not usage + message
+        if message.startswith("unrecognized arguments") and "=" in message and "--" not in message.split(":", 1)[1]:
+            message += " (to override a config key, write --set KEY=VALUE)"
         self.exit(2, f"certsel: error: {message}\n")
 
 
@@ -67,14 +69,18 @@ def _build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("select", help="certified selection on a recorded loss table")
     s.add_argument("--data", type=pathlib.Path, default=DEFAULT_TABLE, help="Parquet loss table")
     s.add_argument("--judge", default="best", help="judge column: best|med|bad or a column name")
-    s.add_argument("--scheme", default="r-autoeval+", choices=sorted(SCHEMES))
-    s.add_argument("--betting", default="up", choices=list(STRATEGIES))
-    s.add_argument("--procedure", default="fst", choices=[n for n, p in PROCEDURES.items() if p.testing])
+    s.add_argument("--scheme", default="r-autoeval+", choices=sorted(SCHEMES),
+                   help="r-eval (human labels only), r-autoeval (judge with rho = 1), r-autoeval+ (default: "
+                        "a mixture over reliance factors)")
+    s.add_argument("--betting", default="up", choices=list(STRATEGIES),
+                   help="betting strategy of the e-processes (default up: the universal portfolio)")
+    s.add_argument("--procedure", default="fst", choices=[n for n, p in PROCEDURES.items() if p.testing],
+                   help="multiple testing over candidates (default fst: fixed sequence in the table's order)")
     s.add_argument("--alpha", type=float, default=0.1, help="target risk (default 0.1)")
     s.add_argument("--delta", type=float, default=0.1, help="error level (default 0.1)")
     s.add_argument("--n", type=int, default=300, help="human labels per candidate")
     s.add_argument("--r", type=int, default=3, help="judge-only labels per human label")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="seed of the item order (default 0)")
     s.add_argument("--json", type=pathlib.Path, help="write the certificate as JSON here")
     s.add_argument("--quiet", action="store_true", help="print only the selection")
     return p
@@ -158,7 +164,7 @@ def _print_report(report: dict, quiet: bool) -> None:
 def _console():
     from rich.console import Console
 
-    return Console(highlight=False) if sys.stdout.isatty() else Console(width=130, highlight=False)
+    return Console(highlight=False) if sys.stdout.isatty() else Console(width=150, highlight=False)
 
 
 def _progress(console, total: int):
@@ -184,12 +190,14 @@ def _candidate_table(cert: dict):
     the two-sided interval as a secondary column; the judge's agreement when there is one."""
     from rich.table import Table
 
+    from certsel.orchestrator.certificate import judge_cell
+
     p = cert["procedure"]
     t = Table(title=f"{cert['job']}: {cert['policy']['kind']} / {p['level']}, alpha={p['alpha']:g}")
     testing = any(c.get("e_value") is not None for c in cert["candidates"])
     judged = any(c.get("judge") for c in cert["candidates"])
-    cols = ["candidate", "objective", "status", "in set", *(["e-value"] if testing else []), "R <= (bound)",
-            "estimate", "two-sided interval", "human", "judge", "requests", *(["judge agrees (kappa)"] if judged else [])]
+    cols = ["candidate", "objective", "status", "in set", *(["e-value / threshold"] if testing else []),
+            "R <= (bound)", "estimate", "two-sided interval", "human", *(["judge agrees (kappa)"] if judged else [])]
     for c in cols:
         t.add_column(c, justify="right", no_wrap=True)
     for c in cert["candidates"]:
@@ -199,11 +207,10 @@ def _candidate_table(cert: dict):
         obj = "" if c["objective"] is None else f"{c['objective']:g}"
         row = [c["candidate"] + (" *" if c["selected"] else ""), obj, c["status"], "yes" if c["certified"] else "no"]
         if testing:
-            row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g}")
-        row += [ub, est, ci, str(c["labels_human"]), str(c["labels_judge"]), str(c["requests"])]
+            row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g} / {c.get('threshold', 0):.3g}")
+        row += [ub, est, ci, str(c["labels_human"])]
         if judged:
-            j = c.get("judge")
-            row.append("" if not j else f"{j['agreement']:.0%} ({j['kappa']:.2f})")
+            row.append(judge_cell(c.get("judge")))
         t.add_row(*row, style="bold" if c["selected"] else None)
     return t
 
@@ -215,8 +222,7 @@ def _ranking_table(cert: dict):
     rk = cert["ranking"]
     t = Table(title=f"{cert['job']}: {cert['policy']['kind']} / {cert['procedure']['level']} "
                     f"({rk['pairs_certified']} of {rk['pairs']} pair orders certified)")
-    for c in ("model", "certified better than", "certified worse than", "possible winner", "mean loss seen",
-              "items", "Copeland score (not certified)"):
+    for c in ("model", "better than", "worse than", "possible winner", "mean loss", "items", "Copeland (uncertified)"):
         t.add_column(c, justify="right", no_wrap=True)
     worse = {m: sum(m in b for b in rk["better"].values()) for m in rk["order"]}
     rows = {c["candidate"]: c for c in cert["candidates"]}
@@ -228,7 +234,7 @@ def _ranking_table(cert: dict):
     return t
 
 
-def _print_job(console, cert: dict, quiet: bool, run_id=None) -> None:
+def _print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None) -> None:
     if not quiet:
         if "ranking" in cert:
             console.print(_ranking_table(cert))
@@ -255,7 +261,11 @@ def _print_job(console, cert: dict, quiet: bool, run_id=None) -> None:
         console.print(f"workers rebuilt after a crash: {r['hosts']} ({r['steps_from_snapshots']} candidate steps "
                       f"from snapshots, {r['steps_replayed']} replayed from the label log)")
     if run_id:
-        console.print(f"MLflow run: {run_id}  (certsel show {run_id})")
+        console.print(f"MLflow run: {run_id}  (certsel show {run_id[:8]})")
+    if tracking:
+        console.print(f"MLflow UI: mlflow ui --backend-store-uri {tracking['uri']}, then "
+                      f"http://127.0.0.1:5000/#/experiments/{tracking['experiment_id']}/runs/{tracking['run_id']}",
+                      markup=False, soft_wrap=True)
 
 
 def _run(args) -> int:
@@ -292,7 +302,7 @@ def _run(args) -> int:
     cert = certificate(result)
     if args.json:
         args.json.write_text(json.dumps(cert, indent=2))
-    _print_job(console, cert, args.quiet, run_id)
+    _print_job(console, cert, args.quiet, run_id, result.tracking)
     return 0
 
 

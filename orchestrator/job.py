@@ -73,6 +73,8 @@ def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = Tru
         except Exception as exc:  # while the job ran: a job error, whatever its type
             raise job_error(exc) from exc
         result.job_id = None if job is None else job.job_id
+        if tracker is not None:
+            result.tracking = {"uri": tracker.uri, "experiment_id": tracker.experiment_id, "run_id": run_id}
         with tempfile.TemporaryDirectory() as tmp:
             files = write_report(result, report_dir or tmp)
             if tracker is not None:

@@ -34,6 +34,8 @@ class JobResult:
     resume: dict | None = None
     # hosts lost and rebuilt during the run: {"hosts", "steps_from_snapshots", "steps_replayed"}
     recovered: dict | None = None
+    # where the job is tracked: {"uri", "experiment_id", "run_id"} (None without tracking)
+    tracking: dict | None = None
 
     @property
     def selected_record(self) -> CandidateRecord | None:

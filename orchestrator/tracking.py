@@ -16,6 +16,7 @@ FAILED (KILLED on Ctrl-C), so no half-written run is ever left marked FINISHED.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pathlib
 import tempfile
@@ -25,8 +26,12 @@ from urllib.parse import unquote, urlparse
 from certsel import __version__
 from certsel.errors import InputError
 
+from .certificate import certificate
+from .procedures import get_procedure
+
 DEFAULT_URI = "sqlite:///mlruns.db"
 PARENT_TAG = "mlflow.parentRunId"
+NOTE = "mlflow.note.content"  # the run's description in the MLflow UI
 
 
 class TrackingProblem(InputError):
@@ -121,6 +126,9 @@ class JobTracker:
             tags.update({"certsel.job_id": job.job_id, "certsel.attempt": str(job.meta.get("attempts", 1))})
             for old in job.meta.get("mlflow_runs", []):
                 self._close_stale(old)
+        tags[NOTE] = (f"certsel job **{cfg.name}**: {cfg.policy.kind}, procedure {cfg.procedure}, delta = {cfg.delta:g}"
+                      + ("" if get_procedure(cfg.procedure).ranking else f", alpha = {cfg.alpha:g}")
+                      + f", {len(records)} candidates. Running.")
         parent = c.create_run(self.experiment_id, run_name=cfg.name, tags=tags)
         self.parent_id = parent.info.run_id
         params = {
@@ -174,18 +182,25 @@ class JobTracker:
         now = int(time.time() * 1000)
         self.on_round(result.records)
         in_set = set(result.certified)
+        cert = {c["candidate"]: c for c in certificate(result)["candidates"]}
         for r in result.records:
             tags = [RunTag("status", r.status), RunTag("certified", str(r.name in in_set).lower()),
-                    RunTag("selected", str(r.name == result.selected).lower())]
+                    RunTag("selected", str(r.name == result.selected).lower()),
+                    RunTag(NOTE, _candidate_note(result, cert[r.name]))]
             if r.reason:
                 tags.append(RunTag("reason", r.reason[:250]))
-            final = {"labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests}
+            row = cert[r.name]
+            final = {"labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests,
+                     "certified": float(r.name in in_set), "selected": float(r.name == result.selected),
+                     "level": row["level"]}
+            if row.get("threshold") is not None:  # e-values: the threshold, and its log next to log_evalue
+                final.update(threshold=row["threshold"], log_threshold=math.log(row["threshold"]))
             if r.ci is not None:
                 final.update(final_ci_low=r.ci[0], final_ci_high=r.ci[1])
             if r.upper_bound is not None:
                 final["final_upper_bound"] = r.upper_bound
             if r.judge is not None:
-                final.update({f"judge_{k}": v for k, v in r.judge.items() if k != "items"})
+                final.update({f"judge_{k}": v for k, v in r.judge.items() if k != "items" and v is not None})
             if r.path:
                 final["final_max_log_evalue"] = r.max_log_e
             c.log_batch(self.child[r.name], tags=tags,
@@ -200,7 +215,8 @@ class JobTracker:
         sel = result.selected_record
         if sel is not None and sel.objective is not None:
             metrics["selected_objective"] = sel.objective
-        tags = [RunTag("certsel.selected", str(result.selected)), RunTag("certsel.procedure", result.cfg.procedure)]
+        tags = [RunTag("certsel.selected", str(result.selected)), RunTag("certsel.procedure", result.cfg.procedure),
+                RunTag(NOTE, _job_note(result))]
         c.log_batch(self.parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags)
         for path in artifacts:
             c.log_artifact(self.parent_id, str(path))
@@ -231,15 +247,38 @@ class JobTracker:
                 pass
 
 
+def _find_run(client, uri: str, run_id: str):
+    """The run with this id, or the only certsel run whose id starts with it."""
+    try:
+        return client.get_run(run_id)
+    except Exception:
+        pass
+    if len(run_id) >= 4 and all(ch in "0123456789abcdef" for ch in run_id.lower()):
+        exps = [e.experiment_id for e in client.search_experiments()]
+        hits = [r for r in client.search_runs(exps, "tags.`certsel.kind` = 'job'", max_results=5000)
+                if r.info.run_id.startswith(run_id.lower())]
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            raise TrackingProblem(f"run id prefix {run_id!r} is ambiguous in {uri}: "
+                                  f"{', '.join(r.info.run_id[:12] for r in hits[:5])}")
+    raise TrackingProblem(f"no run {run_id!r} in {uri}")
+
+
 def load_certificate(run_id: str, uri: str | None = None) -> dict:
     """The ``selection.json`` of a finished job, read back through the MLflow client."""
     import json
 
+    uri = resolve_uri(uri)
+    db = _sqlite_path(uri)
+    if db is not None and not db.exists():  # reading must never create a store
+        # sqlite:///rel/path is relative to the current directory; sqlite:////abs/path is absolute
+        hint = "" if db.is_absolute() else (f"; the path is relative to the current directory, an absolute one "
+                                            f"is written sqlite:///{db.resolve()}")
+        raise TrackingProblem(f"no tracking store at {db} (tracking URI {uri}){hint}")
     client, uri = client_for(uri)
-    try:
-        run = client.get_run(run_id)
-    except Exception:
-        raise TrackingProblem(f"no run {run_id!r} in {uri}") from None
+    run = _find_run(client, uri, run_id)
+    run_id = run.info.run_id
     if run.data.tags.get("certsel.kind") == "candidate":
         run_id = run.data.tags[PARENT_TAG]
         run = client.get_run(run_id)
@@ -285,3 +324,29 @@ def log_audit(cfg, result, files) -> str:
         client.set_terminated(rid, "FAILED")
         raise
     return rid
+
+
+def _job_note(result) -> str:
+    """The parent run's description: the certificate and what it cost."""
+    cert = certificate(result)
+    lab = cert["labels"]
+    saved = ", ".join(f"{lab['spent'][k]} {k} of {lab['full_budget'][k]} ({lab['saved_fraction'][k]:.0%} saved)"
+                      for k in ("human", "judge") if lab["full_budget"][k])
+    return (f"**Selected: {cert['selected'] or 'none'}.** {cert['certificate']}.\n\n{cert['guarantee']}\n\n"
+            f"Labels: {saved}. Procedure: {cert['procedure']['level']}. Details: artifacts report.html, "
+            "selection.json.")
+
+
+def _candidate_note(result, row: dict) -> str:
+    """A candidate run's description: its status and the numbers it was decided on."""
+    bits = [f"**{row['candidate']}: {row['status']}**" + (" (selected)" if row["selected"] else "")
+            + ("; in the certified set" if row["certified"] else "; not in the certified set")]
+    if row.get("upper_bound") is not None and not get_procedure(result.cfg.procedure).ranking:
+        bits.append(f"R <= {row['upper_bound']:.4f} (one-sided bound at level {row['level']:.3g}; alpha = "
+                    f"{result.cfg.alpha:g})")
+    if row.get("e_value") is not None:
+        bits.append(f"e-value {row['e_value']:.3g} against the threshold {row['threshold']:.3g}")
+    if row.get("reason"):
+        bits.append(row["reason"])
+    bits.append(f"{row['labels_human']} human labels")
+    return ". ".join(bits) + "."

@@ -171,7 +171,7 @@ def mix_log_evalues(log_components: np.ndarray, weights: np.ndarray) -> np.ndarr
 def judge_agreement(human, judge_labeled) -> dict:
     """How well the judge's losses track the human ones on the labelled items: ``agreement``
     (fraction of items on which both are on the same side of 1/2), Cohen's ``kappa`` of those
-    binary verdicts (chance-corrected agreement; 0 when either side is constant), and
+    binary verdicts (chance-corrected agreement; None when either side is constant), and
     ``mean_abs_diff`` = mean |judge - human|. A bad judge costs labels, never validity: these
     numbers say why a job needed the labels it did."""
     from sklearn.metrics import cohen_kappa_score
@@ -181,8 +181,9 @@ def judge_agreement(human, judge_labeled) -> dict:
     if h.shape != j.shape or h.size == 0:
         raise ValueError("human and judge_labeled must be non-empty and of one shape")
     hb, jb = h >= 0.5, j >= 0.5
+    # kappa is undefined when either side gives one verdict only (no chance agreement to correct)
     constant = np.all(hb == hb[0]) or np.all(jb == jb[0])
-    kappa = 0.0 if constant else float(cohen_kappa_score(hb, jb))
+    kappa = None if constant else float(cohen_kappa_score(hb, jb))
     return {"agreement": float(np.mean(hb == jb)), "kappa": kappa, "mean_abs_diff": float(np.mean(np.abs(h - j))),
             "items": int(h.size)}
 

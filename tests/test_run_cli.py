@@ -40,7 +40,7 @@ def small_table(path, *, loss=None, rows=True):
 def job_file(tmp_path, **over):
     cfg = {
         "data": {"path": str(small_table(tmp_path / "t.parquet")), "judge": "loss_judge_best", "order": "rank"},
-        "objective": {"column": "avg_bitwidth"}, "budget": {"n": 40, "r": 3, "batch": 10},
+        "objective": {"column": "avg_bitwidth"}, "budget": {"n": 50, "r": 3, "batch": 10},
         "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"},
     }
     for k, v in over.items():
@@ -73,8 +73,9 @@ def test_quantization_example_and_show(tmp_path):
     shown = json.loads(s.stdout)
     assert shown["selected"] == cert["selected"] and shown["certified_set"] == cert["certified_set"]
     assert len(shown["candidates"]) == 48
-    s = run("show", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/store.db")
+    s = run("show", run_id[:8], "--tracking-uri", f"sqlite:///{tmp_path}/store.db")  # the prefix the CLI prints
     assert s.returncode == 0 and f"selected: {cert['selected']}" in s.stdout
+    assert f"certsel show {run_id[:8]}" in p.stdout and "MLflow UI: mlflow ui --backend-store-uri" in p.stdout
 
 
 def _assert_bad(p, match, tmp_path, runs=0):
@@ -134,10 +135,19 @@ def test_unwritable_tracking_uri(tmp_path):
     _assert_bad(run("run", str(path)), "does not exist", tmp_path)
 
 
-def test_show_unknown_run(tmp_path):
+def test_show_unknown_run_and_a_missing_store(tmp_path):
     job_file(tmp_path)
     p = run("show", "0123456789abcdef", "--tracking-uri", f"sqlite:///{tmp_path}/store.db")
-    assert p.returncode == 2 and "no run '0123456789abcdef'" in p.stderr
+    assert p.returncode == 2 and "no tracking store at" in p.stderr and not (tmp_path / "store.db").exists()
+    # outside a job folder with the default store: an error with the absolute-path hint, no file created
+    p = run("show", "0123456789abcdef", cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and not (tmp_path / "mlruns.db").exists()
+    assert f"sqlite:///{tmp_path.resolve()}/mlruns.db" in p.stderr
+
+
+def test_bare_key_value_arguments_get_a_hint(tmp_path):
+    p = run("run", str(job_file(tmp_path)), "budget.n=100")
+    assert p.returncode == 2 and "write --set KEY=VALUE" in p.stderr and p.stderr.count("\n") == 1
 
 
 def test_bad_override_and_missing_config(tmp_path):

@@ -73,13 +73,18 @@ def test_nested_runs_hold_step_metrics_and_final_tags(job):
 def test_artifacts_and_certificate_read_back(job):
     cfg, result, run_id, client, uri, tmp = job
     names = {a.path for a in client.list_artifacts(run_id)}
-    assert {"selection.json", "report.md", "report.html", "evalue_paths.png", "intervals.png",
+    assert {"selection.json", "report.md", "report.html", "evalue_paths.png", "bounds.png",
             "selected_vs_budget.png"} <= names
     cert = load_certificate(run_id, uri)
     local = json.loads((tmp / "report" / "selection.json").read_text())
     assert cert == local
     assert cert["selected"] == result.selected and cert["certified_set"] == result.certified
     assert cert["procedure"] == {"name": "fst", "alpha": 0.1, "delta": 0.1, "level": result.level, "candidates": 48}
+    html = (tmp / "report" / "report.html").read_text()
+    # one file that opens anywhere: plots embedded, nothing linked; the selection said first
+    assert "<img" in html and 'src="data:image/png;base64,' in html and 'src="evalue' not in html
+    assert f"Deploy {result.selected}: R &lt;= 0.1 at 0.9 confidence" in html and 'class="selected' in html
+    assert "R is a candidate&#x27;s risk" in html
     ev = cert["evidence"]
     assert ev["e_value"] >= 1 / 0.1 and ev["ci"][0] <= ev["ci"][1]
     assert math.isclose(math.log(ev["e_value"]), ev["log_e_value"], rel_tol=1e-4)
@@ -114,6 +119,11 @@ def test_certified_candidates_have_upper_bounds_below_alpha(job):
                                              f"tags.`mlflow.parentRunId` = '{run_id}'")
                if k.data.tags["candidate"] == sel.name)
     assert kid.data.metrics["final_upper_bound"] == pytest.approx(sel.upper_bound)
+    # what a person reads in the MLflow UI: descriptions, and the decision as metrics next to the threshold
+    assert kid.data.metrics["selected"] == 1.0 and kid.data.metrics["certified"] == 1.0
+    assert kid.data.metrics["threshold"] == pytest.approx(10.0) and kid.data.metrics["log_threshold"] > 0
+    assert kid.data.tags["mlflow.note.content"].startswith(f"**{sel.name}: certified** (selected)")
+    assert client.get_run(run_id).data.tags["mlflow.note.content"].startswith(f"**Selected: {sel.name}.**")
 
 
 def test_failure_mid_job_marks_runs_failed(ray_session, tmp_path):

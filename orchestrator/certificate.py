@@ -1,0 +1,192 @@
+"""The certificate (``selection.json``): what was chosen, on what evidence, at what cost.
+
+Every number next to the certificate agrees with it: each candidate's ``upper_bound`` is the
+one-sided bound that inverts its own test at the level of its decision (at most alpha exactly
+for the candidates that passed it), ``e_value`` comes with the ``threshold`` it was compared
+to, and the estimate is unbiased. ``guarantee`` says in words what R is and why the
+statement holds.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+
+import numpy as np
+
+from certsel import __version__
+from certsel.policies import select
+
+from .procedures import get_procedure
+from .result import JobResult
+
+
+def _round(x, nd=6):
+    if x is None:
+        return None
+    x = float(x)
+    return round(x, nd) if math.isfinite(x) else None  # selection.json stays strict JSON
+
+
+def _log_level(result: JobResult) -> float:
+    """The strictest e-value threshold of the job's procedure (before any certification)."""
+    K = len(result.records)
+    return float(np.max(get_procedure(result.cfg.procedure).log_thresholds(result.cfg.delta, np.zeros(K, dtype=bool))))
+
+
+def _guarantee(cfg, n_items: int) -> str:
+    """What R is and why the certificate holds, in words."""
+    if cfg.policy.is_testing:
+        source = {"replay": f"the {n_items} items of the loss table",
+                  "live": f"the {n_items} items of the items file",
+                  "python": f"the {n_items} items of the label function"}[cfg.source_kind]
+        return (f"R is a candidate's risk: its mean loss over {source}, which the job labels in a random order "
+                "without replacement. Each candidate's e-process is a test supermartingale under R > alpha for "
+                "i.i.d. draws, so the statement holds at any stopping time by Ville's inequality; drawing without "
+                "replacement from a finite set has been at least as safe in every audit (certsel audit), though "
+                "that is measured, not proved. A bad judge costs labels, never validity.")
+    what = (f"R is a candidate's mean loss over the {n_items} items of the test set (a finite population: with "
+            "every item labelled the interval is R itself). Its intervals and decisions are ")
+    if cfg.policy.radius == "paper":
+        return what + ("the Cer-Eval paper's closed-form radii (radius: paper), per group with a union bound "
+                       "over groups: exact for Seq and for a partition fixed before labelling, not for a partition "
+                       "fitted to the labels (the 1-NN partition of Algorithm 2).")
+    groups = {"seq": "one group", "cer-eval": f"groups from {cfg.policy.partition} refitted from past labels"}
+    return what + (f"one betting confidence sequence on stratified draws without replacement ({groups[cfg.policy.kind]}): "
+                   "anytime-valid for any partition, refit schedule, batch order and stopping rule, with no split "
+                   "of delta over groups or refits.")
+
+
+def certificate(result: JobResult) -> dict:
+    """The machine-readable certificate: what was chosen, on what evidence, at what cost."""
+    cfg = result.cfg
+    K = len(result.records)
+    sel = result.selected_record
+    in_set = set(result.certified)
+    proc = get_procedure(cfg.procedure)
+    pairwise = proc.ranking
+    if sel is None:
+        statement = "no candidate certified"
+    elif pairwise:
+        statement = (f"{sel.name} has a lower risk than each of the other {K - 1} models; every certified order "
+                     f"holds simultaneously with probability >= {1 - cfg.delta:g}")
+    else:
+        statement = (f"R({sel.name}) <= {cfg.alpha:g} with probability >= {1 - cfg.delta:g}, simultaneously for "
+                     f"the {len(in_set)} certified of {K} candidates ({result.level})")
+    ci_delta = float(proc.candidate_deltas(cfg.delta, K).min())
+    guarantee = _guarantee(cfg, result.data.n_items)
+    # the level each candidate's decision was taken at (and, for e-values, the threshold 1/level)
+    levels = (proc.decision_deltas(cfg.delta, np.array([r.max_log_e for r in result.records])) if cfg.policy.is_testing
+              else proc.candidate_deltas(cfg.delta, K))
+
+    def cand(r):
+        row = {
+            "candidate": r.name, "objective": r.objective, "status": r.status, "reason": r.reason,
+            "certified": r.name in in_set, "selected": r.name == result.selected,
+            "labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests,
+            "estimate": _round(r.estimate), "upper_bound": _round(r.upper_bound),
+            "ci": None if r.ci is None else [_round(v) for v in r.ci],
+            "certified_at_labels": r.certified_at or None,
+            "risk_on_full_table": _round(r.true_risk),
+        }
+        row["level"] = _round(float(levels[r.index]), 8)
+        if r.path:
+            row.update(e_value=_round(math.exp(min(r.max_log_e, 700)), 4), log_e_value=_round(r.max_log_e),
+                       threshold=_round(1.0 / float(levels[r.index]), 4))
+        if r.rho_weights is not None and len(r.rho_weights) > 1:
+            row["rho_weights"] = [_round(w, 4) for w in r.rho_weights]
+        if r.judge is not None:
+            row["judge"] = {k: (_round(v, 4) if isinstance(v, float) else v) for k, v in r.judge.items()}
+        return row
+
+    rows = [cand(r) for r in result.records]
+    evidence = None
+    if sel is not None and not pairwise:
+        s = rows[sel.index]
+        evidence = {k: s.get(k) for k in ("e_value", "threshold", "log_e_value", "upper_bound", "level", "ci",
+                                          "estimate", "certified_at_labels", "labels_human", "labels_judge")}
+        evidence["ci_level"] = 1 - ci_delta
+    saved = {k: (1 - result.spent[k] / result.full[k]) if result.full[k] else 0.0 for k in result.spent}
+    out = {
+        "certsel_version": __version__,
+        "job": cfg.name,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "selected": result.selected,
+        "selected_objective": None if sel is None else sel.objective,
+        "certificate": statement,
+        "guarantee": guarantee,
+        "evidence": evidence,
+        "certified_set": list(result.certified),
+        "procedure": {"name": cfg.procedure, "delta": cfg.delta, "level": result.level, "candidates": K,
+                      **({} if pairwise else {"alpha": cfg.alpha})},
+        "policy": {"kind": cfg.policy.kind, "betting": cfg.policy.strategy.describe(), "radius": cfg.policy.radius,
+                   "partition": cfg.policy.partition},
+        "objective": None if cfg.objective is None else cfg.objective.model_dump(),
+        "labels": {"spent": result.spent, "full_budget": result.full,
+                   "saved_fraction": {k: _round(v, 4) for k, v in saved.items()},
+                   "budget": _budget(cfg), "rounds": result.rounds},
+        "scheduling": cfg.scheduling.model_dump(),
+        "data": {"path": cfg.data_path, "sha256_16": result.data.fingerprint, "items": result.data.n_items,
+                 **({"judge": cfg.judge_name} if _uses_judge(cfg) else {})},
+        "seed": cfg.seed,
+        "job_id": result.job_id,
+        "resume": result.resume,
+        "recovered": result.recovered,
+        "seconds": _round(result.seconds, 3),
+        "candidates": _sorted_rows(cfg, rows),
+    }
+    if result.ranking is not None:
+        out["ranking"] = result.ranking
+    return out
+
+
+def _uses_judge(cfg) -> bool:
+    return cfg.policy.uses_judge or cfg.policy.partition == "judge"
+
+
+def _budget(cfg) -> dict:
+    """The budget keys that mean something for this job (no judge ratio without a judge)."""
+    b = cfg.budget.model_dump()
+    if not cfg.policy.uses_judge:
+        b.pop("r")
+    return b
+
+
+def _sorted_rows(cfg, rows: list) -> list:
+    """Candidates in the order the job uses them: its fixed sequence, or by objective
+    (best first) for procedures that select by objective; each row keeps its ``position``."""
+    for k, row in enumerate(rows):
+        row["position"] = k
+    proc = get_procedure(cfg.procedure)
+    if proc.needs_order or proc.ranking or cfg.objective is None or any(r["objective"] is None for r in rows):
+        return rows
+    sign = -1.0 if cfg.objective.goal == "maximize" else 1.0
+    return sorted(rows, key=lambda r: (sign * r["objective"], r["position"]))
+
+
+def selected_by_budget(result: JobResult, budgets) -> list:
+    """What the job would have selected with a smaller per-candidate budget b (human labels),
+    recomputed from the recorded evidence (each run's evidence up to b is a prefix of it)."""
+    cfg, objective = result.cfg, result.data.objective
+    proc = get_procedure(cfg.procedure)
+    if objective is None or proc.ranking:
+        return [None] * len(budgets)
+    key = -objective if cfg.objective and cfg.objective.goal == "maximize" else objective
+    out = []
+    for b in budgets:
+        if any(r.path for r in result.records):
+            max_log_e = np.array([max([0.0] + r.path[:b]) for r in result.records])
+            cert = proc.certified(max_log_e, cfg.delta)
+        else:
+            ok = np.array([r.status == "certified" and 0 < r.certified_at <= b for r in result.records])
+            cert = proc.certified_by_decisions(ok)
+        k = int(select(cert, key))
+        out.append(None if k < 0 else float(objective[k]))
+    return out
+
+
+def judge_cell(judge: dict | None) -> str:
+    """A candidate's judge agreement for tables: "97% (0.85)" (agreement, Cohen's kappa)."""
+    if not judge:
+        return ""
+    return f"{judge['agreement']:.0%}" + ("" if judge["kappa"] is None else f" ({judge['kappa']:.2f})")

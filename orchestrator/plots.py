@@ -1,0 +1,136 @@
+"""The report's plots: bounds against alpha, e-values against their thresholds, the selection
+against the budget, and a ranking's certified pairs.
+
+Written to be read at a glance: labels at least 8 pt, the threshold drawn on every plot that
+has one, e-values on a log axis (no log base to convert), the selected candidate marked.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+
+import numpy as np
+
+from .certificate import selected_by_budget
+from .procedures import get_procedure
+from .result import JobResult
+
+_FONT = 8
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": _FONT + 1, "axes.titlesize": _FONT + 2})
+    return plt
+
+
+def _save(fig, path: pathlib.Path) -> pathlib.Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def bounds_plot(result: JobResult, cert: dict, path: pathlib.Path) -> pathlib.Path | None:
+    """Each candidate's one-sided upper bound on R (a bar from its estimate), against alpha:
+    the certified ones end left of the alpha line."""
+    rows = [c for c in cert["candidates"] if c.get("upper_bound") is not None and c["labels_human"] > 0]
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, max(2.5, 0.22 * len(rows) + 1.2)))
+    y = np.arange(len(rows))[::-1]
+    for yi, c in zip(y, rows, strict=True):
+        color = "#1f6f3f" if c["certified"] else "#9a3b3b"
+        lo = c["estimate"] if c.get("estimate") is not None and math.isfinite(c["estimate"]) else 0.0
+        ax.plot([min(lo, c["upper_bound"]), c["upper_bound"]], [yi, yi], color=color, lw=3 if c["selected"] else 1.8)
+        ax.plot([c["upper_bound"]], [yi], "|", color=color, ms=9, mew=2)
+    ax.axvline(result.cfg.alpha, color="k", ls="--", lw=1, label=f"alpha = {result.cfg.alpha:g}")
+    ax.set_yticks(y, [c["candidate"] + ("  (selected)" if c["selected"] else "") for c in rows], fontsize=_FONT)
+    ax.set_xlabel("risk R: estimate to upper bound (green: certified R <= alpha)")
+    ax.set_title("certified upper bounds against alpha")
+    ax.legend(loc="lower right", fontsize=_FONT)
+    return _save(fig, path)
+
+
+def evalue_plot(result: JobResult, path: pathlib.Path) -> pathlib.Path | None:
+    """E-value paths on a log axis with each path's threshold (the strictest one drawn)."""
+    ran = [r for r in result.records if r.path]
+    if not ran:
+        return None
+    plt = _plt()
+    cfg, K = result.cfg, len(result.records)
+    proc = get_procedure(cfg.procedure)
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    for r in ran:
+        e = np.exp(np.minimum(np.asarray(r.path), 700))
+        style = "-" if r.name in result.certified else ":"
+        ax.plot(np.arange(1, e.size + 1), e, style, lw=2.5 if r.name == result.selected else 0.9,
+                label=f"{r.name} (selected)" if r.name == result.selected else None)
+    level = float(np.max(proc.log_thresholds(cfg.delta, np.zeros(K, dtype=bool))))
+    ax.axhline(math.exp(level), color="k", lw=1, label=f"threshold: {proc.threshold_words(cfg.delta, K)}")
+    ax.set_yscale("log")
+    ax.set_xlabel("human labels")
+    ax.set_ylabel("e-value (log axis)")
+    ax.set_title("e-values: certified when a path reaches its threshold (solid: in the certified set)")
+    ax.legend(loc="best", fontsize=_FONT)
+    return _save(fig, path)
+
+
+def budget_plot(result: JobResult, path: pathlib.Path) -> pathlib.Path | None:
+    """The objective of what the job would have selected with a smaller per-candidate budget."""
+    cfg = result.cfg
+    if get_procedure(cfg.procedure).ranking or result.data.objective is None:
+        return None
+    budgets = list(range(cfg.budget.batch, cfg.budget.n + 1, cfg.budget.batch))
+    if budgets and budgets[-1] != cfg.budget.n:
+        budgets.append(cfg.budget.n)
+    sel = selected_by_budget(result, budgets)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.step(budgets, [np.nan if s is None else s for s in sel], where="post")
+    ax.set_xlabel("human labels per candidate (budget)")
+    ax.set_ylabel(cfg.objective.column if cfg.objective else "objective")
+    ax.set_title("objective of the selected candidate vs. budget")
+    return _save(fig, path)
+
+
+def ranking_plot(cert: dict, path: pathlib.Path) -> pathlib.Path | None:
+    """A ranking's certified pairs as a matrix: row better than column, worse, or undecided."""
+    rk = cert.get("ranking")
+    if rk is None:
+        return None
+    plt = _plt()
+    from matplotlib.colors import ListedColormap
+
+    names = rk["order"]
+    K = len(names)
+    pos = {m: k for k, m in enumerate(names)}
+    grid = np.full((K, K), 1)  # 1 undecided, 2 row better, 0 row worse, 3 the diagonal
+    for a, worse in rk["better"].items():
+        for b in worse:
+            grid[pos[a], pos[b]], grid[pos[b], pos[a]] = 2, 0
+    np.fill_diagonal(grid, 3)
+    fig, ax = plt.subplots(figsize=(0.45 * K + 3.5, 0.45 * K + 2))
+    ax.imshow(grid, cmap=ListedColormap(["#c96a6a", "#e6e6e6", "#5f9e6e", "white"]), vmin=0, vmax=3)
+    short = [m if len(m) <= 28 else m[:26] + "…" for m in names]
+    ax.set_xticks(range(K), short, rotation=60, ha="right", fontsize=_FONT)
+    ax.set_yticks(range(K), [s + (" *" if m in rk.get("possible_winners", ()) else "") for s, m in
+                             zip(short, names, strict=True)], fontsize=_FONT)
+    ax.set_title("row vs column: green = row certified better, red = worse, grey = undecided\n"
+                 "(* possible winner: no model certified better)")
+    return _save(fig, path)
+
+
+def write_plots(result: JobResult, cert: dict, outdir: pathlib.Path) -> list[pathlib.Path]:
+    made = [bounds_plot(result, cert, outdir / "bounds.png") if "ranking" not in cert else None,
+            evalue_plot(result, outdir / "evalue_paths.png"), budget_plot(result, outdir / "selected_vs_budget.png"),
+            ranking_plot(cert, outdir / "ranking.png")]
+    return [p for p in made if p is not None]
