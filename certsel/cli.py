@@ -248,6 +248,12 @@ def _print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None) -> 
         if c["status"] in ("source failed", "worker lost"):
             console.print(f"{c['candidate']}: not certified ({c['reason']})", markup=False)
     console.print(f"selected: {cert['selected'] or 'none'} — {cert['certificate']}")
+    ev = cert.get("evidence")
+    if ev and ev.get("upper_bound") is not None:
+        console.print(f"evidence: R <= {ev['upper_bound']:.3f} (one-sided bound at level {ev['level']:.3g})"
+                      + (f", e-value {ev['e_value']:.3g} against its threshold {ev['threshold']:.3g}"
+                         if ev.get("e_value") is not None else "")
+                      + f", estimate {ev['estimate']:.3f}, after {ev['labels_human']} human labels", markup=False)
     lab = cert["labels"]
     console.print("labels: " + ", ".join(
         f"{lab['spent'][k]} {k} of {lab['full_budget'][k]} ({lab['saved_fraction'][k]:.0%} saved)"
