@@ -234,6 +234,11 @@ def _ranking_table(cert: dict):
     return t
 
 
+def _saved(fraction: float) -> str:
+    """A saving in words; a ranking whose pairs drew different items can exceed its nominal budget."""
+    return f"{fraction:.0%} saved" if fraction >= 0 else f"{-fraction:.0%} over: pairs drew different items"
+
+
 def _print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None) -> None:
     if not quiet:
         if "ranking" in cert:
@@ -256,7 +261,7 @@ def _print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None) -> 
                       + f", estimate {ev['estimate']:.3f}, after {ev['labels_human']} human labels", markup=False)
     lab = cert["labels"]
     console.print("labels: " + ", ".join(
-        f"{lab['spent'][k]} {k} of {lab['full_budget'][k]} ({lab['saved_fraction'][k]:.0%} saved)"
+        f"{lab['spent'][k]} {k} of {lab['full_budget'][k]} ({_saved(lab['saved_fraction'][k])})"
         for k in ("human", "judge", "requests") if lab["full_budget"][k]))
     if cert.get("resume"):
         r = cert["resume"]

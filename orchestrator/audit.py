@@ -218,7 +218,7 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
         rows.append({
             "candidate": names[k], "true_risk": float(truth[k]), "h0": h0,
             "failure": fails / reps if applies else None, "failure_upper": hi if applies else None,
-            "failure_lower": lo if applies else None, "ok": (lo <= levels[k]) if applies else True,
+            "failure_lower": lo if applies else None, "ok": bool(lo <= levels[k]) if applies else True,
             "level": float(levels[k]),
             "power": None if h0 else float(certified[:, k].mean()),
             "coverage": float(1 - missed[:, k].mean()),

@@ -65,7 +65,12 @@ def certificate(result: JobResult) -> dict:
     in_set = set(result.certified)
     proc = get_procedure(cfg.procedure)
     pairwise = proc.ranking
-    if sel is None:
+    if sel is None and pairwise:
+        rk = result.ranking
+        statement = (f"no model is certified better than all {K - 1} others; the {rk['pairs_certified']} certified "
+                     f"of {rk['pairs']} pair orders hold simultaneously with probability >= {1 - cfg.delta:g} "
+                     f"(possible winners: {', '.join(rk['possible_winners'])})")
+    elif sel is None:
         statement = "no candidate certified"
     elif pairwise:
         statement = (f"{sel.name} has a lower risk than each of the other {K - 1} models; every certified order "

@@ -41,7 +41,11 @@ def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = Tru
     gets warnings about the job before it runs (default: the logging module).
     """
     data = load_job_data(cfg)
-    note = feasibility_warning(cfg, len(data.names), data.n_items)
+    try:
+        note = feasibility_warning(cfg, len(data.names), data.n_items)
+    except Exception as exc:  # advisory only: a user strategy that fails here fails in the job too, tracked
+        log.debug("feasibility check skipped (%s)", first_line(exc))
+        note = None
     if note is not None:
         (warn or log.warning)(note)
     if track:

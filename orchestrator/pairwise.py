@@ -150,8 +150,11 @@ def _result(plan, records, known, pairs, ii, jj, dead, rounds, resume, t0, pair_
     intervals = {}
     for p in range(P):
         n_used[ii[p], jj[p]] = n_used[jj[p], ii[p]] = pairs[p].n_labeled
-        lo, hi = pairs[p].ci
-        intervals[f"{names[ii[p]]} - {names[jj[p]]}"] = [2 * lo - 1, 2 * hi - 1]  # CI on the risk difference
+        # the interval of the pair's own decisions: its one-sided bounds, each at the level a sign is
+        # certified at, so the interval excludes 0 exactly when an order is certified; together they
+        # hold at the pair's level delta/P (simultaneously over pairs at delta)
+        lo, hi = pairs[p].lower_bound, pairs[p].upper_bound
+        intervals[f"{names[ii[p]]} - {names[jj[p]]}"] = [2 * lo - 1, 2 * hi - 1]  # on R(first) - R(second)
     score, order = copeland(better)
     for m, r in enumerate(records):
         if m not in dead:

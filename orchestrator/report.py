@@ -70,8 +70,8 @@ def _rows(cert: dict) -> list[list[str]]:
         rk = cert["ranking"]
         by = {c["candidate"]: c for c in cert["candidates"]}
         worse = {m: sum(m in b for b in rk["better"].values()) for m in rk["order"]}
-        out = [["model", "certified better than", "certified worse than", "possible winner", "mean loss seen",
-                "items", "Copeland (uncertified)"]]
+        out = [["model", "certified better than", "certified worse than", "possible winner",
+                "mean loss of its labelled items", "items", "Copeland (uncertified)"]]
         for m in rk["order"]:
             out.append([m, str(len(rk["better"][m])), str(worse[m]), "yes" if m in rk.get("possible_winners", ()) else "",
                         _fmt(by[m]["estimate"]), str(by[m]["labels_human"]), f"{rk['score'][m]:+d}"])
@@ -103,6 +103,19 @@ def _policy_words(cert: dict) -> str:
     return f"{pol['kind']} ({pol['betting']} betting)"
 
 
+def _pair_rows(cert: dict) -> list[list[str]]:
+    """A ranking's pairs: the certified order (if any), the anytime interval on the difference
+    of the two models' mean losses over the test set, and the items the pair used."""
+    rk = cert["ranking"]
+    out = [["pair (A - B)", "certified", "interval on R(A) - R(B)", "items"]]
+    for pair, (lo, hi) in rk["difference_intervals"].items():
+        a, b = pair.split(" - ", 1)
+        verdict = f"{a} better" if b in rk["better"].get(a, ()) else (f"{b} better" if a in rk["better"].get(b, ())
+                                                                      else "undecided")
+        out.append([pair, verdict, f"[{lo:+.3f}, {hi:+.3f}]", str(rk["items_per_pair"].get(f"{a} vs {b}", ""))])
+    return out
+
+
 def _incidents(cert: dict) -> list[str]:
     """Candidates that ended for a reason other than their evidence (a label source that
     failed for good, a worker lost too often): not certified, and said so."""
@@ -124,7 +137,7 @@ def _markdown(cert: dict, plots) -> str:
            f"**Certificate:** {cert['certificate']}.", "", cert["guarantee"], "",
            f"Policy {_policy_words(cert)}, delta = {p['delta']:g}"
            + (f", alpha = {p['alpha']:g}" if "alpha" in p else "") + f", procedure: {p['level']}.", ""]
-    for table in (_labels_table(cert), _rows(cert)):
+    for table in (_labels_table(cert), _rows(cert), *([_pair_rows(cert)] if "ranking" in cert else [])):
         out += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
         out += ["| " + " | ".join(r) + " |" for r in table[1:]] + [""]
     incidents = _incidents(cert)
@@ -168,7 +181,11 @@ def _html(cert: dict, plots) -> str:
         "<h2>" + ("Models" if "ranking" in cert else "Candidates") + "</h2>",
         '<div class="wide">' + _html_table(_rows(cert), classes) + "</div>",
     ]
-    if "ranking" not in cert:
+    if "ranking" in cert:
+        body += ["<h2>Pairs</h2>", '<p class="muted">Each interval holds at every step with the pair\'s level; the '
+                 "orders shown as certified hold together with probability at least 1 - delta.</p>",
+                 '<div class="wide">' + _html_table(_pair_rows(cert)) + "</div>"]
+    else:
         body.append('<p class="muted">R &lt;= (bound): the one-sided upper bound at the level of the candidate\'s '
                     "own test; it is at most alpha exactly for the candidates that passed it. The two-sided "
                     "interval is at the same level split over both sides.</p>")

@@ -99,7 +99,9 @@ def experiment_id(client, uri: str, name: str) -> str:
         root = db.resolve().parent / "mlartifacts"
         artifact_location = root.as_uri()
     try:
-        return client.create_experiment(name, artifact_location=artifact_location)
+        # the UI then opens certsel's experiments in its runs view (not the GenAI traces view)
+        return client.create_experiment(name, artifact_location=artifact_location,
+                                        tags={"mlflow.experimentKind": "custom_model_development"})
     except Exception as exc:
         raise TrackingProblem(f"tracking URI {uri}: cannot create experiment {name!r} ({_one_line(exc)})") from None
 
@@ -142,6 +144,15 @@ class JobTracker:
             "objective": None if cfg.objective is None else f"{cfg.objective.goal} {cfg.objective.column}",
             "n_candidates": len(records), "n_items": data.n_items,
         }
+        # only what means something for this job: no alpha for a ranking, no judge or judge ratio without a judge
+        if get_procedure(cfg.procedure).ranking:
+            params.pop("alpha")
+        if not cfg.policy.uses_judge:
+            params.pop("budget_r")
+        if not (cfg.policy.uses_judge or cfg.policy.partition == "judge"):
+            params.pop("judge")
+        if not cfg.policy.is_testing:
+            params.pop("betting")
         c.log_batch(self.parent_id, params=[Param(k, str(v)) for k, v in params.items()])
         for r in records:
             run = c.create_run(self.experiment_id, run_name=r.name,

@@ -61,12 +61,17 @@ def test_full_budget_mode_gives_the_same_evalues(ray_session):
                                rtol=1e-9)
     assert res.spent == res.full
     assert res.certified == [data.names[k] for k in np.flatnonzero(direct.certified[0])]
-    # the PPI++ point estimate sum_s w_s mean(q_s), computed in the actors for the stacked batch
+    # the unbiased R-AutoEval+ estimate (each label's rho weights fixed before it), computed in
+    # the actors for the stacked batch, equals the mean of the predictable mixture computed directly
+    from certsel.policies import effective_observations
+    from certsel.policies.autoeval import component_log_evalues, predictable_mixture
+
     h, jl, ju = (x[0] for x in direct.samples)
-    rhos = np.linspace(0, 1, 10)
+    obs = effective_observations(h, jl, ju)
+    comps = component_log_evalues(obs, 0.1, delta=0.1, betting="up", horizon=60)
+    want = predictable_mixture(obs.q, comps, np.full(10, 0.1)).mean(axis=-1)
     for r in res.records:
-        q_means = h[r.index].mean() + rhos * (ju[r.index].mean() - jl[r.index].mean())
-        assert r.estimate == pytest.approx(float(np.dot(r.rho_weights, q_means)), abs=1e-12)
+        assert r.estimate == pytest.approx(float(want[r.index]), abs=1e-12)
 
 
 def _prompt_cfg(procedure, seed, **over):

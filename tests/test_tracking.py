@@ -179,3 +179,8 @@ def test_bundled_examples_run(ray_session, tmp_path, example):
         assert len(history) > 2 and [m.step for m in history] == sorted(m.step for m in history)
         wins = client.get_metric_history(top.info.run_id, "certified_wins")
         assert wins[-1].value == len(rk["better"][rk["order"][0]])
+        # the pairs' intervals agree with the certified orders: 0 is excluded exactly for those
+        for pair, (lo, hi) in rk["difference_intervals"].items():
+            a, b = pair.split(" - ", 1)
+            assert (hi < 0) == (b in rk["better"][a]) and (lo > 0) == (a in rk["better"][b])
+        assert rk["possible_winners"] == [m for m in rk["order"] if not any(m in w for w in rk["better"].values())]
