@@ -265,6 +265,10 @@ class SchedulingConfig(_Strict):
     # Bonferroni: stop candidates whose objective is no better than a certified one's; the
     # selection is unchanged, the certified set then only lists candidates that could matter
     prune: bool = False
+    # futility (testing policies): stop a candidate once "R >= alpha" is certified at this level
+    # by a second e-process on the mirrored losses; it never certifies, so the family-wise error
+    # is unchanged, and a candidate with R < alpha is stopped with probability <= futility
+    futility: float | None = Field(None, gt=0, lt=1)
 
 
 class TrackingConfig(_Strict):
@@ -397,6 +401,9 @@ class RunConfig(_Strict):
     def _check_policy_inputs(self) -> None:
         """What the policy needs from the source: a judge, features, judge-only labels."""
         kind, has = self.policy.kind, self._source_has()
+        if self.scheduling.futility is not None and not self.policy.is_testing:
+            raise ValueError(f"scheduling.futility applies to the testing policies (r-eval, r-autoeval, r-autoeval+); "
+                             f"policy {kind!r} already stops once R >= alpha is certified at its own level")
         if self.policy.uses_judge and self.budget.r < 1:
             raise ValueError(f"policy '{kind}' needs budget.r >= 1 judge-only labels per human label")
         if self.policy.uses_judge and not has["judge"]:

@@ -63,7 +63,8 @@ class JobPlan:
             self.shared = {"human_items": order[:n], "judge_items": order[n : n + r * n]}
             kinds = [(CandidateKind.TESTING, TestingOptions(
                 scheme=cfg.policy.kind, alpha=cfg.alpha, delta=cfg.delta, betting=cfg.policy.strategy, r=r,
-                ci_delta=float(deltas[k]), intervals=cfg.tracking.intervals)) for k in range(K)]
+                ci_delta=float(deltas[k]), intervals=cfg.tracking.intervals, futility=cfg.scheduling.futility))
+                for k in range(K)]
         else:
             self.shared = {"features": self.data.features}
             kinds = [(CandidateKind.ESTIMATION, EstimationOptions(

@@ -26,6 +26,7 @@ class Status(StrEnum):
     ABOVE_ALPHA = "above alpha"  # an estimation policy certified R >= alpha
     STOPPED = "stopped"  # the procedure stopped it: it could no longer change the selection
     SKIPPED = "skipped"  # never started, for the same reason
+    FUTILE = "futile"  # R >= alpha certified by the futility test: stopped, it would not certify
     SOURCE_FAILED = "source failed"  # its label source failed for good (after retries)
     WORKER_LOST = "worker lost"  # the actor hosting it died too often in a row
 
@@ -45,7 +46,8 @@ class Status(StrEnum):
     def test_failed(self) -> bool:
         """Ended without certification while it was being evaluated (for FST: no later
         candidate can join the certified prefix)."""
-        return self in (Status.NOT_CERTIFIED, Status.ABOVE_ALPHA, Status.SOURCE_FAILED, Status.WORKER_LOST)
+        return self in (Status.NOT_CERTIFIED, Status.ABOVE_ALPHA, Status.FUTILE, Status.SOURCE_FAILED,
+                        Status.WORKER_LOST)
 
 
 @dataclass
@@ -70,6 +72,7 @@ class CandidateRecord:
     ci: tuple | None = None
     upper_bound: float | None = None  # one-sided, at the level of the decision: <= alpha iff certified
     judge: dict | None = None  # the judge's agreement with the human labels
+    max_log_futility: float = 0.0  # the futility test's evidence for R >= alpha (log, running max)
     decision: int = 0
     rho_weights: list | None = None
     certified_at: int = 0  # human labels when certification was observed (0: never)
@@ -93,6 +96,8 @@ class CandidateRecord:
             self.upper_bound = snap.upper_bound
         if snap.judge is not None:
             self.judge = snap.judge
+        if snap.futility_log_e is not None:
+            self.max_log_futility = snap.futility_log_e
         if snap.path is not None:
             if snap.path.size:
                 self.path.extend(snap.path.tolist())

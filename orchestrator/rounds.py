@@ -60,7 +60,7 @@ def run_selection(plan, pool, records, *, progress=None, tracker=None, job_dir=N
     key = objective_key(cfg, data)
     sched = Scheduler(records, procedure=plan.procedure, delta=cfg.delta, testing=plan.testing,
                       mode=cfg.scheduling.mode, lookahead=cfg.scheduling.lookahead,
-                      prune_keys=key if cfg.scheduling.prune else None)
+                      prune_keys=key if cfg.scheduling.prune else None, futility=cfg.scheduling.futility)
     cost_per_label = (1 + plan.r) * (2 if plan.uses_judge else 1) if plan.testing else 1
     every = cfg.state.snapshot_every
     rounds, resume = 0, None

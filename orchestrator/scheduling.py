@@ -45,11 +45,13 @@ class Scheduler:
     """
 
     def __init__(self, records: list[CandidateRecord], *, procedure: str | Procedure, delta: float, testing: bool,
-                 mode: str = "adaptive", lookahead: int = 1, prune_keys=None):
+                 mode: str = "adaptive", lookahead: int = 1, prune_keys=None, futility: float | None = None):
         self.records, self.delta = records, delta
         self.procedure = get_procedure(procedure) if isinstance(procedure, str) else procedure
         self.testing, self.mode, self.lookahead = testing, mode, lookahead
         self.K = len(records)
+        # futility level delta_f of testing candidates (None: off); its stops never certify anything
+        self.futility_level = None if futility is None or not testing else math.log(1.0 / futility)
         # pruning (procedures that allow it): objective keys, smaller is better; None disables it
         self.prune_keys = None if prune_keys is None else [float(k) for k in prune_keys]
 
@@ -83,6 +85,8 @@ class Scheduler:
             return
         if not self.testing and r.decision == 1:
             r.end(Status.ABOVE_ALPHA, "risk above alpha certified")
+        elif self.futility_level is not None and self.mode == "adaptive" and r.max_log_futility >= self.futility_level:
+            r.end(Status.FUTILE, f"R >= alpha certified at the futility level after {r.t} human labels")
         elif r.exhausted:
             r.end(Status.NOT_CERTIFIED, "budget spent")
 

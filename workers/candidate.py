@@ -65,7 +65,7 @@ class TestingCandidate(_Candidate):
     __test__ = False  # a domain name, not a pytest test class
 
     def __init__(self, name, source, *, scheme, alpha, delta, betting, human_items, judge_items, r,
-                 ci_delta, intervals="final"):
+                 ci_delta, intervals="final", futility=None):
         super().__init__(name, source)
         self.rhos = scheme_rhos(scheme)
         self.n = int(len(human_items))
@@ -77,6 +77,10 @@ class TestingCandidate(_Candidate):
             raise ValueError(f"{name}: need r*n = {self.r * self.n} judge-only items, got {self.judge_items.size}")
         self.ci_delta, self.intervals = ci_delta, intervals
         self.betting = self.test.strategy
+        # futility: the same test on mirrored losses (1 - loss against 1 - alpha) certifies R >= alpha;
+        # reaching 1/futility stops the candidate as hopeless (it never certifies anything)
+        self.futility = None if futility is None else SequentialTest(
+            alpha=1.0 - alpha, delta=futility, horizon=self.n, rhos=self.rhos, betting=betting, r=max(r, 1))
         self._h: list[np.ndarray] = []
         self._jl: list[np.ndarray] = []
         self._ju: list[np.ndarray] = []
@@ -152,7 +156,10 @@ class TestingCandidate(_Candidate):
         """Everything needed to continue exactly: the e-process state, the labels it holds
         (for the interval) and the running sums, bit for bit."""
         h, jl, ju = self._data()
-        return {"kind": "testing", "t": self.t, "test": self.test.state_dict(), "h": h, "jl": jl, "ju": ju}
+        out = {"kind": "testing", "t": self.t, "test": self.test.state_dict(), "h": h, "jl": jl, "ju": ju}
+        if self.futility is not None:
+            out["futility"] = self.futility.state_dict()
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("kind") != "testing":
@@ -171,6 +178,10 @@ class TestingCandidate(_Candidate):
         if test.uses_judge:
             self._jl = [np.asarray(state["jl"], dtype=np.float64)] if h.size else []
             self._ju = [np.asarray(state["ju"], dtype=np.float64)] if h.size else []
+        if self.futility is not None:
+            if "futility" not in state:
+                raise ValueError(f"{self.name}: the snapshot has no futility test")
+            self.futility = SequentialTest.from_state_dict(state["futility"], self.futility.strategy)
         self._ci = None
         self._bound = {}
 
@@ -185,6 +196,8 @@ class TestingCandidate(_Candidate):
         got = self.fetch(batch)
         if got is None:
             return self.snapshot()
+        if self.futility is not None:
+            self.futility.update(*mirrored(*got))
         return self.after_update(self.test.update(*got))
 
     def snapshot(self, path=None, numbers=None) -> Snapshot:
@@ -199,6 +212,8 @@ class TestingCandidate(_Candidate):
         out.path = np.zeros(0) if path is None else np.asarray(path, dtype=np.float64)
         out.log_e, out.max_log_e, out.rho_weights, out.estimate = numbers
         out.ci = self._ci
+        if self.futility is not None:
+            out.futility_log_e = float(self.futility.max_log_evalue)
         return out
 
 
@@ -292,6 +307,12 @@ class LabelServer(_Candidate):
         return self.counters()
 
 
+def mirrored(h, jl=None, ju=None):
+    """Losses l -> 1 - l (losses in [0, 1]): R becomes 1 - R, so a test of the mirrored
+    losses against 1 - alpha certifies R >= alpha."""
+    return 1.0 - h, None if jl is None else 1.0 - jl, None if ju is None else 1.0 - ju
+
+
 def guarded_step(c, batch: int) -> Snapshot:
     """``c.step(batch)``; a label source that failed for good (after its retries) ends this
     candidate only: its snapshot says so, and the driver marks it not certified."""
@@ -327,6 +348,11 @@ def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
         jl, ju = np.stack([g[1] for g in got]), np.stack([g[2] for g in got])
     test = SequentialTest.stack([c.test for c in cands])
     path = test.update(h, jl, ju)
+    if cands[0].futility is not None:  # the mirrored tests, stacked the same way
+        fut = SequentialTest.stack([c.futility for c in cands])
+        fut.update(*mirrored(h, jl, ju))
+        for c, part in zip(cands, fut.split(), strict=True):
+            c.futility = part
     # the snapshot numbers for the whole batch at once (the same formulas as snapshot())
     log_e, max_log_e, weights = test.log_evalue.tolist(), test.max_log_evalue.tolist(), test.rho_weights
     est = test.estimate

@@ -74,6 +74,7 @@ class TestingOptions:
     r: int
     ci_delta: float
     intervals: str = "final"
+    futility: float | None = None  # delta_f: stop as hopeless once R >= alpha is certified at it
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,7 @@ class Snapshot:
     ci: tuple | None = None
     upper_bound: float | None = None  # the one-sided bound at the level of the candidate's decision
     judge: dict | None = None  # agreement of the judge with the human labels (testing with a judge)
+    futility_log_e: float | None = None  # max log e-value of the futility test (evidence for R >= alpha)
     path: np.ndarray | None = None
     log_e: float = 0.0
     max_log_e: float = 0.0
