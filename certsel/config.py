@@ -271,6 +271,15 @@ class SchedulingConfig(_Strict):
     futility: float | None = Field(None, gt=0, lt=1)
 
 
+class PairwiseConfig(_Strict):
+    """What a pairwise ranking is for (``procedure: pairwise``): ``ranking`` certifies as much
+    of the order as the budget allows, stopping pairs whose order is already implied by
+    certified pairs; ``best`` certifies the best model only, comparing possible winners; ``all``
+    runs every pair until its sign is certified (the earlier behaviour)."""
+
+    goal: Literal["ranking", "best", "all"] = "ranking"
+
+
 class TrackingConfig(_Strict):
     uri: str | None = None  # default: MLFLOW_TRACKING_URI, else sqlite:///mlruns.db
     experiment: str = Field("certsel", min_length=1)
@@ -330,6 +339,7 @@ class RunConfig(_Strict):
     objective: ObjectiveConfig | None = None
     budget: BudgetConfig = BudgetConfig()
     scheduling: SchedulingConfig = SchedulingConfig()
+    pairwise: PairwiseConfig = PairwiseConfig()
     seed: int = 0
     tracking: TrackingConfig = TrackingConfig()
     ray: RayConfig = RayConfig()

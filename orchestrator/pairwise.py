@@ -14,7 +14,14 @@ import time
 
 import numpy as np
 
-from certsel.policies.comparison import better_matrix, copeland, sign_policy_delta
+from certsel.policies.comparison import (
+    better_matrix,
+    copeland,
+    implied_orders,
+    pairs_needed,
+    possible_winners,
+    sign_policy_delta,
+)
 from certsel.workers.candidate import make_estimation_policy, restore_policy
 
 from .records import Status
@@ -87,7 +94,8 @@ def run_pairwise(plan, pool, records, *, progress=None, tracker=None, job_dir=No
         resume = {"from_round": rounds, "steps_from_snapshots": rounds, "steps_replayed": 0}  # the pairs live here
         dead = {m for m, r in enumerate(records) if r.status is Status.SOURCE_FAILED}
     while True:
-        open_pairs = [p for p in range(P) if not pairs[p].done and pairs[p].n_labeled < cap
+        needed = _needed(plan, pairs, ii, jj, dead)
+        open_pairs = [p for p in range(P) if needed[p] and not pairs[p].done and pairs[p].n_labeled < cap
                       and ii[p] not in dead and jj[p] not in dead]
         if not open_pairs:
             break
@@ -121,13 +129,26 @@ def run_pairwise(plan, pool, records, *, progress=None, tracker=None, job_dir=No
     return _result(plan, records, known, pairs, ii, jj, dead, rounds, resume, t0, pair_delta)
 
 
+def _direct(K, pairs, ii, jj) -> np.ndarray:
+    """The orders the pairs certified themselves."""
+    return better_matrix(K, ii, jj, [p.decision == -1 for p in pairs], [p.decision == 1 for p in pairs])
+
+
+def _needed(plan, pairs, ii, jj, dead) -> np.ndarray:
+    """The pairs the job's goal still needs (``pairwise.goal``), given the certified orders."""
+    K = len(plan.data.names)
+    alive = np.array([m not in dead for m in range(K)])
+    return pairs_needed(plan.cfg.pairwise.goal, implied_orders(_direct(K, pairs, ii, jj)), ii, jj, alive)
+
+
 def _fold(plan, records, known, pairs, ii, jj, cap, dead) -> None:
     """Counters, status and a metrics row for every model whose labels or pairs moved."""
     K, I = len(records), plan.data.n_items
-    better = better_matrix(K, ii, jj, [p.decision == -1 for p in pairs], [p.decision == 1 for p in pairs])
+    better = implied_orders(_direct(K, pairs, ii, jj))
+    needed = _needed(plan, pairs, ii, jj, dead)
     still = np.zeros(K, dtype=np.int64)
     for p, pol in enumerate(pairs):
-        if not pol.done and pol.n_labeled < cap and ii[p] not in dead and jj[p] not in dead:
+        if needed[p] and not pol.done and pol.n_labeled < cap and ii[p] not in dead and jj[p] not in dead:
             still[ii[p]] += 1
             still[jj[p]] += 1
     for m, r in enumerate(records):
@@ -145,7 +166,8 @@ def _fold(plan, records, known, pairs, ii, jj, cap, dead) -> None:
 def _result(plan, records, known, pairs, ii, jj, dead, rounds, resume, t0, pair_delta) -> JobResult:
     cfg, names = plan.cfg, plan.data.names
     K, P = len(names), ii.size
-    better = better_matrix(K, ii, jj, [p.decision == -1 for p in pairs], [p.decision == 1 for p in pairs])
+    direct = _direct(K, pairs, ii, jj)
+    better = implied_orders(direct)  # certified directly or through certified pairs
     n_used = np.zeros((K, K), dtype=np.int64)
     intervals = {}
     for p in range(P):
@@ -163,14 +185,19 @@ def _result(plan, records, known, pairs, ii, jj, dead, rounds, resume, t0, pair_
                   f"{int(better[m].sum())} certified wins, {int(better[:, m].sum())} certified losses")
     top = [names[m] for m in range(K) if better[m].sum() == K - 1 and m not in dead]
     ranking = {
-        # what is certified: a partial order (the pairs whose sign was certified)
+        # what is certified: a partial order, the pairs whose sign was certified and the orders
+        # they imply (valid together on the same simultaneous event)
         "better": {names[a]: [names[b] for b in np.flatnonzero(better[a])] for a in range(K)},
-        "possible_winners": [names[m] for m in range(K) if not better[:, m].any() and m not in dead],
+        "better_direct": {names[a]: [names[b] for b in np.flatnonzero(direct[a])] for a in range(K)},
+        "possible_winners": [names[m] for m in np.flatnonzero(possible_winners(better))
+                             if m not in dead],
+        "goal": cfg.pairwise.goal,
         # a way to list the models, not a certified rank: certified wins minus certified losses
         "order": [names[m] for m in order],
         "score": {names[m]: int(score[m]) for m in range(K)},
         "score_meaning": "Copeland score (certified wins minus certified losses); orders the list, is not certified",
         "pairs_certified": int(better.sum()),
+        "pairs_certified_directly": int(direct.sum()),
         "pairs": P,
         "pair_delta": plan.procedure.pair_delta(cfg.delta, K),
         "pair_delta_per_direction": pair_delta,

@@ -110,8 +110,10 @@ def _pair_rows(cert: dict) -> list[list[str]]:
     out = [["pair (A - B)", "certified", "interval on R(A) - R(B)", "items"]]
     for pair, (lo, hi) in rk["difference_intervals"].items():
         a, b = pair.split(" - ", 1)
-        verdict = f"{a} better" if b in rk["better"].get(a, ()) else (f"{b} better" if a in rk["better"].get(b, ())
-                                                                      else "undecided")
+        direct = rk.get("better_direct", rk["better"])
+        verdict = (f"{a} better" if b in direct.get(a, ()) else f"{b} better" if a in direct.get(b, ())
+                   else f"{a} better (implied)" if b in rk["better"].get(a, ())
+                   else f"{b} better (implied)" if a in rk["better"].get(b, ()) else "undecided")
         out.append([pair, verdict, f"[{lo:+.3f}, {hi:+.3f}]", str(rk["items_per_pair"].get(f"{a} vs {b}", ""))])
     return out
 

@@ -160,6 +160,49 @@ def better_matrix(K: int, ii, jj, first_better, second_better) -> np.ndarray:
     return better
 
 
+def implied_orders(better) -> np.ndarray:
+    """The transitive closure of certified orders: ``out[a, b]`` when a chain of certified
+    pairs a < c1 < ... < b exists. On the event that every certified order is right (the
+    family-wise guarantee, probability >= 1 - delta) every implied order is right too, so
+    the closure is certified at the same level."""
+    out = np.asarray(better, dtype=bool).copy()
+    K = out.shape[0]
+    for k in range(K):  # Warshall: allow k as an intermediate model
+        out |= out[:, k : k + 1] & out[k : k + 1, :]
+    return out
+
+
+def possible_winners(closure, alive=None) -> np.ndarray:
+    """Models that no other model is certified (directly or by implication) better than."""
+    closure = np.asarray(closure, dtype=bool)
+    out = ~closure.any(axis=0)
+    return out if alive is None else out & np.asarray(alive, dtype=bool)
+
+
+GOALS = ("all", "ranking", "best")
+
+
+def pairs_needed(goal: str, closure, ii, jj, alive=None) -> np.ndarray:
+    """Which pairs a ranking goal still needs (a mask over the pairs (ii[p], jj[p])).
+
+    ``all``: every pair until its sign is certified. ``ranking``: pairs whose order is not
+    already implied by certified pairs. ``best``: pairs between two possible winners only
+    (LUCB-style: a pair with a model already certified worse than another cannot change who
+    can win). Stopping a pair is always allowed, so every goal keeps the guarantee.
+    """
+    if goal not in GOALS:
+        raise ValueError(f"goal must be one of {GOALS}, got {goal!r}")
+    ii, jj = np.asarray(ii), np.asarray(jj)
+    closure = np.asarray(closure, dtype=bool)
+    undecided = ~(closure[ii, jj] | closure[jj, ii])
+    if goal == "all":
+        return np.ones(ii.size, dtype=bool)
+    if goal == "ranking":
+        return undecided
+    win = possible_winners(closure, alive)
+    return undecided & win[ii] & win[jj]
+
+
 def copeland(better) -> tuple[np.ndarray, np.ndarray]:
     """Copeland scores (certified wins minus certified losses) and the models sorted by
     them (ties keep the input order). The scores order models; only ``better`` is certified."""

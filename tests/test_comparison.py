@@ -91,3 +91,23 @@ def test_comparison_bad_input(alpaca):
         rank_models(alpaca.losses[:1], delta=0.05)
     with pytest.raises(ValueError, match="delta"):
         rank_models(alpaca.losses, delta=1.5)
+
+
+def test_implied_orders_and_the_pairs_each_goal_needs():
+    """Certified orders a < b and b < c imply a < c (valid on the same simultaneous event);
+    'ranking' drops pairs whose order is implied, 'best' keeps only pairs between models no
+    other model is certified better than."""
+    from certsel.policies.comparison import implied_orders, pairs_needed, possible_winners
+
+    K = 4
+    better = np.zeros((K, K), dtype=bool)
+    better[0, 1] = better[1, 2] = True  # 0 < 1 < 2, model 3 unrelated
+    closure = implied_orders(better)
+    assert closure[0, 2] and not closure[2, 0] and closure.sum() == 3
+    assert possible_winners(closure).tolist() == [True, False, False, True]
+    ii, jj = np.triu_indices(K, 1)  # pairs (0,1) (0,2) (0,3) (1,2) (1,3) (2,3)
+    assert pairs_needed("all", closure, ii, jj).all()
+    assert pairs_needed("ranking", closure, ii, jj).tolist() == [False, False, True, False, True, True]
+    assert pairs_needed("best", closure, ii, jj).tolist() == [False, False, True, False, False, False]
+    alive = np.array([True, True, True, False])
+    assert not pairs_needed("best", closure, ii, jj, alive).any()
