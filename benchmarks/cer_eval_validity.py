@@ -33,7 +33,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from scipy import stats
 
-from certsel.policies import CerEval, FixedPartition, NearestNeighborPartition, ScorePartition
+from certsel.policies import CerEval, NearestNeighborPartition, ScorePartition
 from certsel.policies.scenarios import RefitEveryLabel, make_outliers
 from certsel.workers.replay import load_loss_table, load_preference_table
 

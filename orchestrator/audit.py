@@ -32,10 +32,8 @@ estimation policies run one repetition at a time (their item choices are adaptiv
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from certsel.config import RunConfig
 from certsel.policies import scheme_rhos
@@ -47,87 +45,15 @@ from certsel.policies.autoeval import (
     predictable_mixture,
     running_mean,
 )
-from certsel.policies.comparison import sign_policy_delta
 from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
 from certsel.workers.candidate import make_estimation_policy
 
+from .audit_base import BUDGET_GRID, AuditResult, clopper_pearson, job_features, repeat
+from .audit_pairwise import pairwise_audit
+from .audit_pairwise import ranking_once as _ranking_once  # noqa: F401  (the tests call one repetition)
 from .procedures import get_procedure
 
-BUDGET_GRID = 10  # budgets at which estimates are compared (FT-Eval's Run(E, N, k))
-FT_NOTE = ("FT-Eval column: with the dynamic tolerance eps = margin + t s/sqrt(N) the TOST passes exactly when "
-           "|bias| < margin (the t term cancels), so it is a point check of the bias at the full budget against "
-           "the margin Algorithm 1 selects, not a test. Estimates of a job that stopped early are biased by the "
-           "stopping rule (a candidate stops when its evidence is strong), which is why jobs report bounds, not "
-           "point estimates, as evidence.")
-
-
-def clopper_pearson(k: int, n: int, level: float = 0.99) -> tuple[float, float]:
-    """One-sided exact binomial bounds (lower, upper) at ``level``."""
-    lo = 0.0 if k == 0 else float(stats.beta.ppf(1 - level, k, n - k + 1))
-    hi = 1.0 if k == n else float(stats.beta.ppf(level, k + 1, n - k))
-    return lo, hi
-
-
-@dataclass
-class AuditResult:
-    cfg: RunConfig
-    reps: int
-    rows: list  # one dict per candidate (or per pair of a ranking)
-    overall: dict
-    unit: str = "candidate"
-
-    def table(self) -> str:
-        """The per-candidate (per-pair) Markdown table (the docs carry these)."""
-        if self.unit == "pair":
-            return self._pair_table()
-        head = ["candidate", "true R", "H0: R > alpha", "level", "failure", "99% CP upper", "ok", "power", "coverage",
-                "labels mean (q10/q50/q90)", "FT-Eval margin", "abs(bias) < margin", "RMSE"]
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for r in self.rows:
-            q = r["labels_q"]
-            margin = "-" if r["ft_margin"] is None else f"{r['ft_margin']:.3f}"
-            tost = "-" if r["ft_pass"] is None else ("pass" if r["ft_pass"] else "fail")
-            cells = [r["candidate"], f"{r['true_risk']:.4f}", "yes" if r["h0"] else "no", f"{r['level']:.4g}",
-                     _pct(r["failure"]), _pct(r["failure_upper"]), "yes" if r["ok"] else "NO", _pct(r["power"]),
-                     _pct(r["coverage"]), f"{r['labels_mean']:.1f} ({q[0]:.0f}/{q[1]:.0f}/{q[2]:.0f})", margin, tost,
-                     f"{r['rmse']:.4f}"]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines += ["", FT_NOTE]
-        return "\n".join(lines)
-
-    def _pair_table(self) -> str:
-        head = ["pair", "true difference", "wrong order", "99% CP upper", "ok", "decided", "interval coverage",
-                "items mean (q10/q50/q90)"]
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for r in self.rows:
-            q = r["labels_q"]
-            cells = [r["candidate"], f"{r['true_risk']:+.4f}", _pct(r["failure"]), _pct(r["failure_upper"]),
-                     "yes" if r["ok"] else "NO", _pct(r["power"]), _pct(r["coverage"]),
-                     f"{r['labels_mean']:.1f} ({q[0]:.0f}/{q[1]:.0f}/{q[2]:.0f})"]
-            lines.append("| " + " | ".join(cells) + " |")
-        return "\n".join(lines)
-
-    def summary(self) -> str:
-        o = self.overall
-        if self.unit == "pair":
-            worst = max(r["failure"] for r in self.rows)
-            return (f"pairwise {self.cfg.policy.kind} ranking of {o['models']} models, "
-                    f"delta = {self.cfg.delta:g} over {o['pairs']} pairs ({o['pair_delta']:.3g} per direction), "
-                    f"{self.reps} repetitions: worst per-pair wrong-order rate {worst:.3f}, family-wise failure "
-                    f"(any wrong order) {o['familywise_failure']:.3f} (99% CP upper {o['failure_upper']:.3f}), "
-                    f"{o['mean_certified']:.1f} orders certified on average, "
-                    f"{o['evaluations_mean']:.0f} of {o['evaluations_full']} model evaluations; "
-                    f"{'OK' if o['ok'] else 'GUARANTEE VIOLATED'}")
-        worst = max((r["failure"] for r in self.rows if r["failure"] is not None), default=0.0)
-        return (f"{self.cfg.policy.kind} ({self.cfg.policy.strategy.describe()}), alpha = {self.cfg.alpha:g}, delta = "
-                f"{self.cfg.delta:g}, n = {self.cfg.budget.n}, {self.reps} repetitions: worst per-candidate failure "
-                f"{worst:.3f}, family-wise failure of {o['procedure']} {o['familywise_failure']:.3f} "
-                f"(99% CP upper {o['failure_upper']:.3f}); {'OK' if o['ok'] else 'GUARANTEE VIOLATED'}")
-
-
-def _pct(x):
-    return "-" if x is None else f"{x:.3f}"
-
+__all__ = ["AuditResult", "audit", "clopper_pearson", "write_audit"]
 
 def _orders(rng, reps: int, n_items: int, m: int) -> np.ndarray:
     """``reps`` random item orders, the first ``m`` items of each (as in a job's seeded order)."""
@@ -173,7 +99,7 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     workers = max(1, (os.cpu_count() or 1) if workers is None else int(workers))
     proc = get_procedure(cfg.procedure)
     if proc.ranking:
-        return _pairwise(cfg, table, names, reps, rng, progress, workers)
+        return pairwise_audit(cfg, table, names, reps, rng, progress, workers)
     n = cfg.budget.n
     testing = cfg.policy.is_testing
     levels = proc.candidate_deltas(cfg.delta, K)  # each candidate's own level, as the job runs it
@@ -250,120 +176,6 @@ def _ft_eval(est: np.ndarray, classical: np.ndarray, truth: float) -> dict:
             "t_p": float(tt.p_value)}
 
 
-def _features(cfg, table):
-    """Item embeddings for Cer-Eval's 1-NN partition (None when the job does not use them)."""
-    if cfg.policy.kind != "cer-eval" or cfg.policy.partition != "embeddings":
-        return None
-    from certsel.workers.replay import load_features
-
-    return load_features(cfg.data.features, table.items)
-
-
-def _ranking_once(job) -> tuple:
-    """One repetition of a pairwise job's ranking (module level: it runs in worker processes).
-    Returns per pair (wrong order, decided, interval ever missed, items used) and the
-    number of model evaluations (a model's items counted once across its pairs)."""
-    cfg, human, features, scores, seed = job
-    K, I = human.shape
-    ii, jj = np.triu_indices(K, 1)
-    P = ii.size
-    pair_delta = sign_policy_delta(cfg.delta / P, cfg.policy.radius)
-    n = min(cfg.budget.n, I)
-    truth = human.mean(axis=1)
-    out = np.zeros((4, P), dtype=np.int64)
-    items_of = [set() for _ in range(K)]
-    for p in range(P):
-        u = (human[ii[p]] - human[jj[p]] + 1.0) / 2.0
-        mu = float(u.mean())
-        pol = make_estimation_policy(cfg.policy.kind, I, delta=pair_delta, alpha=0.5, radius=cfg.policy.radius,
-                                     seed=seed, features=features, partition=cfg.policy.partition,
-                                     judge_scores=None if scores is None else scores[p])
-        missed = False
-        while not pol.done and pol.n_labeled < n:
-            items = pol.next_items(min(cfg.budget.batch, n - pol.n_labeled))
-            if items.size == 0:
-                break
-            pol.update(items, u[items])
-            lo, hi = pol.ci
-            missed |= not (lo - 1e-12 <= mu <= hi + 1e-12)
-        d = pol.decision  # -1: model ii has the lower risk, +1: model jj
-        diff = truth[ii[p]] - truth[jj[p]]
-        out[:, p] = ((d == -1 and diff >= 0) or (d == 1 and diff <= 0), d != 0, missed, pol.n_labeled)
-        items_of[ii[p]].update(pol.labeled_items.tolist())
-        items_of[jj[p]].update(pol.labeled_items.tolist())
-    return out, sum(len(x) for x in items_of)
-
-
-def _repeat(fn, jobs: list, workers: int, progress) -> list:
-    """``fn`` over the repetitions' jobs, in worker processes when ``workers`` > 1; the
-    results are in job order and do not depend on the number of workers."""
-    if workers <= 1 or len(jobs) <= 1:
-        out = []
-        for i, job in enumerate(jobs):
-            out.append(fn(job))
-            if progress is not None:
-                progress(i + 1, len(jobs))
-        return out
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    out = []
-    ctx = multiprocessing.get_context("spawn" if multiprocessing.get_start_method() != "fork" else "fork")
-    with ProcessPoolExecutor(workers, mp_context=ctx) as ex:
-        for i, res in enumerate(ex.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * workers)))):
-            out.append(res)
-            if progress is not None:
-                progress(i + 1, len(jobs))
-    return out
-
-
-def _pairwise(cfg, table, names, reps, rng, progress, workers: int = 1) -> AuditResult:
-    """The ranking repeated ``reps`` times as a pairwise job runs it: every pair's Seq /
-    Cer-Eval policy on u = (loss_i - loss_j + 1)/2 with threshold 1/2 at delta/(2P) per
-    direction, stopped at a certified sign or the budget. A certified order is wrong when
-    the table's mean losses say otherwise (ties included); the family-wise failure is a
-    repetition with any wrong order, the guarantee being <= delta."""
-    K, I = table.human.shape
-    ii, jj = np.triu_indices(K, 1)
-    P = ii.size
-    pair_delta = sign_policy_delta(cfg.delta / P, cfg.policy.radius)
-    n = min(cfg.budget.n, I)
-    diff = table.human.mean(axis=1)[ii] - table.human.mean(axis=1)[jj]
-    features = _features(cfg, table)
-    scores = None
-    if cfg.policy.partition == "judge":
-        scores = [(table.judge[ii[p]] - table.judge[jj[p]] + 1.0) / 2.0 for p in range(P)]
-    seeds = [int(x) for x in rng.integers(2**31, size=reps)]
-    got = _repeat(_ranking_once, [(cfg, table.human, features, scores, sd) for sd in seeds], workers, progress)
-    per = np.stack([g[0] for g in got])  # (reps, 4, P)
-    wrong, decided, missed, used = (per[:, i] for i in range(4))
-    wrong, decided, missed = wrong.astype(bool), decided.astype(bool), missed.astype(bool)
-    evaluations = np.array([g[1] for g in got])
-    rows = []
-    for p in range(P):
-        k = int(wrong[:, p].sum())
-        lo, hi = clopper_pearson(k, reps)
-        rows.append({
-            "candidate": f"{names[ii[p]]} vs {names[jj[p]]}", "true_risk": float(diff[p]), "h0": bool(diff[p] == 0),
-            "failure": k / reps, "failure_upper": hi, "failure_lower": lo, "ok": lo <= cfg.delta,
-            "power": float(decided[:, p].mean()), "coverage": float(1 - missed[:, p].mean()),
-            "labels_mean": float(used[:, p].mean()),
-            "labels_q": [float(x) for x in np.quantile(used[:, p], [0.1, 0.5, 0.9])],
-            "ft_margin": None, "ft_pass": None, "rmse": None, "bias": None, "t_p": None,
-        })
-    fam = wrong.any(axis=1)
-    k_fail = int(fam.sum())
-    lo, hi = clopper_pearson(k_fail, reps)
-    overall = {"procedure": cfg.procedure, "familywise_failure": k_fail / reps, "failure_upper": hi,
-               "failure_lower": lo, "ok": lo <= cfg.delta and all(r["ok"] for r in rows),
-               "mean_certified": float(decided.sum(axis=1).mean()), "pairs": P, "models": K, "pair_delta": pair_delta,
-               "evaluations_mean": float(evaluations.mean()), "evaluations_full": int(K * n),
-               "saved_fraction": float(1 - evaluations.mean() / (K * n)),
-               "wrong_order_rate": k_fail / reps,  # repetitions with any wrong certified order
-               "interval_misses": int(missed.sum()), "budget_grid": []}
-    return AuditResult(cfg, reps, rows, overall, unit="pair")
-
-
 def _estimation_once(job) -> tuple:
     """One repetition of Seq / Cer-Eval for every candidate (module level: it runs in worker
     processes): decision, labels to decide, interval ever missed, estimates on the grid."""
@@ -412,9 +224,9 @@ def _estimation(cfg, table, truth, reps, rng, progress, workers: int = 1):
     uses, interval misses, labels used, estimates on the budget grid."""
     n = min(cfg.budget.n, table.human.shape[1])
     t_grid = np.unique(np.linspace(1, n, BUDGET_GRID).round().astype(int))
-    features = _features(cfg, table)
+    features = job_features(cfg, table)
     seeds = [[int(x) for x in rng.integers(2**31, size=2)] for _ in range(reps)]
-    got = _repeat(_estimation_once, [(cfg, table, truth, features, t_grid, sd) for sd in seeds], workers, progress)
+    got = repeat(_estimation_once, [(cfg, table, truth, features, t_grid, sd) for sd in seeds], workers, progress)
     certified, first, missed, est, classical = (np.stack([g[i] for g in got]) for i in range(5))
     return certified, first, missed, est, classical, t_grid
 

@@ -26,7 +26,6 @@ from ._validation import (
 )
 from .autoeval import (
     DEFAULT_RHOS,
-    check_horizon,
     component_log_evalues,
     effective_observations,
     mix_log_evalues,

@@ -1,0 +1,119 @@
+"""What every ``certsel audit`` shares: the result object, exact binomial bounds, and running
+repetitions in worker processes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scipy import stats
+
+from certsel.config import RunConfig
+
+BUDGET_GRID = 10  # budgets at which estimates are compared (FT-Eval's Run(E, N, k))
+FT_NOTE = ("FT-Eval column: with the dynamic tolerance eps = margin + t s/sqrt(N) the TOST passes exactly when "
+           "|bias| < margin (the t term cancels), so it is a point check of the bias at the full budget against "
+           "the margin Algorithm 1 selects, not a test. Estimates of a job that stopped early are biased by the "
+           "stopping rule (a candidate stops when its evidence is strong), which is why jobs report bounds, not "
+           "point estimates, as evidence.")
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.99) -> tuple[float, float]:
+    """One-sided exact binomial bounds (lower, upper) at ``level``."""
+    lo = 0.0 if k == 0 else float(stats.beta.ppf(1 - level, k, n - k + 1))
+    hi = 1.0 if k == n else float(stats.beta.ppf(level, k + 1, n - k))
+    return lo, hi
+
+
+@dataclass
+class AuditResult:
+    cfg: RunConfig
+    reps: int
+    rows: list  # one dict per candidate (or per pair of a ranking)
+    overall: dict
+    unit: str = "candidate"
+
+    def table(self) -> str:
+        """The per-candidate (per-pair) Markdown table (the docs carry these)."""
+        if self.unit == "pair":
+            return self._pair_table()
+        head = ["candidate", "true R", "H0: R > alpha", "level", "failure", "99% CP upper", "ok", "power", "coverage",
+                "labels mean (q10/q50/q90)", "FT-Eval margin", "abs(bias) < margin", "RMSE"]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in self.rows:
+            q = r["labels_q"]
+            margin = "-" if r["ft_margin"] is None else f"{r['ft_margin']:.3f}"
+            tost = "-" if r["ft_pass"] is None else ("pass" if r["ft_pass"] else "fail")
+            cells = [r["candidate"], f"{r['true_risk']:.4f}", "yes" if r["h0"] else "no", f"{r['level']:.4g}",
+                     _pct(r["failure"]), _pct(r["failure_upper"]), "yes" if r["ok"] else "NO", _pct(r["power"]),
+                     _pct(r["coverage"]), f"{r['labels_mean']:.1f} ({q[0]:.0f}/{q[1]:.0f}/{q[2]:.0f})", margin, tost,
+                     f"{r['rmse']:.4f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", FT_NOTE]
+        return "\n".join(lines)
+
+    def _pair_table(self) -> str:
+        head = ["pair", "true difference", "wrong order", "99% CP upper", "ok", "decided", "interval coverage",
+                "items mean (q10/q50/q90)"]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in self.rows:
+            q = r["labels_q"]
+            cells = [r["candidate"], f"{r['true_risk']:+.4f}", _pct(r["failure"]), _pct(r["failure_upper"]),
+                     "yes" if r["ok"] else "NO", _pct(r["power"]), _pct(r["coverage"]),
+                     f"{r['labels_mean']:.1f} ({q[0]:.0f}/{q[1]:.0f}/{q[2]:.0f})"]
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        o = self.overall
+        if self.unit == "pair":
+            worst = max(r["failure"] for r in self.rows)
+            return (f"pairwise {self.cfg.policy.kind} ranking of {o['models']} models, "
+                    f"delta = {self.cfg.delta:g} over {o['pairs']} pairs ({o['pair_delta']:.3g} per direction), "
+                    f"{self.reps} repetitions: worst per-pair wrong-order rate {worst:.3f}, family-wise failure "
+                    f"(any wrong order) {o['familywise_failure']:.3f} (99% CP upper {o['failure_upper']:.3f}), "
+                    f"{o['mean_certified']:.1f} orders certified on average, "
+                    f"{o['evaluations_mean']:.0f} of {o['evaluations_full']} model evaluations; "
+                    f"{'OK' if o['ok'] else 'GUARANTEE VIOLATED'}")
+        worst = max((r["failure"] for r in self.rows if r["failure"] is not None), default=0.0)
+        return (f"{self.cfg.policy.kind} ({self.cfg.policy.strategy.describe()}), alpha = {self.cfg.alpha:g}, delta = "
+                f"{self.cfg.delta:g}, n = {self.cfg.budget.n}, {self.reps} repetitions: worst per-candidate failure "
+                f"{worst:.3f}, family-wise failure of {o['procedure']} {o['familywise_failure']:.3f} "
+                f"(99% CP upper {o['failure_upper']:.3f}); {'OK' if o['ok'] else 'GUARANTEE VIOLATED'}")
+
+
+def _pct(x):
+    return "-" if x is None else f"{x:.3f}"
+
+
+def job_features(cfg, table):
+    """Item embeddings for Cer-Eval's 1-NN partition (None when the job does not use them)."""
+    if cfg.policy.kind != "cer-eval" or cfg.policy.partition != "embeddings":
+        return None
+    from certsel.workers.replay import load_features
+
+    return load_features(cfg.data.features, table.items)
+
+
+def repeat(fn, jobs: list, workers: int, progress) -> list:
+    """``fn`` over the repetitions' jobs, in worker processes when ``workers`` > 1; the
+    results are in job order and do not depend on the number of workers."""
+    if workers <= 1 or len(jobs) <= 1:
+        out = []
+        for i, job in enumerate(jobs):
+            out.append(fn(job))
+            if progress is not None:
+                progress(i + 1, len(jobs))
+        return out
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    out = []
+    ctx = multiprocessing.get_context("spawn" if multiprocessing.get_start_method() != "fork" else "fork")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as ex:
+        for i, res in enumerate(ex.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * workers)))):
+            out.append(res)
+            if progress is not None:
+                progress(i + 1, len(jobs))
+    return out
+
+
