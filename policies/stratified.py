@@ -71,14 +71,20 @@ def group_queues(groups: np.ndarray, K: int, status: np.ndarray, rng: np.random.
     return queue, end - counts, end
 
 
-def shrunk_moments(moments: np.ndarray):
+def shrunk_moments(moments: np.ndarray, prior_mean=None, prior_weight: float = 1.0):
     """Predictable group means and variances from (count, sum, sum of squares) rows.
 
     One pseudo-observation at mean 1/2 and variance 1/4 (the widest a [0, 1] loss allows)
-    keeps an unseen or rarely seen group from looking certain.
+    keeps an unseen or rarely seen group from looking certain. ``prior_mean`` (one value per
+    group, e.g. the judge's mean loss in the group) with ``prior_weight`` pseudo-observations
+    replaces the mean's pseudo-observation: the controls then start at what the judge says
+    and move to the human labels as they come (the variance keeps its worst-case one).
     """
     n, s, ss = moments
-    mean = (_PRIOR_MEAN + s) / (n + 1.0)
+    if prior_mean is None:
+        mean = (_PRIOR_MEAN + s) / (n + 1.0)
+    else:
+        mean = (prior_weight * prior_mean + s) / (n + prior_weight)
     dev = np.maximum(ss - s * s / np.maximum(n, 1.0), 0.0)  # sum of squared deviations
     var = (_PRIOR_VAR + dev) / (n + 1.0)
     return mean, var
@@ -130,11 +136,16 @@ class StratifiedBetting:
     """
 
     def __init__(self, n_items: int, *, delta: float, rng: np.random.Generator, floor: float = DEFAULT_FLOOR,
-                 bet_level: float | None = None, grid_size: int = GRID_SIZE):
+                 bet_level: float | None = None, grid_size: int = GRID_SIZE, prior_weight: float = 1.0):
         if not 0.0 < float(floor) <= 1.0:
             raise ValueError(f"floor must be in (0, 1], got {floor!r}")
+        if not (np.isfinite(prior_weight) and prior_weight > 0):
+            raise ValueError(f"prior_weight must be positive, got {prior_weight!r}")
         self.N = int(n_items)
         self.floor = float(floor)
+        # controls' prior: None (one pseudo-label at 1/2) or one mean per group (set_partition)
+        self.prior_mean: np.ndarray | None = None
+        self.prior_weight = float(prior_weight)
         self.rng = rng
         self.cs = BettingCS(1, delta=delta, bet_level=bet_level, grid_size=grid_size)
         self.groups = np.zeros(self.N, dtype=np.int64)
@@ -149,10 +160,12 @@ class StratifiedBetting:
         self.build_queues(np.zeros(self.N, dtype=np.int8))
 
     # -- partition -------------------------------------------------------------------------
-    def set_partition(self, groups: np.ndarray, status: np.ndarray) -> None:
-        """Use ``groups`` (one label per item) from now on; ``status`` marks items already drawn."""
+    def set_partition(self, groups: np.ndarray, status: np.ndarray, prior_mean=None) -> None:
+        """Use ``groups`` (one label per item) from now on; ``status`` marks items already drawn.
+        ``prior_mean`` (one per group, known before any label): where the controls start."""
         self.groups = np.asarray(groups, dtype=np.int64)
         self.K = int(self.groups.max()) + 1
+        self.prior_mean = None if prior_mean is None else np.asarray(prior_mean, dtype=np.float64).reshape(self.K)
         known = np.flatnonzero(~np.isnan(self._loss))
         self.moments = self._moments_of(self.groups, known)
         self.build_queues(status)
@@ -204,7 +217,7 @@ class StratifiedBetting:
         )
 
     def _moments(self):
-        mean, var = shrunk_moments(self.moments)
+        mean, var = shrunk_moments(self.moments, self.prior_mean, self.prior_weight)
         return mean, var, np.sqrt(var)
 
     def choose(self, batch: int) -> list[int]:
@@ -230,9 +243,11 @@ class StratifiedBetting:
         return out
 
     # -- labels ----------------------------------------------------------------------------------
-    def observe(self, items: np.ndarray, losses: np.ndarray) -> None:
+    def observe(self, items: np.ndarray, losses: np.ndarray):
         """Labels of earlier draws (any subset, any order); feeds every draw whose label and
-        all earlier labels are known to the confidence sequence, in draw order."""
+        all earlier labels are known to the confidence sequence, in draw order. Returns the
+        new observations (y, a, b): Y_t and its range [a_t, b_t], fixed before draw t (empty
+        when no draw became complete)."""
         self._loss[items] = losses
         g = self.groups[items]
         self.moments[0] += np.bincount(g, minlength=self.K)
@@ -243,7 +258,7 @@ class StratifiedBetting:
         while stop < self._drawn and not math.isnan(self._loss[self._items[stop]]):
             stop += 1
         if stop == start:
-            return
+            return np.zeros(0), np.zeros(0), np.zeros(0)
         z = self._loss[self._items[start:stop]]
         d = self._design[start:stop]
         N = float(self.N)
@@ -260,6 +275,7 @@ class StratifiedBetting:
                      ((after + N - t) / N + KNOWN_TOL)[None])
         self._sum = float(after[-1])
         self._processed = stop
+        return y, lo, hi
 
     # -- reading ---------------------------------------------------------------------------------
     def draw_rank(self, items: np.ndarray) -> np.ndarray:
@@ -278,7 +294,7 @@ class StratifiedBetting:
         return float(self.cs.lower[0]), float(self.cs.upper[0]), float(lo2[0]), float(hi2[0])
 
     def group_stats(self) -> dict:
-        mean, var = shrunk_moments(self.moments)
+        mean, var = shrunk_moments(self.moments, self.prior_mean, self.prior_weight)
         n = self.moments[0]
         return {
             "size": np.bincount(self.groups, minlength=self.K).astype(np.int64),
@@ -299,7 +315,8 @@ class StratifiedBetting:
             "loss": self._loss.copy(), "items": self._items[:self._drawn].copy(),
             "design": self._design[:self._drawn].copy(),
             "processed": self._processed, "sum": self._sum, "queue": self._queue.copy(), "qpos": self._qpos.copy(),
-            "qend": self._qend.copy(), "cs": self.cs.state_dict(),
+            "qend": self._qend.copy(), "cs": self.cs.state_dict(), "prior_weight": self.prior_weight,
+            "prior_mean": None if self.prior_mean is None else self.prior_mean.copy(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -322,6 +339,9 @@ class StratifiedBetting:
         self._qpos = np.asarray(state["qpos"], dtype=np.int64).copy()
         self._qend = np.asarray(state["qend"], dtype=np.int64)
         self.cs = BettingCS.from_state_dict(state["cs"])
+        self.prior_weight = float(state.get("prior_weight", 1.0))
+        pm = state.get("prior_mean")
+        self.prior_mean = None if pm is None else np.asarray(pm, dtype=np.float64).reshape(self.K)
 
 
 def uniform_observations(x: np.ndarray):

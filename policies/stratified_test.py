@@ -1,0 +1,246 @@
+"""Judge-stratified testing: the judge first, then human labels where they tell the most.
+
+The target is mu = (1/N) sum_i z_i, the mean human loss over the N items of the job's test
+set (as for Seq and Cer-Eval; R-AutoEval+ targets the risk of the distribution the items
+are drawn from). The judge's loss is bought on every item first. Items are then grouped
+into strata of the judge's loss (:func:`judge_strata`), and human labels are drawn one at
+a time, without replacement, by :class:`~certsel.policies.stratified.StratifiedBetting`:
+stratum k with a probability pi_k fixed from past labels (Neyman-type: more labels where
+the judge and the humans disagree more), an item uniformly inside it, and the observation
+
+    Y_t = S_{t-1}/N + sum_j (|P_j|/N) c_j + (|P_k| / (N pi_k)) (z - c_k),
+
+whose conditional mean given everything before draw t is exactly mu. The controls c_k are
+prediction-powered: they start at the judge's mean loss in the stratum (``prior_weight``
+pseudo-labels) and move to the human labels of the stratum as they arrive, so a good judge
+removes most of the variance from the first label on, and a bad one is corrected by the
+humans (it costs labels, never validity).
+
+Y_t lies in [a_t, b_t], both fixed before draw t. The test of H0: mu > alpha bets on it:
+
+    E_t = prod_{s<=t} (1 - u_s x_s),   x_s = (Y_s - alpha) / max(b_s - alpha, eps) <= 1,
+
+with bet fractions u_s in [0, 1) from any registered betting strategy
+(:mod:`~certsel.policies.betting`) applied to the normalised observations x_s; under H0
+every factor has conditional mean 1 - u_s (mu - alpha)/(b_s - alpha) <= 1, so (E_t) is a
+test supermartingale and P(exists t: E_t >= 1/delta) <= delta (Ville's inequality) under
+optional stopping and for any strata, allocations and controls chosen from the past. When
+b_s <= alpha the draw cannot bring the mean above alpha (mu <= b_s surely), and the bet
+may be as large as 1/eps. The two-sided interval reported with the certificate is the
+stratified betting confidence sequence of the same observations
+(:class:`~certsel.policies.confseq.BettingCS`), at its own level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._validation import check_level, check_positive_int, check_target
+from .betting import UP, BettingState, BettingStrategy, get_strategy
+from .partition import _check_scores
+from .stratified import StratifiedBetting
+
+DEFAULT_STRATA = 6
+DEFAULT_PRIOR_WEIGHT = 10.0  # pseudo-labels at the judge's mean loss in each stratum
+DEFAULT_FLOOR = 0.5  # pi_k >= floor * |P_k| / |P|
+# the smallest bet denominator b - alpha: only reached when the draw cannot exceed alpha
+_EPS = 1e-9
+_BISECTION_STEPS = 30
+_FORMAT = 1
+
+
+def judge_strata(scores, max_groups: int = DEFAULT_STRATA) -> np.ndarray:
+    """Up to ``max_groups`` strata of contiguous judge-loss values of about equal mass.
+
+    Equal values always share a stratum; a value carrying more than its share of the mass
+    (a judge whose loss is 0 on most items) is a stratum of its own, and the rest is split
+    evenly, so the few items the judge flags are not lumped with the many it passes.
+    Returns a group label per item, 0..K-1 in increasing judge loss.
+    """
+    s = _check_scores(scores)
+    k = check_positive_int(max_groups, "max_groups")
+    values, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
+    if values.size <= k:
+        return inverse.astype(np.int64)
+    group = np.empty(values.size, dtype=np.int64)
+    g, mass, left, groups_left = 0, 0, int(s.size), k
+    for v, c in enumerate(counts):
+        target = left / groups_left
+        # close the open stratum before a value that would overshoot its share by more than it fills
+        if mass > 0 and mass + c - target > target - mass and groups_left > 1:
+            g, left, groups_left, mass = g + 1, left - mass, groups_left - 1, 0
+            target = left / groups_left
+        group[v] = g
+        mass += c
+        if mass >= target and groups_left > 1 and v + 1 < values.size:
+            g, left, groups_left, mass = g + 1, left - mass, groups_left - 1, 0
+    return group[inverse]
+
+
+@dataclass(frozen=True)
+class StratifiedUpdate:
+    """What one :meth:`StratifiedTest.update` fed to the test: log E after each new draw."""
+
+    path: np.ndarray
+
+
+class StratifiedTest:
+    """Anytime-valid test of H0: mu > alpha with judge-stratified human labels (module doc).
+
+    Parameters
+    ----------
+    judge_losses : (N,) the judge's loss on every item of the test set, in [0, 1].
+    alpha, delta : the target and the level: certified once E_t >= 1/delta.
+    horizon : the planned number of human labels (sizes the exact UP prior, WSR's bet).
+    betting : a registered betting strategy (name, mapping or instance).
+    seed : the seed of the draws.
+    ci_delta : level of the two-sided interval reported with the certificate (default delta).
+    max_groups, floor, prior_weight : strata of the judge loss (:func:`judge_strata`), the
+        allocation floor, and the pseudo-labels at the judge's mean loss behind each control.
+    """
+
+    __test__ = False
+
+    def __init__(self, judge_losses, *, alpha: float, delta: float, horizon: int, betting="up", seed: int = 0,
+                 ci_delta: float | None = None, max_groups: int = DEFAULT_STRATA, floor: float = DEFAULT_FLOOR,
+                 prior_weight: float = DEFAULT_PRIOR_WEIGHT):
+        j = _check_scores(judge_losses)
+        if j.min() < 0.0 or j.max() > 1.0:
+            raise ValueError(f"judge losses must lie in [0, 1], got values in [{j.min():.4g}, {j.max():.4g}]")
+        self.alpha = check_target(alpha, (0.0, 1.0))
+        self.delta = check_level(delta, "delta")
+        self.horizon = check_positive_int(horizon, "horizon")
+        self.ci_delta = self.delta if ci_delta is None else check_level(ci_delta, "ci_delta")
+        self.strategy: BettingStrategy = get_strategy(betting)
+        self.N = int(j.size)
+        self.judge = j
+        self.groups = judge_strata(j, max_groups)
+        K = int(self.groups.max()) + 1
+        sizes = np.bincount(self.groups, minlength=K)
+        self.judge_means = np.bincount(self.groups, weights=j, minlength=K) / sizes
+        self.design = StratifiedBetting(self.N, delta=self.ci_delta, rng=np.random.default_rng(seed), floor=floor,
+                                        prior_weight=prior_weight)
+        self.design.set_partition(self.groups, np.zeros(self.N, dtype=np.int8), prior_mean=self.judge_means)
+        self.state = BettingState()
+        self._y = np.zeros(0)  # observations and their upper ends, in draw order
+        self._b = np.zeros(0)
+        self.log_evalue = 0.0
+        self.max_log_evalue = 0.0
+
+    # -- drawing and labels -------------------------------------------------------------------
+    def next_items(self, batch: int) -> np.ndarray:
+        """Up to ``batch`` items to label next (never beyond the horizon or the test set)."""
+        b = min(int(batch), self.horizon - self.design._drawn, self.N - self.design._drawn)
+        return np.asarray(self.design.choose(b) if b > 0 else [], dtype=np.int64)
+
+    def update(self, items, losses) -> np.ndarray:
+        """Human losses of drawn items; returns log E after each draw that became complete."""
+        items = np.asarray(items, dtype=np.int64)
+        z = np.asarray(losses, dtype=np.float64)
+        if items.shape != z.shape or items.ndim != 1:
+            raise ValueError("items and losses must be 1-D arrays of one length")
+        if np.any(~np.isfinite(z)) or np.any((z < 0.0) | (z > 1.0)):
+            raise ValueError("human losses must lie in [0, 1]")
+        rank = self.design.draw_rank(items)
+        if np.any(rank < 0):
+            raise ValueError("labels for items that were not drawn")
+        y, _, b = self.design.observe(items, z)
+        if y.size == 0:
+            return np.zeros(0)
+        x = normalised(y, b, self.alpha)
+        logf, self.state = self.strategy.log_factors(x[None], np.zeros(1), np.ones(1), self.state, delta=self.delta,
+                                                     horizon=self.horizon)
+        path = self.log_evalue + np.cumsum(logf[0])
+        self.log_evalue = float(path[-1])
+        self.max_log_evalue = max(self.max_log_evalue, float(path.max()))
+        self._y = np.concatenate([self._y, y])
+        self._b = np.concatenate([self._b, b])
+        return path
+
+    # -- reading ---------------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        """Human labels fed to the test (complete draws)."""
+        return int(self._y.size)
+
+    @property
+    def drawn(self) -> int:
+        return int(self.design._drawn)
+
+    @property
+    def certified(self) -> bool:
+        return self.max_log_evalue >= np.log(1.0 / self.delta)
+
+    @property
+    def estimate(self) -> float:
+        """The mean of the observations: unbiased for mu (each has conditional mean mu)."""
+        return float(self._y.mean()) if self._y.size else float(np.dot(self.judge_means,
+                                                                          np.bincount(self.groups) / self.N))
+
+    def interval(self) -> tuple[float, float]:
+        """The two-sided anytime-valid interval at ``ci_delta`` (stratified betting CS)."""
+        _, _, lo, hi = self.design.bounds()
+        return lo, hi
+
+    def labelled(self) -> tuple[np.ndarray, np.ndarray]:
+        """(items, human losses) of the complete draws, in draw order."""
+        items = self.design._items[: self.n]
+        return items.copy(), self.design._loss[items].copy()
+
+    def upper_bound(self, level: float) -> float:
+        """inf{a : max_t E_t(a) >= 1/level}: the one-sided bound that inverts this test.
+
+        For a constant fraction u the factor 1 - u (Y - a)/(b - a) is non-decreasing in a
+        (Y <= b), and so is the Universal Portfolio's mixture of them: the rejected targets
+        form an interval, P(mu > U) <= level, and U <= alpha exactly when the test at alpha
+        reached 1/level. Other strategies bet on the normalised observations, which move
+        with the target, so their bound comes from UP (it may then differ from the test).
+        """
+        level = check_level(level, "level")
+        if self.n == 0:
+            return 1.0
+        exact = isinstance(self.strategy, UP)
+        strategy = self.strategy if exact else UP()
+        thr = np.log(1.0 / level)
+
+        def rejected(a: float) -> bool:
+            x = normalised(self._y, self._b, a)
+            logf, _ = strategy.log_factors(x[None], np.zeros(1), np.ones(1), BettingState(), delta=self.delta,
+                                           horizon=self.horizon)
+            return bool(np.cumsum(logf[0]).max() >= thr)
+
+        lo, hi = 0.0, 1.0
+        if rejected(lo):
+            return lo
+        for _ in range(_BISECTION_STEPS):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if rejected(mid) else (mid, hi)
+        if exact and self.max_log_evalue >= thr:
+            hi = min(hi, self.alpha)  # the test at alpha itself rejected: agree with it exactly
+        return hi
+
+    # -- snapshot ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"format": _FORMAT, "design": self.design.state_dict(), "state": self.state.to_dict(),
+                "y": self._y.copy(), "b": self._b.copy(), "log_e": self.log_evalue, "max_log_e": self.max_log_evalue,
+                "alpha": self.alpha, "delta": self.delta, "horizon": self.horizon, "n_items": self.N,
+                "rng": self.design.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        if (state.get("format") != _FORMAT or state.get("alpha") != self.alpha or state.get("delta") != self.delta
+                or state.get("horizon") != self.horizon or state.get("n_items") != self.N):
+            raise ValueError("the snapshot is not of this judge-stratified test")
+        self.design.load_state_dict(state["design"])
+        self.design.rng.bit_generator.state = state["rng"]
+        self.state = BettingState.from_dict(state["state"])
+        self._y = np.asarray(state["y"], dtype=np.float64).reshape(-1)
+        self._b = np.asarray(state["b"], dtype=np.float64).reshape(-1)
+        self.log_evalue, self.max_log_evalue = float(state["log_e"]), float(state["max_log_e"])
+
+
+def normalised(y: np.ndarray, b: np.ndarray, alpha: float) -> np.ndarray:
+    """x = (Y - alpha) / max(b - alpha, eps) <= 1: the observation in units of the largest
+    bet that keeps every factor 1 - u x non-negative."""
+    return (y - alpha) / np.maximum(b - alpha, _EPS)
