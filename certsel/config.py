@@ -43,6 +43,7 @@ import numpy as np
 from certsel.errors import InputError, first_line
 from certsel.orchestrator.procedures import PROCEDURES, get_procedure
 from certsel.policies import SCHEMES, scheme_rhos
+from certsel.policies.stratified_test import STRATIFIED_SCHEME
 from certsel.policies.betting import BettingStrategy, get_strategy
 
 
@@ -206,7 +207,7 @@ class LiveConfig(_Strict):
 
 
 class PolicyConfig(_Strict):
-    kind: Literal["r-eval", "r-autoeval", "r-autoeval+", "seq", "cer-eval"] = "r-autoeval+"
+    kind: Literal["r-eval", "r-autoeval", "r-autoeval+", "judge-stratified", "seq", "cer-eval"] = "r-autoeval+"
     # a registered betting strategy (certsel.policies.STRATEGIES): its name, or a mapping
     # with its parameters, e.g. {kind: up, prior: grid}
     betting: str | dict = "up"
@@ -227,13 +228,20 @@ class PolicyConfig(_Strict):
 
     @property
     def is_testing(self) -> bool:
-        """An e-process policy (R-Eval, R-AutoEval, R-AutoEval+), not an estimation policy."""
-        return self.kind in SCHEMES
+        """An e-process policy (R-Eval, R-AutoEval, R-AutoEval+, judge-stratified), not an
+        estimation policy."""
+        return self.kind in SCHEMES or self.kind == STRATIFIED_SCHEME
 
     @property
     def uses_judge(self) -> bool:
-        """A testing policy that also uses the judge's labels (rho > 0)."""
-        return self.is_testing and bool(np.any(scheme_rhos(self.kind) != 0))
+        """A testing policy that pairs human labels with judge-only labels (rho > 0)."""
+        return self.kind in SCHEMES and bool(np.any(scheme_rhos(self.kind) != 0))
+
+    @property
+    def judge_first(self) -> bool:
+        """The judge's loss on every item is bought before any human label (Cer-Eval's judge
+        strata, the judge-stratified test)."""
+        return self.kind == STRATIFIED_SCHEME or (self.kind == "cer-eval" and self.partition == "judge")
 
     @model_validator(mode="after")
     def _partition_is_cer_eval(self):
@@ -397,7 +405,8 @@ class RunConfig(_Strict):
         if self.policy.is_testing and not proc.testing:
             raise ValueError(f"procedure {self.procedure!r} ranks models with policy.kind 'seq' or 'cer-eval'")
         if not self.policy.is_testing and not proc.estimation:
-            raise ValueError(f"procedure {self.procedure!r} needs e-values (r-eval, r-autoeval, r-autoeval+); "
+            raise ValueError(f"procedure {self.procedure!r} needs e-values (r-eval, r-autoeval, r-autoeval+, "
+                             "judge-stratified); "
                              f"policy {kind!r} supports {', '.join(n for n, p in PROCEDURES.items() if p.estimation)}")
         if self.order is not None and not proc.needs_order:
             raise ValueError(f"order is the fixed sequence of procedure 'fst', not {self.procedure!r}")
@@ -412,7 +421,8 @@ class RunConfig(_Strict):
         """What the policy needs from the source: a judge, features, judge-only labels."""
         kind, has = self.policy.kind, self._source_has()
         if self.scheduling.futility is not None and not self.policy.is_testing:
-            raise ValueError(f"scheduling.futility applies to the testing policies (r-eval, r-autoeval, r-autoeval+); "
+            raise ValueError(f"scheduling.futility applies to the testing policies (r-eval, r-autoeval, r-autoeval+, "
+                             "judge-stratified); "
                              f"policy {kind!r} already stops once R >= alpha is certified at its own level")
         if self.policy.uses_judge and self.budget.r < 1:
             raise ValueError(f"policy '{kind}' needs budget.r >= 1 judge-only labels per human label")
@@ -423,6 +433,8 @@ class RunConfig(_Strict):
                              f"or policy.partition 'judge' with {has['judge_key']}")
         if self.policy.partition == "judge" and not has["judge"]:
             raise ValueError(f"policy.partition 'judge' needs {has['judge_key']} (the judge)")
+        if kind == STRATIFIED_SCHEME and not has["judge"]:
+            raise ValueError(f"policy '{kind}' needs {has['judge_key']} (the judge's loss on every item)")
 
     def _source_has(self) -> dict:
         if self.data is not None:

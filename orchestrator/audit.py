@@ -36,7 +36,9 @@ import os
 import numpy as np
 
 from certsel.config import RunConfig
+from certsel.errors import InputError
 from certsel.policies import scheme_rhos
+from certsel.policies.stratified_test import STRATIFIED_SCHEME
 from certsel.policies.autoeval import (
     component_log_evalues,
     effective_observations,
@@ -100,6 +102,9 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     proc = get_procedure(cfg.procedure)
     if proc.ranking:
         return pairwise_audit(cfg, table, names, reps, rng, progress, workers)
+    if kind == STRATIFIED_SCHEME:
+        raise InputError(f"certsel audit does not run policy '{kind}' yet; benchmarks/judge_stratified.py measures "
+                         "its error rates")
     n = cfg.budget.n
     testing = cfg.policy.is_testing
     levels = proc.candidate_deltas(cfg.delta, K)  # each candidate's own level, as the job runs it

@@ -16,6 +16,7 @@ import numpy as np
 
 from certsel import __version__
 from certsel.policies import select
+from certsel.policies.stratified_test import STRATIFIED_SCHEME
 
 from .procedures import get_procedure
 from .result import JobResult
@@ -36,6 +37,12 @@ def _log_level(result: JobResult) -> float:
 
 def _guarantee(cfg, n_items: int) -> str:
     """What R is and why the certificate holds, in words."""
+    if cfg.policy.kind == STRATIFIED_SCHEME:
+        return (f"R is a candidate's mean loss over the {n_items} items of the test set (a finite population). The "
+                "judge scored every item first; human labels were drawn without replacement by strata of the "
+                "judge's loss, and each candidate's e-process bets on an observation whose conditional mean is R "
+                "exactly, for any strata, allocation and controls fixed from past labels, so the statement holds "
+                "at any stopping time by Ville's inequality. A bad judge costs labels, never validity.")
     if cfg.policy.is_testing:
         source = {"replay": f"the {n_items} items of the loss table",
                   "live": f"the {n_items} items of the items file",
@@ -146,7 +153,7 @@ def certificate(result: JobResult) -> dict:
 
 
 def _uses_judge(cfg) -> bool:
-    return cfg.policy.uses_judge or cfg.policy.partition == "judge"
+    return cfg.policy.uses_judge or cfg.policy.judge_first
 
 
 def _budget(cfg) -> dict:

@@ -12,14 +12,22 @@ import numpy as np
 
 from certsel.config import RunConfig
 from certsel.policies import Seq, log_evalue_paths, scheme_rhos
+from certsel.policies.stratified_test import STRATIFIED_SCHEME, StratifiedTest
 
 from .procedures import get_procedure
 
 MAX_N = 1 << 16  # budgets searched for the smallest feasible one
 
 
-def _testing_reaches(cfg: RunConfig, level: float, n: int) -> bool:
+def _testing_reaches(cfg: RunConfig, level: float, n: int, n_items: int | None = None) -> bool:
     """Whether the e-process reaches 1/level within n labels when every loss is 0."""
+    if cfg.policy.kind == STRATIFIED_SCHEME:  # its draws come from the test set's n_items items
+        n = min(n, n_items)
+        test = StratifiedTest(np.zeros(n_items), alpha=cfg.alpha, delta=level, horizon=n, betting=cfg.policy.strategy)
+        while test.drawn < n and not test.certified:
+            items = test.next_items(min(64, n - test.drawn))
+            test.update(items, np.zeros(items.size))
+        return test.certified
     r = cfg.budget.r if cfg.policy.uses_judge else 0
     zeros = np.zeros(n)
     jl, ju = (zeros, np.zeros(r * n)) if r else (None, None)
@@ -67,9 +75,9 @@ def feasibility_warning(cfg: RunConfig, n_candidates: int, n_items: int) -> str 
     n = cfg.budget.n
     if cfg.policy.is_testing:
         def reaches(m):
-            return _testing_reaches(cfg, level, m)
+            return _testing_reaches(cfg, level, m, n_items)
 
-        cap = MAX_N
+        cap = n_items if cfg.policy.kind == STRATIFIED_SCHEME else MAX_N
     else:
         def reaches(m):
             return _estimation_reaches(cfg, level, m, n_items)

@@ -45,8 +45,8 @@ class JobPlan:
         self.procedure = get_procedure(cfg.procedure)
         self.testing = cfg.policy.is_testing
         self.uses_judge = cfg.policy.uses_judge
-        # Cer-Eval's judge strata: the judge's loss on every item, known before any human label
-        self.judge_strata = cfg.policy.kind == "cer-eval" and cfg.policy.partition == "judge"
+        # judge strata (Cer-Eval's, the judge-stratified test): the judge on every item first
+        self.judge_strata = cfg.policy.judge_first
         n, r = cfg.budget.n, (cfg.budget.r if self.uses_judge else 0)
         self.n, self.r = n, r
         with_judge = self.uses_judge or self.judge_strata
@@ -63,7 +63,8 @@ class JobPlan:
             self.shared = {"human_items": order[:n], "judge_items": order[n : n + r * n]}
             kinds = [(CandidateKind.TESTING, TestingOptions(
                 scheme=cfg.policy.kind, alpha=cfg.alpha, delta=cfg.delta, betting=cfg.policy.strategy, r=r,
-                ci_delta=float(deltas[k]), intervals=cfg.tracking.intervals, futility=cfg.scheduling.futility))
+                ci_delta=float(deltas[k]), intervals=cfg.tracking.intervals, futility=cfg.scheduling.futility,
+                seed=(cfg.seed, k)))
                 for k in range(K)]
         else:
             self.shared = {"features": self.data.features}
@@ -99,10 +100,11 @@ class JobPlan:
     def full_budget(self) -> dict:
         """Labels and requests if every candidate ran to its whole budget."""
         K, I = len(self.data.names), self.data.n_items
-        if self.procedure.ranking or not self.testing:
+        if self.procedure.ranking or not self.testing or self.judge_strata:
             per = min(self.n, I)
-            judge = K * I if self.judge_strata else 0  # the strata: every item once per model
-            return {"human": K * per, "judge": judge, "requests": K * per + judge}
+            if self.judge_strata:  # the judge on every item first: its generation and its verdict
+                return {"human": K * per, "judge": K * I, "requests": 2 * K * I}
+            return {"human": K * per, "judge": 0, "requests": K * per}
         items = self.n * (1 + self.r)
         return {"human": K * self.n, "judge": K * items if self.uses_judge else 0,
                 "requests": K * items * (2 if self.uses_judge else 1)}

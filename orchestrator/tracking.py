@@ -149,7 +149,7 @@ class JobTracker:
             params.pop("alpha")
         if not cfg.policy.uses_judge:
             params.pop("budget_r")
-        if not (cfg.policy.uses_judge or cfg.policy.partition == "judge"):
+        if not (cfg.policy.uses_judge or cfg.policy.judge_first):
             params.pop("judge")
         if not cfg.policy.is_testing:
             params.pop("betting")

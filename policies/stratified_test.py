@@ -5,8 +5,9 @@ set (as for Seq and Cer-Eval; R-AutoEval+ targets the risk of the distribution t
 are drawn from). The judge's loss is bought on every item first. Items are then grouped
 into strata of the judge's loss (:func:`judge_strata`), and human labels are drawn one at
 a time, without replacement, by :class:`~certsel.policies.stratified.StratifiedBetting`:
-stratum k with a probability pi_k fixed from past labels (Neyman-type: more labels where
-the judge and the humans disagree more), an item uniformly inside it, and the observation
+stratum k with a probability pi_k fixed from past labels (proportional to its size by
+default; with ``floor < 1``, Neyman-type: more labels where the judge and the humans
+disagree more), an item uniformly inside it, and the observation
 
     Y_t = S_{t-1}/N + sum_j (|P_j|/N) c_j + (|P_k| / (N pi_k)) (z - c_k),
 
@@ -42,9 +43,14 @@ from .betting import UP, BettingState, BettingStrategy, get_strategy
 from .partition import _check_scores
 from .stratified import StratifiedBetting
 
+STRATIFIED_SCHEME = "judge-stratified"  # its policy.kind
 DEFAULT_STRATA = 6
 DEFAULT_PRIOR_WEIGHT = 10.0  # pseudo-labels at the judge's mean loss in each stratum
-DEFAULT_FLOOR = 0.5  # pi_k >= floor * |P_k| / |P|
+# pi_k >= floor * |P_k| / |P|. Proportional allocation (1) by default: a test at small alpha is
+# limited by the largest bet 1/(b - alpha), and moving labels to the rare strata raises b
+# (the weight |P_k|/(N pi_k) of the common stratum grows); on the TriviaQA frontier
+# proportional allocation needed 2-4% fewer labels than floor 0.5 and 5-7% fewer than 0.25.
+DEFAULT_FLOOR = 1.0
 # the smallest bet denominator b - alpha: only reached when the draw cannot exceed alpha
 _EPS = 1e-9
 _BISECTION_STEPS = 30
@@ -98,14 +104,19 @@ class StratifiedTest:
     seed : the seed of the draws.
     ci_delta : level of the two-sided interval reported with the certificate (default delta).
     max_groups, floor, prior_weight : strata of the judge loss (:func:`judge_strata`), the
-        allocation floor, and the pseudo-labels at the judge's mean loss behind each control.
+        allocation floor (1: proportional allocation, the default; below 1 labels move to
+        strata where judge and humans disagree more), and the pseudo-labels at the judge's
+        mean loss behind each control.
+    futility : delta_f, or None: also run the mirrored test of H0': mu < alpha on the same
+        observations (1 - Y against 1 - alpha, range 1 - a); ``futile`` once it reaches
+        1/delta_f (evidence that mu >= alpha; it never certifies anything).
     """
 
     __test__ = False
 
     def __init__(self, judge_losses, *, alpha: float, delta: float, horizon: int, betting="up", seed: int = 0,
                  ci_delta: float | None = None, max_groups: int = DEFAULT_STRATA, floor: float = DEFAULT_FLOOR,
-                 prior_weight: float = DEFAULT_PRIOR_WEIGHT):
+                 prior_weight: float = DEFAULT_PRIOR_WEIGHT, futility: float | None = None):
         j = _check_scores(judge_losses)
         if j.min() < 0.0 or j.max() > 1.0:
             raise ValueError(f"judge losses must lie in [0, 1], got values in [{j.min():.4g}, {j.max():.4g}]")
@@ -128,6 +139,10 @@ class StratifiedTest:
         self._b = np.zeros(0)
         self.log_evalue = 0.0
         self.max_log_evalue = 0.0
+        self.futility = None if futility is None else check_level(futility, "futility")
+        self.futility_state = BettingState()
+        self.futility_log_evalue = 0.0
+        self.futility_max_log_evalue = 0.0
 
     # -- drawing and labels -------------------------------------------------------------------
     def next_items(self, batch: int) -> np.ndarray:
@@ -146,9 +161,16 @@ class StratifiedTest:
         rank = self.design.draw_rank(items)
         if np.any(rank < 0):
             raise ValueError("labels for items that were not drawn")
-        y, _, b = self.design.observe(items, z)
+        y, a, b = self.design.observe(items, z)
         if y.size == 0:
             return np.zeros(0)
+        if self.futility is not None:  # mirrored: 1 - Y has mean 1 - mu and lies below 1 - a
+            xf = normalised(1.0 - y, 1.0 - a, 1.0 - self.alpha)
+            logf, self.futility_state = self.strategy.log_factors(xf[None], np.zeros(1), np.ones(1), self.futility_state,
+                                                                  delta=self.futility, horizon=self.horizon)
+            fpath = self.futility_log_evalue + np.cumsum(logf[0])
+            self.futility_log_evalue = float(fpath[-1])
+            self.futility_max_log_evalue = max(self.futility_max_log_evalue, float(fpath.max()))
         x = normalised(y, b, self.alpha)
         logf, self.state = self.strategy.log_factors(x[None], np.zeros(1), np.ones(1), self.state, delta=self.delta,
                                                      horizon=self.horizon)
@@ -172,6 +194,10 @@ class StratifiedTest:
     @property
     def certified(self) -> bool:
         return self.max_log_evalue >= np.log(1.0 / self.delta)
+
+    @property
+    def futile(self) -> bool:
+        return self.futility is not None and self.futility_max_log_evalue >= np.log(1.0 / self.futility)
 
     @property
     def estimate(self) -> float:
@@ -226,7 +252,8 @@ class StratifiedTest:
         return {"format": _FORMAT, "design": self.design.state_dict(), "state": self.state.to_dict(),
                 "y": self._y.copy(), "b": self._b.copy(), "log_e": self.log_evalue, "max_log_e": self.max_log_evalue,
                 "alpha": self.alpha, "delta": self.delta, "horizon": self.horizon, "n_items": self.N,
-                "rng": self.design.rng.bit_generator.state}
+                "rng": self.design.rng.bit_generator.state, "futility_state": self.futility_state.to_dict(),
+                "futility_log_e": self.futility_log_evalue, "futility_max_log_e": self.futility_max_log_evalue}
 
     def load_state_dict(self, state: dict) -> None:
         if (state.get("format") != _FORMAT or state.get("alpha") != self.alpha or state.get("delta") != self.delta
@@ -238,6 +265,9 @@ class StratifiedTest:
         self._y = np.asarray(state["y"], dtype=np.float64).reshape(-1)
         self._b = np.asarray(state["b"], dtype=np.float64).reshape(-1)
         self.log_evalue, self.max_log_evalue = float(state["log_e"]), float(state["max_log_e"])
+        self.futility_state = BettingState.from_dict(state["futility_state"])
+        self.futility_log_evalue = float(state["futility_log_e"])
+        self.futility_max_log_evalue = float(state["futility_max_log_e"])
 
 
 def normalised(y: np.ndarray, b: np.ndarray, alpha: float) -> np.ndarray:

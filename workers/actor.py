@@ -19,7 +19,17 @@ import numpy as np
 
 from certsel.errors import CertselError, first_line
 
-from .candidate import EstimationCandidate, LabelServer, TestingCandidate, guarded_step, step_together
+from .candidate import (
+    EstimationCandidate,
+    LabelServer,
+    StratifiedTestingCandidate,
+    TestingCandidate,
+    guarded_step,
+    step_together,
+    testing_candidate,
+)
+
+_TESTING = (TestingCandidate, StratifiedTestingCandidate)
 from .contracts import CandidateKind, CandidateSpec, Snapshot
 from .labellog import LabelLog, LoggedSource, log_path
 from .openai_source import SourceError
@@ -39,8 +49,7 @@ def build_candidate(spec: CandidateSpec, shared: dict, rows=(None, None)):
     if spec.job_dir is not None:  # a durable label log: labels survive crashes, never bought twice
         source = LoggedSource(source, LabelLog(log_path(spec.job_dir, spec.name), spec.name))
     if spec.kind is CandidateKind.TESTING:
-        return TestingCandidate(spec.name, source, human_items=shared["human_items"],
-                                judge_items=shared["judge_items"], **_kwargs(spec.options))
+        return testing_candidate(spec.name, source, spec.options, shared)
     if spec.kind is CandidateKind.ESTIMATION:
         return EstimationCandidate(spec.name, source, features=shared.get("features"), **_kwargs(spec.options))
     return LabelServer(spec.name, source)
@@ -127,10 +136,10 @@ class CandidateHost:
         out = []
         for k, n in enumerate(names):
             c = self.candidates[n]
-            if isinstance(c, (TestingCandidate, EstimationCandidate)):
+            if isinstance(c, (*_TESTING, EstimationCandidate)):
                 c.interval()
             snap = c.snapshot()
-            if isinstance(c, TestingCandidate):
+            if isinstance(c, _TESTING):
                 snap.judge = c.judge_report()
                 if levels is not None:
                     snap.upper_bound = c.upper_bound(float(levels[k]))

@@ -29,6 +29,7 @@ from certsel.policies import (
     confidence_interval,
     scheme_rhos,
 )
+from certsel.policies.stratified_test import STRATIFIED_SCHEME, StratifiedTest
 
 from .contracts import LabelSource, Snapshot
 from .openai_source import SourceError
@@ -362,3 +363,76 @@ def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
         c.test = part
         out.append(c.after_update(path[i], (log_e[i], max_log_e[i], weights[i], float(est[i]))))
     return out
+
+
+class StratifiedTestingCandidate(_Candidate):
+    """The judge-stratified test of H0: R > alpha (:class:`~certsel.policies.StratifiedTest`):
+    the judge's loss on every item first (bought and logged before any human label), then
+    human labels drawn by judge strata. Same snapshot fields as :class:`TestingCandidate`
+    (``t`` human labels, ``path``, ``log_e``, ``max_log_e``), no rho weights."""
+
+    __test__ = False
+
+    def __init__(self, name, source, *, alpha, delta, betting, n, seed, ci_delta, intervals="final", futility=None):
+        super().__init__(name, source)
+        judge = source.judge(np.arange(source.n_items))
+        self.n = min(int(n), source.n_items)
+        self.test = StratifiedTest(judge, alpha=alpha, delta=delta, horizon=self.n, betting=betting,
+                                   seed=int(np.random.default_rng(list(seed)).integers(2**31)), ci_delta=ci_delta,
+                                   futility=futility)
+        self.intervals = intervals
+
+    @property
+    def t(self) -> int:
+        return self.test.n
+
+    def interval(self) -> tuple[float, float]:
+        return self.test.interval()
+
+    def upper_bound(self, level: float) -> float:
+        return self.test.upper_bound(level)
+
+    def judge_report(self) -> dict | None:
+        if self.t == 0:
+            return None
+        items, h = self.test.labelled()
+        return judge_agreement(h, self.test.judge[items])
+
+    def step(self, batch: int) -> Snapshot:
+        items = self.test.next_items(batch)
+        if items.size == 0:
+            return self.snapshot()
+        path = self.test.update(items, self.source.human(items))
+        return self.snapshot(path)
+
+    def snapshot(self, path=None) -> Snapshot:
+        out = self.counters()
+        out.t, out.exhausted = self.t, self.t >= self.n
+        out.path = np.zeros(0) if path is None else np.asarray(path, dtype=np.float64)
+        out.log_e, out.max_log_e = self.test.log_evalue, self.test.max_log_evalue
+        out.estimate = self.test.estimate
+        # the stratified sequence keeps its bounds up to date: reading them costs nothing
+        out.ci = self.test.interval() if self.t and self.intervals != "none" else None
+        if self.test.futility is not None:
+            out.futility_log_e = self.test.futility_max_log_evalue
+        return out
+
+    def state_dict(self) -> dict:
+        return {"kind": "judge-stratified", "t": self.t, "test": self.test.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("kind") != "judge-stratified":
+            raise ValueError(f"{self.name}: the snapshot is not of a judge-stratified test")
+        self.test.load_state_dict(state["test"])
+
+
+def testing_candidate(name, source, options, shared):
+    """The testing candidate an options object describes: the judge-stratified test, or the
+    R-Eval / R-AutoEval / R-AutoEval+ e-process on the job's shared item order."""
+    kw = {f: getattr(options, f) for f in options.__dataclass_fields__}
+    if options.scheme == STRATIFIED_SCHEME:
+        return StratifiedTestingCandidate(name, source, alpha=kw["alpha"], delta=kw["delta"], betting=kw["betting"],
+                                          n=len(shared["human_items"]), seed=kw["seed"], ci_delta=kw["ci_delta"],
+                                          intervals=kw["intervals"], futility=kw["futility"])
+    kw.pop("seed")
+    return TestingCandidate(name, source, human_items=shared["human_items"], judge_items=shared["judge_items"], **kw)

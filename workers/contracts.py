@@ -61,7 +61,7 @@ class CandidateKind(StrEnum):
 
 @dataclass(frozen=True)
 class TestingOptions:
-    """A testing candidate: ``scheme`` (r-eval, r-autoeval, r-autoeval+), the target and
+    """A testing candidate: ``scheme`` (r-eval, r-autoeval, r-autoeval+, judge-stratified), the target and
     level, the betting strategy object, judge-only labels per human label, the level of the
     reported interval and when to compute it (``every_round``, ``final``, ``none``)."""
 
@@ -75,6 +75,7 @@ class TestingOptions:
     ci_delta: float
     intervals: str = "final"
     futility: float | None = None  # delta_f: stop as hopeless once R >= alpha is certified at it
+    seed: tuple = (0, 0)  # (job seed, candidate index): the draws of the judge-stratified test
 
 
 @dataclass(frozen=True)
