@@ -43,7 +43,7 @@ def load():
     t = pq.read_table(DATA, columns=["candidate", "item", "loss_human", "loss_judge_best", "loss_judge_med",
                                      "loss_judge_bad"]).to_pandas().sort_values(["candidate", "item"])
     risks = t.groupby("candidate").loss_human.mean()
-    names = [c for c, r in risks.sort_values().items() if 0.037 <= r <= 0.058]
+    names = [c for c, r in risks.sort_values().items() if 0.037 <= round(r, 3) <= 0.058]
     return {c: t[t.candidate == c] for c in names}
 
 

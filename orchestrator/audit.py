@@ -36,7 +36,6 @@ import os
 import numpy as np
 
 from certsel.config import RunConfig
-from certsel.errors import InputError
 from certsel.policies import scheme_rhos
 from certsel.policies.stratified_test import STRATIFIED_SCHEME
 from certsel.policies.autoeval import (
@@ -52,6 +51,7 @@ from certsel.workers.candidate import make_estimation_policy
 
 from .audit_base import BUDGET_GRID, AuditResult, clopper_pearson, job_features, repeat
 from .audit_pairwise import pairwise_audit
+from .audit_stratified import stratified_repetitions
 from .audit_pairwise import ranking_once as _ranking_once  # noqa: F401  (the tests call one repetition)
 from .procedures import get_procedure
 
@@ -102,13 +102,15 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     proc = get_procedure(cfg.procedure)
     if proc.ranking:
         return pairwise_audit(cfg, table, names, reps, rng, progress, workers)
-    if kind == STRATIFIED_SCHEME:
-        raise InputError(f"certsel audit does not run policy '{kind}' yet; benchmarks/judge_stratified.py measures "
-                         "its error rates")
     n = cfg.budget.n
     testing = cfg.policy.is_testing
     levels = proc.candidate_deltas(cfg.delta, K)  # each candidate's own level, as the job runs it
-    if testing:
+    if kind == STRATIFIED_SCHEME:
+        max_log_e, first, missed, est, classical, t_grid = stratified_repetitions(cfg, table, truth, reps, rng,
+                                                                                  progress, workers)
+        certified = max_log_e >= -np.log(levels)
+        fam = proc.certified(np.minimum(max_log_e, 700), cfg.delta)
+    elif testing:
         rhos = scheme_rhos(kind)
         r = cfg.budget.r if cfg.policy.uses_judge else 0
         thresholds = -np.log(levels)

@@ -129,7 +129,7 @@ def test_live_cer_eval_with_holm_is_refused_like_replay(tmp_path):
     out = subprocess.run([CERTSEL, "run", str(path), "--no-tracking"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
-        f"certsel: error: {path}: config: procedure 'holm' needs e-values (r-eval, r-autoeval, r-autoeval+); "
+        f"certsel: error: {path}: config: procedure 'holm' needs e-values (r-eval, r-autoeval, r-autoeval+, judge-stratified); "
         "policy 'cer-eval' supports fst, bonferroni, pairwise"]
 
 

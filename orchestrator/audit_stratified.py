@@ -1,0 +1,62 @@
+"""``certsel audit`` for the judge-stratified test: repetitions of the policy itself.
+
+Each repetition runs :class:`~certsel.policies.stratified_test.StratifiedTest` for every
+candidate to its whole budget, with the job's batches, its level per candidate (the
+procedure's) and a fresh seed: the same object the driver's actors run. It returns what the
+testing audit reads from the vectorised R-AutoEval+ path: the largest log e-value, the
+labels to the first crossing, whether the two-sided interval ever missed the table's mean,
+and the estimates on the budget grid (the mean of the stratified observations, the
+driver's estimate) with the classical mean of the same labels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from certsel.policies.stratified_test import StratifiedTest
+
+from .audit_base import BUDGET_GRID, repeat
+from .procedures import get_procedure
+
+
+def stratified_once(job) -> tuple:
+    """One repetition for every candidate (module level: it runs in worker processes)."""
+    cfg, table, truth, seed = job
+    K, I = table.human.shape
+    n = min(cfg.budget.n, I)
+    levels = get_procedure(cfg.procedure).candidate_deltas(cfg.delta, K)
+    t_grid = grid(n)
+    max_log_e, first = np.zeros(K), np.zeros(K, dtype=np.int64)
+    missed = np.zeros(K, dtype=bool)
+    est, classical = np.zeros((K, t_grid.size)), np.zeros((K, t_grid.size))
+    for k in range(K):
+        test = StratifiedTest(table.judge[k], alpha=cfg.alpha, delta=cfg.delta, horizon=n,
+                              betting=cfg.policy.strategy, seed=seed + k, ci_delta=float(levels[k]))
+        z = table.human[k]
+        thr = -np.log(levels[k])
+        while test.drawn < n:
+            items = test.next_items(max(1, cfg.budget.batch))
+            path = test.update(items, z[items])
+            hit = np.flatnonzero(path >= thr)
+            if hit.size and not first[k]:
+                first[k] = test.n - path.size + hit[0] + 1
+            lo, hi = test.interval()
+            missed[k] |= not (lo - 1e-12 <= truth[k] <= hi + 1e-12)
+        first[k] = first[k] or n
+        max_log_e[k] = test.max_log_evalue
+        _, h = test.labelled()
+        est[k] = np.cumsum(test._y)[t_grid - 1] / t_grid
+        classical[k] = np.cumsum(h)[t_grid - 1] / t_grid
+    return max_log_e, first, missed, est, classical
+
+
+def grid(n: int) -> np.ndarray:
+    return np.unique(np.linspace(1, n, BUDGET_GRID).round().astype(int))
+
+
+def stratified_repetitions(cfg, table, truth, reps: int, rng, progress, workers: int):
+    """``reps`` repetitions: (max log E, first crossing, missed, estimates, classical, grid)."""
+    seeds = [int(x) for x in rng.integers(2**31, size=reps)]
+    got = repeat(stratified_once, [(cfg, table, truth, s) for s in seeds], workers, progress)
+    out = tuple(np.stack([g[i] for g in got]) for i in range(5))
+    return (*out, grid(min(cfg.budget.n, table.human.shape[1])))
