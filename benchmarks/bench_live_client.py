@@ -17,6 +17,11 @@ The three are measured in rotating order, ``--reps`` times; the figure is the me
 ratio to the plain client within a repetition (the machine is noisy, the server shared).
 
     python benchmarks/bench_live_client.py --url http://127.0.0.1:8000 --model smollm2
+
+``--instant`` starts :mod:`instant_server` (next to this file: an OpenAI-compatible server
+that answers at once) and measures against it, with 2,000 requests and 64 in flight unless
+given: what each client costs per request when the server is never the bottleneck, as
+with vLLM on GPUs answering short prompts. The goal is a ratio >= 0.9 for both.
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ import statistics
 import sys
 import tempfile
 import time
+
+import contextlib
+import pathlib
+import socket
+import subprocess
 
 import httpx
 from certsel.workers.live import Item, LiveSource
@@ -90,17 +100,52 @@ def run_source(url, model, questions, params, concurrency, timeout, cache_dir):
     return elapsed
 
 
+@contextlib.contextmanager
+def instant_server():
+    """The instant server in a subprocess on a free port; yields its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).with_name("instant_server.py")),
+                             "--port", str(port)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        else:
+            raise RuntimeError("the instant server did not start")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", default="http://127.0.0.1:8000")
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--requests", type=int, default=64, help="requests per measurement")
-    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--instant", action="store_true", help="measure against the built-in instant server")
+    ap.add_argument("--requests", type=int, default=None, help="requests per measurement (64; 2,000 with --instant)")
+    ap.add_argument("--concurrency", type=int, default=None, help="requests in flight (16; 64 with --instant)")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
+    args.requests = args.requests or (2000 if args.instant else 64)
+    args.concurrency = args.concurrency or (64 if args.instant else 16)
+    if args.instant:
+        with instant_server() as url:
+            args.url = url
+            return measure(args)
+    return measure(args)
+
+
+def measure(args) -> int:
     params = {"temperature": 0, "max_tokens": args.max_tokens, "ignore_eos": True}
     counter = itertools.count()
     url = args.url.rstrip("/")

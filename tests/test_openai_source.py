@@ -163,3 +163,18 @@ def test_bad_endpoints():
         Endpoint("http://x", "")
     with pytest.raises(ValueError, match="concurrency >= 1"):
         Endpoint("http://x", "m", concurrency=0)
+
+
+def test_answers_are_durable_when_the_batch_returns(server, tmp_path):
+    """Answers are committed in groups (a writer task, one transaction per group), and every
+    one of them is in the cache file, read through another connection, once chat returns."""
+    import sqlite3
+
+    c = client(server, tmp_path)
+    groups = []
+    put_many = c.cache.put_many
+    c.cache.put_many = lambda pairs: (groups.append(len(pairs)), put_many(pairs))[1]
+    out = c.chat(msgs(*[f"g{i}" for i in range(60)]))
+    assert out == [f"echo g{i}" for i in range(60)] and sum(groups) == 60
+    with sqlite3.connect(tmp_path / "cache.db") as db:
+        assert db.execute("select count(*) from responses").fetchone()[0] == 60

@@ -79,6 +79,8 @@ class ResponseCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # one file may be shared by the actors of a job (processes): wait on its lock
         self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=60)
+        # write-ahead log: a commit appends to one file (one fsync), readers never wait on writers
+        self._db.execute("pragma journal_mode=wal")
         with self._db:
             self._db.execute("create table if not exists responses (key text primary key, value text not null)")
 
@@ -94,8 +96,14 @@ class ResponseCache:
         return None if row is None else json.loads(row[0])
 
     def put(self, key: str, value) -> None:
-        with self._lock, self._db:
-            self._db.execute("insert or replace into responses values (?, ?)", (key, json.dumps(value)))
+        self.put_many([(key, value)])
+
+    def put_many(self, pairs) -> None:
+        """Store several answers in one transaction (one commit: a group commit)."""
+        rows = [(k, json.dumps(v)) for k, v in pairs]
+        if rows:
+            with self._lock, self._db:
+                self._db.executemany("insert or replace into responses values (?, ?)", rows)
 
     def __len__(self) -> int:
         with self._lock:
@@ -138,6 +146,43 @@ def _extract(kind: str, body) -> object:
                 raise TypeError("an embedding is not a list of numbers")
         return vecs
     raise ValueError(kind)
+
+
+class _GroupCommit:
+    """Answers go to the cache in groups: a commit (an fsync) per group, not per answer.
+
+    A writer task commits what arrived every ``every`` seconds in a worker thread, so the
+    event loop keeps sending meanwhile; :meth:`close` commits the rest. The batch of
+    requests returns only after :meth:`close`, so no policy ever sees an answer that is not
+    durable, and a crash loses at most the answers of the last few milliseconds, which a
+    rerun asks again (requests are idempotent)."""
+
+    def __init__(self, cache: ResponseCache | None, every: float = 0.005):
+        self.cache, self.every = cache, every
+        self.pending: list = []
+        self.task = None if cache is None else asyncio.get_running_loop().create_task(self._loop())
+        self.done = False
+
+    def add(self, key: str, value) -> None:
+        if self.cache is not None:
+            self.pending.append((key, value))
+
+    async def _flush(self) -> None:
+        batch, self.pending = self.pending, []
+        if batch:
+            await asyncio.to_thread(self.cache.put_many, batch)
+
+    async def _loop(self) -> None:
+        while not self.done:
+            await asyncio.sleep(self.every)
+            await self._flush()
+
+    async def close(self) -> None:
+        if self.task is None:
+            return
+        self.done = True
+        await self.task
+        await self._flush()
 
 
 _PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "embedding": "/v1/embeddings"}
@@ -227,16 +272,20 @@ class OpenAIClient:
                 todo[k] = p
         if todo:
             sem = asyncio.Semaphore(ep.concurrency)
-            limits = httpx.Limits(max_connections=ep.concurrency)
-            async with httpx.AsyncClient(limits=limits) as client:
-                async def one(k, p):
-                    async with sem:
-                        value = await self._post(client, kind, {"model": ep.model, **p})
-                    if self.cache is not None:
-                        self.cache.put(k, value)  # stored as soon as it arrives: a crash loses nothing paid for
-                    results[k] = value
+            limits = httpx.Limits(max_connections=ep.concurrency, max_keepalive_connections=ep.concurrency)
+            saver = _GroupCommit(self.cache)
+            try:
+                async with httpx.AsyncClient(limits=limits) as client:
+                    async def one(k, p):
+                        async with sem:
+                            value = await self._post(client, kind, {"model": ep.model, **p})
+                        saver.add(k, value)
+                        results[k] = value
 
-                outcome = await asyncio.gather(*(one(k, p) for k, p in todo.items()), return_exceptions=True)
+                    outcome = await asyncio.gather(*(one(k, p) for k, p in todo.items()), return_exceptions=True)
+            finally:
+                # every answer that arrived (paid for) is stored before the batch returns or fails
+                await saver.close()
             errors = [e for e in outcome if isinstance(e, BaseException)]
             if errors:
                 first = next((e for e in errors if isinstance(e, SourceError)), errors[0])
