@@ -185,6 +185,12 @@ class CandidateHost:
     def pid(self) -> int:
         return os.getpid()
 
+    def node_id(self) -> str:
+        """The Ray node this host runs on (operators and multi-node tests)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def restore(self, batches: dict) -> list[Snapshot]:
         """Bring rebuilt candidates back to where they were: ``batches[name]`` is the list of
         labels the candidate consumed at each of its steps. It starts from its newest

@@ -79,8 +79,6 @@ class ResponseCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # one file may be shared by the actors of a job (processes): wait on its lock
         self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=60)
-        # write-ahead log: a commit appends to one file (one fsync), readers never wait on writers
-        self._db.execute("pragma journal_mode=wal")
         with self._db:
             self._db.execute("create table if not exists responses (key text primary key, value text not null)")
 
