@@ -26,13 +26,15 @@ import json
 import os
 import pathlib
 import sys
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -150,6 +152,12 @@ class LiveCandidate(_Templated):
     objective: float | None = None  # e.g. model size in GB or prompt length
 
 
+class ReferenceConfig(_Templated):
+    """The model every candidate is compared with (``live.reference``), when it is not one of
+    the candidates: an endpoint, its prompt template and sampling (e.g. the full-precision
+    checkpoint served next to its quantized versions)."""
+
+
 class JudgeConfig(EndpointConfig):
     mode: Literal["answer", "grade"] = "answer"
     template: str | None = None
@@ -169,6 +177,12 @@ class LiveConfig(_Strict):
     cache_dir: pathlib.Path = pathlib.Path(".certsel-cache")
     candidates: list[LiveCandidate] = Field(min_length=1)
     judge: JudgeConfig | None = None
+    # losses relative to a reference model: a candidate's id, or an endpoint of its own. A
+    # candidate's loss on an item is then its drop against the reference's answer,
+    # max(score(reference) - score(candidate), 0), scored against the human references
+    # (human labels) or the judge (judge labels)
+    reference: Annotated[Annotated[str, Tag("id")] | Annotated[ReferenceConfig, Tag("endpoint")],
+                         Discriminator(lambda v: "id" if isinstance(v, str) else "endpoint")] | None = None
     features: FeaturesConfig | None = None  # item embeddings, for Cer-Eval
     serve: list[ServeConfig] = Field(default_factory=list)  # models certsel starts itself
 
@@ -184,6 +198,11 @@ class LiveConfig(_Strict):
         served = {s.name: s.served for s in self.serve}
         endpoints = [(f"candidate {c.id!r}", c) for c in self.candidates]
         endpoints += [(k, e) for k, e in (("judge", self.judge), ("features", self.features)) if e is not None]
+        if isinstance(self.reference, ReferenceConfig):
+            endpoints.append(("reference", self.reference))
+        elif self.reference is not None and self.reference not in {c.id for c in self.candidates}:
+            raise ValueError(f"reference {self.reference!r} is not a candidate id; give a candidate's id or an "
+                             "endpoint (base_url + model, or server)")
         for what, ep in endpoints:
             if ep.server is not None and ep.server not in served:
                 raise ValueError(f"{what}: server {ep.server!r} is not in live.serve "
@@ -202,8 +221,18 @@ class LiveConfig(_Strict):
             key = ep.cache_key or "serve:" + json.dumps([s.model, s.served, s.module, s.args], separators=(",", ":"))
             return ep.model_copy(update={"base_url": urls[ep.server], "model": ep.model or s.served, "cache_key": key})
 
+        ref = fix(self.reference) if isinstance(self.reference, ReferenceConfig) else self.reference
         return self.model_copy(update={"candidates": [fix(c) for c in self.candidates], "judge": fix(self.judge),
-                                       "features": fix(self.features)})
+                                       "features": fix(self.features), "reference": ref})
+
+    def reference_endpoint(self) -> dict | None:
+        """The reference model as an endpoint dict with its template and sampling (None
+        without ``reference``): a candidate's own, or the ``reference`` section's."""
+        if self.reference is None:
+            return None
+        if isinstance(self.reference, ReferenceConfig):
+            return self.reference.model_dump()
+        return next(c for c in self.candidates if c.id == self.reference).model_dump()
 
 
 class PolicyConfig(_Strict):

@@ -21,6 +21,7 @@ from certsel.errors import InputError, first_line, job_error
 from .driver import run_job
 from .feasibility import feasibility_warning
 from .jobdata import load_job_data
+from .procedures import get_procedure
 from .records import CandidateRecord
 from .report import write_report
 from .result import JobResult
@@ -102,12 +103,25 @@ def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = Tru
             job.release()
 
 
+def reference_items(cfg: RunConfig, n_items: int):
+    """The items whose reference answers a job will need: the seeded order's first
+    n (1 + r) items for R-Eval/R-AutoEval(+), which label exactly those; every item for the
+    policies that choose items as they go (judge-stratified, Seq, Cer-Eval, pairwise)."""
+    from certsel.workers.replay import item_order
+
+    proc = get_procedure(cfg.procedure)
+    if cfg.policy.is_testing and not cfg.policy.judge_first and not proc.ranking:
+        r = cfg.budget.r if cfg.policy.uses_judge else 0
+        return item_order(n_items, cfg.seed)[: min(n_items, cfg.budget.n * (1 + r))]
+    return range(n_items)
+
+
 def prepare_live(cfg: RunConfig, data):
     """Start the job's own model servers (``live.serve``), point the endpoints that name them
     at their URLs, and fetch item embeddings (``live.features``). Runs before any tracking
     run exists: a server that does not start is an error with no half-written run.
     Returns the resolved config, the data and the :class:`ServerPool` (or None)."""
-    from certsel.workers.live import embed_items
+    from certsel.workers.live import embed_items, prefetch_reference
     from certsel.workers.serving import ServerPool
 
     from certsel.workers.openai_source import SourceError
@@ -125,6 +139,14 @@ def prepare_live(cfg: RunConfig, data):
             cfg = cfg.model_copy(update={"live": live})
             by_id = {c.id: c for c in live.candidates}
             data = dataclasses.replace(data, live=tuple(by_id[c.id] for c in data.live))
+        ref = live.reference_endpoint()
+        if ref is not None:
+            try:
+                sent, cached = prefetch_reference(ref, data.items, reference_items(cfg, len(data.items)),
+                                                  live.cache_dir)
+            except SourceError as exc:  # before the job starts: no half-written run
+                raise InputError(f"live.reference: {first_line(exc)}") from exc
+            log.info("reference answers: %d generated, %d from the cache", sent, cached)
         if live.features is not None and cfg.policy.kind == "cer-eval":
             try:
                 feats = embed_items(live.features.model_dump(), data.items, live.cache_dir)

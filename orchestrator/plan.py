@@ -83,7 +83,7 @@ class JobPlan:
             live = cfg.live
             judge = None if live.judge is None or not with_judge else live.judge.model_dump()
             return LiveSpec(candidate=self.data.live[k].model_dump(), judge=judge, loss=live.loss,
-                            cache_dir=str(live.cache_dir))
+                            cache_dir=str(live.cache_dir), reference=live.reference_endpoint())
         if cfg.source is not None:
             src = cfg.source
             return PythonSpec(function=self.data.function, candidate=self.data.names[k], n_items=self.data.n_items,

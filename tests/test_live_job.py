@@ -127,3 +127,48 @@ def test_a_failing_source_in_a_pairwise_job_ends_its_pairs_only(ray_session, tmp
     assert rk["items_per_pair"]["exact-short vs weak-short"] == 0
     assert cert["selected"] is None  # nobody is certified better than all others
     assert "source failed" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_losses_relative_to_a_reference_model(ray_session, tmp_path):
+    """``live.reference``: every candidate's loss on an item is its drop against the
+    reference's answer, max(loss(candidate) - loss(reference), 0). With the exact adder as
+    reference, the weak templates lose exactly where weak is wrong (7 divides a*b) and the
+    exact one never; judge labels are relative too. The reference answers are generated
+    once, by the driver, and the certificate is recomputed from the label log."""
+    with adder_server() as (url, srv):
+        path = write_job(tmp_path, url)
+        job = yaml.safe_load(path.read_text())
+        job["live"]["reference"] = "exact-short"
+        path.write_text(yaml.safe_dump(job))
+        cfg = load_config(path)
+        result, run_id = execute(cfg, report_dir=tmp_path / "report")
+        n, r = cfg.budget.n, cfg.budget.r
+        # exact serves the reference (= exact-short's requests) and the judge: each prompt once
+        assert srv.calls["exact"] <= 2 * n * (1 + r)
+    cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
+    log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
+    for row in cert["candidates"]:
+        log_e, human = log_evalues_from_label_log(log, row["candidate"], alpha=0.5, delta=0.1, horizon=n)
+        assert max(0.0, log_e.max()) == pytest.approx(row["log_e_value"], abs=1e-5)
+        a_b = human.item_id.str.split("+", expand=True).astype(int)
+        drop = ((a_b[0] * a_b[1]) % 7 == 0).astype(float).to_numpy() if "weak" in row["candidate"] else 0.0
+        np.testing.assert_array_equal(human.loss.to_numpy(), drop)
+        judged = log[(log.candidate == row["candidate"]) & (log.role == "judge")]
+        a_b = judged.item_id.str.split("+", expand=True).astype(int)
+        drop = ((a_b[0] * a_b[1]) % 7 == 0).astype(float).to_numpy() if "weak" in row["candidate"] else 0.0
+        np.testing.assert_array_equal(judged.loss.to_numpy(), drop)
+
+
+def test_reference_must_name_a_candidate_or_an_endpoint(tmp_path):
+    from certsel.config import ConfigError
+
+    path = write_job(tmp_path, "http://127.0.0.1:9")
+    job = yaml.safe_load(path.read_text())
+    job["live"]["reference"] = "bf16"
+    path.write_text(yaml.safe_dump(job))
+    with pytest.raises(ConfigError, match="reference 'bf16' is not a candidate id"):
+        load_config(path)
+    job["live"]["reference"] = {"base_url": "http://127.0.0.1:9", "model": "exact", "template": "no placeholder"}
+    path.write_text(yaml.safe_dump(job))
+    with pytest.raises(ConfigError, match="must contain \\{question\\}"):
+        load_config(path)

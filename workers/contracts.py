@@ -106,6 +106,7 @@ class LiveSpec:
     judge: dict | None
     loss: str
     cache_dir: str
+    reference: dict | None = None  # losses relative to this model's answers (live.reference)
     kind = "live"
 
 

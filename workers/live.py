@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .losses import LOSSES, UnparsableVerdict, answer_loss, parse_score
+from .losses import LOSSES, UnparsableVerdict, answer_loss, parse_score, relative_loss
 from .openai_source import Endpoint, OpenAIClient, ResponseCache, SourceError
 
 
@@ -48,7 +48,9 @@ class LiveSource:
     def __init__(self, items: list[Item], target: OpenAIClient, template: str = "{question}", *,
                  loss: str = "normalized_exact_match", sampling: dict | None = None,
                  judge: OpenAIClient | None = None, judge_mode: str = "answer", judge_template: str | None = None,
-                 judge_sampling: dict | None = None, grade_scale=(0, 10), verdict_attempts: int = 3):
+                 judge_sampling: dict | None = None, grade_scale=(0, 10), verdict_attempts: int = 3,
+                 reference: OpenAIClient | None = None, reference_template: str = "{question}",
+                 reference_sampling: dict | None = None):
         if "{question}" not in template:
             raise ValueError("the prompt template must contain {question}")
         if judge_mode not in ("answer", "grade"):
@@ -61,7 +63,12 @@ class LiveSource:
         self.judge_template = judge_template or (template if judge_mode == "answer" else DEFAULT_GRADE_PROMPT)
         self.judge_sampling = {"temperature": 0.0, **(judge_sampling or {})}
         self.grade_scale, self.verdict_attempts = grade_scale, verdict_attempts
+        if reference is not None and "{question}" not in reference_template:
+            raise ValueError("the reference's prompt template must contain {question}")
+        self.reference, self.reference_template = reference, reference_template
+        self.reference_sampling = {"temperature": 0.0, **(reference_sampling or {})}
         self._answers: dict[int, str] = {}
+        self._reference_answers: dict[int, str] = {}
         self._human: set[int] = set()
         self._judged: set[int] = set()
         self.log: list = []  # (items, role, losses) of every label bought, in order
@@ -81,24 +88,38 @@ class LiveSource:
 
     @property
     def requests(self) -> int:
-        return self.target.stats.sent + (0 if self.judge_client is None else self.judge_client.stats.sent)
+        return sum(c.stats.sent for c in (self.target, self.judge_client, self.reference) if c is not None)
 
     # -- labels ----------------------------------------------------------------------------
+    def _generate(self, client, template, sampling, store: dict, items) -> list[str]:
+        idx = [int(i) for i in items]
+        new = [i for i in dict.fromkeys(idx) if i not in store]
+        if new:
+            prompts = [[{"role": "user", "content": template.format(question=self.items[i].question)}] for i in new]
+            store.update(zip(new, client.chat(prompts, **sampling), strict=True))
+        return [store[i] for i in idx]
+
     def answers(self, items) -> list[str]:
         """The candidate's answers (generated once per item; cached on disk by the client)."""
-        idx = [int(i) for i in items]
-        new = [i for i in dict.fromkeys(idx) if i not in self._answers]
-        if new:
-            prompts = [[{"role": "user", "content": self.template.format(question=self.items[i].question)}]
-                       for i in new]
-            self._answers.update(zip(new, self.target.chat(prompts, **self.sampling), strict=True))
-        return [self._answers[i] for i in idx]
+        return self._generate(self.target, self.template, self.sampling, self._answers, items)
+
+    def reference_answers(self, items) -> list[str]:
+        """The reference model's answers (``live.reference``; cached and shared by the job's
+        candidates through the response cache)."""
+        return self._generate(self.reference, self.reference_template, self.reference_sampling,
+                              self._reference_answers, items)
 
     def human(self, items) -> np.ndarray:
-        """Human losses: the candidate's answers against the reference answers."""
+        """Human losses: the candidate's answers against the human references; with a
+        reference model, the candidate's drop against the reference's answer on the item,
+        max(loss(candidate) - loss(reference), 0) (:func:`~certsel.workers.losses.relative_loss`)."""
         idx = [int(i) for i in items]
-        out = np.array([answer_loss(self.loss, a, list(self.items[i].references))
-                        for i, a in zip(idx, self.answers(idx), strict=True)], dtype=np.float64)
+        refs = [list(self.items[i].references) for i in idx]
+        out = np.array([answer_loss(self.loss, a, r) for a, r in zip(self.answers(idx), refs, strict=True)],
+                       dtype=np.float64)
+        if self.reference is not None:
+            base = [answer_loss(self.loss, a, r) for a, r in zip(self.reference_answers(idx), refs, strict=True)]
+            out = relative_loss(out, base)
         self._record(idx, "human", out, self._human)
         return out
 
@@ -118,10 +139,15 @@ class LiveSource:
             prompts = [[{"role": "user", "content": self.judge_template.format(question=self.items[i].question)}]
                        for i in idx]
             refs = self.judge_client.chat(prompts, **self.judge_sampling)
-            out = [answer_loss(self.loss, a, [r]) for a, r in zip(answers, refs, strict=True)]
+            out = np.array([answer_loss(self.loss, a, [r]) for a, r in zip(answers, refs, strict=True)])
+            if self.reference is not None:  # both answers against the judge's
+                base = [answer_loss(self.loss, a, [r]) for a, r in zip(self.reference_answers(idx), refs, strict=True)]
+                out = relative_loss(out, base)
         else:
-            out = self._grades(idx, answers)
-        out = np.array(out, dtype=np.float64)
+            out = np.array(self._grades(idx, answers))
+            if self.reference is not None:  # both answers graded by the judge
+                out = relative_loss(out, self._grades(idx, self.reference_answers(idx)))
+        out = np.asarray(out, dtype=np.float64)
         self._record(idx, "judge", out, self._judged)
         return out
 
@@ -167,7 +193,23 @@ def live_source(spec, items) -> LiveSource:
         kw = {"judge": OpenAIClient(Endpoint(**{k: judge[k] for k in _ENDPOINT_KEYS}), cache),
               "judge_mode": judge["mode"], "judge_template": judge["template"], "judge_sampling": judge["sampling"],
               "grade_scale": tuple(judge["scale"])}
+    ref = spec.reference
+    if ref is not None:
+        kw.update(reference=OpenAIClient(Endpoint(**{k: ref[k] for k in _ENDPOINT_KEYS}), cache),
+                  reference_template=ref["template"], reference_sampling=ref["sampling"])
     return LiveSource(list(items), target, cand["template"], loss=spec.loss, sampling=cand["sampling"], **kw)
+
+
+def prefetch_reference(spec: dict, items, indices, cache_dir) -> tuple[int, int]:
+    """Generate the reference model's answers on ``indices`` once, in the driver, before the
+    candidates start: every candidate's source then reads them from the shared response
+    cache instead of asking for the same answers at the same time. Returns (sent, cached)."""
+    client = OpenAIClient(Endpoint(**{k: spec[k] for k in _ENDPOINT_KEYS}),
+                          ResponseCache(pathlib.Path(cache_dir) / "responses.db"))
+    prompts = [[{"role": "user", "content": spec["template"].format(question=items[int(i)].question)}]
+               for i in indices]
+    client.chat(prompts, **{"temperature": 0.0, **spec["sampling"]})
+    return client.stats.sent, client.stats.cache_hits
 
 
 def embed_items(cfg: dict, items, cache_dir) -> np.ndarray:

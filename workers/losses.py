@@ -17,6 +17,8 @@ import re
 import unicodedata
 from collections import Counter
 
+import numpy as np
+
 from certsel.errors import CertselError
 
 _ARTICLES = {"a", "an", "the"}
@@ -187,3 +189,12 @@ def parse_binary(text: str) -> float:
         raise UnparsableVerdict("verdict is neither clearly yes nor clearly no" if not yes else
                                 "verdict says both yes and no")
     return 1.0 if yes else 0.0
+
+
+def relative_loss(candidate, reference) -> np.ndarray:
+    """A candidate's drop against a reference model on the same items:
+    max(score(reference) - score(candidate), 0) with score = 1 - loss, i.e.
+    max(loss(candidate) - loss(reference), 0), in [0, 1] for losses in [0, 1]. A candidate
+    that does better than the reference on an item loses nothing there (the quantization
+    loss of R-AutoEval+'s experiments: the drop against the full-precision model)."""
+    return np.maximum(np.asarray(candidate, dtype=np.float64) - np.asarray(reference, dtype=np.float64), 0.0)
