@@ -162,6 +162,17 @@ class JudgeConfig(EndpointConfig):
     mode: Literal["answer", "grade"] = "answer"
     template: str | None = None
     scale: tuple[float, float] = (0.0, 10.0)
+    # grade mode: the verdict constrained to the scale by the server's structured outputs
+    # (vLLM); a server that refuses them is asked without and its verdicts are parsed
+    constrained: bool = True
+    # grade mode: a yes/no verdict whose loss is P(no) from the judge's token probabilities
+    soft: bool = False
+
+    @model_validator(mode="after")
+    def _soft_grades(self):
+        if self.soft and self.mode != "grade":
+            raise ValueError("judge.soft needs judge.mode 'grade' (a yes/no verdict with token probabilities)")
+        return self
 
 
 class FeaturesConfig(_Templated):

@@ -58,17 +58,35 @@ class _Adder(BaseHTTPRequestHandler):
         model = body["model"]
         with self.server.lock:
             self.server.calls[model] = self.server.calls.get(model, 0) + 1
+        logprobs = None
         if model == "grader":
             given = re.search(r"Answer:\s*(-?\d+)", text)
-            if a == 9 or (a == 7 and "seed" not in body):
+            right = bool(given and int(given.group(1)) == a + b)
+            choice = (body.get("structured_outputs") or {}).get("choice")
+            if choice is not None and getattr(self.server, "no_structured", False):
+                self._send(400, {"error": "structured outputs are not supported"})
+                return
+            if "yes or no" in text:  # a yes/no verdict, with token probabilities when asked
+                reply = "yes" if right else "no"
+                p_yes = 0.8 if right else 0.1
+                if body.get("logprobs"):
+                    import math
+
+                    top = [{"token": "yes", "logprob": math.log(p_yes)}, {"token": " No", "logprob": math.log(1 - p_yes)},
+                           {"token": "maybe", "logprob": -9.0}]
+                    logprobs = {"content": [{"token": reply, "logprob": 0.0, "top_logprobs": top}]}
+            elif choice is not None:  # constrained to the scale: always one of the choices
+                reply = "Score: 10" if right else "Score: 0"
+                assert reply in choice
+            elif a == 9 or (a == 7 and "seed" not in body):
                 reply = "Looks fine to me."
             else:
-                reply = "Score: 10" if given and int(given.group(1)) == a + b else "Score: 0"
+                reply = "Score: 10" if right else "Score: 0"
         elif model == "weak" and (a * b) % 7 == 0:
             reply = str(a + b + 1)
         else:
             reply = f"The answer is {a + b}." if model == "chatty" else str(a + b)
-        self._send(200, {"choices": [{"message": {"role": "assistant", "content": reply}}]})
+        self._send(200, {"choices": [{"message": {"role": "assistant", "content": reply}, "logprobs": logprobs}]})
 
 
 @contextlib.contextmanager

@@ -59,17 +59,56 @@ def test_grading_judge_retries_unparsable_verdicts(adder, tmp_path):
     url, srv = adder
     items = [it for it in ITEMS if not it.id.startswith("q9")]
     src = LiveSource(items, make(url, tmp_path, "weak"), "{question}", judge=make(url, tmp_path, "grader"),
-                     judge_mode="grade", judge_template="Question: {question}\nAnswer: {answer}\nGrade it.")
+                     judge_mode="grade", judge_template="Question: {question}\nAnswer: {answer}\nGrade it.",
+                     judge_constrained=False)
     idx = np.arange(len(items))
     np.testing.assert_array_equal(src.judge(idx), src.human(idx))  # a = 7 needed a second, seeded request
     assert srv.calls["grader"] == len(items) + 5
+
+
+def test_constrained_verdicts_need_no_second_request(adder, tmp_path):
+    """With structured outputs (the default) the verdict is one of "Score: 0".."Score: 10":
+    no unparsable verdict, no retry. A server that refuses them (HTTP 400) is asked again
+    without, once, and its verdicts are parsed from then on."""
+    url, srv = adder
+    items = [it for it in ITEMS if not it.id.startswith("q9")]
+    idx = np.arange(len(items))
+    tmpl = "Question: {question}\nAnswer: {answer}\nGrade it."
+    src = LiveSource(items, make(url, tmp_path, "weak"), "{question}", judge=make(url, tmp_path, "grader"),
+                     judge_mode="grade", judge_template=tmpl)
+    np.testing.assert_array_equal(src.judge(idx), src.human(idx))
+    assert srv.calls["grader"] == len(items)
+    srv.no_structured, srv.calls = True, {}
+    old = LiveSource(items, make(url, tmp_path / "other", "weak"), "{question}",
+                     judge=make(url, tmp_path / "other", "grader"), judge_mode="grade", judge_template=tmpl)
+    np.testing.assert_array_equal(old.judge(idx), old.human(idx))
+    assert srv.calls["grader"] == 2 * len(items) + 5 and not old._constrain  # refused, then parsed (and retried)
+
+
+def test_soft_judge_uses_token_probabilities(adder, tmp_path):
+    """judge soft: a yes/no verdict whose loss is P(no) / (P(yes) + P(no)) from the first
+    token's log-probabilities (the grader says yes with 0.8 when right, 0.1 when wrong);
+    relative to a reference model the soft losses are differenced like any other."""
+    url, _ = adder
+    src = LiveSource(ITEMS, make(url, tmp_path, "weak"), "{question}", judge=make(url, tmp_path, "grader"),
+                     judge_mode="grade", judge_soft=True)
+    idx = np.arange(len(ITEMS))
+    wrong = src.human(idx)
+    np.testing.assert_allclose(src.judge(idx), np.where(wrong == 1.0, 0.9, 0.2))
+    rel = LiveSource(ITEMS, make(url, tmp_path, "weak"), "{question}", judge=make(url, tmp_path, "grader"),
+                     judge_mode="grade", judge_soft=True, reference=make(url, tmp_path, "exact"))
+    np.testing.assert_allclose(rel.judge(idx), np.where(wrong == 1.0, 0.7, 0.0))
+    np.testing.assert_array_equal(rel.human(idx), wrong)  # the exact reference is always right
+    with pytest.raises(ValueError, match="needs judge_mode 'grade'"):
+        LiveSource(ITEMS, make(url, tmp_path, "weak"), judge=make(url, tmp_path, "grader"), judge_soft=True)
 
 
 def test_unparsable_to_the_end_is_a_failed_request(adder, tmp_path):
     url, _ = adder
     items = [Item("q9_1", "9+1", ("10",)), Item("q2_2", "2+2", ("4",))]
     src = LiveSource(items, make(url, tmp_path, "exact"), "{question}", judge=make(url, tmp_path, "grader"),
-                     judge_mode="grade", judge_template="Question: {question}\nAnswer: {answer}")
+                     judge_mode="grade", judge_template="Question: {question}\nAnswer: {answer}",
+                     judge_constrained=False)
     with pytest.raises(SourceError, match="unparsable after 3 attempts for item\\(s\\) q9_1"):
         src.judge([0, 1])
     assert src.judge_labels == 0  # nothing counted for the failed batch

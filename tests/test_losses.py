@@ -133,3 +133,16 @@ def test_parse_binary():
     for bad in ("yes and no", "maybe", ""):
         with pytest.raises(UnparsableVerdict):
             parse_binary(bad)
+
+
+def test_relative_loss_and_soft_verdicts():
+    import math
+
+    import numpy as np
+    from certsel.workers.losses import relative_loss, soft_verdict
+
+    np.testing.assert_array_equal(relative_loss([1.0, 0.0, 0.5, 0.2], [0.0, 1.0, 0.25, 0.2]), [1.0, 0.0, 0.25, 0.0])
+    top = {"Yes": math.log(0.3), " yes": math.log(0.3), "NO": math.log(0.2), "maybe": math.log(0.2)}
+    assert soft_verdict({"text": "yes", "top": top}) == pytest.approx(0.2 / 0.8)
+    assert soft_verdict({"text": "No.", "top": {}}) == 1.0 and soft_verdict({"text": "yes", "top": {}}) == 0.0
+    assert soft_verdict({"text": "perhaps", "top": {"maybe": -0.1}}) is None

@@ -145,3 +145,50 @@ def test_cer_eval_with_vllm_embeddings(ray_session, tmp_path):
     np.testing.assert_array_equal(log.item.to_numpy(), ref.labeled_items)
     assert rec.n_human == ref.n_labeled and rec.ci == pytest.approx(ref.ci, abs=1e-12)
     assert MlflowClient(f"sqlite:///{tmp_path}/store.db").get_run(run_id).info.status == "FINISHED"
+
+
+def test_drop_against_full_precision_on_vllm(ray_session, tmp_path):
+    """``live.reference``: one SmolLM2 checkpoint served twice by certsel, at bfloat16 and at
+    float32 (two ``live.serve`` entries of one checkpoint under different precision
+    settings); both are candidates and float32 is the reference, so each candidate's loss is
+    its drop against the float32 answer on the item. The reference's drop against itself is
+    0 on every item, and every certificate is recomputed from the label log."""
+    if MODEL is None:
+        pytest.skip("needs CERTSEL_VLLM_MODEL: certsel serves the checkpoint at two precisions")
+    write_items(tmp_path)
+    mem = os.environ.get("CERTSEL_VLLM_MEMORY_FRACTION", "0.25")
+    common = ["--max-model-len", "2048", "--enforce-eager", "--gpu-memory-utilization", mem]
+    sampling = {"temperature": 0, "max_tokens": 12}
+    template = "Compute {question}. Reply with the number only."
+    job = {
+        "name": "smollm2-drop",
+        "live": {
+            "items": "items.jsonl", "loss": "numeric", "cache_dir": "cache",
+            "serve": [{"name": "bf16", "model": MODEL, "startup_timeout": 1200, "args": ["--dtype", "bfloat16", *common]},
+                      {"name": "fp32", "model": MODEL, "startup_timeout": 1200, "args": ["--dtype", "float32", *common]}],
+            "candidates": [
+                {"id": "bf16", "server": "bf16", "template": template, "objective": 2, "sampling": sampling,
+                 "timeout": 300},
+                {"id": "fp32", "server": "fp32", "template": template, "objective": 4, "sampling": sampling,
+                 "timeout": 300},
+            ],
+            "reference": "fp32",
+            "judge": {"server": "fp32", "mode": "answer", "sampling": sampling, "timeout": 300,
+                      "template": "Calculate {question}. Answer with just the result."},
+        },
+        "policy": {"kind": "r-autoeval+"}, "alpha": 0.3, "delta": 0.1, "procedure": "bonferroni",
+        "objective": {"column": "size_gb"}, "budget": {"n": 20, "r": 2, "batch": 10}, "seed": 0,
+        "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"},
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    result, run_id = execute(load_config(tmp_path / "job.yaml"), report_dir=tmp_path / "report")
+    cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
+    log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
+    for row in cert["candidates"]:
+        log_e, human = log_evalues_from_label_log(log, row["candidate"], alpha=0.3, delta=0.1, horizon=20)
+        assert row["labels_human"] == len(human) > 0
+        assert max(0.0, log_e.max()) == pytest.approx(row["log_e_value"], abs=1e-5)
+        assert set(human.loss.unique()) <= {0.0, 1.0}
+    mine = log[log.candidate == "fp32"]
+    assert len(mine) > 0 and (mine.loss == 0.0).all()  # no drop against itself, human or judge
+    assert "fp32" in cert["certified_set"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .losses import LOSSES, UnparsableVerdict, answer_loss, parse_score, relative_loss
+from .losses import LOSSES, UnparsableVerdict, answer_loss, parse_score, relative_loss, soft_verdict
 from .openai_source import Endpoint, OpenAIClient, ResponseCache, SourceError
 
 
@@ -36,6 +36,10 @@ class Item:
     references: tuple[str, ...]
 
 
+DEFAULT_SOFT_PROMPT = (
+    "You are grading an answer to a question.\nQuestion: {question}\nAnswer: {answer}\n"
+    "Is the answer correct? Reply with yes or no."
+)
 DEFAULT_GRADE_PROMPT = (
     "You are grading an answer to a question.\nQuestion: {question}\nAnswer: {answer}\n"
     "Is the answer correct? Reply with 'Score: X' where X is an integer from 0 (wrong) to 10 (correct)."
@@ -50,7 +54,7 @@ class LiveSource:
                  judge: OpenAIClient | None = None, judge_mode: str = "answer", judge_template: str | None = None,
                  judge_sampling: dict | None = None, grade_scale=(0, 10), verdict_attempts: int = 3,
                  reference: OpenAIClient | None = None, reference_template: str = "{question}",
-                 reference_sampling: dict | None = None):
+                 reference_sampling: dict | None = None, judge_constrained: bool = True, judge_soft: bool = False):
         if "{question}" not in template:
             raise ValueError("the prompt template must contain {question}")
         if judge_mode not in ("answer", "grade"):
@@ -60,7 +64,13 @@ class LiveSource:
         self.items, self.target, self.template, self.loss = list(items), target, template, loss
         self.sampling = {"temperature": 0.0, **(sampling or {})}
         self.judge_client, self.judge_mode = judge, judge_mode
-        self.judge_template = judge_template or (template if judge_mode == "answer" else DEFAULT_GRADE_PROMPT)
+        if judge_soft and judge_mode != "grade":
+            raise ValueError("a soft judge (token probabilities of a yes/no verdict) needs judge_mode 'grade'")
+        self.judge_soft = judge_soft
+        # structured outputs (the verdict constrained to the scale) until the server refuses them
+        self._constrain = judge_constrained
+        default = DEFAULT_SOFT_PROMPT if judge_soft else DEFAULT_GRADE_PROMPT
+        self.judge_template = judge_template or (template if judge_mode == "answer" else default)
         self.judge_sampling = {"temperature": 0.0, **(judge_sampling or {})}
         self.grade_scale, self.verdict_attempts = grade_scale, verdict_attempts
         if reference is not None and "{question}" not in reference_template:
@@ -151,6 +161,43 @@ class LiveSource:
         self._record(idx, "judge", out, self._judged)
         return out
 
+    def _choices(self) -> list[str] | None:
+        """The verdicts the judge may give, for structured outputs: yes/no for a soft judge,
+        "Score: v" for every integer v of an integer scale (at most 101 of them), else None."""
+        if not self._constrain:
+            return None
+        if self.judge_soft:
+            return ["yes", "no"]
+        lo, hi = self.grade_scale
+        if float(lo).is_integer() and float(hi).is_integer() and 0 < hi - lo <= 100:
+            return [f"Score: {v}" for v in range(int(lo), int(hi) + 1)]
+        return None
+
+    def _ask_judge(self, prompts, params):
+        """The judge's replies, constrained to :meth:`_choices` when the server takes
+        structured outputs; a server that refuses them (HTTP 400/422) is asked without, and
+        its verdicts are parsed from then on."""
+        ask = self.judge_client.chat_logprobs if self.judge_soft else self.judge_client.chat
+        choices = self._choices()
+        if choices is None:
+            return ask(prompts, **params)
+        try:
+            return ask(prompts, **params, structured_outputs={"choice": choices})
+        except SourceError as err:
+            if err.status not in (400, 422):
+                raise
+            self._constrain = False
+            return ask(prompts, **params)
+
+    def _verdict_loss(self, reply) -> float:
+        """1 - score of a verdict, or the soft loss of a yes/no one; UnparsableVerdict if neither."""
+        if self.judge_soft:
+            loss = soft_verdict(reply)
+            if loss is None:
+                raise UnparsableVerdict(f"not a yes/no verdict: {str(reply.get('text'))[:80]!r}")
+            return loss
+        return 1.0 - parse_score(reply, self.grade_scale)
+
     def _grades(self, idx, answers) -> list[float]:
         losses: dict[int, float] = {}
         pending = list(range(len(idx)))
@@ -162,11 +209,11 @@ class LiveSource:
                 params["seed"] = attempt
             prompts = [[{"role": "user", "content": self.judge_template.format(
                 question=self.items[idx[k]].question, answer=answers[k])}] for k in pending]
-            verdicts = self.judge_client.chat(prompts, **params)
+            verdicts = self._ask_judge(prompts, params)
             still = []
             for k, v in zip(pending, verdicts, strict=True):
                 try:
-                    losses[k] = 1.0 - parse_score(v, self.grade_scale)
+                    losses[k] = self._verdict_loss(v)
                 except UnparsableVerdict:
                     still.append(k)
             pending = still
@@ -192,7 +239,8 @@ def live_source(spec, items) -> LiveSource:
     if judge is not None:
         kw = {"judge": OpenAIClient(Endpoint(**{k: judge[k] for k in _ENDPOINT_KEYS}), cache),
               "judge_mode": judge["mode"], "judge_template": judge["template"], "judge_sampling": judge["sampling"],
-              "grade_scale": tuple(judge["scale"])}
+              "grade_scale": tuple(judge["scale"]), "judge_constrained": judge.get("constrained", True),
+              "judge_soft": judge.get("soft", False)}
     ref = spec.reference
     if ref is not None:
         kw.update(reference=OpenAIClient(Endpoint(**{k: ref[k] for k in _ENDPOINT_KEYS}), cache),

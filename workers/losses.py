@@ -198,3 +198,21 @@ def relative_loss(candidate, reference) -> np.ndarray:
     that does better than the reference on an item loses nothing there (the quantization
     loss of R-AutoEval+'s experiments: the drop against the full-precision model)."""
     return np.maximum(np.asarray(candidate, dtype=np.float64) - np.asarray(reference, dtype=np.float64), 0.0)
+
+
+def soft_verdict(reply: dict) -> float | None:
+    """The loss of a yes/no verdict from its token probabilities: P(no) / (P(yes) + P(no)),
+    summing the first token's top log-probabilities over the spellings of each word ("yes",
+    " Yes", ...). Without either word among them, the verdict's text decides (yes: 0, no: 1);
+    None when that is not a yes or a no either (the caller asks again)."""
+    p_yes = p_no = 0.0
+    for token, logprob in reply.get("top", {}).items():
+        word = token.strip().lower()
+        if word == "yes":
+            p_yes += math.exp(logprob)
+        elif word == "no":
+            p_no += math.exp(logprob)
+    if p_yes + p_no > 0.0:
+        return p_no / (p_yes + p_no)
+    word = str(reply.get("text", "")).strip().strip(".!").lower()
+    return {"yes": 0.0, "no": 1.0}.get(word)

@@ -35,7 +35,13 @@ _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 class SourceError(CertselError):
-    """A request that failed for good (after retries, or a non-retryable answer)."""
+    """A request that failed for good (after retries, or a non-retryable answer). ``status``:
+    the HTTP status of a non-retryable answer (a 400 for a parameter the server does not
+    support), else None."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,11 @@ def _extract(kind: str, body) -> object:
     is malformed (missing fields, an answer that is not text, vectors that are not numbers)."""
     if kind == "chat":
         return _text(body["choices"][0]["message"]["content"])
+    if kind == "chat_logprobs":  # the answer and the top log-probabilities of its first token
+        choice = body["choices"][0]
+        content = (choice.get("logprobs") or {}).get("content") or [{}]
+        top = {_text(t["token"]): float(t["logprob"]) for t in content[0].get("top_logprobs", [])}
+        return {"text": _text(choice["message"]["content"]), "top": top}
     if kind == "completion":
         return _text(body["choices"][0]["text"])
     if kind == "embedding":
@@ -183,7 +194,7 @@ class _GroupCommit:
         await self._flush()
 
 
-_PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "embedding": "/v1/embeddings"}
+_PATHS = {"chat": "/v1/chat/completions", "chat_logprobs": "/v1/chat/completions", "completion": "/v1/completions", "embedding": "/v1/embeddings"}
 
 
 class OpenAIClient:
@@ -221,7 +232,7 @@ class OpenAIClient:
                 continue
             if status >= 400:
                 self.stats.failed += 1
-                raise SourceError(f"{url}: HTTP {status} (not retried): {text[:200]!r}")
+                raise SourceError(f"{url}: HTTP {status} (not retried): {text[:200]!r}", status)
             if raw is None:
                 last = f"response body larger than {MAX_BODY >> 20} MiB"
                 self._count("too_large")
@@ -287,7 +298,8 @@ class OpenAIClient:
             errors = [e for e in outcome if isinstance(e, BaseException)]
             if errors:
                 first = next((e for e in errors if isinstance(e, SourceError)), errors[0])
-                raise SourceError(f"{len(errors)} of {len(todo)} requests failed; first: {first}") from None
+                raise SourceError(f"{len(errors)} of {len(todo)} requests failed; first: {first}",
+                                  getattr(first, "status", None)) from None
         return [results[k] for k in keys]
 
     def _call(self, kind, payloads):
@@ -296,6 +308,12 @@ class OpenAIClient:
     def chat(self, conversations: list[list[dict]], **params) -> list[str]:
         """One chat completion per conversation (a list of ``{"role", "content"}``)."""
         return self._call("chat", [{"messages": c, **params} for c in conversations])
+
+    def chat_logprobs(self, conversations: list[list[dict]], top: int = 20, **params) -> list[dict]:
+        """Chat completions with the ``top`` log-probabilities of the first generated token:
+        ``{"text": answer, "top": {token: logprob}}`` per conversation."""
+        return self._call("chat_logprobs", [{"messages": c, "logprobs": True, "top_logprobs": top, **params}
+                                            for c in conversations])
 
     def complete(self, prompts: list[str], **params) -> list[str]:
         return self._call("completion", [{"prompt": p, **params} for p in prompts])
