@@ -56,7 +56,7 @@ def test_raycluster_and_rayjob():
     assert "MLFLOW_TRACKING_URI" in yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]
 
 
-@pytest.mark.parametrize("path", ["k8s/vllm-candidates.yaml", "k8s/vllm-judge.yaml"])
+@pytest.mark.parametrize("path", ["k8s/vllm-candidates.yaml", "k8s/vllm-judge.yaml", "k8s/vllm-reference.yaml"])
 def test_vllm_servers(path):
     objs = docs(path)
     deployments = [o for o in objs if o["kind"] == "Deployment"]
@@ -72,6 +72,7 @@ def test_vllm_servers(path):
         assert int(c["resources"]["limits"]["nvidia.com/gpu"]) >= 1
         assert "--served-model-name" in args and args[args.index("--port") + 1] == "8000"
         assert c["readinessProbe"]["httpGet"]["path"] == "/health"
+        assert "--enable-prefix-caching" in args  # a job's requests share their template
         tp = int(args[args.index("--tensor-parallel-size") + 1]) if "--tensor-parallel-size" in args else 1
         assert tp == int(c["resources"]["limits"]["nvidia.com/gpu"])
         if path.endswith("candidates.yaml"):
@@ -108,6 +109,7 @@ def _comparable(cfg):
     live = cfg.live
     cands = [c.model_dump(exclude={"base_url", "server", "model", "cache_key"}) for c in live.candidates]
     judge = live.judge.model_dump(exclude={"base_url", "server", "model", "cache_key"})
+    judge["reference"] = live.reference.model_dump(exclude={"base_url", "server", "model", "cache_key"})
     rest = cfg.model_dump(exclude={"live", "tracking", "ray"})
     return rest, cands, judge, live.loss
 
@@ -115,7 +117,7 @@ def _comparable(cfg):
 def test_k8s_job_points_at_the_vllm_services():
     cfg = _job("quantization_k8s.yaml")
     services = {}
-    for path in ("k8s/vllm-candidates.yaml", "k8s/vllm-judge.yaml"):
+    for path in ("k8s/vllm-candidates.yaml", "k8s/vllm-judge.yaml", "k8s/vllm-reference.yaml"):
         objs = docs(path)
         served = {}
         for d in (o for o in objs if o["kind"] == "Deployment"):
@@ -124,7 +126,8 @@ def test_k8s_job_points_at_the_vllm_services():
         for s in (o for o in objs if o["kind"] == "Service"):
             url = f"http://{s['metadata']['name']}.certsel.svc:{s['spec']['ports'][0]['port']}"
             services[url] = served[s["metadata"]["name"]]
-    for ep in [*cfg.live.candidates, cfg.live.judge]:
+    assert cfg.live.reference is not None and cfg.alpha == 0.1  # the drop against BF16
+    for ep in [*cfg.live.candidates, cfg.live.judge, cfg.live.reference]:
         assert ep.base_url in services, f"{ep.base_url} is not a Service of deploy/k8s"
         assert ep.model == services[ep.base_url], f"{ep.base_url} serves {services[ep.base_url]}, not {ep.model}"
     (job,) = docs("kuberay/rayjob.yaml")
@@ -139,8 +142,10 @@ def test_ray_up_job_serves_its_models_on_the_gpu_workers():
     capacity = sum(t["resources"]["GPU"] * t["max_workers"] for t in gpu_types)
     assert all(0 < s.num_gpus <= per_node for s in cfg.live.serve)  # each server fits on one GPU worker
     assert sum(s.num_gpus for s in cfg.live.serve) <= capacity  # and they all run at once
+    assert cfg.live.reference.server in {s.name for s in cfg.live.serve}
     for s in cfg.live.serve:
         assert "--port" not in s.args and "--host" not in s.args  # certsel picks them
+        assert "--enable-prefix-caching" in s.args
         if "--quantization" in s.args:
             assert s.args[s.args.index("--quantization") + 1] in {"fp8", "awq", "gptq", "bitsandbytes", "gguf"}
     # the two GPU jobs are the same job: only where the models are served differs

@@ -192,3 +192,45 @@ def test_drop_against_full_precision_on_vllm(ray_session, tmp_path):
     mine = log[log.candidate == "fp32"]
     assert len(mine) > 0 and (mine.loss == 0.0).all()  # no drop against itself, human or judge
     assert "fp32" in cert["certified_set"]
+
+
+@pytest.mark.parametrize("soft", [False, True])
+def test_constrained_and_soft_judge_on_vllm(ray_session, tmp_path, soft):
+    """A grading judge on the real server. Constrained (the default): vLLM's structured
+    outputs hold every verdict to "Score: 0".."Score: 10", so each is parsed at the first
+    request (requests = answers + verdicts, no second seeded request) and the judge losses
+    lie on the scale's grid. Soft: a yes/no verdict whose loss is P(no) from the token
+    probabilities, strictly between 0 and 1 on some items. Certificates recomputed from the
+    label log."""
+    write_items(tmp_path)
+    sampling = {"temperature": 0, "max_tokens": 12}
+    where, serve = endpoint()
+    judge = {**where, "mode": "grade", "timeout": 300, "sampling": {"temperature": 0, "max_tokens": 8}}
+    if soft:
+        judge["soft"] = True
+    job = {
+        "name": "smollm2-judge",
+        "live": {
+            "items": "items.jsonl", "loss": "numeric", "cache_dir": "cache", "serve": serve,
+            "candidates": [{"id": "strict", **where, "objective": 3, "sampling": sampling, "timeout": 300,
+                            "template": "Compute {question}. Reply with the number only."}],
+            "judge": judge,
+        },
+        "policy": {"kind": "r-autoeval+"}, "alpha": 0.5, "delta": 0.1, "procedure": "fst",
+        "budget": {"n": 20, "r": 2, "batch": 10}, "seed": 0, "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"},
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    result, run_id = execute(load_config(tmp_path / "job.yaml"), report_dir=tmp_path / "report")
+    cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
+    log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
+    row = cert["candidates"][0]
+    log_e, human = log_evalues_from_label_log(log, "strict", alpha=0.5, delta=0.1, horizon=20)
+    assert max(0.0, log_e.max()) == pytest.approx(row["log_e_value"], abs=1e-5)
+    judged = log[log.role == "judge"].loss.to_numpy()
+    assert len(judged) == row["labels_judge"] > 0 and ((judged >= 0) & (judged <= 1)).all()
+    if soft:
+        assert ((judged > 0) & (judged < 1)).any()  # probabilities, not hard verdicts
+    else:
+        assert set((judged * 10).round(9)) <= set(range(11))  # on the 0..10 grid
+        # one request per answer and one per verdict: no unparsable verdict needed a second one
+        assert row["requests"] == len(set(log[log.candidate == "strict"].item)) + row["labels_judge"]
