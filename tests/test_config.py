@@ -10,7 +10,8 @@ EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 TABLE = str(EXAMPLES / "data" / "triviaqa_llama31_8b_mx.parquet")
 
 
-@pytest.mark.parametrize("name", ["quantization.yaml", "prompts.yaml", "alpacaeval_ranking.yaml", "live_additions.yaml"])
+@pytest.mark.parametrize("name", ["quantization.yaml", "prompts.yaml", "alpacaeval_ranking.yaml", "live_additions.yaml",
+                                  "live_precision_drop.yaml"])
 def test_bundled_examples_load(name):
     cfg = load_config(EXAMPLES / name)
     path = cfg.data.path if cfg.data is not None else cfg.live.items
