@@ -85,6 +85,7 @@ class ServeConfig(_Strict):
     module: str = "vllm.entrypoints.openai.api_server"
     num_gpus: float = Field(0, ge=0)
     num_cpus: float = Field(0, ge=0)
+    resources: dict[str, float] = Field(default_factory=dict)  # custom Ray resources: which nodes may host it
     host: str | None = None  # default: the Ray node's IP address
     port: int | None = Field(None, ge=1, le=65535)  # default: a free port
     env: dict[str, str] = Field(default_factory=dict)

@@ -33,7 +33,7 @@ __all__ = ["HostLost", "JobPlan", "JobResult", "LocalRuntime", "RayRuntime", "Ru
 
 
 def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n_hosts: int | None = None,
-            tracker=None, collect_labels: bool = True, job_dir=None) -> JobResult:
+            tracker=None, collect_labels: bool = True, job_dir=None, servers=None) -> JobResult:
     """Run one selection job on ``runtime`` (:class:`RayRuntime` or :class:`LocalRuntime`).
 
     ``progress(records, round)`` is called after every round; ``tracker`` (if given) gets
@@ -43,7 +43,9 @@ def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n
     (:mod:`certsel.workers.labellog`), hosts snapshot their policies and the driver
     checkpoints its state every ``cfg.state.snapshot_every`` rounds: a host that dies is
     replaced and its candidates rebuilt from snapshot + log, and a rerun of the same job
-    starts from the last checkpoint and buys nothing twice.
+    starts from the last checkpoint and buys nothing twice. ``servers`` (the job's
+    :class:`~certsel.workers.serving.ServerPool`) lets the driver start a model server again
+    on another node when its node is lost.
     """
     t0 = time.perf_counter()
     plan = JobPlan(cfg, data, None if job_dir is None else str(job_dir))
@@ -57,7 +59,7 @@ def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n
                         None if true_risk is None else float(true_risk[k]))
         for k, nm in enumerate(names)
     ]
-    pool = HostPool(runtime, assign(names, n_hosts), plan, runtime.put(plan.rows), records)
+    pool = HostPool(runtime, assign(names, n_hosts), plan, runtime.put(plan.rows), records, servers)
     pool.load()
     run = run_pairwise if plan.procedure.ranking else run_selection
     res = run(plan, pool, records, progress=progress, tracker=tracker, job_dir=job_dir, t0=t0)

@@ -72,7 +72,7 @@ def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = Tru
                 job.update(mlflow_runs=[*job.meta.get("mlflow_runs", []), run_id])
         try:
             result = run_job(cfg, data, runtime, progress=progress, tracker=tracker,
-                             job_dir=None if job is None else job.dir)
+                             job_dir=None if job is None else job.dir, servers=servers)
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:  # while the job ran: a job error, whatever its type

@@ -12,6 +12,7 @@ others go on.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -37,8 +38,9 @@ def assign(names: list[str], n_hosts: int) -> dict:
 class HostPool:
     """Calls to the hosts of one job (see the module docstring)."""
 
-    def __init__(self, runtime, home: dict, plan, rows, records):
+    def __init__(self, runtime, home: dict, plan, rows, records, servers=None):
         self.runtime, self.home, self.plan, self.rows = runtime, home, plan, rows
+        self.servers = servers  # the job's own model servers (live.serve), moved when their node goes
         n_hosts = max(home.values(), default=-1) + 1
         self.per_host = [[s for s in plan.specs if home[s.name] == h] for h in range(n_hosts)]
         self.records = {r.name: r for r in records}
@@ -81,9 +83,44 @@ class HostPool:
         return counts
 
     def step(self, names, batch: int) -> dict:
-        """Advance ``names`` by ``batch``; their snapshots by name."""
+        """Advance ``names`` by ``batch``; their snapshots by name. When a label source
+        failed and one of the job's own model servers is gone, the server is started again
+        elsewhere, the candidates that use it are rebuilt with its new address (from the
+        label log: nothing bought twice) and the failed steps are sent again."""
         got = self.call("step", {h: (nms, batch) for h, nms in self.by_host(names).items()})
-        return {s.name: s for group in got.values() for s in group}
+        snaps = {s.name: s for group in got.values() for s in group}
+        failed = [n for n in names if n in snaps and snaps[n].error]
+        if failed and self.servers is not None:
+            moved = self.servers.replace_lost()
+            if moved:
+                log.warning("model servers moved after their node was lost: %s", moved)
+                self._repoint(moved)
+                snaps.update(self.step(failed, batch))
+        return snaps
+
+    def _repoint(self, moved: dict) -> None:
+        """Specs whose endpoints name a moved server get its new address; the hosts of those
+        candidates rebuild them (policy snapshot + label log, no request)."""
+        def fix(ep):
+            return ep if ep is None or ep.get("base_url") not in moved else {**ep, "base_url": moved[ep["base_url"]]}
+
+        hosts = set()
+        for h, specs in enumerate(self.per_host):
+            for k, spec in enumerate(specs):
+                src = spec.source
+                if getattr(src, "kind", None) != "live":
+                    continue
+                new = dataclasses.replace(src, candidate=fix(src.candidate), judge=fix(src.judge),
+                                          reference=fix(src.reference))
+                if new != src:
+                    specs[k] = dataclasses.replace(spec, source=new)
+                    hosts.add(h)
+        self.plan.specs = [s for specs in self.per_host for s in specs]
+        batches = {h: {s.name: self._batches(s.name) for s in self.per_host[h]
+                       if self.records[s.name].rounds and s.kind is not CandidateKind.LABELS} for h in hosts}
+        got = self.call("rebuild", {h: (self.per_host[h], self.plan.shared, self.rows, batches[h]) for h in hosts})
+        for h, snaps in got.items():
+            self._check_restored(snaps, batches[h], self.recovered)
 
     def finalize(self, names, levels: dict | None = None) -> dict:
         """Final snapshots (intervals; with ``levels[name]``, testing candidates' one-sided

@@ -115,6 +115,7 @@ def main(argv=None):
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--startup-delay", type=float, default=0.0)
     ap.add_argument("--exit-code", type=int)
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds before every answer")
     args = ap.parse_args(argv)
     print(f"loading {args.model} as {args.served_model_name}", flush=True)
     if args.exit_code is not None:
@@ -122,7 +123,7 @@ def main(argv=None):
         sys.exit(args.exit_code)
     time.sleep(args.startup_delay)
     srv = ThreadingHTTPServer((args.host, args.port), _Adder)
-    srv.calls, srv.lock = {}, threading.Lock()
+    srv.calls, srv.lock, srv.delay = {}, threading.Lock(), args.delay
     print(f"listening on {args.host}:{args.port}", flush=True)
     srv.serve_forever()
 

@@ -6,6 +6,7 @@ nodes that are left, from the durable label log in the job folder (shared by the
 as ``state.dir`` on shared storage would be), and the job ends with the certificate, the
 label counts and the label order of a run without the loss, no label bought twice."""
 
+import pathlib
 import threading
 
 import pytest
@@ -116,3 +117,68 @@ def test_driver_lost_then_resumed_on_the_cluster(cluster, tmp_path):
     for x, y in zip(a["candidates"], b["candidates"], strict=True):
         assert (x["status"], x["labels_human"], x["labels_judge"]) == (y["status"], y["labels_human"], y["labels_judge"])
     assert b["labels"]["spent"]["human"] == a["labels"]["spent"]["human"]
+
+
+def _served_job(tmp_path, delay: float):
+    """The live job of test_live_job.write_job, with the adder served by certsel itself
+    (live.serve: tests/servers.py as the server program) on a node with the "serving"
+    resource."""
+    import sys
+
+    import yaml
+
+    path = write_job(tmp_path, "http://unused")
+    job = yaml.safe_load(path.read_text())
+    tests = str(pathlib.Path(__file__).resolve().parent)
+    job["live"]["serve"] = [{"name": "adder", "model": "/models/adder", "python": sys.executable, "module": "servers",
+                             "env": {"PYTHONPATH": tests}, "resources": {"serving": 1}, "startup_timeout": 60,
+                             "args": ["--delay", str(delay)]}]
+    for ep in [*job["live"]["candidates"], job["live"]["judge"]]:
+        ep.pop("base_url")
+        ep["server"] = "adder"
+    job["state"] = {"snapshot_every": 2}
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def test_node_with_a_served_model_removed_mid_run(tmp_path, caplog):
+    """The model server certsel started (live.serve) runs on worker node A, which is removed
+    in the middle of the job (after node C, which can also host servers, has joined). The
+    candidates' requests fail, the driver starts the server again on C, repoints the
+    candidates at its new address, rebuilds them from the label log and sends the failed
+    steps again: the job ends with the certificate and label counts of an uninterrupted run."""
+    import logging
+
+    from certsel.orchestrator.job import execute
+
+    caplog.set_level(logging.WARNING, logger="certsel.orchestrator.recovery")
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    a = c.add_node(num_cpus=1, resources={"serving": 1})
+    c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    try:
+        (tmp_path / "ref").mkdir()
+        (tmp_path / "lost").mkdir()
+        ref, _ = execute(load_config(_served_job(tmp_path / "ref", 0.0)))
+        cfg = load_config(_served_job(tmp_path / "lost", 0.03))
+        out = {}
+        thread = threading.Thread(target=lambda: out.update(res=execute(cfg)[0]))
+        thread.start()
+        jobs = tmp_path / "lost" / ".certsel-jobs"
+        wait_for(lambda: jobs.is_dir() and any(logged_labels(d) >= 40 for d in jobs.iterdir()), timeout=300)
+        c.add_node(num_cpus=1, resources={"serving": 1})
+        c.remove_node(a, allow_graceful=False)
+        thread.join(timeout=600)
+        assert not thread.is_alive()
+        res = out["res"]
+    finally:
+        ray.shutdown()
+        c.shutdown()
+    assert "model servers moved after their node was lost" in caplog.text  # the server did move
+    assert [r.status for r in res.records] == [r.status for r in ref.records]
+    assert res.certified == ref.certified and res.selected == ref.selected
+    for x, y in zip(ref.records, res.records, strict=True):
+        assert (x.n_human, x.n_judge, x.t) == (y.n_human, y.n_judge, y.t)
+        assert x.max_log_e == pytest.approx(y.max_log_e, abs=1e-9)
+    no_duplicates(res.labels)

@@ -143,6 +143,12 @@ def _node_ip() -> str:
     return "127.0.0.1"
 
 
+def _server_class(ray, spec: dict):
+    """The :class:`ModelServer` actor class with the resources ``spec`` asks for."""
+    return ray.remote(num_cpus=spec.get("num_cpus", 0), num_gpus=spec.get("num_gpus", 0),
+                      resources=spec.get("resources") or None)(ModelServer)
+
+
 class ServerPool:
     """The servers of one job, started in parallel as Ray actors and stopped together."""
 
@@ -160,8 +166,7 @@ class ServerPool:
         ray = self._ray
         try:
             for s in self.specs:
-                cls = ray.remote(num_cpus=s.get("num_cpus", 0), num_gpus=s.get("num_gpus", 0))(ModelServer)
-                self.actors[s["name"]] = cls.remote(s)
+                self.actors[s["name"]] = _server_class(ray, s).remote(s)
             started = dict(zip(self.actors, ray.get([a.start.remote() for a in self.actors.values()]), strict=True))
             waits = [a.wait_ready.remote(self.timeout or s.get("startup_timeout", 900))
                      for a, s in zip(self.actors.values(), self.specs, strict=True)]
@@ -175,6 +180,30 @@ class ServerPool:
         except BaseException:
             self.stop()
             raise
+
+    def replace_lost(self, probe_timeout: float = 10.0) -> dict[str, str]:
+        """Start again, wherever Ray places them now, the servers whose actor is gone (its
+        node left the cluster, or the actor died); ``{old base_url: new base_url}`` of the
+        servers moved (empty when every server is alive). A server that answers its actor's
+        ``pid`` within ``probe_timeout`` seconds is alive."""
+        ray = self._ray
+        lost = []
+        for name, actor in self.actors.items():
+            try:
+                ray.get(actor.pid.remote(), timeout=probe_timeout)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+                lost.append(name)
+        moved = {}
+        for name in lost:
+            spec = next(s for s in self.specs if s["name"] == name)
+            with contextlib.suppress(Exception):
+                ray.kill(self.actors[name])
+            actor = self.actors[name] = _server_class(ray, spec).remote(spec)
+            url = ray.get(actor.start.remote())
+            ray.get(actor.wait_ready.remote(self.timeout or spec.get("startup_timeout", 900)))
+            moved[self.urls[name]] = url
+            self.urls[name] = url
+        return moved
 
     def stop(self) -> None:
         ray = self._ray
