@@ -19,6 +19,8 @@ from servers import adder_server
 from test_live_job import write_job
 from test_resume import assert_same_outcome, logged_labels, no_duplicates, wait_for
 
+pytestmark = pytest.mark.multinode
+
 
 @pytest.fixture()
 def cluster():
