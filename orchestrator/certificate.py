@@ -35,8 +35,24 @@ def _log_level(result: JobResult) -> float:
     return float(np.max(get_procedure(result.cfg.procedure).log_thresholds(result.cfg.delta, np.zeros(K, dtype=bool))))
 
 
+def _loss_words(cfg) -> str:
+    """What one item's loss is: the loss itself, or the drop against the reference model."""
+    ref = None if cfg.live is None else cfg.live.reference
+    if ref is None:
+        return "loss"
+    name = ref if isinstance(ref, str) else (ref.server or ref.model)
+    return (f"drop against the reference model {name!r} (per item: max(loss(candidate) - loss(reference), 0), "
+            "with score = 1 - loss)")
+
+
 def _guarantee(cfg, n_items: int) -> str:
     """What R is and why the certificate holds, in words."""
+    text = _guarantee_for_loss(cfg, n_items)
+    words = _loss_words(cfg)
+    return text if words == "loss" else text.replace("mean loss", f"mean {words}", 1)
+
+
+def _guarantee_for_loss(cfg, n_items: int) -> str:
     if cfg.policy.kind == STRATIFIED_SCHEME:
         return (f"R is a candidate's mean loss over the {n_items} items of the test set (a finite population). The "
                 "judge scored every item first; human labels were drawn without replacement by strata of the "

@@ -146,6 +146,8 @@ def test_losses_relative_to_a_reference_model(ray_session, tmp_path):
         # exact serves the reference (= exact-short's requests) and the judge: each prompt once
         assert srv.calls["exact"] <= 2 * n * (1 + r)
     cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
+    # what R is, next to the certificate: the drop against the reference, not the loss
+    assert "mean drop against the reference model 'exact-short'" in json.dumps(cert)
     log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
     for row in cert["candidates"]:
         log_e, human = log_evalues_from_label_log(log, row["candidate"], alpha=0.5, delta=0.1, horizon=n)
