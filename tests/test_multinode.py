@@ -20,12 +20,14 @@ from test_live_job import write_job
 from test_resume import assert_same_outcome, logged_labels, no_duplicates, wait_for
 
 pytestmark = pytest.mark.multinode
+# a small object store per node: four raylets on one machine must not reserve its memory
+STORE = {"object_store_memory": 200 * 1024 * 1024}
 
 
 @pytest.fixture()
 def cluster():
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    workers = [c.add_node(num_cpus=1) for _ in range(2)]
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, **STORE})
+    workers = [c.add_node(num_cpus=1, **STORE) for _ in range(2)]
     c.wait_for_nodes()
     ray.init(address=c.address, log_to_driver=False)
     yield c, workers
@@ -154,9 +156,9 @@ def test_node_with_a_served_model_removed_mid_run(tmp_path, caplog):
     from certsel.orchestrator.job import execute
 
     caplog.set_level(logging.WARNING, logger="certsel.orchestrator.recovery")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    a = c.add_node(num_cpus=1, resources={"serving": 1})
-    c.add_node(num_cpus=1)
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, **STORE})
+    a = c.add_node(num_cpus=1, resources={"serving": 1}, **STORE)
+    c.add_node(num_cpus=1, **STORE)
     c.wait_for_nodes()
     ray.init(address=c.address, log_to_driver=False)
     try:
@@ -169,7 +171,7 @@ def test_node_with_a_served_model_removed_mid_run(tmp_path, caplog):
         thread.start()
         jobs = tmp_path / "lost" / ".certsel-jobs"
         wait_for(lambda: jobs.is_dir() and any(logged_labels(d) >= 40 for d in jobs.iterdir()), timeout=300)
-        c.add_node(num_cpus=1, resources={"serving": 1})
+        c.add_node(num_cpus=1, resources={"serving": 1}, **STORE)
         c.remove_node(a, allow_graceful=False)
         thread.join(timeout=600)
         assert not thread.is_alive()
