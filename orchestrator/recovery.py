@@ -115,7 +115,8 @@ class HostPool:
                 if new != src:
                     specs[k] = dataclasses.replace(spec, source=new)
                     hosts.add(h)
-        self.plan.specs = [s for specs in self.per_host for s in specs]
+        current = {s.name: s for specs in self.per_host for s in specs}
+        self.plan.specs = [current[s.name] for s in self.plan.specs]  # the plan's order kept
         batches = {h: {s.name: self._batches(s.name) for s in self.per_host[h]
                        if self.records[s.name].rounds and s.kind is not CandidateKind.LABELS} for h in hosts}
         got = self.call("rebuild", {h: (self.per_host[h], self.plan.shared, self.rows, batches[h]) for h in hosts})
