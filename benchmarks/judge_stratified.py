@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 from certsel.policies import certify  # noqa: E402
+from certsel.orchestrator.audit_stratified import run_to_budget  # noqa: E402
 from certsel.policies.stratified_test import StratifiedTest  # noqa: E402
 
 DATA = ROOT / "examples" / "data" / "triviaqa_llama31_8b_mx.parquet"
@@ -69,14 +70,8 @@ def stratified(h, j, reps, seed, alpha=ALPHA):
     labels, cert = np.empty(reps), np.empty(reps, dtype=bool)
     for r in range(reps):
         test = StratifiedTest(j, alpha=alpha, delta=DELTA, horizon=N_LABELS, seed=seed + r)
-        first = 0
-        while test.drawn < N_LABELS and not test.certified:
-            items = test.next_items(BATCH)
-            path = test.update(items, h[items])
-            hit = np.flatnonzero(path >= np.log(1 / DELTA))
-            if hit.size:
-                first = test.n - path.size + hit[0] + 1
-        labels[r], cert[r] = (first, True) if test.certified else (N_LABELS, False)
+        labels[r], _ = run_to_budget(test, h, BATCH, np.log(1 / DELTA), stop_at_crossing=True)
+        cert[r] = test.certified
     return labels, cert
 
 

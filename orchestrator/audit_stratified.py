@@ -32,22 +32,32 @@ def stratified_once(job) -> tuple:
     for k in range(K):
         test = StratifiedTest(table.judge[k], alpha=cfg.alpha, delta=cfg.delta, horizon=n,
                               betting=cfg.policy.strategy, seed=seed + k, ci_delta=float(levels[k]))
-        z = table.human[k]
-        thr = -np.log(levels[k])
-        while test.drawn < n:
-            items = test.next_items(max(1, cfg.budget.batch))
-            path = test.update(items, z[items])
-            hit = np.flatnonzero(path >= thr)
-            if hit.size and not first[k]:
-                first[k] = test.n - path.size + hit[0] + 1
-            lo, hi = test.interval()
-            missed[k] |= not (lo - 1e-12 <= truth[k] <= hi + 1e-12)
-        first[k] = first[k] or n
+        first[k], missed[k] = run_to_budget(test, table.human[k], max(1, cfg.budget.batch), -np.log(levels[k]),
+                                            truth=float(truth[k]))
         max_log_e[k] = test.max_log_evalue
         _, h = test.labelled()
-        est[k] = np.cumsum(test._y)[t_grid - 1] / t_grid
+        est[k] = np.cumsum(test.observations)[t_grid - 1] / t_grid
         classical[k] = np.cumsum(h)[t_grid - 1] / t_grid
     return max_log_e, first, missed, est, classical
+
+
+def run_to_budget(test: StratifiedTest, losses: np.ndarray, batch: int, threshold: float, *, truth=None,
+                  stop_at_crossing: bool = False) -> tuple[int, bool]:
+    """Feed ``test`` the human ``losses`` it asks for, ``batch`` draws at a time, up to its
+    horizon (or its first crossing of ``threshold``, a log e-value, with
+    ``stop_at_crossing``). Returns (labels at the first crossing, or the labels used when
+    none; whether the two-sided interval ever missed ``truth``)."""
+    first, missed = 0, False
+    while test.drawn < test.horizon and not (stop_at_crossing and first):
+        items = test.next_items(batch)
+        path = test.update(items, losses[items])
+        hit = np.flatnonzero(path >= threshold)
+        if hit.size and not first:
+            first = test.n - path.size + int(hit[0]) + 1
+        if truth is not None:
+            lo, hi = test.interval()
+            missed |= not (lo - 1e-12 <= truth <= hi + 1e-12)
+    return first or test.n, missed
 
 
 def grid(n: int) -> np.ndarray:

@@ -47,14 +47,9 @@ def _loss_words(cfg) -> str:
 
 def _guarantee(cfg, n_items: int) -> str:
     """What R is and why the certificate holds, in words."""
-    text = _guarantee_for_loss(cfg, n_items)
-    words = _loss_words(cfg)
-    return text if words == "loss" else text.replace("mean loss", f"mean {words}", 1)
-
-
-def _guarantee_for_loss(cfg, n_items: int) -> str:
+    loss = _loss_words(cfg)
     if cfg.policy.kind == STRATIFIED_SCHEME:
-        return (f"R is a candidate's mean loss over the {n_items} items of the test set (a finite population). The "
+        return (f"R is a candidate's mean {loss} over the {n_items} items of the test set (a finite population). The "
                 "judge scored every item first; human labels were drawn without replacement by strata of the "
                 "judge's loss, and each candidate's e-process bets on an observation whose conditional mean is R "
                 "exactly, for any strata, allocation and controls fixed from past labels, so the statement holds "
@@ -63,12 +58,12 @@ def _guarantee_for_loss(cfg, n_items: int) -> str:
         source = {"replay": f"the {n_items} items of the loss table",
                   "live": f"the {n_items} items of the items file",
                   "python": f"the {n_items} items of the label function"}[cfg.source_kind]
-        return (f"R is a candidate's risk: its mean loss over {source}, which the job labels in a random order "
+        return (f"R is a candidate's risk: its mean {loss} over {source}, which the job labels in a random order "
                 "without replacement. Each candidate's e-process is a test supermartingale under R > alpha for "
                 "i.i.d. draws, so the statement holds at any stopping time by Ville's inequality; drawing without "
                 "replacement from a finite set has been at least as safe in every audit (certsel audit), though "
                 "that is measured, not proved. A bad judge costs labels, never validity.")
-    what = (f"R is a candidate's mean loss over the {n_items} items of the test set (a finite population: with "
+    what = (f"R is a candidate's mean {loss} over the {n_items} items of the test set (a finite population: with "
             "every item labelled the interval is R itself). Its intervals and decisions are ")
     if cfg.policy.radius == "paper":
         return what + ("the Cer-Eval paper's closed-form radii (radius: paper), per group with a union bound "

@@ -196,6 +196,11 @@ class StratifiedTest:
         return self.max_log_evalue >= np.log(1.0 / self.delta)
 
     @property
+    def observations(self) -> np.ndarray:
+        """The stratified observations Y_t fed to the test, in draw order."""
+        return self._y.copy()
+
+    @property
     def futile(self) -> bool:
         return self.futility is not None and self.futility_max_log_evalue >= np.log(1.0 / self.futility)
 

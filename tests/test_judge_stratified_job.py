@@ -16,14 +16,18 @@ from certsel.orchestrator.jobdata import load_job_data
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
 
+def on_ray(cfg, data):
+    rt = RayRuntime()
+    try:
+        return run_job(cfg, data, rt, collect_labels=False)
+    finally:
+        rt.close()
+
+
 def test_quantization_job_through_ray_matches_in_process(ray_session):
     cfg = load_config(EXAMPLES / "quantization.yaml", ["policy.kind=judge-stratified", "budget.n=150"])
     data = load_job_data(cfg)
-    rt = RayRuntime()
-    try:
-        res = run_job(cfg, data, rt, collect_labels=False)
-    finally:
-        rt.close()
+    res = on_ray(cfg, data)
     local = run_job(cfg, data, LocalRuntime(2), collect_labels=False)
     assert res.selected == local.selected and res.certified == local.certified
     for a, b in zip(res.records, local.records, strict=True):
@@ -41,12 +45,7 @@ def test_quantization_job_through_ray_matches_in_process(ray_session):
 def test_futility_and_bonferroni_with_judge_strata(ray_session):
     cfg = load_config(EXAMPLES / "prompts.yaml", ["policy.kind=judge-stratified", "scheduling.futility=0.05",
                                                   "scheduling.prune=false", "tracking.intervals=none"])
-    data = load_job_data(cfg)
-    rt = RayRuntime()
-    try:
-        res = run_job(cfg, data, rt, collect_labels=False)
-    finally:
-        rt.close()
+    res = on_ray(cfg, load_job_data(cfg))
     futile = [r for r in res.records if r.status == "futile"]
     assert futile and all(r.true_risk > cfg.alpha for r in futile) and all(r.t < cfg.budget.n for r in futile)
     assert all(r.true_risk <= cfg.alpha for r in res.records if r.name in res.certified)
