@@ -68,8 +68,8 @@ def main(argv=None) -> int:
               f" | {sum(r['h0'] for r in res.rows)}/{len(res.rows)} | {w} | {o['familywise_failure']:.3f} "
               f"({o['failure_upper']:.3f}) | {cfg.delta:g} | {min(r['coverage'] for r in res.rows):.3f} | "
               f"{sum(r['labels_mean'] for r in res.rows) / len(res.rows):.1f} | {sum(ft)}/{len(ft)} | "
-              f"{'yes' if o['ok'] else 'NO'} | {reps} | {secs:.0f} |", flush=True)
-        ok_all &= o["ok"]
+              f"{o['verdict']} | {reps} | {secs:.0f} |", flush=True)
+        ok_all &= o["verdict"] != "failed"
         if res.unit == "pair":
             summaries.append(res.summary())
     for line in summaries:

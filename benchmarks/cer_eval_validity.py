@@ -77,7 +77,7 @@ def case(name: str):
         la, lb = np.r_[a, b], np.r_[b, a]
         u = (la - lb + 1.0) / 2.0
         part = NearestNeighborPartition(np.r_[t.features, t.features])
-        return (lambda s: CerEval(u.size, part, delta=DELTA / 2, threshold=0.5, seed=s)), u, 0.5, 10
+        return (lambda s: CerEval(u.size, part, delta=DELTA / 2, threshold=0.5, seed=s, strict=True)), u, 0.5, 10
     if name.startswith("threshold"):
         human, judge = _trivia("loss_judge_best")
         mu = float(human.mean())

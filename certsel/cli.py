@@ -186,33 +186,45 @@ def _progress(console, total: int):
 
 
 def _candidate_table(cert: dict):
-    """The per-candidate table: the one-sided bound (what the certificate is about) first,
-    the two-sided interval as a secondary column; the judge's agreement when there is one."""
+    """The per-candidate table: the joint bound (what the certificate is about) first, then
+    the bound of the candidate's own test at its level, the two-sided interval as a secondary
+    column; the judge's agreement when there is one."""
     from rich.table import Table
 
-    from certsel.orchestrator.certificate import judge_cell
+    from certsel.orchestrator.certificate import bound_text, judge_cell
 
     p = cert["procedure"]
-    t = Table(title=f"{cert['job']}: {cert['policy']['kind']} / {p['level']}, alpha={p['alpha']:g}")
+    alpha = p["alpha"]
+    t = Table(title=f"{cert['job']}: {cert['policy']['kind']} / {p['level']}, alpha={alpha:g}")
     testing = any(c.get("e_value") is not None for c in cert["candidates"])
     judged = any(c.get("judge") for c in cert["candidates"])
+    levels = {c["level"] for c in cert["candidates"] if c.get("upper_bound") is not None}
     cols = ["candidate", "objective", "status", "in set", *(["e-value / threshold"] if testing else []),
-            "R <= (bound)", "estimate", "two-sided interval", "human", *(["judge agrees (kappa)"] if judged else [])]
+            "joint bound", "own bound" + (f" (level {next(iter(levels)):.3g})" if len(levels) == 1 else " @ level"),
+            "estimate", "two-sided interval", "human", *(["judge agrees (kappa)"] if judged else [])]
     for c in cols:
         t.add_column(c, justify="right", no_wrap=True)
     for c in cert["candidates"]:
-        ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]"
-        ub = "" if c.get("upper_bound") is None else f"{c['upper_bound']:.3f}"
+        ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {bound_text(c['ci'][1])}]"
+        ub = bound_text(c.get("upper_bound"), alpha)
+        if ub and len(levels) > 1:
+            ub += f" @ {c['level']:.3g}"
         est = "" if c.get("estimate") is None else f"{c['estimate']:.3f}"
         obj = "" if c["objective"] is None else f"{c['objective']:g}"
         row = [c["candidate"] + (" *" if c["selected"] else ""), obj, c["status"], "yes" if c["certified"] else "no"]
         if testing:
             row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g} / {c.get('threshold', 0):.3g}")
-        row += [ub, est, ci, str(c["labels_human"])]
+        row += [bound_text(c.get("simultaneous_bound"), alpha), ub, est, ci, str(c["labels_human"])]
         if judged:
             row.append(judge_cell(c.get("judge")))
         t.add_row(*row, style="bold" if c["selected"] else None)
     return t
+
+
+BOUNDS_LEGEND = ("joint bound: R <= it for every candidate at once, with probability >= {conf:g} (<= alpha exactly "
+                 "for the certified set; blank: no statement). own bound: the one-sided bound that inverts the "
+                 "candidate's own test at the level of its decision; a per-candidate statement, not adjusted for "
+                 "the selection.")
 
 
 def _ranking_table(cert: dict):
@@ -239,6 +251,22 @@ def _saved(fraction: float) -> str:
     return f"{fraction:.0%} saved" if fraction >= 0 else f"{-fraction:.0%} over: pairs drew different items"
 
 
+def evidence_line(ev: dict, alpha: float) -> str:
+    """The selected candidate's own evidence, each number with the level it has."""
+    from certsel.orchestrator.certificate import bound_text
+
+    bits = [f"evidence: its own test gives R <= {bound_text(ev['upper_bound'], alpha)} (one-sided, at its level "
+            f"{ev['level']:.3g}; not adjusted for the selection)"]
+    if ev.get("e_value") is not None:
+        bits.append(f"e-value {ev['e_value']:.3g} against its threshold {ev['threshold']:.3g}")
+    bits.append(f"estimate {ev['estimate']:.3f} ({ev['estimate_note']})")
+    if ev.get("certified_at_labels"):
+        bits.append(f"certified after {ev['certified_at_labels']} human labels ({ev['labels_human']} bought)")
+    else:
+        bits.append(f"{ev['labels_human']} human labels")
+    return ", ".join(bits)
+
+
 def _print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None) -> None:
     if not quiet:
         if "ranking" in cert:
@@ -247,18 +275,14 @@ def _print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None) -> 
                           + ", ".join(cert["ranking"].get("possible_winners", [])), markup=False)
         else:
             console.print(_candidate_table(cert))
-            console.print("R <= (bound): the one-sided bound at the level of the candidate's test; it is at most "
-                          "alpha exactly for the candidates that passed it.", markup=False)
+            console.print(BOUNDS_LEGEND.format(conf=1 - cert["procedure"]["delta"]), markup=False)
     for c in cert["candidates"]:
         if c["status"] in ("source failed", "worker lost"):
             console.print(f"{c['candidate']}: not certified ({c['reason']})", markup=False)
     console.print(f"selected: {cert['selected'] or 'none'} — {cert['certificate']}")
     ev = cert.get("evidence")
     if ev and ev.get("upper_bound") is not None:
-        console.print(f"evidence: R <= {ev['upper_bound']:.3f} (one-sided bound at level {ev['level']:.3g})"
-                      + (f", e-value {ev['e_value']:.3g} against its threshold {ev['threshold']:.3g}"
-                         if ev.get("e_value") is not None else "")
-                      + f", estimate {ev['estimate']:.3f}, after {ev['labels_human']} human labels", markup=False)
+        console.print(evidence_line(ev, cert["procedure"]["alpha"]), markup=False)
     lab = cert["labels"]
     console.print("labels: " + ", ".join(
         f"{lab['spent'][k]} {k} of {lab['full_budget'][k]} ({_saved(lab['saved_fraction'][k])})"
@@ -343,7 +367,8 @@ def _audit(args) -> int:
     print(result.summary())
     if run_id:
         print(f"MLflow run: {run_id}")
-    return 0 if result.overall["ok"] else 1
+    # 0: the guarantee is confirmed; 1: it failed on this data; 3: too few repetitions to tell
+    return {"confirmed": 0, "failed": 1}.get(str(result.overall["verdict"]), 3)
 
 
 def _show(args) -> int:

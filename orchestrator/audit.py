@@ -6,10 +6,11 @@ by all candidates (as in one job). Per candidate it reports:
 
 * **failure**: for a testing policy (R-Eval / R-AutoEval / R-AutoEval+), the rate of
   certifying R <= alpha for a candidate whose true R is above alpha (the type-I error the
-  e-process bounds by delta); for Seq / Cer-Eval, the rate at which the anytime interval
-  ever misses the true risk. Each with a one-sided Clopper-Pearson upper bound (99%): the
-  guarantee holds on this data when the rate is <= delta within that bound (the lower
-  bound is <= delta);
+  e-process bounds by its level); for Seq / Cer-Eval, the rate at which the anytime interval
+  ever misses the true risk. Each with one-sided Clopper-Pearson bounds (99%) and a
+  verdict against the candidate's level: **confirmed** when the upper bound is at most the
+  level, **failed** when the lower bound is above it, **inconclusive** in between (more
+  repetitions needed);
 * **power**: the certification rate of candidates whose true R is at most alpha;
 * **coverage** of the two-sided anytime interval at level delta (testing policies: the true
   risk is never rejected by the two one-sided tests of App. D.5 at delta/2);
@@ -19,7 +20,8 @@ by all candidates (as in one job). Per candidate it reports:
   with RMSE and the one-sample t-test for contrast.
 
 Overall: the family-wise failure rate of the job's procedure (FST / Bonferroni / Holm on the
-per-repetition e-values): any candidate with true R > alpha in the certified set.
+per-repetition e-values): any candidate with true R > alpha in the certified set, with its
+verdict against delta, which is the audit's verdict (failed also when any row failed).
 
 A pairwise job is audited as the ranking it is: every pair's policy repeated as the job
 runs it, a certified order counted wrong when the table's mean losses disagree (an exact
@@ -49,7 +51,7 @@ from certsel.policies.autoeval import (
 from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
 from certsel.workers.candidate import make_estimation_policy
 
-from .audit_base import BUDGET_GRID, AuditResult, clopper_pearson, job_features, repeat
+from .audit_base import BUDGET_GRID, AuditResult, clopper_pearson, failure_cells, job_features, overall_cells, repeat
 from .audit_pairwise import pairwise_audit
 from .audit_stratified import stratified_repetitions
 from .audit_pairwise import ranking_once as _ranking_once  # noqa: F401  (the tests call one repetition)
@@ -145,14 +147,12 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
             fails = int(certified[:, k].sum()) if h0 else 0
         else:
             fails = int(missed[:, k].sum())
-        lo, hi = clopper_pearson(fails, reps)
         applies = h0 or not testing
         ft = _ft_eval(est[:, k, :], classical[:, k, :], float(truth[k]))
+        cells = failure_cells(fails, reps, levels[k]) if applies else \
+            {"failure": None, "failure_upper": None, "failure_lower": None, "verdict": None, "level": float(levels[k])}
         rows.append({
-            "candidate": names[k], "true_risk": float(truth[k]), "h0": h0,
-            "failure": fails / reps if applies else None, "failure_upper": hi if applies else None,
-            "failure_lower": lo if applies else None, "ok": bool(lo <= levels[k]) if applies else True,
-            "level": float(levels[k]),
+            "candidate": names[k], "true_risk": float(truth[k]), "h0": h0, **cells,
             "power": None if h0 else float(certified[:, k].mean()),
             "coverage": float(1 - missed[:, k].mean()),
             "labels_mean": float(first[:, k].mean()),
@@ -161,10 +161,7 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
         })
     bad = truth > cfg.alpha
     fam_fail = (fam & bad[None, :]).any(axis=1)
-    k_fail = int(fam_fail.sum())
-    lo, hi = clopper_pearson(k_fail, reps)
-    overall = {"procedure": cfg.procedure, "familywise_failure": k_fail / reps, "failure_upper": hi,
-               "failure_lower": lo, "ok": lo <= cfg.delta and all(r["ok"] for r in rows),
+    overall = {"procedure": cfg.procedure, **overall_cells(int(fam_fail.sum()), reps, cfg.delta, rows),
                "mean_certified": float(fam.sum(axis=1).mean()), "budget_grid": [int(t) for t in t_grid]}
     return AuditResult(cfg, reps, rows, overall)
 

@@ -13,7 +13,7 @@ import numpy as np
 from certsel.policies.comparison import better_matrix, implied_orders, pairs_needed, sign_policy_delta
 from certsel.workers.candidate import make_estimation_policy
 
-from .audit_base import AuditResult, clopper_pearson, job_features, repeat
+from .audit_base import AuditResult, failure_cells, job_features, overall_cells, repeat
 
 def ranking_once(job) -> tuple:
     """One repetition of a pairwise job's ranking, in rounds as the job runs it (module level:
@@ -31,7 +31,8 @@ def ranking_once(job) -> tuple:
     us = [(human[ii[p]] - human[jj[p]] + 1.0) / 2.0 for p in range(P)]
     pols = [make_estimation_policy(cfg.policy.kind, I, delta=pair_delta, alpha=0.5, radius=cfg.policy.radius,
                                    seed=seed, features=features, partition=cfg.policy.partition,
-                                   judge_scores=None if scores is None else scores[p]) for p in range(P)]
+                                   judge_scores=None if scores is None else scores[p], strict=True)
+            for p in range(P)]
     missed = np.zeros(P, dtype=bool)
     while True:
         direct = better_matrix(K, ii, jj, [q.decision == -1 for q in pols], [q.decision == 1 for q in pols])
@@ -80,11 +81,10 @@ def pairwise_audit(cfg, table, names, reps, rng, progress, workers: int = 1) -> 
     evaluations = np.array([g[1] for g in got])
     rows = []
     for p in range(P):
-        k = int(wrong[:, p].sum())
-        lo, hi = clopper_pearson(k, reps)
         rows.append({
             "candidate": f"{names[ii[p]]} vs {names[jj[p]]}", "true_risk": float(diff[p]), "h0": bool(diff[p] == 0),
-            "failure": k / reps, "failure_upper": hi, "failure_lower": lo, "ok": lo <= cfg.delta,
+            # a pair's wrong order has probability <= delta/P (both directions of its sign)
+            **failure_cells(int(wrong[:, p].sum()), reps, cfg.delta / P),
             "power": float(decided[:, p].mean()), "coverage": float(1 - missed[:, p].mean()),
             "labels_mean": float(used[:, p].mean()),
             "labels_q": [float(x) for x in np.quantile(used[:, p], [0.1, 0.5, 0.9])],
@@ -92,9 +92,7 @@ def pairwise_audit(cfg, table, names, reps, rng, progress, workers: int = 1) -> 
         })
     fam = wrong.any(axis=1)
     k_fail = int(fam.sum())
-    lo, hi = clopper_pearson(k_fail, reps)
-    overall = {"procedure": cfg.procedure, "familywise_failure": k_fail / reps, "failure_upper": hi,
-               "failure_lower": lo, "ok": lo <= cfg.delta and all(r["ok"] for r in rows),
+    overall = {"procedure": cfg.procedure, **overall_cells(k_fail, reps, cfg.delta, rows),
                "mean_certified": float(decided.sum(axis=1).mean()), "pairs": P, "models": K, "pair_delta": pair_delta,
                "evaluations_mean": float(evaluations.mean()), "evaluations_full": int(K * n),
                "saved_fraction": float(1 - evaluations.mean() / (K * n)),

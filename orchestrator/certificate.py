@@ -1,15 +1,27 @@
 """The certificate (``selection.json``): what was chosen, on what evidence, at what cost.
 
-Every number next to the certificate agrees with it: each candidate's ``upper_bound`` is the
-one-sided bound that inverts its own test at the level of its decision (at most alpha exactly
-for the candidates that passed it), ``e_value`` comes with the ``threshold`` it was compared
-to, and the estimate is unbiased. ``guarantee`` says in words what R is and why the
-statement holds.
+Every number next to the certificate agrees with it and is stated at the level it has:
+
+* ``simultaneous_bound``: bounds on every candidate's R that hold *together* with
+  probability >= 1 - delta and are <= alpha exactly for the certified set
+  (:meth:`~certsel.orchestrator.procedures.Procedure.joint_bounds`); the selected
+  candidate's is the number the certificate quotes, because it keeps its level whatever
+  made the candidate the selected one;
+* ``upper_bound`` at ``level``: the one-sided bound that inverts the candidate's own test,
+  at the level of its decision (<= alpha exactly when it passed); a per-candidate statement,
+  not adjusted for the selection;
+* ``e_value`` with the ``threshold`` it was compared to; the ``estimate`` (the mean of
+  observations that are each unbiased given the past: unbiased at a fixed number of labels,
+  not at a stop that depends on the evidence).
+
+Upper bounds are rounded up and lower bounds down, so a printed number never claims more
+than the computed one. ``guarantee`` says in words what R is and why the statement holds.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import decimal
 import math
 
 import numpy as np
@@ -29,10 +41,41 @@ def _round(x, nd=6):
     return round(x, nd) if math.isfinite(x) else None  # selection.json stays strict JSON
 
 
-def _log_level(result: JobResult) -> float:
-    """The strictest e-value threshold of the job's procedure (before any certification)."""
-    K = len(result.records)
-    return float(np.max(get_procedure(result.cfg.procedure).log_thresholds(result.cfg.delta, np.zeros(K, dtype=bool))))
+def round_up(x, nd: int = 6, cap: float | None = None):
+    """An upper bound rounded up to ``nd`` decimals, so that the printed bound is still a true
+    bound; never past ``cap`` (alpha) when the bound itself is not past it."""
+    if x is None or not math.isfinite(float(x)):
+        return None
+    x = float(x)
+    r = round(x, nd)
+    if r < x:
+        r = round(r + 10.0 ** -nd, nd)
+    return float(cap) if cap is not None and x <= cap < r else r
+
+
+def round_down(x, nd: int = 6):
+    """A lower bound rounded down to ``nd`` decimals."""
+    if x is None or not math.isfinite(float(x)):
+        return None
+    x = float(x)
+    r = round(x, nd)
+    return round(r - 10.0 ** -nd, nd) if r > x else r
+
+
+def bound_text(x, alpha: float | None = None, digits: int = 3) -> str:
+    """An upper bound for people: rounded up to ``digits`` significant digits (never past
+    alpha when the bound is not), "" for no bound."""
+    if x is None:
+        return ""
+    x = float(x)
+    if x == 0.0:
+        return "0"
+    with decimal.localcontext() as ctx:
+        ctx.prec, ctx.rounding = digits, decimal.ROUND_CEILING
+        text = format(+decimal.Decimal(repr(x)), "f")
+    if alpha is not None and x <= alpha < float(text):
+        return f"{alpha:g}"
+    return text
 
 
 def _loss_words(cfg) -> str:
@@ -94,8 +137,9 @@ def certificate(result: JobResult) -> dict:
         statement = (f"{sel.name} has a lower risk than each of the other {K - 1} models; every certified order "
                      f"holds simultaneously with probability >= {1 - cfg.delta:g}")
     else:
-        statement = (f"R({sel.name}) <= {cfg.alpha:g} with probability >= {1 - cfg.delta:g}, simultaneously for "
-                     f"the {len(in_set)} certified of {K} candidates ({result.level})")
+        statement = (f"R({sel.name}) <= {bound_text(sel.joint_bound, cfg.alpha)} with probability >= "
+                     f"{1 - cfg.delta:g}, {proc.joint_words(cfg.alpha, len(in_set), K)} ({result.level})"
+                     + _nominal(cfg))
     ci_delta = float(proc.candidate_deltas(cfg.delta, K).min())
     guarantee = _guarantee(cfg, result.data.n_items)
     # the level each candidate's decision was taken at (and, for e-values, the threshold 1/level)
@@ -107,8 +151,9 @@ def certificate(result: JobResult) -> dict:
             "candidate": r.name, "objective": r.objective, "status": r.status, "reason": r.reason,
             "certified": r.name in in_set, "selected": r.name == result.selected,
             "labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests,
-            "estimate": _round(r.estimate), "upper_bound": _round(r.upper_bound),
-            "ci": None if r.ci is None else [_round(v) for v in r.ci],
+            "estimate": _round(r.estimate), "upper_bound": round_up(r.upper_bound, cap=cfg.alpha),
+            "simultaneous_bound": round_up(r.joint_bound, cap=cfg.alpha),
+            "ci": None if r.ci is None else [round_down(r.ci[0]), round_up(r.ci[1])],
             "certified_at_labels": r.certified_at or None,
             "risk_on_full_table": _round(r.true_risk),
         }
@@ -126,8 +171,13 @@ def certificate(result: JobResult) -> dict:
     evidence = None
     if sel is not None and not pairwise:
         s = rows[sel.index]
-        evidence = {k: s.get(k) for k in ("e_value", "threshold", "log_e_value", "upper_bound", "level", "ci",
-                                          "estimate", "certified_at_labels", "labels_human", "labels_judge")}
+        evidence = {k: s.get(k) for k in ("simultaneous_bound", "e_value", "threshold", "log_e_value", "upper_bound",
+                                          "level", "ci", "estimate", "certified_at_labels", "labels_human",
+                                          "labels_judge")}
+        evidence["simultaneous_confidence"] = 1 - cfg.delta
+        evidence["estimate_note"] = ("the mean of per-label observations each unbiased given the past: unbiased at a "
+                                     "fixed number of labels, not at this data-dependent stop"
+                                     if cfg.policy.is_testing else "the midpoint of the two-sided interval")
         evidence["ci_level"] = 1 - ci_delta
     saved = {k: (1 - result.spent[k] / result.full[k]) if result.full[k] else 0.0 for k in result.spent}
     out = {
@@ -161,6 +211,14 @@ def certificate(result: JobResult) -> dict:
     if result.ranking is not None:
         out["ranking"] = result.ranking
     return out
+
+
+def _nominal(cfg) -> str:
+    """The caveat of a configuration whose stated level is nominal, not proved."""
+    if cfg.policy.kind == "cer-eval" and cfg.policy.radius == "paper":
+        return ("; NOT EXACT: radius 'paper' with a partition fitted to the labels makes this level nominal "
+                "(use radius 'betting' for a proved one)")
+    return ""
 
 
 def _uses_judge(cfg) -> bool:

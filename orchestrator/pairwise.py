@@ -80,7 +80,8 @@ def run_pairwise(plan, pool, records, *, progress=None, tracker=None, job_dir=No
     scores = _pair_scores(plan, pool, records, dead, ii, jj)
     pairs = [make_estimation_policy(cfg.policy.kind, I, delta=pair_delta, alpha=0.5, radius=cfg.policy.radius,
                                     seed=cfg.seed, features=data.features, partition=cfg.policy.partition,
-                                    judge_scores=scores[p] if scores[p] is not None else np.full(I, 0.5))
+                                    judge_scores=scores[p] if scores[p] is not None else np.full(I, 0.5),
+                                    strict=True)
              for p in range(P)]
     known = [dict() for _ in range(K)]  # item -> loss, per model
     rounds, resume = 0, None

@@ -39,8 +39,8 @@ def _save(fig, path: pathlib.Path) -> pathlib.Path:
 
 
 def bounds_plot(result: JobResult, cert: dict, path: pathlib.Path) -> pathlib.Path | None:
-    """Each candidate's one-sided upper bound on R (a bar from its estimate), against alpha:
-    the certified ones end left of the alpha line."""
+    """Each candidate's own one-sided upper bound on R (a bar from its estimate, at the level of
+    its own test), against alpha: the certified ones end left of the alpha line."""
     rows = [c for c in cert["candidates"] if c.get("upper_bound") is not None and c["labels_human"] > 0]
     if not rows:
         return None
@@ -54,8 +54,8 @@ def bounds_plot(result: JobResult, cert: dict, path: pathlib.Path) -> pathlib.Pa
         ax.plot([c["upper_bound"]], [yi], "|", color=color, ms=9, mew=2)
     ax.axvline(result.cfg.alpha, color="k", ls="--", lw=1, label=f"alpha = {result.cfg.alpha:g}")
     ax.set_yticks(y, [c["candidate"] + ("  (selected)" if c["selected"] else "") for c in rows], fontsize=_FONT)
-    ax.set_xlabel("risk R: estimate to upper bound (green: certified R <= alpha)")
-    ax.set_title("certified upper bounds against alpha")
+    ax.set_xlabel("risk R: estimate to its own test's upper bound (green: certified R <= alpha)")
+    ax.set_title("each candidate's own one-sided bound (per-candidate level) against alpha")
     ax.legend(loc="lower right", fontsize=_FONT)
     return _save(fig, path)
 

@@ -11,6 +11,12 @@ A :class:`Procedure` answers the four questions a job asks of it, and nothing el
 * **the final certified set** from the final evidence (:meth:`~Procedure.certified` for
   running-maximum e-values, :meth:`~Procedure.certified_by_decisions` for the decisions of
   estimation policies);
+* **the statement about the selection**: upper bounds on every candidate's R that hold
+  *together* with probability >= 1 - delta and agree with the decisions
+  (:meth:`~Procedure.joint_levels`, :meth:`~Procedure.joint_bounds`). A candidate's own
+  bound holds at its own level, but the selected candidate was chosen *because* its test
+  passed, so its own bound alone does not keep that level after the selection; the joint
+  bounds do, whatever the selection rule;
 * **wording** for the certificate (:meth:`~Procedure.level`).
 
 Scheduling hooks with trivial defaults (:meth:`~Procedure.active`,
@@ -29,7 +35,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from certsel.policies import bonferroni, fixed_sequence, holm
 
 
 class Procedure:
@@ -69,13 +74,41 @@ class Procedure:
 
     # -- the final set ----------------------------------------------------------------------
     def certified(self, max_log_e: np.ndarray, delta: float) -> np.ndarray:
-        """Certified mask from running-maximum log e-values (..., K)."""
+        """Certified mask from running-maximum log e-values (..., K). Comparisons are
+        ``max_log_e >= -log(level)``, the same test the candidates' bounds are seeded with."""
         raise NotImplementedError
 
     def certified_by_decisions(self, ok: np.ndarray) -> np.ndarray:
         """Certified mask from estimation policies' own decisions (..., K), each made at
         :meth:`candidate_deltas`. Default: the decisions themselves."""
         return np.asarray(ok, dtype=bool)
+
+    # -- the statement about the selection ----------------------------------------------------
+    def joint_levels(self, delta: float, certified: np.ndarray) -> np.ndarray:
+        """The level at which each candidate's own one-sided bound enters the simultaneous
+        statement (K,), NaN where it enters none. Default: none."""
+        return np.full(len(certified), np.nan)
+
+    def joint_bounds(self, alpha: float, certified: np.ndarray, own: np.ndarray) -> np.ndarray:
+        """Upper bounds on every candidate's R that hold together with probability >= 1 - delta
+        (K,), NaN for "no statement"; ``own`` are the candidates' own bounds at
+        :meth:`joint_levels` (NaN where none). Default: alpha for the certified candidates,
+        which is the family-wise guarantee itself."""
+        return np.where(certified, float(alpha), np.nan)
+
+    def simultaneous_bounds(self, delta: float, alpha: float, certified: np.ndarray, own: np.ndarray) -> np.ndarray:
+        """:meth:`joint_bounds`, with alpha for a certified candidate whose own bound is
+        missing, checked to agree with the decisions: <= alpha exactly for the certified."""
+        certified = np.asarray(certified, dtype=bool)
+        out = np.asarray(self.joint_bounds(alpha, certified, np.asarray(own, dtype=np.float64)), dtype=np.float64)
+        out = np.where(certified & np.isnan(out), float(alpha), out)
+        if np.any(certified & (out > alpha)) or np.any(~certified & (out <= alpha)):
+            raise ValueError(f"procedure {self.name!r}: its joint bounds disagree with its certified set")
+        return out
+
+    def joint_words(self, alpha: float, n_certified: int, K: int) -> str:
+        """What else holds together with the selected candidate's joint bound, in words."""
+        return f"simultaneously for the {n_certified} certified of {K} candidates (R <= {alpha:g} for each)"
 
     # -- scheduling hooks -----------------------------------------------------------------------
     def active(self, open_records: list, lookahead: int) -> list:
@@ -107,10 +140,29 @@ class FixedSequence(Procedure):
         return np.full(K, float(delta))
 
     def certified(self, max_log_e, delta):
-        return fixed_sequence(np.exp(max_log_e), delta)
+        return self.certified_by_decisions(np.asarray(max_log_e) >= -np.log(float(delta)))
 
     def certified_by_decisions(self, ok):
         return np.cumprod(np.asarray(ok, dtype=bool), axis=-1).astype(bool)
+
+    # Compatible simultaneous bounds of fixed-sequence testing (Hsu and Berger, JASA 1999):
+    # R <= alpha for the certified prefix, the first candidate that failed at its own bound
+    # at delta, nothing after it; with the whole sequence certified, the last candidate at its
+    # own bound. Why they hold together: let j be the first candidate in the order with
+    # R_j > alpha (or the last one, if there is none). Any false statement needs the test of
+    # j to reject the target max(R_j, alpha) (for a certified j: it rejected alpha, so every
+    # larger target; for the first failure or the last: its own bound missed R_j), one event
+    # of probability <= delta for the one fixed candidate j.
+    def joint_levels(self, delta, certified):
+        out = np.full(len(certified), np.nan)
+        out[min(int(np.sum(certified)), len(certified) - 1)] = delta
+        return out
+
+    def joint_bounds(self, alpha, certified, own):
+        c, K = int(np.sum(certified)), len(certified)
+        out = np.where(certified, float(alpha), np.nan)
+        out[min(c, K - 1)] = own[c] if c < K else min(float(alpha), own[K - 1])
+        return out
 
     def active(self, open_records, lookahead):
         # labels go to the frontier (the first candidate not yet settled) and lookahead after it
@@ -142,7 +194,18 @@ class Bonferroni(Procedure):
         return np.full(K, float(delta) / K)
 
     def certified(self, max_log_e, delta):
-        return bonferroni(np.exp(max_log_e), delta)
+        max_log_e = np.asarray(max_log_e)
+        return max_log_e >= -np.log(float(delta) / max_log_e.shape[-1])
+
+    # every candidate's own bound at delta/K: they hold together by the union bound
+    def joint_levels(self, delta, certified):
+        return self.candidate_deltas(delta, len(certified))
+
+    def joint_bounds(self, alpha, certified, own):
+        return own
+
+    def joint_words(self, alpha, n_certified, K):
+        return (f"simultaneously with the bounds of all {K} candidates ({n_certified} certified R <= {alpha:g})")
 
     def level(self, delta, K):
         return f"Bonferroni, each at delta/K = {delta / K:.4g}"
@@ -166,7 +229,16 @@ class Holm(Bonferroni):
         return np.full(K, math.log(max(K - c, 1) / delta))
 
     def certified(self, max_log_e, delta):
-        return holm(np.exp(max_log_e), delta)
+        # the step-down on the sorted evidence: the j-th largest (0-based) needs
+        # max log E >= -log(delta/(K - j)), and certification stops at the first that fails
+        max_log_e = np.asarray(max_log_e, dtype=np.float64)
+        K = max_log_e.shape[-1]
+        order = np.argsort(-max_log_e, axis=-1, kind="stable")
+        ranked = np.take_along_axis(max_log_e, order, axis=-1)
+        passed = np.cumprod(ranked >= -np.log(float(delta) / (K - np.arange(K))), axis=-1).astype(bool)
+        out = np.zeros(max_log_e.shape, dtype=bool)
+        np.put_along_axis(out, order, passed, axis=-1)
+        return out
 
     def decision_deltas(self, delta, max_log_e):
         # the j-th largest e-value (0-based) is tested at delta/(K - j) while the step-down
@@ -175,11 +247,29 @@ class Holm(Bonferroni):
         K = max_log_e.size
         order = np.argsort(-max_log_e, kind="stable")
         levels = delta / (K - np.arange(K))
-        passed = np.cumprod(max_log_e[order] >= -np.log(levels)).astype(bool)
-        c = int(passed.sum())
+        c = int(self.certified(max_log_e, delta).sum())
         out = np.empty(K)
-        out[order] = np.where(passed, levels, delta / (K - c))
+        out[order] = np.where(np.arange(K) < c, levels, delta / (K - c))
         return out
+
+    # Compatible simultaneous bounds of Holm's procedure (Strassburger and Bretz, Stat. Med.
+    # 2008): with m > 0 candidates not certified, R <= alpha for the certified and each other
+    # one at its own bound at delta/m; with all certified, min(alpha, own bound at delta/K).
+    # Why they hold together: let T be the t candidates with R > alpha. If T is empty, only an
+    # own bound can be wrong: at most K(delta/K). Otherwise every false statement needs some
+    # k in T whose test rejects R_k at level delta/t: a certified one was rejected at a level
+    # <= delta/t (Holm's first rejection of a candidate in T happens with >= t left), an
+    # uncertified one's bound at delta/m missed (m >= t when no candidate in T is certified),
+    # and with all certified some k in T was rejected. Union over T: <= t (delta/t) = delta.
+    def joint_levels(self, delta, certified):
+        K, m = len(certified), len(certified) - int(np.sum(certified))
+        return np.full(K, delta / K) if m == 0 else np.where(certified, np.nan, delta / m)
+
+    def joint_bounds(self, alpha, certified, own):
+        return np.minimum(float(alpha), own) if np.all(certified) else np.where(certified, float(alpha), own)
+
+    def joint_words(self, alpha, n_certified, K):
+        return Procedure.joint_words(self, alpha, n_certified, K)
 
     def level(self, delta, K):
         return f"Holm step-down from delta/K = {delta / K:.4g} to delta = {delta:g}"

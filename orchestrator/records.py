@@ -70,7 +70,8 @@ class CandidateRecord:
     path: list = field(default_factory=list)  # per-human-label log e-values (testing policies)
     estimate: float = float("nan")
     ci: tuple | None = None
-    upper_bound: float | None = None  # one-sided, at the level of the decision: <= alpha iff certified
+    upper_bound: float | None = None  # its own test's one-sided bound, at the level of its decision
+    joint_bound: float | None = None  # the bound that holds together with all others' (None: no statement)
     judge: dict | None = None  # the judge's agreement with the human labels
     max_log_futility: float = 0.0  # the futility test's evidence for R >= alpha (log, running max)
     decision: int = 0

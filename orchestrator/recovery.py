@@ -124,8 +124,8 @@ class HostPool:
             self._check_restored(snaps, batches[h], self.recovered)
 
     def finalize(self, names, levels: dict | None = None) -> dict:
-        """Final snapshots (intervals; with ``levels[name]``, testing candidates' one-sided
-        bounds at the level of their decision)."""
+        """Final snapshots (intervals; with ``levels[name]``, a list of levels, testing
+        candidates' one-sided bounds at each of them)."""
         got = self.call("finalize", {h: (nms, None if levels is None else [levels[n] for n in nms])
                                      for h, nms in self.by_host(names).items()})
         return {s.name: s for group in got.values() for s in group}

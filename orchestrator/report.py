@@ -15,7 +15,7 @@ import pathlib
 
 import numpy as np
 
-from .certificate import certificate, judge_cell
+from .certificate import bound_text, certificate, judge_cell
 from .plots import write_plots
 from .result import JobResult
 
@@ -32,6 +32,14 @@ th,td{border-bottom:1px solid #ddd;padding:.28em .6em;text-align:right;white-spa
 td:first-child,th:first-child{text-align:left} tr.selected td{background:#fff3c4;font-weight:600}
 tr.certified td:nth-child(4){color:#1f6f3f} .wide{overflow-x:auto} img{max-width:100%;margin:.6em 0;border:1px solid #eee}
 """
+
+
+BOUNDS_NOTE = ("Joint bound: R is at most it for every candidate at once, with probability at least {conf:g} (at "
+               "most alpha exactly for the certified set; blank: no statement about that candidate). This is the "
+               "statement that keeps its level for the selected candidate, whatever made it the selected one. Own "
+               "bound: the one-sided bound that inverts the candidate's own test, at the level of its decision "
+               "(level column); a per-candidate statement, not adjusted for the selection. The two-sided interval "
+               "is at the candidate's interval level, split over both sides. Upper bounds are rounded up.")
 
 
 def _fmt(x, spec: str = ".3f") -> str:
@@ -52,12 +60,16 @@ def _summary(cert: dict) -> tuple[str, list[str]]:
         return "Nothing certified", [f"No candidate was certified R <= {p['alpha']:g} at {1 - p['delta']:g} "
                                      "confidence within its budget."]
     ev = cert["evidence"] or {}
-    head = f"Deploy {sel}: R <= {p['alpha']:g} at {1 - p['delta']:g} confidence"
-    lines = [f"upper bound on R: {_fmt(ev.get('upper_bound'))} (one-sided, at level {_fmt(ev.get('level'), '.3g')}); "
-             f"estimate {_fmt(ev.get('estimate'))}"]
+    head = (f"Deploy {sel}: R <= {bound_text(ev.get('simultaneous_bound'), p['alpha'])} at {1 - p['delta']:g} "
+            "confidence")
+    lines = []
+    if ev.get("upper_bound") is not None:
+        lines.append(f"its own test: R <= {bound_text(ev['upper_bound'], p['alpha'])} (one-sided, at its level "
+                     f"{_fmt(ev.get('level'), '.3g')}; a per-candidate statement, not adjusted for the selection)")
+    lines.append(f"estimate {_fmt(ev.get('estimate'))}: {ev.get('estimate_note', '')}")
     if ev.get("e_value") is not None:
         lines.append(f"e-value {ev['e_value']:.3g} against the threshold {ev['threshold']:.3g} it had to reach "
-                     f"(certified after {ev.get('certified_at_labels')} human labels)")
+                     f"(certified after {ev.get('certified_at_labels')} human labels, {ev.get('labels_human')} bought)")
     if cert.get("selected_objective") is not None and cert.get("objective"):
         lines.append(f"{cert['objective']['column']} = {cert['selected_objective']:g} "
                      f"({cert['objective']['goal']}, among the {len(cert['certified_set'])} certified)")
@@ -78,15 +90,18 @@ def _rows(cert: dict) -> list[list[str]]:
         return out
     testing = any(c.get("e_value") is not None for c in cert["candidates"])
     judged = any(c.get("judge") for c in cert["candidates"])
-    out = [["candidate", "objective", "status", "in set", "R <= (bound)", "estimate",
+    alpha = cert["procedure"]["alpha"]
+    out = [["candidate", "objective", "status", "in set", "joint bound", "own bound", "level", "estimate",
             *(["e-value / threshold"] if testing else []), "two-sided interval", "human", "judge", "requests",
             *(["judge agrees (kappa)"] if judged else []), "note"]]
     for c in cert["candidates"]:
+        own = c.get("upper_bound")
         row = [c["candidate"], "" if c["objective"] is None else f"{c['objective']:g}", c["status"],
-               "yes" if c["certified"] else "no", _fmt(c.get("upper_bound")), _fmt(c.get("estimate"))]
+               "yes" if c["certified"] else "no", bound_text(c.get("simultaneous_bound"), alpha),
+               bound_text(own, alpha), "" if own is None else f"{c['level']:.3g}", _fmt(c.get("estimate"))]
         if testing:
             row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g} / {c['threshold']:.3g}")
-        row += ["" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]", str(c["labels_human"]),
+        row += ["" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {bound_text(c['ci'][1])}]", str(c["labels_human"]),
                 str(c["labels_judge"]), str(c["requests"])]
         if judged:
             row.append(judge_cell(c.get("judge")))
@@ -142,6 +157,8 @@ def _markdown(cert: dict, plots) -> str:
     for table in (_labels_table(cert), _rows(cert), *([_pair_rows(cert)] if "ranking" in cert else [])):
         out += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
         out += ["| " + " | ".join(r) + " |" for r in table[1:]] + [""]
+    if "ranking" not in cert:
+        out += [BOUNDS_NOTE.format(conf=1 - p["delta"]), ""]
     incidents = _incidents(cert)
     if incidents:
         out += ["**Ended without evidence:**", *[f"- {x}" for x in incidents], ""]
@@ -188,9 +205,7 @@ def _html(cert: dict, plots) -> str:
                  "orders shown as certified hold together with probability at least 1 - delta.</p>",
                  '<div class="wide">' + _html_table(_pair_rows(cert)) + "</div>"]
     else:
-        body.append('<p class="muted">R &lt;= (bound): the one-sided upper bound at the level of the candidate\'s '
-                    "own test; it is at most alpha exactly for the candidates that passed it. The two-sided "
-                    "interval is at the same level split over both sides.</p>")
+        body.append(f'<p class="muted">{esc(BOUNDS_NOTE.format(conf=1 - p["delta"]))}</p>')
     incidents = _incidents(cert)
     if incidents:
         body.append("<h2>Ended without evidence</h2><ul>" + "".join(f"<li>{esc(x)}</li>" for x in incidents)

@@ -52,6 +52,41 @@ def reconcile(plan, records, certified_mask) -> None:
             r.end(Status.STOPPED, "passed its own test but is not in the procedure's certified set")
 
 
+def final_bounds(plan, pool, records, certified_mask) -> None:
+    """Each candidate's own one-sided bound at the level of its decision and the bounds that
+    hold together for all candidates (:meth:`Procedure.simultaneous_bounds`): a testing
+    candidate's host computes its bounds at both levels; an estimation candidate's own bound
+    (at its policy's level) is already in its record. Without intervals (``tracking.intervals:
+    none``) only the procedure's family-wise statement remains: alpha for the certified."""
+    cfg, proc = plan.cfg, plan.procedure
+    K = len(records)
+    joint_levels = proc.joint_levels(cfg.delta, certified_mask)
+    own = np.full(K, np.nan)
+    if plan.testing and cfg.tracking.intervals != "none":
+        levels = proc.decision_deltas(cfg.delta, np.array([r.max_log_e for r in records]))
+        ran = [r for r in records if r.t > 0]
+        asked = {r.name: [float(levels[r.index])] + ([] if np.isnan(joint_levels[r.index])
+                                                     else [float(joint_levels[r.index])]) for r in ran}
+        finals = pool.finalize([r.name for r in ran], asked)
+        for r in records:
+            if r.t == 0:  # never labelled: the trivial bound
+                own[r.index] = 1.0
+                continue
+            snap = finals[r.name]
+            r.ci, r.judge = tuple(snap.ci), snap.judge
+            r.upper_bound = snap.level_bounds[float(levels[r.index])]
+            if not np.isnan(joint_levels[r.index]):
+                own[r.index] = snap.level_bounds[float(joint_levels[r.index])]
+    elif not plan.testing:
+        deltas = proc.candidate_deltas(cfg.delta, K)
+        for r in records:  # a policy's bound is at its own level only
+            if joint_levels[r.index] == deltas[r.index]:
+                own[r.index] = 1.0 if r.upper_bound is None else r.upper_bound
+    joint = proc.simultaneous_bounds(cfg.delta, cfg.alpha, certified_mask, own)
+    for r in records:
+        r.joint_bound = None if np.isnan(joint[r.index]) else float(joint[r.index])
+
+
 def run_selection(plan, pool, records, *, progress=None, tracker=None, job_dir=None, t0=None) -> JobResult:
     """The rounds of a selection job (FST, Bonferroni, Holm, or any registered procedure)."""
     cfg, data = plan.cfg, plan.data
@@ -99,12 +134,7 @@ def run_selection(plan, pool, records, *, progress=None, tracker=None, job_dir=N
             progress(records, rounds)
 
     certified_mask = final_certified(plan, records)
-    if plan.testing and cfg.tracking.intervals != "none":
-        levels = plan.procedure.decision_deltas(cfg.delta, np.array([r.max_log_e for r in records]))
-        ran = [r for r in records if r.t > 0]
-        finals = pool.finalize([r.name for r in ran], {r.name: float(levels[r.index]) for r in ran})
-        for r in ran:
-            r.ci, r.upper_bound, r.judge = tuple(finals[r.name].ci), finals[r.name].upper_bound, finals[r.name].judge
+    final_bounds(plan, pool, records, certified_mask)
     reconcile(plan, records, certified_mask)
     if key is not None:
         sel = int(select(certified_mask, key))

@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlparse
 from certsel import __version__
 from certsel.errors import InputError
 
-from .certificate import certificate
+from .certificate import bound_text, certificate
 from .procedures import get_procedure
 
 DEFAULT_URI = "sqlite:///mlruns.db"
@@ -329,7 +329,7 @@ def log_audit(cfg, result, files) -> str:
             client.log_batch(rid, metrics=metrics[i : i + 1000])
         for path in files:
             client.log_artifact(rid, str(path))
-        client.set_tag(rid, "certsel.audit_ok", str(o["ok"]).lower())
+        client.set_tag(rid, "certsel.audit_verdict", str(o["verdict"]))
         client.set_terminated(rid, "FINISHED")
     except BaseException:
         client.set_terminated(rid, "FAILED")
@@ -352,9 +352,14 @@ def _candidate_note(result, row: dict) -> str:
     """A candidate run's description: its status and the numbers it was decided on."""
     bits = [f"**{row['candidate']}: {row['status']}**" + (" (selected)" if row["selected"] else "")
             + ("; in the certified set" if row["certified"] else "; not in the certified set")]
-    if row.get("upper_bound") is not None and not get_procedure(result.cfg.procedure).ranking:
-        bits.append(f"R <= {row['upper_bound']:.4f} (one-sided bound at level {row['level']:.3g}; alpha = "
-                    f"{result.cfg.alpha:g})")
+    if not get_procedure(result.cfg.procedure).ranking:
+        alpha = result.cfg.alpha
+        if row.get("simultaneous_bound") is not None:
+            bits.append(f"R <= {bound_text(row['simultaneous_bound'], alpha)} together with every other candidate's "
+                        f"joint bound, with probability >= {1 - result.cfg.delta:g} (alpha = {alpha:g})")
+        if row.get("upper_bound") is not None:
+            bits.append(f"its own test: R <= {bound_text(row['upper_bound'], alpha)} (one-sided, at its level "
+                        f"{row['level']:.3g}; not adjusted for the selection)")
     if row.get("e_value") is not None:
         bits.append(f"e-value {row['e_value']:.3g} against the threshold {row['threshold']:.3g}")
     if row.get("reason"):

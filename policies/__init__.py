@@ -25,6 +25,7 @@ from .autoeval import (
     TestResult,
     certify,
     confidence_interval,
+    decision_fractions,
     decision_upper_bound,
     effective_observations,
     evalue_path,
@@ -45,11 +46,13 @@ from .betting import (
     BettingState,
     BettingStrategy,
     UPPrior,
+    bet_log_factors,
     get_strategy,
     register_strategy,
     up_prior,
     wsr_fractions,
 )
+from .bounds import inverted_upper_bound, max_log_wealth
 from .cer_eval import (
     RADII,
     Base,
@@ -113,7 +116,11 @@ __all__ = [
     "certified_set",
     "certify",
     "confidence_interval",
+    "decision_fractions",
     "decision_upper_bound",
+    "inverted_upper_bound",
+    "max_log_wealth",
+    "bet_log_factors",
     "effective_observations",
     "epsilon_star",
     "evalue_path",

@@ -32,6 +32,7 @@ from ._validation import (
     check_weights,
 )
 from .betting import BettingState, BettingStrategy, get_strategy
+from .bounds import inverted_upper_bound
 
 DEFAULT_RHOS = np.linspace(0.0, 1.0, 10)
 SCHEMES = {
@@ -141,6 +142,16 @@ def component_log_evalues(
     earlier rounds (the returned path then holds only the new increments' cumulative sum).
     """
     strategy = get_strategy(betting)
+    q2, a, scale = _rows(obs, alpha, ci_scale)
+    logf, new = strategy.log_factors(q2, a, scale, BettingState() if state is None else state, delta=delta,
+                                     horizon=horizon)
+    path = np.cumsum(logf, axis=-1).reshape(obs.q.shape)
+    return (path, new) if return_state else path
+
+
+def _rows(obs: EffectiveObservations, alpha, ci_scale: bool):
+    """The observations as strategy rows (rows, n), with each row's target and bet scale:
+    1/(M_s - alpha) for testing (eq. 6), 1/(M_s - m_s) for intervals (App. D.5)."""
     q = obs.q
     batch, (S, n) = q.shape[:-2], q.shape[-2:]
     a = np.broadcast_to(np.asarray(alpha, dtype=np.float64)[..., None], batch + (S,))
@@ -148,12 +159,15 @@ def component_log_evalues(
         scale = np.broadcast_to(1.0 / (obs.upper - obs.lower), batch + (S,))
     else:
         scale = 1.0 / (obs.upper - a)
-    logf, new = strategy.log_factors(
-        q.reshape(-1, n), np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(scale).reshape(-1),
-        BettingState() if state is None else state, delta=delta, horizon=horizon,
-    )
-    path = np.cumsum(logf, axis=-1).reshape(q.shape)
-    return (path, new) if return_state else path
+    return q.reshape(-1, n), np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(scale).reshape(-1)
+
+
+def decision_fractions(obs: EffectiveObservations, alpha: float, *, delta: float, betting, horizon: int) -> np.ndarray:
+    """The bet fractions u_{s,i} (..., S, n) the test of H0: R > alpha uses on ``obs``: what
+    its e-values and the bound that inverts it (:func:`decision_upper_bound`) are made of."""
+    q2, a, scale = _rows(obs, alpha, False)
+    u, _ = get_strategy(betting).checked_fractions(q2, a, scale, BettingState(), delta=delta, horizon=horizon)
+    return u.reshape(obs.q.shape)
 
 
 def mix_log_evalues(log_components: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -353,19 +367,19 @@ def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, d
     if not betting.monotone_in_target:
         raise ValueError(f"betting {betting.name!r} bets depend on the target, so its rejected targets need not "
                          f"form an interval; use {betting.name}.interval_strategy() for confidence bounds")
-    return _bisect_upper(obs, w, betting, horizon, bet_delta=delta, level=delta, ci_scale=True)
+    return _bisect_upper(obs, w, betting, horizon, level=delta)
 
 
-def _bisect_upper(obs, w, betting, horizon, *, bet_delta, level, ci_scale, alpha=None) -> np.ndarray:
-    """inf{a : max_i E_i(a) >= 1/level} by bisection (the e-processes non-decreasing in a):
-    the upper end of the final bracket, a rejected target (conservative). With ``alpha``
-    and alpha rejected, never above alpha: the bound then agrees with the test exactly."""
+def _bisect_upper(obs, w, betting, horizon, *, level) -> np.ndarray:
+    """inf{a : max_i E_i(a) >= 1/level} by bisection over the range-scaled e-processes of
+    App. D.5 (non-decreasing in a for a strategy that is :attr:`monotone_in_target`): the
+    upper end of the final bracket, a rejected target (conservative)."""
     lo, hi = obs.loss_bounds
     threshold = np.log(1.0 / level)
     batch = obs.q.shape[:-2]
 
     def rejected(a):
-        comps = component_log_evalues(obs, a, delta=bet_delta, betting=betting, horizon=horizon, ci_scale=ci_scale)
+        comps = component_log_evalues(obs, a, delta=level, betting=betting, horizon=horizon, ci_scale=True)
         return mix_log_evalues(comps, w).max(axis=-1) >= threshold
 
     low = np.full(batch, lo)
@@ -375,37 +389,51 @@ def _bisect_upper(obs, w, betting, horizon, *, bet_delta, level, ci_scale, alpha
         rej = rejected(mid)
         high = np.where(rej, mid, high)
         low = np.where(rej, low, mid)
-    if alpha is not None:
-        high = np.where(rejected(np.full(batch, float(alpha))), np.minimum(high, alpha), high)
     # the whole range is rejected only on the miscoverage event; report the bottom then
     return np.where(rejected(np.full(batch, lo)), lo, high)
 
 
 def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, level: float, delta: float,
-                         alpha: float | None = None, rhos=DEFAULT_RHOS, betting: str | dict | BettingStrategy = "up",
-                         loss_bounds=(0.0, 1.0), weights=None, horizon: int | None = None) -> np.ndarray:
-    """The one-sided upper bound that inverts the test itself: U = inf{a : max_i E_i(a) >=
-    1/level}, with the test's own bets (bounded by 1/(M_s - a), sized for ``delta`` as in
-    :func:`log_evalue_paths`).
+                         alpha: float, rhos=DEFAULT_RHOS, betting: str | dict | BettingStrategy = "up",
+                         loss_bounds=(0.0, 1.0), weights=None, horizon: int | None = None, max_log_evalue=None,
+                         n_used=None) -> np.ndarray:
+    """The one-sided upper bound that inverts the test of H0: R > alpha itself, at ``level``.
 
-    Every factor 1 - lambda_i (q_i - a) of UP and WSR is non-decreasing in a (for a constant
-    fraction u, (q - a)/(M - a) is non-increasing in a since q <= M; WSR's bet is the
-    smaller of c/(M - a) and a target-free plug-in, continuous and non-decreasing on each
-    piece), and so are their rho mixtures: the rejected targets form an interval [U, hi], so
-    P(R > U) <= P(max_i E_i(R) >= 1/level) <= level by Ville's inequality. And the test at
-    ``alpha`` certifies exactly when U <= alpha: the bound and the certificate agree by
-    construction (with ``alpha`` given, a certified candidate's bound is never above it).
-    It is one-sided at the full level, so it is tighter than the upper end of the two-sided
-    interval at level/2. A strategy whose bets are not monotone in the target (ONS) has no
-    such bound: its :meth:`interval_strategy` is used instead.
+    It inverts a family of tests fixed in advance that contains the test itself at alpha
+    (:mod:`certsel.policies.bounds`): below alpha the test's own bet fractions
+    (:func:`decision_fractions`, sized for ``delta`` as in :func:`log_evalue_paths`) scaled
+    to each target; above alpha the strategy's test at that target when it is monotone in
+    the target (UP, WSR), else the same fractions again. U = inf{a : rejected} has
+    P(R > U) <= level, and U <= alpha exactly when the test reached 1/level at alpha, for
+    every strategy. ``max_log_evalue`` (batch shape) is the test's recorded running maximum;
+    given, its decision seeds the bound, so that the two agree to the last bit even when the
+    labels arrived in rounds. ``n_used`` (batch shape) counts the labels each batch element
+    used (a stopped run), default all. It is one-sided at the full level, so it is tighter
+    than the upper end of the two-sided interval at level/2.
     """
     delta = check_level(delta, "delta")
     level = check_level(level, "level")
-    obs, w, betting, horizon = _prepare(
-        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon
-    )
-    return _bisect_upper(obs, w, betting.interval_strategy(), horizon, bet_delta=delta, level=level, ci_scale=False,
-                         alpha=alpha if betting.monotone_in_target else None)
+    bounds = check_bounds(loss_bounds)
+    alpha = check_target(alpha, bounds)
+    obs, w, strategy, horizon = _prepare(human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting,
+                                         horizon)
+    u = decision_fractions(obs, alpha, delta=delta, betting=strategy, horizon=horizon)
+    rejected = None if max_log_evalue is None else np.asarray(max_log_evalue, dtype=np.float64) >= -np.log(level)
+    S, n = obs.q.shape[-2:]
+    q_rows = obs.q.reshape(-1, S, n)
+    used = None if n_used is None else np.broadcast_to(n_used, obs.q.shape[:-2]).reshape(-1)
+
+    def family(a, rows):  # the strategy's own test at targets a (points, rows): non-decreasing in a for these
+        many = EffectiveObservations(np.broadcast_to(q_rows[rows], a.shape + (S, n)), obs.lower, obs.upper, obs.r,
+                                     obs.loss_bounds)
+        log_e = mix_log_evalues(component_log_evalues(many, a, delta=delta, betting=strategy, horizon=horizon), w)
+        if used is not None:
+            log_e = np.where(np.arange(n) < used[rows][:, None], log_e, -np.inf)
+        return log_e.max(axis=-1)
+
+    return inverted_upper_bound(obs.q, obs.upper[:, None], u, alpha, level=level, log_weights=np.log(w),
+                                rejected=rejected, n_used=n_used, bounds=bounds,
+                                family=family if strategy.monotone_in_target else None)
 
 
 def lower_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, loss_bounds=(0.0, 1.0), **kwargs):

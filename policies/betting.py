@@ -170,16 +170,16 @@ def wsr_fractions(
     return lam
 
 
-def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np.ndarray | None = None):
-    """log(1 - lambda_i x_i) for Universal Portfolio bets, eq. (19).
+def up_fractions(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np.ndarray | None = None):
+    """Universal Portfolio bet fractions u_i for observations ``x = q - alpha``, eq. (19).
 
     The UP bet is the posterior mean of the bet under the prior, weighted by the wealth each
     constant bet would have made so far:
-    ``lambda_i = scale * sum_k w_k u_k E_{i-1}(scale u_k) / sum_k w_k E_{i-1}(scale u_k)``.
+    ``u_i = sum_k w_k u_k E_{i-1}(scale u_k) / sum_k w_k E_{i-1}(scale u_k)``.
     The node wealth is kept multiplicatively and both sums come from one (rows, K) x (K, 2)
     product per step. The loop is over time only; rows are processed in cache-sized blocks.
-    ``wealth0`` (rows, K) resumes from a previous call's final node wealth. Returns the log
-    factors (rows, n) and the final normalised node wealth (rows, K).
+    ``wealth0`` (rows, K) resumes from a previous call's final node wealth. Returns the
+    fractions (rows, n) and the final normalised node wealth (rows, K).
     """
     rows, n = x.shape
     nodes, weights = prior.nodes, prior.weights
@@ -215,7 +215,7 @@ def up_log_factors(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np
                 # that, keeps every bet predictable (so the e-process stays valid) and keeps
                 # the arithmetic out of slow subnormal numbers.
                 np.putmask(wealth, wealth < _UP_FLUSH, 0.0)
-        np.log1p(-(u.T * y), out=out[start:stop])
+        out[start:stop] = u.T
         np.divide(wealth, wealth.sum(axis=1, keepdims=True), out=final[start:stop])
 
     starts = range(0, rows, block)
@@ -247,30 +247,68 @@ def _renormalise_every(x: np.ndarray, scale: np.ndarray, u_max: float) -> int:
 # -- strategies ---------------------------------------------------------------------------
 
 
-class BettingStrategy:
-    """How the bets lambda_i = scale * u_i, u_i in [0, 1), are chosen from past observations.
+def bet_log_factors(u: np.ndarray, q: np.ndarray, alpha: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """log(1 - lambda_i (q_i - alpha)) with lambda_i = scale u_i, for rows of ``u`` and ``q``
+    (rows, n), targets ``alpha`` and scales ``scale`` (rows,): the one formula every
+    strategy's wealth is made of (eq. 6)."""
+    with np.errstate(divide="ignore"):  # a factor of exactly 0 (u = 1 at the worst outcome) is log 0
+        return np.log1p(-u * (scale[:, None] * (q - alpha[:, None])))
 
-    A strategy is a small immutable object (its parameters) that turns a batch of
-    observation rows into per-step log wealth factors log(1 - lambda_i (q_i - alpha)),
-    resuming from and returning a :class:`BettingState`. Whatever it does, it may only use
-    observations 1..i-1 for the bet at step i: that is what keeps the wealth a test
-    supermartingale under H0 (every factor has conditional mean <= 1 when E[q] >= alpha and
-    u >= 0). Subclasses are frozen dataclasses whose fields are their parameters, registered
-    in :data:`STRATEGIES` under ``name`` (see :func:`register_strategy`).
+
+class BettingStrategy:
+    """How the bets lambda_i = scale * u_i, u_i in [0, 1], are chosen from past observations.
+
+    A strategy is a small immutable object (its parameters) with one method to write,
+    :meth:`fractions`: the bet fractions u_i for a batch of observation rows, resuming from
+    and returning a :class:`BettingState`. Whatever it does, it may only use observations
+    1..i-1 for the bet at step i: that is what keeps the wealth prod_i (1 - scale u_i
+    (q_i - alpha)) a test supermartingale under H0 (every factor has conditional mean <= 1
+    when E[q] >= alpha and u >= 0). Everything else is built on the fractions: the log wealth
+    (:meth:`log_factors`) and the one-sided bound that inverts the test
+    (:func:`~certsel.policies.bounds.inverted_upper_bound`), which re-uses the very
+    fractions that decided, so the bound and the certificate agree for every strategy,
+    a user's included. Subclasses are frozen dataclasses whose fields are their parameters,
+    registered in :data:`STRATEGIES` under ``name`` (see :func:`register_strategy`).
     """
 
     name: ClassVar[str] = ""
-    # Whether the wealth is non-decreasing in the target when the bet scale does not depend
-    # on it (confidence bounds, App. D.5): true for mixtures of constant bets (UP) and for
-    # bets computed from the observations alone (WSR). Only then is the set of rejected
-    # targets an interval that bisection may search.
-    monotone_in_target: ClassVar[bool] = True
+    # Whether the strategy's wealth at a target a (bets scaled by 1/(M - a) or by the range,
+    # observations centred at a) is non-decreasing in a: true for mixtures of constant bets
+    # (UP) and for bets computed from the observations alone (WSR). Only then is the set of
+    # targets its tests reject an interval that a search may bisect: its two-sided intervals
+    # invert its own tests, and its one-sided bounds above alpha re-choose the bets for each
+    # target. False (the safe default, for ONS and for user strategies that do not declare
+    # it): two-sided intervals come from :meth:`interval_strategy` and one-sided bounds from
+    # the test's own fractions throughout. A strategy that declares True must make it hold.
+    monotone_in_target: ClassVar[bool] = False
+    # Whether the wealth is a fixed mixture of constant-fraction wealths (UP): then the test
+    # at target a with factors 1 - u (q - a)/(M - a) is non-decreasing in a however the
+    # observations are presented (the judge-stratified test's normalised ones included).
+    constant_bet_mixture: ClassVar[bool] = False
+
+    def fractions(self, q: np.ndarray, alpha: np.ndarray, scale: np.ndarray, state: BettingState, *,
+                  delta: float, horizon: int) -> tuple[np.ndarray, BettingState]:
+        """Bet fractions u (rows, n) in [0, 1] for observations ``q`` (rows, n), targets
+        ``alpha`` (rows,) and bet scales ``scale`` (rows,), after ``state``; and the state
+        after them. The bet at step i is ``scale * u_i`` and may use steps before i only."""
+        raise NotImplementedError
 
     def log_factors(self, q: np.ndarray, alpha: np.ndarray, scale: np.ndarray, state: BettingState, *,
                     delta: float, horizon: int) -> tuple[np.ndarray, BettingState]:
-        """Increments (rows, n) for observations ``q`` (rows, n), targets ``alpha`` (rows,)
-        and bet scales ``scale`` (rows,), after ``state``; and the state after them."""
-        raise NotImplementedError
+        """Increments log(1 - scale u_i (q_i - alpha)) (rows, n) and the state after them."""
+        u, new = self.checked_fractions(q, alpha, scale, state, delta=delta, horizon=horizon)
+        return bet_log_factors(u, q, alpha, scale), new
+
+    def checked_fractions(self, q, alpha, scale, state, *, delta, horizon) -> tuple[np.ndarray, BettingState]:
+        """:meth:`fractions`, checked at the boundary: one fraction per observation, each in
+        [0, 1] (a larger one could make a factor negative, a negative one bets for H0)."""
+        u, new = self.fractions(q, alpha, scale, state, delta=delta, horizon=horizon)
+        u = np.asarray(u, dtype=np.float64)
+        if u.shape != q.shape:
+            raise ValueError(f"betting {self.name!r} returned fractions of shape {u.shape} for observations {q.shape}")
+        if not np.all((u >= 0.0) & (u <= 1.0)):  # also false for NaN
+            raise ValueError(f"betting {self.name!r} returned bet fractions outside [0, 1]")
+        return u, new
 
     def params(self) -> dict:
         """The parameters, as plain values (snapshots, MLflow params, equality of configs)."""
@@ -281,7 +319,7 @@ class BettingStrategy:
         return {"kind": self.name, **self.params()}
 
     def interval_strategy(self) -> "BettingStrategy":
-        """The strategy whose e-processes give this one's confidence bounds: itself when
+        """The strategy whose e-processes give this one's two-sided intervals: itself when
         :attr:`monotone_in_target`, else the exact Universal Portfolio."""
         return self if self.monotone_in_target else UP()
 
@@ -310,6 +348,8 @@ class UP(BettingStrategy):
     or ``"grid"`` (``grid`` uniform cells weighted by the density, as in the paper's code)."""
 
     name: ClassVar[str] = "up"
+    monotone_in_target: ClassVar[bool] = True
+    constant_bet_mixture: ClassVar[bool] = True
     prior: str = "exact"
     grid: int = 10_000
 
@@ -319,10 +359,10 @@ class UP(BettingStrategy):
         if isinstance(self.grid, bool) or not isinstance(self.grid, (int, np.integer)) or self.grid < 2:
             raise ValueError(f"up grid must be an integer >= 2, got {self.grid!r}")
 
-    def log_factors(self, q, alpha, scale, state, *, delta, horizon):
+    def fractions(self, q, alpha, scale, state, *, delta, horizon):
         prior = up_prior(self.prior, horizon=horizon, size=self.grid)
-        out, wealth = up_log_factors(q - alpha[:, None], scale, prior, state.arrays.get("wealth"))
-        return out, BettingState(state.count + q.shape[-1], {"wealth": wealth})
+        u, wealth = up_fractions(q - alpha[:, None], scale, prior, state.arrays.get("wealth"))
+        return u, BettingState(state.count + q.shape[-1], {"wealth": wealth})
 
 
 @dataclass(frozen=True)
@@ -331,6 +371,7 @@ class WSR(BettingStrategy):
     largest allowed bet; ``mu0`` and ``var0`` are the prior mean and variance of eq. 21."""
 
     name: ClassVar[str] = "wsr"
+    monotone_in_target: ClassVar[bool] = True  # the plug-in bet sees the observations, not the target
     c: float = 0.75
     mu0: float = 0.5
     var0: float = 0.25
@@ -340,9 +381,10 @@ class WSR(BettingStrategy):
         if not (np.isfinite(self.mu0) and np.isfinite(self.var0) and self.var0 > 0):
             raise ValueError(f"wsr mu0 must be finite and var0 positive, got {self.mu0!r}, {self.var0!r}")
 
-    def log_factors(self, q, alpha, scale, state, *, delta, horizon):
+    def fractions(self, q, alpha, scale, state, *, delta, horizon):
         lam, new = _wsr(q, scale, state, delta=delta, horizon=horizon, c=self.c, mu0=self.mu0, var0=self.var0)
-        return np.log1p(-lam * (q - alpha[:, None])), new
+        # lambda <= c scale by construction; dividing back gives the fraction of the largest bet
+        return np.minimum(lam / scale[:, None], self.c), new
 
 
 # ONS step constant of Cutkosky & Orabona ("Black-box reductions for parameter-free online
@@ -360,19 +402,17 @@ class ONS(BettingStrategy):
     Newton step of Cutkosky & Orabona (arXiv:1802.06293, section 5), also used for betting
     confidence sequences by Waudby-Smith & Ramdas (arXiv:2010.09686). u_1 = 0 and every bet
     uses past observations only; the cap ``c`` <= 1/2 keeps every factor >= 1 - c.
-    Its bets depend on the target, so its confidence bounds come from
+    Its bets depend on the target, so its two-sided intervals come from
     :meth:`interval_strategy` (UP), not from bisection on its own wealth.
     """
 
-    name: ClassVar[str] = "ons"
-    # the fraction follows the centred observations q - alpha, so it depends on the target
-    monotone_in_target: ClassVar[bool] = False
+    name: ClassVar[str] = "ons"  # not monotone: the fraction follows the centred observations q - alpha
     c: float = 0.5
 
     def __post_init__(self):
         _unit(self.c, "ons c")
 
-    def log_factors(self, q, alpha, scale, state, *, delta, horizon):
+    def fractions(self, q, alpha, scale, state, *, delta, horizon):
         rows, n = q.shape
         y = scale[:, None] * (q - alpha[:, None])  # (rows, n), each <= 1
         u = state.get("u", rows, 0.0)
@@ -384,7 +424,7 @@ class ONS(BettingStrategy):
             g = yi / (1.0 - u * yi)
             a = a + g * g
             u = np.clip(u - _ONS_STEP * g / a, 0.0, self.c)
-        return np.log1p(-fractions * y), BettingState(state.count + n, {"u": u, "a": a})
+        return fractions, BettingState(state.count + n, {"u": u, "a": a})
 
 
 STRATEGIES: dict[str, type[BettingStrategy]] = {}

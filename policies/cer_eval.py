@@ -50,7 +50,7 @@ from .radius import hoeffding_radius
 from .stratified import DEFAULT_FLOOR, StratifiedBetting
 
 RADII = ("paper", "betting")
-_FORMAT = 2
+_FORMAT = 3
 
 
 def _check_epsilon(epsilon):
@@ -93,11 +93,14 @@ class EstimationPolicy:
 
     name = "policy"
 
-    def __init__(self, n_items, *, delta, epsilon=None, threshold=None, seed=None):
+    def __init__(self, n_items, *, delta, epsilon=None, threshold=None, seed=None, strict=False):
         self.n_items = check_positive_int(n_items, "n_items")
         self.delta = check_level(delta, "delta")
         self.epsilon = _check_epsilon(epsilon)
         self.threshold = None if threshold is None else check_level(threshold, "threshold")
+        # strict: certify R < threshold (a comparison, where an exact tie is no order);
+        # otherwise R <= threshold, so an upper bound equal to the threshold certifies
+        self.strict = bool(strict)
         self._rng = np.random.default_rng(seed)
         self._labeled: list[int] = []
         self._losses: list[float] = []
@@ -163,12 +166,15 @@ class EstimationPolicy:
     @property
     def decision(self) -> int:
         """Threshold decision from the one-sided bounds at level delta: -1 certifies
-        R <= threshold (upper bound below it), +1 certifies R >= threshold (lower bound
-        above it), 0 undecided. Each claim is false with probability at most delta."""
+        R <= threshold (upper bound at or below it; R < threshold, upper bound below it, for a
+        ``strict`` policy), +1 certifies R >= threshold (lower bound above it), 0 undecided. Each claim is false with probability at most delta."""
         if self.threshold is None:
             return 0
         lo, hi, _, _ = self.bounds()
-        return -1 if hi < self.threshold else (1 if lo > self.threshold else 0)
+        # R <= hi <= threshold certifies R <= threshold (at equality too, so that the printed
+        # bound is <= alpha exactly for the certified); a strict policy needs hi < threshold
+        below = hi < self.threshold if self.strict else hi <= self.threshold
+        return -1 if below else (1 if lo > self.threshold else 0)
 
     @property
     def done(self) -> bool:
@@ -247,6 +253,7 @@ class EstimationPolicy:
             "delta": self.delta,
             "epsilon": self.epsilon,
             "threshold": self.threshold,
+            "strict": self.strict,
             "rng": self._rng.bit_generator.state,
             "labeled": list(self._labeled),
             "losses": list(self._losses),
@@ -257,6 +264,7 @@ class EstimationPolicy:
         if state.get("format") != _FORMAT or state.get("policy") != self.name:
             raise ValueError(f"not a {self.name} snapshot (format {state.get('format')!r}, policy {state.get('policy')!r})")
         self._rng.bit_generator.state = state["rng"]
+        self.strict = bool(state["strict"])
         self._labeled = [int(i) for i in state["labeled"]]
         self._losses = [float(x) for x in state["losses"]]
         self._pending = [int(i) for i in state["pending"]]
@@ -282,8 +290,8 @@ class Base(EstimationPolicy):
 
     name = "base"
 
-    def __init__(self, n_items, *, delta, epsilon=None, threshold=None, seed=None):
-        super().__init__(n_items, delta=delta, epsilon=epsilon, threshold=threshold, seed=seed)
+    def __init__(self, n_items, *, delta, epsilon=None, threshold=None, seed=None, strict=False):
+        super().__init__(n_items, delta=delta, epsilon=epsilon, threshold=threshold, seed=seed, strict=strict)
         self._order = self._rng.permutation(self.n_items)
         self._next = 0
 
@@ -382,8 +390,8 @@ class Seq(_Engined):
 
     name = "seq"
 
-    def __init__(self, n_items, *, delta, epsilon=None, threshold=None, radius="betting", seed=None):
-        super().__init__(n_items, delta=delta, epsilon=epsilon, threshold=threshold, seed=seed)
+    def __init__(self, n_items, *, delta, epsilon=None, threshold=None, radius="betting", seed=None, strict=False):
+        super().__init__(n_items, delta=delta, epsilon=epsilon, threshold=threshold, seed=seed, strict=strict)
         self._make_engine(radius, "hoeffding", DEFAULT_FLOOR)
 
     def _choose(self, batch):
@@ -428,8 +436,8 @@ class CerEval(_Engined):
 
     def __init__(self, n_items, partitioner: Partitioner, *, delta, epsilon=None, threshold=None,
                  radius="betting", warm_start: int = 50, schedule=(None, 1.25), floor: float = DEFAULT_FLOOR,
-                 seed=None):
-        super().__init__(n_items, delta=delta, epsilon=epsilon, threshold=threshold, seed=seed)
+                 seed=None, strict=False):
+        super().__init__(n_items, delta=delta, epsilon=epsilon, threshold=threshold, seed=seed, strict=strict)
         if getattr(partitioner, "n_items", None) != self.n_items:
             raise ValueError(
                 f"partitioner covers {getattr(partitioner, 'n_items', None)} items but n_items is {self.n_items}"

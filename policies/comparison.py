@@ -137,7 +137,7 @@ def compare_pair(loss_a, loss_b, *, delta: float, method: str = "betting", seed=
     if method == "cer-eval":
         if partitioner is None:
             raise ValueError("method 'cer-eval' needs a partitioner (e.g. NearestNeighborPartition(embeddings))")
-        p = CerEval(u.size, partitioner, delta=sign_policy_delta(delta, radius), threshold=0.5, radius=radius,
+        p = CerEval(u.size, partitioner, delta=sign_policy_delta(delta, radius), threshold=0.5, radius=radius, strict=True,
                     seed=seed, **policy_kwargs)
         res = p.run(u)
         used = p.labeled_items

@@ -27,19 +27,22 @@ every factor has conditional mean 1 - u_s (mu - alpha)/(b_s - alpha) <= 1, so (E
 test supermartingale and P(exists t: E_t >= 1/delta) <= delta (Ville's inequality) under
 optional stopping and for any strata, allocations and controls chosen from the past. When
 b_s <= alpha the draw cannot bring the mean above alpha (mu <= b_s surely), and the bet
-may be as large as 1/eps. The two-sided interval reported with the certificate is the
+may be as large as 1/eps. The test keeps its fractions u_s, and its one-sided bound
+(:meth:`StratifiedTest.upper_bound`) re-evaluates the same bets at every target
+(:mod:`certsel.policies.bounds`), so the bound is <= alpha exactly when the test certified,
+for every betting strategy. The two-sided interval reported with the certificate is the
 stratified betting confidence sequence of the same observations
 (:class:`~certsel.policies.confseq.BettingCS`), at its own level.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from ._validation import check_level, check_positive_int, check_target
-from .betting import UP, BettingState, BettingStrategy, get_strategy
+from .betting import BettingState, BettingStrategy, bet_log_factors, get_strategy
+from .bounds import MIN_RANGE, inverted_upper_bound
 from .partition import _check_scores
 from .stratified import StratifiedBetting
 
@@ -51,10 +54,7 @@ DEFAULT_PRIOR_WEIGHT = 10.0  # pseudo-labels at the judge's mean loss in each st
 # (the weight |P_k|/(N pi_k) of the common stratum grows); on the TriviaQA frontier
 # proportional allocation needed 2-4% fewer labels than floor 0.5 and 5-7% fewer than 0.25.
 DEFAULT_FLOOR = 1.0
-# the smallest bet denominator b - alpha: only reached when the draw cannot exceed alpha
-_EPS = 1e-9
-_BISECTION_STEPS = 30
-_FORMAT = 1
+_FORMAT = 2
 
 
 def judge_strata(scores, max_groups: int = DEFAULT_STRATA) -> np.ndarray:
@@ -83,13 +83,6 @@ def judge_strata(scores, max_groups: int = DEFAULT_STRATA) -> np.ndarray:
         if mass >= target and groups_left > 1 and v + 1 < values.size:
             g, left, groups_left, mass = g + 1, left - mass, groups_left - 1, 0
     return group[inverse]
-
-
-@dataclass(frozen=True)
-class StratifiedUpdate:
-    """What one :meth:`StratifiedTest.update` fed to the test: log E after each new draw."""
-
-    path: np.ndarray
 
 
 class StratifiedTest:
@@ -135,8 +128,9 @@ class StratifiedTest:
                                         prior_weight=prior_weight)
         self.design.set_partition(self.groups, np.zeros(self.N, dtype=np.int8), prior_mean=self.judge_means)
         self.state = BettingState()
-        self._y = np.zeros(0)  # observations and their upper ends, in draw order
+        self._y = np.zeros(0)  # observations, their upper ends and the fractions bet on them, in draw order
         self._b = np.zeros(0)
+        self._u = np.zeros(0)
         self.log_evalue = 0.0
         self.max_log_evalue = 0.0
         self.futility = None if futility is None else check_level(futility, "futility")
@@ -165,21 +159,26 @@ class StratifiedTest:
         if y.size == 0:
             return np.zeros(0)
         if self.futility is not None:  # mirrored: 1 - Y has mean 1 - mu and lies below 1 - a
-            xf = normalised(1.0 - y, 1.0 - a, 1.0 - self.alpha)
-            logf, self.futility_state = self.strategy.log_factors(xf[None], np.zeros(1), np.ones(1), self.futility_state,
-                                                                  delta=self.futility, horizon=self.horizon)
-            fpath = self.futility_log_evalue + np.cumsum(logf[0])
+            fpath, self.futility_state, _ = self._bet(normalised(1.0 - y, 1.0 - a, 1.0 - self.alpha),
+                                                      self.futility_state, self.futility)
+            fpath = self.futility_log_evalue + fpath
             self.futility_log_evalue = float(fpath[-1])
             self.futility_max_log_evalue = max(self.futility_max_log_evalue, float(fpath.max()))
-        x = normalised(y, b, self.alpha)
-        logf, self.state = self.strategy.log_factors(x[None], np.zeros(1), np.ones(1), self.state, delta=self.delta,
-                                                     horizon=self.horizon)
-        path = self.log_evalue + np.cumsum(logf[0])
+        path, self.state, u = self._bet(normalised(y, b, self.alpha), self.state, self.delta)
+        path = self.log_evalue + path
         self.log_evalue = float(path[-1])
         self.max_log_evalue = max(self.max_log_evalue, float(path.max()))
         self._y = np.concatenate([self._y, y])
         self._b = np.concatenate([self._b, b])
+        self._u = np.concatenate([self._u, u])
         return path
+
+    def _bet(self, x: np.ndarray, state: BettingState, delta: float):
+        """The strategy's fractions on normalised observations x (target 0, scale 1): the
+        cumulative log wealth of these draws, the state after them and the fractions."""
+        one, zero = np.ones(1), np.zeros(1)
+        u, state = self.strategy.checked_fractions(x[None], zero, one, state, delta=delta, horizon=self.horizon)
+        return np.cumsum(bet_log_factors(u, x[None], zero, one)[0]), state, u[0]
 
     # -- reading ---------------------------------------------------------------------------------
     @property
@@ -193,7 +192,7 @@ class StratifiedTest:
 
     @property
     def certified(self) -> bool:
-        return self.max_log_evalue >= np.log(1.0 / self.delta)
+        return self.max_log_evalue >= -np.log(self.delta)
 
     @property
     def observations(self) -> np.ndarray:
@@ -201,8 +200,18 @@ class StratifiedTest:
         return self._y.copy()
 
     @property
+    def upper_ends(self) -> np.ndarray:
+        """b_t, the top of each observation's range (fixed before its draw), in draw order."""
+        return self._b.copy()
+
+    @property
+    def fractions(self) -> np.ndarray:
+        """The bet fractions u_t the test used, in draw order (what its bound re-uses)."""
+        return self._u.copy()
+
+    @property
     def futile(self) -> bool:
-        return self.futility is not None and self.futility_max_log_evalue >= np.log(1.0 / self.futility)
+        return self.futility is not None and self.futility_max_log_evalue >= -np.log(self.futility)
 
     @property
     def estimate(self) -> float:
@@ -220,42 +229,35 @@ class StratifiedTest:
         items = self.design._items[: self.n]
         return items.copy(), self.design._loss[items].copy()
 
-    def upper_bound(self, level: float) -> float:
+    def upper_bound(self, level: float, *, recorded: bool = True) -> float:
         """inf{a : max_t E_t(a) >= 1/level}: the one-sided bound that inverts this test.
 
-        For a constant fraction u the factor 1 - u (Y - a)/(b - a) is non-decreasing in a
-        (Y <= b), and so is the Universal Portfolio's mixture of them: the rejected targets
-        form an interval, P(mu > U) <= level, and U <= alpha exactly when the test at alpha
-        reached 1/level. Other strategies bet on the normalised observations, which move
-        with the target, so their bound comes from UP (it may then differ from the test).
+        The fractions u_t the test bet with are kept, and the wealth prod (1 - u_t (Y_t - a) /
+        max(b_t - a, eps)) is valid for the null mu >= a at every a and non-decreasing in a;
+        above alpha a mixture of constant bets (UP) re-chooses its bets for the target
+        (:mod:`certsel.policies.bounds`): P(mu > U) <= level, and U <= alpha exactly when the
+        test at alpha reached 1/level, for every strategy. ``recorded=False`` recomputes the
+        decision at alpha from the fractions instead of reading the recorded evidence (a check).
         """
         level = check_level(level, "level")
         if self.n == 0:
             return 1.0
-        exact = isinstance(self.strategy, UP)
-        strategy = self.strategy if exact else UP()
-        thr = np.log(1.0 / level)
 
-        def rejected(a: float) -> bool:
-            x = normalised(self._y, self._b, a)
-            logf, _ = strategy.log_factors(x[None], np.zeros(1), np.ones(1), BettingState(), delta=self.delta,
-                                           horizon=self.horizon)
-            return bool(np.cumsum(logf[0]).max() >= thr)
+        def family(a, rows):  # the strategy's own test at targets a (points, 1): monotone for a mixture of constant bets
+            x = normalised(self._y[None], self._b[None], a)  # (points, n)
+            one, zero = np.ones(x.shape[0]), np.zeros(x.shape[0])
+            u, _ = self.strategy.checked_fractions(x, zero, one, BettingState(), delta=self.delta, horizon=self.horizon)
+            return np.cumsum(bet_log_factors(u, x, zero, one), axis=-1).max(axis=-1)[:, None]
 
-        lo, hi = 0.0, 1.0
-        if rejected(lo):
-            return lo
-        for _ in range(_BISECTION_STEPS):
-            mid = 0.5 * (lo + hi)
-            lo, hi = (lo, mid) if rejected(mid) else (mid, hi)
-        if exact and self.max_log_evalue >= thr:
-            hi = min(hi, self.alpha)  # the test at alpha itself rejected: agree with it exactly
-        return hi
+        return float(inverted_upper_bound(self._y[None, None], self._b[None, None], self._u[None, None], self.alpha,
+                                          level=level,
+                                          rejected=self.max_log_evalue >= -np.log(level) if recorded else None,
+                                          family=family if self.strategy.constant_bet_mixture else None)[0])
 
     # -- snapshot ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"format": _FORMAT, "design": self.design.state_dict(), "state": self.state.to_dict(),
-                "y": self._y.copy(), "b": self._b.copy(), "log_e": self.log_evalue, "max_log_e": self.max_log_evalue,
+                "y": self._y.copy(), "b": self._b.copy(), "u": self._u.copy(), "log_e": self.log_evalue, "max_log_e": self.max_log_evalue,
                 "alpha": self.alpha, "delta": self.delta, "horizon": self.horizon, "n_items": self.N,
                 "rng": self.design.rng.bit_generator.state, "futility_state": self.futility_state.to_dict(),
                 "futility_log_e": self.futility_log_evalue, "futility_max_log_e": self.futility_max_log_evalue}
@@ -269,6 +271,7 @@ class StratifiedTest:
         self.state = BettingState.from_dict(state["state"])
         self._y = np.asarray(state["y"], dtype=np.float64).reshape(-1)
         self._b = np.asarray(state["b"], dtype=np.float64).reshape(-1)
+        self._u = np.asarray(state["u"], dtype=np.float64).reshape(-1)
         self.log_evalue, self.max_log_evalue = float(state["log_e"]), float(state["max_log_e"])
         self.futility_state = BettingState.from_dict(state["futility_state"])
         self.futility_log_evalue = float(state["futility_log_e"])
@@ -278,4 +281,4 @@ class StratifiedTest:
 def normalised(y: np.ndarray, b: np.ndarray, alpha: float) -> np.ndarray:
     """x = (Y - alpha) / max(b - alpha, eps) <= 1: the observation in units of the largest
     bet that keeps every factor 1 - u x non-negative."""
-    return (y - alpha) / np.maximum(b - alpha, _EPS)
+    return (y - alpha) / np.maximum(b - alpha, MIN_RANGE)

@@ -5,6 +5,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -87,8 +88,8 @@ def test_failure_rates_hold_delta_near_the_boundary():
     res = audit(cfg, dataclasses.replace(data, table=table), reps=300, seed=1)
     assert all(r["h0"] for r in res.rows)
     for r in res.rows:
-        assert r["failure_lower"] <= 0.1 and r["ok"]
-    assert res.overall["ok"] and res.overall["familywise_failure"] <= 0.1
+        assert r["failure_lower"] <= 0.1 and r["verdict"] == "confirmed"
+    assert res.overall["verdict"] == "confirmed" and res.overall["familywise_failure"] <= 0.1
 
 
 def test_clopper_pearson_against_scipy_binomtest():
@@ -101,21 +102,73 @@ def test_clopper_pearson_against_scipy_binomtest():
 
 
 def test_audit_command_logs_a_run(tmp_path):
+    """20 repetitions cannot confirm delta = 0.1: the verdict says so, with how many would,
+    and the exit status is 3 (neither confirmed, 0, nor failed, 1)."""
     job = tmp_path / "job.yaml"
     job.write_text((EXAMPLES / "quantization.yaml").read_text().replace("data/", str(EXAMPLES / "data") + "/"))
     p = subprocess.run([sys.executable, "-m", "certsel.cli", "audit", str(job), "--reps", "20", "--set",
                         f"tracking.uri=sqlite:///{tmp_path}/s.db", "--set", "budget.n=50", "--out", str(tmp_path / "a")],
                        capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr
-    assert "20 repetitions" in p.stdout and "OK" in p.stdout
+    assert p.returncode == 3, p.stderr
+    assert "20 repetitions" in p.stdout and "INCONCLUSIVE" in p.stdout and "OK" not in p.stdout
+    assert "about 44 would" in p.stdout
     run_id = p.stdout.split("MLflow run: ")[1].split()[0]
     client = MlflowClient(f"sqlite:///{tmp_path}/s.db")
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.tags["certsel.kind"] == "audit"
+    assert run.data.tags["certsel.audit_verdict"] == "inconclusive"
     assert run.data.params["reps"] == "20" and "familywise_failure" in run.data.metrics
     assert {a.path for a in client.list_artifacts(run_id)} == {"audit.json", "audit.md", "audit.png"}
     audit_json = json.loads((tmp_path / "a" / "audit.json").read_text())
     assert len(audit_json["candidates"]) == 48 and audit_json["reps"] == 20
+
+
+@pytest.mark.parametrize("k, n, level, verdict", [
+    (0, 300, 0.1, "confirmed"),  # upper bound 0.015
+    (15, 300, 0.1, "confirmed"),  # rate 0.05, upper 0.091
+    (20, 300, 0.1, "inconclusive"),  # rate 0.067, upper 0.108
+    (10, 100, 0.1, "inconclusive"),  # the review's case: rate 0.100, upper 0.19 (it used to pass as OK)
+    (0, 20, 0.1, "inconclusive"),  # upper 0.206: 20 repetitions are too few
+    (20, 100, 0.1, "failed"),  # lower 0.116 > 0.1
+])
+def test_verdicts_at_each_side_of_the_level(k, n, level, verdict):
+    from certsel.orchestrator.audit_base import Verdict, reps_to_confirm
+
+    lo, hi = clopper_pearson(k, n, 0.99)
+    assert verdict == ("failed" if lo > level else "confirmed" if hi <= level else "inconclusive")
+    assert Verdict.of(k, n, level) == verdict
+    need = reps_to_confirm(k, n, level)
+    if verdict == "inconclusive" and k / n < level:  # the suggested count would confirm at that rate
+        assert need > n and clopper_pearson(int(np.ceil(k / n * need)), need, 0.99)[1] <= level
+
+
+def test_a_policy_that_peeks_fails_its_audit(tmp_path):
+    """A betting strategy that looks at the observation it bets on (not predictable) certifies
+    candidates above alpha far more often than delta: the audit says FAILED and exits 1."""
+    (tmp_path / "peeking.py").write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+        from typing import ClassVar
+
+        import numpy as np
+        from certsel.policies import BettingState, BettingStrategy, register_strategy
+
+
+        @register_strategy
+        @dataclass(frozen=True)
+        class Peeking(BettingStrategy):
+            name: ClassVar[str] = "peeking-test"
+
+            def fractions(self, q, alpha, scale, state, *, delta, horizon):
+                return np.where(q < alpha[:, None], 0.9, 0.0), BettingState(state.count + q.shape[-1])
+    """))
+    job = tmp_path / "job.yaml"
+    job.write_text((EXAMPLES / "quantization.yaml").read_text().replace("data/", str(EXAMPLES / "data") + "/"))
+    p = subprocess.run([sys.executable, "-m", "certsel.cli", "audit", str(job), "--reps", "50", "--no-tracking",
+                        "--set", "plugins=[peeking]", "--set", "policy.betting=peeking-test", "--set", "budget.n=50",
+                        "--set", "candidates=[mx_m4_r2_k16, mx_m4_r2_k64]", "--set", "policy.kind=r-eval"],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "FAILED: the guarantee is violated" in p.stdout and "| failed |" in p.stdout
 
 
 def test_audit_rejects_live_jobs(tmp_path):
@@ -143,7 +196,7 @@ def test_pairwise_audit_repeats_the_ranking_as_the_job_runs_it():
     used = [set() for _ in range(4)]
     for p in range(6):
         u = (t.human[ii[p]] - t.human[jj[p]] + 1) / 2
-        pol = Seq(t.human.shape[1], delta=0.05 / 6 / 2, threshold=0.5, seed=17)
+        pol = Seq(t.human.shape[1], delta=0.05 / 6 / 2, threshold=0.5, seed=17, strict=True)
         while not pol.done and pol.n_labeled < 300:
             items = pol.next_items(min(25, 300 - pol.n_labeled))
             pol.update(items, u[items])
@@ -154,7 +207,8 @@ def test_pairwise_audit_repeats_the_ranking_as_the_job_runs_it():
     one = audit(cfg, data, reps=12, seed=3, workers=1)
     two = audit(cfg, data, reps=12, seed=3, workers=2)
     assert one.rows == two.rows and one.overall == two.overall
-    assert one.unit == "pair" and len(one.rows) == 6 and one.overall["ok"]
+    assert one.unit == "pair" and len(one.rows) == 6 and one.overall["verdict"] == "inconclusive"
+    assert one.overall["reps_to_confirm"] > 12  # 12 repetitions cannot confirm delta = 0.05
     assert one.overall["familywise_failure"] == 0.0
     assert "pairwise seq ranking of 4 models" in one.summary() and "| pair |" in one.table()
 
@@ -169,5 +223,5 @@ def test_the_bundled_ranking_example_orders_no_pair_wrongly():
     res = audit(cfg, load_job_data(cfg), reps=24, seed=5, workers=2)
     o = res.overall
     assert o["procedure"] == "pairwise" and res.unit == "pair" and len(res.rows) == 66
-    assert o["wrong_order_rate"] == o["familywise_failure"] <= cfg.delta and o["ok"]
+    assert o["wrong_order_rate"] == o["familywise_failure"] <= cfg.delta and o["verdict"] != "failed"
     assert 0 < o["saved_fraction"] < 1 and o["mean_certified"] > 30

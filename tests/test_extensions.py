@@ -35,8 +35,8 @@ class ConstantBet(BettingStrategy):
     name: ClassVar[str] = "constant-test"
     u: float = 0.4
 
-    def log_factors(self, q, alpha, scale, state, *, delta, horizon):
-        return np.log1p(-self.u * scale[:, None] * (q - alpha[:, None])), BettingState(state.count + q.shape[-1])
+    def fractions(self, q, alpha, scale, state, *, delta, horizon):
+        return np.full(q.shape, self.u), BettingState(state.count + q.shape[-1])
 
 
 class WeightedBonferroni(Procedure):
@@ -175,7 +175,7 @@ FAILING = """
     class Exploding(BettingStrategy):
         name: ClassVar[str] = "exploding-test"
 
-        def log_factors(self, q, alpha, scale, state, *, delta, horizon):
+        def fractions(self, q, alpha, scale, state, *, delta, horizon):
             raise RuntimeError("the strategy has a bug")
 """
 

@@ -63,7 +63,8 @@ def test_audit_runs_the_policy_itself():
     cfg = load_config(EXAMPLES / "quantization.yaml", ["policy.kind=judge-stratified", "budget.n=200",
                                                        f"candidates={names}"])
     res = audit(cfg, load_job_data(cfg), reps=40, workers=1)
-    assert res.overall["ok"], res.overall
+    # 40 repetitions without a failure cannot confirm delta = 0.1 at 99% (about 44 would)
+    assert res.overall["verdict"] == "inconclusive" and res.overall["familywise_failure"] == 0, res.overall
     rows = {r["candidate"]: r for r in res.rows}
     assert rows["mx_m5_r2_k64"]["power"] > 0.5 and rows["mx_m4_r2_k16"]["h0"]
     assert all(r["coverage"] >= 0.9 for r in res.rows)

@@ -131,7 +131,8 @@ class CandidateHost:
 
     def finalize(self, names: list[str], levels: list | None = None) -> list[Snapshot]:
         """Final snapshots with the two-sided interval and, for testing candidates, the
-        one-sided bound that inverts their test at ``levels[i]`` (the level of the decision)."""
+        one-sided bounds that invert their test at each of ``levels[i]`` (the level of the
+        decision, and the level the candidate enters the simultaneous statement at)."""
         self._have(names)
         out = []
         for k, n in enumerate(names):
@@ -142,7 +143,7 @@ class CandidateHost:
             if isinstance(c, _TESTING):
                 snap.judge = c.judge_report()
                 if levels is not None:
-                    snap.upper_bound = c.upper_bound(float(levels[k]))
+                    snap.level_bounds = {float(lv): c.upper_bound(float(lv)) for lv in levels[k]}
             out.append(snap)
         return out
 

@@ -113,13 +113,14 @@ class TestingCandidate(_Candidate):
 
     def upper_bound(self, level: float) -> float:
         """The one-sided upper bound that inverts this candidate's own test at ``level``
-        (:func:`~certsel.policies.autoeval.decision_upper_bound`): <= alpha exactly when its
-        e-process reached 1/level."""
+        (:func:`~certsel.policies.autoeval.decision_upper_bound`): the test's own bets,
+        seeded with its recorded evidence, so it is <= alpha exactly when the e-process
+        reached 1/level."""
         if level not in self._bound:
             h, jl, ju = self._data()
             self._bound[level] = 1.0 if h.size == 0 else float(decision_upper_bound(
                 h, jl, ju, level=level, delta=self.test.delta, alpha=self.test.alpha, rhos=self.rhos,
-                betting=self.betting, horizon=self.n))
+                betting=self.betting, horizon=self.n, max_log_evalue=self.test.max_log_evalue))
         return self._bound[level]
 
     def judge_report(self) -> dict | None:
@@ -219,12 +220,13 @@ class TestingCandidate(_Candidate):
 
 
 def make_estimation_policy(kind: str, n_items: int, *, delta, alpha, radius, seed, features=None,
-                           judge_scores=None, partition: str = "embeddings"):
+                           judge_scores=None, partition: str = "embeddings", strict: bool = False):
     """Seq or Cer-Eval deciding R vs alpha. Cer-Eval's groups come from the 1-NN partition of
     Algorithm 2 on ``features`` (``partition="embeddings"``) or from strata of a per-item
-    judge score known before any human label (``partition="judge"``, ``judge_scores``)."""
+    judge score known before any human label (``partition="judge"``, ``judge_scores``).
+    ``strict``: certify R < alpha rather than R <= alpha (pairwise signs, where a tie is no order)."""
     if kind == "seq":
-        return Seq(n_items, delta=delta, threshold=alpha, radius=radius, seed=seed)
+        return Seq(n_items, delta=delta, threshold=alpha, radius=radius, seed=seed, strict=strict)
     if kind == "cer-eval":
         if partition == "judge":
             if judge_scores is None:
@@ -237,7 +239,7 @@ def make_estimation_policy(kind: str, n_items: int, *, delta, alpha, radius, see
             part = NearestNeighborPartition(features, random_state=state)
         else:
             raise ValueError(f"unknown partition {partition!r} (embeddings or judge)")
-        return CerEval(n_items, part, delta=delta, threshold=alpha, radius=radius, seed=seed)
+        return CerEval(n_items, part, delta=delta, threshold=alpha, radius=radius, seed=seed, strict=strict)
     raise ValueError(f"unknown estimation policy {kind!r}")
 
 

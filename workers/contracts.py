@@ -156,7 +156,8 @@ class Snapshot:
     exhausted: bool = False
     estimate: float = float("nan")
     ci: tuple | None = None
-    upper_bound: float | None = None  # the one-sided bound at the level of the candidate's decision
+    upper_bound: float | None = None  # estimation: the one-sided bound at the policy's level
+    level_bounds: dict | None = None  # testing, final: {level: the one-sided bound that inverts its test there}
     judge: dict | None = None  # agreement of the judge with the human labels (testing with a judge)
     futility_log_e: float | None = None  # max log e-value of the futility test (evidence for R >= alpha)
     path: np.ndarray | None = None
