@@ -210,6 +210,8 @@ class JobTracker:
                 final.update(final_ci_low=r.ci[0], final_ci_high=r.ci[1])
             if r.upper_bound is not None:
                 final["final_upper_bound"] = r.upper_bound
+            if r.joint_bound is not None:
+                final["final_simultaneous_bound"] = r.joint_bound
             if r.judge is not None:
                 final.update({f"judge_{k}": v for k, v in r.judge.items() if k != "items" and v is not None})
             if r.path:
