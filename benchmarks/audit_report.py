@@ -44,7 +44,7 @@ def main(argv=None) -> int:
           "whose true risk is above alpha (testing policies) or a wrong certified order (rankings, whose "
           "'candidates' are the pairs and whose coverage is the pairs' anytime intervals)\n")
     print("| data | policy | betting | candidates with H0 | worst failure (99% CP upper) | family-wise failure "
-          "(99% CP upper) | delta | min coverage | mean labels to decide | FT-Eval abs(bias) < margin | ok | reps | seconds |")
+          "(99% CP upper) | delta | min coverage | mean labels to decide | FT-Eval abs(bias) < margin | verdict | reps | seconds |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     ok_all = True
     summaries = []

@@ -18,8 +18,10 @@ bound. Cases:
 * pairwise exact null: AlpacaEval's claude vs claude-2 with every item twice, once swapped,
   so the mean difference over the test set is 0: the interval on the mean of u and the
   certified signs (threshold 1/2 at delta/2 per direction);
-* threshold decisions: a TriviaQA configuration against thresholds just below, at and just
-  above its risk; a decision is wrong when the claimed R <= c or R >= c is false.
+* threshold decisions: a TriviaQA configuration against thresholds 0.01 below, at and 0.01
+  above its risk; a decision is wrong when the claimed R <= c or R >= c is false;
+* the boundary: the same configuration against c = R -+ 1e-6, where one of the two one-sided
+  claims is false by a hair (its worst case), for Cer-Eval (judge strata) and Seq.
 
     python benchmarks/cer_eval_validity.py [--runs 1000] [--workers 2]
 """
@@ -33,7 +35,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from scipy import stats
 
-from certsel.policies import CerEval, NearestNeighborPartition, ScorePartition
+from certsel.policies import CerEval, NearestNeighborPartition, ScorePartition, Seq
 from certsel.policies.scenarios import RefitEveryLabel, make_outliers
 from certsel.workers.replay import load_loss_table, load_preference_table
 
@@ -84,11 +86,23 @@ def case(name: str):
         c = {"below": mu + 0.01, "at": mu, "above": mu - 0.01}[name.split("/")[1]]
         part = ScorePartition(judge)
         return (lambda s: CerEval(human.size, part, delta=DELTA, threshold=c, seed=s)), human, c, 10
+    if name.startswith("boundary"):
+        # the threshold a hair from R: one of the two one-sided claims is false by 1e-6, the
+        # hardest case for it (the c = R +- 0.01 rows are far from it)
+        human, judge = _trivia("loss_judge_best")
+        mu = float(human.mean())
+        kind, side = name.split("/")[1].split("-")
+        c = mu - 1e-6 if side == "above" else mu + 1e-6  # R just above c: "R <= c" is false
+        if kind == "seq":
+            return (lambda s: Seq(human.size, delta=DELTA, threshold=c, seed=s)), human, c, 10
+        part = ScorePartition(judge)
+        return (lambda s: CerEval(human.size, part, delta=DELTA, threshold=c, seed=s)), human, c, 10
     raise ValueError(name)
 
 
 CASES = ["outliers/betting", "outliers/paper", "refit/adversarial", "refit/1-nn", "judge/best", "judge/bad",
-         "pairwise-null", "threshold/below", "threshold/at", "threshold/above"]
+         "pairwise-null", "threshold/below", "threshold/at", "threshold/above", "boundary/cer_eval-above",
+         "boundary/cer_eval-below", "boundary/seq-above", "boundary/seq-below"]
 
 
 def one(args):
@@ -102,7 +116,7 @@ def one(args):
         miss += bool(np.any((path[:, 2] > mu + 1e-12) | (path[:, 3] < mu - 1e-12)))
         d = p.decision
         decided += d != 0
-        if name.startswith("threshold"):
+        if name.startswith(("threshold", "boundary")):
             wrong += (d == -1 and mu > c) or (d == 1 and mu < c)
         elif name == "pairwise-null":
             wrong += d != 0  # any sign is false at an exact tie
@@ -131,11 +145,12 @@ def main(argv=None):
         miss, wrong, decided, labels, runs = (int(v) for v in total[name])
         level = DELTA / 2 if name == "pairwise-null" else DELTA
         # the pairwise signs: delta/2 per direction, so any sign at a tie has rate <= delta
-        fail = wrong if (name.startswith("threshold") or name == "pairwise-null") else miss
+        decisions = name.startswith(("threshold", "boundary")) or name == "pairwise-null"
+        fail = wrong if decisions else miss
         ceil = stats.binom.ppf(0.99, runs, DELTA) / runs
         upper = stats.beta.ppf(0.99, fail + 1, runs - fail) if fail < runs else 1.0
         print(f"| {name} | {level:g} | {runs} | {miss / runs:.3f} | "
-              f"{'-' if not (name.startswith('threshold') or name == 'pairwise-null') else f'{wrong / runs:.3f}'} | "
+              f"{f'{wrong / runs:.3f}' if decisions else '-'} | "
               f"{ceil:.3f} | {upper:.3f} | {decided / runs:.3f} | {labels / runs:.0f} |")
 
 
