@@ -62,6 +62,12 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="processes for Seq / Cer-Eval repetitions (default: one per CPU; results do not depend on it)")
     aud.add_argument("--out", type=pathlib.Path, help="also write audit.json, audit.md and the plot here")
     aud.add_argument("--no-tracking", action="store_true", help="do not log an MLflow run")
+    pl = sub.add_parser("plan", help="expected labels and cost of each policy for a replay job, from a pilot sample")
+    pl.add_argument("config", type=pathlib.Path, help="a replay job file with its costs: section")
+    pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key, e.g. --set costs.judge=0.01 (repeatable)")
+    pl.add_argument("--pilot", type=int, default=50, help="pilot items per candidate (default 50)")
+    pl.add_argument("--seed", type=int, default=0, help="seed of the pilot's draws (independent of the job's)")
     show = sub.add_parser("show", help="print the certificate of a past job")
     show.add_argument("run_id", help="MLflow run id of the job (or of one of its candidates)")
     show.add_argument("--tracking-uri", help="default: MLFLOW_TRACKING_URI, else sqlite:///mlruns.db")
@@ -72,6 +78,8 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--scheme", default="r-autoeval+", choices=sorted(SCHEMES),
                    help="r-eval (human labels only), r-autoeval (judge with rho = 1), r-autoeval+ (default: "
                         "a mixture over reliance factors)")
+    s.add_argument("--observation", default="split", choices=["split", "paper"],
+                   help="split (default: two factors sharing each bet) or paper (eq. 10 of R-AutoEval+)")
     s.add_argument("--betting", default="up", choices=list(STRATEGIES),
                    help="betting strategy of the e-processes (default up: the universal portfolio)")
     s.add_argument("--procedure", default="fst", choices=[n for n, p in PROCEDURES.items() if p.testing],
@@ -98,7 +106,8 @@ def _select(args) -> dict:
         raise ValueError(f"--n and --r must be positive, got n={args.n}, r={args.r}")
     table = load_loss_table(args.data, judge=JUDGES.get(args.judge, args.judge))
     kw = dict(alpha=args.alpha, delta=args.delta, scheme=args.scheme, betting=args.betting)
-    out = replicated_selection(table, n=args.n, r=args.r, reps=1, seed=args.seed, procedure=args.procedure, **kw)
+    out = replicated_selection(table, n=args.n, r=args.r, reps=1, seed=args.seed, procedure=args.procedure,
+                               observation=args.observation, **kw)
     low, high = candidate_intervals(out, delta=args.delta, scheme=args.scheme, betting=args.betting)
     sel = int(out.selected[0])
     rows = [
@@ -191,7 +200,7 @@ def _candidate_table(cert: dict):
     column; the judge's agreement when there is one."""
     from rich.table import Table
 
-    from certsel.orchestrator.certificate import bound_text, judge_cell
+    from certsel.orchestrator.certificate import bound_text, efficiency_cell, judge_cell
 
     p = cert["procedure"]
     alpha = p["alpha"]
@@ -201,7 +210,8 @@ def _candidate_table(cert: dict):
     levels = {c["level"] for c in cert["candidates"] if c.get("upper_bound") is not None}
     cols = ["candidate", "objective", "status", "in set", *(["e-value / threshold"] if testing else []),
             "joint bound", "own bound" + (f" (level {next(iter(levels)):.3g})" if len(levels) == 1 else " @ level"),
-            "estimate", "two-sided interval", "human", *(["judge agrees (kappa)"] if judged else [])]
+            "estimate", "two-sided interval", "human", *(["to certify / min"] if testing else []),
+            *(["judge agrees (kappa)"] if judged else [])]
     for c in cols:
         t.add_column(c, justify="right", no_wrap=True)
     for c in cert["candidates"]:
@@ -215,6 +225,8 @@ def _candidate_table(cert: dict):
         if testing:
             row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g} / {c.get('threshold', 0):.3g}")
         row += [bound_text(c.get("simultaneous_bound"), alpha), ub, est, ci, str(c["labels_human"])]
+        if testing:
+            row.append(efficiency_cell(c))
         if judged:
             row.append(judge_cell(c.get("judge")))
         t.add_row(*row, style="bold" if c["selected"] else None)
@@ -224,7 +236,8 @@ def _candidate_table(cert: dict):
 BOUNDS_LEGEND = ("joint bound: R <= it for every candidate at once, with probability >= {conf:g} (<= alpha exactly "
                  "for the certified set; blank: no statement). own bound: the one-sided bound that inverts the "
                  "candidate's own test at the level of its decision; a per-candidate statement, not adjusted for "
-                 "the selection.")
+                 "the selection. to certify / min: human labels until certified against log(1/level) / KL_inf, the "
+                 "fewest any test would need on average, estimated from its own labels (a rough guide).")
 
 
 def _ranking_table(cert: dict):
@@ -251,6 +264,14 @@ def _saved(fraction: float) -> str:
     return f"{fraction:.0%} saved" if fraction >= 0 else f"{-fraction:.0%} over: pairs drew different items"
 
 
+def cost_line(costs: dict) -> str:
+    """The spend in the user's unit: "cost: 1,432.5 USD (human 1,400, generation 12.5, judge 20) of 7,800 at full budget"."""
+    s, u = costs["spent"], costs["unit"]
+    parts = ", ".join(f"{k} {s[k]:,.4g}" for k in ("human", "generation", "judge") if s[k])
+    return f"cost: {s['total']:,.6g} {u}" + (f" ({parts})" if parts else "") + \
+        f" of {costs['full_budget']['total']:,.6g} {u} at full budget"
+
+
 def evidence_line(ev: dict, alpha: float) -> str:
     """The selected candidate's own evidence, each number with the level it has."""
     from certsel.orchestrator.certificate import bound_text
@@ -261,7 +282,9 @@ def evidence_line(ev: dict, alpha: float) -> str:
         bits.append(f"e-value {ev['e_value']:.3g} against its threshold {ev['threshold']:.3g}")
     bits.append(f"estimate {ev['estimate']:.3f} ({ev['estimate_note']})")
     if ev.get("certified_at_labels"):
-        bits.append(f"certified after {ev['certified_at_labels']} human labels ({ev['labels_human']} bought)")
+        bits.append(f"certified after {ev['certified_at_labels']} human labels ({ev['labels_human']} bought"
+                    + (f"; any test would need about {ev['labels_minimum_estimate']:.0f} on average, estimated from "
+                       "its labels)" if ev.get("labels_minimum_estimate") else ")"))
     else:
         bits.append(f"{ev['labels_human']} human labels")
     return ", ".join(bits)
@@ -287,6 +310,8 @@ def _print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None) -> 
     console.print("labels: " + ", ".join(
         f"{lab['spent'][k]} {k} of {lab['full_budget'][k]} ({_saved(lab['saved_fraction'][k])})"
         for k in ("human", "judge", "requests") if lab["full_budget"][k]))
+    if cert.get("costs"):
+        console.print(cost_line(cert["costs"]), markup=False)
     if cert.get("resume"):
         r = cert["resume"]
         console.print(f"resumed from round {r['from_round']}: {r['steps_from_snapshots']} candidate steps from "
@@ -371,6 +396,17 @@ def _audit(args) -> int:
     return {"confirmed": 0, "failed": 1}.get(str(result.overall["verdict"]), 3)
 
 
+def _plan(args) -> int:
+    from certsel.config import load_config
+    from certsel.orchestrator.jobdata import load_job_data
+    from certsel.orchestrator.planning import plan, plan_table
+
+    cfg = load_config(args.config, args.overrides)
+    rows = plan(cfg, load_job_data(cfg), m=args.pilot, seed=args.seed)
+    print(plan_table(cfg, rows, args.pilot))
+    return 0
+
+
 def _show(args) -> int:
     from certsel.orchestrator.tracking import load_certificate
 
@@ -384,9 +420,9 @@ def _show(args) -> int:
 
 def main(argv=None) -> int:
     args = _build_parser().parse_args(argv)
-    if args.command in ("run", "show", "audit"):
+    if args.command in ("run", "show", "audit", "plan"):
         try:
-            return {"run": _run, "show": _show, "audit": _audit}[args.command](args)
+            return {"run": _run, "show": _show, "audit": _audit, "plan": _plan}[args.command](args)
         except CertselError as exc:  # InputError: 2 (nothing was started); JobError: 1 (runs marked FAILED)
             print(f"certsel: error: {first_line(exc)}", file=sys.stderr)
             return exc.exit_code

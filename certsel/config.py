@@ -253,6 +253,9 @@ class PolicyConfig(_Strict):
     # with its parameters, e.g. {kind: up, prior: grid}
     betting: str | dict = "up"
     radius: Literal["betting", "paper"] = "betting"
+    # R-Eval / R-AutoEval(+): "split" (two factors sharing each bet, so the largest bet does not pay for the
+    # judge-only mean's range; docs/statistics.md) or "paper" (eq. 10 of R-AutoEval+, one factor)
+    observation: Literal["split", "paper"] = "split"
     # Cer-Eval's groups: 1-NN on item embeddings (Algorithm 2), or strata of the judge's loss
     partition: Literal["embeddings", "judge"] = "embeddings"
 
@@ -288,6 +291,8 @@ class PolicyConfig(_Strict):
     def _partition_is_cer_eval(self):
         if self.partition != "embeddings" and self.kind != "cer-eval":
             raise ValueError(f"policy.partition {self.partition!r} applies to policy.kind 'cer-eval' only")
+        if self.observation != "split" and self.kind not in SCHEMES:
+            raise ValueError(f"policy.observation applies to r-eval, r-autoeval and r-autoeval+, not {self.kind!r}")
         if self.partition == "judge" and self.radius == "paper":
             raise ValueError("policy.partition 'judge' needs radius 'betting' (the paper's Algorithm 2 partitions "
                              "embeddings)")
@@ -302,8 +307,40 @@ class ObjectiveConfig(_Strict):
 class BudgetConfig(_Strict):
     n: int = Field(300, gt=0, description="human labels per candidate")
     r: int = Field(3, ge=0, description="judge-only labels per human label")
-    batch: int = Field(25, gt=0, description="human labels per candidate per driver round")
+    batch: int = Field(25, gt=0, description="human labels per candidate per driver round (the largest round)")
+    # the smallest round a testing candidate close to its threshold gets (scheduling.rounds: predicted)
+    min_batch: int = Field(5, gt=0, description="smallest round of a candidate close to its decision")
     max_requests: int | None = Field(None, gt=0, description="cap on label-source requests over the job")
+
+    @model_validator(mode="after")
+    def _min_batch_fits(self):
+        if "min_batch" in self.model_fields_set and self.min_batch > self.batch:
+            raise ValueError(f"budget.min_batch ({self.min_batch}) must not exceed budget.batch ({self.batch})")
+        return self
+
+    @property
+    def smallest_round(self) -> int:
+        """The smallest round: ``min_batch``, or ``batch`` when only that was set smaller."""
+        return min(self.min_batch, self.batch)
+
+
+class CostsConfig(_Strict):
+    """What a job's labels cost, in any one unit (dollars, GPU-seconds, minutes of an annotator):
+    per human label, per target generation (a request that is not a judge call) and per judge
+    call. The spend in that unit goes to the CLI, the report, selection.json and MLflow."""
+
+    human: float = Field(0.0, ge=0, allow_inf_nan=False, description="per human label")
+    generation: float = Field(0.0, ge=0, allow_inf_nan=False, description="per target generation")
+    judge: float = Field(0.0, ge=0, allow_inf_nan=False, description="per judge call")
+    unit: str = Field("units", min_length=1, max_length=24)
+
+    def of(self, human: int, judge: int, requests: int) -> dict:
+        """The spend of these counters, by kind and in total (generations: the requests that
+        were not judge calls)."""
+        generation = max(int(requests) - int(judge), 0)
+        out = {"human": human * self.human, "generation": generation * self.generation, "judge": judge * self.judge}
+        out["total"] = sum(out.values())
+        return out
 
 
 class SchedulingConfig(_Strict):
@@ -318,6 +355,10 @@ class SchedulingConfig(_Strict):
     # by a second e-process on the mirrored losses; it never certifies, so the family-wise error
     # is unchanged, and a candidate with R < alpha is stopped with probability <= futility
     futility: float | None = Field(None, gt=0, lt=1)
+    # rounds (testing policies): "predicted" gives a candidate close to its threshold a round of about the
+    # labels its evidence so far says it still needs (between budget.min_batch and budget.batch), so that
+    # it does not buy a whole round past its decision; "fixed": budget.batch for every candidate
+    rounds: Literal["predicted", "fixed"] = "predicted"
 
 
 class PairwiseConfig(_Strict):
@@ -387,6 +428,7 @@ class RunConfig(_Strict):
     procedure: str = "fst"
     objective: ObjectiveConfig | None = None
     budget: BudgetConfig = BudgetConfig()
+    costs: CostsConfig | None = None  # prices of labels and model calls (None: counts only)
     scheduling: SchedulingConfig = SchedulingConfig()
     pairwise: PairwiseConfig = PairwiseConfig()
     seed: int = 0

@@ -72,7 +72,7 @@ def _testing_chunk(cfg, human, judge, orders, n, r, rhos):
     if judge is not None and np.any(rhos != 0):
         jl = judge[:, orders[:, :n]].transpose(1, 0, 2)
         ju = judge[:, orders[:, n : n * (1 + r)]].transpose(1, 0, 2)
-    obs = effective_observations(h, jl, ju, rhos=rhos)
+    obs = effective_observations(h, jl, ju, rhos=rhos, observation=cfg.policy.observation)
     w0 = np.full(rhos.size, 1.0 / rhos.size)
     kw = dict(delta=cfg.delta, betting=cfg.policy.strategy, horizon=n)
     comps = component_log_evalues(obs, cfg.alpha, ci_scale=False, **kw)  # (reps, K, S, n)

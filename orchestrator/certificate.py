@@ -155,6 +155,7 @@ def certificate(result: JobResult) -> dict:
             "simultaneous_bound": round_up(r.joint_bound, cap=cfg.alpha),
             "ci": None if r.ci is None else [round_down(r.ci[0]), round_up(r.ci[1])],
             "certified_at_labels": r.certified_at or None,
+            "labels_minimum_estimate": None if r.label_minimum is None else round(r.label_minimum, 1),
             "risk_on_full_table": _round(r.true_risk),
         }
         row["level"] = _round(float(levels[r.index]), 8)
@@ -172,14 +173,17 @@ def certificate(result: JobResult) -> dict:
     if sel is not None and not pairwise:
         s = rows[sel.index]
         evidence = {k: s.get(k) for k in ("simultaneous_bound", "e_value", "threshold", "log_e_value", "upper_bound",
-                                          "level", "ci", "estimate", "certified_at_labels", "labels_human",
-                                          "labels_judge")}
+                                          "level", "ci", "estimate", "certified_at_labels", "labels_minimum_estimate",
+                                          "labels_human", "labels_judge")}
         evidence["simultaneous_confidence"] = 1 - cfg.delta
         evidence["estimate_note"] = ("the mean of per-label observations each unbiased given the past: unbiased at a "
                                      "fixed number of labels, not at this data-dependent stop"
                                      if cfg.policy.is_testing else "the midpoint of the two-sided interval")
         evidence["ci_level"] = 1 - ci_delta
     saved = {k: (1 - result.spent[k] / result.full[k]) if result.full[k] else 0.0 for k in result.spent}
+    if cfg.costs is not None:
+        for r, row in zip(result.records, rows, strict=True):
+            row["cost"] = _round(cfg.costs.of(r.n_human, r.n_judge, r.requests)["total"], 6)
     out = {
         "certsel_version": __version__,
         "job": cfg.name,
@@ -198,6 +202,7 @@ def certificate(result: JobResult) -> dict:
         "labels": {"spent": result.spent, "full_budget": result.full,
                    "saved_fraction": {k: _round(v, 4) for k, v in saved.items()},
                    "budget": _budget(cfg), "rounds": result.rounds},
+        "costs": None if cfg.costs is None else _costs(cfg, result),
         "scheduling": cfg.scheduling.model_dump(),
         "data": {"path": cfg.data_path, "sha256_16": result.data.fingerprint, "items": result.data.n_items,
                  **({"judge": cfg.judge_name} if _uses_judge(cfg) else {})},
@@ -211,6 +216,17 @@ def certificate(result: JobResult) -> dict:
     if result.ranking is not None:
         out["ranking"] = result.ranking
     return out
+
+
+def _costs(cfg, result: JobResult) -> dict:
+    """The job's spend in the user's unit (``costs:``): by kind and in total, for what it
+    bought and for every candidate run to its full budget."""
+    c = cfg.costs
+    spent = {k: _round(v, 6) for k, v in c.of(result.spent["human"], result.spent["judge"],
+                                                result.spent["requests"]).items()}
+    full = {k: _round(v, 6) for k, v in c.of(result.full["human"], result.full["judge"], result.full["requests"]).items()}
+    return {"unit": c.unit, "prices": {"human": c.human, "generation": c.generation, "judge": c.judge},
+            "spent": spent, "full_budget": full}
 
 
 def _nominal(cfg) -> str:
@@ -264,6 +280,14 @@ def selected_by_budget(result: JobResult, budgets) -> list:
         k = int(select(cert, key))
         out.append(None if k < 0 else float(objective[k]))
     return out
+
+
+def efficiency_cell(row: dict) -> str:
+    """A certified candidate's labels to certify against the fewest any test would need on
+    its labels' distribution: "174 / 60" (blank when not certified or no estimate)."""
+    if not row.get("certified") or not row.get("certified_at_labels") or row.get("labels_minimum_estimate") is None:
+        return ""
+    return f"{row['certified_at_labels']} / {row['labels_minimum_estimate']:.0f}"
 
 
 def judge_cell(judge: dict | None) -> str:

@@ -32,8 +32,8 @@ def _testing_reaches(cfg: RunConfig, level: float, n: int, n_items: int | None =
     zeros = np.zeros(n)
     jl, ju = (zeros, np.zeros(r * n)) if r else (None, None)
     log_e = log_evalue_paths(zeros, jl, ju, alpha=cfg.alpha, delta=cfg.delta, rhos=scheme_rhos(cfg.policy.kind),
-                             betting=cfg.policy.strategy, horizon=n)
-    return bool(log_e.max() >= np.log(1.0 / level))
+                             betting=cfg.policy.strategy, horizon=n, observation=cfg.policy.observation)
+    return bool(log_e.max() >= -np.log(level))
 
 
 def _estimation_reaches(cfg: RunConfig, level: float, n: int, n_items: int) -> bool:

@@ -62,6 +62,7 @@ def replicated_selection(
     scheme: str = "r-autoeval+",
     betting: str = "up",
     procedure: str = "fst",
+    observation: str = "split",
     **policy_kwargs,
 ) -> SelectionOutcome:
     """Run the selection ``reps`` times on independent item draws.
@@ -70,7 +71,8 @@ def replicated_selection(
     (Algorithm 1's pairing), tests every candidate for R <= alpha at level delta, applies
     ``procedure`` (a registered procedure that takes e-values: 'fst' in the table's order,
     'bonferroni', 'holm', ...) and selects the certified candidate with the smallest
-    objective (e.g. average bitwidth).
+    objective (e.g. average bitwidth). ``observation`` is the jobs' default, ``"split"``, or the
+    paper's (:func:`~certsel.policies.autoeval.effective_observations`).
     """
     proc = get_procedure(procedure)
     if not proc.testing:
@@ -79,7 +81,8 @@ def replicated_selection(
         raise ValueError("the loss table has no objective column to select on")
     human, jl, ju = sample_replications(table, reps, n, r * n, seed=seed)
     log_e = log_evalue_paths(
-        human, jl, ju, alpha=alpha, delta=delta, rhos=scheme_rhos(scheme), betting=betting, **policy_kwargs
+        human, jl, ju, alpha=alpha, delta=delta, rhos=scheme_rhos(scheme), betting=betting, observation=observation,
+        **policy_kwargs
     )
     test = test_from_log_evalues(log_e, delta)
     max_e = np.exp(test.max_log_evalue)

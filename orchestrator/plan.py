@@ -64,7 +64,7 @@ class JobPlan:
             kinds = [(CandidateKind.TESTING, TestingOptions(
                 scheme=cfg.policy.kind, alpha=cfg.alpha, delta=cfg.delta, betting=cfg.policy.strategy, r=r,
                 ci_delta=float(deltas[k]), intervals=cfg.tracking.intervals, futility=cfg.scheduling.futility,
-                seed=(cfg.seed, k)))
+                seed=(cfg.seed, k), observation=cfg.policy.observation))
                 for k in range(K)]
         else:
             self.shared = {"features": self.data.features}

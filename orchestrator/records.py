@@ -72,6 +72,7 @@ class CandidateRecord:
     ci: tuple | None = None
     upper_bound: float | None = None  # its own test's one-sided bound, at the level of its decision
     joint_bound: float | None = None  # the bound that holds together with all others' (None: no statement)
+    label_minimum: float | None = None  # the fewest labels any test would need, estimated from its labels
     judge: dict | None = None  # the judge's agreement with the human labels
     max_log_futility: float = 0.0  # the futility test's evidence for R >= alpha (log, running max)
     decision: int = 0

@@ -82,20 +82,21 @@ class HostPool:
             self._check_restored(snaps, by_host[h], counts)
         return counts
 
-    def step(self, names, batch: int) -> dict:
-        """Advance ``names`` by ``batch``; their snapshots by name. When a label source
-        failed and one of the job's own model servers is gone, the server is started again
-        elsewhere, the candidates that use it are rebuilt with its new address (from the
-        label log: nothing bought twice) and the failed steps are sent again."""
-        got = self.call("step", {h: (nms, batch) for h, nms in self.by_host(names).items()})
+    def step(self, sizes: dict) -> dict:
+        """Advance each candidate of ``sizes`` by its number of human labels; their snapshots
+        by name. When a label source failed and one of the job's own model servers is gone,
+        the server is started again elsewhere, the candidates that use it are rebuilt with
+        its new address (from the label log: nothing bought twice) and the failed steps are
+        sent again."""
+        got = self.call("step", {h: (nms, [sizes[n] for n in nms]) for h, nms in self.by_host(list(sizes)).items()})
         snaps = {s.name: s for group in got.values() for s in group}
-        failed = [n for n in names if n in snaps and snaps[n].error]
+        failed = [n for n in sizes if n in snaps and snaps[n].error]
         if failed and self.servers is not None:
             moved = self.servers.replace_lost()
             if moved:
                 log.warning("model servers moved after their node was lost: %s", moved)
                 self._repoint(moved)
-                snaps.update(self.step(failed, batch))
+                snaps.update(self.step({n: sizes[n] for n in failed}))
         return snaps
 
     def _repoint(self, moved: dict) -> None:

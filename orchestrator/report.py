@@ -15,7 +15,7 @@ import pathlib
 
 import numpy as np
 
-from .certificate import bound_text, certificate, judge_cell
+from .certificate import bound_text, certificate, efficiency_cell, judge_cell
 from .plots import write_plots
 from .result import JobResult
 
@@ -39,7 +39,10 @@ BOUNDS_NOTE = ("Joint bound: R is at most it for every candidate at once, with p
                "statement that keeps its level for the selected candidate, whatever made it the selected one. Own "
                "bound: the one-sided bound that inverts the candidate's own test, at the level of its decision "
                "(level column); a per-candidate statement, not adjusted for the selection. The two-sided interval "
-               "is at the candidate's interval level, split over both sides. Upper bounds are rounded up.")
+               "is at the candidate's interval level, split over both sides. Upper bounds are rounded up. To "
+               "certify / min: human labels until certified against log(1/level) / KL_inf, the fewest any test "
+               "would need on average, estimated from the candidate's own labels (a rough guide: from few labels "
+               "taken until the evidence was strong it tends to be optimistic).")
 
 
 def _fmt(x, spec: str = ".3f") -> str:
@@ -92,7 +95,8 @@ def _rows(cert: dict) -> list[list[str]]:
     judged = any(c.get("judge") for c in cert["candidates"])
     alpha = cert["procedure"]["alpha"]
     out = [["candidate", "objective", "status", "in set", "joint bound", "own bound", "level", "estimate",
-            *(["e-value / threshold"] if testing else []), "two-sided interval", "human", "judge", "requests",
+            *(["e-value / threshold"] if testing else []), "two-sided interval", "human",
+            *(["to certify / min"] if testing else []), "judge", "requests",
             *(["judge agrees (kappa)"] if judged else []), "note"]]
     for c in cert["candidates"]:
         own = c.get("upper_bound")
@@ -101,8 +105,10 @@ def _rows(cert: dict) -> list[list[str]]:
                bound_text(own, alpha), "" if own is None else f"{c['level']:.3g}", _fmt(c.get("estimate"))]
         if testing:
             row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g} / {c['threshold']:.3g}")
-        row += ["" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {bound_text(c['ci'][1])}]", str(c["labels_human"]),
-                str(c["labels_judge"]), str(c["requests"])]
+        row += ["" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {bound_text(c['ci'][1])}]", str(c["labels_human"])]
+        if testing:
+            row.append(efficiency_cell(c))
+        row += [str(c["labels_judge"]), str(c["requests"])]
         if judged:
             row.append(judge_cell(c.get("judge")))
         row.append((c.get("reason") or "").replace("|", "/"))
@@ -141,10 +147,17 @@ def _incidents(cert: dict) -> list[str]:
 
 
 def _labels_table(cert: dict) -> list[list[str]]:
+    """Labels bought against the full budget, and with ``costs:`` the spend in the user's unit."""
     lab = cert["labels"]
-    return [["labels", "spent", "full budget", "saved"]] + [
+    rows = [["labels", "spent", "full budget", "saved"]] + [
         [k, str(lab["spent"][k]), str(lab["full_budget"][k]), f"{lab['saved_fraction'][k]:.1%}"]
         for k in ("human", "judge", "requests") if lab["full_budget"][k]]
+    costs = cert.get("costs")
+    if costs:
+        s, f, u = costs["spent"], costs["full_budget"], costs["unit"]
+        rows += [[f"cost: {k} ({u})", f"{s[k]:,.6g}", f"{f[k]:,.6g}", f"{1 - s[k] / f[k]:.1%}" if f[k] else ""]
+                 for k in ("human", "generation", "judge", "total") if f[k]]
+    return rows
 
 
 def _markdown(cert: dict, plots) -> str:

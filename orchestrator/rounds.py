@@ -73,7 +73,7 @@ def final_bounds(plan, pool, records, certified_mask) -> None:
                 own[r.index] = 1.0
                 continue
             snap = finals[r.name]
-            r.ci, r.judge = tuple(snap.ci), snap.judge
+            r.ci, r.judge, r.label_minimum = tuple(snap.ci), snap.judge, snap.label_minimum
             r.upper_bound = snap.level_bounds[float(levels[r.index])]
             if not np.isnan(joint_levels[r.index]):
                 own[r.index] = snap.level_bounds[float(joint_levels[r.index])]
@@ -85,6 +85,22 @@ def final_bounds(plan, pool, records, certified_mask) -> None:
     joint = proc.simultaneous_bounds(cfg.delta, cfg.alpha, certified_mask, own)
     for r in records:
         r.joint_bound = None if np.isnan(joint[r.index]) else float(joint[r.index])
+
+
+def round_sizes(active, log_thresholds, batch: int, smallest: int) -> dict:
+    """The next round's labels per candidate: about what its evidence so far says it still
+    needs to reach its threshold, (threshold - log E) / (log E / t) with a 25% margin,
+    between ``smallest`` and ``batch``; ``batch`` before any growth. The rounds may depend on
+    the evidence: a candidate's certificate holds at any stopping time (scheduling.py)."""
+    out = {}
+    for r in active:
+        growth = r.log_e / r.t if r.t > 0 else 0.0
+        if growth <= 0:
+            out[r.name] = batch
+            continue
+        need = (float(log_thresholds[r.index]) - r.log_e) / growth
+        out[r.name] = int(np.clip(np.ceil(1.25 * need), min(smallest, batch), batch))
+    return out
 
 
 def run_selection(plan, pool, records, *, progress=None, tracker=None, job_dir=None, t0=None) -> JobResult:
@@ -117,7 +133,9 @@ def run_selection(plan, pool, records, *, progress=None, tracker=None, job_dir=N
             if batch < 1:
                 sched.stop_all("request budget spent")
                 break
-        by_name = pool.step([r.name for r in active], batch)
+        sizes = round_sizes(active, sched.log_thresholds(), batch, cfg.budget.smallest_round) \
+            if plan.testing and cfg.scheduling.rounds == "predicted" else {r.name: batch for r in active}
+        by_name = pool.step(sizes)
         for r in active:
             if r.name not in by_name:
                 continue  # its host was lost too often: already marked

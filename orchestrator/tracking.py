@@ -204,6 +204,8 @@ class JobTracker:
             final = {"labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests,
                      "certified": float(r.name in in_set), "selected": float(r.name == result.selected),
                      "level": row["level"]}
+            if row.get("cost") is not None:
+                final["cost"] = row["cost"]
             if row.get("threshold") is not None:  # e-values: the threshold, and its log next to log_evalue
                 final.update(threshold=row["threshold"], log_threshold=math.log(row["threshold"]))
             if r.ci is not None:
@@ -228,8 +230,13 @@ class JobTracker:
         sel = result.selected_record
         if sel is not None and sel.objective is not None:
             metrics["selected_objective"] = sel.objective
+        if result.cfg.costs is not None:  # the spend in the user's unit (tag certsel.cost_unit)
+            spent = result.cfg.costs.of(result.spent["human"], result.spent["judge"], result.spent["requests"])
+            metrics.update({f"cost_{k}": v for k, v in spent.items()})
         tags = [RunTag("certsel.selected", str(result.selected)), RunTag("certsel.procedure", result.cfg.procedure),
                 RunTag(NOTE, _job_note(result))]
+        if result.cfg.costs is not None:
+            tags.append(RunTag("certsel.cost_unit", result.cfg.costs.unit))
         c.log_batch(self.parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags)
         for path in artifacts:
             c.log_artifact(self.parent_id, str(path))

@@ -18,6 +18,7 @@ form (a log-sum-exp over rho); the tests check it against the literal update of 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +33,7 @@ from ._validation import (
     check_weights,
 )
 from .betting import BettingState, BettingStrategy, get_strategy
-from .bounds import inverted_upper_bound
+from .bounds import MIN_RANGE, inverted_upper_bound
 
 DEFAULT_RHOS = np.linspace(0.0, 1.0, 10)
 SCHEMES = {
@@ -52,12 +53,22 @@ def scheme_rhos(scheme: str) -> np.ndarray:
         raise ValueError(f"scheme must be one of {sorted(SCHEMES)}, got {scheme!r}") from None
 
 
+OBSERVATIONS = ("paper", "split")
+
+
 @dataclass(frozen=True)
 class EffectiveObservations:
     """PPI++ effective observations (eq. 10) for every rho, with their support.
 
     ``q`` has shape (..., S, n); ``lower``/``upper`` (S,) are the support bounds
     m_s = lo - rho_s (hi - lo) and M_s = hi + rho_s (hi - lo); ``r`` is floor(N / n).
+
+    The ``split`` form (:func:`effective_observations`) also holds ``parts`` (..., S, n, 2):
+    x = h - rho j + rho c and b = rho (jbar - c), with c a predictable estimate of the judge's
+    mean (so x + b = q), ``tops`` (..., S, n), the denominator of each step's bet, and
+    ``cap_target`` (S,), the target at which that denominator is taken (module docstring of
+    :mod:`certsel.policies.bounds`); ``judge_sum``/``judge_count`` (batch shape) carry the
+    judge labels seen, for a test that continues with more labels.
     """
 
     q: np.ndarray
@@ -65,6 +76,21 @@ class EffectiveObservations:
     upper: np.ndarray
     r: int
     loss_bounds: tuple[float, float]
+    parts: np.ndarray | None = None
+    tops: np.ndarray | None = None
+    cap_target: np.ndarray | None = None
+    judge_sum: np.ndarray | None = None
+    judge_count: int = 0
+
+    @property
+    def split(self) -> bool:
+        return self.parts is not None
+
+
+def check_observation(observation: str) -> str:
+    if observation not in OBSERVATIONS:
+        raise ValueError(f"observation must be one of {OBSERVATIONS}, got {observation!r}")
+    return observation
 
 
 def effective_observations(
@@ -74,6 +100,8 @@ def effective_observations(
     *,
     rhos=DEFAULT_RHOS,
     loss_bounds=(0.0, 1.0),
+    observation: str = "paper",
+    judge_seen=None,
 ) -> EffectiveObservations:
     """Eq. (10): ``q_{s,i} = rho_s mean(judge on unlabelled block i) + human_i - rho_s judge_i``.
 
@@ -81,45 +109,78 @@ def effective_observations(
     label is paired with r judge-only labels. The last N - r n unlabelled items are unused
     (the protocol of Algorithm 1). With every rho equal to 0 (R-Eval) the judge inputs may
     be omitted.
+
+    ``observation="split"`` also splits each observation into two factors that share one bet
+    (docs/statistics.md, "The split observation"): x = h - rho j + rho c_i and
+    b = rho (jbar_i - c_i), where c_i, the mean of every judge label before step i (with one
+    pseudo-label at the middle of the range), is fixed before the step. Under R >= a the
+    product (1 - lambda (x - a))(1 - lambda b) with a common lambda has mean <= 1, and its
+    largest bet is 1/(hi - lo + rho (c_i - lo)) instead of 1/(M_s - alpha). ``judge_seen`` =
+    (sum, count) of the judge labels of earlier steps continues c for a test fed in batches.
     """
     bounds = check_bounds(loss_bounds)
     rhos = check_rhos(rhos)
+    check_observation(observation)
     h = check_losses(human, "human", bounds)
     n = h.shape[-1]
+    width = bounds[1] - bounds[0]
     if np.all(rhos == 0.0) and judge_labeled is None and judge_unlabeled is None:
         q = np.broadcast_to(h[..., None, :], h.shape[:-1] + (rhos.size, n)).copy()
-        r = 0
+        obs = EffectiveObservations(q=q, lower=bounds[0] - rhos * width, upper=bounds[1] + rhos * width, r=0,
+                                    loss_bounds=bounds)
+        return _split(obs, h, None, None, rhos, judge_seen) if observation == "split" else obs
+    if judge_labeled is None or judge_unlabeled is None:
+        raise ValueError("judge_labeled and judge_unlabeled are required when some rho > 0")
+    jl = check_losses(judge_labeled, "judge_labeled", bounds)
+    ju = check_losses(judge_unlabeled, "judge_unlabeled", bounds)
+    if jl.shape != h.shape:
+        raise ValueError(
+            f"judge_labeled must have the shape of human {h.shape}, got {jl.shape}"
+        )
+    if ju.shape[:-1] != h.shape[:-1]:
+        raise ValueError(
+            f"judge_unlabeled must share the batch shape {h.shape[:-1]} of human, "
+            f"got {ju.shape[:-1]}"
+        )
+    N = ju.shape[-1]
+    if N < n:
+        raise ValueError(
+            f"judge_unlabeled has N={N} items but N >= n={n} is needed when a judge is used"
+        )
+    r = N // n
+    blocks = ju[..., : r * n].reshape(ju.shape[:-1] + (n, r))
+    correction = blocks.mean(axis=-1) - jl  # (..., n)
+    q = h[..., None, :] + rhos[:, None] * correction[..., None, :]
+    obs = EffectiveObservations(q=q, lower=bounds[0] - rhos * width, upper=bounds[1] + rhos * width, r=r,
+                                loss_bounds=bounds)
+    return _split(obs, h, jl, blocks, rhos, judge_seen) if observation == "split" else obs
+
+
+def _split(obs: EffectiveObservations, h, jl, blocks, rhos, judge_seen) -> EffectiveObservations:
+    """The split form of ``obs`` (see :func:`effective_observations`)."""
+    lo, hi = obs.loss_bounds
+    batch, n = h.shape[:-1], h.shape[-1]
+    prior_sum, prior_count = (0.5 * (lo + hi), 1) if judge_seen is None else judge_seen
+    prior_sum = np.broadcast_to(np.asarray(prior_sum, dtype=np.float64), batch)
+    if jl is None:  # R-Eval: no judge, no second factor
+        c = np.zeros(batch + (n,))
+        step_sum, per_step = np.zeros(batch + (n,)), 0
     else:
-        if judge_labeled is None or judge_unlabeled is None:
-            raise ValueError("judge_labeled and judge_unlabeled are required when some rho > 0")
-        jl = check_losses(judge_labeled, "judge_labeled", bounds)
-        ju = check_losses(judge_unlabeled, "judge_unlabeled", bounds)
-        if jl.shape != h.shape:
-            raise ValueError(
-                f"judge_labeled must have the shape of human {h.shape}, got {jl.shape}"
-            )
-        if ju.shape[:-1] != h.shape[:-1]:
-            raise ValueError(
-                f"judge_unlabeled must share the batch shape {h.shape[:-1]} of human, "
-                f"got {ju.shape[:-1]}"
-            )
-        N = ju.shape[-1]
-        if N < n:
-            raise ValueError(
-                f"judge_unlabeled has N={N} items but N >= n={n} is needed when a judge is used"
-            )
-        r = N // n
-        block_means = ju[..., : r * n].reshape(ju.shape[:-1] + (n, r)).mean(axis=-1)
-        correction = block_means - jl  # (..., n)
-        q = h[..., None, :] + rhos[:, None] * correction[..., None, :]
-    width = bounds[1] - bounds[0]
-    return EffectiveObservations(
-        q=q,
-        lower=bounds[0] - rhos * width,
-        upper=bounds[1] + rhos * width,
-        r=r,
-        loss_bounds=bounds,
-    )
+        step_sum = jl + blocks.sum(axis=-1)  # the judge labels of each step
+        per_step = 1 + blocks.shape[-1]
+        before = np.cumsum(step_sum, axis=-1) - step_sum  # judge labels of the earlier steps only
+        c = (prior_sum[..., None] + before) / (prior_count + per_step * np.arange(n))
+    rho = rhos[:, None]
+    jbar = c if blocks is None else blocks.mean(axis=-1)
+    j = c if jl is None else jl
+    x = h[..., None, :] - rho * (j - c)[..., None, :]
+    b = rho * (jbar - c)[..., None, :]
+    # a bet that keeps both factors >= 0 at every target >= lo: 1 / (hi - lo + rho (c - lo)); R-Eval's single
+    # factor keeps the classic 1 / (hi - target), rescaled with the target
+    tops = np.where(rhos[:, None] > 0, hi - lo + rho * (c[..., None, :] - lo), hi)
+    cap_target = np.where(rhos > 0, lo, np.inf)
+    return dataclasses.replace(obs, parts=np.stack([x, b], axis=-1), tops=tops, cap_target=cap_target,
+                               judge_sum=prior_sum + step_sum.sum(axis=-1), judge_count=prior_count + per_step * n)
 
 
 def component_log_evalues(
@@ -151,15 +212,30 @@ def component_log_evalues(
 
 def _rows(obs: EffectiveObservations, alpha, ci_scale: bool):
     """The observations as strategy rows (rows, n), with each row's target and bet scale:
-    1/(M_s - alpha) for testing (eq. 6), 1/(M_s - m_s) for intervals (App. D.5)."""
+    1/(M_s - alpha) for testing (eq. 6), 1/(M_s - m_s) for intervals (App. D.5). The split
+    form (testing only) gives its two factors per step, already in units of the step's
+    largest bet (rows, n, 2), with target 0 and scale 1."""
     q = obs.q
     batch, (S, n) = q.shape[:-2], q.shape[-2:]
     a = np.broadcast_to(np.asarray(alpha, dtype=np.float64)[..., None], batch + (S,))
+    if obs.split and not ci_scale:
+        y = split_units(obs, a)
+        rows = int(np.prod(batch + (S,)))
+        return y.reshape(rows, n, 2), np.zeros(rows), np.ones(rows)
     if ci_scale:
         scale = np.broadcast_to(1.0 / (obs.upper - obs.lower), batch + (S,))
     else:
         scale = 1.0 / (obs.upper - a)
     return q.reshape(-1, n), np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(scale).reshape(-1)
+
+
+def split_units(obs: EffectiveObservations, target) -> np.ndarray:
+    """The split factors at ``target`` (batch + (S,)) in units of each step's largest bet:
+    ((x - target) / d, b / d) with d = max(top - min(target, cap_target), eps), (..., S, n, 2)."""
+    t = np.asarray(target, dtype=np.float64)[..., None]
+    d = np.maximum(obs.tops - np.minimum(t, obs.cap_target[:, None]), MIN_RANGE)
+    x, b = obs.parts[..., 0], obs.parts[..., 1]
+    return np.stack([(x - t) / d, b / d], axis=-1)
 
 
 def decision_fractions(obs: EffectiveObservations, alpha: float, *, delta: float, betting, horizon: int) -> np.ndarray:
@@ -242,9 +318,11 @@ def check_horizon(horizon, n: int) -> int:
     return horizon
 
 
-def _prepare(human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon):
+def _prepare(human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon,
+             observation: str = "paper"):
     """Validated effective observations, mixture weights, strategy and horizon for one call."""
-    obs = effective_observations(human, judge_labeled, judge_unlabeled, rhos=rhos, loss_bounds=loss_bounds)
+    obs = effective_observations(human, judge_labeled, judge_unlabeled, rhos=rhos, loss_bounds=loss_bounds,
+                                 observation=observation)
     w = check_weights(weights, obs.q.shape[-2])
     return obs, w, get_strategy(betting), check_horizon(horizon, obs.q.shape[-1])
 
@@ -262,6 +340,7 @@ def log_evalue_paths(
     weights=None,
     horizon: int | None = None,
     bet_bound: str = "target",
+    observation: str = "paper",
 ) -> np.ndarray:
     """log E_1..E_n of the R-AutoEval+ e-process for H0: R > alpha vs H1: R <= alpha.
 
@@ -274,8 +353,10 @@ def log_evalue_paths(
     alpha = check_target(alpha, check_bounds(loss_bounds))
     if bet_bound not in ("target", "range"):
         raise ValueError(f"bet_bound must be 'target' or 'range', got {bet_bound!r}")
+    if bet_bound == "range" and observation == "split":
+        raise ValueError("bet_bound 'range' (intervals) takes the paper observation")
     obs, w, betting, horizon = _prepare(
-        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon
+        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, observation
     )
     comps = component_log_evalues(obs, alpha, delta=delta, betting=betting, horizon=horizon,
                                   ci_scale=bet_bound == "range")
@@ -309,6 +390,9 @@ def evalue_path(human, judge_labeled=None, judge_unlabeled=None, *, alpha: float
     weights : initial mixture weights w_{s,0} (default uniform 1/S).
     horizon : planned number of human labels; enters the WSR bet (the ``n`` of eq. 20) and
         the exact UP quadrature size. Default: ``len(human)``.
+    observation : ``"paper"`` (eq. 10, one factor per label, bets up to 1/(M_s - alpha)) or
+        ``"split"`` (two factors sharing each bet, whose largest bet does not pay for the
+        judge-only mean's range: :func:`effective_observations`).
     """
     h = np.asarray(human, dtype=np.float64)
     if h.ndim != 1:
@@ -396,7 +480,7 @@ def _bisect_upper(obs, w, betting, horizon, *, level) -> np.ndarray:
 def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, level: float, delta: float,
                          alpha: float, rhos=DEFAULT_RHOS, betting: str | dict | BettingStrategy = "up",
                          loss_bounds=(0.0, 1.0), weights=None, horizon: int | None = None, max_log_evalue=None,
-                         n_used=None) -> np.ndarray:
+                         n_used=None, observation: str = "paper") -> np.ndarray:
     """The one-sided upper bound that inverts the test of H0: R > alpha itself, at ``level``.
 
     It inverts a family of tests fixed in advance that contains the test itself at alpha
@@ -416,24 +500,40 @@ def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, lev
     bounds = check_bounds(loss_bounds)
     alpha = check_target(alpha, bounds)
     obs, w, strategy, horizon = _prepare(human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting,
-                                         horizon)
+                                         horizon, observation)
     u = decision_fractions(obs, alpha, delta=delta, betting=strategy, horizon=horizon)
     rejected = None if max_log_evalue is None else np.asarray(max_log_evalue, dtype=np.float64) >= -np.log(level)
     S, n = obs.q.shape[-2:]
-    q_rows = obs.q.reshape(-1, S, n)
     used = None if n_used is None else np.broadcast_to(n_used, obs.q.shape[:-2]).reshape(-1)
 
     def family(a, rows):  # the strategy's own test at targets a (points, rows): non-decreasing in a for these
-        many = EffectiveObservations(np.broadcast_to(q_rows[rows], a.shape + (S, n)), obs.lower, obs.upper, obs.r,
-                                     obs.loss_bounds)
+        many = _rows_of(obs, rows, a.shape[0])
         log_e = mix_log_evalues(component_log_evalues(many, a, delta=delta, betting=strategy, horizon=horizon), w)
         if used is not None:
             log_e = np.where(np.arange(n) < used[rows][:, None], log_e, -np.inf)
         return log_e.max(axis=-1)
 
+    # re-chosen bets are monotone in the target for a constant-bet mixture (UP) in either form, and for WSR's
+    # target-free plug-in on the paper form only (on the split form it learns from the target-dependent units)
+    monotone = strategy.constant_bet_mixture or (strategy.monotone_in_target and not obs.split)
+    if obs.split:
+        return inverted_upper_bound(obs.parts[..., 0], obs.tops, u, alpha, level=level, log_weights=np.log(w),
+                                    rejected=rejected, n_used=n_used, bounds=bounds, family=family if monotone else None,
+                                    cap_target=obs.cap_target, extra=obs.parts[..., 1])
     return inverted_upper_bound(obs.q, obs.upper[:, None], u, alpha, level=level, log_weights=np.log(w),
-                                rejected=rejected, n_used=n_used, bounds=bounds,
-                                family=family if strategy.monotone_in_target else None)
+                                rejected=rejected, n_used=n_used, bounds=bounds, family=family if monotone else None)
+
+
+def _rows_of(obs: EffectiveObservations, rows, points: int) -> EffectiveObservations:
+    """The batch elements ``rows`` of ``obs`` (flattened batch), repeated for ``points`` targets:
+    batch shape (points, len(rows))."""
+    S, n = obs.q.shape[-2:]
+
+    def pick(x, tail):
+        return None if x is None else np.broadcast_to(x.reshape((-1,) + tail)[rows], (points, len(rows)) + tail)
+
+    return dataclasses.replace(obs, q=pick(obs.q, (S, n)), parts=pick(obs.parts, (S, n, 2)),
+                               tops=pick(obs.tops, (S, n)), judge_sum=None)
 
 
 def lower_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, loss_bounds=(0.0, 1.0), **kwargs):

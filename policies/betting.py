@@ -173,6 +173,10 @@ def wsr_fractions(
 def up_fractions(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np.ndarray | None = None):
     """Universal Portfolio bet fractions u_i for observations ``x = q - alpha``, eq. (19).
 
+    ``x`` is (rows, n), or (rows, n, F) for F factors that share each step's bet (the split
+    prediction-powered observation): each prior node's wealth then moves by
+    prod_f (1 - u_k y_f), and the mixture is over constant-fraction processes of that form.
+
     The UP bet is the posterior mean of the bet under the prior, weighted by the wealth each
     constant bet would have made so far:
     ``u_i = sum_k w_k u_k E_{i-1}(scale u_k) / sum_k w_k E_{i-1}(scale u_k)``.
@@ -181,10 +185,12 @@ def up_fractions(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np.n
     ``wealth0`` (rows, K) resumes from a previous call's final node wealth. Returns the
     fractions (rows, n) and the final normalised node wealth (rows, K).
     """
-    rows, n = x.shape
+    x = x if x.ndim == 3 else x[..., None]  # (rows, n, F): F factors share each step's bet
+    rows, n, F = x.shape
     nodes, weights = prior.nodes, prior.weights
     K = nodes.size
-    every = _renormalise_every(x, scale, nodes.max())
+    every = _renormalise_every(x.sum(axis=-1), scale, nodes.max()) if F == 1 else \
+        max(1, _renormalise_every(x.reshape(rows, n * F), scale, nodes.max()) // F)
     both = np.stack([nodes, np.ones(K)], axis=1)  # (K, 2): numerator and denominator
     # factor matrix 1 - y_r u_k as a rank-2 product [1, y] @ [[1], [-u]]: one BLAS call
     affine = np.stack([np.ones(K), -nodes], axis=0)  # (2, K)
@@ -194,9 +200,9 @@ def up_fractions(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np.n
 
     def run_block(start: int) -> None:
         stop = min(rows, start + block)
-        y = scale[start:stop, None] * x[start:stop]  # (r, n): lambda_i (q_i - alpha) = u_i y_i
-        # (n, r, 2): step i's [1, y] pairs are contiguous
-        ys = np.stack([np.ones((n, stop - start)), y.T], axis=2)
+        y = scale[start:stop, None, None] * x[start:stop]  # (r, n, F): lambda_i (q_i - alpha) = u_i y_i
+        # (n, F, r, 2): step i's [1, y] pairs are contiguous
+        ys = np.stack([np.ones((n, F, stop - start)), y.transpose(1, 2, 0)], axis=3)
         if wealth0 is None:
             wealth = np.repeat(weights[None, :], stop - start, axis=0)
         else:
@@ -207,8 +213,9 @@ def up_fractions(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np.n
         for i in range(n):
             np.matmul(wealth, both, out=sums)
             np.divide(sums[:, 0], sums[:, 1], out=u[i])
-            np.matmul(ys[i], affine, out=factor)
-            wealth *= factor
+            for f in range(F):  # every factor of the step, with the same node fraction
+                np.matmul(ys[i, f], affine, out=factor)
+                wealth *= factor
             if i % every == every - 1:
                 wealth /= wealth.sum(axis=1, keepdims=True)
                 # Zeroing shares below 1e-200 of the total moves the next bet by less than
@@ -248,9 +255,13 @@ def _renormalise_every(x: np.ndarray, scale: np.ndarray, u_max: float) -> int:
 
 
 def bet_log_factors(u: np.ndarray, q: np.ndarray, alpha: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """log(1 - lambda_i (q_i - alpha)) with lambda_i = scale u_i, for rows of ``u`` and ``q``
-    (rows, n), targets ``alpha`` and scales ``scale`` (rows,): the one formula every
-    strategy's wealth is made of (eq. 6)."""
+    """log(1 - lambda_i (q_i - alpha)) with lambda_i = scale u_i, for rows of ``u`` (rows, n)
+    and ``q`` (rows, n), targets ``alpha`` and scales ``scale`` (rows,): the one formula every
+    strategy's wealth is made of (eq. 6). With ``q`` (rows, n, F), F factors share each bet and
+    the step's log factor is sum_f log(1 - lambda_i (q_{i,f} - alpha))."""
+    if q.ndim == 3:
+        with np.errstate(divide="ignore"):
+            return np.log1p(-u[..., None] * (scale[:, None, None] * (q - alpha[:, None, None]))).sum(axis=-1)
     with np.errstate(divide="ignore"):  # a factor of exactly 0 (u = 1 at the worst outcome) is log 0
         return np.log1p(-u * (scale[:, None] * (q - alpha[:, None])))
 
@@ -285,6 +296,9 @@ class BettingStrategy:
     # at target a with factors 1 - u (q - a)/(M - a) is non-decreasing in a however the
     # observations are presented (the judge-stratified test's normalised ones included).
     constant_bet_mixture: ClassVar[bool] = False
+    # Whether :meth:`fractions` takes observations with a trailing factor axis (rows, n, F):
+    # F factors that share each step's bet. Otherwise it learns from their capped sum.
+    takes_factors: ClassVar[bool] = False
 
     def fractions(self, q: np.ndarray, alpha: np.ndarray, scale: np.ndarray, state: BettingState, *,
                   delta: float, horizon: int) -> tuple[np.ndarray, BettingState]:
@@ -300,12 +314,19 @@ class BettingStrategy:
         return bet_log_factors(u, q, alpha, scale), new
 
     def checked_fractions(self, q, alpha, scale, state, *, delta, horizon) -> tuple[np.ndarray, BettingState]:
-        """:meth:`fractions`, checked at the boundary: one fraction per observation, each in
-        [0, 1] (a larger one could make a factor negative, a negative one bets for H0)."""
+        """:meth:`fractions`, checked at the boundary: one fraction per step, each in [0, 1]
+        (a larger one could make a factor negative, a negative one bets for H0). Observations
+        with a factor axis (rows, n, F) reach a strategy that does not take them
+        (:attr:`takes_factors` false) as one learning signal per step, the sum of the scaled
+        factors capped at 1; the wealth still multiplies the factors."""
+        steps = q.shape[:2]
+        if q.ndim == 3 and not self.takes_factors:
+            y = np.minimum((scale[:, None, None] * (q - alpha[:, None, None])).sum(axis=-1), 1.0)
+            q = alpha[:, None] + y / scale[:, None]
         u, new = self.fractions(q, alpha, scale, state, delta=delta, horizon=horizon)
         u = np.asarray(u, dtype=np.float64)
-        if u.shape != q.shape:
-            raise ValueError(f"betting {self.name!r} returned fractions of shape {u.shape} for observations {q.shape}")
+        if u.shape != steps:
+            raise ValueError(f"betting {self.name!r} returned fractions of shape {u.shape} for {steps} steps")
         if not np.all((u >= 0.0) & (u <= 1.0)):  # also false for NaN
             raise ValueError(f"betting {self.name!r} returned bet fractions outside [0, 1]")
         return u, new
@@ -350,6 +371,7 @@ class UP(BettingStrategy):
     name: ClassVar[str] = "up"
     monotone_in_target: ClassVar[bool] = True
     constant_bet_mixture: ClassVar[bool] = True
+    takes_factors: ClassVar[bool] = True
     prior: str = "exact"
     grid: int = 10_000
 
@@ -361,8 +383,9 @@ class UP(BettingStrategy):
 
     def fractions(self, q, alpha, scale, state, *, delta, horizon):
         prior = up_prior(self.prior, horizon=horizon, size=self.grid)
-        u, wealth = up_fractions(q - alpha[:, None], scale, prior, state.arrays.get("wealth"))
-        return u, BettingState(state.count + q.shape[-1], {"wealth": wealth})
+        x = q - (alpha[:, None, None] if q.ndim == 3 else alpha[:, None])
+        u, wealth = up_fractions(x, scale, prior, state.arrays.get("wealth"))
+        return u, BettingState(state.count + q.shape[1], {"wealth": wealth})
 
 
 @dataclass(frozen=True)

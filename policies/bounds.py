@@ -47,22 +47,30 @@ _POINTS = 15
 _PASSES = 8
 
 
-def max_log_wealth(q, upper, u, target, *, log_weights=None, n_used=None) -> np.ndarray:
+def max_log_wealth(q, upper, u, target, *, log_weights=None, n_used=None, cap_target=None, extra=None) -> np.ndarray:
     """log max_{t <= n_used} E_t(target) with the same bets (module docstring), shape (...).
 
     ``q`` and ``u`` are (..., S, n): observations and the fractions the test used; ``upper`` broadcasts to them (M_i, the top of each observation's range);
     ``target`` is a scalar or has the batch shape (...), possibly after a leading axis of
     its own (several targets at once: the result then has that axis too); ``log_weights`` (S,) are the log
     mixture weights (default: one component, or a uniform mixture); ``n_used`` (...) counts
-    the steps that belong to each row (default: all)."""
+    the steps that belong to each row (default: all).
+    The split prediction-powered observation (:func:`~certsel.policies.autoeval.effective_observations`)
+    adds ``extra`` (like ``q``), a second factor 1 - u b / d that shares each bet and does not
+    move with the target, and ``cap_target`` (S,): the bet's denominator is
+    d = max(upper - min(a, cap_target), eps), fixed for a component whose cap is taken at the
+    bottom of the range (every factor stays >= 0 at every target above it)."""
     q = np.asarray(q, dtype=np.float64)
     S, n = q.shape[-2:]
     a = np.asarray(target, dtype=np.float64)[..., None, None]  # (..., 1, 1), with any leading axes
-    d = np.maximum(upper - a, MIN_RANGE)
+    d = np.maximum(upper - (a if cap_target is None else np.minimum(a, np.asarray(cap_target)[:, None])), MIN_RANGE)
     # <= u <= 1 in exact arithmetic; the cap only absorbs rounding at q = M
     bet = np.minimum(u * (q - a) / d, 1.0)
     with np.errstate(divide="ignore"):
-        path = np.cumsum(np.log1p(-bet), axis=-1)
+        logf = np.log1p(-bet)
+        if extra is not None:
+            logf = logf + np.log1p(-np.minimum(u * extra / d, 1.0))
+        path = np.cumsum(logf, axis=-1)
     if S == 1:
         mix = path[..., 0, :]
     else:
@@ -74,7 +82,7 @@ def max_log_wealth(q, upper, u, target, *, log_weights=None, n_used=None) -> np.
 
 
 def inverted_upper_bound(q, upper, u, alpha: float, *, level: float, log_weights=None, rejected=None, n_used=None,
-                         bounds=(0.0, 1.0), family=None) -> np.ndarray:
+                         bounds=(0.0, 1.0), family=None, cap_target=None, extra=None) -> np.ndarray:
     """U = inf{a : the family rejects a}, the bound that inverts the test (module docstring).
 
     ``rejected`` (...) is the test's own decision at ``alpha`` and ``level`` (its running
@@ -86,7 +94,7 @@ def inverted_upper_bound(q, upper, u, alpha: float, *, level: float, log_weights
     there too. ``bounds`` (bottom, top) is the range of R: U = top is the trivial bound,
     U = bottom means every target was rejected. Returns the upper end of the final bracket
     (a rejected target, or alpha itself), so U is conservative by at most
-    (top - bottom) / 2**32. Shapes as in :func:`max_log_wealth`."""
+    (top - bottom) / 2**32. Shapes, ``cap_target`` and ``extra`` as in :func:`max_log_wealth`."""
     level = check_level(level, "level")
     bottom, top = (float(b) for b in bounds)
     thr = -np.log(level)
@@ -95,12 +103,14 @@ def inverted_upper_bound(q, upper, u, alpha: float, *, level: float, log_weights
     rows = int(np.prod(batch))
     flat = (q.reshape(rows, S, n), np.broadcast_to(upper, q.shape).reshape(rows, S, n),
             np.broadcast_to(u, q.shape).reshape(rows, S, n),
-            None if n_used is None else np.broadcast_to(n_used, batch).reshape(rows))
+            None if n_used is None else np.broadcast_to(n_used, batch).reshape(rows),
+            None if extra is None else np.broadcast_to(extra, q.shape).reshape(rows, S, n))
 
     def same_bets(a, idx) -> np.ndarray:  # a: (points, len(idx))
-        qq, mm, uu, nn = flat
+        qq, mm, uu, nn, ee = flat
         return max_log_wealth(qq[idx], mm[idx], uu[idx], a, log_weights=log_weights,
-                              n_used=None if nn is None else nn[idx]) >= thr
+                              n_used=None if nn is None else nn[idx], cap_target=cap_target,
+                              extra=None if ee is None else ee[idx]) >= thr
 
     everyone = np.arange(rows)
     if rejected is None:

@@ -26,6 +26,7 @@ from ._validation import (
 )
 from .autoeval import (
     DEFAULT_RHOS,
+    check_observation,
     component_log_evalues,
     effective_observations,
     mix_log_evalues,
@@ -35,7 +36,7 @@ from .autoeval import (
 )
 from .betting import BettingState, BettingStrategy, get_strategy
 
-_FORMAT = 3
+_FORMAT = 4
 
 
 class SequentialTest:
@@ -48,7 +49,9 @@ class SequentialTest:
     WSR bet and the exact UP prior depend on it and must be fixed before the first label.
     ``betting`` is a strategy object, its registered name or a mapping
     (:func:`~certsel.policies.betting.get_strategy`); ``self.strategy`` is the object and
-    ``self.betting`` its name.
+    ``self.betting`` its name. ``observation`` is ``"paper"`` (eq. 10) or ``"split"``
+    (:func:`~certsel.policies.autoeval.effective_observations`), whose running judge mean is
+    part of the state.
     """
 
     def __init__(
@@ -63,7 +66,9 @@ class SequentialTest:
         r: int = 1,
         loss_bounds=(0.0, 1.0),
         weights=None,
+        observation: str = "paper",
     ):
+        self.observation = check_observation(observation)
         self.loss_bounds = check_bounds(loss_bounds)
         self.alpha = check_target(alpha, self.loss_bounds)
         self.delta = check_level(delta, "delta")
@@ -80,6 +85,9 @@ class SequentialTest:
         self._max_log_e = np.zeros(self.batch_shape)
         self._first = np.zeros(self.batch_shape, dtype=np.int64)
         self._est_sum = np.zeros(self.batch_shape)  # sum of the unbiased estimate's observations
+        # the split observation's judge labels so far (sum, with one pseudo-label at the middle of the range)
+        self._judge_sum = np.full(self.batch_shape, 0.5 * sum(self.loss_bounds))
+        self._judge_count = 1
         self._state = BettingState()
 
     # -- feeding -----------------------------------------------------------------------
@@ -98,7 +106,10 @@ class SequentialTest:
                 )
         else:
             judge_labeled = judge_unlabeled = None
-        obs = effective_observations(h, judge_labeled, judge_unlabeled, rhos=self.rhos, loss_bounds=self.loss_bounds)
+        obs = effective_observations(h, judge_labeled, judge_unlabeled, rhos=self.rhos, loss_bounds=self.loss_bounds,
+                                     observation=self.observation, judge_seen=(self._judge_sum, self._judge_count))
+        if obs.split:
+            self._judge_sum, self._judge_count = np.asarray(obs.judge_sum, dtype=np.float64), obs.judge_count
         path, self._state = component_log_evalues(obs, self.alpha, delta=self.delta, betting=self.strategy,
                                                   horizon=self.horizon, state=self._state, return_state=True)
         path = path + self._log_e_s[..., None]
@@ -154,7 +165,7 @@ class SequentialTest:
     # -- batching ----------------------------------------------------------------------
     def _key(self) -> tuple:
         return (self.alpha, self.delta, self.horizon, self.strategy, self.r, self.loss_bounds, self.rhos.tobytes(),
-                self.weights.tobytes())
+                self.weights.tobytes(), self.observation)
 
     def _like(self, batch_shape) -> SequentialTest:
         """An empty test with this (already validated) configuration and another batch shape."""
@@ -181,6 +192,8 @@ class SequentialTest:
         out._max_log_e = np.stack([t._max_log_e for t in tests])
         out._first = np.stack([t._first for t in tests])
         out._est_sum = np.stack([t._est_sum for t in tests])
+        out._judge_sum = np.stack([t._judge_sum for t in tests])
+        out._judge_count = first._judge_count
         return out
 
     def split(self) -> list[SequentialTest]:
@@ -196,6 +209,8 @@ class SequentialTest:
             t._max_log_e = np.array(self._max_log_e[i])  # 0-d, as in an unstacked test
             t._first = np.array(self._first[i])
             t._est_sum = np.array(self._est_sum[i])
+            t._judge_sum = np.array(self._judge_sum[i])
+            t._judge_count = self._judge_count
             parts.append(t)
         return parts
 
@@ -210,12 +225,15 @@ class SequentialTest:
                 "batch_shape": self.batch_shape, "alpha": self.alpha, "delta": self.delta,
                 "horizon": self.horizon, "rhos": self.rhos.tolist(), "betting": self.strategy.spec(),
                 "r": max(self.r, 1), "loss_bounds": self.loss_bounds, "weights": self.weights.tolist(),
+                "observation": self.observation,
             },
             "betting_state": st.to_dict(),
             "log_e_s": self._log_e_s.copy(),
             "max_log_e": self._max_log_e.copy(),
             "first": self._first.copy(),
             "est_sum": self._est_sum.copy(),
+            "judge_sum": self._judge_sum.copy(),
+            "judge_count": self._judge_count,
         }
 
     @classmethod
@@ -236,4 +254,6 @@ class SequentialTest:
         test._max_log_e = np.array(state["max_log_e"])
         test._first = np.array(state["first"])
         test._est_sum = np.array(state["est_sum"], dtype=np.float64)
+        test._judge_sum = np.array(state["judge_sum"], dtype=np.float64)
+        test._judge_count = int(state["judge_count"])
         return test

@@ -264,3 +264,45 @@ def hedged_capital_bounds_loop(y, a, b, v, *, delta, bet_level, cap=0.5, known_l
             best[2 * j + 1] = min(best[2 * j + 1], high)
         rows.append(tuple(best))
     return np.array(rows)
+
+
+def reference_split_evalue_path(human, judge_labeled, judge_unlabeled, *, alpha, rhos, prior, loss_bounds=(0.0, 1.0)):
+    """E_1..E_n of R-AutoEval+ with the split observation, literally: for every rho and step i,
+    c_i is the mean of every judge label of the steps before i with one pseudo-label at the
+    middle of the range; x = h - rho j + rho c_i and b = rho (jbar_i - c_i) share one bet
+    u/d with d = hi - lo + rho (c_i - lo) (rho > 0) or hi - alpha (rho = 0); each UP node's
+    wealth moves by (1 - u_k (x - alpha)/d)(1 - u_k b/d) and the bet is the posterior mean of
+    u. The rho components are mixed with the literal weight update (13)."""
+    lo, hi = loss_bounds
+    n = len(human)
+    r = len(judge_unlabeled) // n
+    S = len(rhos)
+    nodes, weights = prior
+    wealth = [np.array(weights, dtype=float) for _ in range(S)]
+    w0 = [1.0 / S] * S
+    E_s = [1.0] * S
+    w = list(w0)
+    judge_sum, judge_count = 0.5 * (lo + hi), 1
+    E, path = 1.0, []
+    for i in range(n):
+        c = judge_sum / judge_count
+        block = [float(judge_unlabeled[k]) for k in range(r * i, r * (i + 1))]
+        jbar = sum(block) / r
+        e_s = []
+        for s, rho in enumerate(rhos):
+            x = float(human[i]) - rho * float(judge_labeled[i]) + rho * c
+            b = rho * (jbar - c)
+            d = (hi - lo + rho * (c - lo)) if rho > 0 else (hi - alpha)
+            ya, yb = (x - alpha) / d, b / d
+            u = float(np.sum(nodes * wealth[s]) / np.sum(wealth[s]))
+            e = (1 - u * ya) * (1 - u * yb)
+            wealth[s] = wealth[s] * (1 - nodes * ya) * (1 - nodes * yb)
+            E_s[s] *= e
+            e_s.append(e)
+        E *= sum(w[s] * e_s[s] for s in range(S))
+        total = sum(w0[s] * E_s[s] for s in range(S))
+        w = [w0[s] * E_s[s] / total for s in range(S)]
+        path.append(E)
+        judge_sum += float(judge_labeled[i]) + sum(block)
+        judge_count += 1 + r
+    return np.array(path)

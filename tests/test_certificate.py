@@ -114,3 +114,28 @@ def test_printed_bounds_are_rounded_up_and_never_cross_alpha_when_the_bound_does
     assert round_up(x) >= x and round_down(x) <= x
     assert round_up(0.1000000003, cap=0.1) == 0.100001 and round_up(0.0999999996, cap=0.1) == 0.1
     assert round_up(np.float64(alpha), cap=alpha) == alpha
+
+
+def test_the_spend_in_the_users_unit(tmp_path, ray_session):
+    """With costs: the spend per candidate and in total, by kind, equals the label counters at
+    the prices (generations: the requests that were not judge calls), in selection.json, in
+    the CLI's line and as MLflow metrics."""
+    from certsel.cli import cost_line
+
+    costs = {"human": 0.5, "generation": 0.002, "judge": 0.004, "unit": "USD"}
+    cfg = _prompts(tmp_path, "bonferroni", {"kind": "r-autoeval+"}, costs=costs)
+    result, run_id = execute(cfg, report_dir=tmp_path / "report")
+    cert = json.loads((tmp_path / "report" / "selection.json").read_text())
+    spent = result.spent
+    gens = spent["requests"] - spent["judge"]
+    assert gens > 0
+    total = 0.5 * spent["human"] + 0.002 * gens + 0.004 * spent["judge"]
+    c = cert["costs"]
+    assert c["unit"] == "USD" and c["spent"]["total"] == pytest.approx(total, abs=1e-6)
+    assert c["spent"]["human"] == pytest.approx(0.5 * spent["human"])
+    assert sum(row["cost"] for row in cert["candidates"]) == pytest.approx(total, abs=1e-4)
+    assert c["full_budget"]["total"] > c["spent"]["total"]
+    assert cost_line(c).startswith(f"cost: {total:,.6g} USD (human")
+    run = MlflowClient(cfg.tracking.uri).get_run(run_id)
+    assert run.data.metrics["cost_total"] == pytest.approx(total) and run.data.tags["certsel.cost_unit"] == "USD"
+    assert "cost: total (USD)" in (tmp_path / "report" / "report.md").read_text()

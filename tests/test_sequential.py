@@ -22,11 +22,14 @@ def _feed(test, h, jl, ju, cuts, r=3):
     return np.concatenate(out, axis=-1)
 
 
+@pytest.mark.parametrize("observation", ["paper", "split"])
 @pytest.mark.parametrize("betting", ["up", "wsr"])
 @pytest.mark.parametrize("scheme", ["r-eval", "r-autoeval", "r-autoeval+"])
-def test_online_equals_batch(batch, betting, scheme):
+def test_online_equals_batch(batch, betting, scheme, observation):
+    """Fed in uneven batches (the split observation carries its running judge mean), the
+    online test gives the functional form's e-values, decisions and running maxima."""
     h, jl, ju = batch
-    kw = dict(alpha=0.1, delta=0.1, rhos=scheme_rhos(scheme), betting=betting)
+    kw = dict(alpha=0.1, delta=0.1, rhos=scheme_rhos(scheme), betting=betting, observation=observation)
     ref = log_evalue_paths(h, jl, ju, **kw)
     test = SequentialTest(h.shape[:-1], horizon=200, r=3, **kw)
     online = _feed(test, h, jl, ju, [0, 1, 7, 50, 51, 130, 200])
@@ -38,10 +41,11 @@ def test_online_equals_batch(batch, betting, scheme):
     assert test.n == 200 and test.certified.any() and not test.certified.all()
 
 
+@pytest.mark.parametrize("observation", ["paper", "split"])
 @pytest.mark.parametrize("betting", ["up", "wsr"])
-def test_checkpoint_restores_exactly(batch, betting):
+def test_checkpoint_restores_exactly(batch, betting, observation):
     h, jl, ju = batch
-    kw = dict(alpha=0.1, delta=0.1, betting=betting)
+    kw = dict(alpha=0.1, delta=0.1, betting=betting, observation=observation)
     whole = SequentialTest(h.shape[:-1], horizon=200, r=3, **kw)
     full = _feed(whole, h, jl, ju, [0, 200])
     first = SequentialTest(h.shape[:-1], horizon=200, r=3, **kw)
@@ -75,12 +79,12 @@ def test_stack_and_split_continue_exactly():
     h = (rng.random((k, n)) < 0.1).astype(float)
     jl = np.where(rng.random((k, n)) < 0.9, h, 1 - h)
     ju = (rng.random((k, 3 * n)) < 0.1).astype(float)
-    def make(betting="up", alpha=0.2):
-        return SequentialTest(alpha=alpha, delta=0.1, horizon=n, r=3, betting=betting)
+    def make(betting="up", alpha=0.2, observation="split"):
+        return SequentialTest(alpha=alpha, delta=0.1, horizon=n, r=3, betting=betting, observation=observation)
 
-    for betting in ("up", "wsr"):
-        alone = [make(betting) for _ in range(k)]
-        packed = [make(betting) for _ in range(k)]
+    for betting, observation in (("up", "split"), ("wsr", "split"), ("up", "paper")):
+        alone = [make(betting, observation=observation) for _ in range(k)]
+        packed = [make(betting, observation=observation) for _ in range(k)]
         for i in range(k):
             alone[i].update(h[i, :15], jl[i, :15], ju[i, :45])
             packed[i].update(h[i, :15], jl[i, :15], ju[i, :45])

@@ -122,3 +122,65 @@ def test_intervals_shrink_and_judge_helps():
         widths[scheme] = np.mean(hi_b - lo_b)
     # an almost perfect judge with three times more judge labels narrows the interval
     assert widths["r-autoeval+"] < 0.85 * widths["r-eval"]
+
+
+# -- the split observation ------------------------------------------------------------------
+
+
+def _judges(rng, h):
+    """Judges of every quality on the same human losses: good (10% flips), useless (a coin),
+    adversarial (1 - human) and pure noise in [0, 1]."""
+    return {
+        "good": lambda: (h != (rng.random(h.shape) < 0.1)).astype(float),
+        "useless": lambda: (rng.random(h.shape) < 0.5).astype(float),
+        "adversarial": lambda: 1.0 - h,
+        "noise": lambda: rng.random(h.shape),
+    }
+
+
+@pytest.mark.parametrize("betting", BETTINGS)
+@pytest.mark.parametrize("scheme", ["r-autoeval", "r-autoeval+"])
+def test_split_type_one_error_at_the_boundary_with_every_judge(scheme, betting):
+    """R = alpha exactly (the least favourable null), 1,000 runs of n = 300 human labels and
+    r = 3 judge-only labels each, for a good, a useless, an adversarial and a noise judge:
+    the split observation certifies at most as often as delta allows."""
+    rng = np.random.default_rng(31 + 7 * BETTINGS.index(betting) + len(scheme))
+    alpha, reps, n = 0.1, 1000, 300
+    h = (rng.random((reps, n)) < alpha).astype(float)
+    hu = (rng.random((reps, 3 * n)) < alpha).astype(float)
+    for name in ("good", "useless", "adversarial", "noise"):
+        jl, ju = _judges(rng, h)[name](), _judges(rng, hu)[name]()
+        res = certify(h, jl, ju, alpha=alpha, delta=DELTA, rhos=scheme_rhos(scheme), betting=betting,
+                      observation="split")
+        assert res.certified.sum() <= binomial_ceiling(reps, DELTA), name
+
+
+@pytest.mark.parametrize("betting", BETTINGS)
+def test_split_e_process_is_a_supermartingale_at_the_boundary(betting):
+    """At R = alpha the split product has mean 1 - lambda^2 E[x - alpha]^2 <= 1 at each step:
+    E[E_n] <= 1 by simulation, while an alternative 0.02 below alpha grows it clearly."""
+    rng = np.random.default_rng(77 + BETTINGS.index(betting))
+    alpha, reps = 0.2, 40_000
+    kw = dict(delta=DELTA, rhos=scheme_rhos("r-autoeval+"), betting=betting, observation="split")
+    h, jl, ju = bernoulli(rng, reps, 20, 60, alpha, flip=0.15)
+    e = np.exp(log_evalue_paths(h, jl, ju, alpha=alpha, **kw)[:, -1])
+    se = e.std(ddof=1) / np.sqrt(reps)
+    assert se < 0.05 and e.mean() < 1.0 + 3 * se
+    h, jl, ju = bernoulli(rng, reps, 20, 60, alpha - 0.02, flip=0.15)
+    e_alt = np.exp(log_evalue_paths(h, jl, ju, alpha=alpha, **kw)[:, -1])
+    assert e_alt.mean() > 1.0 + 5 * e_alt.std(ddof=1) / np.sqrt(reps)
+
+
+def test_split_type_one_error_real_resamples(trivia_best):
+    """The real TriviaQA candidate with R = 0.0994 at alpha = R - 0.002 (the null holds by
+    0.002), with the best and the bad judge, every strategy: at most delta."""
+    k = 36
+    R = trivia_best.true_risk[k]
+    from certsel.workers.replay import load_loss_table
+    bad = load_loss_table(judge="loss_judge_bad")
+    for judge, table in (("best", trivia_best), ("bad", bad)):
+        for betting in BETTINGS:
+            rng = np.random.default_rng(5 + BETTINGS.index(betting))
+            h, jl, ju = resample(rng, table.human[k], table.judge[k], REPS, 300, 900)
+            res = certify(h, jl, ju, alpha=R - 0.002, delta=DELTA, betting=betting, observation="split")
+            assert res.certified.sum() <= binomial_ceiling(REPS, DELTA), (judge, betting)

@@ -102,20 +102,24 @@ class CandidateHost:
         if missing:
             raise NotLoaded(f"this host does not hold {missing[0]!r} (restarted?)")
 
-    def step(self, names: list[str], batch: int) -> list[Snapshot]:
-        """Advance ``names`` by ``batch`` human labels each; testing candidates at the same
-        label count are advanced together (:func:`step_together`)."""
+    def step(self, names: list[str], batch) -> list[Snapshot]:
+        """Advance ``names`` by ``batch`` human labels each (one number, or one per name);
+        testing candidates at the same label count and round size are advanced together
+        (:func:`step_together`)."""
         self._have(names)
+        sizes = dict(zip(names, batch, strict=True)) if isinstance(batch, (list, tuple)) else dict.fromkeys(names, batch)
         before = {n: self.candidates[n].t for n in names}
         self._pristine.difference_update(names)
         groups: dict = {}
         for n in names:
             c = self.candidates[n]
-            groups.setdefault(("t", c.t) if isinstance(c, TestingCandidate) else ("one", n), []).append(n)
+            key = ("t", c.t, sizes[n]) if isinstance(c, TestingCandidate) else ("one", n, sizes[n])
+            groups.setdefault(key, []).append(n)
         out = {}
         for key, members in groups.items():
             cands = [self.candidates[n] for n in members]
-            snaps = step_together(cands, batch) if key[0] == "t" else [guarded_step(cands[0], batch)]
+            b = key[2]
+            snaps = step_together(cands, b) if key[0] == "t" else [guarded_step(cands[0], b)]
             out.update(zip(members, snaps, strict=True))
         for n in names:
             self.history[n].append(self.candidates[n].t - before[n])
@@ -144,6 +148,7 @@ class CandidateHost:
                 snap.judge = c.judge_report()
                 if levels is not None:
                     snap.level_bounds = {float(lv): c.upper_bound(float(lv)) for lv in levels[k]}
+                    snap.label_minimum = c.label_minimum(float(levels[k][0]))
             out.append(snap)
         return out
 

@@ -29,6 +29,7 @@ from certsel.policies import (
     confidence_interval,
     scheme_rhos,
 )
+from certsel.policies.limits import label_limit, ppi_limit
 from certsel.policies.stratified_test import STRATIFIED_SCHEME, StratifiedTest
 
 from .contracts import LabelSource, Snapshot
@@ -66,13 +67,14 @@ class TestingCandidate(_Candidate):
     __test__ = False  # a domain name, not a pytest test class
 
     def __init__(self, name, source, *, scheme, alpha, delta, betting, human_items, judge_items, r,
-                 ci_delta, intervals="final", futility=None):
+                 ci_delta, intervals="final", futility=None, observation="split"):
         super().__init__(name, source)
         self.rhos = scheme_rhos(scheme)
         self.n = int(len(human_items))
         self.human_items = np.asarray(human_items, dtype=np.int64)
         self.judge_items = np.asarray(judge_items, dtype=np.int64)
-        self.test = SequentialTest(alpha=alpha, delta=delta, horizon=self.n, rhos=self.rhos, betting=betting, r=max(r, 1))
+        self.test = SequentialTest(alpha=alpha, delta=delta, horizon=self.n, rhos=self.rhos, betting=betting, r=max(r, 1),
+                                   observation=observation)
         self.r = self.test.r
         if self.test.uses_judge and self.judge_items.size != self.r * self.n:
             raise ValueError(f"{name}: need r*n = {self.r * self.n} judge-only items, got {self.judge_items.size}")
@@ -81,7 +83,8 @@ class TestingCandidate(_Candidate):
         # futility: the same test on mirrored losses (1 - loss against 1 - alpha) certifies R >= alpha;
         # reaching 1/futility stops the candidate as hopeless (it never certifies anything)
         self.futility = None if futility is None else SequentialTest(
-            alpha=1.0 - alpha, delta=futility, horizon=self.n, rhos=self.rhos, betting=betting, r=max(r, 1))
+            alpha=1.0 - alpha, delta=futility, horizon=self.n, rhos=self.rhos, betting=betting, r=max(r, 1),
+            observation=observation)
         self._h: list[np.ndarray] = []
         self._jl: list[np.ndarray] = []
         self._ju: list[np.ndarray] = []
@@ -120,7 +123,8 @@ class TestingCandidate(_Candidate):
             h, jl, ju = self._data()
             self._bound[level] = 1.0 if h.size == 0 else float(decision_upper_bound(
                 h, jl, ju, level=level, delta=self.test.delta, alpha=self.test.alpha, rhos=self.rhos,
-                betting=self.betting, horizon=self.n, max_log_evalue=self.test.max_log_evalue))
+                betting=self.betting, horizon=self.n, max_log_evalue=self.test.max_log_evalue,
+                observation=self.test.observation))
         return self._bound[level]
 
     def judge_report(self) -> dict | None:
@@ -131,8 +135,24 @@ class TestingCandidate(_Candidate):
         h, jl, _ = self._data()
         return judge_agreement(h, jl)
 
+    def label_minimum(self, level: float) -> float | None:
+        """The fewest human labels any level-``level`` test would need on average, estimated
+        from this candidate's labels (:mod:`certsel.policies.limits`): log(1/level) / KL_inf
+        of its human losses, or with a judge the prediction-powered floor at the best rho with
+        the judge's mean from every judge label bought. None when its labels do not put R
+        below alpha."""
+        if self.t == 0:
+            return None
+        h, jl, ju = self._data()
+        if not self.test.uses_judge:
+            limit = label_limit(h, self.test.alpha, level)
+        else:
+            limit = ppi_limit(h, jl, self.test.alpha, level, judge_mean=float(np.mean(np.concatenate([jl, ju])))).labels
+        return None if not np.isfinite(limit) else float(limit)
+
     def estimate(self) -> float:
-        """The unbiased R-AutoEval+ point estimate (:attr:`SequentialTest.estimate`)."""
+        """The R-AutoEval+ point estimate (:attr:`SequentialTest.estimate`): unbiased at a fixed number of
+        labels, not at a stop that depends on the evidence."""
         return float(self.test.estimate)
 
     def fetch(self, batch: int):
@@ -168,7 +188,7 @@ class TestingCandidate(_Candidate):
             raise ValueError(f"{self.name}: the snapshot is not of this candidate's test")
         test = SequentialTest.from_state_dict(state["test"], self.test.strategy)
         mine = self.test
-        if (test.horizon != mine.horizon or test.alpha != mine.alpha
+        if (test.horizon != mine.horizon or test.alpha != mine.alpha or test.observation != mine.observation
                 or test.delta != mine.delta or test.r != mine.r
                 or not np.array_equal(test.rhos, mine.rhos) or test.batch_shape != ()):
             raise ValueError(f"{self.name}: the snapshot is not of this candidate's test")
@@ -399,6 +419,15 @@ class StratifiedTestingCandidate(_Candidate):
             return None
         items, h = self.test.labelled()
         return judge_agreement(h, self.test.judge[items])
+
+    def label_minimum(self, level: float) -> float | None:
+        """As :meth:`TestingCandidate.label_minimum`, with the judge's mean over the whole test
+        set (known: the judge scored every item)."""
+        if self.t == 0:
+            return None
+        items, h = self.test.labelled()
+        limit = ppi_limit(h, self.test.judge[items], self.test.alpha, level, judge_mean=float(self.test.judge.mean())).labels
+        return None if not np.isfinite(limit) else float(limit)
 
     def step(self, batch: int) -> Snapshot:
         items = self.test.next_items(batch)

@@ -75,6 +75,7 @@ class TestingOptions:
     ci_delta: float
     intervals: str = "final"
     futility: float | None = None  # delta_f: stop as hopeless once R >= alpha is certified at it
+    observation: str = "split"  # R-Eval / R-AutoEval(+): "split" or "paper" (certsel.policies.autoeval)
     seed: tuple = (0, 0)  # (job seed, candidate index): the draws of the judge-stratified test
 
 
@@ -158,6 +159,7 @@ class Snapshot:
     ci: tuple | None = None
     upper_bound: float | None = None  # estimation: the one-sided bound at the policy's level
     level_bounds: dict | None = None  # testing, final: {level: the one-sided bound that inverts its test there}
+    label_minimum: float | None = None  # testing, final: the fewest labels any test would need, from its labels
     judge: dict | None = None  # agreement of the judge with the human labels (testing with a judge)
     futility_log_e: float | None = None  # max log e-value of the futility test (evidence for R >= alpha)
     path: np.ndarray | None = None

@@ -1,0 +1,127 @@
+"""How few labels any test could need: log(1/delta) / KL_inf, the information-theoretic limit.
+
+For i.i.d. observations X with mean below alpha and values at most M, every level-delta test
+of H0: E[X] >= alpha needs on average at least
+
+    log(1/delta) / KL_inf(P, alpha),   KL_inf(P, alpha) = max_{0 <= l <= 1/(M - alpha)} E_P[log(1 - l (X - alpha))]
+
+observations to reject (Honda and Takemura's dual form of the smallest KL divergence from P
+to a distribution with mean >= alpha on (-inf, M]; the lower bound: Agrawal and Ramdas,
+arXiv:2504.19952). KL_inf is the best growth rate of the wealth prod (1 - l (X_i - alpha)),
+so a betting test whose bets track the maximiser l* reaches the limit (Waudby-Smith, Sandoval
+and Jordan, arXiv:2504.02818).
+
+With a judge, the floor for any policy is the same bound on the prediction-powered variable
+X_rho = h - rho j + rho mu_J (the judge's mean mu_J known, the best rho), whose range tops at
+1 + rho mu_J for losses in [0, 1]: :func:`ppi_limit`. Here X is given by samples (a
+candidate's labels, or a whole loss table as the population).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+
+from ._validation import check_level
+
+
+def kl_inf(x, alpha: float, upper: float) -> tuple[float, float]:
+    """(KL_inf, u*) of the empirical distribution of ``x`` at ``alpha``, for values at most
+    ``upper``: the best growth rate of the wealth and the best bet as a fraction u* = l* (M -
+    alpha) of the largest one (1 at the cap). Zero when the mean of x is not below alpha."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    if x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError("kl_inf needs finite samples")
+    if x.max() > upper + 1e-12:
+        raise ValueError(f"samples reach {x.max():.6g}, above the declared top {upper:.6g}")
+    if not upper > alpha:
+        raise ValueError(f"the top of the range ({upper:g}) must be above alpha ({alpha:g})")
+    if x.mean() >= alpha:
+        return 0.0, 0.0
+    y = (x - alpha) / (upper - alpha)  # <= 1: the growth rate of the fraction u is E log(1 - u y)
+
+    def minus_growth(u: float) -> float:
+        with np.errstate(divide="ignore"):
+            return -float(np.mean(np.log1p(-u * y)))
+
+    # E log(1 - u y) is concave in u; at the cap u = 1 it is -inf only if some y = 1
+    res = minimize_scalar(minus_growth, bounds=(0.0, 1.0), method="bounded", options={"xatol": 1e-10})
+    u = float(res.x)
+    if minus_growth(1.0) <= res.fun:  # the maximiser sits at the cap
+        u = 1.0
+    return max(-minus_growth(u), 0.0), u
+
+
+def label_limit(x, alpha: float, delta: float, upper: float = 1.0) -> float:
+    """log(1/delta) / KL_inf: the fewest labels any level-delta test needs on average (inf
+    when the mean of x is not below alpha)."""
+    delta = check_level(delta, "delta")
+    k, _ = kl_inf(x, alpha, upper)
+    return float(np.log(1.0 / delta) / k) if k > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class PPILimit:
+    """The prediction-powered floor: ``labels`` at the best ``rho``, with the fraction
+    ``u_star`` of the largest bet that reaches it (1: the log-optimal bet sits at the cap)."""
+
+    labels: float
+    rho: float
+    u_star: float
+
+
+def ppi_limit(human, judge, alpha: float, delta: float, *, judge_mean: float | None = None,
+              rhos=np.linspace(0.0, 1.0, 101)) -> PPILimit:
+    """The floor for any policy with this judge: min over rho of log(1/delta) / KL_inf of
+    X_rho = h - rho j + rho mu_J (losses in [0, 1], so X_rho <= 1 + rho mu_J), the judge's
+    mean ``judge_mean`` known (default: the mean of ``judge``)."""
+    delta = check_level(delta, "delta")
+    h = np.asarray(human, dtype=np.float64)
+    j = np.asarray(judge, dtype=np.float64)
+    if h.shape != j.shape:
+        raise ValueError("human and judge losses must be paired (same shape)")
+    mu = float(j.mean()) if judge_mean is None else float(judge_mean)
+    best = PPILimit(float("inf"), 0.0, 0.0)
+    for rho in np.asarray(rhos, dtype=np.float64):
+        k, u = kl_inf(h - rho * j + rho * mu, alpha, 1.0 + rho * mu)
+        labels = float(np.log(1.0 / delta) / k) if k > 0 else float("inf")
+        if labels < best.labels:
+            best = PPILimit(labels, float(rho), u)
+    return best
+
+
+def split_limit(human, judge, alpha: float, delta: float, *, r: int, judge_mean: float | None = None,
+                rhos=np.linspace(0.0, 1.0, 21), draws: int = 20_000, seed: int = 0) -> PPILimit:
+    """The fewest labels an oracle constant bet needs on the split observation with ``r``
+    judge-only labels per human label (:func:`~certsel.policies.autoeval.effective_observations`):
+    min over rho of log(1/delta) / max_l E[log(1 - l x) + log(1 - l b)], x = h - rho j - alpha +
+    rho mu_J and b = rho (jbar - mu_J), jbar the mean of r judge losses, l <= 1/(1 + rho mu_J).
+    The expectation over jbar is a Monte Carlo average over ``draws`` blocks of the judge's
+    losses (seeded: deterministic). What the judge ratio r costs against the floor."""
+    delta = check_level(delta, "delta")
+    h = np.asarray(human, dtype=np.float64)
+    j = np.asarray(judge, dtype=np.float64)
+    if h.shape != j.shape or h.ndim != 1:
+        raise ValueError("human and judge losses must be paired 1-D samples")
+    if int(r) < 1:
+        raise ValueError(f"r must be a positive integer, got {r!r}")
+    mu = float(j.mean()) if judge_mean is None else float(judge_mean)
+    jbar = j[np.random.default_rng(seed).integers(0, j.size, size=(draws, int(r)))].mean(axis=1)
+    best = PPILimit(float("inf"), 0.0, 0.0)
+    for rho in np.asarray(rhos, dtype=np.float64):
+        x = h - rho * j - alpha + rho * mu
+        b = rho * (jbar - mu)
+        cap = 1.0 / (1.0 + rho * mu) if rho > 0 else 1.0 / (1.0 - alpha)
+
+        def minus_growth(u: float) -> float:
+            with np.errstate(divide="ignore"):
+                return -float(np.mean(np.log1p(-u * cap * x)) + np.mean(np.log1p(-u * cap * b)))
+
+        res = minimize_scalar(minus_growth, bounds=(0.0, 1.0), method="bounded", options={"xatol": 1e-9})
+        growth = -float(res.fun)
+        labels = float(np.log(1.0 / delta) / growth) if growth > 0 else float("inf")
+        if labels < best.labels:
+            best = PPILimit(labels, float(rho), float(res.x))
+    return best
