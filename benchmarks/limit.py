@@ -28,7 +28,7 @@ import numpy as np
 from certsel.orchestrator.audit_stratified import run_to_budget
 from certsel.policies import certify, get_strategy
 from certsel.policies.limits import label_limit, ppi_limit
-from certsel.policies.stratified_test import StratifiedTest
+from certsel.policies.stratified_test import DEFAULT_RHOS as STRATIFIED_RHOS, StratifiedTest
 from certsel.workers.replay import load_loss_table
 
 ALPHA = DELTA = 0.1
@@ -56,10 +56,10 @@ def testing(h, j, order, horizon, *, rhos, betting, observation):
     return np.where(res.certified, res.labels_to_certify, horizon), res.certified
 
 
-def stratified(h, j, reps, horizon, *, betting, seed):
+def stratified(h, j, reps, horizon, *, rhos, betting, seed):
     labels, cert = np.empty(reps), np.empty(reps, dtype=bool)
     for r in range(reps):
-        test = StratifiedTest(j, alpha=ALPHA, delta=DELTA, horizon=horizon, betting=betting, seed=seed + r)
+        test = StratifiedTest(j, alpha=ALPHA, delta=DELTA, horizon=horizon, betting=betting, seed=seed + r, rhos=rhos)
         labels[r], _ = run_to_budget(test, h, 25, -np.log(DELTA), stop_at_crossing=True)
         cert[r] = test.certified
     return labels, cert
@@ -72,7 +72,8 @@ POLICIES = {  # name: (kind, rhos or None, betting, observation)
     "R-AutoEval+ (up, split; the default)": ("testing", RHOS, "up", "split"),
     "R-AutoEval+ (wsr, split)": ("testing", RHOS, "wsr", "split"),
     "R-AutoEval+ (ons, split)": ("testing", RHOS, "ons", "split"),
-    "judge-stratified (up)": ("stratified", None, "up", None),
+    "judge-stratified (up, controls in full)": ("stratified", [1.0], "up", None),
+    "judge-stratified (up, control scales 0, 1/2, 1; the default)": ("stratified", STRATIFIED_RHOS, "up", None),
 }
 
 
@@ -103,7 +104,8 @@ def main(argv=None) -> int:
             if kind == "testing":
                 labels, cert = testing(h, j, order, args.horizon, rhos=rhos, betting=strategy, observation=observation)
             else:
-                labels, cert = stratified(h, j, args.orders, args.horizon, betting=strategy, seed=1000 * int(k))
+                labels, cert = stratified(h, j, args.orders, args.horizon, rhos=rhos, betting=strategy,
+                                          seed=1000 * int(k))
             limit = reval_limit if kind == "testing" and np.all(np.asarray(rhos) == 0) else floor.labels
             ratios[name].append(labels.mean() / limit)
             print(f"| {table.candidates[k]} | {h.mean():.4f} | {name} | {labels.mean():.1f} ({cert.mean():.3f}) | "

@@ -125,6 +125,23 @@ class Design:
     lo_offset: float
     hi_offset: float
     variance: float
+    # with control scales rho_1..rho_S (controls rho c_k): the range offsets of each scaled
+    # observation, min_k / max_k of weight_k (z - rho c_k), and rho sum_j |P_j| c_j / N is its base
+    lo_scaled: np.ndarray | None = None
+    hi_scaled: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Observations that became complete: Y_t and its range [lo_t, hi_t] (full controls),
+    and with control scales the same for each scale, shape (S, t) (controls rho_s c_k)."""
+
+    y: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    y_scaled: np.ndarray | None = None
+    lo_scaled: np.ndarray | None = None
+    hi_scaled: np.ndarray | None = None
 
 
 class StratifiedBetting:
@@ -136,7 +153,8 @@ class StratifiedBetting:
     """
 
     def __init__(self, n_items: int, *, delta: float, rng: np.random.Generator, floor: float = DEFAULT_FLOOR,
-                 bet_level: float | None = None, grid_size: int = GRID_SIZE, prior_weight: float = 1.0):
+                 bet_level: float | None = None, grid_size: int = GRID_SIZE, prior_weight: float = 1.0,
+                 control_scales=None):
         if not 0.0 < float(floor) <= 1.0:
             raise ValueError(f"floor must be in (0, 1], got {floor!r}")
         if not (np.isfinite(prior_weight) and prior_weight > 0):
@@ -154,6 +172,11 @@ class StratifiedBetting:
         self._loss = np.full(self.N, np.nan)
         self._items = np.zeros(self.N, dtype=np.int64)  # draws in order (the first _drawn)
         self._design = np.zeros((self.N, 7))  # one record per draw (columns _K.._VAR)
+        # optional scales rho_s of the controls: every draw is also observed with controls
+        # rho_s c_k (still unbiased for mu; a smaller rho narrows the range); their range
+        # offsets per draw, lo then hi
+        self.scales = None if control_scales is None else np.asarray(control_scales, dtype=np.float64).reshape(-1)
+        self._scaled = None if self.scales is None else np.zeros((self.N, 2 * self.scales.size))
         self._drawn = 0
         self._processed = 0
         self._sum = 0.0  # labels of the processed draws
@@ -203,17 +226,23 @@ class StratifiedBetting:
         live = pool > 0
         if not live.any():
             zero = np.zeros(self.K)
-            return Design(zero, zero, mean, 0.0, 0.0, 0.0, 0.0)
+            none = None if self.scales is None else np.zeros(self.scales.size)
+            return Design(zero, zero, mean, 0.0, 0.0, 0.0, 0.0, none, none)
         # allocation() over the groups with items left (an empty group has weight 0 in every sum)
         share = pool / pool.sum()
         w = pool * spread
         pi = self.floor * share + (1.0 - self.floor) * (w / w.sum())
         N = float(self.N)
         fac = np.divide(pool, N * pi, out=np.zeros(self.K), where=live)
+        lo_s = hi_s = None
+        if self.scales is not None:  # (S, K): weight_k (z - rho c_k) at z = 0 and z = 1
+            ctl = self.scales[:, None] * mean
+            lo_s = np.min(np.where(live, fac * -ctl, np.inf), axis=1)
+            hi_s = np.max(np.where(live, fac * (1.0 - ctl), -np.inf), axis=1)
         return Design(
             pi, fac, mean, float(np.dot(pool, mean)) / N,
             float(np.min(np.where(live, fac * -mean, np.inf))), float(np.max(np.where(live, fac * (1.0 - mean), -np.inf))),
-            float(np.sum(pi * fac * fac * var)),
+            float(np.sum(pi * fac * fac * var)), lo_s, hi_s,
         )
 
     def _moments(self):
@@ -238,6 +267,8 @@ class StratifiedBetting:
             pool[k] -= 1.0
             self._items[self._drawn] = item
             self._design[self._drawn] = (k, d.weight[k], d.control[k], d.base, d.lo_offset, d.hi_offset, d.variance)
+            if self._scaled is not None:
+                self._scaled[self._drawn] = np.concatenate([d.lo_scaled, d.hi_scaled])
             self._drawn += 1
             out.append(item)
         return out
@@ -248,6 +279,11 @@ class StratifiedBetting:
         all earlier labels are known to the confidence sequence, in draw order. Returns the
         new observations (y, a, b): Y_t and its range [a_t, b_t], fixed before draw t (empty
         when no draw became complete)."""
+        got = self.observe_block(items, losses)
+        return got.y, got.lo, got.hi
+
+    def observe_block(self, items: np.ndarray, losses: np.ndarray) -> Observed:
+        """:meth:`observe`, with the observations at every control scale when there are scales."""
         self._loss[items] = losses
         g = self.groups[items]
         self.moments[0] += np.bincount(g, minlength=self.K)
@@ -258,7 +294,8 @@ class StratifiedBetting:
         while stop < self._drawn and not math.isnan(self._loss[self._items[stop]]):
             stop += 1
         if stop == start:
-            return np.zeros(0), np.zeros(0), np.zeros(0)
+            empty = None if self.scales is None else np.zeros((self.scales.size, 0))
+            return Observed(np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty)
         z = self._loss[self._items[start:stop]]
         d = self._design[start:stop]
         N = float(self.N)
@@ -275,7 +312,14 @@ class StratifiedBetting:
                      ((after + N - t) / N + KNOWN_TOL)[None])
         self._sum = float(after[-1])
         self._processed = stop
-        return y, lo, hi
+        if self.scales is None:
+            return Observed(y, lo, hi)
+        rho = self.scales[:, None]  # (S, 1): controls rho c_k, base rho sum_j |P_j| c_j / N
+        base_s = before / N + rho * d[:, _BASE]
+        S = self.scales.size
+        lo_s, hi_s = base_s + self._scaled[start:stop, :S].T, base_s + self._scaled[start:stop, S:].T
+        y_s = np.minimum(np.maximum(base_s + d[:, _FAC] * (z - rho * d[:, _CTL]), lo_s), hi_s)
+        return Observed(y, lo, hi, y_s, lo_s, hi_s)
 
     # -- reading ---------------------------------------------------------------------------------
     def draw_rank(self, items: np.ndarray) -> np.ndarray:
@@ -317,6 +361,8 @@ class StratifiedBetting:
             "processed": self._processed, "sum": self._sum, "queue": self._queue.copy(), "qpos": self._qpos.copy(),
             "qend": self._qend.copy(), "cs": self.cs.state_dict(), "prior_weight": self.prior_weight,
             "prior_mean": None if self.prior_mean is None else self.prior_mean.copy(),
+            "scales": None if self.scales is None else self.scales.copy(),
+            "scaled": None if self._scaled is None else self._scaled[:self._drawn].copy(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -342,6 +388,13 @@ class StratifiedBetting:
         self.prior_weight = float(state.get("prior_weight", 1.0))
         pm = state.get("prior_mean")
         self.prior_mean = None if pm is None else np.asarray(pm, dtype=np.float64).reshape(self.K)
+        scales = state.get("scales")
+        if (scales is None) != (self.scales is None) or (
+                scales is not None and not np.array_equal(np.asarray(scales, dtype=np.float64).reshape(-1), self.scales)):
+            raise ValueError("the stratified state has other control scales")
+        if self.scales is not None:
+            self._scaled = np.zeros((self.N, 2 * self.scales.size))
+            self._scaled[:self._drawn] = np.array(state["scaled"], dtype=np.float64).reshape(self._drawn, -1)
 
 
 def uniform_observations(x: np.ndarray):

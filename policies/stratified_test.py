@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_level, check_positive_int, check_target
+from scipy.special import logsumexp
+
+from ._validation import check_level, check_positive_int, check_rhos, check_target
 from .betting import BettingState, BettingStrategy, bet_log_factors, get_strategy
 from .bounds import MIN_RANGE, inverted_upper_bound
 from .partition import _check_scores
@@ -54,7 +56,8 @@ DEFAULT_PRIOR_WEIGHT = 10.0  # pseudo-labels at the judge's mean loss in each st
 # (the weight |P_k|/(N pi_k) of the common stratum grows); on the TriviaQA frontier
 # proportional allocation needed 2-4% fewer labels than floor 0.5 and 5-7% fewer than 0.25.
 DEFAULT_FLOOR = 1.0
-_FORMAT = 2
+DEFAULT_RHOS = (0.0, 0.5, 1.0)
+_FORMAT = 3
 
 
 def judge_strata(scores, max_groups: int = DEFAULT_STRATA) -> np.ndarray:
@@ -109,7 +112,7 @@ class StratifiedTest:
 
     def __init__(self, judge_losses, *, alpha: float, delta: float, horizon: int, betting="up", seed: int = 0,
                  ci_delta: float | None = None, max_groups: int = DEFAULT_STRATA, floor: float = DEFAULT_FLOOR,
-                 prior_weight: float = DEFAULT_PRIOR_WEIGHT, futility: float | None = None):
+                 prior_weight: float = DEFAULT_PRIOR_WEIGHT, futility: float | None = None, rhos=DEFAULT_RHOS):
         j = _check_scores(judge_losses)
         if j.min() < 0.0 or j.max() > 1.0:
             raise ValueError(f"judge losses must lie in [0, 1], got values in [{j.min():.4g}, {j.max():.4g}]")
@@ -124,13 +127,19 @@ class StratifiedTest:
         K = int(self.groups.max()) + 1
         sizes = np.bincount(self.groups, minlength=K)
         self.judge_means = np.bincount(self.groups, weights=j, minlength=K) / sizes
+        self.rhos = check_rhos(rhos)
+        self._top = int(np.argmax(self.rhos))
         self.design = StratifiedBetting(self.N, delta=self.ci_delta, rng=np.random.default_rng(seed), floor=floor,
-                                        prior_weight=prior_weight)
+                                        prior_weight=prior_weight, control_scales=self.rhos)
         self.design.set_partition(self.groups, np.zeros(self.N, dtype=np.int8), prior_mean=self.judge_means)
         self.state = BettingState()
-        self._y = np.zeros(0)  # observations, their upper ends and the fractions bet on them, in draw order
-        self._b = np.zeros(0)
-        self._u = np.zeros(0)
+        S = self.rhos.size
+        # per control scale (rows): observations, their upper ends and the fractions bet on them, in draw order
+        self._y = np.zeros((S, 0))
+        self._b = np.zeros((S, 0))
+        self._u = np.zeros((S, 0))
+        self._log_wealth = np.zeros(S)  # each scale's log wealth; E_t is their mean
+        self._futility_wealth = np.zeros(S)
         self.log_evalue = 0.0
         self.max_log_evalue = 0.0
         self.futility = None if futility is None else check_level(futility, "futility")
@@ -155,36 +164,45 @@ class StratifiedTest:
         rank = self.design.draw_rank(items)
         if np.any(rank < 0):
             raise ValueError("labels for items that were not drawn")
-        y, a, b = self.design.observe(items, z)
-        if y.size == 0:
+        got = self.design.observe_block(items, z)
+        y, a, b = got.y_scaled, got.lo_scaled, got.hi_scaled  # (S, t)
+        if y.shape[1] == 0:
             return np.zeros(0)
         if self.futility is not None:  # mirrored: 1 - Y has mean 1 - mu and lies below 1 - a
             fpath, self.futility_state, _ = self._bet(normalised(1.0 - y, 1.0 - a, 1.0 - self.alpha),
                                                       self.futility_state, self.futility)
-            fpath = self.futility_log_evalue + fpath
+            fpath, self._futility_wealth = self._mix(fpath, self._futility_wealth)
             self.futility_log_evalue = float(fpath[-1])
             self.futility_max_log_evalue = max(self.futility_max_log_evalue, float(fpath.max()))
         path, self.state, u = self._bet(normalised(y, b, self.alpha), self.state, self.delta)
-        path = self.log_evalue + path
+        path, self._log_wealth = self._mix(path, self._log_wealth)
         self.log_evalue = float(path[-1])
         self.max_log_evalue = max(self.max_log_evalue, float(path.max()))
-        self._y = np.concatenate([self._y, y])
-        self._b = np.concatenate([self._b, b])
-        self._u = np.concatenate([self._u, u])
+        self._y = np.concatenate([self._y, y], axis=1)
+        self._b = np.concatenate([self._b, b], axis=1)
+        self._u = np.concatenate([self._u, u], axis=1)
         return path
 
+    @staticmethod
+    def _mix(paths: np.ndarray, before: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """log of the uniform mixture over scales of the wealth after each draw, given each
+        scale's log wealth ``before`` and the cumulative log factors ``paths`` (S, t)."""
+        wealth = before[:, None] + paths
+        return logsumexp(wealth, axis=0) - np.log(wealth.shape[0]), wealth[:, -1].copy()
+
     def _bet(self, x: np.ndarray, state: BettingState, delta: float):
-        """The strategy's fractions on normalised observations x (target 0, scale 1): the
-        cumulative log wealth of these draws, the state after them and the fractions."""
-        one, zero = np.ones(1), np.zeros(1)
-        u, state = self.strategy.checked_fractions(x[None], zero, one, state, delta=delta, horizon=self.horizon)
-        return np.cumsum(bet_log_factors(u, x[None], zero, one)[0]), state, u[0]
+        """The strategy's fractions on normalised observations x (S, t) (target 0, scale 1):
+        each scale's cumulative log factors on these draws, the state after them and the
+        fractions."""
+        one, zero = np.ones(x.shape[0]), np.zeros(x.shape[0])
+        u, state = self.strategy.checked_fractions(x, zero, one, state, delta=delta, horizon=self.horizon)
+        return np.cumsum(bet_log_factors(u, x, zero, one), axis=-1), state, u
 
     # -- reading ---------------------------------------------------------------------------------
     @property
     def n(self) -> int:
         """Human labels fed to the test (complete draws)."""
-        return int(self._y.size)
+        return int(self._y.shape[1])
 
     @property
     def drawn(self) -> int:
@@ -196,17 +214,23 @@ class StratifiedTest:
 
     @property
     def observations(self) -> np.ndarray:
-        """The stratified observations Y_t fed to the test, in draw order."""
+        """The stratified observations Y_t with the largest control scale (the judge's
+        controls in full by default), in draw order."""
+        return self._y[self._top].copy()
+
+    @property
+    def scaled_observations(self) -> np.ndarray:
+        """Y_t at every control scale rho_s (rows, in the order of ``rhos``), in draw order."""
         return self._y.copy()
 
     @property
     def upper_ends(self) -> np.ndarray:
-        """b_t, the top of each observation's range (fixed before its draw), in draw order."""
+        """b_t, the top of each observation's range (fixed before its draw), (S, t)."""
         return self._b.copy()
 
     @property
     def fractions(self) -> np.ndarray:
-        """The bet fractions u_t the test used, in draw order (what its bound re-uses)."""
+        """The bet fractions u_t the test used, (S, t) (what its bound re-uses)."""
         return self._u.copy()
 
     @property
@@ -215,8 +239,9 @@ class StratifiedTest:
 
     @property
     def estimate(self) -> float:
-        """The mean of the observations: unbiased for mu (each has conditional mean mu)."""
-        return float(self._y.mean()) if self._y.size else float(np.dot(self.judge_means,
+        """The mean of the observations with the largest control scale: unbiased for mu (each
+        has conditional mean mu) at a fixed number of labels."""
+        return float(self._y[self._top].mean()) if self.n else float(np.dot(self.judge_means,
                                                                           np.bincount(self.groups) / self.N))
 
     def interval(self) -> tuple[float, float]:
@@ -244,12 +269,16 @@ class StratifiedTest:
             return 1.0
 
         def family(a, rows):  # the strategy's own test at targets a (points, 1): monotone for a mixture of constant bets
-            x = normalised(self._y[None], self._b[None], a)  # (points, n)
-            one, zero = np.ones(x.shape[0]), np.zeros(x.shape[0])
-            u, _ = self.strategy.checked_fractions(x, zero, one, BettingState(), delta=self.delta, horizon=self.horizon)
-            return np.cumsum(bet_log_factors(u, x, zero, one), axis=-1).max(axis=-1)[:, None]
+            x = normalised(self._y[None], self._b[None], a[:, :, None])  # (points, S, n)
+            points, S, n = x.shape
+            flat = x.reshape(points * S, n)
+            one, zero = np.ones(flat.shape[0]), np.zeros(flat.shape[0])
+            u, _ = self.strategy.checked_fractions(flat, zero, one, BettingState(), delta=self.delta,
+                                                   horizon=self.horizon)
+            paths = np.cumsum(bet_log_factors(u, flat, zero, one), axis=-1).reshape(points, S, n)
+            return (logsumexp(paths, axis=1) - np.log(S)).max(axis=-1)[:, None]
 
-        return float(inverted_upper_bound(self._y[None, None], self._b[None, None], self._u[None, None], self.alpha,
+        return float(inverted_upper_bound(self._y[None], self._b[None], self._u[None], self.alpha,
                                           level=level,
                                           rejected=self.max_log_evalue >= -np.log(level) if recorded else None,
                                           family=family if self.strategy.constant_bet_mixture else None)[0])
@@ -257,21 +286,27 @@ class StratifiedTest:
     # -- snapshot ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"format": _FORMAT, "design": self.design.state_dict(), "state": self.state.to_dict(),
-                "y": self._y.copy(), "b": self._b.copy(), "u": self._u.copy(), "log_e": self.log_evalue, "max_log_e": self.max_log_evalue,
+                "y": self._y.copy(), "b": self._b.copy(), "u": self._u.copy(), "rhos": self.rhos.copy(),
+                "log_wealth": self._log_wealth.copy(), "futility_wealth": self._futility_wealth.copy(),
+                "log_e": self.log_evalue, "max_log_e": self.max_log_evalue,
                 "alpha": self.alpha, "delta": self.delta, "horizon": self.horizon, "n_items": self.N,
                 "rng": self.design.rng.bit_generator.state, "futility_state": self.futility_state.to_dict(),
                 "futility_log_e": self.futility_log_evalue, "futility_max_log_e": self.futility_max_log_evalue}
 
     def load_state_dict(self, state: dict) -> None:
         if (state.get("format") != _FORMAT or state.get("alpha") != self.alpha or state.get("delta") != self.delta
-                or state.get("horizon") != self.horizon or state.get("n_items") != self.N):
+                or state.get("horizon") != self.horizon or state.get("n_items") != self.N
+                or not np.array_equal(np.asarray(state.get("rhos"), dtype=np.float64).reshape(-1), self.rhos)):
             raise ValueError("the snapshot is not of this judge-stratified test")
         self.design.load_state_dict(state["design"])
         self.design.rng.bit_generator.state = state["rng"]
         self.state = BettingState.from_dict(state["state"])
-        self._y = np.asarray(state["y"], dtype=np.float64).reshape(-1)
-        self._b = np.asarray(state["b"], dtype=np.float64).reshape(-1)
-        self._u = np.asarray(state["u"], dtype=np.float64).reshape(-1)
+        S = self.rhos.size
+        self._y = np.asarray(state["y"], dtype=np.float64).reshape(S, -1)
+        self._b = np.asarray(state["b"], dtype=np.float64).reshape(S, -1)
+        self._u = np.asarray(state["u"], dtype=np.float64).reshape(S, -1)
+        self._log_wealth = np.asarray(state["log_wealth"], dtype=np.float64).reshape(S)
+        self._futility_wealth = np.asarray(state["futility_wealth"], dtype=np.float64).reshape(S)
         self.log_evalue, self.max_log_evalue = float(state["log_e"]), float(state["max_log_e"])
         self.futility_state = BettingState.from_dict(state["futility_state"])
         self.futility_log_evalue = float(state["futility_log_e"])

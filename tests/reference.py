@@ -170,10 +170,11 @@ def prpl_eb_loop(x, alpha, c=0.5):
 
 
 def log_evalues_from_label_log(log, candidate: str, *, alpha: float, delta: float, horizon: int,
-                               rhos=None):
+                               rhos=None, observation: str = "split"):
     """R-AutoEval+ log e-values of one candidate recomputed from a job's labels.parquet
     (a pandas frame): human losses in purchase order, the judge's loss on each of those
-    items, and the judge-only losses in purchase order. Returns (log_e path, human rows)."""
+    items, and the judge-only losses in purchase order; ``observation`` is the jobs' default.
+    Returns (log_e path, human rows)."""
     import numpy as np
 
     from certsel.policies import log_evalue_paths, scheme_rhos
@@ -185,7 +186,8 @@ def log_evalues_from_label_log(log, candidate: str, *, alpha: float, delta: floa
     jl = judge[judge.item.isin(human.item)].set_index("item").loss.loc[human.item].to_numpy()
     ju = judge[~judge.item.isin(human.item)].loss.to_numpy()
     rhos = scheme_rhos("r-autoeval+") if rhos is None else np.asarray(rhos)
-    return log_evalue_paths(h, jl, ju, alpha=alpha, delta=delta, rhos=rhos, horizon=horizon), human
+    return log_evalue_paths(h, jl, ju, alpha=alpha, delta=delta, rhos=rhos, horizon=horizon,
+                            observation=observation), human
 
 
 def hedged_capital_bounds_loop(y, a, b, v, *, delta, bet_level, cap=0.5, known_lo=None, known_hi=None,

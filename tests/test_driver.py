@@ -34,7 +34,8 @@ def test_fst_through_ray_equals_direct_policies(ray_session):
     assert res.certified == [names[k] for k in np.flatnonzero(direct.certified[0])]
     assert res.selected == names[direct.selected[0]]
     human, jl, ju = direct.samples
-    log_e = log_evalue_paths(human[0], jl[0], ju[0], alpha=0.1, delta=0.1)  # (K, n) full-budget paths
+    log_e = log_evalue_paths(human[0], jl[0], ju[0], alpha=0.1, delta=0.1,
+                             observation="split")  # (K, n) full-budget paths, the jobs' observation
     ran = [r for r in res.records if r.t > 0]
     assert 0 < sum(r.t for r in ran) < 0.5 * 48 * 120  # the frontier saves labels
     for r in ran:
@@ -67,7 +68,7 @@ def test_full_budget_mode_gives_the_same_evalues(ray_session):
     from certsel.policies.autoeval import component_log_evalues, predictable_mixture
 
     h, jl, ju = (x[0] for x in direct.samples)
-    obs = effective_observations(h, jl, ju)
+    obs = effective_observations(h, jl, ju, observation="split")
     comps = component_log_evalues(obs, 0.1, delta=0.1, betting="up", horizon=60)
     want = predictable_mixture(obs.q, comps, np.full(10, 0.1)).mean(axis=-1)
     for r in res.records:

@@ -210,7 +210,8 @@ def test_python_source_job_through_the_cli(tmp_path):
     for c in cert["candidates"]:
         k = rows[c["candidate"]]
         log_e = log_evalue_paths(table.human[k][order[:60]], table.judge[k][order[:60]],
-                                 table.judge[k][order[60:240]], alpha=0.2, delta=0.1)
+                                 table.judge[k][order[60:240]], alpha=0.2, delta=0.1,
+                                     observation="split")
         assert c["log_e_value"] == pytest.approx(float(log_e[: c["labels_human"]].max(initial=0.0)), abs=1e-6)
     assert cert["selected"] == SIX[0]
 

@@ -52,7 +52,7 @@ def test_every_observation_has_conditional_mean_mu_exactly():
     """After any history, E[Y | past] over the next draw (a stratum by pi, an item uniformly
     inside it) is the test-set mean, and every possible Y lies inside the design's range."""
     z, j = _population(600, seed=3)
-    test = StratifiedTest(j, alpha=0.1, delta=0.1, horizon=400, seed=1, max_groups=4)
+    test = StratifiedTest(j, alpha=0.1, delta=0.1, horizon=400, seed=1, max_groups=4, rhos=[0.0, 0.3, 1.0])
     mu = z.mean()
     for _ in range(6):
         d = test.design.design()
@@ -68,22 +68,37 @@ def test_every_observation_has_conditional_mean_mu_exactly():
             assert np.all(y <= S / sb.N + d.base + d.hi_offset + 1e-12)
             expect += d.pi[k] * y.mean()
         assert expect == pytest.approx(mu, abs=1e-12)
+        if d.hi_scaled is not None:  # every control scale rho: controls rho c_k, the same mean
+            for s, rho in enumerate(test.rhos):
+                expect = 0.0
+                for k, items in enumerate(pool_items):
+                    if items.size == 0:
+                        continue
+                    y = S / sb.N + rho * d.base + d.weight[k] * (z[items] - rho * d.control[k])
+                    assert np.all(y >= S / sb.N + rho * d.base + d.lo_scaled[s] - 1e-12)
+                    assert np.all(y <= S / sb.N + rho * d.base + d.hi_scaled[s] + 1e-12)
+                    expect += d.pi[k] * y.mean()
+                assert expect == pytest.approx(mu, abs=1e-12)
         items = test.next_items(25)
         test.update(items, z[items])
 
 
-def test_evalue_equals_a_literal_mixture_of_constant_bets():
-    """UP's wealth is the prior mixture of the wealths of constant bet fractions (eq. 19):
-    recompute log E_t = log sum_k w_k prod_s (1 - u_k x_s) from the observations."""
+@pytest.mark.parametrize("rhos", [(1.0,), (0.0, 0.5, 1.0)])
+def test_evalue_equals_a_literal_mixture_of_constant_bets(rhos):
+    """UP's wealth is the prior mixture of the wealths of constant bet fractions (eq. 19), and
+    the test's e-value the uniform mixture over control scales: recompute
+    log E_t = log (1/S) sum_s sum_k w_k prod_r (1 - u_k x_{s,r}) from the observations."""
     z, j = _population(800, seed=5)
-    test = StratifiedTest(j, alpha=0.15, delta=0.1, horizon=120, seed=2)
+    test = StratifiedTest(j, alpha=0.15, delta=0.1, horizon=120, seed=2, rhos=rhos)
     path = _run(test, z, 7, 120)
-    x = normalised(test._y, test._b, test.alpha)
+    x = normalised(test._y, test._b, test.alpha)  # (S, t)
     prior = up_prior("exact", horizon=120)
-    wealth = np.cumprod(1.0 - prior.nodes[:, None] * x[None, :], axis=1)
-    literal = np.log(prior.weights @ wealth)
+    literal = np.zeros(120)
+    for row in x:
+        wealth = np.cumprod(1.0 - prior.nodes[:, None] * row[None, :], axis=1)
+        literal += prior.weights @ wealth / len(rhos)
     assert path.size == 120
-    np.testing.assert_allclose(path, literal, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(path, np.log(literal), rtol=1e-9, atol=1e-9)
 
 
 def test_batches_do_not_change_the_draws_only_their_designs_are_fixed_earlier():
