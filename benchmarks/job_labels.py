@@ -1,14 +1,15 @@
 """Whole-job human labels: does the judge pay at the level of a job?
 
 Runs the quantization example (``examples/quantization.yaml``: 48 MX configurations, FST in
-decreasing bitwidth, alpha = delta = 0.1, n = 300, r = 3, rounds of 25, look-ahead 1) through
+decreasing bitwidth, alpha = delta = 0.1, n = 300, r = 3, rounds of at most 25 sized by each
+candidate's predicted need (``scheduling.rounds: predicted``, the default), look-ahead 1) through
 the driver in-process for ``--seeds`` seeds, with R-Eval, R-AutoEval+ with the paper's
 observation and R-AutoEval+ with the split one (the default), for the best and the MX4 ("bad")
 judge, and prints per policy and judge the mean human labels of a job, its ratio to R-Eval's
 on the same seeds, and how often the selection equals R-Eval's. ``--set KEY=VALUE`` overrides
-any job key for every run (e.g. ``budget.batch=5``).
+any job key for every run (e.g. ``scheduling.rounds=fixed`` for rounds of 25).
 
-    python benchmarks/job_labels.py [--seeds 10] [--set budget.batch=25]
+    python benchmarks/job_labels.py [--seeds 10] [--set scheduling.rounds=fixed]
 """
 
 from __future__ import annotations

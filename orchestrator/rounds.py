@@ -89,18 +89,29 @@ def final_bounds(plan, pool, records, certified_mask) -> None:
 
 def round_sizes(active, log_thresholds, batch: int, smallest: int) -> dict:
     """The next round's labels per candidate: about what its evidence so far says it still
-    needs to reach its threshold, (threshold - log E) / (log E / t) with a 25% margin,
-    between ``smallest`` and ``batch``; ``batch`` before any growth. The rounds may depend on
-    the evidence: a candidate's certificate holds at any stopping time (scheduling.py)."""
+    needs to reach its threshold, (threshold - log E) / g with a 25% margin, g the growth of
+    log E per label over the later half of its path (:func:`recent_growth`), between
+    ``smallest`` and ``batch``; ``batch`` before any growth. The rounds may depend on the
+    evidence: a candidate's certificate holds at any stopping time (scheduling.py)."""
     out = {}
     for r in active:
-        growth = r.log_e / r.t if r.t > 0 else 0.0
+        growth = recent_growth(r.path)
         if growth <= 0:
             out[r.name] = batch
             continue
         need = (float(log_thresholds[r.index]) - r.log_e) / growth
         out[r.name] = int(np.clip(np.ceil(1.25 * need), min(smallest, batch), batch))
     return out
+
+
+def recent_growth(path) -> float:
+    """log E gained per label over the later half of the path: a mixture's evidence grows
+    faster once its weights have concentrated, so the early labels under-state the rate."""
+    t = len(path)
+    if t == 0:
+        return 0.0
+    half = t // 2
+    return (path[-1] - (path[half - 1] if half else 0.0)) / (t - half)
 
 
 def run_selection(plan, pool, records, *, progress=None, tracker=None, job_dir=None, t0=None) -> JobResult:
