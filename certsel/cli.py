@@ -32,6 +32,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"certsel: error: {message}\n")
 
 
+def _job_arguments(parser: argparse.ArgumentParser, config_help: str, set_example: str, *, seed_help: str | None = None):
+    """The job file and its ``--set`` overrides (every command that reads a job file), and
+    ``--seed`` where the command draws its own samples."""
+    parser.add_argument("config", type=pathlib.Path, help=config_help)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"override a config key, e.g. --set {set_example} (repeatable)")
+    if seed_help is not None:
+        parser.add_argument("--seed", type=int, default=0, help=seed_help)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from certsel.orchestrator.procedures import PROCEDURES
     from certsel.policies import SCHEMES, STRATEGIES
@@ -41,9 +51,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"certsel {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="run a selection job from a YAML config (Ray + MLflow)")
-    run.add_argument("config", type=pathlib.Path, help="job file, e.g. examples/quantization.yaml")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config key, e.g. --set budget.n=100 (repeatable)")
+    _job_arguments(run, "job file, e.g. examples/quantization.yaml", "budget.n=100")
     run.add_argument("--json", type=pathlib.Path, help="also write selection.json here")
     run.add_argument("--report-dir", type=pathlib.Path, help="also keep the report and plots here")
     run.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
@@ -53,21 +61,17 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fresh", action="store_true",
                      help="start a new job even if an unfinished one with this configuration exists")
     aud = sub.add_parser("audit", help="repeat a job's policy on its replay data: failure rates, coverage, FT-Eval")
-    aud.add_argument("config", type=pathlib.Path, help="a replay job file, e.g. examples/quantization.yaml")
-    aud.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config key, e.g. --set policy.kind=r-eval (repeatable)")
+    _job_arguments(aud, "a replay job file, e.g. examples/quantization.yaml", "policy.kind=r-eval",
+                   seed_help="seed of the repetitions' item orders")
     aud.add_argument("--reps", type=int, default=1000, help="repetitions (random item orders; default 1000)")
-    aud.add_argument("--seed", type=int, default=0, help="seed of the repetitions' item orders")
     aud.add_argument("--workers", type=int, default=None,
                      help="processes for Seq / Cer-Eval repetitions (default: one per CPU; results do not depend on it)")
     aud.add_argument("--out", type=pathlib.Path, help="also write audit.json, audit.md and the plot here")
     aud.add_argument("--no-tracking", action="store_true", help="do not log an MLflow run")
     pl = sub.add_parser("plan", help="expected labels and cost of each policy for a replay job, from a pilot sample")
-    pl.add_argument("config", type=pathlib.Path, help="a replay job file with its costs: section")
-    pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config key, e.g. --set costs.judge=0.01 (repeatable)")
+    _job_arguments(pl, "a replay job file with its costs: section", "costs.judge=0.01",
+                   seed_help="seed of the pilot's draws (independent of the job's)")
     pl.add_argument("--pilot", type=int, default=50, help="pilot items per candidate (default 50)")
-    pl.add_argument("--seed", type=int, default=0, help="seed of the pilot's draws (independent of the job's)")
     show = sub.add_parser("show", help="print the certificate of a past job")
     show.add_argument("run_id", help="MLflow run id of the job (or of one of its candidates)")
     show.add_argument("--tracking-uri", help="default: MLFLOW_TRACKING_URI, else sqlite:///mlruns.db")

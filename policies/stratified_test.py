@@ -140,11 +140,9 @@ class StratifiedTest:
         self._u = np.zeros((S, 0))
         self._log_wealth = np.zeros(S)  # each scale's log wealth; E_t is their mean
         self._futility_wealth = np.zeros(S)
-        self.log_evalue = 0.0
         self.max_log_evalue = 0.0
         self.futility = None if futility is None else check_level(futility, "futility")
         self.futility_state = BettingState()
-        self.futility_log_evalue = 0.0
         self.futility_max_log_evalue = 0.0
 
     # -- drawing and labels -------------------------------------------------------------------
@@ -172,11 +170,9 @@ class StratifiedTest:
             fpath, self.futility_state, _ = self._bet(normalised(1.0 - y, 1.0 - a, 1.0 - self.alpha),
                                                       self.futility_state, self.futility)
             fpath, self._futility_wealth = self._mix(fpath, self._futility_wealth)
-            self.futility_log_evalue = float(fpath[-1])
             self.futility_max_log_evalue = max(self.futility_max_log_evalue, float(fpath.max()))
         path, self.state, u = self._bet(normalised(y, b, self.alpha), self.state, self.delta)
         path, self._log_wealth = self._mix(path, self._log_wealth)
-        self.log_evalue = float(path[-1])
         self.max_log_evalue = max(self.max_log_evalue, float(path.max()))
         self._y = np.concatenate([self._y, y], axis=1)
         self._b = np.concatenate([self._b, b], axis=1)
@@ -203,6 +199,15 @@ class StratifiedTest:
     def n(self) -> int:
         """Human labels fed to the test (complete draws)."""
         return int(self._y.shape[1])
+
+    @property
+    def log_evalue(self) -> float:
+        """log E_t now: the uniform mixture over control scales of their wealths."""
+        return float(logsumexp(self._log_wealth) - np.log(self._log_wealth.size))
+
+    @property
+    def futility_log_evalue(self) -> float:
+        return float(logsumexp(self._futility_wealth) - np.log(self._futility_wealth.size))
 
     @property
     def drawn(self) -> int:
@@ -288,10 +293,10 @@ class StratifiedTest:
         return {"format": _FORMAT, "design": self.design.state_dict(), "state": self.state.to_dict(),
                 "y": self._y.copy(), "b": self._b.copy(), "u": self._u.copy(), "rhos": self.rhos.copy(),
                 "log_wealth": self._log_wealth.copy(), "futility_wealth": self._futility_wealth.copy(),
-                "log_e": self.log_evalue, "max_log_e": self.max_log_evalue,
+                "max_log_e": self.max_log_evalue,
                 "alpha": self.alpha, "delta": self.delta, "horizon": self.horizon, "n_items": self.N,
                 "rng": self.design.rng.bit_generator.state, "futility_state": self.futility_state.to_dict(),
-                "futility_log_e": self.futility_log_evalue, "futility_max_log_e": self.futility_max_log_evalue}
+                "futility_max_log_e": self.futility_max_log_evalue}
 
     def load_state_dict(self, state: dict) -> None:
         if (state.get("format") != _FORMAT or state.get("alpha") != self.alpha or state.get("delta") != self.delta
@@ -307,9 +312,8 @@ class StratifiedTest:
         self._u = np.asarray(state["u"], dtype=np.float64).reshape(S, -1)
         self._log_wealth = np.asarray(state["log_wealth"], dtype=np.float64).reshape(S)
         self._futility_wealth = np.asarray(state["futility_wealth"], dtype=np.float64).reshape(S)
-        self.log_evalue, self.max_log_evalue = float(state["log_e"]), float(state["max_log_e"])
+        self.max_log_evalue = float(state["max_log_e"])
         self.futility_state = BettingState.from_dict(state["futility_state"])
-        self.futility_log_evalue = float(state["futility_log_e"])
         self.futility_max_log_evalue = float(state["futility_max_log_e"])
 
 
