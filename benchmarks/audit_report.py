@@ -1,13 +1,14 @@
 """The policy audits of docs/reliability.md: ``certsel audit`` on the bundled data.
 
 TriviaQA (48 MX configurations, alpha = 0.1, delta = 0.1, n = 300, r = 3, FST in
-decreasing bitwidth): R-Eval, R-AutoEval, R-AutoEval+ with UP, WSR and ONS betting.
+decreasing bitwidth): R-Eval, R-AutoEval, R-AutoEval+ with UP, WSR and ONS betting, and
+judge-stratified (``--stratified-reps`` repetitions, default 200: it judges every item first).
 AlpacaEval: the ranking example (12 models, 66 pairs, delta = 0.05, up to 805 items per
 pair) with Seq and with Cer-Eval pairs, audited as the ranking (a row's "candidates" are
 the pairs; failure = a wrong certified order); ``--ranking-reps`` repetitions (default 200:
 a Cer-Eval ranking repetition runs 66 pair policies).
 
-    python benchmarks/audit_report.py [--reps 1000] [--ranking-reps 200] [--out DIR]
+    python benchmarks/audit_report.py [--reps 1000] [--ranking-reps 200] [--stratified-reps 200] [--out DIR]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ RUNS = [
     ("TriviaQA", "quantization.yaml", ["policy.kind=r-autoeval+", "policy.betting=up"]),
     ("TriviaQA", "quantization.yaml", ["policy.kind=r-autoeval+", "policy.betting=wsr"]),
     ("TriviaQA", "quantization.yaml", ["policy.kind=r-autoeval+", "policy.betting=ons"]),
+    ("TriviaQA", "quantization.yaml", ["policy.kind=judge-stratified"]),
     ("AlpacaEval ranking", "alpacaeval_ranking.yaml", ["policy.kind=seq"]),
     ("AlpacaEval ranking", "alpacaeval_ranking.yaml", ["policy.kind=cer-eval"]),
 ]
@@ -37,6 +39,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=1000)
     ap.add_argument("--ranking-reps", type=int, default=200)
+    ap.add_argument("--stratified-reps", type=int, default=200)
     ap.add_argument("--out", type=pathlib.Path, help="keep each audit's json/md/png here")
     ap.add_argument("--only", help="run only the rows whose data name contains this (e.g. TriviaQA)")
     args = ap.parse_args(argv)
@@ -54,7 +57,8 @@ def main(argv=None) -> int:
         cfg = load_config(EXAMPLES / file, sets)
         data = load_job_data(cfg)
         t = time.perf_counter()
-        reps = args.ranking_reps if cfg.procedure == "pairwise" else args.reps
+        reps = (args.ranking_reps if cfg.procedure == "pairwise"
+                else args.stratified_reps if cfg.policy.kind == "judge-stratified" else args.reps)
         res = audit(cfg, data, reps=reps, seed=0)
         secs = time.perf_counter() - t
         if args.out is not None:

@@ -43,7 +43,7 @@ def _job_arguments(parser: argparse.ArgumentParser, config_help: str, set_exampl
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from certsel.orchestrator.procedures import PROCEDURES
+    from certsel.policies.procedures import PROCEDURES
     from certsel.policies import SCHEMES, STRATEGIES
     from certsel.workers.replay import DEFAULT_TABLE
 

@@ -43,7 +43,7 @@ from pydantic import (
 import numpy as np
 
 from certsel.errors import InputError, first_line
-from certsel.orchestrator.procedures import PROCEDURES, get_procedure
+from certsel.policies.procedures import PROCEDURES, get_procedure
 from certsel.policies import SCHEMES, scheme_rhos
 from certsel.policies.stratified_test import STRATIFIED_SCHEME
 from certsel.policies.betting import BettingStrategy, get_strategy
@@ -424,7 +424,7 @@ class RunConfig(_Strict):
     policy: PolicyConfig = PolicyConfig()
     alpha: float = Field(0.1, gt=0, lt=1, description="target risk")
     delta: float = Field(0.1, gt=0, lt=1, description="family-wise error level")
-    # a registered procedure (certsel.orchestrator.procedures.PROCEDURES)
+    # a registered procedure (certsel.policies.procedures.PROCEDURES)
     procedure: str = "fst"
     objective: ObjectiveConfig | None = None
     budget: BudgetConfig = BudgetConfig()

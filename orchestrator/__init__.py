@@ -6,6 +6,6 @@ under a multiple-testing procedure from :data:`PROCEDURES`. A new procedure subc
 :class:`Procedure` and is added with :func:`register_procedure`.
 """
 
-from .procedures import PROCEDURES, Procedure, get_procedure, register_procedure
+from certsel.policies.procedures import PROCEDURES, Procedure, get_procedure, register_procedure
 
 __all__ = ["PROCEDURES", "Procedure", "get_procedure", "register_procedure"]

@@ -55,7 +55,7 @@ from .audit_base import BUDGET_GRID, AuditResult, clopper_pearson, failure_cells
 from .audit_pairwise import pairwise_audit
 from .audit_stratified import stratified_repetitions
 from .audit_pairwise import ranking_once as _ranking_once  # noqa: F401  (the tests call one repetition)
-from .procedures import get_procedure
+from certsel.policies.procedures import get_procedure
 
 __all__ = ["AuditResult", "audit", "clopper_pearson", "write_audit"]
 

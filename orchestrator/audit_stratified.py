@@ -16,7 +16,7 @@ import numpy as np
 from certsel.policies.stratified_test import StratifiedTest
 
 from .audit_base import BUDGET_GRID, repeat
-from .procedures import get_procedure
+from certsel.policies.procedures import get_procedure
 
 
 def stratified_once(job) -> tuple:

@@ -4,7 +4,7 @@ Every number next to the certificate agrees with it and is stated at the level i
 
 * ``simultaneous_bound``: bounds on every candidate's R that hold *together* with
   probability >= 1 - delta and are <= alpha exactly for the certified set
-  (:meth:`~certsel.orchestrator.procedures.Procedure.joint_bounds`); the selected
+  (:meth:`~certsel.policies.procedures.Procedure.joint_bounds`); the selected
   candidate's is the number the certificate quotes, because it keeps its level whatever
   made the candidate the selected one;
 * ``upper_bound`` at ``level``: the one-sided bound that inverts the candidate's own test,
@@ -30,7 +30,7 @@ from certsel import __version__
 from certsel.policies import select
 from certsel.policies.stratified_test import STRATIFIED_SCHEME
 
-from .procedures import get_procedure
+from certsel.policies.procedures import get_procedure
 from .result import JobResult
 
 

@@ -21,7 +21,7 @@ from certsel.errors import InputError, first_line, job_error
 from .driver import run_job
 from .feasibility import feasibility_warning
 from .jobdata import load_job_data
-from .procedures import get_procedure
+from certsel.policies.procedures import get_procedure
 from .records import CandidateRecord
 from .report import write_report
 from .result import JobResult

@@ -18,7 +18,7 @@ from certsel.config import RunConfig
 from certsel.errors import as_input_errors
 from certsel.workers.replay import LossTable, load_features, load_loss_table
 
-from .procedures import get_procedure
+from certsel.policies.procedures import get_procedure
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from certsel.policies import (
 )
 from certsel.workers.replay import LossTable, sample_replications
 
-from .procedures import get_procedure
+from certsel.policies.procedures import get_procedure
 
 
 @dataclass(frozen=True)

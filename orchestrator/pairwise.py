@@ -1,7 +1,7 @@
 """Pairwise ranking: every pair of models compared by Seq or Cer-Eval on paired losses.
 
 Every pair (i, j) is compared on u = (loss_i - loss_j + 1)/2 with threshold 1/2 at level
-delta/P (Bonferroni over the P pairs, :class:`~certsel.orchestrator.procedures.PairwiseRanking`);
+delta/P (Bonferroni over the P pairs, :class:`~certsel.policies.procedures.PairwiseRanking`);
 a pair stops as soon as its sign is certified. The pair policies live in the driver; the
 models' label sources live in the hosts (label servers). All pairs share one seed, so they
 ask for the same items for as long as their states agree, and a model is labelled once per

@@ -22,7 +22,7 @@ from certsel.workers.contracts import (
 from certsel.workers.replay import item_order
 
 from .jobdata import JobData
-from .procedures import get_procedure
+from certsel.policies.procedures import get_procedure
 
 
 @dataclass

@@ -24,7 +24,7 @@ import numpy as np
 from certsel.config import RunConfig, CostsConfig
 from certsel.policies.limits import label_limit, ppi_limit, split_limit
 
-from .procedures import get_procedure
+from certsel.policies.procedures import get_procedure
 
 # measured labels to certify over the limit, mean over the TriviaQA frontier (benchmarks/limit.py):
 # R-Eval 1.30 of log(1/delta)/KL_inf; R-AutoEval+ (UP, split) 1.45 of the split oracle with r = 3

@@ -13,7 +13,7 @@ import pathlib
 import numpy as np
 
 from .certificate import selected_by_budget
-from .procedures import get_procedure
+from certsel.policies.procedures import get_procedure
 from .result import JobResult
 
 _FONT = 8

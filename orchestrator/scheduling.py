@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from .procedures import Procedure, get_procedure
+from certsel.policies.procedures import Procedure, get_procedure
 from .records import CandidateRecord, Status
 
 __all__ = ["CandidateRecord", "Scheduler", "Status"]

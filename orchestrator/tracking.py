@@ -27,7 +27,7 @@ from certsel import __version__
 from certsel.errors import InputError
 
 from .certificate import bound_text, certificate
-from .procedures import get_procedure
+from certsel.policies.procedures import get_procedure
 
 DEFAULT_URI = "sqlite:///mlruns.db"
 PARENT_TAG = "mlflow.parentRunId"

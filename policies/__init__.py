@@ -63,9 +63,7 @@ from .cer_eval import (
     oracle,
 )
 from .multiple_testing import (
-    PROCEDURES,
     bonferroni,
-    certified_set,
     fixed_sequence,
     holm,
     p_values,
@@ -86,7 +84,6 @@ from .stratified import StratifiedBetting, seq_paths
 
 __all__ = [
     "DEFAULT_RHOS",
-    "PROCEDURES",
     "RADII",
     "SCHEMES",
     "Base",
@@ -113,7 +110,6 @@ __all__ = [
     "bernstein_eta",
     "bernstein_radius",
     "bonferroni",
-    "certified_set",
     "certify",
     "confidence_interval",
     "decision_fractions",

@@ -11,7 +11,9 @@ even when the time was chosen by looking at the data, so the classical procedure
   it certifies everything Bonferroni does and possibly more.
 
 All three control P(certify any candidate whose null is true) <= delta. Inputs may carry
-leading batch axes (replications); the candidate axis is the last one.
+leading batch axes (replications); the candidate axis is the last one. These are the
+classical procedures on e-values, validated at the boundary; a job's procedures are the
+objects of :mod:`certsel.policies.procedures`, which the tests check against these.
 """
 
 from __future__ import annotations
@@ -19,9 +21,6 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import check_level
-
-PROCEDURES = ("fst", "bonferroni", "holm")
-
 
 def _check_evalues(evalues) -> np.ndarray:
     e = np.asarray(evalues, dtype=np.float64)
@@ -76,19 +75,6 @@ def holm(evalues, delta: float) -> np.ndarray:
     out = np.zeros(p.shape, dtype=bool)
     np.put_along_axis(out, idx, prefix, axis=-1)
     return out
-
-
-def certified_set(evalues, delta: float, procedure: str = "fst", order=None) -> np.ndarray:
-    """Dispatch to :func:`fixed_sequence`, :func:`bonferroni` or :func:`holm`."""
-    if procedure == "fst":
-        return fixed_sequence(evalues, delta, order)
-    if order is not None:
-        raise ValueError(f"order only applies to fixed-sequence testing, not {procedure!r}")
-    if procedure == "bonferroni":
-        return bonferroni(evalues, delta)
-    if procedure == "holm":
-        return holm(evalues, delta)
-    raise ValueError(f"procedure must be one of {PROCEDURES}, got {procedure!r}")
 
 
 def select(certified, objective) -> np.ndarray:

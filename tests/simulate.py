@@ -37,7 +37,7 @@ def selection_trial(procedure: str, *, reps: int, K: int = 20, n: int = 300, r: 
     the selections, the misses of its own bound (stated at its own decision level) and of its
     joint bound (stated at 1 - delta, simultaneously: :meth:`Procedure.simultaneous_bounds`),
     with the levels."""
-    from certsel.orchestrator.procedures import get_procedure
+    from certsel.policies.procedures import get_procedure
     from certsel.policies import decision_upper_bound, log_evalue_paths, scheme_rhos
 
     proc = get_procedure(procedure)

@@ -5,13 +5,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from certsel.policies import (
-    certified_set,
     confidence_interval,
     evalue_path,
     evalue_paths,
     fixed_sequence,
+    holm,
     select,
 )
+from certsel.policies.procedures import get_procedure
 from certsel.workers.replay import load_loss_table
 
 H = np.array([0.0, 1.0, 0.0, 0.0])
@@ -85,13 +86,13 @@ def test_multiple_testing_rejects():
     with pytest.raises(ValueError, match="order must be a permutation"):
         fixed_sequence([20.0, 30.0], 0.1, order=[0, 0])
     with pytest.raises(ValueError, match="non-negative"):
-        certified_set([np.nan, 3.0], 0.1, "holm")
+        holm([np.nan, 3.0], 0.1)
     with pytest.raises(ValueError, match="procedure must be one of"):
-        certified_set([1.0], 0.1, "sidak")
+        get_procedure("sidak")
     with pytest.raises(ValueError, match="one value per candidate"):
         select([True, False], [1.0])
     with pytest.raises(ValueError, match="empty"):
-        certified_set(np.zeros((3, 0)), 0.1)
+        fixed_sequence(np.zeros((3, 0)), 0.1)
 
 
 def _write(tmp_path, **cols):

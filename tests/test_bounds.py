@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-from certsel.orchestrator.procedures import get_procedure
+from certsel.policies.procedures import get_procedure
 from certsel.orchestrator.records import CandidateRecord, Status
 from certsel.orchestrator.rounds import reconcile
 from certsel.orchestrator.scheduling import Scheduler

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 from certsel.policies import (
     bonferroni,
-    certified_set,
     certify,
     fixed_sequence,
     holm,
@@ -12,6 +11,8 @@ from certsel.policies import (
     select,
 )
 from scipy import stats
+
+CERTIFIED_SET = {"fst": fixed_sequence, "bonferroni": bonferroni, "holm": holm}
 
 DELTA = 0.1
 
@@ -58,10 +59,10 @@ def test_holm_dominates_bonferroni_on_random_evalues(rng):
 
 def test_batched_procedures_and_selection():
     e = np.array([[50.0, 12.0, 3.0], [5.0, 500.0, 500.0]])
-    c = certified_set(e, DELTA, "fst")
+    c = fixed_sequence(e, DELTA)
     assert c.tolist() == [[True, True, False], [False, False, False]]
     assert select(c, objective=[8.0, 6.0, 4.0]).tolist() == [1, -1]
-    c = certified_set(e, DELTA, "holm")
+    c = holm(e, DELTA)
     assert select(c, objective=[8.0, 6.0, 4.0]).tolist() == [0, 2]
 
 
@@ -77,7 +78,7 @@ def test_fwer_with_exact_null_evalues(rng, procedure):
     e = 1.0 / rng.random((reps, K))
     # candidates 0..2 are good (huge evidence) and 3..7 null
     e[:, :3] = 1e6
-    cert = certified_set(e, DELTA, procedure)
+    cert = CERTIFIED_SET[procedure](e, DELTA)
     fwer = cert[:, 3:].any(axis=1).mean()
     # exact FWER of each procedure here: FST tests the first null at delta; Bonferroni
     # tests five nulls at delta/8; Holm, after the three good ones, tests them at delta/5
@@ -100,7 +101,7 @@ def test_fwer_with_real_e_processes(procedure):
     risks = np.array([0.02, 0.04, 0.06, 0.08, 0.09, 0.105, 0.11, 0.12])
     h = (rng.random((reps, risks.size, n)) < risks[:, None]).astype(float)
     res = certify(h, alpha=alpha, delta=DELTA, rhos=[0.0], betting="wsr")
-    cert = certified_set(np.exp(res.max_log_evalue), DELTA, procedure)
+    cert = CERTIFIED_SET[procedure](np.exp(res.max_log_evalue), DELTA)
     false = cert[:, risks > alpha].any(axis=1).sum()
     assert false <= stats.binom.ppf(0.99, reps, DELTA)
     assert cert[:, 0].mean() > 0.9  # and the procedure still has power

@@ -1,4 +1,4 @@
-"""The procedures' registry objects (orchestrator/procedures.py): their certified sets agree
+"""The procedures' registry objects (policies/procedures.py): their certified sets agree
 with the classical procedures, their joint bounds agree with their decisions, and the
 selected candidate's joint bound keeps the level it is stated at (simulation), where its own
 bound alone does not."""
@@ -6,7 +6,7 @@ bound alone does not."""
 import numpy as np
 import pytest
 from certsel.orchestrator.audit_base import clopper_pearson
-from certsel.orchestrator.procedures import Procedure, get_procedure
+from certsel.policies.procedures import Procedure, get_procedure
 from certsel.policies import bonferroni, fixed_sequence, holm
 from simulate import selection_trial
 
