@@ -1,0 +1,99 @@
+"""Dependencies one way: cli -> orchestrator -> {config, workers} -> policies.
+
+Every import statement of the package (module level and inside functions) is read with
+``ast`` and mapped to its layer. import-linter cannot see this package's layout (the
+subpackages live in top-level folders mapped by ``package-dir``, which grimp does not
+follow), so the same contracts are checked here: no layer imports one above it, the two
+middle layers do not import each other, the statistics import no I/O, Ray, MLflow or
+HTTP library, and no two modules import each other, directly or round a loop (imports
+inside functions included).
+"""
+
+import ast
+import pathlib
+
+import numpy as np
+import pytest
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# package -> its folder, in layer order (top first); "certsel" holds cli.py, config.py, errors.py
+FOLDERS = {"certsel.orchestrator": "orchestrator", "certsel.workers": "workers", "certsel.policies": "policies"}
+RANK = {"certsel.cli": 0, "certsel.orchestrator": 1, "certsel.config": 2, "certsel.workers": 2,
+        "certsel.errors": 3, "certsel.policies": 3}
+FORBIDDEN_IN_POLICIES = {"ray", "mlflow", "httpx", "pyarrow", "yaml", "certsel.errors"}
+
+
+def modules():
+    """(dotted name, path) of every module of the package."""
+    for path in sorted((ROOT / "certsel").glob("*.py")):
+        yield ("certsel" if path.stem == "__init__" else f"certsel.{path.stem}"), path
+    for package, folder in FOLDERS.items():
+        for path in sorted((ROOT / folder).glob("*.py")):
+            yield (package if path.stem == "__init__" else f"{package}.{path.stem}"), path
+
+
+def imports(name: str, path: pathlib.Path):
+    """The absolute names a module imports (relative imports resolved)."""
+    package = name if path.stem == "__init__" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            yield base
+            yield from (f"{base}.{a.name}" for a in node.names)
+
+
+def layer(module: str) -> str | None:
+    """The layer a certsel module belongs to (None for the package root and non-certsel modules)."""
+    return next((lay for lay in sorted(RANK, key=len, reverse=True) if module == lay or module.startswith(lay + ".")),
+                None)
+
+
+EDGES = sorted({(layer(name), layer(target), name, target)
+                for name, path in modules() for target in imports(name, path)
+                if layer(name) and layer(target) and layer(name) != layer(target)})
+
+
+def test_every_module_is_in_a_layer():
+    assert {layer(name) for name, _ in modules()} - {None} == set(RANK)
+    assert len(EDGES) > 20  # the scan sees the package's imports
+
+
+@pytest.mark.parametrize("upper,lower", [(a, b) for a in RANK for b in RANK if RANK[a] < RANK[b]])
+def test_no_layer_imports_one_above_it(upper, lower):
+    wrong = [f"{n} imports {t}" for a, b, n, t in EDGES if a == lower and b == upper]
+    assert not wrong, "; ".join(wrong)
+
+
+def test_config_and_workers_are_independent():
+    wrong = [f"{n} imports {t}" for a, b, n, t in EDGES if {a, b} == {"certsel.config", "certsel.workers"}]
+    assert not wrong, "; ".join(wrong)
+
+
+def test_the_statistics_import_no_io():
+    wrong = [f"{name} imports {t}" for name, path in modules() if layer(name) == "certsel.policies"
+             for t in imports(name, path) if t.split(".")[0] in FORBIDDEN_IN_POLICIES or t in FORBIDDEN_IN_POLICIES]
+    assert not wrong, "; ".join(wrong)
+
+
+def test_no_import_cycle():
+    names = [name for name, _ in modules()]
+    where = {name: k for k, name in enumerate(names)}
+    rows, cols = [], []
+    for name, path in modules():
+        for target in imports(name, path):
+            while target and target not in where:  # "pkg.module.symbol" -> "pkg.module"
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                rows.append(where[name])
+                cols.append(where[target])
+    graph = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(names), len(names)))
+    _, label = connected_components(graph, directed=True, connection="strong")
+    cycles = [[names[k] for k in np.flatnonzero(label == c)] for c in np.unique(label) if (label == c).sum() > 1]
+    assert not cycles, f"import cycles: {cycles}"
