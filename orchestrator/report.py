@@ -9,10 +9,10 @@ highlighted, each bound next to alpha and each e-value next to its threshold.
 from __future__ import annotations
 
 import base64
-import html
 import json
 import pathlib
 
+import jinja2
 import numpy as np
 
 from .certificate import bound_text, certificate, efficiency_cell, judge_cell
@@ -179,54 +179,53 @@ def _markdown(cert: dict, plots) -> str:
     return "\n".join(out)
 
 
-def _html_table(rows: list[list[str]], classes=None) -> str:
-    esc = html.escape
-    out = ["<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in rows[0]) + "</tr>"]
-    for k, r in enumerate(rows[1:]):
-        cls = f' class="{classes[k]}"' if classes and classes[k] else ""
-        out.append(f"<tr{cls}>" + "".join(f"<td>{esc(v)}</td>" for v in r) + "</tr>")
-    return "".join(out) + "</table>"
+# The HTML report: one self-contained page (plots embedded), every value escaped by jinja2.
+_HTML = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True).from_string("""\
+<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>
+<title>certsel: {{ job }}</title><style>{{ css | safe }}</style></head><body>
+{% macro table(rows, classes=None) %}<table><tr>{% for h in rows[0] %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for r in rows[1:] %}<tr{% if classes and classes[loop.index0] %} class="{{ classes[loop.index0] }}"{% endif %}>
+{%- for v in r %}<td>{{ v }}</td>{% endfor %}</tr>{% endfor %}</table>{% endmacro %}
+<h1>certsel: {{ job }}</h1>
+<div class="box{{ '' if selected else ' none' }}"><div class="big">{{ head }}</div>
+{%- for x in lines %}<div>{{ x }}</div>{% endfor %}</div>
+<p><b>Certificate:</b> {{ certificate }}.</p>
+<p class="muted">{{ guarantee }}</p>
+<p class="muted">Policy {{ policy }}, delta = {{ delta }}{% if alpha %}, alpha = {{ alpha }}{% endif %}, procedure: {{ level }}.</p>
+<h2>Labels</h2>{{ table(labels) }}
+<h2>{{ 'Models' if pairs else 'Candidates' }}</h2>
+<div class="wide">{{ table(rows, classes) }}</div>
+{% if pairs %}
+<h2>Pairs</h2><p class="muted">Each interval holds at every step with the pair's level; the orders shown as certified hold together with probability at least 1 - delta.</p>
+<div class="wide">{{ table(pairs) }}</div>
+{% else %}
+<p class="muted">{{ bounds_note }}</p>
+{% endif %}
+{% if incidents %}<h2>Ended without evidence</h2><ul>{% for x in incidents %}<li>{{ x }}</li>{% endfor %}</ul>{% endif %}
+<h2>Plots</h2>
+{% for name, data in images %}<img alt="{{ name }}" src="data:image/png;base64,{{ data }}">
+{% endfor %}
+</body></html>
+""")
 
 
 def _html(cert: dict, plots) -> str:
-    esc = html.escape
     head, lines = _summary(cert)
     p = cert["procedure"]
-    if "ranking" in cert:
+    ranking = "ranking" in cert
+    if ranking:
         classes = ["selected" if m == cert["selected"] else "" for m in cert["ranking"]["order"]]
     else:
         classes = [" ".join(x for x in ("selected" if c["selected"] else "", "certified" if c["certified"] else "")
                             if x) for c in cert["candidates"]]
-    images = []
-    for q in plots:  # embedded: the report is one file that opens anywhere (MLflow, a download, a mail)
-        data = base64.b64encode(pathlib.Path(q).read_bytes()).decode()
-        images.append(f'<img alt="{esc(q.stem)}" src="data:image/png;base64,{data}">')
-    body = [
-        f"<h1>certsel: {esc(cert['job'])}</h1>",
-        f'<div class="box{"" if cert["selected"] else " none"}"><div class="big">{esc(head)}</div>'
-        + "".join(f"<div>{esc(x)}</div>" for x in lines) + "</div>",
-        f"<p><b>Certificate:</b> {esc(cert['certificate'])}.</p>",
-        f'<p class="muted">{esc(cert["guarantee"])}</p>',
-        f'<p class="muted">Policy {esc(_policy_words(cert))}, delta = {p["delta"]:g}' + (f', alpha = {p["alpha"]:g}' if "alpha" in p else "")
-        + f', procedure: {esc(p["level"])}.</p>',
-        "<h2>Labels</h2>", _html_table(_labels_table(cert)),
-        "<h2>" + ("Models" if "ranking" in cert else "Candidates") + "</h2>",
-        '<div class="wide">' + _html_table(_rows(cert), classes) + "</div>",
-    ]
-    if "ranking" in cert:
-        body += ["<h2>Pairs</h2>", '<p class="muted">Each interval holds at every step with the pair\'s level; the '
-                 "orders shown as certified hold together with probability at least 1 - delta.</p>",
-                 '<div class="wide">' + _html_table(_pair_rows(cert)) + "</div>"]
-    else:
-        body.append(f'<p class="muted">{esc(BOUNDS_NOTE.format(conf=1 - p["delta"]))}</p>')
-    incidents = _incidents(cert)
-    if incidents:
-        body.append("<h2>Ended without evidence</h2><ul>" + "".join(f"<li>{esc(x)}</li>" for x in incidents)
-                    + "</ul>")
-    body += ["<h2>Plots</h2>", *images]
-    return ("<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
-            f"<title>certsel: {esc(cert['job'])}</title><style>{_CSS}</style></head><body>"
-            + "\n".join(body) + "</body></html>")
+    # embedded: the report is one file that opens anywhere (MLflow, a download, a mail)
+    images = [(pathlib.Path(q).stem, base64.b64encode(pathlib.Path(q).read_bytes()).decode()) for q in plots]
+    return _HTML.render(
+        job=cert["job"], css=_CSS, selected=cert["selected"], head=head, lines=lines,
+        certificate=cert["certificate"], guarantee=cert["guarantee"], policy=_policy_words(cert),
+        delta=f"{p['delta']:g}", alpha=f"{p['alpha']:g}" if "alpha" in p else None, level=p["level"],
+        labels=_labels_table(cert), rows=_rows(cert), classes=classes, pairs=_pair_rows(cert) if ranking else None,
+        bounds_note=BOUNDS_NOTE.format(conf=1 - p["delta"]), incidents=_incidents(cert), images=images)
 
 
 def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:

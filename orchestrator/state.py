@@ -26,13 +26,14 @@ at every stopping time, including the one at which the first driver died.
 from __future__ import annotations
 
 import datetime
-import fcntl
 import hashlib
 import json
 import logging
 import os
 import pathlib
 import uuid
+
+import filelock
 
 from certsel.config import RunConfig
 from certsel.errors import InputError
@@ -81,21 +82,20 @@ class JobState:
         self._lock = None
 
     def lock(self) -> bool:
-        """Hold the job's lock for this process's lifetime (released by the OS when it
-        dies, even by kill -9): two drivers never write one job. False if held elsewhere."""
+        """Hold the job's lock for this process's lifetime (an OS lock, released when the
+        process dies, even by kill -9): two drivers never write one job. False if held elsewhere."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        lock = filelock.FileLock(self.dir / "lock", thread_local=False)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+            lock.acquire(timeout=0)
+        except filelock.Timeout:
             return False
-        self._lock = fd
+        self._lock = lock
         return True
 
     def release(self) -> None:
         if self._lock is not None:
-            os.close(self._lock)
+            self._lock.release()
             self._lock = None
 
     @property

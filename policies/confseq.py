@@ -320,16 +320,6 @@ class BettingCS:
             self._regrid(rows[has], c)
         return rows[c.pos[rows] < T]
 
-    def restrict(self, lo, hi) -> None:
-        """Intersect with bounds on the mean that are known for certain (arrays (n_seq,))."""
-        lo = np.broadcast_to(np.asarray(lo, dtype=np.float64), (self.n_seq,))
-        hi = np.broadcast_to(np.asarray(hi, dtype=np.float64), (self.n_seq,))
-        self._lower = np.maximum(self._lower, lo[:, None])
-        self._upper = np.minimum(self._upper, hi[:, None])
-        need = self._needs_regrid(self._lower[:, 1:2], self._upper[:, 1:2], self._grid)[:, 0]
-        if need.any():
-            self._regrid(np.flatnonzero(need))
-
     # -- grid ------------------------------------------------------------------------------
     def _needs_regrid(self, lo, hi, grid) -> np.ndarray:
         """True where the two-sided interval has shrunk below half the grid's span (and is not a point)."""

@@ -31,7 +31,6 @@ from sklearn.neighbors import NearestNeighbors
 
 ScoreFn = Callable[[np.ndarray, np.ndarray, int], float]
 """score_fn(group_of_each_item (N,), group_of_each_labelled_item (in order), K) -> score, lower is better."""
-RadiusFn = ScoreFn  # the name the paper's Algorithm 2 gives it: the total radius of a partition
 
 
 class Partitioner(Protocol):

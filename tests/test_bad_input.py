@@ -126,3 +126,34 @@ def test_loss_table_validation(tmp_path):
     (tmp_path / "junk.parquet").write_text("not parquet")
     with pytest.raises(ValueError, match="not a readable Parquet"):
         load_loss_table(tmp_path / "junk.parquet")
+
+
+def test_python_source_references_are_checked():
+    from certsel.workers.sources import load_callable
+
+    assert load_callable("json:dumps") is __import__("json").dumps
+    assert load_callable("os:path.join") is __import__("os").path.join
+    for ref, message in [("json.dumps", "must be 'module:function'"), ("no_such_module_x:f", "cannot import module"),
+                         ("json:nope", "module 'json' has no 'nope'"), ("json:__name__", "is not callable")]:
+        with pytest.raises(ValueError, match=message):
+            load_callable(ref)
+
+
+def test_a_failing_python_source_is_retried_then_named():
+    from certsel.workers.openai_source import SourceError
+    from certsel.workers.sources import PythonSource
+
+    calls = []
+
+    def flaky(candidate, items, role):
+        calls.append(role)
+        if len(calls) < 3:
+            raise RuntimeError("busy")
+        return np.zeros(len(items))
+
+    src = PythonSource(flaky, "c", 10, retries=2, backoff=0.0)
+    assert src.human([0, 1]).tolist() == [0.0, 0.0] and len(calls) == 3
+    never = PythonSource(lambda c, i, r: 1 / 0, "c", 10, retries=1, backoff=0.0, name="mine")
+    with pytest.raises(SourceError, match=r"mine failed for 'c' \(human\) after 2 attempt\(s\): division by zero"):
+        never.human([0])
+    assert never.human_labels == 0  # nothing half-bought

@@ -84,7 +84,7 @@ def test_artifacts_and_certificate_read_back(job):
     # one file that opens anywhere: plots embedded, nothing linked; the selection said first
     assert "<img" in html and 'src="data:image/png;base64,' in html and 'src="evalue' not in html
     assert f"Deploy {result.selected}: R &lt;= 0.1 at 0.9 confidence" in html and 'class="selected' in html
-    assert "R is a candidate&#x27;s risk" in html
+    assert "R is a candidate&#39;s risk" in html  # escaped (markupsafe's form)
     ev = cert["evidence"]
     assert ev["e_value"] >= 1 / 0.1 and ev["ci"][0] <= ev["ci"][1]
     assert math.isclose(math.log(ev["e_value"]), ev["log_e_value"], rel_tol=1e-4)

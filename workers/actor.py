@@ -182,12 +182,6 @@ class CandidateHost:
             }
         return out
 
-    def counters(self) -> list[Snapshot]:
-        return [c.counters() for c in self.candidates.values()]
-
-    def ping(self) -> int:
-        return len(self.candidates)
-
     def pid(self) -> int:
         return os.getpid()
 

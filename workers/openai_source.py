@@ -28,6 +28,7 @@ import threading
 from dataclasses import dataclass, field
 
 import httpx
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from certsel.errors import CertselError
 
@@ -197,6 +198,10 @@ class _GroupCommit:
 _PATHS = {"chat": "/v1/chat/completions", "chat_logprobs": "/v1/chat/completions", "completion": "/v1/completions", "embedding": "/v1/embeddings"}
 
 
+class _Retry(Exception):
+    """A failed attempt worth repeating; ``str()`` says why."""
+
+
 class OpenAIClient:
     """Batched, cached, retried calls to one :class:`Endpoint`."""
 
@@ -209,44 +214,48 @@ class OpenAIClient:
         return f"OpenAIClient({self.endpoint.base_url!r}, model={self.endpoint.model!r})"
 
     async def _post(self, client: httpx.AsyncClient, kind: str, payload: dict):
+        """One request with up to ``max_retries`` retries (exponential backoff, at most 8 s) on
+        timeouts, connection failures, 408/429/5xx, oversized or malformed bodies."""
         ep = self.endpoint
         url = ep.base_url.rstrip("/") + _PATHS[kind]
-        last = ""
-        for attempt in range(ep.max_retries + 1):
-            if attempt:
-                self.stats.retries += 1
-                await asyncio.sleep(min(ep.backoff * 2 ** (attempt - 1), 8.0))
-            try:
-                status, text, raw = await self._send(client, url, payload)
-            except httpx.TimeoutException:
-                last = f"timed out after {ep.timeout:g} s"
-                self._count("timeout")
-                continue
-            except httpx.TransportError as exc:
-                last = f"connection failed ({exc.__class__.__name__})"
-                self._count("connection")
-                continue
-            if status in _RETRY_STATUS:
-                last = f"HTTP {status}"
-                self._count(f"http_{status}")
-                continue
-            if status >= 400:
-                self.stats.failed += 1
-                raise SourceError(f"{url}: HTTP {status} (not retried): {text[:200]!r}", status)
-            if raw is None:
-                last = f"response body larger than {MAX_BODY >> 20} MiB"
-                self._count("too_large")
-                continue
-            try:
-                value = _extract(kind, json.loads(raw))
-            except (ValueError, KeyError, IndexError, TypeError):
-                last = "malformed response body"
-                self._count("malformed")
-                continue
-            self.stats.sent += 1
-            return value
-        self.stats.failed += 1
-        raise SourceError(f"{url}: {last} on all {ep.max_retries + 1} attempts")
+        retrying = AsyncRetrying(stop=stop_after_attempt(ep.max_retries + 1),
+                                 wait=wait_exponential(multiplier=ep.backoff, max=8.0),
+                                 retry=retry_if_exception_type(_Retry), before_sleep=self._count_retry, reraise=True)
+        try:
+            value = await retrying(self._attempt, client, url, kind, payload)
+        except _Retry as exc:
+            self.stats.failed += 1
+            raise SourceError(f"{url}: {exc} on all {ep.max_retries + 1} attempts") from None
+        self.stats.sent += 1
+        return value
+
+    def _count_retry(self, _state) -> None:
+        self.stats.retries += 1
+
+    async def _attempt(self, client: httpx.AsyncClient, url: str, kind: str, payload: dict):
+        """One POST: the value, :class:`_Retry` for a failure worth retrying, or
+        :class:`SourceError` for an answer no retry can change (a 4xx other than 408/429)."""
+        try:
+            status, text, raw = await self._send(client, url, payload)
+        except httpx.TimeoutException:
+            raise self._retry("timeout", f"timed out after {self.endpoint.timeout:g} s") from None
+        except httpx.TransportError as exc:
+            raise self._retry("connection", f"connection failed ({exc.__class__.__name__})") from None
+        if status in _RETRY_STATUS:
+            raise self._retry(f"http_{status}", f"HTTP {status}")
+        if status >= 400:
+            self.stats.failed += 1
+            raise SourceError(f"{url}: HTTP {status} (not retried): {text[:200]!r}", status)
+        if raw is None:
+            raise self._retry("too_large", f"response body larger than {MAX_BODY >> 20} MiB")
+        try:
+            return _extract(kind, json.loads(raw))
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise self._retry("malformed", "malformed response body") from None
+
+    def _retry(self, counter: str, reason: str) -> "_Retry":
+        self._count(counter)
+        return _Retry(reason)
 
     async def _send(self, client: httpx.AsyncClient, url: str, payload: dict):
         """POST; returns (status, short text for errors, body bytes or None when the body

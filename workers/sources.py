@@ -25,11 +25,12 @@ values outside [0, 1] is a source failure naming the function, never silently cl
 
 from __future__ import annotations
 
-import importlib
-import time
+import pkgutil
+import sys
 from collections.abc import Callable
 
 import numpy as np
+from tenacity import Retrying, stop_after_attempt, wait_exponential
 
 from certsel.errors import first_line
 
@@ -46,13 +47,13 @@ def load_callable(ref: str) -> Callable:
         raise ValueError(f"source.python must be 'module:function', got {ref!r}")
     mod_name, attr = ref.split(":")
     try:
-        obj = importlib.import_module(mod_name)
+        obj = pkgutil.resolve_name(ref)
+    except AttributeError:
+        if mod_name not in sys.modules:  # the module itself failed while importing
+            raise ValueError(f"source.python: cannot import module {mod_name!r} (AttributeError)") from None
+        raise ValueError(f"source.python: module {mod_name!r} has no {attr!r}") from None
     except Exception as exc:  # ImportError, or whatever the module raises while importing
         raise ValueError(f"source.python: cannot import module {mod_name!r} ({first_line(exc)})") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"source.python: module {mod_name!r} has no {attr!r}")
-        obj = getattr(obj, part)
     if not callable(obj):
         raise ValueError(f"source.python: {ref!r} is not callable")
     return obj
@@ -84,15 +85,14 @@ class PythonSource:
         return len(self._known["judge"])
 
     def _call(self, items: np.ndarray, role: str) -> np.ndarray:
-        for attempt in range(self.retries + 1):
-            try:
-                out = self.fn(self.candidate, items.copy(), role)
-                break
-            except Exception as exc:  # the user's code: any failure is retried, then ends this candidate
-                if attempt == self.retries:
-                    raise SourceError(f"{self.name} failed for {self.candidate!r} ({role}) after "
-                                      f"{self.retries + 1} attempt(s): {first_line(exc, limit=200)}") from None
-                time.sleep(self.backoff * 2**attempt)
+        # the user's code: any failure is retried (exponential backoff), then ends this candidate
+        retrying = Retrying(stop=stop_after_attempt(self.retries + 1), wait=wait_exponential(multiplier=self.backoff),
+                            reraise=True)
+        try:
+            out = retrying(self.fn, self.candidate, items.copy(), role)
+        except Exception as exc:
+            raise SourceError(f"{self.name} failed for {self.candidate!r} ({role}) after "
+                              f"{self.retries + 1} attempt(s): {first_line(exc, limit=200)}") from None
         try:
             losses = np.asarray(out, dtype=np.float64).reshape(-1)
         except (TypeError, ValueError):
