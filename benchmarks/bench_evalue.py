@@ -4,7 +4,7 @@ Workload (the foundation issue's): the real TriviaQA quantization table, all 48 
 candidates x R replications (default 100), n = 300 human labels and N = 900 judge-labelled
 items per replication, best judge, alpha = delta = 0.1, exact Beta(1/2,1/2) UP prior.
 
-The naive loop is ``tests/reference.py`` (Algorithm 1 written literally, one sample and one
+The naive loop is ``tests/helpers/reference.py`` (Algorithm 1 written literally, one sample and one
 rho at a time). Running it over all 4,800 series takes minutes, so by default it runs on
 ``--naive-series`` of them (spread over candidates) and its time is scaled linearly to the
 full workload; ``--naive-series 0`` runs it on everything. Both timings come from this one
@@ -25,7 +25,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from reference import reference_evalue_path  # noqa: E402
+from helpers.reference import reference_evalue_path  # noqa: E402
 
 from certsel.workers.replay import load_loss_table, sample_replications  # noqa: E402
 from certsel.policies import log_evalue_paths  # noqa: E402

@@ -31,7 +31,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from simulate import bernoulli  # noqa: E402
+from helpers.simulate import bernoulli  # noqa: E402
 
 from certsel.config import load_config  # noqa: E402
 from certsel.orchestrator.jobdata import load_job_data  # noqa: E402

@@ -27,7 +27,7 @@ from scipy import stats
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 
-from simulate import selection_trial  # noqa: E402
+from helpers.simulate import selection_trial  # noqa: E402
 
 
 def cp(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:

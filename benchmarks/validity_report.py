@@ -24,7 +24,7 @@ from scipy import stats
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 
-from simulate import bernoulli, resample  # noqa: E402
+from helpers.simulate import bernoulli, resample  # noqa: E402
 
 from certsel.policies import STRATEGIES, certify, effective_observations, scheme_rhos  # noqa: E402
 from certsel.policies.autoeval import interval_excludes  # noqa: E402

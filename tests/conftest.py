@@ -1,13 +1,18 @@
-import pathlib
-import sys
-
 import numpy as np
 import pytest
 import ray
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
 
-from certsel.workers.replay import DEFAULT_TABLE, load_loss_table  # noqa: E402
+
+TIERS = ("integration", "slow", "vllm", "multinode")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests with none of the tier marks form the fast unit tier: ``pytest -m unit``."""
+    for item in items:
+        if not any(item.get_closest_marker(m) for m in TIERS):
+            item.add_marker(pytest.mark.unit)
 
 
 @pytest.fixture(scope="session")

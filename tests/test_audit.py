@@ -101,6 +101,7 @@ def test_clopper_pearson_against_scipy_binomtest():
         assert lo == pytest.approx(ci.low, abs=1e-9) and hi == pytest.approx(ci.high, abs=1e-9)
 
 
+@pytest.mark.integration
 def test_audit_command_logs_a_run(tmp_path):
     """20 repetitions cannot confirm delta = 0.1: the verdict says so, with how many would,
     and the exit status is 3 (neither confirmed, 0, nor failed, 1)."""
@@ -142,6 +143,7 @@ def test_verdicts_at_each_side_of_the_level(k, n, level, verdict):
         assert need > n and clopper_pearson(int(np.ceil(k / n * need)), need, 0.99)[1] <= level
 
 
+@pytest.mark.integration
 def test_a_policy_that_peeks_fails_its_audit(tmp_path):
     """A betting strategy that looks at the observation it bets on (not predictable) certifies
     candidates above alpha far more often than delta: the audit says FAILED and exits 1."""
@@ -171,6 +173,7 @@ def test_a_policy_that_peeks_fails_its_audit(tmp_path):
     assert "FAILED: the guarantee is violated" in p.stdout and "| failed |" in p.stdout
 
 
+@pytest.mark.integration
 def test_audit_rejects_live_jobs(tmp_path):
     p = subprocess.run([sys.executable, "-m", "certsel.cli", "audit", str(EXAMPLES / "live_additions.yaml"),
                         "--no-tracking"], capture_output=True, text=True, timeout=120)

@@ -27,7 +27,7 @@ from certsel.policies.bounds import MIN_RANGE
 from certsel.workers.candidate import StratifiedTestingCandidate, TestingCandidate
 from certsel.workers.replay import ReplaySource, item_order
 from scipy import stats
-from simulate import bernoulli, resample
+from helpers.simulate import bernoulli, resample
 
 DELTA = 0.1
 

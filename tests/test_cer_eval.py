@@ -20,7 +20,7 @@ from certsel.policies import (
     prpl_path,
 )
 from certsel.policies.scenarios import make_scenario
-from reference import prpl_eb_loop
+from helpers.reference import prpl_eb_loop
 
 # ---------------------------------------------------------------- radius formulas, by hand
 

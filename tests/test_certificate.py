@@ -13,6 +13,8 @@ from certsel.orchestrator.job import execute
 from certsel.workers.replay import DATA_DIR
 from mlflow.tracking import MlflowClient
 
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+
 TRIVIA = DATA_DIR / "triviaqa_llama31_8b_mx.parquet"
 PROMPTS = DATA_DIR / "prompts_sentiment.parquet"
 FRONTIER = ["mx_m6_r2_k64", "mx_m5_r8_k16", "mx_m5_r4_k16", "mx_m5_r2_k16", "mx_m5_r8_k64", "mx_m5_r4_k64",

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+
 # the console script installed next to this interpreter (works without an activated venv)
 CERTSEL = shutil.which("certsel", path=str(pathlib.Path(sys.executable).parent)) or "certsel"
 

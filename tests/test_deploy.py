@@ -8,6 +8,8 @@ import pytest
 import ray
 import yaml
 
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+
 DEPLOY = pathlib.Path(__file__).resolve().parents[1] / "deploy"
 
 

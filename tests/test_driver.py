@@ -9,6 +9,8 @@ from certsel.orchestrator.local import replicated_selection
 from certsel.policies import Seq, holm, log_evalue_paths
 from certsel.workers.replay import DATA_DIR, item_order
 
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+
 TRIVIA = DATA_DIR / "triviaqa_llama31_8b_mx.parquet"
 PROMPTS = DATA_DIR / "prompts_sentiment.parquet"
 

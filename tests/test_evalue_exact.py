@@ -11,7 +11,7 @@ from certsel.policies import (
     up_prior,
 )
 from certsel.workers.replay import sample_replications
-from reference import chebyshev_prior, grid_prior, reference_evalue_path, reference_split_evalue_path
+from helpers.reference import chebyshev_prior, grid_prior, reference_evalue_path, reference_split_evalue_path
 from scipy import integrate
 
 SCHEMES = ["r-eval", "r-autoeval", "r-autoeval+"]

@@ -22,6 +22,8 @@ from certsel.policies import STRATEGIES, BettingState, BettingStrategy, log_eval
 from certsel.workers.replay import DATA_DIR, load_loss_table
 from mlflow.tracking import MlflowClient
 
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+
 CERTSEL = shutil.which("certsel", path=str(pathlib.Path(sys.executable).parent)) or "certsel"
 TABLE = DATA_DIR / "triviaqa_llama31_8b_mx.parquet"
 SIX = ["mx_m10_r8_k16", "mx_m8_r8_k16", "mx_m6_r8_k16", "mx_m5_r4_k16", "mx_m4_r2_k16", "mx_m3_r2_k64"]

@@ -10,7 +10,10 @@ from certsel.orchestrator.driver import RayRuntime, run_job
 from certsel.orchestrator.jobdata import load_job_data
 from certsel.policies import log_evalue_paths, scheme_rhos
 from scipy import stats
-from simulate import bernoulli
+from helpers.simulate import bernoulli
+import pytest
+
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 

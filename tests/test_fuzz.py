@@ -24,6 +24,8 @@ from certsel.workers.openai_source import Endpoint, OpenAIClient, SourceError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+
 
 
 def fuzz(n: int):

@@ -13,6 +13,8 @@ from certsel.orchestrator.audit import audit
 from certsel.orchestrator.driver import LocalRuntime, RayRuntime, run_job
 from certsel.orchestrator.jobdata import load_job_data
 
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
 

@@ -1,6 +1,6 @@
 """A whole `certsel run` job on live candidates: real Ray, real MLflow, a real HTTP model server.
 
-The server (tests/servers.py) answers additions: candidates are (served model, prompt
+The server (tests/helpers/servers.py) answers additions: candidates are (served model, prompt
 template) pairs; the judge answers the question itself (R-AutoEval+'s setting). The
 certificate is recomputed from the job's own label log (labels.parquet), and a second run
 on the same cache sends no request.
@@ -16,8 +16,10 @@ from certsel.config import load_config
 from certsel.orchestrator.job import execute
 from certsel.orchestrator.tracking import load_certificate
 from mlflow.tracking import MlflowClient
-from reference import log_evalues_from_label_log
-from servers import adder_server
+from helpers.reference import log_evalues_from_label_log
+from helpers.servers import adder_server
+
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
 
 
 def write_job(tmp_path, url):

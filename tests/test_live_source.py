@@ -1,6 +1,6 @@
 """The live label source against a real local HTTP server that answers additions.
 
-The server (tests/servers.py) plays an OpenAI-compatible endpoint with served models: ``exact`` adds
+The server (tests/helpers/servers.py) plays an OpenAI-compatible endpoint with served models: ``exact`` adds
 correctly, ``weak`` is off by one when a*b is a multiple of 7, ``grader`` grades an answer
 ("Score: 10" / "Score: 0"); it answers prose instead of a score for a = 7 unless the request
 carries a sampling seed, and always for a = 9.
@@ -11,7 +11,9 @@ import pytest
 from certsel.workers.candidate import TestingCandidate
 from certsel.workers.live import Item, LiveSource
 from certsel.workers.openai_source import Endpoint, OpenAIClient, ResponseCache, SourceError
-from servers import adder_server
+from helpers.servers import adder_server
+
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
 
 
 @pytest.fixture()

@@ -15,7 +15,7 @@ from certsel.config import load_config
 from certsel.orchestrator.driver import RayRuntime, run_job
 from certsel.orchestrator.jobdata import load_job_data
 from ray.cluster_utils import Cluster
-from servers import adder_server
+from helpers.servers import adder_server
 from test_live_job import write_job
 from test_resume import assert_same_outcome, logged_labels, no_duplicates, wait_for
 
@@ -125,7 +125,7 @@ def test_driver_lost_then_resumed_on_the_cluster(cluster, tmp_path):
 
 def _served_job(tmp_path, delay: float):
     """The live job of test_live_job.write_job, with the adder served by certsel itself
-    (live.serve: tests/servers.py as the server program) on a node with the "serving"
+    (live.serve: tests/helpers/servers.py as the server program) on a node with the "serving"
     resource."""
     import sys
 
@@ -134,7 +134,7 @@ def _served_job(tmp_path, delay: float):
     path = write_job(tmp_path, "http://unused")
     job = yaml.safe_load(path.read_text())
     tests = str(pathlib.Path(__file__).resolve().parent)
-    job["live"]["serve"] = [{"name": "adder", "model": "/models/adder", "python": sys.executable, "module": "servers",
+    job["live"]["serve"] = [{"name": "adder", "model": "/models/adder", "python": sys.executable, "module": "helpers.servers",
                              "env": {"PYTHONPATH": tests}, "resources": {"serving": 1}, "startup_timeout": 60,
                              "args": ["--delay", str(delay)]}]
     for ep in [*job["live"]["candidates"], job["live"]["judge"]]:

@@ -8,6 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from certsel.workers.openai_source import Endpoint, OpenAIClient, ResponseCache, SourceError
 
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+
 
 class _Handler(BaseHTTPRequestHandler):
     """Answers like vLLM's server. A message ``fault:K:N:tag`` fails its first N attempts with

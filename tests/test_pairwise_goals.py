@@ -8,6 +8,9 @@ import numpy as np
 from certsel.config import load_config
 from certsel.orchestrator.driver import RayRuntime, run_job
 from certsel.orchestrator.jobdata import load_job_data
+import pytest
+
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 SIX = ["FuseChat-Llama-3.2-1B-Instruct", "claude", "gpt-3.5-turbo-1106_verbose", "vicuna-13b-v1.5",

@@ -58,6 +58,7 @@ def test_the_pilot_is_drawn_apart_from_the_jobs_order(job):
         pilot(data.table, 0, seed=0)
 
 
+@pytest.mark.integration
 def test_the_plan_command(tmp_path):
     p = subprocess.run([sys.executable, "-m", "certsel.cli", "plan", str(EXAMPLES / "quantization.yaml"), "--set",
                         JUDGE_DEAR, "--pilot", "40"], capture_output=True, text=True, timeout=300)

@@ -8,7 +8,7 @@ import pytest
 from certsel.orchestrator.audit_base import clopper_pearson
 from certsel.policies.procedures import Procedure, get_procedure
 from certsel.policies import bonferroni, fixed_sequence, holm
-from simulate import selection_trial
+from helpers.simulate import selection_trial
 
 ALPHA, DELTA = 0.1, 0.1
 NAN = np.nan

@@ -1,6 +1,6 @@
 """Crash safety: the durable label log, a candidate actor killed with SIGKILL mid-run, and
 the driver process killed with SIGKILL then resumed; real Ray, real MLflow, a real HTTP
-model server (tests/servers.py, slowed down so that the kills land mid-run)."""
+model server (tests/helpers/servers.py, slowed down so that the kills land mid-run)."""
 
 import json
 import os
@@ -22,8 +22,10 @@ from certsel.orchestrator.state import CHECKPOINT, JobState, StateProblem
 from certsel.workers.labellog import LabelLog, LoggedSource, log_path, unpack
 from certsel.workers.replay import ReplaySource
 from mlflow.tracking import MlflowClient
-from servers import adder_server
+from helpers.servers import adder_server
 from test_live_job import write_job
+
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
 
 CERTSEL = [sys.executable, "-m", "certsel.cli"]
 

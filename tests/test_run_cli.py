@@ -13,6 +13,8 @@ import pytest
 import yaml
 from certsel.workers.replay import DATA_DIR
 
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+
 CERTSEL = shutil.which("certsel", path=str(pathlib.Path(sys.executable).parent)) or "certsel"
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 

@@ -133,7 +133,7 @@ def test_the_estimate_is_unbiased_and_the_current_weights_were_not():
     errors on the same runs."""
     from certsel.policies import effective_observations
     from certsel.policies.autoeval import component_log_evalues, mixture_weights
-    from simulate import bernoulli
+    from helpers.simulate import bernoulli
 
     rng = np.random.default_rng(2024)
     reps, n, r, R = 20_000, 100, 3, 0.06

@@ -1,7 +1,7 @@
 """certsel starting its own model servers (``live.serve``): real child processes, real
 HTTP, real Ray actors, real MLflow.
 
-The server program here is tests/servers.py run as a process with the arguments certsel
+The server program here is tests/helpers/servers.py run as a process with the arguments certsel
 gives ``vllm serve`` (the real vLLM is started the same way by the ``vllm`` marker test):
 what is tested is the process management, readiness, URL wiring, failure paths and
 clean-up, plus Cer-Eval on live items with features from ``/v1/embeddings``.
@@ -24,8 +24,10 @@ from certsel.workers.candidate import make_estimation_policy
 from certsel.workers.serving import ModelServer, ServeError
 from mlflow.tracking import MlflowClient
 
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+
 TESTS = str(pathlib.Path(__file__).resolve().parent)
-STAND_IN = {"python": sys.executable, "module": "servers", "env": {"PYTHONPATH": TESTS}}
+STAND_IN = {"python": sys.executable, "module": "helpers.servers", "env": {"PYTHONPATH": TESTS}}
 
 
 def spec(tmp_path, name="exact", args=()):

@@ -15,6 +15,8 @@ from certsel.workers.actor import CandidateHost
 from certsel.workers.labellog import KEEP_SNAPSHOTS, LabelLog, log_path, pack, unpack
 from certsel.workers.replay import DATA_DIR
 
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+
 ALPACA = {"path": str(DATA_DIR / "alpacaeval_preferences.parquet"), "candidate": "model", "human": "loss",
           "features": str(DATA_DIR / "alpacaeval_embeddings.parquet")}
 FOUR = ["FuseChat-Llama-3.2-1B-Instruct", "claude", "gpt4_gamed", "vicuna-13b"]

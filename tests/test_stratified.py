@@ -27,7 +27,7 @@ from certsel.policies import (
 from certsel.policies.comparison import sign_test_paths
 from certsel.policies.scenarios import RefitEveryLabel, make_outliers, make_scenario, make_separated
 from certsel.policies.stratified import StratifiedBetting, uniform_observations
-from reference import hedged_capital_bounds_loop
+from helpers.reference import hedged_capital_bounds_loop
 
 
 def ceiling(runs: int, delta: float) -> float:

@@ -11,6 +11,8 @@ from certsel.orchestrator.tracking import load_certificate
 from certsel.workers.replay import DATA_DIR
 from mlflow.tracking import MlflowClient
 
+pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+
 
 @pytest.fixture(scope="module")
 def job(ray_session, tmp_path_factory):

@@ -12,7 +12,7 @@ from certsel.policies import (
     scheme_rhos,
 )
 from scipy import stats
-from simulate import bernoulli, resample
+from helpers.simulate import bernoulli, resample
 
 SCHEMES = ["r-eval", "r-autoeval", "r-autoeval+"]
 BETTINGS = list(STRATEGIES)

@@ -24,7 +24,7 @@ from certsel.config import load_config
 from certsel.orchestrator.job import execute
 from certsel.orchestrator.tracking import load_certificate
 from mlflow.tracking import MlflowClient
-from reference import log_evalues_from_label_log
+from helpers.reference import log_evalues_from_label_log
 
 URL = os.environ.get("CERTSEL_VLLM_URL")
 MODEL = os.environ.get("CERTSEL_VLLM_MODEL")

@@ -7,7 +7,7 @@ replying prose instead of a score for a = 7 unless the request carries a samplin
 always for a = 9. ``/v1/embeddings`` embeds a text with two numbers a, b as
 ``[a, b, a + b, 1]`` (any model), and ``GET /health`` answers 200, like vLLM's server.
 
-Run as a program (``python servers.py --model M --served-model-name N --host H --port P``,
+Run as a program (``python -m helpers.servers --model M --served-model-name N --host H --port P``,
 the arguments certsel gives ``vllm serve``) it is a stand-in server process for the tests
 of :mod:`certsel.workers.serving`; ``--startup-delay S`` waits before listening and
 ``--exit-code C`` exits at once, as a server that cannot load its model does.
