@@ -216,6 +216,7 @@ def test_pairwise_audit_repeats_the_ranking_as_the_job_runs_it():
     assert "pairwise seq ranking of 4 models" in one.summary() and "| pair |" in one.table()
 
 
+@pytest.mark.slow
 def test_the_bundled_ranking_example_orders_no_pair_wrongly():
     """The ranking example as it ships (12 models, 66 pairs, delta = 0.05), audited as a
     ranking: its overall result is the ranking's (any wrong certified order in a

@@ -13,6 +13,8 @@ import pathlib
 
 import pytest
 
+pytestmark = pytest.mark.integration  # whole jobs and audits replayed
+
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "behaviour.py"
 spec = importlib.util.spec_from_file_location("behaviour", SCRIPT)
 behaviour = importlib.util.module_from_spec(spec)

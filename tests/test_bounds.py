@@ -29,6 +29,8 @@ from certsel.workers.replay import ReplaySource, item_order
 from scipy import stats
 from helpers.simulate import bernoulli, resample
 
+pytestmark = pytest.mark.slow  # error-rate simulations
+
 DELTA = 0.1
 
 

@@ -97,6 +97,7 @@ def test_time_uniform_coverage_of_seq_radii(dist):
     assert miss_hoef <= 0.125, miss_hoef
 
 
+@pytest.mark.slow
 def test_oracle_and_cer_eval_cover_the_test_set_mean_at_every_step():
     """Betting Seq, oracle and Cer-Eval on S2 test sets (n = 1000) cover the test-set mean at
     all times; the paper's radius with a fixed partition covers it too."""

@@ -10,6 +10,8 @@ from certsel.policies.comparison import (
     sign_test_paths,
 )
 
+pytestmark = pytest.mark.slow  # error-rate simulations
+
 
 def _pair(alpaca, a, b):
     return alpaca.losses[alpaca.models.index(a)], alpaca.losses[alpaca.models.index(b)]

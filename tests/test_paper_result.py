@@ -9,6 +9,8 @@ from certsel.orchestrator.local import replicated_selection
 from certsel.policies import certify, scheme_rhos
 from certsel.workers.replay import sample_replications
 
+pytestmark = pytest.mark.slow  # error-rate simulations
+
 ALPHA = DELTA = 0.1
 REPS = 200
 

@@ -23,6 +23,7 @@ def job():
     return cfg, load_job_data(cfg)
 
 
+@pytest.mark.slow
 def test_the_cheapest_policy_is_not_the_one_with_the_fewest_human_labels(job):
     """Judge calls at 0.02 and a human label at 0.05 (a generation compared with a reference
     answer, the quantization case): R-Eval is the cheapest although judge-stratified testing

@@ -125,6 +125,7 @@ def test_ppi_estimate_agrees_with_ppi_python(trivia_best):
     assert float(test.estimate) == pytest.approx(want, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_the_estimate_is_unbiased_and_the_current_weights_were_not():
     """R = 0.06, alpha = 0.1, n = 100, a judge that flips 10% of the labels: the mean of the
     R-AutoEval+ estimate over 20,000 runs is within 2 standard errors of R. Weighting the

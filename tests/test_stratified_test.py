@@ -140,6 +140,7 @@ def test_bad_input_is_refused():
         t.update(np.array([i for i in range(10) if i not in items][:1]), [0.0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("judge", ["good", "adversarial", "noise"])
 def test_type_one_error_at_the_boundary(judge):
     """mu = alpha exactly (the least favourable null): the test certifies in at most delta of

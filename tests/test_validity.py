@@ -14,6 +14,8 @@ from certsel.policies import (
 from scipy import stats
 from helpers.simulate import bernoulli, resample
 
+pytestmark = pytest.mark.slow  # error-rate simulations
+
 SCHEMES = ["r-eval", "r-autoeval", "r-autoeval+"]
 BETTINGS = list(STRATEGIES)
 DELTA = 0.1
