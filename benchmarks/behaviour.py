@@ -113,6 +113,10 @@ def cases():
     yield "select-replicated", select_case
 
 
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def differences(a, b, path="") -> list[tuple[str, float]]:
     """(path, |difference|) of every leaf that differs; inf for a discrete or structural one."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -124,8 +128,7 @@ def differences(a, b, path="") -> list[tuple[str, float]]:
         if len(a) != len(b):
             return [(f"{path}[len {len(a)} != {len(b)}]", math.inf)]
         return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{path}[{i}]")]
-    if isinstance(a, float) and isinstance(b, (float, int)) and not isinstance(b, bool) or \
-            isinstance(b, float) and isinstance(a, int) and not isinstance(a, bool):
+    if _number(a) and _number(b) and float in (type(a), type(b)):
         d = abs(float(a) - float(b))
         return [(path, d)] if d > 0 else []
     return [] if a == b and type(a) is type(b) else [(path, math.inf)]

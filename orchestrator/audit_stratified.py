@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from certsel.policies.stratified_test import StratifiedTest
+from certsel.policies.procedures import get_procedure
 
 from .audit_base import BUDGET_GRID, repeat
-from certsel.policies.procedures import get_procedure
 
 
 def stratified_once(job) -> tuple:

@@ -29,8 +29,8 @@ import numpy as np
 from certsel import __version__
 from certsel.policies import select
 from certsel.policies.stratified_test import STRATIFIED_SCHEME
-
 from certsel.policies.procedures import get_procedure
+
 from .result import JobResult
 
 

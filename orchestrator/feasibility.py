@@ -13,7 +13,6 @@ import numpy as np
 from certsel.config import RunConfig
 from certsel.policies import Seq, log_evalue_paths, scheme_rhos
 from certsel.policies.stratified_test import STRATIFIED_SCHEME, StratifiedTest
-
 from certsel.policies.procedures import get_procedure
 
 MAX_N = 1 << 16  # budgets searched for the smallest feasible one

@@ -17,11 +17,11 @@ import tempfile
 
 from certsel.config import RunConfig
 from certsel.errors import InputError, first_line, job_error
+from certsel.policies.procedures import get_procedure
 
 from .driver import run_job
 from .feasibility import feasibility_warning
 from .jobdata import load_job_data
-from certsel.policies.procedures import get_procedure
 from .records import CandidateRecord
 from .report import write_report
 from .result import JobResult

@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 from certsel.config import RunConfig
 from certsel.errors import as_input_errors
 from certsel.workers.replay import LossTable, load_features, load_loss_table
-
 from certsel.policies.procedures import get_procedure
 
 

@@ -22,7 +22,6 @@ from certsel.policies import (
     test_from_log_evalues,
 )
 from certsel.workers.replay import LossTable, sample_replications
-
 from certsel.policies.procedures import get_procedure
 
 

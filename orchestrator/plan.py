@@ -20,9 +20,9 @@ from certsel.workers.contracts import (
     TestingOptions,
 )
 from certsel.workers.replay import item_order
+from certsel.policies.procedures import get_procedure
 
 from .jobdata import JobData
-from certsel.policies.procedures import get_procedure
 
 
 @dataclass

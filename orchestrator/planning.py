@@ -23,7 +23,6 @@ import numpy as np
 
 from certsel.config import RunConfig, CostsConfig
 from certsel.policies.limits import label_limit, ppi_limit, split_limit
-
 from certsel.policies.procedures import get_procedure
 
 # measured labels to certify over the limit, mean over the TriviaQA frontier (benchmarks/limit.py):

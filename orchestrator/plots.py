@@ -12,8 +12,9 @@ import pathlib
 
 import numpy as np
 
-from .certificate import selected_by_budget
 from certsel.policies.procedures import get_procedure
+
+from .certificate import selected_by_budget
 from .result import JobResult
 
 _FONT = 8

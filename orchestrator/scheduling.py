@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from certsel.policies.procedures import Procedure, get_procedure
+
 from .records import CandidateRecord, Status
 
 __all__ = ["CandidateRecord", "Scheduler", "Status"]

@@ -25,9 +25,9 @@ from urllib.parse import unquote, urlparse
 
 from certsel import __version__
 from certsel.errors import InputError
+from certsel.policies.procedures import get_procedure
 
 from .certificate import bound_text, certificate
-from certsel.policies.procedures import get_procedure
 
 DEFAULT_URI = "sqlite:///mlruns.db"
 PARENT_TAG = "mlflow.parentRunId"

@@ -253,7 +253,7 @@ class OpenAIClient:
         except (ValueError, KeyError, IndexError, TypeError):
             raise self._retry("malformed", "malformed response body") from None
 
-    def _retry(self, counter: str, reason: str) -> "_Retry":
+    def _retry(self, counter: str, reason: str) -> _Retry:
         self._count(counter)
         return _Retry(reason)
 
