@@ -38,7 +38,8 @@ from certsel.orchestrator.jobdata import load_job_data
 from certsel.orchestrator.local import replicated_selection
 from certsel.orchestrator.runtime import LocalRuntime
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
 QUANT = "quantization.yaml"
 # (case name, example, overrides): every policy kind, betting strategy, observation and procedure
 JOBS = [
@@ -89,7 +90,13 @@ def job_case(file: str, sets: list[str]) -> dict:
     labels = {name: {c: np.asarray(v).tolist() for c, v in tab.items()} for name, tab in (res.labels or {}).items()}
     return plain({"selected": res.selected, "certified": res.certified, "level": res.level, "spent": res.spent,
                   "rounds": res.rounds, "ranking": res.ranking, "records": res.records, "labels": labels,
-                  "certificate": certificate(res)})
+                  "certificate": portable(certificate(res))})
+
+
+def portable(cert: dict) -> dict:
+    """The certificate with its data path relative to the checkout, so that clones compare equal."""
+    data = dict(cert["data"], path=pathlib.Path(cert["data"]["path"]).resolve().relative_to(ROOT).as_posix())
+    return dict(cert, data=data)
 
 
 def audit_case(file: str, sets: list[str], reps: int) -> dict:
