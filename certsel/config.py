@@ -40,13 +40,10 @@ from pydantic import (
     model_validator,
 )
 
-import numpy as np
-
 from certsel.errors import InputError, first_line
 from certsel.policies.procedures import PROCEDURES, get_procedure
-from certsel.policies import SCHEMES, scheme_rhos
-from certsel.policies.stratified_test import STRATIFIED_SCHEME
 from certsel.policies.betting import BettingStrategy, get_strategy
+from certsel.policies.kinds import POLICY_KINDS, Family, JudgeUse, PolicyKind, get_policy_kind, kinds_of
 
 
 class ConfigError(InputError):
@@ -248,7 +245,9 @@ class LiveConfig(_Strict):
 
 
 class PolicyConfig(_Strict):
-    kind: Literal["r-eval", "r-autoeval", "r-autoeval+", "judge-stratified", "seq", "cer-eval"] = "r-autoeval+"
+    # a registered policy kind (certsel.policies.kinds.POLICY_KINDS): r-eval, r-autoeval, r-autoeval+,
+    # judge-stratified, seq, cer-eval, or one added with register_policy_kind
+    kind: str = "r-autoeval+"
     # a registered betting strategy (certsel.policies.STRATEGIES): its name, or a mapping
     # with its parameters, e.g. {kind: up, prior: grid}
     betting: str | dict = "up"
@@ -258,6 +257,12 @@ class PolicyConfig(_Strict):
     observation: Literal["split", "paper"] = "split"
     # Cer-Eval's groups: 1-NN on item embeddings (Algorithm 2), or strata of the judge's loss
     partition: Literal["embeddings", "judge"] = "embeddings"
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v):
+        get_policy_kind(v)  # an unknown name is a one-line error listing the registered kinds
+        return v
 
     @field_validator("betting")
     @classmethod
@@ -271,31 +276,40 @@ class PolicyConfig(_Strict):
         return get_strategy(self.betting)
 
     @property
+    def policy_kind(self) -> PolicyKind:
+        """The registered kind (its declarations: family, labels, judge, features)."""
+        return get_policy_kind(self.kind)
+
+    @property
     def is_testing(self) -> bool:
         """An e-process policy (R-Eval, R-AutoEval, R-AutoEval+, judge-stratified), not an
         estimation policy."""
-        return self.kind in SCHEMES or self.kind == STRATIFIED_SCHEME
+        return self.policy_kind.family is Family.TESTING
 
     @property
     def uses_judge(self) -> bool:
         """A testing policy that pairs human labels with judge-only labels (rho > 0)."""
-        return self.kind in SCHEMES and bool(np.any(scheme_rhos(self.kind) != 0))
+        return self.policy_kind.judge_use(self.partition) is JudgeUse.PAIRED
 
     @property
     def judge_first(self) -> bool:
         """The judge's loss on every item is bought before any human label (Cer-Eval's judge
         strata, the judge-stratified test)."""
-        return self.kind == STRATIFIED_SCHEME or (self.kind == "cer-eval" and self.partition == "judge")
+        return self.policy_kind.judge_use(self.partition) is JudgeUse.FIRST
+
+    @property
+    def needs_features(self) -> bool:
+        return self.policy_kind.needs_features(self.partition)
 
     @model_validator(mode="after")
-    def _partition_is_cer_eval(self):
-        if self.partition != "embeddings" and self.kind != "cer-eval":
-            raise ValueError(f"policy.partition {self.partition!r} applies to policy.kind 'cer-eval' only")
-        if self.observation != "split" and self.kind not in SCHEMES:
-            raise ValueError(f"policy.observation applies to r-eval, r-autoeval and r-autoeval+, not {self.kind!r}")
-        if self.partition == "judge" and self.radius == "paper":
-            raise ValueError("policy.partition 'judge' needs radius 'betting' (the paper's Algorithm 2 partitions "
-                             "embeddings)")
+    def _options_apply(self):
+        kind = self.policy_kind
+        for key, default in (("partition", "embeddings"), ("observation", "split")):
+            if getattr(self, key) != default and key not in kind.takes:
+                takers = [n for n, k in POLICY_KINDS.items() if key in k.takes]
+                raise ValueError(f"policy.{key} {getattr(self, key)!r} applies to policy.kind "
+                                 f"{', '.join(repr(n) for n in takers)} only, not {self.kind!r}")
+        kind.validate(self.radius, self.partition)
         return self
 
 
@@ -486,10 +500,10 @@ class RunConfig(_Strict):
     def _check_procedure(self) -> None:
         proc, kind = get_procedure(self.procedure), self.policy.kind
         if self.policy.is_testing and not proc.testing:
-            raise ValueError(f"procedure {self.procedure!r} ranks models with policy.kind 'seq' or 'cer-eval'")
+            raise ValueError(f"procedure {self.procedure!r} ranks models with policy.kind "
+                             f"{' or '.join(repr(n) for n in kinds_of(Family.ESTIMATION))}")
         if not self.policy.is_testing and not proc.estimation:
-            raise ValueError(f"procedure {self.procedure!r} needs e-values (r-eval, r-autoeval, r-autoeval+, "
-                             "judge-stratified); "
+            raise ValueError(f"procedure {self.procedure!r} needs e-values ({', '.join(kinds_of(Family.TESTING))}); "
                              f"policy {kind!r} supports {', '.join(n for n, p in PROCEDURES.items() if p.estimation)}")
         if self.order is not None and not proc.needs_order:
             raise ValueError(f"order is the fixed sequence of procedure 'fst', not {self.procedure!r}")
@@ -504,19 +518,20 @@ class RunConfig(_Strict):
         """What the policy needs from the source: a judge, features, judge-only labels."""
         kind, has = self.policy.kind, self._source_has()
         if self.scheduling.futility is not None and not self.policy.is_testing:
-            raise ValueError(f"scheduling.futility applies to the testing policies (r-eval, r-autoeval, r-autoeval+, "
-                             "judge-stratified); "
+            raise ValueError(f"scheduling.futility applies to the testing policies "
+                             f"({', '.join(kinds_of(Family.TESTING))}); "
                              f"policy {kind!r} already stops once R >= alpha is certified at its own level")
         if self.policy.uses_judge and self.budget.r < 1:
             raise ValueError(f"policy '{kind}' needs budget.r >= 1 judge-only labels per human label")
         if self.policy.uses_judge and not has["judge"]:
             raise ValueError(f"policy '{kind}' needs {has['judge_key']} (the judge)")
-        if kind == "cer-eval" and self.policy.partition == "embeddings" and not has["features"]:
-            raise ValueError(f"policy 'cer-eval' needs {has['features_key']} (item embeddings for the partition), "
-                             f"or policy.partition 'judge' with {has['judge_key']}")
-        if self.policy.partition == "judge" and not has["judge"]:
-            raise ValueError(f"policy.partition 'judge' needs {has['judge_key']} (the judge)")
-        if kind == STRATIFIED_SCHEME and not has["judge"]:
+        if self.policy.needs_features and not has["features"]:
+            other = ", or policy.partition 'judge' with " + has["judge_key"] if "partition" in self.policy.policy_kind.takes \
+                else ""
+            raise ValueError(f"policy '{kind}' needs {has['features_key']} (item embeddings for the partition){other}")
+        if self.policy.judge_first and not has["judge"]:
+            if self.policy.partition == "judge":
+                raise ValueError(f"policy.partition 'judge' needs {has['judge_key']} (the judge)")
             raise ValueError(f"policy '{kind}' needs {has['judge_key']} (the judge's loss on every item)")
 
     def _source_has(self) -> dict:

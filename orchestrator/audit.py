@@ -38,8 +38,8 @@ import os
 import numpy as np
 
 from certsel.config import RunConfig
-from certsel.policies import scheme_rhos
-from certsel.policies.stratified_test import STRATIFIED_SCHEME
+from certsel.errors import InputError
+from certsel.policies.kinds import BettingTestKind, JudgeStratifiedKind, PolicyInputs, PolicySettings
 from certsel.policies.autoeval import (
     component_log_evalues,
     effective_observations,
@@ -49,7 +49,6 @@ from certsel.policies.autoeval import (
     running_mean,
 )
 from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
-from certsel.workers.candidate import make_estimation_policy
 from certsel.policies.procedures import get_procedure
 
 from .audit_base import BUDGET_GRID, AuditResult, clopper_pearson, failure_cells, job_features, overall_cells, repeat
@@ -99,7 +98,7 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     truth = table.true_risk
     K, I = table.human.shape
     rng = np.random.default_rng(seed)
-    kind = cfg.policy.kind
+    kind = cfg.policy.policy_kind
     workers = max(1, (os.cpu_count() or 1) if workers is None else int(workers))
     proc = get_procedure(cfg.procedure)
     if proc.ranking:
@@ -107,13 +106,13 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     n = cfg.budget.n
     testing = cfg.policy.is_testing
     levels = proc.candidate_deltas(cfg.delta, K)  # each candidate's own level, as the job runs it
-    if kind == STRATIFIED_SCHEME:
+    if isinstance(kind, JudgeStratifiedKind):
         max_log_e, first, missed, est, classical, t_grid = stratified_repetitions(cfg, table, truth, reps, rng,
                                                                                   progress, workers)
         certified = max_log_e >= -np.log(levels)
         fam = proc.certified(np.minimum(max_log_e, 700), cfg.delta)
-    elif testing:
-        rhos = scheme_rhos(kind)
+    elif isinstance(kind, BettingTestKind):
+        rhos = kind.rhos
         r = cfg.budget.r if cfg.policy.uses_judge else 0
         thresholds = -np.log(levels)
         max_log_e = np.empty((reps, K))
@@ -136,10 +135,13 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
         est, classical = np.concatenate(est), np.concatenate(classical)
         certified = max_log_e >= thresholds
         fam = proc.certified(np.minimum(max_log_e, 700), cfg.delta)
-    else:
+    elif not testing:
         certified, first, missed, est, classical, t_grid = _estimation(cfg, table, truth, reps, rng, progress,
                                                                        workers)
         fam = proc.certified_by_decisions(certified)
+    else:  # a registered testing kind with no vectorised repetition here
+        raise InputError(f"certsel audit: no repetitions for policy.kind {kind.name!r} (it audits r-eval, "
+                         "r-autoeval, r-autoeval+, judge-stratified and every estimation kind)")
     rows = []
     for k in range(K):
         h0 = bool(truth[k] > cfg.alpha)
@@ -193,9 +195,10 @@ def _estimation_once(job) -> tuple:
     est = np.zeros((K, t_grid.size))
     classical = np.zeros((K, t_grid.size))
     for k in range(K):
-        pol = make_estimation_policy(cfg.policy.kind, I, delta=float(levels[k]), alpha=cfg.alpha, radius=cfg.policy.radius,
-                                     seed=seed + [k], features=features, partition=cfg.policy.partition,
-                                     judge_scores=None if table.judge is None else table.judge[k])
+        settings = PolicySettings(alpha=cfg.alpha, delta=float(levels[k]), budget=n, seed=seed + [k],
+                                  radius=cfg.policy.radius, partition=cfg.policy.partition)
+        pol = cfg.policy.policy_kind.build(settings, PolicyInputs(
+            I, features=features, judge_scores=None if table.judge is None else table.judge[k]))
         losses = table.human[k]
         decided_at = 0
         g = 0

@@ -169,7 +169,7 @@ def _pct(x):
 
 def job_features(cfg, table):
     """Item embeddings for Cer-Eval's 1-NN partition (None when the job does not use them)."""
-    if cfg.policy.kind != "cer-eval" or cfg.policy.partition != "embeddings":
+    if not cfg.policy.needs_features:
         return None
     from certsel.workers.replay import load_features
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from certsel.policies.comparison import better_matrix, implied_orders, pairs_needed, sign_policy_delta
-from certsel.workers.candidate import make_estimation_policy
+from certsel.policies.kinds import PolicyInputs, PolicySettings
 
 from .audit_base import AuditResult, failure_cells, job_features, overall_cells, repeat
 
@@ -29,10 +29,10 @@ def ranking_once(job) -> tuple:
     n = min(cfg.budget.n, I)
     truth = human.mean(axis=1)
     us = [(human[ii[p]] - human[jj[p]] + 1.0) / 2.0 for p in range(P)]
-    pols = [make_estimation_policy(cfg.policy.kind, I, delta=pair_delta, alpha=0.5, radius=cfg.policy.radius,
-                                   seed=seed, features=features, partition=cfg.policy.partition,
-                                   judge_scores=None if scores is None else scores[p], strict=True)
-            for p in range(P)]
+    settings = PolicySettings(alpha=0.5, delta=pair_delta, budget=I, seed=seed, radius=cfg.policy.radius,
+                              partition=cfg.policy.partition, strict=True)
+    pols = [cfg.policy.policy_kind.build(settings, PolicyInputs(
+                I, features=features, judge_scores=None if scores is None else scores[p])) for p in range(P)]
     missed = np.zeros(P, dtype=bool)
     while True:
         direct = better_matrix(K, ii, jj, [q.decision == -1 for q in pols], [q.decision == 1 for q in pols])

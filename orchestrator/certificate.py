@@ -28,11 +28,13 @@ import numpy as np
 
 from certsel import __version__
 from certsel.policies import select
-from certsel.policies.stratified_test import STRATIFIED_SCHEME
+from certsel.policies.kinds import BettingTestKind, CerEvalKind, JudgeStratifiedKind, SeqKind
 from certsel.policies.procedures import get_procedure
 
 from .result import JobResult
 
+
+BUILT_IN = (BettingTestKind, JudgeStratifiedKind, SeqKind, CerEvalKind)  # their wording is below
 
 def _round(x, nd=6):
     if x is None:
@@ -91,7 +93,11 @@ def _loss_words(cfg) -> str:
 def _guarantee(cfg, n_items: int) -> str:
     """What R is and why the certificate holds, in words."""
     loss = _loss_words(cfg)
-    if cfg.policy.kind == STRATIFIED_SCHEME:
+    kind = cfg.policy.policy_kind
+    if kind.guarantee is not None or not isinstance(kind, BUILT_IN):  # a kind registered by the user
+        why = kind.guarantee or f"The statement holds by the argument of policy kind {kind.name!r} (its documentation)."
+        return f"R is a candidate's mean {loss} over the {n_items} items of the test set. {why}"
+    if cfg.policy.is_testing and cfg.policy.judge_first:
         return (f"R is a candidate's mean {loss} over the {n_items} items of the test set (a finite population). The "
                 "judge scored every item first; human labels were drawn without replacement by strata of the "
                 "judge's loss, and each candidate's e-process bets on an observation whose conditional mean is R "
@@ -112,8 +118,9 @@ def _guarantee(cfg, n_items: int) -> str:
         return what + ("the Cer-Eval paper's closed-form radii (radius: paper), per group with a union bound "
                        "over groups: exact for Seq and for a partition fixed before labelling, not for a partition "
                        "fitted to the labels (the 1-NN partition of Algorithm 2).")
-    groups = {"seq": "one group", "cer-eval": f"groups from {cfg.policy.partition} refitted from past labels"}
-    return what + (f"one betting confidence sequence on stratified draws without replacement ({groups[cfg.policy.kind]}): "
+    groups = (f"groups from {cfg.policy.partition} refitted from past labels"
+              if "partition" in cfg.policy.policy_kind.takes else "one group")
+    return what + (f"one betting confidence sequence on stratified draws without replacement ({groups}): "
                    "anytime-valid for any partition, refit schedule, batch order and stopping rule, with no split "
                    "of delta over groups or refits.")
 
@@ -231,7 +238,7 @@ def _costs(cfg, result: JobResult) -> dict:
 
 def _nominal(cfg) -> str:
     """The caveat of a configuration whose stated level is nominal, not proved."""
-    if cfg.policy.kind == "cer-eval" and cfg.policy.radius == "paper":
+    if "partition" in cfg.policy.policy_kind.takes and cfg.policy.radius == "paper":
         return ("; NOT EXACT: radius 'paper' with a partition fitted to the labels makes this level nominal "
                 "(use radius 'betting' for a proved one)")
     return ""

@@ -11,26 +11,31 @@ from __future__ import annotations
 import numpy as np
 
 from certsel.config import RunConfig
-from certsel.policies import Seq, log_evalue_paths, scheme_rhos
-from certsel.policies.stratified_test import STRATIFIED_SCHEME, StratifiedTest
+from certsel.policies import Seq, log_evalue_paths
+from certsel.policies.kinds import BettingTestKind, JudgeStratifiedKind, Labels
+from certsel.policies.stratified_test import StratifiedTest
 from certsel.policies.procedures import get_procedure
 
 MAX_N = 1 << 16  # budgets searched for the smallest feasible one
 
 
 def _testing_reaches(cfg: RunConfig, level: float, n: int, n_items: int | None = None) -> bool:
-    """Whether the e-process reaches 1/level within n labels when every loss is 0."""
-    if cfg.policy.kind == STRATIFIED_SCHEME:  # its draws come from the test set's n_items items
+    """Whether the e-process reaches 1/level within n labels when every loss is 0 (True
+    for a kind this check does not know: the warning is advisory)."""
+    kind = cfg.policy.policy_kind
+    if isinstance(kind, JudgeStratifiedKind):  # its draws come from the test set's n_items items
         n = min(n, n_items)
         test = StratifiedTest(np.zeros(n_items), alpha=cfg.alpha, delta=level, horizon=n, betting=cfg.policy.strategy)
         while test.drawn < n and not test.certified:
             items = test.next_items(min(64, n - test.drawn))
             test.update(items, np.zeros(items.size))
         return test.certified
+    if not isinstance(kind, BettingTestKind):
+        return True
     r = cfg.budget.r if cfg.policy.uses_judge else 0
     zeros = np.zeros(n)
     jl, ju = (zeros, np.zeros(r * n)) if r else (None, None)
-    log_e = log_evalue_paths(zeros, jl, ju, alpha=cfg.alpha, delta=cfg.delta, rhos=scheme_rhos(cfg.policy.kind),
+    log_e = log_evalue_paths(zeros, jl, ju, alpha=cfg.alpha, delta=cfg.delta, rhos=kind.rhos,
                              betting=cfg.policy.strategy, horizon=n, observation=cfg.policy.observation)
     return bool(log_e.max() >= -np.log(level))
 
@@ -76,7 +81,7 @@ def feasibility_warning(cfg: RunConfig, n_candidates: int, n_items: int) -> str 
         def reaches(m):
             return _testing_reaches(cfg, level, m, n_items)
 
-        cap = n_items if cfg.policy.kind == STRATIFIED_SCHEME else MAX_N
+        cap = n_items if cfg.policy.policy_kind.labels is Labels.CHOSEN else MAX_N
     else:
         def reaches(m):
             return _estimation_reaches(cfg, level, m, n_items)

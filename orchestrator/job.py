@@ -147,7 +147,7 @@ def prepare_live(cfg: RunConfig, data):
             except SourceError as exc:  # before the job starts: no half-written run
                 raise InputError(f"live.reference: {first_line(exc)}") from exc
             log.info("reference answers: %d generated, %d from the cache", sent, cached)
-        if live.features is not None and cfg.policy.kind == "cer-eval":
+        if live.features is not None and cfg.policy.needs_features:
             try:
                 feats = embed_items(live.features.model_dump(), data.items, live.cache_dir)
             except SourceError as exc:  # before the job starts: its input cannot be read

@@ -22,7 +22,7 @@ from certsel.policies.comparison import (
     possible_winners,
     sign_policy_delta,
 )
-from certsel.workers.candidate import make_estimation_policy, restore_policy
+from certsel.policies.kinds import PolicyInputs, PolicySettings
 
 from .records import Status
 from .result import JobResult, dump_records, load_records, totals
@@ -78,17 +78,18 @@ def run_pairwise(plan, pool, records, *, progress=None, tracker=None, job_dir=No
     pair_delta = sign_policy_delta(plan.procedure.pair_delta(cfg.delta, K), cfg.policy.radius)
     dead: set = set()
     scores = _pair_scores(plan, pool, records, dead, ii, jj)
-    pairs = [make_estimation_policy(cfg.policy.kind, I, delta=pair_delta, alpha=0.5, radius=cfg.policy.radius,
-                                    seed=cfg.seed, features=data.features, partition=cfg.policy.partition,
-                                    judge_scores=scores[p] if scores[p] is not None else np.full(I, 0.5),
-                                    strict=True)
+    kind = cfg.policy.policy_kind
+    settings = PolicySettings(alpha=0.5, delta=pair_delta, budget=I, seed=cfg.seed, radius=cfg.policy.radius,
+                              partition=cfg.policy.partition, strict=True)
+    pairs = [kind.build(settings, PolicyInputs(I, features=data.features,
+                                               judge_scores=scores[p] if scores[p] is not None else np.full(I, 0.5)))
              for p in range(P)]
     known = [dict() for _ in range(K)]  # item -> loss, per model
     rounds, resume = 0, None
     every = cfg.state.snapshot_every
     ckpt = None if job_dir is None else read_checkpoint(job_dir, "pairwise", names)
     if ckpt is not None:  # the pair policies and the losses they saw, as they were
-        pairs = [restore_policy(p, s) for p, s in zip(pairs, ckpt["pairs"], strict=True)]
+        pairs = [kind.restore(p, s) for p, s in zip(pairs, ckpt["pairs"], strict=True)]
         known = [dict(zip(k["item"].tolist(), k["loss"].tolist(), strict=True)) for k in ckpt["known"]]
         load_records(records, ckpt["records"])
         rounds = int(ckpt["round"])

@@ -10,17 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from certsel.config import RunConfig
-from certsel.workers.contracts import (
-    CandidateKind,
-    CandidateSpec,
-    EstimationOptions,
-    LiveSpec,
-    PythonSpec,
-    ReplaySpec,
-    TestingOptions,
-)
-from certsel.workers.replay import item_order
+from certsel.policies.kinds import PolicySettings
 from certsel.policies.procedures import get_procedure
+from certsel.workers.contracts import CandidateSpec, LiveSpec, PythonSpec, ReplaySpec
+from certsel.workers.replay import item_order
 
 from .jobdata import JobData
 
@@ -56,26 +49,27 @@ class JobPlan:
             self.rows = {}
         self.shared = {}
         deltas = self.procedure.candidate_deltas(cfg.delta, K)
-        if self.procedure.ranking:
-            kinds = [(CandidateKind.LABELS, None)] * K
+        pol = cfg.policy
+        if self.procedure.ranking:  # label servers: the pairwise comparisons live in the driver
+            kind, settings = None, [None] * K
         elif self.testing:
             order = item_order(I, cfg.seed)
             self.shared = {"human_items": order[:n], "judge_items": order[n : n + r * n]}
-            kinds = [(CandidateKind.TESTING, TestingOptions(
-                scheme=cfg.policy.kind, alpha=cfg.alpha, delta=cfg.delta, betting=cfg.policy.strategy, r=r,
-                ci_delta=float(deltas[k]), intervals=cfg.tracking.intervals, futility=cfg.scheduling.futility,
-                seed=(cfg.seed, k), observation=cfg.policy.observation))
-                for k in range(K)]
+            kind = pol.policy_kind
+            settings = [PolicySettings(alpha=cfg.alpha, delta=cfg.delta, budget=n, seed=(cfg.seed, k),
+                                       betting=pol.strategy, r=r, observation=pol.observation, ci_delta=float(deltas[k]),
+                                       intervals=cfg.tracking.intervals, futility=cfg.scheduling.futility)
+                        for k in range(K)]
         else:
             self.shared = {"features": self.data.features}
-            kinds = [(CandidateKind.ESTIMATION, EstimationOptions(
-                kind=cfg.policy.kind, alpha=cfg.alpha, delta=float(deltas[k]), radius=cfg.policy.radius,
-                seed=(cfg.seed, k), budget=n, partition=cfg.policy.partition)) for k in range(K)]
+            kind = pol.policy_kind
+            settings = [PolicySettings(alpha=cfg.alpha, delta=float(deltas[k]), budget=n, seed=(cfg.seed, k),
+                                       radius=pol.radius, partition=pol.partition) for k in range(K)]
         if cfg.live is not None:
             self.shared["items"] = self.data.items
         every = cfg.state.snapshot_every if self.job_dir is not None else None
-        self.specs = [CandidateSpec(nm, kind, opts, self._source(k, with_judge), self.job_dir, every)
-                      for k, (nm, (kind, opts)) in enumerate(zip(names, kinds, strict=True))]
+        self.specs = [CandidateSpec(nm, kind, settings[k], self._source(k, with_judge), self.job_dir, every)
+                      for k, nm in enumerate(names)]
 
     def _source(self, k: int, with_judge: bool):
         cfg = self.cfg
@@ -92,7 +86,7 @@ class JobPlan:
 
     def extensions(self) -> list:
         """Objects from user code that the specs carry (they must reach the workers)."""
-        out = [self.cfg.policy.strategy] if self.testing else []
+        out = [self.cfg.policy.policy_kind] + ([self.cfg.policy.strategy] if self.testing else [])
         if self.cfg.source is not None:
             out.append(self.data.function)
         return out

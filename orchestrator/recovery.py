@@ -19,7 +19,6 @@ import time
 import numpy as np
 
 from certsel.errors import first_line
-from certsel.workers.contracts import CandidateKind
 
 from .records import Status
 from .runtime import HostLost
@@ -119,7 +118,7 @@ class HostPool:
         current = {s.name: s for specs in self.per_host for s in specs}
         self.plan.specs = [current[s.name] for s in self.plan.specs]  # the plan's order kept
         batches = {h: {s.name: self._batches(s.name) for s in self.per_host[h]
-                       if self.records[s.name].rounds and s.kind is not CandidateKind.LABELS} for h in hosts}
+                       if self.records[s.name].rounds and s.policy is not None} for h in hosts}
         got = self.call("rebuild", {h: (self.per_host[h], self.plan.shared, self.rows, batches[h]) for h in hosts})
         for h, snaps in got.items():
             self._check_restored(snaps, batches[h], self.recovered)
@@ -191,7 +190,7 @@ class HostPool:
             new_loss = {}
             # label servers (pairwise) have no steps: their labels come back from the log on request
             batches = {h: {s.name: self._batches(s.name) for s in self.per_host[h]
-                           if self.records[s.name].rounds and s.kind is not CandidateKind.LABELS} for h in todo}
+                           if self.records[s.name].rounds and s.policy is not None} for h in todo}
             refs = {h: self.runtime.submit(h, "rebuild", self.per_host[h], self.plan.shared, self.rows, batches[h])
                     for h in todo}
             waiting = False

@@ -15,6 +15,8 @@ import pathlib
 import jinja2
 import numpy as np
 
+from certsel.policies.kinds import Family, get_policy_kind
+
 from .certificate import bound_text, certificate, efficiency_cell, judge_cell
 from .plots import write_plots
 from .result import JobResult
@@ -119,8 +121,9 @@ def _rows(cert: dict) -> list[list[str]]:
 def _policy_words(cert: dict) -> str:
     """The policy in words: its betting strategy only where bets exist (the testing policies)."""
     pol = cert["policy"]
-    if pol["kind"] in ("seq", "cer-eval"):
-        return pol["kind"] + (f" (partition: {pol['partition']})" if pol["kind"] == "cer-eval" else "")
+    kind = get_policy_kind(pol["kind"])
+    if kind.family is Family.ESTIMATION:
+        return pol["kind"] + (f" (partition: {pol['partition']})" if "partition" in kind.takes else "")
     return f"{pol['kind']} ({pol['betting']} betting)"
 
 

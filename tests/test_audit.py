@@ -14,7 +14,7 @@ from certsel.orchestrator.audit import _orders, _testing_chunk, audit, clopper_p
 from certsel.policies.autoeval import interval_excludes
 from certsel.orchestrator.jobdata import load_job_data
 from certsel.policies import confidence_interval, scheme_rhos
-from certsel.workers.candidate import TestingCandidate
+from helpers.policies import candidate
 from certsel.workers.replay import ReplaySource
 from mlflow.tracking import MlflowClient
 
@@ -43,9 +43,8 @@ def test_repetitions_equal_the_candidate_policy(kind, betting):
                                                       scheme_rhos(kind))
     for rep in range(3):
         for k in range(len(data.names)):
-            cand = TestingCandidate("c", ReplaySource(t.human[k], t.judge[k]), scheme=kind, alpha=0.1, delta=0.1,
-                                    betting=betting, human_items=orders[rep, :n], judge_items=orders[rep, n:],
-                                    r=r, ci_delta=0.1)
+            cand = candidate("c", ReplaySource(t.human[k], t.judge[k]), kind, alpha=0.1, delta=0.1, betting=betting,
+                             n=n, human_items=orders[rep, :n], judge_items=orders[rep, n:], r=r)
             path, ests = [], {}
             for step in np.diff(np.concatenate([[0], grid])):
                 snap = cand.step(int(step))

@@ -24,7 +24,8 @@ from certsel.policies import (
     scheme_rhos,
 )
 from certsel.policies.bounds import MIN_RANGE
-from certsel.workers.candidate import StratifiedTestingCandidate, TestingCandidate
+from certsel.workers.candidate import ChosenTestingCandidate
+from helpers.policies import candidate
 from certsel.workers.replay import ReplaySource, item_order
 from scipy import stats
 from helpers.simulate import bernoulli, resample
@@ -110,14 +111,9 @@ def _run(policy, betting, rep, table, k, *, alpha=0.08, n=300, r=3, batch=25, ob
     order until its e-value reaches 1/delta at a round's end or the budget is spent."""
     src = ReplaySource(table.human[k], table.judge[k])
     strategy = get_strategy(betting)
-    if policy == "judge-stratified":
-        c = StratifiedTestingCandidate("c", src, alpha=alpha, delta=DELTA, betting=strategy, n=n, seed=(rep, k),
-                                       ci_delta=DELTA)
-    else:
-        order = item_order(table.human.shape[1], rep)
-        c = TestingCandidate("c", src, scheme=policy, alpha=alpha, delta=DELTA, betting=strategy,
-                             human_items=order[:n], judge_items=order[n : n * (1 + r)], r=r, ci_delta=DELTA,
-                             observation=observation)
+    order = item_order(table.human.shape[1], rep)
+    c = candidate("c", src, policy, alpha=alpha, delta=DELTA, betting=strategy, n=n, seed=(rep, k),
+                  human_items=order[:n], judge_items=order[n : n * (1 + r)], r=r, observation=observation)
     while c.t < n:
         c.step(batch)
         if c.test.max_log_evalue >= -np.log(DELTA):
@@ -128,7 +124,7 @@ def _run(policy, betting, rep, table, k, *, alpha=0.08, n=300, r=3, batch=25, ob
 def _unseeded(c, level):
     """The bound recomputed from the fractions alone (no recorded decision): it must agree
     with the seeded one, or the formula at alpha is not the test's."""
-    if isinstance(c, StratifiedTestingCandidate):
+    if isinstance(c, ChosenTestingCandidate):
         return c.test.upper_bound(level, recorded=False)
     h, jl, ju = c._data()
     return float(decision_upper_bound(h, jl, ju, level=level, delta=c.test.delta, alpha=c.test.alpha, rhos=c.rhos,

@@ -218,7 +218,7 @@ def test_cer_eval_with_judge_strata_equals_direct_policies(ray_session):
     """partition: judge on a replay table: each candidate's Cer-Eval stratifies by its own
     judge loss column and equals the policy run directly; the strata's judge labels are
     counted (every item once)."""
-    from certsel.workers.candidate import make_estimation_policy
+    from helpers.policies import cer_eval_direct
 
     cfg = trivia_cfg(policy={"kind": "cer-eval", "partition": "judge"}, data={"judge": "loss_judge_best"},
                      budget={"n": 1500, "r": 0, "batch": 100}, candidates=None,
@@ -231,8 +231,7 @@ def test_cer_eval_with_judge_strata_equals_direct_policies(ray_session):
     for k, r in enumerate(res.records):
         if r.t == 0:
             continue
-        ref = make_estimation_policy("cer-eval", I, delta=0.1, alpha=0.12, radius="betting", seed=[7, k],
-                                     partition="judge", judge_scores=data.table.judge[k])
+        ref = cer_eval_direct(I, delta=0.1, alpha=0.12, seed=[7, k], judge_scores=data.table.judge[k])
         while not ref.done and ref.n_labeled < 1500:
             items = ref.next_items(min(100, 1500 - ref.n_labeled))
             ref.update(items, data.table.human[k][items])

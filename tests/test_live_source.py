@@ -8,7 +8,7 @@ carries a sampling seed, and always for a = 9.
 
 import numpy as np
 import pytest
-from certsel.workers.candidate import TestingCandidate
+from helpers.policies import candidate
 from certsel.workers.live import Item, LiveSource
 from certsel.workers.openai_source import Endpoint, OpenAIClient, ResponseCache, SourceError
 from helpers.servers import adder_server
@@ -121,8 +121,8 @@ def test_a_testing_candidate_runs_on_live_labels(adder, tmp_path):
     url, _ = adder
     order = np.random.default_rng(0).permutation(len(ITEMS))
     src = LiveSource(ITEMS, make(url, tmp_path, "weak"), "{question}", judge=make(url, tmp_path, "exact"))
-    cand = TestingCandidate("weak", src, scheme="r-autoeval+", alpha=0.5, delta=0.1, betting="up",
-                            human_items=order[:8], judge_items=order[8:32], r=3, ci_delta=0.1)
+    cand = candidate("weak", src, "r-autoeval+", alpha=0.5, delta=0.1, n=8, human_items=order[:8],
+                     judge_items=order[8:32], r=3)
     snaps = [cand.step(4), cand.step(4)]
     assert [s.n_human for s in snaps] == [4, 8] and snaps[-1].n_judge == 32
     assert snaps[-1].exhausted and len(snaps[0].path) == 4

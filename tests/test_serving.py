@@ -20,7 +20,7 @@ import yaml
 from certsel.config import load_config
 from certsel.orchestrator.job import execute
 from certsel.orchestrator.tracking import load_certificate
-from certsel.workers.candidate import make_estimation_policy
+from helpers.policies import cer_eval_direct
 from certsel.workers.serving import ModelServer, ServeError
 from mlflow.tracking import MlflowClient
 
@@ -191,8 +191,7 @@ def test_cer_eval_on_live_items_with_served_embeddings(ray_session, tmp_path):
     weak = log[log.candidate == "weak"]
     rec = next(r for r in result.records if r.name == "weak")
     wrong = np.array([(a * b) % 7 == 0 for a, b in (map(int, it["id"].split("+")) for it in items)], float)
-    ref = make_estimation_policy("cer-eval", len(items), delta=0.1, alpha=0.5, radius="betting", seed=[3, 0],
-                                 features=expect)
+    ref = cer_eval_direct(len(items), delta=0.1, alpha=0.5, seed=[3, 0], features=expect)
     while not ref.done and ref.n_labeled < 200:
         batch = ref.next_items(20)
         ref.update(batch, wrong[batch])
@@ -218,8 +217,7 @@ def test_cer_eval_with_judge_strata_on_live_items(ray_session, tmp_path):
     rec = next(r for r in result.records if r.name == "weak")
     assert rec.n_judge == len(items)
     wrong = np.array([(a * b) % 7 == 0 for a, b in (map(int, it["id"].split("+")) for it in items)], float)
-    ref = make_estimation_policy("cer-eval", len(items), delta=0.1, alpha=0.5, radius="betting", seed=[3, 0],
-                                 partition="judge", judge_scores=judged.loss.to_numpy())
+    ref = cer_eval_direct(len(items), delta=0.1, alpha=0.5, seed=[3, 0], judge_scores=judged.loss.to_numpy())
     while not ref.done and ref.n_labeled < 200:
         batch = ref.next_items(20)
         ref.update(batch, wrong[batch])

@@ -110,7 +110,7 @@ def test_cer_eval_with_vllm_embeddings(ray_session, tmp_path):
     if MODEL is None:
         pytest.skip("needs CERTSEL_VLLM_MODEL: certsel serves both the generating and the embedding model")
     import numpy as np
-    from certsel.workers.candidate import make_estimation_policy
+    from helpers.policies import cer_eval_direct
 
     write_items(tmp_path)
     mem = os.environ.get("CERTSEL_VLLM_MEMORY_FRACTION", "0.25")
@@ -137,7 +137,7 @@ def test_cer_eval_with_vllm_embeddings(ray_session, tmp_path):
     assert np.unique(feats.round(6), axis=0).shape[0] == 81  # 81 different questions, 81 different vectors
     log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
     rec = result.records[0]
-    ref = make_estimation_policy("cer-eval", 81, delta=0.1, alpha=0.5, radius="betting", seed=[0, 0], features=feats)
+    ref = cer_eval_direct(81, delta=0.1, alpha=0.5, seed=[0, 0], features=feats)
     losses = dict(zip(log.item, log.loss, strict=True))
     while not ref.done and ref.n_labeled < 81:
         batch = ref.next_items(27)

@@ -20,25 +20,21 @@ import numpy as np
 from certsel.errors import CertselError, first_line
 
 from .candidate import (
+    ChosenTestingCandidate,
     EstimationCandidate,
     LabelServer,
-    StratifiedTestingCandidate,
     TestingCandidate,
     guarded_step,
+    policy_candidate,
     step_together,
-    testing_candidate,
 )
-
-_TESTING = (TestingCandidate, StratifiedTestingCandidate)
-from .contracts import CandidateKind, CandidateSpec, Snapshot
+from .contracts import CandidateSpec, Snapshot
 from .labellog import LabelLog, LoggedSource, log_path
 from .openai_source import SourceError
 from .sources import build_source
 
 
-def _kwargs(options) -> dict:
-    """A frozen options dataclass as keyword arguments (its fields, not deep copies)."""
-    return {f: getattr(options, f) for f in options.__dataclass_fields__}
+_TESTING = (TestingCandidate, ChosenTestingCandidate)
 
 
 def build_candidate(spec: CandidateSpec, shared: dict, rows=(None, None)):
@@ -48,11 +44,9 @@ def build_candidate(spec: CandidateSpec, shared: dict, rows=(None, None)):
     source = build_source(spec.source, shared, rows)
     if spec.job_dir is not None:  # a durable label log: labels survive crashes, never bought twice
         source = LoggedSource(source, LabelLog(log_path(spec.job_dir, spec.name), spec.name))
-    if spec.kind is CandidateKind.TESTING:
-        return testing_candidate(spec.name, source, spec.options, shared)
-    if spec.kind is CandidateKind.ESTIMATION:
-        return EstimationCandidate(spec.name, source, features=shared.get("features"), **_kwargs(spec.options))
-    return LabelServer(spec.name, source)
+    if spec.policy is None:
+        return LabelServer(spec.name, source)
+    return policy_candidate(spec.name, source, spec.policy, spec.settings, shared)
 
 
 class NotLoaded(CertselError):

@@ -17,20 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
+import dataclasses
+
 from certsel.errors import first_line
-from certsel.policies import (
-    CerEval,
-    decision_upper_bound,
-    judge_agreement,
-    NearestNeighborPartition,
-    ScorePartition,
-    Seq,
-    SequentialTest,
-    confidence_interval,
-    scheme_rhos,
-)
+from certsel.policies import SequentialTest, confidence_interval, decision_upper_bound, judge_agreement
+from certsel.policies.kinds import Family, JudgeUse, Labels, PolicyInputs, PolicyKind, PolicySettings
 from certsel.policies.limits import label_limit, ppi_limit
-from certsel.policies.stratified_test import STRATIFIED_SCHEME, StratifiedTest
 
 from .contracts import LabelSource, Snapshot
 from .openai_source import SourceError
@@ -66,15 +58,14 @@ class TestingCandidate(_Candidate):
 
     __test__ = False  # a domain name, not a pytest test class
 
-    def __init__(self, name, source, *, scheme, alpha, delta, betting, human_items, judge_items, r,
-                 ci_delta, intervals="final", futility=None, observation="split"):
+    def __init__(self, name, source, test: SequentialTest, *, human_items, judge_items, ci_delta,
+                 intervals="final", futility: SequentialTest | None = None):
         super().__init__(name, source)
-        self.rhos = scheme_rhos(scheme)
+        self.test = test
+        self.rhos = test.rhos
         self.n = int(len(human_items))
         self.human_items = np.asarray(human_items, dtype=np.int64)
         self.judge_items = np.asarray(judge_items, dtype=np.int64)
-        self.test = SequentialTest(alpha=alpha, delta=delta, horizon=self.n, rhos=self.rhos, betting=betting, r=max(r, 1),
-                                   observation=observation)
         self.r = self.test.r
         if self.test.uses_judge and self.judge_items.size != self.r * self.n:
             raise ValueError(f"{name}: need r*n = {self.r * self.n} judge-only items, got {self.judge_items.size}")
@@ -82,14 +73,23 @@ class TestingCandidate(_Candidate):
         self.betting = self.test.strategy
         # futility: the same test on mirrored losses (1 - loss against 1 - alpha) certifies R >= alpha;
         # reaching 1/futility stops the candidate as hopeless (it never certifies anything)
-        self.futility = None if futility is None else SequentialTest(
-            alpha=1.0 - alpha, delta=futility, horizon=self.n, rhos=self.rhos, betting=betting, r=max(r, 1),
-            observation=observation)
+        self.futility = futility
         self._h: list[np.ndarray] = []
         self._jl: list[np.ndarray] = []
         self._ju: list[np.ndarray] = []
         self._ci: tuple[float, float] | None = None
         self._bound: dict = {}  # level -> upper bound (cleared by new labels)
+
+    @classmethod
+    def from_kind(cls, name, source, kind: PolicyKind, settings: PolicySettings, inputs: PolicyInputs):
+        """The kind's e-process on the job's shared order, and its mirrored futility test."""
+        futility = None
+        if settings.futility is not None:
+            futility = kind.build(dataclasses.replace(settings, alpha=1.0 - settings.alpha, delta=settings.futility),
+                                  inputs)
+        return cls(name, source, kind.build(settings, inputs), human_items=inputs.human_items,
+                   judge_items=inputs.judge_items, ci_delta=settings.ci_delta, intervals=settings.intervals,
+                   futility=futility)
 
     @property
     def t(self) -> int:
@@ -239,53 +239,18 @@ class TestingCandidate(_Candidate):
         return out
 
 
-def make_estimation_policy(kind: str, n_items: int, *, delta, alpha, radius, seed, features=None,
-                           judge_scores=None, partition: str = "embeddings", strict: bool = False):
-    """Seq or Cer-Eval deciding R vs alpha. Cer-Eval's groups come from the 1-NN partition of
-    Algorithm 2 on ``features`` (``partition="embeddings"``) or from strata of a per-item
-    judge score known before any human label (``partition="judge"``, ``judge_scores``).
-    ``strict``: certify R < alpha rather than R <= alpha (pairwise signs, where a tie is no order)."""
-    if kind == "seq":
-        return Seq(n_items, delta=delta, threshold=alpha, radius=radius, seed=seed, strict=strict)
-    if kind == "cer-eval":
-        if partition == "judge":
-            if judge_scores is None:
-                raise ValueError("policy 'cer-eval' with partition 'judge' needs the judge's loss on every item")
-            part = ScorePartition(judge_scores)
-        elif partition == "embeddings":
-            if features is None:
-                raise ValueError("policy 'cer-eval' needs item features")
-            state = int(np.random.default_rng(seed).integers(2**31))
-            part = NearestNeighborPartition(features, random_state=state)
-        else:
-            raise ValueError(f"unknown partition {partition!r} (embeddings or judge)")
-        return CerEval(n_items, part, delta=delta, threshold=alpha, radius=radius, seed=seed, strict=strict)
-    raise ValueError(f"unknown estimation policy {kind!r}")
-
-
-def restore_policy(policy, state: dict):
-    """A Seq / Cer-Eval policy rebuilt from ``state`` (its ``state_dict()``), checked to be a
-    snapshot of the same kind of policy on the same items at the same level."""
-    if (state.get("policy") != policy.name or state.get("n_items") != policy.n_items
-            or state.get("delta") != policy.delta or state.get("threshold") != policy.threshold):
-        raise ValueError(f"the snapshot is not of this {policy.name} policy")
-    if isinstance(policy, CerEval):
-        return CerEval.from_state_dict(state, policy.partitioner)
-    return type(policy).from_state_dict(state)
-
-
 class EstimationCandidate(_Candidate):
     """Seq / Cer-Eval with ``threshold=alpha``: certified when the upper end of the
     anytime-valid interval falls below alpha, hopeless when the lower end rises above it."""
 
-    def __init__(self, name, source, *, kind, alpha, delta, radius, seed, budget, features=None,
-                 partition="embeddings"):
+    def __init__(self, name, source, policy, *, budget: int, kind: PolicyKind):
         super().__init__(name, source)
-        # judge strata: the judge's loss on every item, bought (and logged) before any human label
-        scores = source.judge(np.arange(source.n_items)) if partition == "judge" else None
-        self.policy = make_estimation_policy(kind, source.n_items, delta=delta, alpha=alpha, radius=radius,
-                                             seed=seed, features=features, judge_scores=scores, partition=partition)
+        self.policy, self.kind = policy, kind
         self.n = min(int(budget), source.n_items)
+
+    @classmethod
+    def from_kind(cls, name, source, kind: PolicyKind, settings: PolicySettings, inputs: PolicyInputs):
+        return cls(name, source, kind.build(settings, inputs), budget=settings.budget, kind=kind)
 
     @property
     def t(self) -> int:
@@ -301,7 +266,11 @@ class EstimationCandidate(_Candidate):
     def load_state_dict(self, state: dict) -> None:
         if state.get("kind") != "estimation":
             raise ValueError(f"{self.name}: the snapshot is not of an estimation policy")
-        self.policy = restore_policy(self.policy, state["policy"])
+        policy, state = self.policy, state["policy"]
+        if (state.get("policy") != policy.name or state.get("n_items") != policy.n_items
+                or state.get("delta") != policy.delta or state.get("threshold") != policy.threshold):
+            raise ValueError(f"{self.name}: the snapshot is not of this {policy.name} policy")
+        self.policy = self.kind.restore(policy, state)
 
     def step(self, batch: int) -> Snapshot:
         b = min(int(batch), self.n - self.t)
@@ -387,22 +356,24 @@ def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
     return out
 
 
-class StratifiedTestingCandidate(_Candidate):
-    """The judge-stratified test of H0: R > alpha (:class:`~certsel.policies.StratifiedTest`):
-    the judge's loss on every item first (bought and logged before any human label), then
-    human labels drawn by judge strata. Same snapshot fields as :class:`TestingCandidate`
-    (``t`` human labels, ``path``, ``log_e``, ``max_log_e``), no rho weights."""
+class ChosenTestingCandidate(_Candidate):
+    """A test of H0: R > alpha that chooses its items (the judge-stratified test,
+    :class:`~certsel.policies.StratifiedTest`: the judge's loss on every item first, bought
+    and logged before any human label, then human labels drawn by judge strata). Same
+    snapshot fields as :class:`TestingCandidate` (``t`` human labels, ``path``, ``log_e``,
+    ``max_log_e``), no rho weights."""
 
     __test__ = False
 
-    def __init__(self, name, source, *, alpha, delta, betting, n, seed, ci_delta, intervals="final", futility=None):
+    def __init__(self, name, source, test, *, kind: PolicyKind, intervals="final"):
         super().__init__(name, source)
-        judge = source.judge(np.arange(source.n_items))
-        self.n = min(int(n), source.n_items)
-        self.test = StratifiedTest(judge, alpha=alpha, delta=delta, horizon=self.n, betting=betting,
-                                   seed=int(np.random.default_rng(list(seed)).integers(2**31)), ci_delta=ci_delta,
-                                   futility=futility)
+        self.test, self.kind = test, kind
+        self.n = test.horizon
         self.intervals = intervals
+
+    @classmethod
+    def from_kind(cls, name, source, kind: PolicyKind, settings: PolicySettings, inputs: PolicyInputs):
+        return cls(name, source, kind.build(settings, inputs), kind=kind, intervals=settings.intervals)
 
     @property
     def t(self) -> int:
@@ -449,21 +420,27 @@ class StratifiedTestingCandidate(_Candidate):
         return out
 
     def state_dict(self) -> dict:
-        return {"kind": "judge-stratified", "t": self.t, "test": self.test.state_dict()}
+        return {"kind": self.kind.name, "t": self.t, "test": self.test.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("kind") != "judge-stratified":
-            raise ValueError(f"{self.name}: the snapshot is not of a judge-stratified test")
-        self.test.load_state_dict(state["test"])
+        if state.get("kind") != self.kind.name:
+            raise ValueError(f"{self.name}: the snapshot is not of a {self.kind.name} test")
+        self.test = self.kind.restore(self.test, state["test"])
 
 
-def testing_candidate(name, source, options, shared):
-    """The testing candidate an options object describes: the judge-stratified test, or the
-    R-Eval / R-AutoEval / R-AutoEval+ e-process on the job's shared item order."""
-    kw = {f: getattr(options, f) for f in options.__dataclass_fields__}
-    if options.scheme == STRATIFIED_SCHEME:
-        return StratifiedTestingCandidate(name, source, alpha=kw["alpha"], delta=kw["delta"], betting=kw["betting"],
-                                          n=len(shared["human_items"]), seed=kw["seed"], ci_delta=kw["ci_delta"],
-                                          intervals=kw["intervals"], futility=kw["futility"])
-    kw.pop("seed")
-    return TestingCandidate(name, source, human_items=shared["human_items"], judge_items=shared["judge_items"], **kw)
+ADAPTERS = {  # what drives a policy of each (family, labels): the loop around its decisions
+    (Family.TESTING, Labels.ORDER): TestingCandidate,
+    (Family.TESTING, Labels.CHOSEN): ChosenTestingCandidate,
+    (Family.ESTIMATION, Labels.CHOSEN): EstimationCandidate,
+}
+
+
+def policy_candidate(name: str, source: LabelSource, kind: PolicyKind, settings: PolicySettings, shared: dict):
+    """The candidate that runs ``kind``'s policy on ``source``: the judge's loss on every item
+    first when the kind asks for it (bought, and logged, before any human label), the job's
+    shared order (``shared["human_items"]``, ``shared["judge_items"]``) and item features
+    (``shared["features"]``) as the kind's inputs."""
+    scores = source.judge(np.arange(source.n_items)) if kind.judge_use(settings.partition) is JudgeUse.FIRST else None
+    inputs = PolicyInputs(source.n_items, human_items=shared.get("human_items"), judge_items=shared.get("judge_items"),
+                          features=shared.get("features"), judge_scores=scores)
+    return ADAPTERS[(kind.family, kind.labels)].from_kind(name, source, kind, settings, inputs)

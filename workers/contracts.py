@@ -1,9 +1,9 @@
 """Typed contracts between the driver and the workers: candidate specs, snapshots, label sources.
 
-* :class:`CandidateSpec` says what a worker builds: a candidate's name, what it runs
-  (:class:`TestingOptions` for R-Eval / R-AutoEval / R-AutoEval+, :class:`EstimationOptions`
-  for Seq / Cer-Eval, nothing for a pairwise label server) and where its labels come from
-  (a :class:`SourceSpec`).
+* :class:`CandidateSpec` says what a worker builds: a candidate's name, the policy it runs
+  (a registered :class:`~certsel.policies.kinds.PolicyKind` and its
+  :class:`~certsel.policies.kinds.PolicySettings`; none for a pairwise label server) and
+  where its labels come from (a :class:`SourceSpec`).
 * :class:`Snapshot` is what a worker returns after each step: counters, the evidence and,
   when its label source failed for good, the error.
 * :class:`LabelSource` is what a candidate asks for labels. Replay tables, live model
@@ -18,10 +18,11 @@ a betting strategy defined in user code travel by value; see
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from certsel.policies.kinds import PolicyKind, PolicySettings
 
 
 @runtime_checkable
@@ -51,45 +52,6 @@ class LabelSource(Protocol):
     def human(self, items) -> np.ndarray: ...
 
     def judge(self, items) -> np.ndarray: ...
-
-
-class CandidateKind(StrEnum):
-    TESTING = "testing"  # an e-process for H0: R > alpha (R-Eval, R-AutoEval, R-AutoEval+)
-    ESTIMATION = "estimation"  # Seq / Cer-Eval deciding R vs alpha with an anytime interval
-    LABELS = "labels"  # serves losses on demand (pairwise comparisons live in the driver)
-
-
-@dataclass(frozen=True)
-class TestingOptions:
-    """A testing candidate: ``scheme`` (r-eval, r-autoeval, r-autoeval+, judge-stratified), the target and
-    level, the betting strategy object, judge-only labels per human label, the level of the
-    reported interval and when to compute it (``every_round``, ``final``, ``none``)."""
-
-    __test__ = False  # a domain name, not a pytest test class
-
-    scheme: str
-    alpha: float
-    delta: float
-    betting: object  # a certsel.policies.BettingStrategy
-    r: int
-    ci_delta: float
-    intervals: str = "final"
-    futility: float | None = None  # delta_f: stop as hopeless once R >= alpha is certified at it
-    observation: str = "split"  # R-Eval / R-AutoEval(+): "split" or "paper" (certsel.policies.autoeval)
-    seed: tuple = (0, 0)  # (job seed, candidate index): the draws of the judge-stratified test
-
-
-@dataclass(frozen=True)
-class EstimationOptions:
-    """An estimation candidate: Seq or Cer-Eval with ``threshold=alpha`` at level ``delta``."""
-
-    kind: str
-    alpha: float
-    delta: float
-    radius: str
-    seed: tuple
-    budget: int
-    partition: str = "embeddings"
 
 
 @dataclass(frozen=True)
@@ -128,11 +90,13 @@ SourceSpec = ReplaySpec | LiveSpec | PythonSpec
 
 @dataclass(frozen=True)
 class CandidateSpec:
-    """What a worker builds for one candidate (see the module docstring)."""
+    """What a worker builds for one candidate (see the module docstring): ``policy`` and
+    ``settings`` say which policy runs and with what numbers; without a policy the candidate
+    serves losses on demand (a pairwise ranking's model: the comparisons live in the driver)."""
 
     name: str
-    kind: CandidateKind
-    options: TestingOptions | EstimationOptions | None = None
+    policy: PolicyKind | None = None
+    settings: PolicySettings | None = None
     source: SourceSpec = field(default_factory=ReplaySpec)
     job_dir: str | None = None  # the durable label log's job folder (None: no log)
     snapshot_every: int | None = None  # steps between policy snapshots in the log

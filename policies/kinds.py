@@ -1,0 +1,276 @@
+"""Policy kinds: what each policy needs from a job, and how its policy object is built.
+
+A job's ``policy.kind`` names a :class:`PolicyKind` in :data:`POLICY_KINDS`. The entry
+*declares* what the policy needs, and everything above reads those declarations instead of
+comparing names: the job file's validation (a judge, item features, judge-only labels, which
+``policy.*`` options apply), the plan (the shared item order, the judge's loss on every item
+first), the workers (which driver runs the policy) and the reports (the family's wording).
+
+* :attr:`PolicyKind.family`: :attr:`Family.TESTING` policies run an e-process for
+  H0: R > alpha, and the multiple-testing procedure thresholds their e-values;
+  :attr:`Family.ESTIMATION` policies keep an anytime-valid interval on R that decides R
+  against alpha at the policy's own level.
+* :attr:`PolicyKind.labels`: :attr:`Labels.ORDER` policies label the job's seeded item order
+  (every candidate the same items; r judge-only items per human label), the policy object is
+  a :class:`~certsel.policies.SequentialTest`; :attr:`Labels.CHOSEN` policies choose their
+  own items (``next_items(b)`` then ``update(items, losses)``).
+* :meth:`PolicyKind.judge_use`: no judge, judge labels paired with each human label
+  (``budget.r``), or the judge's loss on every item before any human label.
+
+:meth:`PolicyKind.build` turns :class:`PolicySettings` (the job's numbers for one candidate)
+and :class:`PolicyInputs` (what the label source and the plan provide) into the policy
+object; :meth:`PolicyKind.restore` rebuilds it from its ``state_dict()`` (a resumed job).
+A new kind is a subclass and :func:`register_policy_kind`; ``policy.kind: NAME`` then selects
+it in a job file, and Ray ships it to the workers by value when it lives in user code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .autoeval import SCHEMES
+from .betting import BettingStrategy
+from .cer_eval import CerEval, EstimationPolicy, Seq
+from .partition import NearestNeighborPartition, ScorePartition
+from .sequential import SequentialTest
+from .stratified_test import StratifiedTest
+
+
+class Family(StrEnum):
+    TESTING = "testing"  # an e-process for H0: R > alpha, thresholded by the procedure
+    ESTIMATION = "estimation"  # an anytime interval on R decides R against alpha at its own level
+
+
+class Labels(StrEnum):
+    ORDER = "order"  # the job's seeded order, the same items for every candidate (a SequentialTest)
+    CHOSEN = "chosen"  # the policy chooses its items: next_items(b), then update(items, losses)
+
+
+class JudgeUse(StrEnum):
+    NONE = "none"
+    PAIRED = "paired"  # judge losses on each human-labelled item and on r judge-only items per label
+    FIRST = "first"  # the judge's loss on every item, bought before any human label
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """One candidate's policy numbers, from the job file and the procedure.
+
+    ``delta`` is the policy's own level (testing: the e-process's horizon level for its
+    bets; estimation: the level its interval decides at), ``ci_delta`` the level of the
+    two-sided interval reported with a testing certificate, ``budget`` the human labels it
+    may buy, ``seed`` (job seed, candidate index) its draws, ``strict`` certifies R < alpha
+    instead of R <= alpha (pairwise signs, where a tie is no order)."""
+
+    alpha: float
+    delta: float
+    budget: int
+    seed: tuple | list | int = (0, 0)  # anything numpy.random.default_rng takes
+    betting: BettingStrategy | None = None
+    r: int = 0
+    observation: str = "split"
+    radius: str = "betting"
+    partition: str = "embeddings"
+    ci_delta: float | None = None
+    intervals: str = "final"  # when a testing candidate computes its interval: every_round, final, none
+    futility: float | None = None  # delta_f of a testing policy's futility test (None: off)
+    strict: bool = False
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """What a policy is built on: the test set's size, the job's shared order (ORDER
+    policies: ``human_items`` (n,), ``judge_items`` (r n,)), item features, and the judge's
+    loss on every item (JudgeUse.FIRST)."""
+
+    n_items: int
+    human_items: np.ndarray | None = None
+    judge_items: np.ndarray | None = None
+    features: np.ndarray | None = None
+    judge_scores: np.ndarray | None = None
+
+
+class PolicyKind:
+    """One ``policy.kind`` (see the module docstring). Subclasses set the class attributes
+    and implement :meth:`build`; the defaults say: no judge, no features, no extra options."""
+
+    name: ClassVar[str] = ""
+    family: ClassVar[Family]
+    labels: ClassVar[Labels]
+    # policy.* options beyond kind, betting and radius that apply to this kind
+    takes: ClassVar[frozenset[str]] = frozenset()
+    summary: ClassVar[str] = ""  # one line for reports and --help
+    # why the policy's statement holds, in words (the certificate prints it); the built-in kinds'
+    # wording lives with the certificate, which fills in the job's numbers
+    guarantee: ClassVar[str | None] = None
+
+    def judge_use(self, partition: str = "embeddings") -> JudgeUse:
+        return JudgeUse.NONE
+
+    def needs_features(self, partition: str = "embeddings") -> bool:
+        return False
+
+    def validate(self, radius: str, partition: str) -> None:
+        """Rules between this kind's options (ValueError naming the option)."""
+
+    def build(self, settings: PolicySettings, inputs: PolicyInputs) -> Any:
+        raise NotImplementedError
+
+    def restore(self, policy, state: dict):
+        """The policy rebuilt from ``state`` (its ``state_dict()``); ``policy`` is a fresh one
+        built from the same settings."""
+        return type(policy).from_state_dict(state)
+
+    @property
+    def testing(self) -> bool:
+        return self.family is Family.TESTING
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class BettingTestKind(PolicyKind):
+    """R-Eval, R-AutoEval and R-AutoEval+: testing by betting on the job's seeded order
+    (Algorithm 1 of R-AutoEval+), with reliance factors ``rhos`` (0 alone: no judge)."""
+
+    family = Family.TESTING
+    labels = Labels.ORDER
+    takes = frozenset({"observation"})
+
+    def __init__(self, name: str, rhos, summary: str):
+        self.name, self.rhos, self.summary = name, np.asarray(rhos, dtype=np.float64), summary
+
+    def judge_use(self, partition: str = "embeddings") -> JudgeUse:
+        return JudgeUse.PAIRED if bool(np.any(self.rhos != 0)) else JudgeUse.NONE
+
+    def build(self, settings: PolicySettings, inputs: PolicyInputs) -> SequentialTest:
+        return SequentialTest(alpha=settings.alpha, delta=settings.delta, horizon=len(inputs.human_items),
+                              rhos=self.rhos, betting=settings.betting, r=max(settings.r, 1),
+                              observation=settings.observation)
+
+
+class JudgeStratifiedKind(PolicyKind):
+    """The judge-stratified test (:class:`~certsel.policies.StratifiedTest`): the judge's loss
+    on every item first, then human labels drawn by judge strata."""
+
+    name = "judge-stratified"
+    family = Family.TESTING
+    labels = Labels.CHOSEN
+    summary = "testing by betting on human labels drawn by judge strata (the judge on every item first)"
+
+    def judge_use(self, partition: str = "embeddings") -> JudgeUse:
+        return JudgeUse.FIRST
+
+    def build(self, settings: PolicySettings, inputs: PolicyInputs) -> StratifiedTest:
+        return StratifiedTest(inputs.judge_scores, alpha=settings.alpha, delta=settings.delta,
+                              horizon=min(int(settings.budget), inputs.n_items), betting=settings.betting,
+                              seed=int(np.random.default_rng(list(settings.seed)).integers(2**31)),
+                              ci_delta=settings.ci_delta, futility=settings.futility)
+
+    def restore(self, policy, state: dict):
+        policy.load_state_dict(state)
+        return policy
+
+
+class SeqKind(PolicyKind):
+    """Seq: uniform sampling without replacement with a betting confidence sequence (Cer-Eval's baseline)."""
+
+    name = "seq"
+    family = Family.ESTIMATION
+    labels = Labels.CHOSEN
+    summary = "certified estimation, one group (uniform sampling)"
+
+    def build(self, settings: PolicySettings, inputs: PolicyInputs) -> Seq:
+        return Seq(inputs.n_items, delta=settings.delta, threshold=settings.alpha, radius=settings.radius,
+                   seed=settings.seed, strict=settings.strict)
+
+
+class CerEvalKind(PolicyKind):
+    """Cer-Eval: adaptive partitions (Algorithm 2) from item embeddings, or strata of the judge's loss."""
+
+    name = "cer-eval"
+    family = Family.ESTIMATION
+    labels = Labels.CHOSEN
+    takes = frozenset({"partition"})
+    summary = "certified estimation with adaptive partitions"
+
+    def judge_use(self, partition: str = "embeddings") -> JudgeUse:
+        return JudgeUse.FIRST if partition == "judge" else JudgeUse.NONE
+
+    def needs_features(self, partition: str = "embeddings") -> bool:
+        return partition == "embeddings"
+
+    def validate(self, radius: str, partition: str) -> None:
+        if partition == "judge" and radius == "paper":
+            raise ValueError("policy.partition 'judge' needs radius 'betting' (the paper's Algorithm 2 partitions "
+                             "embeddings)")
+
+    def build(self, settings: PolicySettings, inputs: PolicyInputs) -> CerEval:
+        if settings.partition == "judge":
+            if inputs.judge_scores is None:
+                raise ValueError("policy 'cer-eval' with partition 'judge' needs the judge's loss on every item")
+            part = ScorePartition(inputs.judge_scores)
+        elif settings.partition == "embeddings":
+            if inputs.features is None:
+                raise ValueError("policy 'cer-eval' needs item features")
+            state = int(np.random.default_rng(settings.seed).integers(2**31))
+            part = NearestNeighborPartition(inputs.features, random_state=state)
+        else:
+            raise ValueError(f"unknown partition {settings.partition!r} (embeddings or judge)")
+        return CerEval(inputs.n_items, part, delta=settings.delta, threshold=settings.alpha, radius=settings.radius,
+                       seed=settings.seed, strict=settings.strict)
+
+    def restore(self, policy, state: dict):
+        return CerEval.from_state_dict(state, policy.partitioner)
+
+
+POLICY_KINDS: dict[str, PolicyKind] = {}
+
+
+def register_policy_kind(kind: PolicyKind | type[PolicyKind]) -> PolicyKind:
+    """Add a kind (an instance, or a class with a no-argument constructor) to
+    :data:`POLICY_KINDS` under its ``name``; from then on ``policy.kind: NAME`` selects it.
+    Returns the instance."""
+    if isinstance(kind, type):
+        kind = kind()
+    if not isinstance(kind, PolicyKind):
+        raise TypeError(f"a policy kind must subclass PolicyKind, got {kind!r}")
+    if not isinstance(kind.name, str) or not kind.name:
+        raise ValueError("a policy kind needs a non-empty name")
+    if not isinstance(getattr(kind, "family", None), Family) or not isinstance(getattr(kind, "labels", None), Labels):
+        raise ValueError(f"policy kind {kind.name!r}: family must be a Family and labels a Labels")
+    if kind.family is Family.ESTIMATION and kind.labels is Labels.ORDER:
+        raise ValueError(f"policy kind {kind.name!r}: an estimation policy chooses its items (Labels.CHOSEN)")
+    POLICY_KINDS[kind.name] = kind
+    return kind
+
+
+for _name, _summary in (("r-eval", "testing by betting on human labels only"),
+                        ("r-autoeval", "testing by betting on prediction-powered labels (rho = 1)"),
+                        ("r-autoeval+", "testing by betting on prediction-powered labels, a mixture over rho")):
+    register_policy_kind(BettingTestKind(_name, SCHEMES[_name], _summary))
+for _k in (JudgeStratifiedKind, SeqKind, CerEvalKind):
+    register_policy_kind(_k)
+
+
+def get_policy_kind(kind: str | PolicyKind) -> PolicyKind:
+    """The registered kind of a name (a :class:`PolicyKind` is returned as is)."""
+    if isinstance(kind, PolicyKind):
+        return kind
+    try:
+        return POLICY_KINDS[kind]
+    except (KeyError, TypeError):
+        raise ValueError(f"policy.kind must be one of {', '.join(POLICY_KINDS)}, got {kind!r}") from None
+
+
+def kinds_of(family: Family) -> list[str]:
+    """Names of the registered kinds of one family (for messages)."""
+    return [n for n, k in POLICY_KINDS.items() if k.family is family]
+
+
+__all__ = ["POLICY_KINDS", "EstimationPolicy", "Family", "JudgeUse", "Labels", "PolicyInputs", "PolicyKind",
+           "PolicySettings", "get_policy_kind", "kinds_of", "register_policy_kind"]
