@@ -34,7 +34,7 @@ from certsel.config import load_config
 from certsel.orchestrator.audit import audit
 from certsel.orchestrator.certificate import certificate
 from certsel.orchestrator.driver import run_job
-from certsel.orchestrator.jobdata import load_job_data
+from certsel.orchestrator.sources import load_job_data
 from certsel.orchestrator.local import replicated_selection
 from certsel.orchestrator.runtime import LocalRuntime
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from certsel.config import parse_config
 from certsel.orchestrator.driver import JobPlan
-from certsel.orchestrator.jobdata import load_job_data
+from certsel.orchestrator.sources import load_job_data
 from certsel.workers.actor import CandidateHost
 from certsel.workers.labellog import pack
 from certsel.workers.replay import DATA_DIR

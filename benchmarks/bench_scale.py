@@ -29,7 +29,7 @@ import ray
 
 from certsel.config import parse_config
 from certsel.orchestrator.driver import RayRuntime, run_job
-from certsel.orchestrator.jobdata import load_job_data
+from certsel.orchestrator.sources import load_job_data
 from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
 
 N, R, BATCH = 300, 3, 25

@@ -21,7 +21,7 @@ import numpy as np
 
 from certsel.config import load_config
 from certsel.orchestrator.driver import run_job
-from certsel.orchestrator.jobdata import load_job_data
+from certsel.orchestrator.sources import load_job_data
 from certsel.orchestrator.runtime import LocalRuntime
 from certsel.workers.replay import DATA_DIR
 

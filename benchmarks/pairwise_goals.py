@@ -28,7 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 from certsel.config import load_config, parse_config  # noqa: E402
 from certsel.orchestrator.driver import LocalRuntime, run_job  # noqa: E402
-from certsel.orchestrator.jobdata import load_job_data  # noqa: E402
+from certsel.orchestrator.sources import load_job_data  # noqa: E402
 
 GOALS = ("all", "ranking", "best")
 

@@ -375,7 +375,7 @@ def _audit(args) -> int:
 
     from certsel.config import load_config
     from certsel.orchestrator.audit import audit, write_audit
-    from certsel.orchestrator.jobdata import load_job_data
+    from certsel.orchestrator.sources import load_job_data
     from certsel.orchestrator.tracking import log_audit, precheck
 
     cfg = load_config(args.config, args.overrides)
@@ -402,7 +402,7 @@ def _audit(args) -> int:
 
 def _plan(args) -> int:
     from certsel.config import load_config
-    from certsel.orchestrator.jobdata import load_job_data
+    from certsel.orchestrator.sources import load_job_data
     from certsel.orchestrator.planning import plan, plan_table
 
     cfg = load_config(args.config, args.overrides)

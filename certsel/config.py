@@ -133,6 +133,18 @@ class _Templated(EndpointConfig):
         return v
 
 
+class LabelsConfig(BaseModel):
+    """A registered label source: ``kind`` and the options its kind declares (checked by the
+    kind when the job's data is loaded)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    kind: str = Field(min_length=1)
+
+    @property
+    def options(self) -> dict:
+        return dict(self.model_extra or {})
+
+
 class LiveCandidateRef(_Strict):
     """A candidate of a python source: its id (passed to the function) and objective."""
 
@@ -432,7 +444,10 @@ class RunConfig(_Strict):
     plugins: list[str] = Field(default_factory=list)
     data: DataConfig | None = None  # recorded losses (replay), or:
     live: LiveConfig | None = None  # candidates answering through model servers, or:
-    source: PythonSourceConfig | None = None  # a user function
+    source: PythonSourceConfig | None = None  # a user function, or:
+    # a registered label source (certsel.orchestrator.sources.SOURCE_KINDS): {kind: NAME, its options};
+    # the source kind checks its options when the job's data is loaded, before anything runs
+    labels: LabelsConfig | None = None
     candidates: list[str] | None = None  # default: every candidate in the table
     order: list[str] | None = None  # FST: an explicit fixed sequence (instead of data.order)
     policy: PolicyConfig = PolicyConfig()
@@ -467,14 +482,18 @@ class RunConfig(_Strict):
 
     @property
     def source_kind(self) -> str:
-        """Where labels come from: ``replay``, ``live`` or ``python``."""
+        """Where labels come from: ``replay``, ``live``, ``python`` or a registered source's kind."""
+        if self.labels is not None:
+            return self.labels.kind
         return "replay" if self.data is not None else ("live" if self.live is not None else "python")
 
     @property
     def data_path(self) -> str:
-        """What the labels come from, for reports: the table, the items file or the function."""
+        """What the labels come from, for reports: the table, the items file, the function, or
+        a registered source's ``path`` option (its kind without one)."""
         return str({"replay": lambda: self.data.path, "live": lambda: self.live.items,
-                    "python": lambda: self.source.python}[self.source_kind]())
+                    "python": lambda: self.source.python}.get(
+                        self.source_kind, lambda: self.labels.options.get("path", self.labels.kind))())
 
     @property
     def judge_name(self) -> str | None:
@@ -483,18 +502,21 @@ class RunConfig(_Strict):
             return self.data.judge
         if self.live is not None:
             return self.live.judge.model if self.live.judge else None
+        if self.labels is not None:
+            return self.labels.options.get("judge")
         return self.source.python if self.source.judge else None
 
     # -- one validator: rules that hold for every source, then each source's own -----------
     @model_validator(mode="after")
     def _consistent(self):
-        given = [k for k in ("data", "live", "source") if getattr(self, k) is not None]
+        given = [k for k in ("data", "live", "source", "labels") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError("give exactly one label source: data (recorded losses), live (model servers) or "
-                             "source (a Python function)")
+            raise ValueError("give exactly one label source: data (recorded losses), live (model servers), "
+                             "source (a Python function) or labels (a registered label source)")
         self._check_procedure()
-        self._check_policy_inputs()
-        getattr(self, f"_check_{self.source_kind}")()
+        if self.labels is None:  # a registered source says what it provides once it is resolved
+            self.check_policy_inputs(self._source_has())
+            getattr(self, f"_check_{self.source_kind}")()
         return self
 
     def _check_procedure(self) -> None:
@@ -514,9 +536,10 @@ class RunConfig(_Strict):
         if proc.needs_objective and self.objective is None:
             raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
 
-    def _check_policy_inputs(self) -> None:
-        """What the policy needs from the source: a judge, features, judge-only labels."""
-        kind, has = self.policy.kind, self._source_has()
+    def check_policy_inputs(self, has: dict) -> None:
+        """What the policy needs from the source: a judge, features, judge-only labels.
+        ``has``: ``judge`` and ``features`` (bools) and the keys that give them, for messages."""
+        kind = self.policy.kind
         if self.scheduling.futility is not None and not self.policy.is_testing:
             raise ValueError(f"scheduling.futility applies to the testing policies "
                              f"({', '.join(kinds_of(Family.TESTING))}); "
@@ -631,9 +654,16 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
         cfg = RunConfig.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(_format(err, source)) from None
-    section, keys = {"replay": ("data", ("path", "features")), "live": ("live", ("items", "cache_dir")),
-                     "python": ("source", ("features",))}[cfg.source_kind]
-    if base_dir is not None:
+    if cfg.labels is not None:  # a registered source: its ``path`` option, if any, beside the job file
+        path = cfg.labels.options.get("path")
+        if base_dir is not None and isinstance(path, str) and not pathlib.Path(path).is_absolute():
+            cfg = cfg.model_copy(update={"labels": LabelsConfig(**{**cfg.labels.model_dump(),
+                                                                   "path": str((base_dir / path).resolve())})})
+        section, keys = "labels", ()
+    else:
+        section, keys = {"replay": ("data", ("path", "features")), "live": ("live", ("items", "cache_dir")),
+                         "python": ("source", ("features",))}[cfg.source_kind]
+    if base_dir is not None and keys:
         sub = getattr(cfg, section)
         updates = {}
         for key in keys:

@@ -32,6 +32,7 @@ from certsel.policies.kinds import BettingTestKind, CerEvalKind, JudgeStratified
 from certsel.policies.procedures import get_procedure
 
 from .result import JobResult
+from .sources import source_of
 
 
 BUILT_IN = (BettingTestKind, JudgeStratifiedKind, SeqKind, CerEvalKind)  # their wording is below
@@ -104,9 +105,7 @@ def _guarantee(cfg, n_items: int) -> str:
                 "exactly, for any strata, allocation and controls fixed from past labels, so the statement holds "
                 "at any stopping time by Ville's inequality. A bad judge costs labels, never validity.")
     if cfg.policy.is_testing:
-        source = {"replay": f"the {n_items} items of the loss table",
-                  "live": f"the {n_items} items of the items file",
-                  "python": f"the {n_items} items of the label function"}[cfg.source_kind]
+        source = source_of(cfg).items_words(n_items)
         return (f"R is a candidate's risk: its mean {loss} over {source}, which the job labels in a random order "
                 "without replacement. Each candidate's e-process is a test supermartingale under R > alpha for "
                 "i.i.d. draws, so the statement holds at any stopping time by Ville's inequality; drawing without "

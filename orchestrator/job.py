@@ -21,7 +21,7 @@ from certsel.policies.procedures import get_procedure
 
 from .driver import run_job
 from .feasibility import feasibility_warning
-from .jobdata import load_job_data
+from .sources import load_job_data
 from .records import CandidateRecord
 from .report import write_report
 from .result import JobResult

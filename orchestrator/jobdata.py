@@ -15,7 +15,6 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from certsel.config import RunConfig
-from certsel.errors import as_input_errors
 from certsel.workers.replay import LossTable, load_features, load_loss_table
 from certsel.policies.procedures import get_procedure
 
@@ -30,8 +29,8 @@ class JobData:
     fingerprint: str  # sha256 (16 hex) of the data file(s)
     items: tuple = ()  # live: the Item objects
     live: tuple = ()  # live and python: the candidate configs (id, objective, ...), in job order
-    function: object = None  # python: the label function
-    n_python_items: int = 0  # python: the number of items
+    function: object = None  # python: the label function; a registered source: what its load() returns for spec()
+    n_source_items: int = 0  # python and registered sources: the number of items
 
     @property
     def names(self) -> list[str]:
@@ -43,7 +42,7 @@ class JobData:
     def n_items(self) -> int:
         if self.table is not None:
             return int(self.table.items.size)
-        return len(self.items) if self.items else self.n_python_items
+        return len(self.items) if self.items else self.n_source_items
 
     @property
     def item_ids(self) -> np.ndarray:
@@ -53,7 +52,7 @@ class JobData:
             return self.table.items.astype(str)
         if self.items:
             return np.array([it.id for it in self.items])
-        return np.arange(self.n_python_items).astype(str)
+        return np.arange(self.n_source_items).astype(str)
 
     @property
     def objective(self) -> np.ndarray | None:
@@ -172,7 +171,7 @@ def _check_count(cfg: RunConfig, K: int) -> None:
         raise ValueError(f"procedure {cfg.procedure!r} needs at least {proc.min_candidates} candidates")
 
 
-def _load_live(cfg: RunConfig) -> JobData:
+def load_live(cfg: RunConfig) -> JobData:
     items = load_items(cfg.live.items)
     _check_size(cfg, len(items), str(cfg.live.items))
     listed = _listed(cfg, cfg.live.candidates)
@@ -180,7 +179,7 @@ def _load_live(cfg: RunConfig) -> JobData:
     return JobData(table=None, features=None, fingerprint=fingerprint(cfg.live.items), items=items, live=listed)
 
 
-def _load_python(cfg: RunConfig) -> JobData:
+def load_python(cfg: RunConfig) -> JobData:
     from certsel.workers.sources import load_callable
 
     src = cfg.source
@@ -192,17 +191,10 @@ def _load_python(cfg: RunConfig) -> JobData:
     if src.features is not None:
         features = load_features(src.features, np.arange(src.items))
     return JobData(table=None, features=features, fingerprint=fingerprint(src.features) + ":" + src.python,
-                   live=listed, function=fn, n_python_items=src.items)
+                   live=listed, function=fn, n_source_items=src.items)
 
 
-def load_job_data(cfg: RunConfig) -> JobData:
-    """Read, validate and arrange the job's data: a one-line :class:`InputError` for anything
-    wrong with it, before any Ray or MLflow work."""
-    with as_input_errors():
-        return {"replay": _load_replay, "live": _load_live, "python": _load_python}[cfg.source_kind](cfg)
-
-
-def _load_replay(cfg: RunConfig) -> JobData:
+def load_replay(cfg: RunConfig) -> JobData:
     """The loss table (and features for Cer-Eval)."""
     path = pathlib.Path(cfg.data.path)
     _require_columns(path, cfg)

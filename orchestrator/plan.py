@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from certsel.config import RunConfig
 from certsel.policies.kinds import PolicySettings
 from certsel.policies.procedures import get_procedure
-from certsel.workers.contracts import CandidateSpec, LiveSpec, PythonSpec, ReplaySpec
+from certsel.workers.contracts import CandidateSpec
 from certsel.workers.replay import item_order
 
 from .jobdata import JobData
+from .sources import source_of
 
 
 @dataclass
@@ -72,21 +73,13 @@ class JobPlan:
                       for k, nm in enumerate(names)]
 
     def _source(self, k: int, with_judge: bool):
-        cfg = self.cfg
-        if cfg.live is not None:
-            live = cfg.live
-            judge = None if live.judge is None or not with_judge else live.judge.model_dump()
-            return LiveSpec(candidate=self.data.live[k].model_dump(), judge=judge, loss=live.loss,
-                            cache_dir=str(live.cache_dir), reference=live.reference_endpoint())
-        if cfg.source is not None:
-            src = cfg.source
-            return PythonSpec(function=self.data.function, candidate=self.data.names[k], n_items=self.data.n_items,
-                              judge=src.judge and with_judge, retries=src.retries)
-        return ReplaySpec()
+        return source_of(self.cfg).spec(self.cfg, self.data, k, with_judge)
 
     def extensions(self) -> list:
         """Objects from user code that the specs carry (they must reach the workers)."""
-        out = [self.cfg.policy.policy_kind] + ([self.cfg.policy.strategy] if self.testing else [])
+        out = [self.cfg.policy.policy_kind, *(spec.source for spec in self.specs[:1])]
+        if self.testing:
+            out.append(self.cfg.policy.strategy)
         if self.cfg.source is not None:
             out.append(self.data.function)
         return out

@@ -12,7 +12,7 @@ import pytest
 from certsel.config import parse_config
 from certsel.orchestrator.audit import _orders, _testing_chunk, audit, clopper_pearson
 from certsel.policies.autoeval import interval_excludes
-from certsel.orchestrator.jobdata import load_job_data
+from certsel.orchestrator.sources import load_job_data
 from certsel.policies import confidence_interval, scheme_rhos
 from helpers.policies import candidate
 from certsel.workers.replay import ReplaySource

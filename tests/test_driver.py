@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from certsel.config import parse_config
 from certsel.orchestrator.driver import LocalRuntime, RayRuntime, run_job
-from certsel.orchestrator.jobdata import load_job_data
+from certsel.orchestrator.sources import load_job_data
 from certsel.orchestrator.local import replicated_selection
 from certsel.policies import Seq, holm, log_evalue_paths
 from certsel.workers.replay import DATA_DIR, item_order

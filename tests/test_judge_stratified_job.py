@@ -11,7 +11,7 @@ import pytest
 from certsel.config import ConfigError, load_config
 from certsel.orchestrator.audit import audit
 from certsel.orchestrator.driver import LocalRuntime, RayRuntime, run_job
-from certsel.orchestrator.jobdata import load_job_data
+from certsel.orchestrator.sources import load_job_data
 
 pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
 

@@ -13,7 +13,7 @@ import pytest
 import ray
 from certsel.config import load_config
 from certsel.orchestrator.driver import RayRuntime, run_job
-from certsel.orchestrator.jobdata import load_job_data
+from certsel.orchestrator.sources import load_job_data
 from ray.cluster_utils import Cluster
 from helpers.servers import adder_server
 from test_live_job import write_job

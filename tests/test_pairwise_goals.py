@@ -7,7 +7,7 @@ import pathlib
 import numpy as np
 from certsel.config import load_config
 from certsel.orchestrator.driver import RayRuntime, run_job
-from certsel.orchestrator.jobdata import load_job_data
+from certsel.orchestrator.sources import load_job_data
 import pytest
 
 pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 from certsel.config import load_config
-from certsel.orchestrator.jobdata import load_job_data
+from certsel.orchestrator.sources import load_job_data
 from certsel.orchestrator.planning import cheapest_rows, expected_labels, pilot, plan
 from certsel.workers.replay import item_order
 

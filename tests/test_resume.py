@@ -17,7 +17,7 @@ import pytest
 import yaml
 from certsel.config import load_config
 from certsel.orchestrator.driver import RayRuntime, run_job
-from certsel.orchestrator.jobdata import load_job_data
+from certsel.orchestrator.sources import load_job_data
 from certsel.orchestrator.state import CHECKPOINT, JobState, StateProblem
 from certsel.workers.labellog import LabelLog, LoggedSource, log_path, unpack
 from certsel.workers.replay import ReplaySource

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from certsel.config import parse_config
 from certsel.orchestrator.driver import JobPlan, LocalRuntime, RayRuntime, run_job
-from certsel.orchestrator.jobdata import load_job_data
+from certsel.orchestrator.sources import load_job_data
 from certsel.orchestrator.state import CHECKPOINT, read_checkpoint
 from certsel.workers.actor import CandidateHost
 from certsel.workers.labellog import KEEP_SNAPSHOTS, LabelLog, log_path, pack, unpack

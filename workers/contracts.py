@@ -85,7 +85,16 @@ class PythonSpec:
     kind = "python"
 
 
-SourceSpec = ReplaySpec | LiveSpec | PythonSpec
+@runtime_checkable
+class BuildsSource(Protocol):
+    """The spec of a registered label-source kind (:mod:`certsel.orchestrator.sources`): a
+    frozen dataclass the workers receive, which builds the candidate's label source from the
+    job-wide arrays in ``shared`` and its loss-table ``rows`` (replay only)."""
+
+    def build(self, shared: dict, rows) -> LabelSource: ...
+
+
+SourceSpec = ReplaySpec | LiveSpec | PythonSpec | BuildsSource
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from tenacity import Retrying, stop_after_attempt, wait_exponential
 
 from certsel.errors import first_line
 
-from .contracts import LiveSpec, PythonSpec, ReplaySpec
+from .contracts import BuildsSource, LiveSpec, PythonSpec, ReplaySpec
 from .openai_source import SourceError
 from .replay import ReplaySource
 
@@ -139,4 +139,6 @@ def build_source(spec, shared: dict, rows=(None, None)):
         fn = spec.function if callable(spec.function) else load_callable(spec.function)
         return PythonSource(fn, spec.candidate, spec.n_items, judge=spec.judge, retries=spec.retries,
                             name=spec.function if isinstance(spec.function, str) else None)
+    if isinstance(spec, BuildsSource):  # a registered source kind's own spec
+        return spec.build(shared, rows)
     raise TypeError(f"unknown label source spec {spec!r}")
