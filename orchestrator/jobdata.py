@@ -146,17 +146,22 @@ def load_items(path) -> tuple:
     return tuple(items)
 
 
-def _listed(cfg: RunConfig, cands) -> tuple:
-    """The listed candidates in job order: ``order`` if given, else the source's order
-    restricted to ``candidates``."""
+def listed(cfg: RunConfig, cands, where: str) -> tuple:
+    """The listed candidates (objects with an ``id``) in job order: ``order`` if given, else
+    the source's order restricted to ``candidates``; an id the source does not have is an
+    error naming ``where``."""
     by_id = {c.id: c for c in cands}
+    for key in ("candidates", "order"):
+        unknown = [n for n in getattr(cfg, key) or () if n not in by_id]
+        if unknown:
+            raise ValueError(f"{key}: unknown candidate(s) not in {where}: {', '.join(unknown[:5])}")
     if cfg.order is not None:
         return tuple(by_id[n] for n in cfg.order)
     keep = set(cfg.candidates) if cfg.candidates is not None else set(by_id)
     return tuple(c for c in cands if c.id in keep)
 
 
-def _check_size(cfg: RunConfig, n_items: int, where: str) -> None:
+def check_size(cfg: RunConfig, n_items: int, where: str) -> None:
     """Testing policies label n human items and r*n judge-only items, all distinct."""
     need = cfg.budget.n * (1 + (cfg.budget.r if cfg.policy.uses_judge else 0))
     if cfg.policy.is_testing and need > n_items:
@@ -165,7 +170,7 @@ def _check_size(cfg: RunConfig, n_items: int, where: str) -> None:
                          f"(the largest budget.n that fits is {largest})")
 
 
-def _check_count(cfg: RunConfig, K: int) -> None:
+def check_count(cfg: RunConfig, K: int) -> None:
     proc = get_procedure(cfg.procedure)
     if K < proc.min_candidates:
         raise ValueError(f"procedure {cfg.procedure!r} needs at least {proc.min_candidates} candidates")
@@ -173,10 +178,10 @@ def _check_count(cfg: RunConfig, K: int) -> None:
 
 def load_live(cfg: RunConfig) -> JobData:
     items = load_items(cfg.live.items)
-    _check_size(cfg, len(items), str(cfg.live.items))
-    listed = _listed(cfg, cfg.live.candidates)
-    _check_count(cfg, len(listed))
-    return JobData(table=None, features=None, fingerprint=fingerprint(cfg.live.items), items=items, live=listed)
+    check_size(cfg, len(items), str(cfg.live.items))
+    cands = listed(cfg, cfg.live.candidates, "live.candidates")
+    check_count(cfg, len(cands))
+    return JobData(table=None, features=None, fingerprint=fingerprint(cfg.live.items), items=items, live=cands)
 
 
 def load_python(cfg: RunConfig) -> JobData:
@@ -184,14 +189,14 @@ def load_python(cfg: RunConfig) -> JobData:
 
     src = cfg.source
     fn = load_callable(src.python)
-    _check_size(cfg, src.items, f"source ({src.python})")
-    listed = _listed(cfg, src.candidates)
-    _check_count(cfg, len(listed))
+    check_size(cfg, src.items, f"source ({src.python})")
+    cands = listed(cfg, src.candidates, "source.candidates")
+    check_count(cfg, len(cands))
     features = None
     if src.features is not None:
         features = load_features(src.features, np.arange(src.items))
     return JobData(table=None, features=features, fingerprint=fingerprint(src.features) + ":" + src.python,
-                   live=listed, function=fn, n_source_items=src.items)
+                   live=cands, function=fn, n_source_items=src.items)
 
 
 def load_replay(cfg: RunConfig) -> JobData:
@@ -206,14 +211,14 @@ def load_replay(cfg: RunConfig) -> JobData:
         table = _subset(table, cfg.order, "order")
     elif cfg.candidates is not None:
         # keep the table's (order-column) sequence, restricted to the listed candidates
-        listed = set(cfg.candidates)
-        unknown = sorted(listed - {str(c) for c in table.candidates})
+        keep = set(cfg.candidates)
+        unknown = sorted(keep - {str(c) for c in table.candidates})
         if unknown:
             raise ValueError(f"candidates: unknown candidate(s) not in the data: {', '.join(unknown[:5])}")
-        table = _subset(table, [str(c) for c in table.candidates if str(c) in listed], "candidates")
+        table = _subset(table, [str(c) for c in table.candidates if str(c) in keep], "candidates")
     K, I = table.human.shape
-    _check_count(cfg, K)
-    _check_size(cfg, I, "the table")
+    check_count(cfg, K)
+    check_size(cfg, I, "the table")
     features = None
     if cfg.data.features is not None:
         features = load_features(cfg.data.features, table.items)

@@ -77,6 +77,7 @@ class JobPlan:
 
     def extensions(self) -> list:
         """Objects from user code that the specs carry (they must reach the workers)."""
+        # one source spec is enough: every candidate's spec is of the same class, from one module
         out = [self.cfg.policy.policy_kind, *(spec.source for spec in self.specs[:1])]
         if self.testing:
             out.append(self.cfg.policy.strategy)

@@ -21,7 +21,7 @@ model (a pydantic model) when the job's data is loaded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from pydantic import BaseModel, ValidationError
@@ -30,7 +30,7 @@ from certsel.config import RunConfig
 from certsel.errors import as_input_errors
 from certsel.workers.contracts import LiveSpec, PythonSpec, ReplaySpec
 
-from .jobdata import JobData, load_live, load_python, load_replay
+from .jobdata import JobData, check_count, check_size, load_live, load_python, load_replay
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,6 @@ class Provides:
     features: bool
     judge_key: str
     features_key: str
-
-    def as_dict(self) -> dict:
-        return {"judge": self.judge, "features": self.features, "judge_key": self.judge_key,
-                "features_key": self.features_key}
 
 
 class SourceKind:
@@ -178,6 +174,15 @@ def load_job_data(cfg: RunConfig) -> JobData:
     options, what the policy needs from it), before any Ray or MLflow work."""
     with as_input_errors():
         kind = source_of(cfg)
-        if cfg.labels is not None:  # the checks config makes for the built-in sections
-            cfg.check_policy_inputs(kind.provides(cfg).as_dict())
-        return kind.load(cfg)
+        if cfg.labels is None:
+            return kind.load(cfg)
+        cfg.check_policy_inputs(asdict(kind.provides(cfg)))  # the checks config makes for the built-in sections
+        data = kind.load(cfg)
+        # what the built-in loaders check, for whatever a registered source returned
+        check_size(cfg, data.n_items, f"the {kind.name} source")
+        check_count(cfg, len(data.names))
+        if cfg.objective is not None and data.objective is None:
+            missing = [c.id for c in data.live if c.objective is None]
+            raise ValueError(f"objective: the {kind.name} source gives no objective for candidate(s) "
+                             f"{', '.join(missing[:5])}")
+        return data

@@ -34,7 +34,7 @@ import numpy as np
 
 from .autoeval import SCHEMES
 from .betting import BettingStrategy
-from .cer_eval import CerEval, EstimationPolicy, Seq
+from .cer_eval import CerEval, Seq
 from .partition import NearestNeighborPartition, ScorePartition
 from .sequential import SequentialTest
 from .stratified_test import StratifiedTest
@@ -103,7 +103,6 @@ class PolicyKind:
     labels: ClassVar[Labels]
     # policy.* options beyond kind, betting and radius that apply to this kind
     takes: ClassVar[frozenset[str]] = frozenset()
-    summary: ClassVar[str] = ""  # one line for reports and --help
     # why the policy's statement holds, in words (the certificate prints it); the built-in kinds'
     # wording lives with the certificate, which fills in the job's numbers
     guarantee: ClassVar[str | None] = None
@@ -125,10 +124,6 @@ class PolicyKind:
         built from the same settings."""
         return type(policy).from_state_dict(state)
 
-    @property
-    def testing(self) -> bool:
-        return self.family is Family.TESTING
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
@@ -141,8 +136,8 @@ class BettingTestKind(PolicyKind):
     labels = Labels.ORDER
     takes = frozenset({"observation"})
 
-    def __init__(self, name: str, rhos, summary: str):
-        self.name, self.rhos, self.summary = name, np.asarray(rhos, dtype=np.float64), summary
+    def __init__(self, name: str, rhos):
+        self.name, self.rhos = name, np.asarray(rhos, dtype=np.float64)
 
     def judge_use(self, partition: str = "embeddings") -> JudgeUse:
         return JudgeUse.PAIRED if bool(np.any(self.rhos != 0)) else JudgeUse.NONE
@@ -160,8 +155,6 @@ class JudgeStratifiedKind(PolicyKind):
     name = "judge-stratified"
     family = Family.TESTING
     labels = Labels.CHOSEN
-    summary = "testing by betting on human labels drawn by judge strata (the judge on every item first)"
-
     def judge_use(self, partition: str = "embeddings") -> JudgeUse:
         return JudgeUse.FIRST
 
@@ -182,8 +175,6 @@ class SeqKind(PolicyKind):
     name = "seq"
     family = Family.ESTIMATION
     labels = Labels.CHOSEN
-    summary = "certified estimation, one group (uniform sampling)"
-
     def build(self, settings: PolicySettings, inputs: PolicyInputs) -> Seq:
         return Seq(inputs.n_items, delta=settings.delta, threshold=settings.alpha, radius=settings.radius,
                    seed=settings.seed, strict=settings.strict)
@@ -196,8 +187,6 @@ class CerEvalKind(PolicyKind):
     family = Family.ESTIMATION
     labels = Labels.CHOSEN
     takes = frozenset({"partition"})
-    summary = "certified estimation with adaptive partitions"
-
     def judge_use(self, partition: str = "embeddings") -> JudgeUse:
         return JudgeUse.FIRST if partition == "judge" else JudgeUse.NONE
 
@@ -249,10 +238,8 @@ def register_policy_kind(kind: PolicyKind | type[PolicyKind]) -> PolicyKind:
     return kind
 
 
-for _name, _summary in (("r-eval", "testing by betting on human labels only"),
-                        ("r-autoeval", "testing by betting on prediction-powered labels (rho = 1)"),
-                        ("r-autoeval+", "testing by betting on prediction-powered labels, a mixture over rho")):
-    register_policy_kind(BettingTestKind(_name, SCHEMES[_name], _summary))
+for _name in ("r-eval", "r-autoeval", "r-autoeval+"):
+    register_policy_kind(BettingTestKind(_name, SCHEMES[_name]))
 for _k in (JudgeStratifiedKind, SeqKind, CerEvalKind):
     register_policy_kind(_k)
 
@@ -272,5 +259,5 @@ def kinds_of(family: Family) -> list[str]:
     return [n for n, k in POLICY_KINDS.items() if k.family is family]
 
 
-__all__ = ["POLICY_KINDS", "EstimationPolicy", "Family", "JudgeUse", "Labels", "PolicyInputs", "PolicyKind",
+__all__ = ["POLICY_KINDS", "Family", "JudgeUse", "Labels", "PolicyInputs", "PolicyKind",
            "PolicySettings", "get_policy_kind", "kinds_of", "register_policy_kind"]

@@ -76,7 +76,6 @@ class HoeffdingKind(PolicyKind):
     name = "hoeffding-test"
     family = Family.ESTIMATION
     labels = Labels.CHOSEN
-    summary = "certified estimation with a stitched Hoeffding bound"
     guarantee = ("Uniform draws without replacement and a Hoeffding bound stitched over every label count with "
                  "delta_t = delta / (t (t + 1)): valid at any stopping time by a union bound.")
 

@@ -11,7 +11,7 @@ import pytest
 from certsel.config import LiveCandidateRef, parse_config
 from certsel.errors import InputError
 from certsel.orchestrator.job import execute
-from certsel.orchestrator.jobdata import JobData, fingerprint
+from certsel.orchestrator.jobdata import JobData, fingerprint, listed
 from certsel.orchestrator.sources import (
     SOURCE_KINDS,
     Provides,
@@ -102,8 +102,7 @@ class AnnotationsKind(SourceKind):
         for r in map(json.loads, open(opts.path)):
             models.setdefault(r["model"], None)
             items.add(r["item"])
-        names = cfg.order or [m for m in models if cfg.candidates is None or m in cfg.candidates]
-        cands = tuple(LiveCandidateRef(id=m, objective=opts.objectives.get(m)) for m in names)
+        cands = listed(cfg, [LiveCandidateRef(id=m, objective=opts.objectives.get(m)) for m in models], "the export")
         return JobData(table=None, features=None, fingerprint=fingerprint(opts.path), live=cands,
                        n_source_items=len(items))
 
@@ -147,6 +146,15 @@ def test_registry_errors_are_one_line(tmp_path, annotations):
         load_job_data(_job(tmp_path, {"labels": {"kind": "annotations-test"}}))
     with pytest.raises(InputError, match=r"policy 'r-autoeval\+' needs labels.judge: true \(the judge\)"):
         load_job_data(_job(tmp_path, {"labels": {"kind": "annotations-test", "path": str(path)}}))
+    good = {"labels": {"kind": "annotations-test", "path": str(path), "judge": True}}
+    with pytest.raises(InputError, match="candidates: unknown candidate.s. not in the export: mx_x"):
+        load_job_data(_job(tmp_path, good, candidates=[*FOUR, "mx_x"]))
+    with pytest.raises(InputError, match=r"budget: n\*\(1\+r\) = 40000 items needed per candidate but the "
+                                         r"annotations-test source has 9960"):
+        load_job_data(_job(tmp_path, good, budget={"n": 10000, "r": 3}))
+    with pytest.raises(InputError, match="objective: the annotations-test source gives no objective for candidate.s. "
+                                         "mx_m10_r8_k16"):
+        load_job_data(_job(tmp_path, good))
     with pytest.raises(ValueError, match="set options"):
         register_source_kind(type("NoOptions", (SourceKind,), {"name": "x"}))
     assert get_source_kind("replay").name == "replay" and "x" not in SOURCE_KINDS
