@@ -33,7 +33,7 @@ import numpy as np
 from certsel.config import load_config
 from certsel.orchestrator.audit import audit
 from certsel.orchestrator.certificate import certificate
-from certsel.orchestrator.driver import run_job
+from certsel.orchestrator.engine import run_job
 from certsel.orchestrator.sources import load_job_data
 from certsel.orchestrator.local import replicated_selection
 from certsel.orchestrator.runtime import LocalRuntime
@@ -88,8 +88,9 @@ def job_case(file: str, sets: list[str]) -> dict:
     cfg = load_config(EXAMPLES / file, sets)
     res = run_job(cfg, load_job_data(cfg), LocalRuntime(1))
     labels = {name: {c: np.asarray(v).tolist() for c, v in tab.items()} for name, tab in (res.labels or {}).items()}
+    ranking = None if res.ranking is None else res.ranking.as_dict()
     return plain({"selected": res.selected, "certified": res.certified, "level": res.level, "spent": res.spent,
-                  "rounds": res.rounds, "ranking": res.ranking, "records": res.records, "labels": labels,
+                  "rounds": res.rounds, "ranking": ranking, "records": res.records, "labels": labels,
                   "certificate": portable(certificate(res))})
 
 

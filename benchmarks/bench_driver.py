@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import ray
 
 from certsel.config import parse_config
-from certsel.orchestrator.driver import LocalRuntime, RayRuntime, run_job
+from certsel.orchestrator.engine import LocalRuntime, RayRuntime, run_job
 from certsel.orchestrator.sources import load_job_data
 from certsel.orchestrator.local import replicated_selection
 from certsel.workers.replay import DEFAULT_TABLE, load_loss_table

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from certsel.config import parse_config
-from certsel.orchestrator.driver import JobPlan
+from certsel.orchestrator.engine import JobPlan
 from certsel.orchestrator.sources import load_job_data
 from certsel.workers.actor import CandidateHost
 from certsel.workers.labellog import pack
@@ -50,7 +50,7 @@ def host_for(raw: dict, job_dir, every: int) -> tuple[CandidateHost, list[str]]:
     data = load_job_data(cfg)
     plan = JobPlan(cfg, data, str(job_dir))
     host = CandidateHost()
-    host.load(plan.specs, plan.shared, plan.rows)
+    host.load(plan.specs, plan.arrays, plan.rows)
     return host, list(data.names)
 
 

@@ -28,7 +28,8 @@ import pyarrow.parquet as pq
 import ray
 
 from certsel.config import parse_config
-from certsel.orchestrator.driver import RayRuntime, run_job
+from certsel.orchestrator.engine import RayRuntime, run_job
+from certsel.workers.contracts import Pid
 from certsel.orchestrator.sources import load_job_data
 from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
 
@@ -93,7 +94,7 @@ def bench(k: int, items: int, rt: RayRuntime, tmp: str) -> dict:
         t = time.perf_counter()
         res = run_job(cfg, data, rt, collect_labels=False)
         wall = time.perf_counter() - t
-    actors = sum(rss(rt.call(h, "pid")) for h in range(len(rt.hosts)))
+    actors = sum(rss(rt.call(h, Pid())) for h in range(len(rt.hosts)))
     ev = res.spent["human"] + res.spent["judge"]
     assert ev == k * N * (2 + R)
     return {"k": k, "wall": wall, "events": ev, "rate": ev / wall, "driver": mem.peak - mem.base,

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from certsel.config import load_config
-from certsel.orchestrator.driver import run_job
+from certsel.orchestrator.engine import run_job
 from certsel.orchestrator.sources import load_job_data
 from certsel.orchestrator.runtime import LocalRuntime
 from certsel.workers.replay import DATA_DIR

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 from certsel.config import load_config, parse_config  # noqa: E402
-from certsel.orchestrator.driver import LocalRuntime, run_job  # noqa: E402
+from certsel.orchestrator.engine import LocalRuntime, run_job  # noqa: E402
 from certsel.orchestrator.sources import load_job_data  # noqa: E402
 
 GOALS = ("all", "ranking", "best")
@@ -55,9 +55,9 @@ def run(cfg, seeds):
         res = run_job(c, data, LocalRuntime(4), collect_labels=False)
         rk = res.ranking
         out["evals"].append(res.spent["human"])
-        out["orders"].append(rk["pairs_certified"])
+        out["orders"].append(rk.pairs_certified)
         pos = {m: k for k, m in enumerate(names)}
-        out["wrong"] += sum(truth[pos[a]] >= truth[pos[b]] for a, bs in rk["better"].items() for b in bs)
+        out["wrong"] += sum(truth[pos[a]] >= truth[pos[b]] for a, bs in rk.better.items() for b in bs)
         out["best"] += res.selected == best
     return out, len(names) * data.n_items, len(names) * (len(names) - 1) // 2
 

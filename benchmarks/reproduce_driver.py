@@ -25,7 +25,7 @@ import numpy as np
 import ray
 
 from certsel.config import parse_config
-from certsel.orchestrator.driver import RayRuntime, run_job
+from certsel.orchestrator.engine import RayRuntime, run_job
 from certsel.orchestrator.sources import load_job_data
 from certsel.orchestrator.local import replicated_selection
 from certsel.workers.replay import DEFAULT_TABLE

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from certsel.config import parse_config
-from certsel.orchestrator.driver import RayRuntime, run_job
+from certsel.orchestrator.engine import RayRuntime, run_job
 from certsel.orchestrator.jobdata import JobData
 from certsel.workers.replay import DEFAULT_TABLE, LossTable, load_loss_table
 
@@ -157,8 +157,8 @@ def main(argv=None) -> int:
     for why in sorted({r.reason for r in res.records if r.reason.startswith("worker lost")}):
         print(f"ended: {why}")
     print(f"(reference without kills: {t_ref:.0f} s, {len(ref.certified)} certified; {len(samples)} memory samples, "
-          f"host pid files seen: {len(host_pids_seen)}; hosts rebuilt: {rec['hosts']}, candidate steps restored "
-          f"from snapshots: {rec['steps_from_snapshots']}, replayed from the log: {rec['steps_replayed']})")
+          f"host pid files seen: {len(host_pids_seen)}; hosts rebuilt: {rec.hosts}, candidate steps restored "
+          f"from snapshots: {rec.steps_from_snapshots}, replayed from the log: {rec.steps_replayed})")
     ray.shutdown()
     return 0 if valid and dup == 0 else 1
 

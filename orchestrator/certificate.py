@@ -20,6 +20,7 @@ than the computed one. ``guarantee`` says in words what R is and why the stateme
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import decimal
 import math
@@ -31,7 +32,7 @@ from certsel.policies import select
 from certsel.policies.kinds import BettingTestKind, CerEvalKind, JudgeStratifiedKind, SeqKind
 from certsel.policies.procedures import get_procedure
 
-from .result import JobResult
+from .records import JobResult
 from .sources import source_of
 
 
@@ -134,9 +135,9 @@ def certificate(result: JobResult) -> dict:
     pairwise = proc.ranking
     if sel is None and pairwise:
         rk = result.ranking
-        statement = (f"no model is certified better than all {K - 1} others; the {rk['pairs_certified']} certified "
-                     f"of {rk['pairs']} pair orders hold simultaneously with probability >= {1 - cfg.delta:g} "
-                     f"(possible winners: {', '.join(rk['possible_winners'])})")
+        statement = (f"no model is certified better than all {K - 1} others; the {rk.pairs_certified} certified "
+                     f"of {rk.pairs} pair orders hold simultaneously with probability >= {1 - cfg.delta:g} "
+                     f"(possible winners: {', '.join(rk.possible_winners)})")
     elif sel is None:
         statement = "no candidate certified"
     elif pairwise:
@@ -214,13 +215,13 @@ def certificate(result: JobResult) -> dict:
                  **({"judge": cfg.judge_name} if _uses_judge(cfg) else {})},
         "seed": cfg.seed,
         "job_id": result.job_id,
-        "resume": result.resume,
-        "recovered": result.recovered,
+        "resume": None if result.resume is None else dataclasses.asdict(result.resume),
+        "recovered": None if result.recovered is None else dataclasses.asdict(result.recovered),
         "seconds": _round(result.seconds, 3),
         "candidates": _sorted_rows(cfg, rows),
     }
     if result.ranking is not None:
-        out["ranking"] = result.ranking
+        out["ranking"] = result.ranking.as_dict()
     return out
 
 

@@ -19,12 +19,12 @@ from certsel.config import RunConfig
 from certsel.errors import InputError, first_line, job_error
 from certsel.policies.procedures import get_procedure
 
-from .driver import run_job
+from .engine import run_job
 from .feasibility import feasibility_warning
 from .sources import load_job_data
 from .records import CandidateRecord
 from .report import write_report
-from .result import JobResult
+from .records import JobResult
 from .runtime import RayRuntime
 from .state import JobState, config_fingerprint
 from .tracking import JobTracker, precheck

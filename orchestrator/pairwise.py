@@ -10,8 +10,6 @@ item whatever the number of pairs it is in.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from certsel.policies.comparison import (
@@ -23,23 +21,22 @@ from certsel.policies.comparison import (
     sign_policy_delta,
 )
 from certsel.policies.kinds import PolicyInputs, PolicySettings
+from certsel.workers.contracts import ModelLosses
 
-from .records import Status
-from .result import JobResult, dump_records, load_records, totals
-from .state import read_checkpoint, write_checkpoint
+from .records import CandidateRecord, JobResult, Ranking, Resume, Status, totals
 
 
-def _mark_failed(records, dead: set, answers: dict, names: list) -> dict:
-    """Losses per model from a host answer; a model whose source failed for good is dead
-    (its pairs end undecided, the others go on)."""
+def _mark_failed(records, dead: set, answers: dict[str, ModelLosses], names: list) -> dict:
+    """Losses per model from the hosts' replies; a model whose source failed for good is
+    dead (its pairs end undecided, the others go on)."""
     out = {}
-    for nm, losses in answers.items():
+    for nm, reply in answers.items():
         m = names.index(nm)
-        if isinstance(losses, dict):
+        if reply.error is not None:
             dead.add(m)
-            records[m].end(Status.SOURCE_FAILED, f"source failed: {losses['error']}")
+            records[m].end(Status.SOURCE_FAILED, f"source failed: {reply.error}")
         else:
-            out[m] = np.asarray(losses, dtype=np.float64)
+            out[m] = np.asarray(reply.losses, dtype=np.float64)
     return out
 
 
@@ -64,50 +61,61 @@ def _model_row(r, wins: int, losses: int, open_pairs: int) -> dict:
             "certified_wins": wins, "certified_losses": losses, "open_pairs": open_pairs, "step": r.t}
 
 
-def run_pairwise(plan, pool, records, *, progress=None, tracker=None, job_dir=None, t0=None) -> JobResult:
-    """The rounds of a pairwise ranking job (see the module docstring)."""
-    cfg, data = plan.cfg, plan.data
-    t0 = time.perf_counter() if t0 is None else t0
-    names = data.names
-    K, I = len(names), data.n_items
-    ii, jj = np.triu_indices(K, 1)
-    P = ii.size
-    cap = min(cfg.budget.n, I)
-    # each direction of a pair's sign at delta/(2P): a false order, an exact tie included, has
-    # probability <= delta/P, and <= delta over all P pairs
-    pair_delta = sign_policy_delta(plan.procedure.pair_delta(cfg.delta, K), cfg.policy.radius)
-    dead: set = set()
-    scores = _pair_scores(plan, pool, records, dead, ii, jj)
-    kind = cfg.policy.policy_kind
-    settings = PolicySettings(alpha=0.5, delta=pair_delta, budget=I, seed=cfg.seed, radius=cfg.policy.radius,
-                              partition=cfg.policy.partition, strict=True)
-    pairs = [kind.build(settings, PolicyInputs(I, features=data.features,
-                                               judge_scores=scores[p] if scores[p] is not None else np.full(I, 0.5)))
-             for p in range(P)]
-    known = [dict() for _ in range(K)]  # item -> loss, per model
-    rounds, resume = 0, None
-    every = cfg.state.snapshot_every
-    ckpt = None if job_dir is None else read_checkpoint(job_dir, "pairwise", names)
-    if ckpt is not None:  # the pair policies and the losses they saw, as they were
-        pairs = [kind.restore(p, s) for p, s in zip(pairs, ckpt["pairs"], strict=True)]
-        known = [dict(zip(k["item"].tolist(), k["loss"].tolist(), strict=True)) for k in ckpt["known"]]
-        load_records(records, ckpt["records"])
-        rounds = int(ckpt["round"])
-        resume = {"from_round": rounds, "steps_from_snapshots": rounds, "steps_replayed": 0}  # the pairs live here
-        dead = {m for m, r in enumerate(records) if r.status is Status.SOURCE_FAILED}
-    while True:
-        needed = _needed(plan, pairs, ii, jj, dead)
-        open_pairs = [p for p in range(P) if needed[p] and not pairs[p].done and pairs[p].n_labeled < cap
+class PairwiseRounds:
+    """The rounds of a pairwise ranking job (see the module docstring), driven by
+    :func:`~certsel.orchestrator.engine.run_rounds`."""
+
+    kind = "pairwise"
+
+    def __init__(self, plan, pool, records: list[CandidateRecord]):
+        self.plan, self.pool, self.records = plan, pool, records
+        cfg, data = plan.cfg, plan.data
+        self.names = data.names
+        K, I = len(self.names), data.n_items
+        self.ii, self.jj = np.triu_indices(K, 1)
+        P = self.ii.size
+        self.cap = min(cfg.budget.n, I)
+        # each direction of a pair's sign at delta/(2P): a false order, an exact tie included, has
+        # probability <= delta/P, and <= delta over all P pairs
+        self.pair_delta = sign_policy_delta(plan.procedure.pair_delta(cfg.delta, K), cfg.policy.radius)
+        self.dead: set = set()
+        scores = _pair_scores(plan, pool, records, self.dead, self.ii, self.jj)
+        self.kind_of_policy = cfg.policy.policy_kind
+        settings = PolicySettings(alpha=0.5, delta=self.pair_delta, budget=I, seed=cfg.seed,
+                                  radius=cfg.policy.radius, partition=cfg.policy.partition, strict=True)
+        self.pairs = [self.kind_of_policy.build(settings, PolicyInputs(
+            I, features=data.features, judge_scores=scores[p] if scores[p] is not None else np.full(I, 0.5)))
+            for p in range(P)]
+        self.known = [dict() for _ in range(K)]  # item -> loss, per model
+
+    def restore(self, saved: dict) -> Resume:
+        """The pair policies and the losses they saw, as they were (the pairs live here)."""
+        self.pairs = [self.kind_of_policy.restore(p, s) for p, s in zip(self.pairs, saved["pairs"], strict=True)]
+        self.known = [dict(zip(k["item"].tolist(), k["loss"].tolist(), strict=True)) for k in saved["known"]]
+        self.dead = {m for m, r in enumerate(self.records) if r.status is Status.SOURCE_FAILED}
+        rounds = int(saved["round"])
+        return Resume(rounds, steps_from_snapshots=rounds, steps_replayed=0)
+
+    def state(self) -> dict:
+        return {"pairs": [p.state_dict() for p in self.pairs],
+                "known": [{"item": np.fromiter(k.keys(), dtype=np.int64, count=len(k)),
+                           "loss": np.fromiter(k.values(), dtype=np.float64, count=len(k))} for k in self.known]}
+
+    def advance(self) -> list[CandidateRecord] | None:
+        cfg, names, pairs, known, dead = self.plan.cfg, self.names, self.pairs, self.known, self.dead
+        ii, jj, cap = self.ii, self.jj, self.cap
+        needed = _needed(self.plan, pairs, ii, jj, dead)
+        open_pairs = [p for p in range(ii.size) if needed[p] and not pairs[p].done and pairs[p].n_labeled < cap
                       and ii[p] not in dead and jj[p] not in dead]
         if not open_pairs:
-            break
+            return None
         asks = {p: pairs[p].next_items(min(cfg.budget.batch, cap - pairs[p].n_labeled)) for p in open_pairs}
-        need = [set() for _ in range(K)]
+        need = [set() for _ in names]
         for p, items in asks.items():
             for m in (ii[p], jj[p]):
                 need[m].update(int(i) for i in items if int(i) not in known[m])
-        requests = {names[m]: np.array(sorted(need[m]), dtype=np.int64) for m in range(K) if need[m]}
-        got = _mark_failed(records, dead, pool.losses_of(requests), names)
+        requests = {names[m]: np.array(sorted(need[m]), dtype=np.int64) for m in range(len(names)) if need[m]}
+        got = _mark_failed(self.records, dead, self.pool.losses_of(requests), names)
         for m, losses in got.items():
             known[m].update(zip(requests[names[m]].tolist(), losses.tolist(), strict=True))
         for p, items in asks.items():
@@ -116,19 +124,12 @@ def run_pairwise(plan, pool, records, *, progress=None, tracker=None, job_dir=No
             a = np.array([known[ii[p]][int(i)] for i in items])
             b = np.array([known[jj[p]][int(i)] for i in items])
             pairs[p].update(items, (a - b + 1.0) / 2.0)
-        rounds += 1
-        _fold(plan, records, known, pairs, ii, jj, cap, dead)
-        if tracker is not None:
-            tracker.on_round(records)
-        if job_dir is not None and rounds % every == 0:
-            write_checkpoint(job_dir, {
-                "kind": "pairwise", "names": list(names), "round": rounds, "records": dump_records(records),
-                "pairs": [p.state_dict() for p in pairs],
-                "known": [{"item": np.fromiter(k.keys(), dtype=np.int64, count=len(k)),
-                           "loss": np.fromiter(k.values(), dtype=np.float64, count=len(k))} for k in known]})
-        if progress is not None:
-            progress(records, rounds)
-    return _result(plan, records, known, pairs, ii, jj, dead, rounds, resume, t0, pair_delta)
+        _fold(self.plan, self.records, known, pairs, ii, jj, cap, dead)
+        return self.records
+
+    def result(self, rounds: int) -> JobResult:
+        return _result(self.plan, self.records, self.known, self.pairs, self.ii, self.jj, self.dead, rounds,
+                       self.pair_delta)
 
 
 def _direct(K, pairs, ii, jj) -> np.ndarray:
@@ -165,7 +166,7 @@ def _fold(plan, records, known, pairs, ii, jj, cap, dead) -> None:
             r.rounds.append(row)  # a row when its labels or its pairs' state changed
 
 
-def _result(plan, records, known, pairs, ii, jj, dead, rounds, resume, t0, pair_delta) -> JobResult:
+def _result(plan, records, known, pairs, ii, jj, dead, rounds, pair_delta) -> JobResult:
     cfg, names = plan.cfg, plan.data.names
     K, P = len(names), ii.size
     direct = _direct(K, pairs, ii, jj)
@@ -186,26 +187,25 @@ def _result(plan, records, known, pairs, ii, jj, dead, rounds, resume, t0, pair_
             r.end(Status.CERTIFIED if won else Status.STOPPED,
                   f"{int(better[m].sum())} certified wins, {int(better[:, m].sum())} certified losses")
     top = [names[m] for m in range(K) if better[m].sum() == K - 1 and m not in dead]
-    ranking = {
+    ranking = Ranking(
         # what is certified: a partial order, the pairs whose sign was certified and the orders
         # they imply (valid together on the same simultaneous event)
-        "better": {names[a]: [names[b] for b in np.flatnonzero(better[a])] for a in range(K)},
-        "better_direct": {names[a]: [names[b] for b in np.flatnonzero(direct[a])] for a in range(K)},
-        "possible_winners": [names[m] for m in np.flatnonzero(possible_winners(better))
-                             if m not in dead],
-        "goal": cfg.pairwise.goal,
+        better={names[a]: [names[b] for b in np.flatnonzero(better[a])] for a in range(K)},
+        better_direct={names[a]: [names[b] for b in np.flatnonzero(direct[a])] for a in range(K)},
+        possible_winners=[names[m] for m in np.flatnonzero(possible_winners(better)) if m not in dead],
+        goal=cfg.pairwise.goal,
         # a way to list the models, not a certified rank: certified wins minus certified losses
-        "order": [names[m] for m in order],
-        "score": {names[m]: int(score[m]) for m in range(K)},
-        "score_meaning": "Copeland score (certified wins minus certified losses); orders the list, is not certified",
-        "pairs_certified": int(better.sum()),
-        "pairs_certified_directly": int(direct.sum()),
-        "pairs": P,
-        "pair_delta": plan.procedure.pair_delta(cfg.delta, K),
-        "pair_delta_per_direction": pair_delta,
-        "items_per_pair": {f"{names[ii[p]]} vs {names[jj[p]]}": int(n_used[ii[p], jj[p]]) for p in range(P)},
-        "difference_intervals": intervals,
-    }
+        order=[names[m] for m in order],
+        score={names[m]: int(score[m]) for m in range(K)},
+        score_meaning="Copeland score (certified wins minus certified losses); orders the list, is not certified",
+        pairs_certified=int(better.sum()),
+        pairs_certified_directly=int(direct.sum()),
+        pairs=P,
+        pair_delta=plan.procedure.pair_delta(cfg.delta, K),
+        pair_delta_per_direction=pair_delta,
+        items_per_pair={f"{names[ii[p]]} vs {names[jj[p]]}": int(n_used[ii[p], jj[p]]) for p in range(P)},
+        difference_intervals=intervals,
+    )
     level = plan.procedure.level(cfg.delta, K) + f" ({pair_delta:.4g} per direction)"
     return JobResult(cfg, plan.data, records, top, top[0] if top else None, level, totals(records), plan.full_budget(),
-                     rounds, time.perf_counter() - t0, ranking=ranking, resume=resume)
+                     rounds, ranking=ranking)

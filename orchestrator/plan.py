@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from certsel.config import RunConfig
 from certsel.policies.kinds import PolicySettings
 from certsel.policies.procedures import get_procedure
-from certsel.workers.contracts import CandidateSpec
+from certsel.workers.contracts import CandidateSpec, JobArrays
 from certsel.workers.replay import item_order
 
 from .jobdata import JobData
@@ -22,14 +22,14 @@ from .sources import source_of
 @dataclass
 class JobPlan:
     """Specs and shared arrays of a job (see the module docstring). ``rows[name]`` holds a
-    replay candidate's (human, judge) losses; ``shared`` the item order (testing), the
-    features (Cer-Eval) or the items (live)."""
+    replay candidate's (human, judge) losses; ``arrays`` the item order (testing), the
+    features (estimation) and the items (live)."""
 
     cfg: RunConfig
     data: JobData
     job_dir: str | None = None
     specs: list = field(init=False)
-    shared: dict = field(init=False)
+    arrays: JobArrays = field(init=False)
     rows: dict = field(init=False)
 
     def __post_init__(self):
@@ -48,26 +48,26 @@ class JobPlan:
             self.rows = {nm: (table.human[k], table.judge[k] if with_judge else None) for k, nm in enumerate(names)}
         else:  # live or python: each actor builds its candidates' sources from their specs
             self.rows = {}
-        self.shared = {}
+        order = features = None
         deltas = self.procedure.candidate_deltas(cfg.delta, K)
         pol = cfg.policy
         if self.procedure.ranking:  # label servers: the pairwise comparisons live in the driver
             kind, settings = None, [None] * K
         elif self.testing:
             order = item_order(I, cfg.seed)
-            self.shared = {"human_items": order[:n], "judge_items": order[n : n + r * n]}
             kind = pol.policy_kind
             settings = [PolicySettings(alpha=cfg.alpha, delta=cfg.delta, budget=n, seed=(cfg.seed, k),
                                        betting=pol.strategy, r=r, observation=pol.observation, ci_delta=float(deltas[k]),
                                        intervals=cfg.tracking.intervals, futility=cfg.scheduling.futility)
                         for k in range(K)]
         else:
-            self.shared = {"features": self.data.features}
+            features = self.data.features
             kind = pol.policy_kind
             settings = [PolicySettings(alpha=cfg.alpha, delta=float(deltas[k]), budget=n, seed=(cfg.seed, k),
                                        radius=pol.radius, partition=pol.partition) for k in range(K)]
-        if cfg.live is not None:
-            self.shared["items"] = self.data.items
+        self.arrays = JobArrays(human_items=None if order is None else order[:n],
+                                judge_items=None if order is None else order[n : n + r * n], features=features,
+                                items=self.data.items if cfg.live is not None else ())
         every = cfg.state.snapshot_every if self.job_dir is not None else None
         self.specs = [CandidateSpec(nm, kind, settings[k], self._source(k, with_judge), self.job_dir, every)
                       for k, nm in enumerate(names)]

@@ -1,16 +1,21 @@
-"""The driver's view of a candidate: its status and the evidence folded in from its snapshots.
+"""What the driver knows: each candidate's record (status and the evidence folded in from
+its snapshots) and the job's result, which the certificate, the report and the tracker read.
 
 Pure bookkeeping; no Ray, no I/O.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
 
+from certsel.config import RunConfig
 from certsel.workers.contracts import Snapshot
+
+from .jobdata import JobData
 
 
 class Status(StrEnum):
@@ -132,3 +137,103 @@ class CandidateRecord:
             row.update({f"rho_weight_{s}": w for s, w in enumerate(self.rho_weights)})
         row["step"] = self.t
         return row
+
+
+@dataclass
+class Resume:
+    """How a run that started from a driver checkpoint got its candidates back."""
+
+    from_round: int
+    steps_from_snapshots: int = 0  # candidate steps restored from policy snapshots
+    steps_replayed: int = 0  # candidate steps replayed from the durable label log (no request)
+
+
+@dataclass
+class Recovered:
+    """Hosts lost and rebuilt during a run, and how their candidates' steps came back."""
+
+    hosts: int = 0
+    steps_from_snapshots: int = 0
+    steps_replayed: int = 0
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """What a pairwise ranking certified. ``better[a]`` lists the models ``a`` is certified
+    better than, directly or through certified pairs (``better_direct``: by its own pair);
+    these orders hold together on one simultaneous event at the job's delta. ``order`` and
+    ``score`` (Copeland: certified wins minus certified losses) only list the models; they
+    are not certified."""
+
+    better: dict[str, list[str]]
+    better_direct: dict[str, list[str]]
+    possible_winners: list[str]
+    goal: str
+    order: list[str]
+    score: dict[str, int]
+    score_meaning: str
+    pairs_certified: int
+    pairs_certified_directly: int
+    pairs: int
+    pair_delta: float  # each pair's level (Bonferroni over the pairs)
+    pair_delta_per_direction: float  # each direction of a pair's sign
+    items_per_pair: dict[str, int]  # "A vs B": items the pair's policy used
+    difference_intervals: dict[str, list[float]]  # "A - B": the interval on R(A) - R(B) of its decisions
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class JobResult:
+    """Everything the certificate, the report and the tracker need."""
+
+    cfg: RunConfig
+    data: JobData
+    records: list[CandidateRecord]
+    certified: list[str]  # names in the procedure's certified set
+    selected: str | None
+    level: str  # the procedure and its per-candidate level, in words
+    spent: dict[str, int]  # human, judge, requests: what the job bought
+    full: dict[str, int]  # the same if every candidate had run to its whole budget
+    rounds: int
+    seconds: float = 0.0
+    ranking: Ranking | None = None
+    labels: dict | None = None  # per candidate: item, role, loss of every label bought, in order
+    job_id: str | None = None  # the durable job (certsel run --resume JOB_ID)
+    resume: Resume | None = None  # a run that started from a driver checkpoint
+    recovered: Recovered | None = None  # hosts lost and rebuilt during the run
+    # where the job is tracked: {"uri", "experiment_id", "run_id"} (None without tracking)
+    tracking: dict[str, str] | None = None
+
+    @property
+    def selected_record(self) -> CandidateRecord | None:
+        return next((r for r in self.records if r.name == self.selected), None)
+
+
+def totals(records) -> dict:
+    """Labels and requests bought by the job so far."""
+    return {"human": sum(r.n_human for r in records), "judge": sum(r.n_judge for r in records),
+            "requests": sum(r.requests for r in records)}
+
+
+def dump_records(records) -> list[dict]:
+    """The driver's records as plain data (driver checkpoints)."""
+    out = []
+    for r in records:
+        d = dataclasses.asdict(r)
+        d["status"] = str(r.status)
+        d["path"] = np.asarray(r.path, dtype=np.float64)
+        out.append(d)
+    return out
+
+
+def load_records(records, saved: list[dict]) -> None:
+    """Restore records from :func:`dump_records` (same candidates, same order)."""
+    if [d["name"] for d in saved] != [r.name for r in records]:
+        raise RuntimeError("the driver checkpoint is of other candidates")
+    for r, d in zip(records, saved, strict=True):
+        for k, v in d.items():
+            setattr(r, k, v)
+        r.status = Status(d["status"])
+        r.path = np.asarray(d["path"]).tolist()

@@ -19,7 +19,7 @@ from certsel.policies.kinds import Family, get_policy_kind
 
 from .certificate import bound_text, certificate, efficiency_cell, judge_cell
 from .plots import write_plots
-from .result import JobResult
+from .records import JobResult
 
 __all__ = ["certificate", "write_report"]
 

@@ -1,10 +1,11 @@
 """Where candidates run: the runtime protocol, the in-process runtime and the Ray runtime.
 
-A runtime hosts ``CandidateHost`` objects and calls their methods. The driver only uses
-the :class:`Runtime` protocol, so the in-process :class:`LocalRuntime` (benchmarks'
-baseline, no Ray) and :class:`RayRuntime` (one actor per host, local or on a cluster) are
-interchangeable; only Ray can lose a host, and :meth:`Runtime.gather_tolerant` reports that
-as a :class:`HostLost` instead of an exception.
+A runtime hosts ``CandidateHost`` objects and hands them the driver's typed requests
+(:mod:`certsel.workers.contracts`). The driver only uses the :class:`Runtime` protocol, so
+the in-process :class:`LocalRuntime` (benchmarks' baseline, no Ray) and :class:`RayRuntime`
+(one actor per host, local or on a cluster) are interchangeable; only Ray can lose a host,
+and :meth:`Runtime.gather_tolerant` reports that as a :class:`HostLost` in the reply's
+place, so the driver never handles a Ray exception itself.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from urllib.parse import urlparse
 
 from certsel.errors import InputError, first_line
 from certsel.workers.actor import CandidateHost, NotLoaded, worker_class
+from certsel.workers.contracts import HostRequest
 
 
 class RuntimeProblem(InputError):
@@ -29,22 +31,29 @@ class RuntimeProblem(InputError):
 
 @dataclass
 class HostLost:
-    """A candidate host (actor) that died during a call."""
+    """A candidate host (actor) that died during a call; ``restarting`` when Ray is still
+    bringing it back (the call may be sent again shortly)."""
 
     host: int
     why: str
+    restarting: bool = False
 
 
 class Runtime(Protocol):
-    """What the driver needs from the place candidates run."""
+    """What the driver needs from the place candidates run. ``calls`` are ``(host,
+    request)`` pairs; replies come back in their order."""
 
     def default_hosts(self, n_candidates: int) -> int: ...
 
     def ensure_hosts(self, n: int) -> None: ...
 
-    def gather(self, calls) -> list: ...
+    def call(self, host: int, request: HostRequest): ...
 
-    def gather_tolerant(self, calls) -> list: ...
+    def gather_tolerant(self, calls: list[tuple[int, HostRequest]]) -> list:
+        """Each call's reply, or a :class:`HostLost` where its host died."""
+
+    def replace_host(self, host: int) -> None:
+        """A fresh, empty host in place of a lost one (the driver rebuilds its candidates)."""
 
     def put(self, obj): ...
 
@@ -67,13 +76,14 @@ class LocalRuntime:
         while len(self.hosts) < n:
             self.hosts.append(CandidateHost())
 
-    def call(self, host: int, method: str, *args):
-        return getattr(self.hosts[host], method)(*args)
+    def call(self, host: int, request: HostRequest):
+        return self.hosts[host].handle(request)
 
-    def gather(self, calls):
-        return [self.call(h, m, *a) for h, m, a in calls]
+    def gather_tolerant(self, calls):
+        return [self.call(h, req) for h, req in calls]
 
-    gather_tolerant = gather
+    def replace_host(self, host: int) -> None:
+        self.hosts[host] = CandidateHost()
 
     def put(self, obj):
         return obj
@@ -139,26 +149,21 @@ class RayRuntime:
         cpus = int(self.ray.cluster_resources().get("CPU", 1))
         return max(1, min(n_candidates, cpus))
 
-    def call(self, host: int, method: str, *args):
-        return self.ray.get(self.submit(host, method, *args))
-
-    def submit(self, host: int, method: str, *args):
-        """The object ref of ``method(*args)`` on host ``host``."""
-        return getattr(self.hosts[host], method).remote(*args)
-
-    def gather(self, calls):
-        return self.ray.get([getattr(self.hosts[h], m).remote(*a) for h, m, a in calls])
+    def call(self, host: int, request: HostRequest):
+        return self.ray.get(self.hosts[host].handle.remote(request))
 
     def gather_tolerant(self, calls) -> list:
-        """Like :meth:`gather`, but a host that died (kill -9, OOM, node loss: Ray reports
-        it as soon as it notices, so nothing waits forever) gives a :class:`HostLost` in
-        its place instead of failing the whole round."""
-        refs = [getattr(self.hosts[h], m).remote(*a) for h, m, a in calls]
+        """Every call's reply; a host that died (kill -9, OOM, node loss: Ray reports it as
+        soon as it notices, so nothing waits forever) gives a :class:`HostLost` in its place
+        instead of failing the whole round."""
+        refs = [self.hosts[h].handle.remote(req) for h, req in calls]
         out = []
-        for (h, _, _), ref in zip(calls, refs, strict=True):
+        for (h, _), ref in zip(calls, refs, strict=True):
             try:
                 out.append(self.ray.get(ref))
-            except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorUnavailableError) as err:
+            except self.ray.exceptions.ActorUnavailableError as err:  # Ray is restarting it
+                out.append(HostLost(h, first_line(err, "actor unavailable"), restarting=True))
+            except self.ray.exceptions.RayActorError as err:
                 out.append(HostLost(h, first_line(err, "actor died")))
             except self.ray.exceptions.RayTaskError as err:
                 if not isinstance(getattr(err, "cause", None), NotLoaded):

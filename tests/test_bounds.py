@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from certsel.policies.procedures import get_procedure
 from certsel.orchestrator.records import CandidateRecord, Status
-from certsel.orchestrator.rounds import reconcile
-from certsel.orchestrator.scheduling import Scheduler
+from certsel.orchestrator.selection import reconcile
+from certsel.orchestrator.selection import Scheduler
 from certsel.policies import (
     BettingState,
     BettingStrategy,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from certsel.config import parse_config
-from certsel.orchestrator.driver import LocalRuntime, RayRuntime, run_job
+from certsel.orchestrator.engine import LocalRuntime, RayRuntime, run_job
 from certsel.orchestrator.sources import load_job_data
 from certsel.orchestrator.local import replicated_selection
 from certsel.policies import Seq, holm, log_evalue_paths
@@ -175,13 +175,13 @@ def test_pairwise_ranking_equals_direct_pair_policies(ray_session):
         used[ii[p]].update(pol.labeled_items.tolist())
         used[jj[p]].update(pol.labeled_items.tolist())
         a, b = data.names[ii[p]], data.names[jj[p]]
-        assert res.ranking["items_per_pair"][f"{a} vs {b}"] == pol.n_labeled
+        assert res.ranking.items_per_pair[f"{a} vs {b}"] == pol.n_labeled
         if pol.decision == -1:
-            assert b in res.ranking["better"][a]
+            assert b in res.ranking.better[a]
         elif pol.decision == 1:
-            assert a in res.ranking["better"][b]
+            assert a in res.ranking.better[b]
     assert [r.n_human for r in res.records] == [len(u) for u in used]
-    assert res.ranking["pairs_certified"] >= 4
+    assert res.ranking.pairs_certified >= 4
     assert res.spent["human"] < res.full["human"]
 
 

@@ -6,7 +6,7 @@ import pathlib
 
 import numpy as np
 from certsel.config import load_config
-from certsel.orchestrator.driver import RayRuntime, run_job
+from certsel.orchestrator.engine import RayRuntime, run_job
 from certsel.orchestrator.sources import load_job_data
 from certsel.policies import log_evalue_paths, scheme_rhos
 from scipy import stats

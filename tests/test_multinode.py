@@ -12,7 +12,8 @@ import threading
 import pytest
 import ray
 from certsel.config import load_config
-from certsel.orchestrator.driver import RayRuntime, run_job
+from certsel.orchestrator.engine import RayRuntime, run_job
+from certsel.workers.contracts import NodeId
 from certsel.orchestrator.sources import load_job_data
 from ray.cluster_utils import Cluster
 from helpers.servers import adder_server
@@ -44,7 +45,7 @@ def test_worker_node_removed_mid_run(cluster, tmp_path):
         ref_cfg = load_config(write_job(tmp_path / "ref", url))
         rt = RayRuntime()
         rt.ensure_hosts(3)
-        nodes = [rt.call(h, "node_id") for h in range(3)]
+        nodes = [rt.call(h, NodeId()) for h in range(3)]
         assert len(set(nodes)) >= 2, "the hosts did not spread over the nodes"
         ref = run_job(ref_cfg, load_job_data(ref_cfg), rt, n_hosts=3, job_dir=tmp_path / "ref" / "job")
 
@@ -64,9 +65,9 @@ def test_worker_node_removed_mid_run(cluster, tmp_path):
         res = out["res"]
         alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         assert victim.node_id not in alive
-        assert all(rt.call(h, "node_id") in alive for h in range(3))  # every host now lives elsewhere
+        assert all(rt.call(h, NodeId()) in alive for h in range(3))  # every host now lives elsewhere
         rt.close()
-    assert res.recovered["hosts"] >= 1
+    assert res.recovered.hosts >= 1
     assert_same_outcome(ref.records, res.records)
     assert res.certified == ref.certified and res.selected == ref.selected
     no_duplicates(res.labels)
@@ -155,7 +156,7 @@ def test_node_with_a_served_model_removed_mid_run(tmp_path, caplog):
 
     from certsel.orchestrator.job import execute
 
-    caplog.set_level(logging.WARNING, logger="certsel.orchestrator.recovery")
+    caplog.set_level(logging.WARNING, logger="certsel.orchestrator.hosts")
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, **STORE})
     a = c.add_node(num_cpus=1, resources={"serving": 1}, **STORE)
     c.add_node(num_cpus=1, **STORE)

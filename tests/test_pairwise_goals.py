@@ -6,7 +6,7 @@ import pathlib
 
 import numpy as np
 from certsel.config import load_config
-from certsel.orchestrator.driver import RayRuntime, run_job
+from certsel.orchestrator.engine import RayRuntime, run_job
 from certsel.orchestrator.sources import load_job_data
 import pytest
 
@@ -32,13 +32,13 @@ def test_goals_through_ray(ray_session):
     best = min(truth, key=truth.get)
     for goal, res in runs.items():
         rk = res.ranking
-        assert rk["goal"] == goal and res.selected == best
-        assert all(truth[a] < truth[b] for a, bs in rk["better"].items() for b in bs)  # no wrong order
+        assert rk.goal == goal and res.selected == best
+        assert all(truth[a] < truth[b] for a, bs in rk.better.items() for b in bs)  # no wrong order
         # the implied orders include the direct ones
-        assert all(set(rk["better_direct"][a]) <= set(rk["better"][a]) for a in rk["better"])
+        assert all(set(rk.better_direct[a]) <= set(rk.better[a]) for a in rk.better)
     spent = {g: r.spent["human"] for g, r in runs.items()}
     assert spent["best"] < 0.5 * spent["all"] and spent["ranking"] <= spent["all"]
-    assert runs["best"].ranking["possible_winners"] == [best]
+    assert runs["best"].ranking.possible_winners == [best]
     # 'best' leaves the order among the losers undecided: fewer orders, same winner
-    assert runs["best"].ranking["pairs_certified"] < runs["all"].ranking["pairs_certified"]
-    assert np.isclose(runs["ranking"].ranking["pairs_certified"], runs["all"].ranking["pairs_certified"])
+    assert runs["best"].ranking.pairs_certified < runs["all"].ranking.pairs_certified
+    assert np.isclose(runs["ranking"].ranking.pairs_certified, runs["all"].ranking.pairs_certified)

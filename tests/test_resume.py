@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from certsel.config import load_config
-from certsel.orchestrator.driver import RayRuntime, run_job
+from certsel.orchestrator.engine import RayRuntime, run_job
+from certsel.workers.contracts import Pid
 from certsel.orchestrator.sources import load_job_data
 from certsel.orchestrator.state import CHECKPOINT, JobState, StateProblem
 from certsel.workers.labellog import LabelLog, LoggedSource, log_path, unpack
@@ -157,7 +158,7 @@ def test_actor_killed_mid_run_is_rebuilt_from_the_log(ray_session, tmp_path):
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"snapshot_every": 2})})
         runtime = RayRuntime()
         runtime.ensure_hosts(2)
-        pids = [runtime.call(h, "pid") for h in range(2)]
+        pids = [runtime.call(h, Pid()) for h in range(2)]
         job_dir = tmp_path / "kill" / "job"
         out = {}
         thread = threading.Thread(target=lambda: out.update(res=run_job(cfg, load_job_data(cfg), runtime,
@@ -169,11 +170,11 @@ def test_actor_killed_mid_run_is_rebuilt_from_the_log(ray_session, tmp_path):
         thread.join(timeout=600)
         assert not thread.is_alive()
         host = pids.index(target["pid"])
-        assert runtime.call(host, "pid") != pids[host]  # the killed host is a new process
+        assert runtime.call(host, Pid()) != pids[host]  # the killed host is a new process
         res = out["res"]
         runtime.close()
     assert logged_labels(job_dir) < 10_000  # sanity: the log is the job's
-    assert res.recovered["hosts"] >= 1 and res.recovered["steps_from_snapshots"] >= 2
+    assert res.recovered.hosts >= 1 and res.recovered.steps_from_snapshots >= 2
     assert_same_outcome(ref.records, res.records)
     assert res.certified == ref.certified and res.selected == ref.selected
     no_duplicates(res.labels)

@@ -8,7 +8,7 @@ import sqlite3
 import numpy as np
 import pytest
 from certsel.config import parse_config
-from certsel.orchestrator.driver import JobPlan, LocalRuntime, RayRuntime, run_job
+from certsel.orchestrator.engine import JobPlan, LocalRuntime, RayRuntime, run_job
 from certsel.orchestrator.sources import load_job_data
 from certsel.orchestrator.state import CHECKPOINT, read_checkpoint
 from certsel.workers.actor import CandidateHost
@@ -79,7 +79,7 @@ def _host(cfg, job_dir):
     data = load_job_data(cfg)
     plan = JobPlan(cfg, data, str(job_dir))
     host = CandidateHost()
-    host.load(plan.specs, plan.shared, plan.rows)
+    host.load(plan.specs, plan.arrays, plan.rows)
     return host, data.names
 
 
@@ -198,9 +198,9 @@ def test_driver_crash_then_resume_from_checkpoint(tmp_path, kind, procedure, cra
     ckpt = read_checkpoint(job_dir, "pairwise" if procedure == "pairwise" else "select", data.names)
     assert ckpt["round"] == crash - crash % 2
     res = run_job(cfg, data, LocalRuntime(3), n_hosts=3, job_dir=job_dir)  # another packing, too
-    assert res.resume["from_round"] == crash - crash % 2
+    assert res.resume.from_round == crash - crash % 2
     if procedure != "pairwise":
-        assert res.resume["steps_from_snapshots"] > 0
+        assert res.resume.steps_from_snapshots > 0
     assert_same_job(ref, res)
 
 
@@ -228,7 +228,7 @@ def test_resume_through_ray_from_snapshots(ray_session, tmp_path):
         res = run_job(cfg, data, rt, job_dir=tmp_path / "job")
     finally:
         rt.close()
-    assert res.resume["from_round"] == 6 and res.resume["steps_from_snapshots"] > 0
+    assert res.resume.from_round == 6 and res.resume.steps_from_snapshots > 0
     assert_same_job(ref, res)
 
 

@@ -78,7 +78,7 @@ class AnnotationSpec:
     model: str
     judge: bool
 
-    def build(self, shared, rows):
+    def build(self, arrays, rows):
         return AnnotationSource(self.path, self.model, self.judge)
 
 

@@ -28,7 +28,7 @@ from .candidate import (
     policy_candidate,
     step_together,
 )
-from .contracts import CandidateSpec, Snapshot
+from .contracts import CandidateSpec, HostRequest, JobArrays, ModelLosses, Snapshot
 from .labellog import LabelLog, LoggedSource, log_path
 from .openai_source import SourceError
 from .sources import build_source
@@ -37,16 +37,15 @@ from .sources import build_source
 _TESTING = (TestingCandidate, ChosenTestingCandidate)
 
 
-def build_candidate(spec: CandidateSpec, shared: dict, rows=(None, None)):
-    """A candidate object from its spec, the job-wide arrays in ``shared``
-    (``human_items``/``judge_items`` for testing, ``features`` for Cer-Eval, ``items`` for
-    live sources) and, for replay sources, its ``rows`` (human, judge) of the loss table."""
-    source = build_source(spec.source, shared, rows)
+def build_candidate(spec: CandidateSpec, arrays: JobArrays, rows=(None, None)):
+    """A candidate object from its spec, the job-wide :class:`JobArrays` and, for replay
+    sources, its ``rows`` (human, judge) of the loss table."""
+    source = build_source(spec.source, arrays, rows)
     if spec.job_dir is not None:  # a durable label log: labels survive crashes, never bought twice
         source = LoggedSource(source, LabelLog(log_path(spec.job_dir, spec.name), spec.name))
     if spec.policy is None:
         return LabelServer(spec.name, source)
-    return policy_candidate(spec.name, source, spec.policy, spec.settings, shared)
+    return policy_candidate(spec.name, source, spec.policy, spec.settings, arrays)
 
 
 class NotLoaded(CertselError):
@@ -63,12 +62,22 @@ class CandidateHost:
         self.candidates: dict = {}
         self.history: dict = {}  # per candidate: labels consumed at each step (its batch history)
         self.snapshot_every: dict = {}
-        self._job: tuple = ({}, {}, {})  # what load() was given: specs by name, shared arrays, rows
+        self._job: tuple = ({}, JobArrays(), {})  # what load() was given: specs by name, arrays, rows
         self._pristine: set = set()  # candidates as load() built them (not stepped or restored since)
 
-    def load(self, specs: list[CandidateSpec], shared: dict, rows: dict) -> int:
-        """Build the candidates of a job; ``rows[name]`` is ``(human, judge)`` losses. A
-        spec's ``snapshot_every`` (with a durable log) snapshots it every that many steps."""
+    def handle(self, request: HostRequest):
+        """Every driver call arrives here: the request runs the method it names
+        (:mod:`~certsel.workers.contracts`)."""
+        return request.run(self)
+
+    def load(self, specs: list[CandidateSpec], arrays: JobArrays, rows) -> int:
+        """Build the candidates of a job; ``rows[name]`` is ``(human, judge)`` losses (or a
+        Ray reference to that dict: the driver stores it once for all hosts). A spec's
+        ``snapshot_every`` (with a durable log) snapshots it every that many steps."""
+        if not isinstance(rows, dict):  # inside a request, Ray does not resolve the reference itself
+            import ray
+
+            rows = ray.get(rows)
         self.candidates = {}
         self.history = {s.name: [] for s in specs}
         self.snapshot_every = {s.name: s.snapshot_every for s in specs}
@@ -76,20 +85,20 @@ class CandidateHost:
         for d in job_dirs:  # who hosts this job's candidates (for operators and fault-injection tests)
             (pathlib.Path(d) / "hosts").mkdir(parents=True, exist_ok=True)
             (pathlib.Path(d) / "hosts" / str(os.getpid())).write_text(",".join(s.name for s in specs)[:10_000])
-        self._job = ({s.name: s for s in specs}, shared, rows)
+        self._job = ({s.name: s for s in specs}, arrays, rows)
         for s in specs:
             self.candidates[s.name] = self._build(s.name)
         self._pristine = set(self.candidates)
         return len(self.candidates)
 
-    def rebuild(self, specs: list[CandidateSpec], shared: dict, rows: dict, batches: dict) -> list[Snapshot]:
+    def rebuild(self, specs: list[CandidateSpec], arrays: JobArrays, rows, batches: dict) -> list[Snapshot]:
         """:meth:`load` then :meth:`restore` in one call (a host the driver lost)."""
-        self.load(specs, shared, rows)
+        self.load(specs, arrays, rows)
         return self.restore(batches) if batches else []
 
     def _build(self, name: str):
-        specs, shared, rows = self._job
-        return build_candidate(specs[name], shared, rows.get(name, (None, None)))
+        specs, arrays, rows = self._job
+        return build_candidate(specs[name], arrays, rows.get(name, (None, None)))
 
     def _have(self, names) -> None:
         missing = [n for n in names if n not in self.candidates]
@@ -146,17 +155,17 @@ class CandidateHost:
             out.append(snap)
         return out
 
-    def losses(self, requests: dict, role: str = "human") -> dict:
-        """Losses of the requested items per model (``role`` "judge": the judge's);
-        ``{"error": ...}`` for a model whose label source failed for good (the driver ends
-        that model's pairs only)."""
+    def losses(self, requests: dict, role: str = "human") -> dict[str, ModelLosses]:
+        """Losses of the requested items per model (``role`` "judge": the judge's), or the
+        error of a model whose label source failed for good (the driver ends that model's
+        pairs only)."""
         self._have(list(requests))
         out = {}
         for n, items in requests.items():
             try:
-                out[n] = self.candidates[n].losses(items, role)
+                out[n] = ModelLosses(losses=self.candidates[n].losses(items, role))
             except SourceError as err:
-                out[n] = {"error": first_line(err, limit=300)}
+                out[n] = ModelLosses(error=first_line(err, limit=300))
         return out
 
     def labels(self, names: list[str]) -> dict:
@@ -237,5 +246,5 @@ def worker_class():
     import ray
 
     # Ray restarts a dead host (kill -9, OOM, node loss) a few times; the driver then
-    # rebuilds its candidates from the durable label log (orchestrator.recovery.HostPool)
+    # rebuilds its candidates from the durable label log (orchestrator.hosts.HostPool)
     return ray.remote(num_cpus=0, scheduling_strategy="SPREAD", max_restarts=3)(CandidateHost)

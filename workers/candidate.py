@@ -24,7 +24,7 @@ from certsel.policies import SequentialTest, confidence_interval, decision_upper
 from certsel.policies.kinds import Family, JudgeUse, Labels, PolicyInputs, PolicyKind, PolicySettings
 from certsel.policies.limits import label_limit, ppi_limit
 
-from .contracts import LabelSource, Snapshot
+from .contracts import JobArrays, LabelSource, Snapshot
 from .openai_source import SourceError
 
 
@@ -435,12 +435,12 @@ ADAPTERS = {  # what drives a policy of each (family, labels): the loop around i
 }
 
 
-def policy_candidate(name: str, source: LabelSource, kind: PolicyKind, settings: PolicySettings, shared: dict):
+def policy_candidate(name: str, source: LabelSource, kind: PolicyKind, settings: PolicySettings,
+                     arrays: JobArrays):
     """The candidate that runs ``kind``'s policy on ``source``: the judge's loss on every item
     first when the kind asks for it (bought, and logged, before any human label), the job's
-    shared order (``shared["human_items"]``, ``shared["judge_items"]``) and item features
-    (``shared["features"]``) as the kind's inputs."""
+    shared order and item features (:class:`JobArrays`) as the kind's inputs."""
     scores = source.judge(np.arange(source.n_items)) if kind.judge_use(settings.partition) is JudgeUse.FIRST else None
-    inputs = PolicyInputs(source.n_items, human_items=shared.get("human_items"), judge_items=shared.get("judge_items"),
-                          features=shared.get("features"), judge_scores=scores)
+    inputs = PolicyInputs(source.n_items, human_items=arrays.human_items, judge_items=arrays.judge_items,
+                          features=arrays.features, judge_scores=scores)
     return ADAPTERS[(kind.family, kind.labels)].from_kind(name, source, kind, settings, inputs)

@@ -6,6 +6,12 @@
   where its labels come from (a :class:`SourceSpec`).
 * :class:`Snapshot` is what a worker returns after each step: counters, the evidence and,
   when its label source failed for good, the error.
+* :class:`JobArrays` are the arrays every candidate of a job shares (sent once per host).
+* Requests (:class:`Load`, :class:`Step`, :class:`Finalize`, ...) are every call the driver
+  makes to a candidate host, each a frozen dataclass whose ``run(host)`` calls the host's
+  method of the same name; their replies are typed too (:class:`Snapshot`,
+  :class:`ModelLosses`). A runtime ships a request to its host and
+  returns the reply, or says that the host was lost.
 * :class:`LabelSource` is what a candidate asks for labels. Replay tables, live model
   servers and user functions implement it; :class:`~certsel.workers.labellog.LoggedSource`
   wraps any of them with the durable label log.
@@ -54,6 +60,18 @@ class LabelSource(Protocol):
     def judge(self, items) -> np.ndarray: ...
 
 
+@dataclass(frozen=True, eq=False)
+class JobArrays:
+    """The arrays every candidate of a job shares: the seeded item order of testing policies
+    (``human_items``: the first n, ``judge_items``: the next r n, judge-only), the item
+    features of estimation policies (``features``) and a live job's items (``items``)."""
+
+    human_items: np.ndarray | None = None
+    judge_items: np.ndarray | None = None
+    features: np.ndarray | None = None
+    items: tuple = ()
+
+
 @dataclass(frozen=True)
 class ReplaySpec:
     """Recorded losses: the candidate's row of the job's loss table (sent once per host)."""
@@ -89,9 +107,9 @@ class PythonSpec:
 class BuildsSource(Protocol):
     """The spec of a registered label-source kind (:mod:`certsel.orchestrator.sources`): a
     frozen dataclass the workers receive, which builds the candidate's label source from the
-    job-wide arrays in ``shared`` and its loss-table ``rows`` (replay only)."""
+    job-wide :class:`JobArrays` and its loss-table ``rows`` (replay only)."""
 
-    def build(self, shared: dict, rows) -> LabelSource: ...
+    def build(self, arrays: JobArrays, rows) -> LabelSource: ...
 
 
 SourceSpec = ReplaySpec | LiveSpec | PythonSpec | BuildsSource
@@ -142,3 +160,114 @@ class Snapshot:
     decision: int | None = None
     error: str | None = None
     restored_steps: int = 0
+
+
+@dataclass
+class ModelLosses:
+    """A pairwise model's losses on the items asked for, or why its label source failed for
+    good (the driver then ends that model's pairs only; the others go on)."""
+
+    losses: np.ndarray | None = None
+    error: str | None = None
+
+
+class HostRequest(Protocol):
+    """A call the driver makes to a candidate host: ``run(host)`` is its reply."""
+
+    def run(self, host): ...
+
+
+@dataclass(frozen=True, eq=False)
+class Load:
+    """Build a job's candidates on the host (``rows[name]``: a replay candidate's losses)."""
+
+    specs: list[CandidateSpec]
+    arrays: JobArrays
+    rows: object  # {name: (human, judge)} or a Ray reference to it
+
+    def run(self, host) -> int:
+        return host.load(self.specs, self.arrays, self.rows)
+
+
+@dataclass(frozen=True, eq=False)
+class Rebuild:
+    """:class:`Load` then :class:`Restore` in one call (a host the driver lost)."""
+
+    specs: list[CandidateSpec]
+    arrays: JobArrays
+    rows: object
+    batches: dict[str, list[int]]
+
+    def run(self, host) -> list[Snapshot]:
+        return host.rebuild(self.specs, self.arrays, self.rows, self.batches)
+
+
+@dataclass(frozen=True, eq=False)
+class Restore:
+    """Bring candidates back to where they were: ``batches[name]`` are the labels each
+    consumed at each of its steps (from its newest snapshot plus the label log)."""
+
+    batches: dict[str, list[int]]
+
+    def run(self, host) -> list[Snapshot]:
+        return host.restore(self.batches)
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """Advance each of ``names`` by its number of human labels in ``sizes``."""
+
+    names: list[str]
+    sizes: list[int]
+
+    def run(self, host) -> list[Snapshot]:
+        return host.step(self.names, self.sizes)
+
+
+@dataclass(frozen=True, eq=False)
+class Finalize:
+    """Final snapshots; with ``levels[i]``, testing candidates' one-sided bounds at each level."""
+
+    names: list[str]
+    levels: list[list[float]] | None = None
+
+    def run(self, host) -> list[Snapshot]:
+        return host.finalize(self.names, self.levels)
+
+
+@dataclass(frozen=True, eq=False)
+class Losses:
+    """A pairwise model's losses on ``requests[name]`` (``role`` "judge": the judge's)."""
+
+    requests: dict[str, np.ndarray]
+    role: str = "human"
+
+    def run(self, host) -> dict[str, ModelLosses]:
+        return host.losses(self.requests, self.role)
+
+
+@dataclass(frozen=True, eq=False)
+class Labels:
+    """Every label each of ``names`` bought: ``{name: {"item", "role", "loss"}}`` in purchase
+    order (the rows of the ``labels.parquet`` artifact)."""
+
+    names: list[str]
+
+    def run(self, host) -> dict[str, dict]:
+        return host.labels(self.names)
+
+
+@dataclass(frozen=True)
+class Pid:
+    """The host's process id (operators and fault-injection tests)."""
+
+    def run(self, host) -> int:
+        return host.pid()
+
+
+@dataclass(frozen=True)
+class NodeId:
+    """The Ray node the host runs on (operators and multi-node tests)."""
+
+    def run(self, host) -> str:
+        return host.node_id()

@@ -34,7 +34,7 @@ from tenacity import Retrying, stop_after_attempt, wait_exponential
 
 from certsel.errors import first_line
 
-from .contracts import BuildsSource, LiveSpec, PythonSpec, ReplaySpec
+from .contracts import BuildsSource, JobArrays, LiveSpec, PythonSpec, ReplaySpec
 from .openai_source import SourceError
 from .replay import ReplaySource
 
@@ -126,19 +126,19 @@ class PythonSource:
         return self._labels(items, "judge")
 
 
-def build_source(spec, shared: dict, rows=(None, None)):
+def build_source(spec, arrays: JobArrays, rows=(None, None)):
     """The label source a spec describes (``rows``: replay's (human, judge) table rows;
-    ``shared["items"]``: a live job's items)."""
+    ``arrays.items``: a live job's items)."""
     if isinstance(spec, ReplaySpec):
         return ReplaySource(rows[0], rows[1])
     if isinstance(spec, LiveSpec):
         from .live import live_source
 
-        return live_source(spec, shared["items"])
+        return live_source(spec, arrays.items)
     if isinstance(spec, PythonSpec):
         fn = spec.function if callable(spec.function) else load_callable(spec.function)
         return PythonSource(fn, spec.candidate, spec.n_items, judge=spec.judge, retries=spec.retries,
                             name=spec.function if isinstance(spec.function, str) else None)
     if isinstance(spec, BuildsSource):  # a registered source kind's own spec
-        return spec.build(shared, rows)
+        return spec.build(arrays, rows)
     raise TypeError(f"unknown label source spec {spec!r}")

@@ -9,6 +9,7 @@ from certsel.policies import CerEval, NearestNeighborPartition, ScorePartition
 from certsel.policies.betting import get_strategy
 from certsel.policies.kinds import PolicySettings, get_policy_kind
 from certsel.workers.candidate import policy_candidate
+from certsel.workers.contracts import JobArrays
 
 
 def cer_eval_direct(n_items: int, *, delta: float, alpha: float, seed, features=None, judge_scores=None,
@@ -31,4 +32,4 @@ def candidate(name: str, source, kind: str, *, alpha: float, delta: float, betti
                               observation=observation, ci_delta=delta if ci_delta is None else ci_delta,
                               futility=futility)
     return policy_candidate(name, source, get_policy_kind(kind), settings,
-                            {"human_items": human_items, "judge_items": judge_items})
+                            JobArrays(human_items=human_items, judge_items=judge_items))

@@ -1,5 +1,9 @@
 """The host pool: every driver call to the candidate hosts, recovering hosts that die mid-call.
 
+Each method sends one typed request (:mod:`certsel.workers.contracts`) to the hosts of the
+candidates it concerns, in parallel, through the :class:`~certsel.orchestrator.runtime.Runtime`
+protocol, and returns typed replies by candidate name.
+
 A lost host (on the actor Ray restarted, or a fresh one) rebuilds its candidates, each from
 its newest policy snapshot plus the batches after it from the durable label log
 (``CandidateHost.rebuild``: no request, the same states); hosts lost in the same call are
@@ -18,9 +22,21 @@ import time
 
 import numpy as np
 
-from certsel.errors import first_line
+from certsel.workers.contracts import (
+    Finalize,
+    HostRequest,
+    Labels,
+    Load,
+    LiveSpec,
+    Losses,
+    ModelLosses,
+    Rebuild,
+    Restore,
+    Snapshot,
+    Step,
+)
 
-from .records import Status
+from .records import Recovered, Resume, Status
 from .runtime import HostLost
 
 log = logging.getLogger(__name__)
@@ -45,7 +61,7 @@ class HostPool:
         self.records = {r.name: r for r in records}
         self.losses: dict[int, int] = {}
         # hosts rebuilt during the run, and how their candidates' steps were restored
-        self.recovered = {"hosts": 0, "steps_from_snapshots": 0, "steps_replayed": 0}
+        self.recovered = Recovered()
 
     def by_host(self, names) -> dict:
         """``{host: [names on it]}``, in the order given."""
@@ -55,39 +71,43 @@ class HostPool:
         return out
 
     def load(self) -> None:
-        self.call("load", {h: (specs, self.plan.shared, self.rows) for h, specs in enumerate(self.per_host)})
+        self.call({h: Load(specs, self.plan.arrays, self.rows) for h, specs in enumerate(self.per_host)})
+
+    def _rebuild(self, h: int, batches: dict) -> Rebuild:
+        return Rebuild(self.per_host[h], self.plan.arrays, self.rows, batches)
 
     def _batches(self, name: str) -> list[int]:
         """Labels the candidate consumed at each of its steps, from the driver's records."""
         return np.diff([0] + [row["step"] for row in self.records[name].rounds]).tolist()
 
-    def _check_restored(self, snaps, batches: dict, counts: dict) -> None:
+    def _check_restored(self, snaps: list[Snapshot], batches: dict, counts: Resume | Recovered) -> None:
         for snap in snaps:
             if snap.t != self.records[snap.name].t:
                 raise RuntimeError(f"candidate {snap.name}: rebuilt at {snap.t} labels, "
                                    f"expected {self.records[snap.name].t}")
-            counts["steps_from_snapshots"] += snap.restored_steps
-            counts["steps_replayed"] += len(batches[snap.name]) - snap.restored_steps
+            counts.steps_from_snapshots += snap.restored_steps
+            counts.steps_replayed += len(batches[snap.name]) - snap.restored_steps
 
-    def restore_all(self) -> dict:
-        """Every candidate that has run, rebuilt on its host (a resumed driver); how many
-        of their steps came from policy snapshots and how many were replayed from the log."""
+    def restore_all(self, from_round: int) -> Resume:
+        """Every candidate that has run, rebuilt on its host (a driver resumed at round
+        ``from_round``); how many of their steps came from policy snapshots and how many
+        were replayed from the log."""
         by_host: dict = {}
         for name, r in self.records.items():
             if r.rounds:
                 by_host.setdefault(self.home[name], {})[name] = self._batches(name)
-        counts = {"steps_from_snapshots": 0, "steps_replayed": 0}
-        for h, snaps in self.call("restore", {h: (b,) for h, b in by_host.items()}).items():
-            self._check_restored(snaps, by_host[h], counts)
-        return counts
+        resume = Resume(from_round)
+        for h, snaps in self.call({h: Restore(b) for h, b in by_host.items()}).items():
+            self._check_restored(snaps, by_host[h], resume)
+        return resume
 
-    def step(self, sizes: dict) -> dict:
+    def step(self, sizes: dict[str, int]) -> dict[str, Snapshot]:
         """Advance each candidate of ``sizes`` by its number of human labels; their snapshots
         by name. When a label source failed and one of the job's own model servers is gone,
         the server is started again elsewhere, the candidates that use it are rebuilt with
         its new address (from the label log: nothing bought twice) and the failed steps are
         sent again."""
-        got = self.call("step", {h: (nms, [sizes[n] for n in nms]) for h, nms in self.by_host(list(sizes)).items()})
+        got = self.call({h: Step(nms, [sizes[n] for n in nms]) for h, nms in self.by_host(list(sizes)).items()})
         snaps = {s.name: s for group in got.values() for s in group}
         failed = [n for n in sizes if n in snaps and snaps[n].error]
         if failed and self.servers is not None:
@@ -108,7 +128,7 @@ class HostPool:
         for h, specs in enumerate(self.per_host):
             for k, spec in enumerate(specs):
                 src = spec.source
-                if getattr(src, "kind", None) != "live":
+                if not isinstance(src, LiveSpec):
                     continue
                 new = dataclasses.replace(src, candidate=fix(src.candidate), judge=fix(src.judge),
                                           reference=fix(src.reference))
@@ -119,40 +139,41 @@ class HostPool:
         self.plan.specs = [current[s.name] for s in self.plan.specs]  # the plan's order kept
         batches = {h: {s.name: self._batches(s.name) for s in self.per_host[h]
                        if self.records[s.name].rounds and s.policy is not None} for h in hosts}
-        got = self.call("rebuild", {h: (self.per_host[h], self.plan.shared, self.rows, batches[h]) for h in hosts})
+        got = self.call({h: self._rebuild(h, batches[h]) for h in hosts})
         for h, snaps in got.items():
             self._check_restored(snaps, batches[h], self.recovered)
 
-    def finalize(self, names, levels: dict | None = None) -> dict:
+    def finalize(self, names, levels: dict | None = None) -> dict[str, Snapshot]:
         """Final snapshots (intervals; with ``levels[name]``, a list of levels, testing
         candidates' one-sided bounds at each of them)."""
-        got = self.call("finalize", {h: (nms, None if levels is None else [levels[n] for n in nms])
-                                     for h, nms in self.by_host(names).items()})
+        got = self.call({h: Finalize(nms, None if levels is None else [levels[n] for n in nms])
+                         for h, nms in self.by_host(names).items()})
         return {s.name: s for group in got.values() for s in group}
 
-    def losses_of(self, requests: dict, role: str = "human") -> dict:
-        """``{name: items}`` -> ``{name: losses or {"error": ...}}`` (pairwise label servers)."""
+    def losses_of(self, requests: dict, role: str = "human") -> dict[str, ModelLosses]:
+        """``{name: items}`` -> each model's losses or error (pairwise label servers)."""
         calls: dict = {}
         for nm, items in requests.items():
             calls.setdefault(self.home[nm], {})[nm] = items
         out = {}
-        for part in self.call("losses", {h: (c, role) for h, c in calls.items()}).values():
+        for part in self.call({h: Losses(c, role) for h, c in calls.items()}).values():
             out.update(part)
         return out
 
     def labels(self, names) -> dict:
+        """Every label each candidate bought (see :class:`~certsel.workers.contracts.Labels`)."""
         out = {}
-        for part in self.call("labels", {h: (nms,) for h, nms in self.by_host(names).items()}).values():
+        for part in self.call({h: Labels(nms) for h, nms in self.by_host(names).items()}).values():
             out.update(part)
         return out
 
-    def call(self, method: str, args: dict) -> dict:
-        """``method(*args[host])`` on every host in parallel, recovering lost hosts and
-        sending their call again; ``{host: result}`` (hosts given up on are left out)."""
+    def call(self, requests: dict[int, HostRequest]) -> dict:
+        """``requests[host]`` on every host in parallel, recovering lost hosts and sending
+        their request again; ``{host: reply}`` (hosts given up on are left out)."""
         out = {}
-        pending = list(args)
+        pending = list(requests)
         while pending:
-            got = self.runtime.gather_tolerant([(h, method, args[h]) for h in pending])
+            got = self.runtime.gather_tolerant([(h, requests[h]) for h in pending])
             lost = {}
             for h, res in zip(pending, got, strict=True):
                 if isinstance(res, HostLost):
@@ -175,7 +196,6 @@ class HostPool:
         restarted or on a fresh one; returns the hosts to send the interrupted call again.
         A host still restarting is waited for (a fresh actor after ``patience`` s); one
         lost again while rebuilding counts as another loss in a row."""
-        exc = self.runtime.ray.exceptions
         t0 = time.monotonic()
         deadline = {h: t0 + patience for h in lost}
         todo, new_loss, done = dict(lost), dict(lost), []
@@ -191,24 +211,22 @@ class HostPool:
             # label servers (pairwise) have no steps: their labels come back from the log on request
             batches = {h: {s.name: self._batches(s.name) for s in self.per_host[h]
                            if self.records[s.name].rounds and s.policy is not None} for h in todo}
-            refs = {h: self.runtime.submit(h, "rebuild", self.per_host[h], self.plan.shared, self.rows, batches[h])
-                    for h in todo}
+            hosts = list(todo)
+            got = self.runtime.gather_tolerant([(h, self._rebuild(h, batches[h])) for h in hosts])
             waiting = False
-            for h, ref in refs.items():
-                try:
-                    snaps = self.runtime.ray.get(ref)
-                except exc.ActorUnavailableError:  # still restarting: try again shortly
+            for h, snaps in zip(hosts, got, strict=True):
+                if isinstance(snaps, HostLost) and snaps.restarting:  # still restarting: try again shortly
                     if time.monotonic() > deadline[h]:
                         self.runtime.replace_host(h)
                         deadline[h] = time.monotonic() + patience
                     waiting = True
                     continue
-                except exc.RayActorError as err:  # lost again while rebuilding: on a fresh actor
+                if isinstance(snaps, HostLost):  # lost again while rebuilding: on a fresh actor
                     self.runtime.replace_host(h)
-                    new_loss[h] = todo[h] = first_line(err, "actor died")
+                    new_loss[h] = todo[h] = snaps.why
                     continue
                 self._check_restored(snaps, batches[h], self.recovered)
-                self.recovered["hosts"] += 1
+                self.recovered.hosts += 1
                 log.warning("candidate host %d rebuilt in %.1f s", h, time.monotonic() - t0)
                 done.append(h)
                 del todo[h]
