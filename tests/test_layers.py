@@ -26,17 +26,18 @@ FORBIDDEN_IN_POLICIES = {"ray", "mlflow", "httpx", "pyarrow", "yaml", "certsel.e
 
 
 def modules():
-    """(dotted name, path) of every module of the package."""
-    for path in sorted((ROOT / "certsel").glob("*.py")):
-        yield ("certsel" if path.stem == "__init__" else f"certsel.{path.stem}"), path
-    for package, folder in FOLDERS.items():
-        for path in sorted((ROOT / folder).glob("*.py")):
-            yield (package if path.stem == "__init__" else f"{package}.{path.stem}"), path
+    """(dotted name, path) of every module of the package, subpackages included."""
+    for package, folder in [("certsel", ROOT / "certsel"), *((p, ROOT / f) for p, f in FOLDERS.items())]:
+        for path in sorted(folder.rglob("*.py")):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            yield ".".join([package, *parts]), path
 
 
 def imports(name: str, path: pathlib.Path):
     """The absolute names a module imports (relative imports resolved)."""
-    package = name if path.stem == "__init__" else name.rpartition(".")[0]
+    package = name if path.stem == "__init__" else name.rpartition(".")[0]  # what relative imports start from
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names)
@@ -80,6 +81,15 @@ def test_the_statistics_import_no_io():
     wrong = [f"{name} imports {t}" for name, path in modules() if layer(name) == "certsel.policies"
              for t in imports(name, path) if t.split(".")[0] in FORBIDDEN_IN_POLICIES or t in FORBIDDEN_IN_POLICIES]
     assert not wrong, "; ".join(wrong)
+
+
+def test_the_config_schema_reads_no_files():
+    """YAML, overrides, plugins and sys.path live in config.loading; the schema only validates."""
+    io = {"yaml", "sys", "importlib", "certsel.config.loading"}
+    wrong = [f"{name} imports {t}" for name, path in modules() if name in ("certsel.config.schema",
+             "certsel.config.sources", "certsel.config.base") for t in imports(name, path) if t in io]
+    assert not wrong, "; ".join(wrong)
+    assert {"certsel.config.schema", "certsel.config.sources", "certsel.config.loading"} <= {n for n, _ in modules()}
 
 
 def test_no_import_cycle():

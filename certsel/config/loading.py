@@ -1,0 +1,143 @@
+"""From a YAML file or a mapping to a :class:`~certsel.config.schema.RunConfig`: ``--set``
+overrides, plugins imported before validation, user modules beside the job file, relative
+paths resolved against it, one-line errors."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pathlib
+import sys
+
+import yaml
+from pydantic import ValidationError
+
+from certsel.errors import first_line
+
+from .base import ConfigError
+from .schema import RunConfig
+from .sources import LabelsConfig, ServeConfig
+
+
+def _format(err: ValidationError, source: str) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"]) or "config"
+    if e["type"] == "extra_forbidden":
+        msg = f"unknown key {loc!r}"
+    else:
+        msg = f"{loc}: {e['msg']}".replace("Value error, ", "")
+    more = len(err.errors()) - 1
+    return f"{source}: {msg}" + (f" (and {more} more problem(s))" if more else "")
+
+
+def _resolve_serve(s: ServeConfig, base_dir: pathlib.Path) -> ServeConfig:
+    """Relative paths in a serve entry are relative to the config file: the model when such
+    a directory exists (otherwise it is a model id), the interpreter when it names a path."""
+    update = {}
+    if not pathlib.Path(s.model).is_absolute() and (base_dir / s.model).exists():
+        update["model"] = str((base_dir / s.model).resolve())
+    if s.python is not None and "/" in s.python and not pathlib.Path(s.python).is_absolute():
+        update["python"] = os.path.normpath(base_dir.absolute() / s.python)  # not resolve(): a venv's python is a symlink
+    return s.model_copy(update=update) if update else s
+
+
+def _user_modules_path(raw: dict, base_dir: pathlib.Path | None) -> None:
+    """User code named by the job (plugins, a python source) is looked up next to the job
+    file first, then on the usual path."""
+    if base_dir is None or not (raw.get("plugins") or isinstance(raw.get("source"), dict)):
+        return
+    where = str(base_dir.resolve())
+    if where not in sys.path:
+        sys.path.insert(0, where)
+
+
+def load_plugins(names, source: str) -> None:
+    """Import the job's plugin modules (their import registers their extensions)."""
+    if names is None:
+        return
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(f"{source}: plugins: must be a list of module names")
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # whatever the plugin raises while importing
+            raise ConfigError(f"{source}: plugins: cannot import {name!r} ({first_line(exc)})") from None
+
+
+def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None = None) -> RunConfig:
+    """Validate a mapping (e.g. parsed YAML) into a :class:`RunConfig`; ``plugins`` are
+    imported first, so that the procedures and strategies they register are known."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    _user_modules_path(raw, base_dir)
+    load_plugins(raw.get("plugins"), source)
+    try:
+        cfg = RunConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format(err, source)) from None
+    if cfg.labels is not None:  # a registered source: its ``path`` option, if any, beside the job file
+        path = cfg.labels.options.get("path")
+        if base_dir is not None and isinstance(path, str) and not pathlib.Path(path).is_absolute():
+            cfg = cfg.model_copy(update={"labels": LabelsConfig(**{**cfg.labels.model_dump(),
+                                                                   "path": str((base_dir / path).resolve())})})
+        section, keys = "labels", ()
+    else:
+        section, keys = {"replay": ("data", ("path", "features")), "live": ("live", ("items", "cache_dir")),
+                         "python": ("source", ("features",))}[cfg.source_kind]
+    if base_dir is not None and keys:
+        sub = getattr(cfg, section)
+        updates = {}
+        for key in keys:
+            p = getattr(sub, key)
+            if p is not None and not p.is_absolute():
+                updates[key] = (base_dir / p).resolve()
+        if section == "live" and sub.serve:
+            updates["serve"] = [_resolve_serve(s, base_dir) for s in sub.serve]
+        if updates:
+            cfg = cfg.model_copy(update={section: sub.model_copy(update=updates)})
+    if base_dir is not None and not cfg.state.dir.is_absolute():  # like cache_dir: beside the job file
+        cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"dir": (base_dir / cfg.state.dir).resolve()})})
+    for key in keys:
+        p = getattr(getattr(cfg, section), key)
+        if key != "cache_dir" and p is not None and not p.is_file():
+            raise ConfigError(f"{source}: {section}.{key}: file not found: {p}")
+    return cfg
+
+
+def apply_overrides(raw: dict, overrides, source: str) -> dict:
+    """``["budget.n=100", "policy.kind=r-eval"]``: set dotted keys (values parsed as YAML)."""
+    for item in overrides or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{source}: override {item!r} is not KEY=VALUE")
+        *parents, leaf = key.strip().split(".")
+        node = raw
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{source}: override {item!r}: {p!r} is not a mapping")
+        try:
+            node[leaf] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"{source}: override {item!r}: the value is not valid YAML") from None
+    return raw
+
+
+def load_config(path, overrides=None) -> RunConfig:
+    """Read and validate a YAML job file; ``overrides`` are ``KEY=VALUE`` strings."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file") from None
+    if overrides:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of keys, got {type(raw).__name__}")
+        raw = apply_overrides(raw, overrides, str(path))
+    return parse_config(raw, source=str(path), base_dir=path.parent)

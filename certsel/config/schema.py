@@ -1,0 +1,341 @@
+"""The job schema: the policy, budget, procedure, scheduling, tracking and state sections and
+:class:`RunConfig`, which validates a whole job once against the registries
+(procedures, betting strategies, policy kinds, label-source kinds)."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from certsel.policies.procedures import PROCEDURES, get_procedure
+from certsel.policies.betting import BettingStrategy, get_strategy
+from certsel.policies.kinds import POLICY_KINDS, Family, JudgeUse, PolicyKind, get_policy_kind, kinds_of
+
+from .base import Strict, no_duplicates
+from .sources import DataConfig, LabelsConfig, LiveConfig, PythonSourceConfig
+
+
+class PolicyConfig(Strict):
+    # a registered policy kind (certsel.policies.kinds.POLICY_KINDS): r-eval, r-autoeval, r-autoeval+,
+    # judge-stratified, seq, cer-eval, or one added with register_policy_kind
+    kind: str = "r-autoeval+"
+    # a registered betting strategy (certsel.policies.STRATEGIES): its name, or a mapping
+    # with its parameters, e.g. {kind: up, prior: grid}
+    betting: str | dict = "up"
+    radius: Literal["betting", "paper"] = "betting"
+    # R-Eval / R-AutoEval(+): "split" (two factors sharing each bet, so the largest bet does not pay for the
+    # judge-only mean's range; docs/statistics.md) or "paper" (eq. 10 of R-AutoEval+, one factor)
+    observation: Literal["split", "paper"] = "split"
+    # Cer-Eval's groups: 1-NN on item embeddings (Algorithm 2), or strata of the judge's loss
+    partition: Literal["embeddings", "judge"] = "embeddings"
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v):
+        get_policy_kind(v)  # an unknown name is a one-line error listing the registered kinds
+        return v
+
+    @field_validator("betting")
+    @classmethod
+    def _known_strategy(cls, v):
+        get_strategy(v)  # unknown names and bad parameters are one-line errors
+        return v
+
+    @property
+    def strategy(self) -> BettingStrategy:
+        """The betting strategy object (for the testing policies)."""
+        return get_strategy(self.betting)
+
+    @property
+    def policy_kind(self) -> PolicyKind:
+        """The registered kind (its declarations: family, labels, judge, features)."""
+        return get_policy_kind(self.kind)
+
+    @property
+    def is_testing(self) -> bool:
+        """An e-process policy (R-Eval, R-AutoEval, R-AutoEval+, judge-stratified), not an
+        estimation policy."""
+        return self.policy_kind.family is Family.TESTING
+
+    @property
+    def uses_judge(self) -> bool:
+        """A testing policy that pairs human labels with judge-only labels (rho > 0)."""
+        return self.policy_kind.judge_use(self.partition) is JudgeUse.PAIRED
+
+    @property
+    def judge_first(self) -> bool:
+        """The judge's loss on every item is bought before any human label (Cer-Eval's judge
+        strata, the judge-stratified test)."""
+        return self.policy_kind.judge_use(self.partition) is JudgeUse.FIRST
+
+    @property
+    def needs_features(self) -> bool:
+        return self.policy_kind.needs_features(self.partition)
+
+    @model_validator(mode="after")
+    def _options_apply(self):
+        kind = self.policy_kind
+        for key, default in (("partition", "embeddings"), ("observation", "split")):
+            if getattr(self, key) != default and key not in kind.takes:
+                takers = [n for n, k in POLICY_KINDS.items() if key in k.takes]
+                raise ValueError(f"policy.{key} {getattr(self, key)!r} applies to policy.kind "
+                                 f"{', '.join(repr(n) for n in takers)} only, not {self.kind!r}")
+        kind.validate(self.radius, self.partition)
+        return self
+
+
+class ObjectiveConfig(Strict):
+    column: str
+    goal: Literal["minimize", "maximize"] = "minimize"
+
+
+class BudgetConfig(Strict):
+    n: int = Field(300, gt=0, description="human labels per candidate")
+    r: int = Field(3, ge=0, description="judge-only labels per human label")
+    batch: int = Field(25, gt=0, description="human labels per candidate per driver round (the largest round)")
+    # the smallest round a testing candidate close to its threshold gets (scheduling.rounds: predicted)
+    min_batch: int = Field(5, gt=0, description="smallest round of a candidate close to its decision")
+    max_requests: int | None = Field(None, gt=0, description="cap on label-source requests over the job")
+
+    @model_validator(mode="after")
+    def _min_batch_fits(self):
+        if "min_batch" in self.model_fields_set and self.min_batch > self.batch:
+            raise ValueError(f"budget.min_batch ({self.min_batch}) must not exceed budget.batch ({self.batch})")
+        return self
+
+    @property
+    def smallest_round(self) -> int:
+        """The smallest round: ``min_batch``, or ``batch`` when only that was set smaller."""
+        return min(self.min_batch, self.batch)
+
+
+class CostsConfig(Strict):
+    """What a job's labels cost, in any one unit (dollars, GPU-seconds, minutes of an annotator):
+    per human label, per target generation (a request that is not a judge call) and per judge
+    call. The spend in that unit goes to the CLI, the report, selection.json and MLflow."""
+
+    human: float = Field(0.0, ge=0, allow_inf_nan=False, description="per human label")
+    generation: float = Field(0.0, ge=0, allow_inf_nan=False, description="per target generation")
+    judge: float = Field(0.0, ge=0, allow_inf_nan=False, description="per judge call")
+    unit: str = Field("units", min_length=1, max_length=24)
+
+    def of(self, human: int, judge: int, requests: int) -> dict:
+        """The spend of these counters, by kind and in total (generations: the requests that
+        were not judge calls)."""
+        generation = max(int(requests) - int(judge), 0)
+        out = {"human": human * self.human, "generation": generation * self.generation, "judge": judge * self.judge}
+        out["total"] = sum(out.values())
+        return out
+
+
+class SchedulingConfig(Strict):
+    # adaptive: stop candidates whose fate is settled (FST frontier, certified, hopeless);
+    # full: every candidate runs to its budget (the baseline the savings are measured against)
+    mode: Literal["adaptive", "full"] = "adaptive"
+    lookahead: int = Field(1, ge=0, description="FST: candidates past the frontier that run alongside it")
+    # Bonferroni: stop candidates whose objective is no better than a certified one's; the
+    # selection is unchanged, the certified set then only lists candidates that could matter
+    prune: bool = False
+    # futility (testing policies): stop a candidate once "R >= alpha" is certified at this level
+    # by a second e-process on the mirrored losses; it never certifies, so the family-wise error
+    # is unchanged, and a candidate with R < alpha is stopped with probability <= futility
+    futility: float | None = Field(None, gt=0, lt=1)
+    # rounds (testing policies): "predicted" gives a candidate close to its threshold a round of about the
+    # labels its evidence so far says it still needs (between budget.min_batch and budget.batch), so that
+    # it does not buy a whole round past its decision; "fixed": budget.batch for every candidate
+    rounds: Literal["predicted", "fixed"] = "predicted"
+
+
+class PairwiseConfig(Strict):
+    """What a pairwise ranking is for (``procedure: pairwise``): ``ranking`` certifies as much
+    of the order as the budget allows, stopping pairs whose order is already implied by
+    certified pairs; ``best`` certifies the best model only, comparing possible winners; ``all``
+    runs every pair until its sign is certified (the earlier behaviour)."""
+
+    goal: Literal["ranking", "best", "all"] = "ranking"
+
+
+class TrackingConfig(Strict):
+    uri: str | None = None  # default: MLFLOW_TRACKING_URI, else sqlite:///mlruns.db
+    experiment: str = Field("certsel", min_length=1)
+    # when to compute the two-sided interval of a testing policy (a bisection, ~0.1-0.3 s)
+    intervals: Literal["every_round", "final", "none"] = "final"
+
+
+class RayConfig(Strict):
+    address: str | None = None  # default: RAY_ADDRESS, else a local ray.init()
+    num_cpus: int | None = Field(None, gt=0)
+    max_actors: int | None = Field(None, gt=0, description="default: one per candidate up to the cluster's CPUs")
+
+
+class StateConfig(Strict):
+    """Where a job keeps its durable label log, and whether an unfinished job with the same
+    configuration is resumed (see :mod:`certsel.orchestrator.state`)."""
+
+    dir: pathlib.Path = pathlib.Path(".certsel-jobs")
+    resume: Literal["auto", "never"] = "auto"
+    snapshot_every: int = Field(10, ge=1, description="rounds between policy snapshots and driver checkpoints")
+
+
+class RunConfig(Strict):
+    name: str = Field("certsel", min_length=1)
+    # modules imported before the rest is validated: they register procedures and betting
+    # strategies (certsel.orchestrator.register_procedure, certsel.policies.register_strategy);
+    # a module next to the job file is found there
+    plugins: list[str] = Field(default_factory=list)
+    data: DataConfig | None = None  # recorded losses (replay), or:
+    live: LiveConfig | None = None  # candidates answering through model servers, or:
+    source: PythonSourceConfig | None = None  # a user function, or:
+    # a registered label source (certsel.orchestrator.sources.SOURCE_KINDS): {kind: NAME, its options};
+    # the source kind checks its options when the job's data is loaded, before anything runs
+    labels: LabelsConfig | None = None
+    candidates: list[str] | None = None  # default: every candidate in the table
+    order: list[str] | None = None  # FST: an explicit fixed sequence (instead of data.order)
+    policy: PolicyConfig = PolicyConfig()
+    alpha: float = Field(0.1, gt=0, lt=1, description="target risk")
+    delta: float = Field(0.1, gt=0, lt=1, description="family-wise error level")
+    # a registered procedure (certsel.policies.procedures.PROCEDURES)
+    procedure: str = "fst"
+    objective: ObjectiveConfig | None = None
+    budget: BudgetConfig = BudgetConfig()
+    costs: CostsConfig | None = None  # prices of labels and model calls (None: counts only)
+    scheduling: SchedulingConfig = SchedulingConfig()
+    pairwise: PairwiseConfig = PairwiseConfig()
+    seed: int = 0
+    tracking: TrackingConfig = TrackingConfig()
+    ray: RayConfig = RayConfig()
+    state: StateConfig = StateConfig()
+
+    @field_validator("candidates", "order")
+    @classmethod
+    def _unique_candidates(cls, v):
+        if v is not None:
+            if not v:
+                raise ValueError("must list at least one candidate (or be omitted)")
+            no_duplicates(v, "candidate ids")
+        return v
+
+    @field_validator("procedure")
+    @classmethod
+    def _known_procedure(cls, v):
+        get_procedure(v)
+        return v
+
+    @property
+    def source_kind(self) -> str:
+        """Where labels come from: ``replay``, ``live``, ``python`` or a registered source's kind."""
+        if self.labels is not None:
+            return self.labels.kind
+        return "replay" if self.data is not None else ("live" if self.live is not None else "python")
+
+    @property
+    def data_path(self) -> str:
+        """What the labels come from, for reports: the table, the items file, the function, or
+        a registered source's ``path`` option (its kind without one)."""
+        return str({"replay": lambda: self.data.path, "live": lambda: self.live.items,
+                    "python": lambda: self.source.python}.get(
+                        self.source_kind, lambda: self.labels.options.get("path", self.labels.kind))())
+
+    @property
+    def judge_name(self) -> str | None:
+        """The judge, for reports: the loss column, the judge's model, or the function."""
+        if self.data is not None:
+            return self.data.judge
+        if self.live is not None:
+            return self.live.judge.model if self.live.judge else None
+        if self.labels is not None:
+            return self.labels.options.get("judge")
+        return self.source.python if self.source.judge else None
+
+    # -- one validator: rules that hold for every source, then each source's own -----------
+    @model_validator(mode="after")
+    def _consistent(self):
+        given = [k for k in ("data", "live", "source", "labels") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one label source: data (recorded losses), live (model servers), "
+                             "source (a Python function) or labels (a registered label source)")
+        self._check_procedure()
+        if self.labels is None:  # a registered source says what it provides once it is resolved
+            self.check_policy_inputs(self._source_has())
+            getattr(self, f"_check_{self.source_kind}")()
+        return self
+
+    def _check_procedure(self) -> None:
+        proc, kind = get_procedure(self.procedure), self.policy.kind
+        if self.policy.is_testing and not proc.testing:
+            raise ValueError(f"procedure {self.procedure!r} ranks models with policy.kind "
+                             f"{' or '.join(repr(n) for n in kinds_of(Family.ESTIMATION))}")
+        if not self.policy.is_testing and not proc.estimation:
+            raise ValueError(f"procedure {self.procedure!r} needs e-values ({', '.join(kinds_of(Family.TESTING))}); "
+                             f"policy {kind!r} supports {', '.join(n for n, p in PROCEDURES.items() if p.estimation)}")
+        if self.order is not None and not proc.needs_order:
+            raise ValueError(f"order is the fixed sequence of procedure 'fst', not {self.procedure!r}")
+        if self.scheduling.prune and not proc.allows_prune:
+            allowed = ", ".join(repr(n) for n, p in PROCEDURES.items() if p.allows_prune)
+            raise ValueError(f"scheduling.prune applies to procedure {allowed} only (elsewhere it could change the "
+                             "selection, or the procedure already stops what cannot matter)")
+        if proc.needs_objective and self.objective is None:
+            raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
+
+    def check_policy_inputs(self, has: dict) -> None:
+        """What the policy needs from the source: a judge, features, judge-only labels.
+        ``has``: ``judge`` and ``features`` (bools) and the keys that give them, for messages."""
+        kind = self.policy.kind
+        if self.scheduling.futility is not None and not self.policy.is_testing:
+            raise ValueError(f"scheduling.futility applies to the testing policies "
+                             f"({', '.join(kinds_of(Family.TESTING))}); "
+                             f"policy {kind!r} already stops once R >= alpha is certified at its own level")
+        if self.policy.uses_judge and self.budget.r < 1:
+            raise ValueError(f"policy '{kind}' needs budget.r >= 1 judge-only labels per human label")
+        if self.policy.uses_judge and not has["judge"]:
+            raise ValueError(f"policy '{kind}' needs {has['judge_key']} (the judge)")
+        if self.policy.needs_features and not has["features"]:
+            other = ", or policy.partition 'judge' with " + has["judge_key"] if "partition" in self.policy.policy_kind.takes \
+                else ""
+            raise ValueError(f"policy '{kind}' needs {has['features_key']} (item embeddings for the partition){other}")
+        if self.policy.judge_first and not has["judge"]:
+            if self.policy.partition == "judge":
+                raise ValueError(f"policy.partition 'judge' needs {has['judge_key']} (the judge)")
+            raise ValueError(f"policy '{kind}' needs {has['judge_key']} (the judge's loss on every item)")
+
+    def _source_has(self) -> dict:
+        if self.data is not None:
+            return {"judge": self.data.judge is not None, "judge_key": "data.judge",
+                    "features": self.data.features is not None, "features_key": "data.features"}
+        if self.live is not None:
+            return {"judge": self.live.judge is not None, "judge_key": "live.judge",
+                    "features": self.live.features is not None, "features_key": "live.features"}
+        return {"judge": self.source.judge, "judge_key": "source.judge: true",
+                "features": self.source.features is not None, "features_key": "source.features"}
+
+    def _check_ids(self, ids: set, where: str) -> None:
+        for key in ("candidates", "order"):
+            unknown = sorted(set(getattr(self, key) or ()) - ids)
+            if unknown:
+                raise ValueError(f"{key}: unknown candidate(s) not in {where}: {', '.join(unknown[:5])}")
+
+    def _check_objectives(self, cands, where: str) -> None:
+        if self.objective is not None:
+            missing = [c.id for c in cands if c.objective is None]
+            if missing:
+                raise ValueError(f"objective: {where} candidate(s) without an objective value: {', '.join(missing[:5])}")
+
+    def _check_fixed_order(self, has_order_column: bool) -> None:
+        if get_procedure(self.procedure).needs_order and not has_order_column and self.order is None:
+            raise ValueError(f"procedure {self.procedure!r} needs data.order (a column) or order (a list of candidates)")
+
+    def _check_replay(self) -> None:
+        self._check_fixed_order(self.data.order is not None)
+        if self.order is not None and self.candidates is not None and set(self.order) != set(self.candidates):
+            extra = sorted(set(self.order) ^ set(self.candidates))
+            raise ValueError(f"order and candidates must name the same candidates (differ in: {', '.join(extra)})")
+
+    def _check_live(self) -> None:
+        self._check_ids({c.id for c in self.live.candidates}, "live.candidates")
+        self._check_objectives(self.live.candidates, "live")
+
+    def _check_python(self) -> None:
+        self._check_ids({c.id for c in self.source.candidates}, "source.candidates")
+        self._check_objectives(self.source.candidates, "source")
