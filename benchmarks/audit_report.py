@@ -19,8 +19,8 @@ import sys
 import time
 
 from certsel.config import load_config
-from certsel.orchestrator.audit import audit, write_audit
-from certsel.orchestrator.sources import load_job_data
+from certsel.orchestrator.audit.job import audit, write_audit
+from certsel.orchestrator.inputs.sources import load_job_data
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 RUNS = [

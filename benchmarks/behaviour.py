@@ -31,12 +31,12 @@ import time
 import numpy as np
 
 from certsel.config import load_config
-from certsel.orchestrator.audit import audit
-from certsel.orchestrator.certificate import certificate
-from certsel.orchestrator.engine import run_job
-from certsel.orchestrator.sources import load_job_data
-from certsel.orchestrator.local import replicated_selection
-from certsel.orchestrator.runtime import LocalRuntime
+from certsel.orchestrator.audit.job import audit
+from certsel.orchestrator.outputs.certificate import certificate
+from certsel.orchestrator.run.engine import run_job
+from certsel.orchestrator.inputs.sources import load_job_data
+from certsel.orchestrator.run.replicated import replicated_selection
+from certsel.orchestrator.runtimes.runtime import LocalRuntime
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

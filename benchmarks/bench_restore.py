@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from certsel.config import parse_config
-from certsel.orchestrator.engine import JobPlan
-from certsel.orchestrator.sources import load_job_data
+from certsel.orchestrator.run.engine import JobPlan
+from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.workers.actor import CandidateHost
 from certsel.workers.labellog import pack
 from certsel.workers.replay import DATA_DIR

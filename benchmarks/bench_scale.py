@@ -28,9 +28,9 @@ import pyarrow.parquet as pq
 import ray
 
 from certsel.config import parse_config
-from certsel.orchestrator.engine import RayRuntime, run_job
+from certsel.orchestrator.run.engine import RayRuntime, run_job
 from certsel.workers.contracts import Pid
-from certsel.orchestrator.sources import load_job_data
+from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
 
 N, R, BATCH = 300, 3, 25

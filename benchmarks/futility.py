@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from helpers.simulate import bernoulli  # noqa: E402
 
 from certsel.config import load_config  # noqa: E402
-from certsel.orchestrator.sources import load_job_data  # noqa: E402
+from certsel.orchestrator.inputs.sources import load_job_data  # noqa: E402
 from certsel.policies import log_evalue_paths, scheme_rhos  # noqa: E402
 
 

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 from certsel.policies import certify  # noqa: E402
-from certsel.orchestrator.audit_stratified import run_to_budget  # noqa: E402
+from certsel.orchestrator.audit.stratified import run_to_budget  # noqa: E402
 from certsel.policies.stratified_test import StratifiedTest  # noqa: E402
 
 DATA = ROOT / "examples" / "data" / "triviaqa_llama31_8b_mx.parquet"

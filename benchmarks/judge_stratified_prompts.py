@@ -30,7 +30,7 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 
-from certsel.orchestrator.audit_stratified import run_to_budget
+from certsel.orchestrator.audit.stratified import run_to_budget
 from certsel.policies import certify, scheme_rhos
 from certsel.policies.stratified_test import DEFAULT_RHOS, StratifiedTest
 

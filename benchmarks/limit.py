@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from certsel.orchestrator.audit_stratified import run_to_budget
+from certsel.orchestrator.audit.stratified import run_to_budget
 from certsel.policies import certify, get_strategy
 from certsel.policies.limits import label_limit, ppi_limit
 from certsel.policies.stratified_test import DEFAULT_RHOS as STRATIFIED_RHOS, StratifiedTest

@@ -14,7 +14,7 @@ import argparse
 
 import numpy as np
 
-from certsel.orchestrator.local import replicated_selection
+from certsel.orchestrator.run.replicated import replicated_selection
 from certsel.policies import certify, scheme_rhos
 from certsel.workers.replay import load_loss_table, sample_replications
 

@@ -28,8 +28,8 @@ import time
 import numpy as np
 
 from certsel.config import parse_config
-from certsel.orchestrator.engine import RayRuntime, run_job
-from certsel.orchestrator.jobdata import JobData
+from certsel.orchestrator.run.engine import RayRuntime, run_job
+from certsel.orchestrator.inputs.jobdata import JobData
 from certsel.workers.replay import DEFAULT_TABLE, LossTable, load_loss_table
 
 

@@ -1,7 +1,7 @@
 """The ``certsel`` command line.
 
 ``certsel run CONFIG.yaml`` runs a selection job (Ray actors per candidate, MLflow
-tracking; see :mod:`certsel.orchestrator.job`); ``certsel show RUN_ID`` prints a past
+tracking; see :mod:`certsel.orchestrator.run.job`); ``certsel show RUN_ID`` prints a past
 job's certificate. ``certsel select`` runs one certified selection on a recorded loss table (by default the
 bundled TriviaQA table of 48 MX-quantized Llama-3.1-8B configurations): it draws n
 human-labelled and r*n judge-labelled items, tests every candidate for R <= alpha with the
@@ -99,8 +99,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _select(args) -> dict:
-    from certsel.orchestrator.jobdata import fingerprint
-    from certsel.orchestrator.local import candidate_intervals, replicated_selection
+    from certsel.orchestrator.inputs.jobdata import fingerprint
+    from certsel.orchestrator.run.replicated import candidate_intervals, replicated_selection
     from certsel.policies._validation import check_level
     from certsel.workers.replay import load_loss_table
 
@@ -204,7 +204,7 @@ def _candidate_table(cert: dict):
     column; the judge's agreement when there is one."""
     from rich.table import Table
 
-    from certsel.orchestrator.certificate import bound_text, efficiency_cell, judge_cell
+    from certsel.orchestrator.outputs.certificate import bound_text, efficiency_cell, judge_cell
 
     p = cert["procedure"]
     alpha = p["alpha"]
@@ -278,7 +278,7 @@ def cost_line(costs: dict) -> str:
 
 def evidence_line(ev: dict, alpha: float) -> str:
     """The selected candidate's own evidence, each number with the level it has."""
-    from certsel.orchestrator.certificate import bound_text
+    from certsel.orchestrator.outputs.certificate import bound_text
 
     bits = [f"evidence: its own test gives R <= {bound_text(ev['upper_bound'], alpha)} (one-sided, at its level "
             f"{ev['level']:.3g}; not adjusted for the selection)"]
@@ -334,8 +334,8 @@ def _print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None) -> 
 
 def _run(args) -> int:
     from certsel.config import load_config
-    from certsel.orchestrator.job import execute
-    from certsel.orchestrator.report import certificate
+    from certsel.orchestrator.run.job import execute
+    from certsel.orchestrator.outputs.report import certificate
 
     cfg = load_config(args.config, args.overrides)
     if args.fresh:
@@ -374,9 +374,9 @@ def _audit(args) -> int:
     import tempfile
 
     from certsel.config import load_config
-    from certsel.orchestrator.audit import audit, write_audit
-    from certsel.orchestrator.sources import load_job_data
-    from certsel.orchestrator.tracking import log_audit, precheck
+    from certsel.orchestrator.audit.job import audit, write_audit
+    from certsel.orchestrator.inputs.sources import load_job_data
+    from certsel.orchestrator.outputs.tracking import log_audit, precheck
 
     cfg = load_config(args.config, args.overrides)
     data = load_job_data(cfg)
@@ -402,8 +402,8 @@ def _audit(args) -> int:
 
 def _plan(args) -> int:
     from certsel.config import load_config
-    from certsel.orchestrator.sources import load_job_data
-    from certsel.orchestrator.planning import plan, plan_table
+    from certsel.orchestrator.inputs.sources import load_job_data
+    from certsel.orchestrator.inputs.planning import plan, plan_table
 
     cfg = load_config(args.config, args.overrides)
     rows = plan(cfg, load_job_data(cfg), m=args.pilot, seed=args.seed)
@@ -412,7 +412,7 @@ def _plan(args) -> int:
 
 
 def _show(args) -> int:
-    from certsel.orchestrator.tracking import load_certificate
+    from certsel.orchestrator.outputs.tracking import load_certificate
 
     cert = load_certificate(args.run_id, args.tracking_uri)
     if args.json:

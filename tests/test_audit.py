@@ -10,9 +10,9 @@ import textwrap
 import numpy as np
 import pytest
 from certsel.config import parse_config
-from certsel.orchestrator.audit import _orders, _testing_chunk, audit, clopper_pearson
+from certsel.orchestrator.audit.job import _orders, _testing_chunk, audit, clopper_pearson
 from certsel.policies.autoeval import interval_excludes
-from certsel.orchestrator.sources import load_job_data
+from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.policies import confidence_interval, scheme_rhos
 from helpers.policies import candidate
 from certsel.workers.replay import ReplaySource
@@ -132,7 +132,7 @@ def test_audit_command_logs_a_run(tmp_path):
     (20, 100, 0.1, "failed"),  # lower 0.116 > 0.1
 ])
 def test_verdicts_at_each_side_of_the_level(k, n, level, verdict):
-    from certsel.orchestrator.audit_base import Verdict, reps_to_confirm
+    from certsel.orchestrator.audit.base import Verdict, reps_to_confirm
 
     lo, hi = clopper_pearson(k, n, 0.99)
     assert verdict == ("failed" if lo > level else "confirmed" if hi <= level else "inconclusive")
@@ -183,7 +183,7 @@ def test_pairwise_audit_repeats_the_ranking_as_the_job_runs_it():
     """A pairwise job is audited as its ranking: each repetition's pairs equal the pair
     policies run directly (delta/(2P) per direction), wrong orders are counted against the
     table's means, and the result does not depend on the number of worker processes."""
-    from certsel.orchestrator.audit import _ranking_once
+    from certsel.orchestrator.audit.job import _ranking_once
     from certsel.policies import Seq
 
     raw = {"data": {"path": str(EXAMPLES / "data" / "alpacaeval_preferences.parquet"), "candidate": "model",

@@ -1,4 +1,4 @@
-"""The certificate as a job writes it (orchestrator/certificate.py), through real Ray and a
+"""The certificate as a job writes it (orchestrator/outputs/certificate.py), through real Ray and a
 real MLflow store: every bound next to it agrees with it and is stated at the level it has,
 for every procedure, policy and a target-dependent strategy; a configuration whose level is
 nominal says so in its headline; printed bounds are rounded outward."""
@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 from certsel.config import parse_config
-from certsel.orchestrator.certificate import bound_text, round_down, round_up
-from certsel.orchestrator.job import execute
+from certsel.orchestrator.outputs.certificate import bound_text, round_down, round_up
+from certsel.orchestrator.run.job import execute
 from certsel.workers.replay import DATA_DIR
 from mlflow.tracking import MlflowClient
 

@@ -3,7 +3,7 @@
 import pathlib
 
 from certsel.config import load_config
-from certsel.orchestrator.feasibility import _estimation_reaches, _testing_reaches, feasibility_warning
+from certsel.orchestrator.inputs.feasibility import _estimation_reaches, _testing_reaches, feasibility_warning
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from certsel.config import load_config
-from certsel.orchestrator.job import execute
-from certsel.orchestrator.tracking import load_certificate
+from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.outputs.tracking import load_certificate
 from mlflow.tracking import MlflowClient
 from helpers.reference import log_evalues_from_label_log
 from helpers.servers import adder_server

@@ -149,7 +149,7 @@ def test_bad_configuration():
     ("\n", "no items"),
 ])
 def test_bad_item_files(tmp_path, content, match):
-    from certsel.orchestrator.jobdata import load_items
+    from certsel.orchestrator.inputs.jobdata import load_items
 
     path = tmp_path / "items.jsonl"
     path.write_text(content)
@@ -160,7 +160,7 @@ def test_bad_item_files(tmp_path, content, match):
 def test_item_files_parquet_and_single_answer(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from certsel.orchestrator.jobdata import load_items
+    from certsel.orchestrator.inputs.jobdata import load_items
 
     pq.write_table(pa.table({"id": [1, 2], "question": ["1+1", "2+2"], "answer": ["2", "4"]}), tmp_path / "i.parquet")
     assert load_items(tmp_path / "i.parquet") == (Item("1", "1+1", ("2",)), Item("2", "2+2", ("4",)))

@@ -12,9 +12,9 @@ import threading
 import pytest
 import ray
 from certsel.config import load_config
-from certsel.orchestrator.engine import RayRuntime, run_job
+from certsel.orchestrator.run.engine import RayRuntime, run_job
 from certsel.workers.contracts import NodeId
-from certsel.orchestrator.sources import load_job_data
+from certsel.orchestrator.inputs.sources import load_job_data
 from ray.cluster_utils import Cluster
 from helpers.servers import adder_server
 from test_live_job import write_job
@@ -87,7 +87,7 @@ def test_driver_lost_then_resumed_on_the_cluster(cluster, tmp_path):
     import sys
 
     import yaml
-    from certsel.orchestrator.state import CHECKPOINT
+    from certsel.orchestrator.run.state import CHECKPOINT
 
     c, _ = cluster
     env = {**os.environ, "RAY_ADDRESS": c.address}
@@ -154,9 +154,9 @@ def test_node_with_a_served_model_removed_mid_run(tmp_path, caplog):
     steps again: the job ends with the certificate and label counts of an uninterrupted run."""
     import logging
 
-    from certsel.orchestrator.job import execute
+    from certsel.orchestrator.run.job import execute
 
-    caplog.set_level(logging.WARNING, logger="certsel.orchestrator.hosts")
+    caplog.set_level(logging.WARNING, logger="certsel.orchestrator.runtimes.hosts")
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, **STORE})
     a = c.add_node(num_cpus=1, resources={"serving": 1}, **STORE)
     c.add_node(num_cpus=1, **STORE)

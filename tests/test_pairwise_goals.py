@@ -6,8 +6,8 @@ import pathlib
 
 import numpy as np
 from certsel.config import load_config
-from certsel.orchestrator.engine import RayRuntime, run_job
-from certsel.orchestrator.sources import load_job_data
+from certsel.orchestrator.run.engine import RayRuntime, run_job
+from certsel.orchestrator.inputs.sources import load_job_data
 import pytest
 
 pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI

@@ -1,4 +1,4 @@
-"""certsel plan (orchestrator/planning.py): the cheapest policy in the job's prices, which need
+"""certsel plan (orchestrator/inputs/planning.py): the cheapest policy in the job's prices, which need
 not be the one with the fewest human labels; the pilot is drawn apart from the job's order."""
 
 import pathlib
@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 from certsel.config import load_config
-from certsel.orchestrator.sources import load_job_data
-from certsel.orchestrator.planning import cheapest_rows, expected_labels, pilot, plan
+from certsel.orchestrator.inputs.sources import load_job_data
+from certsel.orchestrator.inputs.planning import cheapest_rows, expected_labels, pilot, plan
 from certsel.workers.replay import item_order
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"

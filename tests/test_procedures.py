@@ -5,7 +5,7 @@ bound alone does not."""
 
 import numpy as np
 import pytest
-from certsel.orchestrator.audit_base import clopper_pearson
+from certsel.orchestrator.audit.base import clopper_pearson
 from certsel.policies.procedures import Procedure, get_procedure
 from certsel.policies import bonferroni, fixed_sequence, holm
 from helpers.simulate import selection_trial

@@ -1,10 +1,10 @@
-"""Predicted round sizes (orchestrator.selection.round_sizes): what each candidate's evidence
+"""Predicted round sizes (orchestrator.run.selection.round_sizes): what each candidate's evidence
 says it still needs, within [smallest, batch]."""
 
 import numpy as np
 
-from certsel.orchestrator.records import CandidateRecord
-from certsel.orchestrator.selection import recent_growth, round_sizes
+from certsel.orchestrator.run.records import CandidateRecord
+from certsel.orchestrator.run.selection import recent_growth, round_sizes
 
 
 def _record(name, index, path):

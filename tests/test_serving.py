@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import yaml
 from certsel.config import load_config
-from certsel.orchestrator.job import execute
-from certsel.orchestrator.tracking import load_certificate
+from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.outputs.tracking import load_certificate
 from helpers.policies import cer_eval_direct
 from certsel.workers.serving import ModelServer, ServeError
 from mlflow.tracking import MlflowClient

@@ -1,4 +1,4 @@
-"""certsel.orchestrator.sources: the label-source registry, and a new label source defined in
+"""certsel.orchestrator.inputs.sources: the label-source registry, and a new label source defined in
 this file (a JSON-lines annotation export), registered through the public API and run end to
 end through a real local Ray and a real MLflow store: the same e-values, selection and
 certificate as the replay job on the same losses."""
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from certsel.config import LiveCandidateRef, parse_config
 from certsel.errors import InputError
-from certsel.orchestrator.job import execute
-from certsel.orchestrator.jobdata import JobData, fingerprint, listed
-from certsel.orchestrator.sources import (
+from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.inputs.jobdata import JobData, fingerprint, listed
+from certsel.orchestrator.inputs.sources import (
     SOURCE_KINDS,
     Provides,
     SourceKind,

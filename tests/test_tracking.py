@@ -5,9 +5,9 @@ import math
 
 import pytest
 from certsel.config import parse_config
-from certsel.orchestrator.job import execute
-from certsel.orchestrator.report import certificate
-from certsel.orchestrator.tracking import load_certificate
+from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.outputs.report import certificate
+from certsel.orchestrator.outputs.tracking import load_certificate
 from certsel.workers.replay import DATA_DIR
 from mlflow.tracking import MlflowClient
 

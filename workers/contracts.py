@@ -18,7 +18,7 @@
 
 Everything here is plain data that Ray ships between processes (extension objects such as
 a betting strategy defined in user code travel by value; see
-:meth:`certsel.orchestrator.runtime.RayRuntime.ship_by_value`).
+:meth:`certsel.orchestrator.runtimes.runtime.RayRuntime.ship_by_value`).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class PythonSpec:
 
 @runtime_checkable
 class BuildsSource(Protocol):
-    """The spec of a registered label-source kind (:mod:`certsel.orchestrator.sources`): a
+    """The spec of a registered label-source kind (:mod:`certsel.orchestrator.inputs.sources`): a
     frozen dataclass the workers receive, which builds the candidate's label source from the
     job-wide :class:`JobArrays` and its loss-table ``rows`` (replay only)."""
 

@@ -172,7 +172,7 @@ class RayConfig(Strict):
 
 class StateConfig(Strict):
     """Where a job keeps its durable label log, and whether an unfinished job with the same
-    configuration is resumed (see :mod:`certsel.orchestrator.state`)."""
+    configuration is resumed (see :mod:`certsel.orchestrator.run.state`)."""
 
     dir: pathlib.Path = pathlib.Path(".certsel-jobs")
     resume: Literal["auto", "never"] = "auto"
@@ -188,7 +188,7 @@ class RunConfig(Strict):
     data: DataConfig | None = None  # recorded losses (replay), or:
     live: LiveConfig | None = None  # candidates answering through model servers, or:
     source: PythonSourceConfig | None = None  # a user function, or:
-    # a registered label source (certsel.orchestrator.sources.SOURCE_KINDS): {kind: NAME, its options};
+    # a registered label source (certsel.orchestrator.inputs.sources.SOURCE_KINDS): {kind: NAME, its options};
     # the source kind checks its options when the job's data is loaded, before anything runs
     labels: LabelsConfig | None = None
     candidates: list[str] | None = None  # default: every candidate in the table

@@ -13,7 +13,7 @@ import numpy as np
 from certsel.policies.comparison import better_matrix, implied_orders, pairs_needed, sign_policy_delta
 from certsel.policies.kinds import PolicyInputs, PolicySettings
 
-from .audit_base import AuditResult, failure_cells, job_features, overall_cells, repeat
+from .base import AuditResult, failure_cells, job_features, overall_cells, repeat
 
 def ranking_once(job) -> tuple:
     """One repetition of a pairwise job's ranking, in rounds as the job runs it (module level:

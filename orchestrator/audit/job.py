@@ -51,10 +51,10 @@ from certsel.policies.autoeval import (
 from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
 from certsel.policies.procedures import get_procedure
 
-from .audit_base import BUDGET_GRID, AuditResult, clopper_pearson, failure_cells, job_features, overall_cells, repeat
-from .audit_pairwise import pairwise_audit
-from .audit_stratified import stratified_repetitions
-from .audit_pairwise import ranking_once as _ranking_once  # noqa: F401  (the tests call one repetition)
+from .base import BUDGET_GRID, AuditResult, clopper_pearson, failure_cells, job_features, overall_cells, repeat
+from .pairwise import pairwise_audit
+from .stratified import stratified_repetitions
+from .pairwise import ranking_once as _ranking_once  # noqa: F401  (the tests call one repetition)
 
 __all__ = ["AuditResult", "audit", "clopper_pearson", "write_audit"]
 

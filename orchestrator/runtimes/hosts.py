@@ -1,7 +1,7 @@
 """The host pool: every driver call to the candidate hosts, recovering hosts that die mid-call.
 
 Each method sends one typed request (:mod:`certsel.workers.contracts`) to the hosts of the
-candidates it concerns, in parallel, through the :class:`~certsel.orchestrator.runtime.Runtime`
+candidates it concerns, in parallel, through the :class:`~certsel.orchestrator.runtimes.runtime.Runtime`
 protocol, and returns typed replies by candidate name.
 
 A lost host (on the actor Ray restarted, or a fresh one) rebuilds its candidates, each from
@@ -36,7 +36,7 @@ from certsel.workers.contracts import (
     Step,
 )
 
-from .records import Recovered, Resume, Status
+from certsel.orchestrator.run.records import Recovered, Resume, Status
 from .runtime import HostLost
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """The human report: ``report.md`` and a self-contained ``report.html`` (plots embedded), next
-to ``selection.json`` (:mod:`~certsel.orchestrator.certificate`) and ``labels.parquet``.
+to ``selection.json`` (:mod:`~certsel.orchestrator.outputs.certificate`) and ``labels.parquet``.
 
 The report opens with what a person needs in ten seconds: what to deploy and the claim it
 comes with (a summary box), what R means, then the candidates with the selected row
@@ -19,7 +19,7 @@ from certsel.policies.kinds import Family, get_policy_kind
 
 from .certificate import bound_text, certificate, efficiency_cell, judge_cell
 from .plots import write_plots
-from .records import JobResult
+from certsel.orchestrator.run.records import JobResult
 
 __all__ = ["certificate", "write_report"]
 

@@ -16,7 +16,7 @@ import numpy as np
 from certsel.policies.stratified_test import StratifiedTest
 from certsel.policies.procedures import get_procedure
 
-from .audit_base import BUDGET_GRID, repeat
+from .base import BUDGET_GRID, repeat
 
 
 def stratified_once(job) -> tuple:

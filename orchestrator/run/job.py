@@ -20,14 +20,14 @@ from certsel.errors import InputError, first_line, job_error
 from certsel.policies.procedures import get_procedure
 
 from .engine import run_job
-from .feasibility import feasibility_warning
-from .sources import load_job_data
+from certsel.orchestrator.inputs.feasibility import feasibility_warning
+from certsel.orchestrator.inputs.sources import load_job_data
 from .records import CandidateRecord
-from .report import write_report
+from certsel.orchestrator.outputs.report import write_report
 from .records import JobResult
-from .runtime import RayRuntime
+from certsel.orchestrator.runtimes.runtime import RayRuntime
 from .state import JobState, config_fingerprint
-from .tracking import JobTracker, precheck
+from certsel.orchestrator.outputs.tracking import JobTracker, precheck
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = Tru
 
     With ``durable`` (the default) the job keeps its labels in ``cfg.state.dir`` and resumes
     an unfinished job with the same configuration (or the job ``resume``), see
-    :mod:`certsel.orchestrator.state`; ``on_job(state)`` is told which job runs; ``warn(line)``
+    :mod:`certsel.orchestrator.run.state`; ``on_job(state)`` is told which job runs; ``warn(line)``
     gets warnings about the job before it runs (default: the logging module).
     """
     data = load_job_data(cfg)

@@ -63,7 +63,7 @@ def _model_row(r, wins: int, losses: int, open_pairs: int) -> dict:
 
 class PairwiseRounds:
     """The rounds of a pairwise ranking job (see the module docstring), driven by
-    :func:`~certsel.orchestrator.engine.run_rounds`."""
+    :func:`~certsel.orchestrator.run.engine.run_rounds`."""
 
     kind = "pairwise"
 

@@ -32,8 +32,8 @@ from certsel.policies import select
 from certsel.policies.kinds import BettingTestKind, CerEvalKind, JudgeStratifiedKind, SeqKind
 from certsel.policies.procedures import get_procedure
 
-from .records import JobResult
-from .sources import source_of
+from certsel.orchestrator.run.records import JobResult
+from certsel.orchestrator.inputs.sources import source_of
 
 
 BUILT_IN = (BettingTestKind, JudgeStratifiedKind, SeqKind, CerEvalKind)  # their wording is below

@@ -4,7 +4,7 @@ A :class:`SourceKind` says, for one kind of label source, everything the driver 
 
 * :meth:`~SourceKind.provides`: whether it gives a judge and item features (the job file's
   validation checks the policy's needs against it, naming the key to set);
-* :meth:`~SourceKind.load`: the job's :class:`~certsel.orchestrator.jobdata.JobData` (the
+* :meth:`~SourceKind.load`: the job's :class:`~certsel.orchestrator.inputs.jobdata.JobData` (the
   candidates, the number of items, objectives, features, a fingerprint), read and checked
   before anything runs;
 * :meth:`~SourceKind.spec`: one candidate's source spec for the workers, a frozen dataclass

@@ -227,7 +227,7 @@ def recent_growth(path) -> float:
 
 class SelectionRounds:
     """The rounds of a selection job (FST, Bonferroni, Holm, or any registered procedure),
-    driven by :func:`~certsel.orchestrator.engine.run_rounds`."""
+    driven by :func:`~certsel.orchestrator.run.engine.run_rounds`."""
 
     kind = "select"
 

@@ -1,8 +1,8 @@
 """The engine: one loop runs every job's rounds; :func:`run_job` is the body of ``certsel run``.
 
-:func:`run_job` plans the job (:mod:`~certsel.orchestrator.plan`: one typed spec per
+:func:`run_job` plans the job (:mod:`~certsel.orchestrator.run.plan`: one typed spec per
 candidate, the shared seeded item order), loads the candidates onto hosts
-(:mod:`~certsel.orchestrator.hosts`: Ray actors or in-process, lost hosts rebuilt) and hands
+(:mod:`~certsel.orchestrator.runtimes.hosts`: Ray actors or in-process, lost hosts rebuilt) and hands
 the job's :class:`Rounds` to :func:`run_rounds`.
 
 :func:`run_rounds` owns what every kind of job shares: resuming from the driver's
@@ -11,9 +11,9 @@ the progress callback's hooks, a checkpoint every ``state.snapshot_every`` round
 result's timing. What a round does is the :class:`Rounds` object's decision (as a Ray Tune
 scheduler decides and the tuner's loop acts):
 
-* :class:`~certsel.orchestrator.selection.SelectionRounds`: FST, Bonferroni, Holm or any
+* :class:`~certsel.orchestrator.run.selection.SelectionRounds`: FST, Bonferroni, Holm or any
   registered procedure; advance the candidates the procedure schedules, settle them;
-* :class:`~certsel.orchestrator.pairwise.PairwiseRounds`: a ranking; the pair policies in
+* :class:`~certsel.orchestrator.run.pairwise.PairwiseRounds`: a ranking; the pair policies in
   the driver ask the models' label servers for the losses they need.
 """
 
@@ -24,12 +24,12 @@ from typing import Protocol
 
 from certsel.config import RunConfig
 
-from .hosts import HostPool, assign
-from .jobdata import JobData
+from certsel.orchestrator.runtimes.hosts import HostPool, assign
+from certsel.orchestrator.inputs.jobdata import JobData
 from .pairwise import PairwiseRounds
 from .plan import JobPlan
 from .records import CandidateRecord, JobResult, Resume, dump_records, load_records
-from .runtime import HostLost, LocalRuntime, RayRuntime, Runtime, RuntimeProblem
+from certsel.orchestrator.runtimes.runtime import HostLost, LocalRuntime, RayRuntime, Runtime, RuntimeProblem
 from .selection import SelectionRounds
 from .state import read_checkpoint, write_checkpoint
 

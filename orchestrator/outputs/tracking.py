@@ -118,7 +118,7 @@ class JobTracker:
         self._path_logged: dict[str, int] = {}  # e-value path entries already logged
 
     def start(self, cfg, data, records, job=None) -> str:
-        """``job``: the :class:`~certsel.orchestrator.state.JobState` (its id and attempt are
+        """``job``: the :class:`~certsel.orchestrator.run.state.JobState` (its id and attempt are
         tagged; runs of earlier attempts that a killed driver left RUNNING become KILLED)."""
         from mlflow.entities import Param, RunTag
 

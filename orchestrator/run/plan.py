@@ -15,8 +15,8 @@ from certsel.policies.procedures import get_procedure
 from certsel.workers.contracts import CandidateSpec, JobArrays
 from certsel.workers.replay import item_order
 
-from .jobdata import JobData
-from .sources import source_of
+from certsel.orchestrator.inputs.jobdata import JobData
+from certsel.orchestrator.inputs.sources import source_of
 
 
 @dataclass

@@ -15,7 +15,7 @@ import numpy as np
 from certsel.config import RunConfig
 from certsel.workers.contracts import Snapshot
 
-from .jobdata import JobData
+from certsel.orchestrator.inputs.jobdata import JobData
 
 
 class Status(StrEnum):

@@ -1,0 +1,1 @@
+"""certsel audit: the job's policy repeated on its replay table against the full-table truth."""
