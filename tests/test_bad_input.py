@@ -129,7 +129,7 @@ def test_loss_table_validation(tmp_path):
 
 
 def test_python_source_references_are_checked():
-    from certsel.workers.sources import load_callable
+    from certsel.workers.python_source import load_callable
 
     assert load_callable("json:dumps") is __import__("json").dumps
     assert load_callable("os:path.join") is __import__("os").path.join
@@ -141,7 +141,7 @@ def test_python_source_references_are_checked():
 
 def test_a_failing_python_source_is_retried_then_named():
     from certsel.workers.openai_source import SourceError
-    from certsel.workers.sources import PythonSource
+    from certsel.workers.python_source import PythonSource
 
     calls = []
 

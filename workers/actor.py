@@ -31,7 +31,6 @@ from .candidate import (
 from .contracts import CandidateSpec, HostRequest, JobArrays, ModelLosses, Snapshot
 from .labellog import LabelLog, LoggedSource, log_path
 from .openai_source import SourceError
-from .sources import build_source
 
 
 _TESTING = (TestingCandidate, ChosenTestingCandidate)
@@ -40,7 +39,7 @@ _TESTING = (TestingCandidate, ChosenTestingCandidate)
 def build_candidate(spec: CandidateSpec, arrays: JobArrays, rows=(None, None)):
     """A candidate object from its spec, the job-wide :class:`JobArrays` and, for replay
     sources, its ``rows`` (human, judge) of the loss table."""
-    source = build_source(spec.source, arrays, rows)
+    source = spec.source.build(arrays, rows)
     if spec.job_dir is not None:  # a durable label log: labels survive crashes, never bought twice
         source = LoggedSource(source, LabelLog(log_path(spec.job_dir, spec.name), spec.name))
     if spec.policy is None:

@@ -23,7 +23,7 @@ a betting strategy defined in user code travel by value; see
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -72,47 +72,16 @@ class JobArrays:
     items: tuple = ()
 
 
-@dataclass(frozen=True)
-class ReplaySpec:
-    """Recorded losses: the candidate's row of the job's loss table (sent once per host)."""
-
-    kind = "replay"
-
-
-@dataclass(frozen=True)
-class LiveSpec:
-    """A model behind an OpenAI-compatible server, scored against references (and a judge)."""
-
-    candidate: dict
-    judge: dict | None
-    loss: str
-    cache_dir: str
-    reference: dict | None = None  # losses relative to this model's answers (live.reference)
-    kind = "live"
-
-
-@dataclass(frozen=True)
-class PythonSpec:
-    """A user function ``module:function`` called as ``f(candidate, items, role)``."""
-
-    function: str
-    candidate: str
-    n_items: int
-    judge: bool
-    retries: int
-    kind = "python"
-
-
 @runtime_checkable
-class BuildsSource(Protocol):
-    """The spec of a registered label-source kind (:mod:`certsel.orchestrator.inputs.sources`): a
-    frozen dataclass the workers receive, which builds the candidate's label source from the
-    job-wide :class:`JobArrays` and its loss-table ``rows`` (replay only)."""
+class SourceSpec(Protocol):
+    """One candidate's label source as the workers receive it: a frozen dataclass, defined
+    beside the source it builds (:class:`~certsel.workers.replay.ReplaySpec`,
+    :class:`~certsel.workers.live.LiveSpec`, :class:`~certsel.workers.python_source.PythonSpec`,
+    or a registered kind's own, :mod:`certsel.orchestrator.inputs.sources`). ``build`` returns
+    the candidate's :class:`LabelSource` from the job-wide :class:`JobArrays` and the
+    candidate's loss-table ``rows`` (human, judge; replay only)."""
 
     def build(self, arrays: JobArrays, rows) -> LabelSource: ...
-
-
-SourceSpec = ReplaySpec | LiveSpec | PythonSpec | BuildsSource
 
 
 @dataclass(frozen=True)
@@ -122,9 +91,9 @@ class CandidateSpec:
     serves losses on demand (a pairwise ranking's model: the comparisons live in the driver)."""
 
     name: str
+    source: SourceSpec
     policy: PolicyKind | None = None
     settings: PolicySettings | None = None
-    source: SourceSpec = field(default_factory=ReplaySpec)
     job_dir: str | None = None  # the durable label log's job folder (None: no log)
     snapshot_every: int | None = None  # steps between policy snapshots in the log
 

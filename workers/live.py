@@ -227,10 +227,26 @@ class LiveSource:
 _ENDPOINT_KEYS = ("base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency", "cache_key")
 
 
-def live_source(spec, items) -> LiveSource:
-    """A :class:`LiveSource` from a job's :class:`~certsel.workers.contracts.LiveSpec` (what
-    travels to an actor): ``candidate`` and ``judge`` endpoint dicts, ``loss``,
-    ``cache_dir`` (one SQLite cache, shared by the job's actors)."""
+@dataclass(frozen=True)
+class LiveSpec:
+    """A model behind an OpenAI-compatible server, scored against references (and a judge):
+    the ``candidate`` and ``judge`` endpoint dicts, the ``loss``, ``cache_dir`` (one SQLite
+    response cache, shared by the job's actors) and the ``reference`` model of relative
+    losses (``live.reference``)."""
+
+    candidate: dict
+    judge: dict | None
+    loss: str
+    cache_dir: str
+    reference: dict | None = None
+    kind = "live"
+
+    def build(self, arrays, rows) -> LiveSource:
+        return live_source(self, arrays.items)
+
+
+def live_source(spec: LiveSpec, items) -> LiveSource:
+    """A :class:`LiveSource` from a job's :class:`LiveSpec` and its items."""
     cache = ResponseCache(pathlib.Path(spec.cache_dir) / "responses.db")
     cand = spec.candidate
     target = OpenAIClient(Endpoint(**{k: cand[k] for k in _ENDPOINT_KEYS}), cache)

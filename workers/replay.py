@@ -233,6 +233,17 @@ def load_features(path, items: np.ndarray) -> np.ndarray:
     return feats[pos]
 
 
+@dataclass(frozen=True)
+class ReplaySpec:
+    """Recorded losses: the candidate's (human, judge) rows of the job's loss table, which
+    travel once per host beside the spec."""
+
+    kind = "replay"
+
+    def build(self, arrays, rows) -> ReplaySource:
+        return ReplaySource(rows[0], rows[1])
+
+
 class ReplaySource:
     """Label source over one candidate's recorded losses (one row of a :class:`LossTable`).
 

@@ -211,7 +211,7 @@ class LiveConfig(Strict):
 
 
 class PythonSourceConfig(Strict):
-    """Labels from a user function (see :mod:`certsel.workers.sources`): ``python`` names it
+    """Labels from a user function (see :mod:`certsel.workers.python_source`): ``python`` names it
     as ``module:function``; it is called as ``f(candidate, items, role)``."""
 
     python: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")

@@ -185,7 +185,7 @@ def load_live(cfg: RunConfig) -> JobData:
 
 
 def load_python(cfg: RunConfig) -> JobData:
-    from certsel.workers.sources import load_callable
+    from certsel.workers.python_source import load_callable
 
     src = cfg.source
     fn = load_callable(src.python)

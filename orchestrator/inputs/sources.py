@@ -28,7 +28,9 @@ from pydantic import BaseModel, ValidationError
 
 from certsel.config import RunConfig
 from certsel.errors import as_input_errors
-from certsel.workers.contracts import LiveSpec, PythonSpec, ReplaySpec
+from certsel.workers.live import LiveSpec
+from certsel.workers.python_source import PythonSpec
+from certsel.workers.replay import ReplaySpec
 
 from .jobdata import JobData, check_count, check_size, load_live, load_python, load_replay
 

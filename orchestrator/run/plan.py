@@ -69,7 +69,7 @@ class JobPlan:
                                 judge_items=None if order is None else order[n : n + r * n], features=features,
                                 items=self.data.items if cfg.live is not None else ())
         every = cfg.state.snapshot_every if self.job_dir is not None else None
-        self.specs = [CandidateSpec(nm, kind, settings[k], self._source(k, with_judge), self.job_dir, every)
+        self.specs = [CandidateSpec(nm, self._source(k, with_judge), kind, settings[k], self.job_dir, every)
                       for k, nm in enumerate(names)]
 
     def _source(self, k: int, with_judge: bool):

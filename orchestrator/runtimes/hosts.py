@@ -27,7 +27,6 @@ from certsel.workers.contracts import (
     HostRequest,
     Labels,
     Load,
-    LiveSpec,
     Losses,
     ModelLosses,
     Rebuild,
@@ -35,6 +34,8 @@ from certsel.workers.contracts import (
     Snapshot,
     Step,
 )
+
+from certsel.workers.live import LiveSpec
 
 from certsel.orchestrator.run.records import Recovered, Resume, Status
 from .runtime import HostLost

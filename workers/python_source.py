@@ -1,10 +1,4 @@
-"""Label sources from their specs, and the user-function source.
-
-:func:`build_source` turns a :class:`~certsel.workers.contracts.SourceSpec` into a
-:class:`~certsel.workers.contracts.LabelSource`: recorded losses
-(:class:`~certsel.workers.replay.ReplaySource`), a model server
-(:class:`~certsel.workers.live.LiveSource`) or a Python function (:class:`PythonSource`).
-The durable label log wraps whichever it is (:class:`~certsel.workers.labellog.LoggedSource`).
+"""The user-function label source: :class:`PythonSpec` and :class:`PythonSource`.
 
 A Python source is for teams whose labels come from their own pipeline (an annotation
 tool, a grader service, a cached evaluation run). The job file names the function::
@@ -28,15 +22,14 @@ from __future__ import annotations
 import pkgutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from tenacity import Retrying, stop_after_attempt, wait_exponential
 
 from certsel.errors import first_line
 
-from .contracts import BuildsSource, JobArrays, LiveSpec, PythonSpec, ReplaySpec
 from .openai_source import SourceError
-from .replay import ReplaySource
 
 ROLES = ("human", "judge")
 
@@ -126,19 +119,19 @@ class PythonSource:
         return self._labels(items, "judge")
 
 
-def build_source(spec, arrays: JobArrays, rows=(None, None)):
-    """The label source a spec describes (``rows``: replay's (human, judge) table rows;
-    ``arrays.items``: a live job's items)."""
-    if isinstance(spec, ReplaySpec):
-        return ReplaySource(rows[0], rows[1])
-    if isinstance(spec, LiveSpec):
-        from .live import live_source
+@dataclass(frozen=True)
+class PythonSpec:
+    """A user function ``module:function`` called as ``f(candidate, items, role)`` (a
+    callable also works in-process)."""
 
-        return live_source(spec, arrays.items)
-    if isinstance(spec, PythonSpec):
-        fn = spec.function if callable(spec.function) else load_callable(spec.function)
-        return PythonSource(fn, spec.candidate, spec.n_items, judge=spec.judge, retries=spec.retries,
-                            name=spec.function if isinstance(spec.function, str) else None)
-    if isinstance(spec, BuildsSource):  # a registered source kind's own spec
-        return spec.build(arrays, rows)
-    raise TypeError(f"unknown label source spec {spec!r}")
+    function: str | Callable
+    candidate: str
+    n_items: int
+    judge: bool
+    retries: int
+    kind = "python"
+
+    def build(self, arrays, rows) -> PythonSource:
+        fn = self.function if callable(self.function) else load_callable(self.function)
+        return PythonSource(fn, self.candidate, self.n_items, judge=self.judge, retries=self.retries,
+                            name=self.function if isinstance(self.function, str) else None)
