@@ -1,3 +1,7 @@
 """certsel: certified selection of models, quantization configs and prompt templates."""
 
-__version__ = "0.1.0"
+from certsel._version import __version__
+
+from certsel.api import Result, audit, run  # noqa: E402  (light: the job's modules load when it runs)
+
+__all__ = ["Result", "__version__", "audit", "run"]

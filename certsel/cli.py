@@ -17,9 +17,7 @@ import json
 import pathlib
 import sys
 
-import numpy as np
-
-from certsel import __version__
+from certsel._version import __version__
 from certsel.errors import CertselError, first_line
 
 JUDGES = {"best": "loss_judge_best", "med": "loss_judge_med", "bad": "loss_judge_bad"}
@@ -42,18 +40,33 @@ def _job_arguments(parser: argparse.ArgumentParser, config_help: str, set_exampl
         parser.add_argument("--seed", type=int, default=0, help=seed_help)
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    from certsel.policies.procedures import PROCEDURES
-    from certsel.policies import SCHEMES, STRATEGIES
-    from certsel.workers.replay import DEFAULT_TABLE
+def _format_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", default="table", choices=("table", "json", "csv", "markdown"),
+                        help="table (default: for people, fitted to the terminal), json (selection.json), csv (a row "
+                             "per candidate) or markdown; the formats other than table print only the result on stdout")
 
-    p = _Parser(prog="certsel", description="Certified model / config / prompt selection.")
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    # nothing heavy is imported here: `certsel --help` must answer at once (names that come from
+    # registries, such as betting strategies, are checked when the command runs)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
+                        help="logging of certsel, Ray and MLflow on stderr (default: warning)")
+    p = _Parser(prog="certsel", description="Certified model / config / prompt selection.", parents=[common])
     p.add_argument("--version", action="version", version=f"certsel {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    _add = sub.add_parser
+    sub.add_parser = lambda *a, **k: _add(*a, parents=[common], **k)
     run = sub.add_parser("run", help="run a selection job from a YAML config (Ray + MLflow)")
     _job_arguments(run, "job file, e.g. examples/quantization.yaml", "budget.n=100")
     run.add_argument("--json", type=pathlib.Path, help="also write selection.json here")
-    run.add_argument("--report-dir", type=pathlib.Path, help="also keep the report and plots here")
+    run.add_argument("--output", "--report-dir", dest="output", type=pathlib.Path, metavar="DIR",
+                     help="write report.html, selection.json, labels.parquet and the plots here (default: the job's "
+                          "folder, STATE_DIR/JOB_ID; the path is printed at the end)")
+    _format_argument(run)
     run.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     run.add_argument("--no-progress", action="store_true", help="no live progress display")
     run.add_argument("--quiet", action="store_true", help="print only the selection")
@@ -75,19 +88,29 @@ def _build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print the certificate of a past job")
     show.add_argument("run_id", help="MLflow run id of the job (or of one of its candidates)")
     show.add_argument("--tracking-uri", help="default: MLFLOW_TRACKING_URI, else sqlite:///mlruns.db")
-    show.add_argument("--json", action="store_true", help="print selection.json as is")
+    show.add_argument("--json", action="store_true", help="print selection.json as is (same as --format json)")
+    _format_argument(show)
+    jobs = sub.add_parser("jobs", help="list past jobs (their labels, reports and status), remove old ones")
+    jobs.add_argument("state_dir", nargs="?", type=pathlib.Path, default=None,
+                      help="the jobs folder (default: .certsel-jobs here; a job file's is beside it)")
+    jobs.add_argument("--remove", nargs="+", metavar="JOB_ID", default=[], help="delete these jobs' folders")
+    jobs.add_argument("--clean", choices=("finished", "failed", "all"),
+                      help="delete every job with this status (all: every job not running now)")
     s = sub.add_parser("select", help="certified selection on a recorded loss table")
-    s.add_argument("--data", type=pathlib.Path, default=DEFAULT_TABLE, help="Parquet loss table")
+    s.add_argument("--data", type=pathlib.Path, default=None,
+                   help="loss table: Parquet, CSV or JSON Lines (default: the bundled TriviaQA table)")
     s.add_argument("--judge", default="best", help="judge column: best|med|bad or a column name")
-    s.add_argument("--scheme", default="r-autoeval+", choices=sorted(SCHEMES),
+    s.add_argument("--scheme", default="r-autoeval+", choices=("r-eval", "r-autoeval", "r-autoeval+"),
                    help="r-eval (human labels only), r-autoeval (judge with rho = 1), r-autoeval+ (default: "
                         "a mixture over reliance factors)")
     s.add_argument("--observation", default="split", choices=["split", "paper"],
                    help="split (default: two factors sharing each bet) or paper (eq. 10 of R-AutoEval+)")
-    s.add_argument("--betting", default="up", choices=list(STRATEGIES),
-                   help="betting strategy of the e-processes (default up: the universal portfolio)")
-    s.add_argument("--procedure", default="fst", choices=[n for n, p in PROCEDURES.items() if p.testing],
-                   help="multiple testing over candidates (default fst: fixed sequence in the table's order)")
+    s.add_argument("--betting", default="up",
+                   help="betting strategy of the e-processes (default up: the universal portfolio; also ons, wsr, "
+                        "or a registered strategy)")
+    s.add_argument("--procedure", default="fst",
+                   help="multiple testing over candidates (default fst: fixed sequence in the table's order; also "
+                        "bonferroni, holm, or a registered procedure)")
     s.add_argument("--alpha", type=float, default=0.1, help="target risk (default 0.1)")
     s.add_argument("--delta", type=float, default=0.1, help="error level (default 0.1)")
     s.add_argument("--n", type=int, default=300, help="human labels per candidate")
@@ -101,13 +124,28 @@ def _build_parser() -> argparse.ArgumentParser:
 def _select(args) -> dict:
     from certsel.orchestrator.inputs.jobdata import fingerprint
     from certsel.orchestrator.run.replicated import candidate_intervals, replicated_selection
+    from certsel.policies import get_strategy
     from certsel.policies._validation import check_level
-    from certsel.workers.replay import load_loss_table
+    from certsel.policies.procedures import get_procedure
+    from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
 
     check_level(args.alpha, "--alpha")
     check_level(args.delta, "--delta")
     if args.n < 1 or args.r < 1:
         raise ValueError(f"--n and --r must be positive, got n={args.n}, r={args.r}")
+    try:
+        get_strategy(args.betting)
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None
+    try:
+        testing = get_procedure(args.procedure).testing
+    except ValueError:
+        testing = False
+    if not testing:
+        raise ValueError(f"--procedure must be one of fst, bonferroni, holm (the procedures that take per-candidate "
+                         f"e-values), got {args.procedure!r}")
+    if args.data is None:
+        args.data = DEFAULT_TABLE
     table = load_loss_table(args.data, judge=JUDGES.get(args.judge, args.judge))
     kw = dict(alpha=args.alpha, delta=args.delta, scheme=args.scheme, betting=args.betting)
     out = replicated_selection(table, n=args.n, r=args.r, reps=1, seed=args.seed, procedure=args.procedure,
@@ -174,10 +212,10 @@ def _print_report(report: dict, quiet: bool) -> None:
                       f"{report['labels']['judge_per_candidate']} judge per candidate")
 
 
-def _console():
+def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(highlight=False) if sys.stdout.isatty() else Console(width=150, highlight=False)
+    return Console(highlight=False, stderr=stderr)
 
 
 def _progress(console, total: int):
@@ -198,160 +236,29 @@ def _progress(console, total: int):
     return bar, update
 
 
-def _candidate_table(cert: dict):
-    """The per-candidate table: the joint bound (what the certificate is about) first, then
-    the bound of the candidate's own test at its level, the two-sided interval as a secondary
-    column; the judge's agreement when there is one."""
-    from rich.table import Table
-
-    from certsel.orchestrator.outputs.certificate import bound_text, efficiency_cell, judge_cell
-
-    p = cert["procedure"]
-    alpha = p["alpha"]
-    t = Table(title=f"{cert['job']}: {cert['policy']['kind']} / {p['level']}, alpha={alpha:g}")
-    testing = any(c.get("e_value") is not None for c in cert["candidates"])
-    judged = any(c.get("judge") for c in cert["candidates"])
-    levels = {c["level"] for c in cert["candidates"] if c.get("upper_bound") is not None}
-    cols = ["candidate", "objective", "status", "in set", *(["e-value / threshold"] if testing else []),
-            "joint bound", "own bound" + (f" (level {next(iter(levels)):.3g})" if len(levels) == 1 else " @ level"),
-            "estimate", "two-sided interval", "human", *(["to certify / min"] if testing else []),
-            *(["judge agrees (kappa)"] if judged else [])]
-    for c in cols:
-        t.add_column(c, justify="right", no_wrap=True)
-    for c in cert["candidates"]:
-        ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {bound_text(c['ci'][1])}]"
-        ub = bound_text(c.get("upper_bound"), alpha)
-        if ub and len(levels) > 1:
-            ub += f" @ {c['level']:.3g}"
-        est = "" if c.get("estimate") is None else f"{c['estimate']:.3f}"
-        obj = "" if c["objective"] is None else f"{c['objective']:g}"
-        row = [c["candidate"] + (" *" if c["selected"] else ""), obj, c["status"], "yes" if c["certified"] else "no"]
-        if testing:
-            row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g} / {c.get('threshold', 0):.3g}")
-        row += [bound_text(c.get("simultaneous_bound"), alpha), ub, est, ci, str(c["labels_human"])]
-        if testing:
-            row.append(efficiency_cell(c))
-        if judged:
-            row.append(judge_cell(c.get("judge")))
-        t.add_row(*row, style="bold" if c["selected"] else None)
-    return t
-
-
-BOUNDS_LEGEND = ("joint bound: R <= it for every candidate at once, with probability >= {conf:g} (<= alpha exactly "
-                 "for the certified set; blank: no statement). own bound: the one-sided bound that inverts the "
-                 "candidate's own test at the level of its decision; a per-candidate statement, not adjusted for "
-                 "the selection. to certify / min: human labels until certified against log(1/level) / KL_inf, the "
-                 "fewest any test would need on average, estimated from its own labels (a rough guide).")
-
-
-def _ranking_table(cert: dict):
-    """A ranking as the partial order it certifies: per model its certified wins and losses."""
-    from rich.table import Table
-
-    rk = cert["ranking"]
-    t = Table(title=f"{cert['job']}: {cert['policy']['kind']} / {cert['procedure']['level']} "
-                    f"({rk['pairs_certified']} of {rk['pairs']} pair orders certified)")
-    for c in ("model", "better than", "worse than", "possible winner", "mean loss", "items", "Copeland (uncertified)"):
-        t.add_column(c, justify="right", no_wrap=True)
-    worse = {m: sum(m in b for b in rk["better"].values()) for m in rk["order"]}
-    rows = {c["candidate"]: c for c in cert["candidates"]}
-    for m in rk["order"]:
-        c = rows[m]
-        est = "" if c.get("estimate") is None else f"{c['estimate']:.3f}"
-        t.add_row(m, str(len(rk["better"][m])), str(worse[m]), "yes" if m in rk.get("possible_winners", ()) else "",
-                  est, str(c["labels_human"]), f"{rk['score'][m]:+d}")
-    return t
-
-
-def _saved(fraction: float) -> str:
-    """A saving in words; a ranking whose pairs drew different items can exceed its nominal budget."""
-    return f"{fraction:.0%} saved" if fraction >= 0 else f"{-fraction:.0%} over: pairs drew different items"
-
-
-def cost_line(costs: dict) -> str:
-    """The spend in the user's unit: "cost: 1,432.5 USD (human 1,400, generation 12.5, judge 20) of 7,800 at full budget"."""
-    s, u = costs["spent"], costs["unit"]
-    parts = ", ".join(f"{k} {s[k]:,.4g}" for k in ("human", "generation", "judge") if s[k])
-    return f"cost: {s['total']:,.6g} {u}" + (f" ({parts})" if parts else "") + \
-        f" of {costs['full_budget']['total']:,.6g} {u} at full budget"
-
-
-def evidence_line(ev: dict, alpha: float) -> str:
-    """The selected candidate's own evidence, each number with the level it has."""
-    from certsel.orchestrator.outputs.certificate import bound_text
-
-    bits = [f"evidence: its own test gives R <= {bound_text(ev['upper_bound'], alpha)} (one-sided, at its level "
-            f"{ev['level']:.3g}; not adjusted for the selection)"]
-    if ev.get("e_value") is not None:
-        bits.append(f"e-value {ev['e_value']:.3g} against its threshold {ev['threshold']:.3g}")
-    bits.append(f"estimate {ev['estimate']:.3f} ({ev['estimate_note']})")
-    if ev.get("certified_at_labels"):
-        bits.append(f"certified after {ev['certified_at_labels']} human labels ({ev['labels_human']} bought"
-                    + (f"; any test would need about {ev['labels_minimum_estimate']:.0f} on average, estimated from "
-                       "its labels)" if ev.get("labels_minimum_estimate") else ")"))
-    else:
-        bits.append(f"{ev['labels_human']} human labels")
-    return ", ".join(bits)
-
-
-def _print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None) -> None:
-    if not quiet:
-        if "ranking" in cert:
-            console.print(_ranking_table(cert))
-            console.print("possible winners (no other model is certified better): "
-                          + ", ".join(cert["ranking"].get("possible_winners", [])), markup=False)
-        else:
-            console.print(_candidate_table(cert))
-            console.print(BOUNDS_LEGEND.format(conf=1 - cert["procedure"]["delta"]), markup=False)
-    for c in cert["candidates"]:
-        if c["status"] in ("source failed", "worker lost"):
-            console.print(f"{c['candidate']}: not certified ({c['reason']})", markup=False)
-    console.print(f"selected: {cert['selected'] or 'none'} — {cert['certificate']}")
-    ev = cert.get("evidence")
-    if ev and ev.get("upper_bound") is not None:
-        console.print(evidence_line(ev, cert["procedure"]["alpha"]), markup=False)
-    lab = cert["labels"]
-    console.print("labels: " + ", ".join(
-        f"{lab['spent'][k]} {k} of {lab['full_budget'][k]} ({_saved(lab['saved_fraction'][k])})"
-        for k in ("human", "judge", "requests") if lab["full_budget"][k]))
-    if cert.get("costs"):
-        console.print(cost_line(cert["costs"]), markup=False)
-    if cert.get("resume"):
-        r = cert["resume"]
-        console.print(f"resumed from round {r['from_round']}: {r['steps_from_snapshots']} candidate steps from "
-                      f"snapshots, {r['steps_replayed']} replayed from the label log, no label bought twice")
-    if cert.get("recovered") and cert["recovered"]["hosts"]:
-        r = cert["recovered"]
-        console.print(f"workers rebuilt after a crash: {r['hosts']} ({r['steps_from_snapshots']} candidate steps "
-                      f"from snapshots, {r['steps_replayed']} replayed from the label log)")
-    if run_id:
-        console.print(f"MLflow run: {run_id}  (certsel show {run_id[:8]})")
-    if tracking:
-        console.print(f"MLflow UI: mlflow ui --backend-store-uri {tracking['uri']}, then "
-                      f"http://127.0.0.1:5000/#/experiments/{tracking['experiment_id']}/runs/{tracking['run_id']}",
-                      markup=False, soft_wrap=True)
-
-
 def _run(args) -> int:
     from certsel.config import load_config
     from certsel.orchestrator.run.job import execute
     from certsel.orchestrator.outputs.report import certificate
+    from certsel.terminal import format_job, print_job
 
     cfg = load_config(args.config, args.overrides)
     if args.fresh:
         if args.resume:
             raise ValueError("--fresh and --resume exclude each other")
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
-    console = _console()
+    machine = args.format != "table"  # stdout holds only the formatted result
+    console = _console(stderr=machine)
 
     def on_job(job):
         # printed first: the job id is what a resume needs if this process dies
         verb = f"resuming job {job.job_id} (attempt {job.meta['attempts']})" if job.resumed else f"job {job.job_id}"
         if not args.quiet or job.resumed:
-            print(f"{verb}: labels kept in {job.dir}", flush=True)
+            print(f"{verb}: labels kept in {job.dir}", flush=True, file=sys.stderr if machine else sys.stdout)
 
-    kw = {"report_dir": args.report_dir, "track": not args.no_tracking, "resume": args.resume, "on_job": on_job,
-          "warn": lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True)}
+    kw = {"output": args.output, "track": not args.no_tracking, "resume": args.resume, "on_job": on_job,
+          "warn": lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True),
+          "check_outputs": [] if args.json is None else [(args.json, "--json")]}
     if args.no_progress:
         result, run_id = execute(cfg, **kw)
     else:
@@ -366,8 +273,20 @@ def _run(args) -> int:
     cert = certificate(result)
     if args.json:
         args.json.write_text(json.dumps(cert, indent=2))
-    _print_job(console, cert, args.quiet, run_id, result.tracking)
+    if machine:
+        print(format_job(cert, args.format))
+    else:
+        print_job(console, cert, args.quiet, run_id, result.tracking, result.output_dir)
+    if not result.evaluated:
+        print(f"certsel: error: no candidate could be evaluated ({_failures(cert)})", file=sys.stderr)
+        return 1
     return 0
+
+
+def _failures(cert: dict) -> str:
+    """Why the candidates ended, for the one-line error when none could be evaluated."""
+    reasons = list(dict.fromkeys(c["reason"] or c["status"] for c in cert["candidates"]))
+    return "; ".join(reasons[:2]) + (f"; and {len(reasons) - 2} more" if len(reasons) > 2 else "")
 
 
 def _audit(args) -> int:
@@ -411,22 +330,74 @@ def _plan(args) -> int:
     return 0
 
 
-def _show(args) -> int:
-    from certsel.orchestrator.outputs.tracking import load_certificate
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.0f} kB"
 
-    cert = load_certificate(args.run_id, args.tracking_uri)
-    if args.json:
-        print(json.dumps(cert, indent=2))
-    else:
-        _print_job(_console(), cert, False)
+
+def _jobs(args) -> int:
+    from certsel.orchestrator.run.state import list_jobs, remove_job
+
+    root = args.state_dir or pathlib.Path(".certsel-jobs")
+    if not root.is_dir():
+        raise ValueError(f"no jobs folder {root} (certsel run keeps its jobs in .certsel-jobs beside the job file)")
+    gone = list(args.remove)
+    if args.clean:  # failed: every job that did not finish (failed, interrupted, or its driver died)
+        wanted = {"finished": {"finished"}, "failed": {"failed", "interrupted", "unfinished"},
+                  "all": {"finished", "failed", "interrupted", "unfinished"}}[args.clean]
+        gone += [j.job_id for j in list_jobs(root) if j.status in wanted]
+    if args.remove or args.clean:
+        freed = sum(remove_job(root, job_id) for job_id in dict.fromkeys(gone))
+        print(f"removed {len(set(gone))} job(s) from {root}, {_size(freed)} freed")
+        return 0
+    jobs = list_jobs(root)
+    if not jobs:
+        print(f"no jobs in {root}")
+        return 0
+    from rich.table import Table
+
+    t = Table(title=f"jobs in {root.resolve()}")
+    for c in ("job id", "name", "status", "created", "selected", "size", "report"):
+        t.add_column(c, overflow="fold")
+    for j in jobs:
+        t.add_row(j.job_id, j.name, j.status, j.created.replace("T", " ")[:19], j.selected or "", _size(j.bytes),
+                  "" if j.report is None else str(j.report))
+    console = _console()
+    if not console.is_terminal:
+        console.width = 250
+    console.print(t)
     return 0
 
 
+def _show(args) -> int:
+    from certsel.orchestrator.outputs.tracking import load_certificate
+
+    from certsel.terminal import format_job, print_job
+
+    cert = load_certificate(args.run_id, args.tracking_uri)
+    fmt = "json" if args.json else args.format
+    if fmt != "table":
+        print(format_job(cert, fmt))
+    else:
+        print_job(_console(), cert, False)
+    return 0
+
+
+def _logging(level: str | None) -> None:
+    import logging
+
+    logging.basicConfig(level=(level or "warning").upper(), format="%(levelname)s %(name)s: %(message)s")
+
+
 def main(argv=None) -> int:
-    args = _build_parser().parse_args(argv)
-    if args.command in ("run", "show", "audit", "plan"):
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # `certsel` alone: what it can do
+        parser.print_help()
+        return 2
+    _logging(getattr(args, "log_level", None))
+    if args.command in ("run", "show", "audit", "plan", "jobs"):
         try:
-            return {"run": _run, "show": _show, "audit": _audit, "plan": _plan}[args.command](args)
+            return {"run": _run, "show": _show, "audit": _audit, "plan": _plan, "jobs": _jobs}[args.command](args)
         except CertselError as exc:  # InputError: 2 (nothing was started); JobError: 1 (runs marked FAILED)
             print(f"certsel: error: {first_line(exc)}", file=sys.stderr)
             return exc.exit_code
@@ -445,6 +416,8 @@ def main(argv=None) -> int:
         print(f"certsel: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
+        import numpy as np
+
         args.json.write_text(json.dumps(report, indent=2, default=lambda o: np.asarray(o).tolist()))
     _print_report(report, args.quiet)
     return 0

@@ -69,7 +69,7 @@ def _agrees(cert: dict, procedure: str) -> None:
 ])
 def test_every_bound_agrees_with_the_certificate(tmp_path, ray_session, procedure, policy):
     cfg = (_trivia if procedure == "fst" else _prompts)(tmp_path, procedure, policy)
-    result, run_id = execute(cfg, report_dir=tmp_path / "report")
+    result, run_id = execute(cfg, output=tmp_path / "report")
     cert = json.loads((tmp_path / "report" / "selection.json").read_text())
     assert result.selected is not None and len(result.certified) < len(result.records)  # both sides occur
     _agrees(cert, procedure)
@@ -98,11 +98,11 @@ def test_a_nominal_level_says_so_in_the_headline(tmp_path, ray_session):
                                "human": "loss", "features": str(DATA_DIR / "alpacaeval_embeddings.parquet")},
                candidates=models, order=models, procedure="fst", policy={"kind": "cer-eval", "radius": "paper"},
                alpha=0.9, delta=0.1, budget={"n": 805, "batch": 50})
-    execute(cfg, report_dir=tmp_path / "report", track=False)
+    execute(cfg, output=tmp_path / "report", track=False)
     cert = json.loads((tmp_path / "report" / "selection.json").read_text())
     assert "NOT EXACT" in cert["certificate"] and "nominal" in cert["certificate"]
     exact = parse_config({**cfg.model_dump(mode="json"), "policy": {"kind": "seq", "radius": "paper"}})
-    execute(exact, report_dir=tmp_path / "seq", track=False)
+    execute(exact, output=tmp_path / "seq", track=False)
     assert "NOT EXACT" not in json.loads((tmp_path / "seq" / "selection.json").read_text())["certificate"]
 
 
@@ -122,11 +122,11 @@ def test_the_spend_in_the_users_unit(tmp_path, ray_session):
     """With costs: the spend per candidate and in total, by kind, equals the label counters at
     the prices (generations: the requests that were not judge calls), in selection.json, in
     the CLI's line and as MLflow metrics."""
-    from certsel.cli import cost_line
+    from certsel.terminal import cost_line
 
     costs = {"human": 0.5, "generation": 0.002, "judge": 0.004, "unit": "USD"}
     cfg = _prompts(tmp_path, "bonferroni", {"kind": "r-autoeval+"}, costs=costs)
-    result, run_id = execute(cfg, report_dir=tmp_path / "report")
+    result, run_id = execute(cfg, output=tmp_path / "report")
     cert = json.loads((tmp_path / "report" / "selection.json").read_text())
     spent = result.spent
     gens = spent["requests"] - spent["judge"]

@@ -46,7 +46,9 @@ def test_select_on_bundled_triviaqa(tmp_path):
         (["--n", "5000", "--r", "3"], "n + N <="),
         (["--judge", "nope"], "missing column 'nope'"),
         (["--data", "/nonexistent.parquet"], "loss table not found"),
-        (["--procedure", "sidak"], "invalid choice"),
+        (["--procedure", "sidak"], "--procedure must be one of fst, bonferroni, holm"),
+        (["--procedure", "pairwise"], "--procedure must be one of fst, bonferroni, holm"),
+        (["--betting", "kelly"], "--betting must be one of up, wsr, ons"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(args, message):

@@ -77,7 +77,7 @@ def test_a_procedure_and_a_strategy_from_user_code_run_through_ray_and_mlflow(ra
         "budget": {"n": 150, "r": 0, "batch": 50}, "seed": 2,
         "tracking": {"uri": uri, "intervals": "final"}, "state": {"dir": str(tmp_path / "jobs")},
     })
-    result, run_id = execute(cfg, report_dir=tmp_path / "report")
+    result, run_id = execute(cfg, output=tmp_path / "report")
 
     # the same e-processes and the same procedure, computed directly
     table = load_loss_table(TABLE, judge="loss_judge_best")

@@ -18,9 +18,10 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# package -> its folder, in layer order (top first); "certsel" holds cli.py, config.py, errors.py
+# package -> its folder, in layer order (top first); "certsel" holds cli.py, api.py, terminal.py, config/, errors.py
 FOLDERS = {"certsel.orchestrator": "orchestrator", "certsel.workers": "workers", "certsel.policies": "policies"}
-RANK = {"certsel.cli": 0, "certsel.orchestrator": 1, "certsel.config": 2, "certsel.workers": 2,
+# the front ends (the command line, the Python API, terminal output) sit on top
+RANK = {"certsel.cli": 0, "certsel.api": 0, "certsel.terminal": 0, "certsel._version": 3, "certsel.orchestrator": 1, "certsel.config": 2, "certsel.workers": 2,
         "certsel.errors": 3, "certsel.policies": 3}
 FORBIDDEN_IN_POLICIES = {"ray", "mlflow", "httpx", "pyarrow", "yaml", "certsel.errors"}
 

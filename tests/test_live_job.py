@@ -52,7 +52,7 @@ def write_job(tmp_path, url):
 def test_live_job_end_to_end(ray_session, tmp_path):
     with adder_server() as (url, srv):
         cfg = load_config(write_job(tmp_path, url))
-        result, run_id = execute(cfg, report_dir=tmp_path / "report")
+        result, run_id = execute(cfg, output=tmp_path / "report")
         calls_first = dict(srv.calls)
         uri = f"sqlite:///{tmp_path}/store.db"
         cert = load_certificate(run_id, uri)
@@ -95,7 +95,7 @@ def run_with_weak_short_unreachable(tmp_path, overrides=None) -> dict:
                                                          "timeout": 1.0})
         cfg = cfg.model_copy(update={"live": cfg.live.model_copy(update={"candidates": [
             cfg.live.candidates[0], bad, cfg.live.candidates[2]]})})
-        result, run_id = execute(cfg, report_dir=tmp_path / "report")
+        result, run_id = execute(cfg, output=tmp_path / "report")
     uri = f"sqlite:///{tmp_path}/store.db"
     assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
     return load_certificate(run_id, uri)
@@ -143,7 +143,7 @@ def test_losses_relative_to_a_reference_model(ray_session, tmp_path):
         job["live"]["reference"] = "exact-short"
         path.write_text(yaml.safe_dump(job))
         cfg = load_config(path)
-        result, run_id = execute(cfg, report_dir=tmp_path / "report")
+        result, run_id = execute(cfg, output=tmp_path / "report")
         n, r = cfg.budget.n, cfg.budget.r
         # exact serves the reference (= exact-short's requests) and the judge: each prompt once
         assert srv.calls["exact"] <= 2 * n * (1 + r)

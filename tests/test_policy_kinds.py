@@ -171,7 +171,7 @@ def test_a_policy_kind_from_user_code_runs_through_ray_and_mlflow(ray_session, t
         "tracking": {"uri": uri}, "state": {"dir": str(tmp_path / "jobs"), "snapshot_every": 2},
     })
     assert not cfg.policy.is_testing and cfg.policy.policy_kind is hoeffding
-    result, run_id = execute(cfg, report_dir=tmp_path / "report")
+    result, run_id = execute(cfg, output=tmp_path / "report")
 
     # each candidate equals the policy run directly at its Bonferroni level, in the job's rounds
     table = load_loss_table(TABLE)

@@ -257,7 +257,7 @@ def test_candidate_names_cannot_escape_the_job(ray_session, tmp_path):
                         "budget": {"n": 40, "batch": 20}, "tracking": {"uri": f"sqlite:///{work}/s.db"},
                         "state": {"dir": str(work / "jobs")}})
     before = {p for p in tmp_path.parent.rglob("*")}
-    result, run_id = execute(cfg, report_dir=work / "report")
+    result, run_id = execute(cfg, output=work / "report")
     assert sorted(r.name for r in result.records) == sorted(names)
     new = {p for p in tmp_path.parent.rglob("*")} - before
     assert new and all(work in p.parents for p in new), sorted(str(p) for p in new if work not in p.parents)

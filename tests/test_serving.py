@@ -179,7 +179,7 @@ def test_cer_eval_on_live_items_with_served_embeddings(ray_session, tmp_path):
     del raw["live"]["judge"]
     path.write_text(yaml.safe_dump(raw))
     cfg = load_config(path)
-    result, run_id = execute(cfg, report_dir=tmp_path / "report")
+    result, run_id = execute(cfg, output=tmp_path / "report")
     # the features are the server's embeddings of every item, in item order
     items = [json.loads(line) for line in (tmp_path / "additions.jsonl").read_text().splitlines()]
     expect = np.array([[a, b, a + b, 1.0] for a, b in (map(int, it["id"].split("+")) for it in items)])
@@ -206,7 +206,7 @@ def test_cer_eval_with_judge_strata_on_live_items(ray_session, tmp_path):
     path = served_job(tmp_path, policy={"kind": "cer-eval", "partition": "judge"}, procedure="fst",
                       order=["weak", "exact"], objective=None, budget={"n": 200, "batch": 20})
     cfg = load_config(path)
-    result, run_id = execute(cfg, report_dir=tmp_path / "report")
+    result, run_id = execute(cfg, output=tmp_path / "report")
     import pyarrow.parquet as pq
 
     log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()

@@ -165,9 +165,9 @@ def test_a_label_source_from_user_code_runs_through_ray_and_mlflow(ray_session, 
     path, objectives = annotations
     cfg = _job(tmp_path, {"labels": {"kind": "annotations-test", "path": str(path), "judge": True,
                                      "objectives": objectives}})
-    result, run_id = execute(cfg, report_dir=tmp_path / "report")
+    result, run_id = execute(cfg, output=tmp_path / "report")
     replay, _ = execute(_job(tmp_path, {"data": {"path": str(TABLE), "judge": "loss_judge_best"}}),
-                        report_dir=tmp_path / "replay")
+                        output=tmp_path / "replay")
 
     # the same losses through another source: the same e-values, labels, selection
     by_name = {r.name: r for r in replay.records}

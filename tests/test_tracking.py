@@ -27,7 +27,7 @@ def job(ray_session, tmp_path_factory):
         "tracking": {"uri": uri, "experiment": "certsel-test", "intervals": "every_round"},
         "state": {"dir": str(tmp / "jobs")},
     })
-    result, run_id = execute(cfg, report_dir=tmp / "report")
+    result, run_id = execute(cfg, output=tmp / "report")
     return cfg, result, run_id, MlflowClient(uri), uri, tmp
 
 

@@ -75,7 +75,7 @@ def test_three_templates_on_smollm2(ray_session, tmp_path):
     }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     cfg = load_config(tmp_path / "job.yaml")
-    result, run_id = execute(cfg, report_dir=tmp_path / "report")
+    result, run_id = execute(cfg, output=tmp_path / "report")
     uri = f"sqlite:///{tmp_path}/store.db"
     assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
     cert = load_certificate(run_id, uri)
@@ -131,7 +131,7 @@ def test_cer_eval_with_vllm_embeddings(ray_session, tmp_path):
         "budget": {"n": 81, "batch": 27}, "seed": 0, "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"},
     }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    result, run_id = execute(load_config(tmp_path / "job.yaml"), report_dir=tmp_path / "report")
+    result, run_id = execute(load_config(tmp_path / "job.yaml"), output=tmp_path / "report")
     feats = result.data.features
     assert feats.shape == (81, 576) and np.isfinite(feats).all()  # SmolLM2-135M's hidden size
     assert np.unique(feats.round(6), axis=0).shape[0] == 81  # 81 different questions, 81 different vectors
@@ -181,7 +181,7 @@ def test_drop_against_full_precision_on_vllm(ray_session, tmp_path):
         "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"},
     }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    result, run_id = execute(load_config(tmp_path / "job.yaml"), report_dir=tmp_path / "report")
+    result, run_id = execute(load_config(tmp_path / "job.yaml"), output=tmp_path / "report")
     cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
     log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
     for row in cert["candidates"]:
@@ -220,7 +220,7 @@ def test_constrained_and_soft_judge_on_vllm(ray_session, tmp_path, soft):
         "budget": {"n": 20, "r": 2, "batch": 10}, "seed": 0, "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"},
     }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    result, run_id = execute(load_config(tmp_path / "job.yaml"), report_dir=tmp_path / "report")
+    result, run_id = execute(load_config(tmp_path / "job.yaml"), output=tmp_path / "report")
     cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
     log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
     row = cert["candidates"][0]

@@ -1,7 +1,9 @@
-"""Replay label source: recorded loss tables (Parquet) and the paper's resampling protocol.
+"""Replay label source: recorded loss tables and the paper's resampling protocol.
 
 A loss table has one row per (candidate, item) with the candidate's loss against the human
-reference and against one or more judges. It becomes dense (candidates x items) matrices
+reference and against one or more judges (Parquet, CSV, JSON Lines or a table in memory, see
+:mod:`~certsel.workers.tables`; item ids are integers or strings). It becomes dense
+(candidates x items) matrices
 after validation: every candidate must cover the same items exactly once, losses must be
 finite and inside the declared bounds. Bad tables raise ``ValueError`` naming the problem.
 """
@@ -12,7 +14,8 @@ import pathlib
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow.parquet as pq
+
+from .tables import id_column, match_items, read_table
 
 # The bundled real table; present in a source checkout (the README quickstart runs from one).
 DEFAULT_TABLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "data" / "triviaqa_llama31_8b_mx.parquet"
@@ -54,7 +57,7 @@ def _numeric(values: np.ndarray, name: str, path) -> np.ndarray:
 
 
 def load_loss_table(
-    path=DEFAULT_TABLE,
+    source=DEFAULT_TABLE,
     *,
     human: str = "loss_human",
     judge: str | None = "loss_judge_best",
@@ -63,21 +66,16 @@ def load_loss_table(
     order: str | None = "rank",
     objective: str | None = "avg_bitwidth",
     loss_bounds=(0.0, 1.0),
+    name: str | None = None,
 ) -> LossTable:
-    """Read and validate a loss table; see the module docstring for the checks."""
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise ValueError(f"loss table not found: {path}")
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:  # pyarrow raises several types for non-Parquet input
-        raise ValueError(f"{path}: not a readable Parquet file ({exc.__class__.__name__})") from None
+    """Read and validate a loss table (a path or a table in memory); see the module
+    docstring for the checks. Errors name ``name``, else the path, else "the loss table"."""
+    table = read_table(source, "loss table")
+    path = name or (source if isinstance(source, (str, pathlib.Path)) else "the loss table")
     if table.num_rows == 0:
         raise ValueError(f"{path}: the table has no rows")
     cand = _column(table, candidate, path).astype(str)
-    items = _column(table, item, path)
-    if not np.issubdtype(items.dtype, np.integer):
-        raise ValueError(f"{path}: column {item!r} must hold integer item ids, got {items.dtype}")
+    items = id_column(_column(table, item, path), item, path)
     names, cidx = np.unique(cand, return_inverse=True)
     item_ids, iidx = np.unique(items, return_inverse=True)
     K, I = names.size, item_ids.size
@@ -176,9 +174,9 @@ def load_preference_table(preferences=ALPACAEVAL_PREFERENCES, embeddings=ALPACAE
 
     Every model must have exactly one loss in [0, 1] for every embedded item.
     """
-    prefs = pq.read_table(preferences)
+    prefs = read_table(preferences, "preference table")
     model = _column(prefs, "model", preferences).astype(str)
-    item = _numeric(_column(prefs, "item", preferences), "item", preferences).astype(np.int64)
+    item = id_column(_column(prefs, "item", preferences), "item", preferences)
     loss = _numeric(_column(prefs, "loss", preferences), "loss", preferences)
     if loss.min() < 0 or loss.max() > 1:
         raise ValueError(f"{preferences}: column 'loss' has values outside [0, 1]")
@@ -186,8 +184,8 @@ def load_preference_table(preferences=ALPACAEVAL_PREFERENCES, embeddings=ALPACAE
     models = sorted(set(model.tolist()))
     losses = np.full((len(models), items.size), np.nan)
     mi = np.searchsorted(models, model)
-    ii = np.searchsorted(items, item)
-    if np.any(ii >= items.size) or np.any(items[np.minimum(ii, items.size - 1)] != item):
+    ii = match_items(items, item)
+    if np.any(ii < 0):
         raise ValueError(f"{preferences}: items without an embedding in {embeddings}")
     if np.unique(mi * items.size + ii).size != mi.size:
         raise ValueError(f"{preferences}: duplicated (model, item) pairs")
@@ -198,16 +196,11 @@ def load_preference_table(preferences=ALPACAEVAL_PREFERENCES, embeddings=ALPACAE
 
 
 def _read_embeddings(path):
-    """(items sorted, features (items, d), sub-source label per item) from a Parquet file
-    with columns ``item``, ``e0..e{d-1}`` and optionally ``dataset``."""
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise ValueError(f"features file not found: {path}")
-    try:
-        emb = pq.read_table(path)
-    except Exception as exc:
-        raise ValueError(f"{path}: not a readable Parquet file ({exc.__class__.__name__})") from None
-    e_item = _numeric(_column(emb, "item", path), "item", path).astype(np.int64)
+    """(items sorted, features (items, d), sub-source label per item) from a table (any
+    format of :func:`~certsel.workers.tables.read_table`) with columns ``item``,
+    ``e0..e{d-1}`` and optionally ``dataset``."""
+    emb = read_table(path, "features file")
+    e_item = id_column(_column(emb, "item", path), "item", path)
     cols = sorted((c for c in emb.column_names if c.startswith("e") and c[1:].isdigit()), key=lambda c: int(c[1:]))
     if not cols:
         raise ValueError(f"{path}: no embedding columns e0, e1, ...")
@@ -221,13 +214,13 @@ def _read_embeddings(path):
 
 
 def load_features(path, items: np.ndarray) -> np.ndarray:
-    """Item embeddings (Parquet: ``item``, ``e0..e{d-1}``) aligned to ``items``: (len(items), d).
+    """Item embeddings (a table: ``item``, ``e0..e{d-1}``) aligned to ``items``: (len(items), d).
 
     Every item of the loss table needs exactly one embedding row; extra rows are ignored.
     """
     e_items, feats, _ = _read_embeddings(path)
-    pos = np.minimum(np.searchsorted(e_items, items), e_items.size - 1)
-    missing = e_items[pos] != items
+    pos = match_items(e_items, items)
+    missing = pos < 0
     if missing.any():
         raise ValueError(f"{path}: {int(missing.sum())} item(s) of the loss table have no embedding")
     return feats[pos]

@@ -123,8 +123,9 @@ def apply_overrides(raw: dict, overrides, source: str) -> dict:
     return raw
 
 
-def load_config(path, overrides=None) -> RunConfig:
-    """Read and validate a YAML job file; ``overrides`` are ``KEY=VALUE`` strings."""
+def read_job_file(path) -> dict:
+    """A YAML job file's mapping, not yet validated (one-line errors for a missing or
+    unreadable file)."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -136,8 +137,13 @@ def load_config(path, overrides=None) -> RunConfig:
         raise ConfigError(f"{path}: not valid YAML{where}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a UTF-8 text file") from None
-    if overrides:
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of keys, got {type(raw).__name__}")
-        raw = apply_overrides(raw, overrides, str(path))
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    return raw
+
+
+def load_config(path, overrides=None) -> RunConfig:
+    """Read and validate a YAML job file; ``overrides`` are ``KEY=VALUE`` strings."""
+    path = pathlib.Path(path)
+    raw = apply_overrides(read_job_file(path), overrides, str(path))
     return parse_config(raw, source=str(path), base_dir=path.parent)

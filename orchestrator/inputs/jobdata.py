@@ -12,10 +12,10 @@ import pathlib
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from certsel.config import RunConfig
 from certsel.workers.replay import LossTable, load_features, load_loss_table
+from certsel.workers.tables import read_table, table_format
 from certsel.policies.procedures import get_procedure
 
 
@@ -78,11 +78,7 @@ def fingerprint(*paths) -> str:
     return h.hexdigest()[:16]
 
 
-def _require_columns(path: pathlib.Path, cfg: RunConfig) -> None:
-    try:
-        names = set(pq.read_schema(path).names)
-    except Exception as exc:
-        raise ValueError(f"{path}: not a readable Parquet file ({exc.__class__.__name__})") from None
+def _require_columns(path: pathlib.Path, names: set, cfg: RunConfig) -> None:
     wanted = {
         "data.candidate": cfg.data.candidate, "data.item": cfg.data.item, "data.human": cfg.data.human,
         "data.judge": cfg.data.judge, "data.order": cfg.data.order,
@@ -110,14 +106,15 @@ def _subset(table: LossTable, names: list[str], what: str) -> LossTable:
 
 
 def load_items(path) -> tuple:
-    """Evaluation items from Parquet or JSON Lines: ``id``, ``question`` and ``answers`` (a
-    list of reference strings) or ``answer`` (one string)."""
+    """Evaluation items from JSON Lines (read line by line: one bad line is named) or any
+    other table format (Parquet, CSV): ``id``, ``question`` and ``answers`` (a list of
+    reference strings) or ``answer`` (one string)."""
     import json
 
     from certsel.workers.live import Item
 
     path = pathlib.Path(path)
-    if path.suffix in (".jsonl", ".json"):
+    if table_format(path) == "JSON Lines":
         rows = []
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if line.strip():
@@ -126,10 +123,7 @@ def load_items(path) -> tuple:
                 except json.JSONDecodeError:
                     raise ValueError(f"{path}: line {n} is not valid JSON") from None
     else:
-        try:
-            rows = pq.read_table(path).to_pylist()
-        except Exception as exc:
-            raise ValueError(f"{path}: not a readable Parquet file ({exc.__class__.__name__})") from None
+        rows = read_table(path, "items file").to_pylist()
     if not rows:
         raise ValueError(f"{path}: no items")
     items, seen = [], set()
@@ -202,10 +196,11 @@ def load_python(cfg: RunConfig) -> JobData:
 def load_replay(cfg: RunConfig) -> JobData:
     """The loss table (and features for Cer-Eval)."""
     path = pathlib.Path(cfg.data.path)
-    _require_columns(path, cfg)
+    raw = read_table(path, "loss table")
+    _require_columns(path, set(raw.column_names), cfg)
     table = load_loss_table(
-        path, human=cfg.data.human, judge=cfg.data.judge, candidate=cfg.data.candidate, item=cfg.data.item,
-        order=cfg.data.order, objective=cfg.objective.column if cfg.objective else None,
+        raw, human=cfg.data.human, judge=cfg.data.judge, candidate=cfg.data.candidate, item=cfg.data.item,
+        order=cfg.data.order, objective=cfg.objective.column if cfg.objective else None, name=str(path),
     )
     if cfg.order is not None:
         table = _subset(table, cfg.order, "order")

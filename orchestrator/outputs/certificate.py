@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from certsel import __version__
+from certsel._version import __version__
 from certsel.policies import select
 from certsel.policies.kinds import BettingTestKind, CerEvalKind, JudgeStratifiedKind, SeqKind
 from certsel.policies.procedures import get_procedure

@@ -23,7 +23,7 @@ import tempfile
 import time
 from urllib.parse import unquote, urlparse
 
-from certsel import __version__
+from certsel._version import __version__
 from certsel.errors import InputError
 from certsel.policies.procedures import get_procedure
 
@@ -62,9 +62,37 @@ def _one_line(exc: BaseException) -> str:
     return text[0][:300] if text else exc.__class__.__name__
 
 
+HTTP_TIMEOUT = 5.0  # seconds a tracking server has to answer the check (MLflow's own client retries for minutes)
+
+
+def _check_server(uri: str) -> None:
+    """A tracking server must answer MLflow's REST API within :data:`HTTP_TIMEOUT`."""
+    import httpx
+
+    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search"
+    token, user = os.environ.get("MLFLOW_TRACKING_TOKEN"), os.environ.get("MLFLOW_TRACKING_USERNAME")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    auth = (user, os.environ.get("MLFLOW_TRACKING_PASSWORD", "")) if user else None
+    try:
+        reply = httpx.get(url, params={"max_results": 1}, headers=headers, auth=auth, timeout=HTTP_TIMEOUT)
+    except httpx.HTTPError as exc:
+        raise TrackingProblem(f"tracking URI {uri}: no MLflow server answers within {HTTP_TIMEOUT:g} s "
+                              f"({exc.__class__.__name__})") from None
+    if reply.status_code in (401, 403):
+        raise TrackingProblem(f"tracking URI {uri}: the server refuses access (HTTP {reply.status_code}; "
+                              "set MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD)")
+    if reply.status_code != 200:
+        raise TrackingProblem(f"tracking URI {uri}: not an MLflow tracking server (HTTP {reply.status_code} "
+                              "from its REST API)")
+
+
 def precheck(uri: str | None) -> str:
-    """Cheap checks of a local store before anything is created (e.g. before Ray starts)."""
+    """Cheap checks of the store before anything is created (e.g. before Ray starts): a
+    local SQLite file's folder, or an HTTP server answering within seconds."""
     uri = resolve_uri(uri)
+    if uri.startswith(("http://", "https://")):
+        _check_server(uri)
+        return uri
     db = _sqlite_path(uri)
     if db is not None:
         parent = db.resolve().parent

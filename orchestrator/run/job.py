@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import pathlib
 import tempfile
 
 from certsel.config import RunConfig
@@ -23,6 +24,7 @@ from .engine import run_job
 from certsel.orchestrator.inputs.feasibility import feasibility_warning
 from certsel.orchestrator.inputs.sources import load_job_data
 from .records import CandidateRecord
+from certsel.orchestrator.outputs.paths import output_dir, output_file
 from certsel.orchestrator.outputs.report import write_report
 from .records import JobResult
 from certsel.orchestrator.runtimes.runtime import RayRuntime
@@ -32,15 +34,25 @@ from certsel.orchestrator.outputs.tracking import JobTracker, precheck
 log = logging.getLogger(__name__)
 
 
-def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = True, resume: str | None = None,
-            durable: bool = True, on_job=None, warn=None) -> tuple[JobResult, str | None]:
+def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, resume: str | None = None,
+            durable: bool = True, on_job=None, warn=None, check_outputs=()) -> tuple[JobResult, str | None]:
     """Run ``cfg`` end to end; returns the result and the MLflow parent run id.
 
     With ``durable`` (the default) the job keeps its labels in ``cfg.state.dir`` and resumes
     an unfinished job with the same configuration (or the job ``resume``), see
     :mod:`certsel.orchestrator.run.state`; ``on_job(state)`` is told which job runs; ``warn(line)``
     gets warnings about the job before it runs (default: the logging module).
+
+    The outputs (report.html, report.md, selection.json, labels.parquet, plots) go to
+    ``output``, else to the job's folder (``cfg.state.dir/JOB_ID``), else (not durable) only
+    to MLflow; ``result.output_dir`` and ``result.files`` say where. ``check_outputs`` are
+    ``(path, option)`` pairs of further files the caller will write: like ``output``, they are
+    checked before anything starts.
     """
+    if output is not None:
+        output = output_dir(output, "--output")
+    for path, what in check_outputs:
+        output_file(path, what)
     data = load_job_data(cfg)
     try:
         note = feasibility_warning(cfg, len(data.names), data.n_items)
@@ -55,6 +67,7 @@ def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = Tru
     if durable:
         job = JobState.open(cfg.state.dir, config_fingerprint(cfg, data.fingerprint), resume=resume,
                             auto=cfg.state.resume == "auto")
+        job.update(name=cfg.name)
         if on_job is not None:
             on_job(job)
     tracker = run_id = servers = runtime = None
@@ -81,11 +94,15 @@ def execute(cfg: RunConfig, *, progress=None, report_dir=None, track: bool = Tru
         if tracker is not None:
             result.tracking = {"uri": tracker.uri, "experiment_id": tracker.experiment_id, "run_id": run_id}
         with tempfile.TemporaryDirectory() as tmp:
-            files = write_report(result, report_dir or tmp)
+            folder = output or (job.dir if job is not None else None)
+            files = write_report(result, folder or tmp)
+            if folder is not None:
+                result.output_dir, result.files = pathlib.Path(folder), files
             if tracker is not None:
                 tracker.finish(result, files)
         if job is not None:
-            job.update(status="finished", mlflow_run=run_id, finished=True)
+            job.update(status="finished", mlflow_run=run_id, finished=True, name=cfg.name, selected=result.selected,
+                       output=None if result.output_dir is None else str(result.output_dir))
         return result, run_id
     except BaseException as exc:  # the runs say how it ended: KILLED on Ctrl-C, FAILED otherwise
         killed = isinstance(exc, KeyboardInterrupt)

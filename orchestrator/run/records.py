@@ -7,6 +7,7 @@ Pure bookkeeping; no Ray, no I/O.
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -205,10 +206,18 @@ class JobResult:
     recovered: Recovered | None = None  # hosts lost and rebuilt during the run
     # where the job is tracked: {"uri", "experiment_id", "run_id"} (None without tracking)
     tracking: dict[str, str] | None = None
+    output_dir: pathlib.Path | None = None  # the folder with report.html, selection.json, labels.parquet
+    files: list[pathlib.Path] = dataclasses.field(default_factory=list)  # what was written there
 
     @property
     def selected_record(self) -> CandidateRecord | None:
         return next((r for r in self.records if r.name == self.selected), None)
+
+    @property
+    def evaluated(self) -> int:
+        """Candidates whose labels could be had: all but those whose source failed for good
+        or whose worker kept dying (none evaluated: the job's answer says nothing)."""
+        return sum(r.status not in (Status.SOURCE_FAILED, Status.WORKER_LOST) for r in self.records)
 
 
 def totals(records) -> dict:

@@ -31,7 +31,9 @@ import json
 import logging
 import os
 import pathlib
+import shutil
 import uuid
+from dataclasses import dataclass
 
 import filelock
 
@@ -196,3 +198,64 @@ def _read(path: pathlib.Path, strict: bool = True) -> dict | None:
         if strict:
             raise StateProblem(f"{path}: not a readable job record") from None
         return None
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A past or running job in a state folder (``certsel jobs``)."""
+
+    job_id: str
+    name: str
+    status: str  # running (held by a live driver), finished, failed, interrupted, or unfinished (driver gone)
+    created: str
+    attempts: int
+    selected: str | None
+    bytes: int
+    dir: pathlib.Path
+
+    @property
+    def report(self) -> pathlib.Path | None:
+        path = self.dir / "report.html"
+        return path if path.is_file() else None
+
+
+def _held(job_dir: pathlib.Path) -> bool:
+    """Whether a live driver holds the job's lock (it is running right now)."""
+    if not (job_dir / "lock").exists():
+        return False
+    lock = filelock.FileLock(job_dir / "lock", thread_local=False)
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        return True
+    lock.release()
+    return False
+
+
+def list_jobs(root) -> list[JobInfo]:
+    """The jobs in ``root``, newest first; folders without a readable job.json are skipped."""
+    root = pathlib.Path(root)
+    out = []
+    for path in root.glob("*/job.json"):
+        meta = _read(path, strict=False)
+        if meta is None:
+            continue
+        status = meta.get("status", "unknown")
+        if status == "running" and not _held(path.parent):
+            status = "unfinished"  # its driver died: `certsel run` resumes it
+        size = sum(f.stat().st_size for f in path.parent.rglob("*") if f.is_file())
+        out.append(JobInfo(meta["job_id"], meta.get("name", ""), status, meta.get("created", ""),
+                           int(meta.get("attempts", 1)), meta.get("selected"), size, path.parent))
+    return sorted(out, key=lambda j: j.created, reverse=True)
+
+
+def remove_job(root, job_id: str) -> int:
+    """Delete a job's folder (its labels, checkpoints and outputs); returns the bytes freed.
+    A job that a driver is running is refused."""
+    job = next((j for j in list_jobs(root) if j.job_id == job_id), None)
+    if job is None:
+        raise StateProblem(f"no job {job_id} in {root}")
+    if job.status == "running":
+        raise StateProblem(f"job {job_id} is running in another process; stop it first")
+    shutil.rmtree(job.dir)
+    return job.bytes

@@ -1,0 +1,177 @@
+"""The job-level Python API: ``certsel.run`` and ``certsel.audit`` from a notebook or a script.
+
+    import certsel
+    res = certsel.run("examples/quantization.yaml", data=df, alpha=0.05, budget={"n": 200})
+    res.selected, res.certificate       # the answer and the statement it comes with
+    res.to_frame()                      # one row per candidate (pandas)
+    res.report                          # the HTML report on disk
+
+``job`` is a job file, a mapping with the same keys, or a :class:`~certsel.config.RunConfig`
+(or None: every key from the keyword arguments). Keyword arguments override the job's keys;
+a mapping merges into the section it names (``budget={"n": 200}`` keeps ``budget.r``).
+``data`` replaces a replay job's table: a path (Parquet, CSV, JSON Lines) or a table in
+memory (pandas, polars, pyarrow), which is stored once as Parquet in the job's state folder
+so that the job stays resumable and its fingerprint names the content. Everything is checked
+before the first label, with the same one-line errors (:class:`~certsel.errors.InputError`)
+as the command line.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import pathlib
+from dataclasses import dataclass, field
+
+from certsel.errors import InputError, as_input_errors
+
+__all__ = ["Result", "audit", "run"]
+
+
+@dataclass
+class Result:
+    """A finished job: its answer, its certificate, per-candidate rows and where it wrote them."""
+
+    selected: str | None
+    certificate: str  # the certified statement, in words
+    certified: list[str]  # the certified set of the multiple-testing procedure
+    selection: dict = field(repr=False)  # selection.json, as written
+    job_id: str | None = None  # certsel run --resume JOB_ID (durable jobs)
+    run_id: str | None = None  # the MLflow parent run (tracked jobs)
+    output_dir: pathlib.Path | None = None
+    files: list[pathlib.Path] = field(default_factory=list, repr=False)
+    job: object = field(default=None, repr=False)  # the engine's JobResult, for everything else
+
+    @property
+    def report(self) -> pathlib.Path | None:
+        """The HTML report (None when nothing was written to disk)."""
+        return None if self.output_dir is None else self.output_dir / "report.html"
+
+    @property
+    def rows(self) -> list[dict]:
+        """One flat dict per candidate, in the table's order (the columns of ``--format csv``)."""
+        from certsel.terminal import candidate_records
+
+        return candidate_records(self.selection)
+
+    def to_dict(self) -> dict:
+        """selection.json as a dict (a copy)."""
+        return copy.deepcopy(self.selection)
+
+    def to_frame(self):
+        """The per-candidate rows as a pandas DataFrame, indexed by candidate."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Result.to_frame() needs pandas (pip install pandas); Result.rows has the same rows")
+        return pd.DataFrame(self.rows).set_index("candidate")
+
+
+def _merge(base: dict, updates: dict) -> dict:
+    """``updates`` into ``base``: a mapping merges into a mapping, anything else replaces."""
+    out = dict(base)
+    for key, value in updates.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _stored_table(table, state_dir: pathlib.Path) -> pathlib.Path:
+    """An in-memory table as Parquet in ``state_dir/tables/``, named by its content's hash
+    (the same table is stored once, and a rerun finds the same job to resume)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from certsel.workers.tables import read_table
+
+    with as_input_errors():
+        table = read_table(table, "data")
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    digest = hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()[:16]
+    path = state_dir / "tables" / f"{digest}.parquet"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        pq.write_table(table, tmp)
+        tmp.replace(path)
+    return path
+
+
+def job_config(job=None, data=None, **overrides):
+    """The :class:`~certsel.config.RunConfig` that :func:`run` and :func:`audit` run (see the
+    module docstring for ``job``, ``data`` and the overrides)."""
+    from certsel.config import RunConfig, parse_config
+    from certsel.config.loading import read_job_file
+
+    base_dir, source = pathlib.Path.cwd(), "job"
+    if job is None:
+        raw = {}
+    elif isinstance(job, RunConfig):
+        if data is None and not overrides:
+            return job
+        raw = job.model_dump(mode="json", exclude_none=True)
+    elif isinstance(job, dict):
+        raw = copy.deepcopy(job)
+    elif isinstance(job, (str, pathlib.Path)):
+        raw, base_dir, source = read_job_file(job), pathlib.Path(job).parent, str(job)
+    else:
+        raise InputError(f"job: expected a job file, a mapping or a RunConfig, got {type(job).__name__}")
+    raw = _merge(raw, overrides)
+    if data is not None:
+        if any(k in raw for k in ("live", "source", "labels")):
+            raise InputError("data: replaces a replay job's loss table, but this job's labels come from "
+                             + next(k for k in ("live", "source", "labels") if k in raw))
+        if not isinstance(data, (str, pathlib.Path)):
+            state = pathlib.Path(raw.get("state", {}).get("dir", ".certsel-jobs"))
+            data = _stored_table(data, state if state.is_absolute() else base_dir / state)
+        raw["data"] = {**raw.get("data", {}), "path": str(pathlib.Path(data).resolve())}
+    return parse_config(raw, source=source, base_dir=base_dir)
+
+
+def run(job=None, data=None, *, output=None, track: bool = True, resume: str | None = None, fresh: bool = False,
+        progress=None, **overrides) -> Result:
+    """Run a selection job (a local Ray, MLflow unless ``track=False``) and return its
+    :class:`Result`; ``output`` is the folder for report.html, selection.json and
+    labels.parquet (default: the job's folder in ``state.dir``). ``resume`` continues an
+    unfinished job by id; ``fresh`` starts a new one even if an unfinished job with this
+    configuration exists; ``progress(records, rounds)`` is called after every round."""
+    from certsel.orchestrator.outputs.certificate import certificate
+    from certsel.orchestrator.run.job import execute
+
+    cfg = job_config(job, data, **overrides)
+    if fresh:
+        if resume:
+            raise InputError("fresh=True and resume exclude each other")
+        cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
+    result, run_id = execute(cfg, output=output, track=track, resume=resume, progress=progress)
+    cert = certificate(result)
+    return Result(selected=result.selected, certificate=cert["certificate"], certified=list(result.certified),
+                  selection=cert, job_id=result.job_id, run_id=run_id, output_dir=result.output_dir,
+                  files=list(result.files), job=result)
+
+
+def audit(job=None, data=None, *, reps: int = 1000, seed: int = 0, workers: int | None = None, output=None,
+          progress=None, **overrides):
+    """Repeat a replay job's policy ``reps`` times on random item orders of its table and
+    return the :class:`~certsel.orchestrator.audit.base.AuditResult` (failure rates with
+    their Clopper-Pearson bounds, coverage, FT-Eval); ``output`` also writes audit.json,
+    audit.md and audit.png there."""
+    from certsel.orchestrator.audit.job import audit as run_audit, write_audit
+    from certsel.orchestrator.inputs.sources import load_job_data
+    from certsel.orchestrator.outputs.paths import output_dir
+
+    cfg = job_config(job, data, **overrides)
+    if output is not None:
+        output = output_dir(output, "output")
+    jobdata = load_job_data(cfg)
+    if jobdata.table is None:
+        raise InputError("certsel audit needs a replay job (data:), whose table gives the true risks")
+    with as_input_errors():
+        result = run_audit(cfg, jobdata, reps=reps, seed=seed, workers=workers, progress=progress)
+    if output is not None:
+        write_audit(result, output)
+    return result

@@ -1,0 +1,248 @@
+"""What ``certsel run`` and ``certsel show`` print: a job's certificate as a terminal table
+or as JSON, CSV or Markdown (``--format``).
+
+The terminal table never cuts a candidate id: on a narrow terminal it drops secondary
+columns (the two-sided interval first, the candidate id never) and, only if the id alone is
+wider than the terminal, wraps it. Output to a pipe or a file is never narrowed at all.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+
+from certsel.orchestrator.outputs.certificate import bound_text, efficiency_cell, judge_cell
+
+FORMATS = ("table", "json", "csv", "markdown")
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: ``keep`` 0 is never dropped; larger values are dropped first when the
+    terminal is too narrow."""
+
+    name: str
+    keep: int = 0
+
+
+def _selection_columns(cert: dict) -> tuple[list[Column], list[list[str]], list[bool]]:
+    """The per-candidate table: the joint bound (what the certificate is about) first, then
+    the bound of the candidate's own test at its level, the two-sided interval as a secondary
+    column; the judge's agreement when there is one."""
+    alpha = cert["procedure"]["alpha"]
+    cands = cert["candidates"]
+    testing = any(c.get("e_value") is not None for c in cands)
+    judged = any(c.get("judge") for c in cands)
+    levels = {c["level"] for c in cands if c.get("upper_bound") is not None}
+    own = "own bound" + (f" (level {next(iter(levels)):.3g})" if len(levels) == 1 else " @ level")
+    # "in set" repeats the status for most procedures: it goes last of the secondary columns
+    cols = [Column("candidate"), Column("objective", 2), Column("status"), Column("in set", 1),
+            *([Column("e-value / threshold", 3)] if testing else []), Column("joint bound"), Column(own, 4),
+            Column("estimate", 5), Column("two-sided interval", 7), Column("human", 1),
+            *([Column("to certify / min", 6)] if testing else []), *([Column("judge agrees (kappa)", 6)] if judged else [])]
+    rows = []
+    for c in cands:
+        ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {bound_text(c['ci'][1])}]"
+        ub = bound_text(c.get("upper_bound"), alpha)
+        if ub and len(levels) > 1:
+            ub += f" @ {c['level']:.3g}"
+        row = [c["candidate"] + (" *" if c["selected"] else ""), "" if c["objective"] is None else f"{c['objective']:g}",
+               c["status"], "yes" if c["certified"] else "no"]
+        if testing:
+            row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g} / {c.get('threshold', 0):.3g}")
+        row += [bound_text(c.get("simultaneous_bound"), alpha), ub,
+                "" if c.get("estimate") is None else f"{c['estimate']:.3f}", ci, str(c["labels_human"])]
+        if testing:
+            row.append(efficiency_cell(c))
+        if judged:
+            row.append(judge_cell(c.get("judge")))
+        rows.append(row)
+    return cols, rows, [c["selected"] for c in cands]
+
+
+def _ranking_columns(cert: dict) -> tuple[list[Column], list[list[str]], list[bool]]:
+    """A ranking as the partial order it certifies: per model its certified wins and losses."""
+    rk = cert["ranking"]
+    cols = [Column("model"), Column("better than"), Column("worse than"), Column("possible winner"),
+            Column("mean loss", 2), Column("items", 1), Column("Copeland (uncertified)", 3)]
+    worse = {m: sum(m in b for b in rk["better"].values()) for m in rk["order"]}
+    by_name = {c["candidate"]: c for c in cert["candidates"]}
+    rows = []
+    for m in rk["order"]:
+        c = by_name[m]
+        rows.append([m, str(len(rk["better"][m])), str(worse[m]), "yes" if m in rk.get("possible_winners", ()) else "",
+                     "" if c.get("estimate") is None else f"{c['estimate']:.3f}", str(c["labels_human"]),
+                     f"{rk['score'][m]:+d}"])
+    return cols, rows, [False] * len(rows)
+
+
+def table_parts(cert: dict):
+    """(title, columns, rows, bold) of a job's table."""
+    p = cert["procedure"]
+    if "ranking" in cert:
+        rk = cert["ranking"]
+        title = (f"{cert['job']}: {cert['policy']['kind']} / {p['level']} "
+                 f"({rk['pairs_certified']} of {rk['pairs']} pair orders certified)")
+        return (title, *_ranking_columns(cert))
+    return (f"{cert['job']}: {cert['policy']['kind']} / {p['level']}, alpha={p['alpha']:g}", *_selection_columns(cert))
+
+
+def fit_columns(cols: list[Column], rows: list[list[str]], width: int | None) -> list[int]:
+    """Indices of the columns to show in ``width`` characters (None: all of them): the
+    columns with the largest ``keep`` go first, never one with ``keep`` 0."""
+    keep = list(range(len(cols)))
+    if width is None:
+        return keep
+    natural = [max([len(cols[i].name), *(len(r[i]) for r in rows)]) for i in keep]
+
+    def total(idx):  # rich's default box: one space each side of a cell and a rule between columns
+        return sum(natural[i] + 3 for i in idx) + 1
+
+    for i in sorted(keep, key=lambda i: -cols[i].keep):
+        if total(keep) <= width or cols[i].keep == 0:
+            break
+        keep.remove(i)
+    return keep
+
+
+def render_table(console, title: str, cols: list[Column], rows: list[list[str]], bold: list[bool]) -> None:
+    """The table fitted to a terminal's width, or at its natural width anywhere else."""
+    from rich.table import Table
+
+    shown = fit_columns(cols, rows, console.width if console.is_terminal else None)
+    t = Table(title=title)
+    id_width = max([len(cols[0].name), *(len(r[0]) for r in rows)])
+    for i in shown:
+        # the id column keeps its width while the others can give way; an id longer than the
+        # terminal folds onto the next line rather than being cut
+        t.add_column(cols[i].name, justify="left" if i == 0 else "right", overflow="fold",
+                     min_width=min(id_width, console.width - 24) if i == 0 else None)
+    for r, b in zip(rows, bold, strict=True):
+        t.add_row(*(r[i] for i in shown), style="bold" if b else None)
+    if not console.is_terminal:  # a pipe or a file: as wide as the table needs
+        console.width = max(80, _natural_width(cols, rows, shown))
+    console.print(t)
+    dropped = [cols[i].name for i in range(len(cols)) if i not in shown]
+    if dropped:
+        console.print(f"(not shown at this width: {', '.join(dropped)}; --format csv has every column)",
+                      markup=False, style="dim")
+
+
+def _natural_width(cols, rows, shown) -> int:
+    return sum(max([len(cols[i].name), *(len(r[i]) for r in rows)]) + 3 for i in shown) + 1
+
+
+CSV_FIELDS = ("candidate", "objective", "status", "certified", "selected", "e_value", "threshold", "log_e_value",
+              "simultaneous_bound", "upper_bound", "level", "estimate", "ci_low", "ci_high", "labels_human",
+              "labels_judge", "requests", "certified_at_labels", "labels_minimum_estimate", "risk_on_full_table",
+              "cost", "reason")
+
+
+def candidate_records(cert: dict) -> list[dict]:
+    """One flat dict per candidate (the CSV's rows and ``Result.to_frame()``)."""
+    out = []
+    for c in cert["candidates"]:
+        row = {k: c.get(k) for k in CSV_FIELDS if k not in ("ci_low", "ci_high")}
+        row["ci_low"], row["ci_high"] = (None, None) if c.get("ci") is None else tuple(c["ci"])
+        out.append({k: row[k] for k in CSV_FIELDS})
+    return out
+
+
+def format_job(cert: dict, fmt: str) -> str:
+    """The job's certificate as ``json`` (selection.json), ``csv`` (one row per candidate)
+    or ``markdown`` (the table and the certificate sentence)."""
+    if fmt == "json":
+        return json.dumps(cert, indent=2)
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+        w.writeheader()
+        w.writerows({k: "" if v is None else v for k, v in r.items()} for r in candidate_records(cert))
+        return buf.getvalue().rstrip("\n")
+    if fmt == "markdown":
+        title, cols, rows, _ = table_parts(cert)
+        lines = [f"**{title}**", "", "| " + " | ".join(c.name for c in cols) + " |",
+                 "|" + "|".join("---" for _ in cols) + "|"]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in r) + " |" for r in rows]
+        lines += ["", f"selected: {cert['selected'] or 'none'} — {cert['certificate']}"]
+        return "\n".join(lines)
+    raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+
+
+BOUNDS_LEGEND = ("joint bound: R <= it for every candidate at once, with probability >= {conf:g} (<= alpha exactly "
+                 "for the certified set; blank: no statement). own bound: the one-sided bound that inverts the "
+                 "candidate's own test at the level of its decision; a per-candidate statement, not adjusted for "
+                 "the selection. to certify / min: human labels until certified against log(1/level) / KL_inf, the "
+                 "fewest any test would need on average, estimated from its own labels (a rough guide).")
+
+
+def _saved(fraction: float) -> str:
+    """A saving in words; a ranking whose pairs drew different items can exceed its nominal budget."""
+    return f"{fraction:.0%} saved" if fraction >= 0 else f"{-fraction:.0%} over: pairs drew different items"
+
+
+def cost_line(costs: dict) -> str:
+    """The spend in the user's unit: "cost: 1,432.5 USD (human 1,400, generation 12.5, judge 20) of 7,800 at full budget"."""
+    s, u = costs["spent"], costs["unit"]
+    parts = ", ".join(f"{k} {s[k]:,.4g}" for k in ("human", "generation", "judge") if s[k])
+    return f"cost: {s['total']:,.6g} {u}" + (f" ({parts})" if parts else "") + \
+        f" of {costs['full_budget']['total']:,.6g} {u} at full budget"
+
+
+def evidence_line(ev: dict, alpha: float) -> str:
+    """The selected candidate's own evidence, each number with the level it has."""
+    bits = [f"evidence: its own test gives R <= {bound_text(ev['upper_bound'], alpha)} (one-sided, at its level "
+            f"{ev['level']:.3g}; not adjusted for the selection)"]
+    if ev.get("e_value") is not None:
+        bits.append(f"e-value {ev['e_value']:.3g} against its threshold {ev['threshold']:.3g}")
+    bits.append(f"estimate {ev['estimate']:.3f} ({ev['estimate_note']})")
+    if ev.get("certified_at_labels"):
+        bits.append(f"certified after {ev['certified_at_labels']} human labels ({ev['labels_human']} bought"
+                    + (f"; any test would need about {ev['labels_minimum_estimate']:.0f} on average, estimated from "
+                       "its labels)" if ev.get("labels_minimum_estimate") else ")"))
+    else:
+        bits.append(f"{ev['labels_human']} human labels")
+    return ", ".join(bits)
+
+
+def print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None, output_dir=None) -> None:
+    """The job's table, its certificate and where its outputs are, for people."""
+    if not quiet:
+        render_table(console, *table_parts(cert))
+        if "ranking" in cert:
+            console.print("possible winners (no other model is certified better): "
+                          + ", ".join(cert["ranking"].get("possible_winners", [])), markup=False)
+        else:
+            console.print(BOUNDS_LEGEND.format(conf=1 - cert["procedure"]["delta"]), markup=False)
+    for c in cert["candidates"]:
+        if c["status"] in ("source failed", "worker lost"):
+            console.print(f"{c['candidate']}: not certified ({c['reason']})", markup=False)
+    console.print(f"selected: {cert['selected'] or 'none'} — {cert['certificate']}", markup=False)
+    ev = cert.get("evidence")
+    if ev and ev.get("upper_bound") is not None:
+        console.print(evidence_line(ev, cert["procedure"]["alpha"]), markup=False)
+    lab = cert["labels"]
+    console.print("labels: " + ", ".join(
+        f"{lab['spent'][k]} {k} of {lab['full_budget'][k]} ({_saved(lab['saved_fraction'][k])})"
+        for k in ("human", "judge", "requests") if lab["full_budget"][k]), markup=False)
+    if cert.get("costs"):
+        console.print(cost_line(cert["costs"]), markup=False)
+    if cert.get("resume"):
+        r = cert["resume"]
+        console.print(f"resumed from round {r['from_round']}: {r['steps_from_snapshots']} candidate steps from "
+                      f"snapshots, {r['steps_replayed']} replayed from the label log, no label bought twice")
+    if cert.get("recovered") and cert["recovered"]["hosts"]:
+        r = cert["recovered"]
+        console.print(f"workers rebuilt after a crash: {r['hosts']} ({r['steps_from_snapshots']} candidate steps "
+                      f"from snapshots, {r['steps_replayed']} replayed from the label log)")
+    if output_dir is not None:
+        console.print(f"report: {output_dir / 'report.html'}  (selection.json and labels.parquet beside it)",
+                      markup=False, soft_wrap=True)
+    if run_id:
+        console.print(f"MLflow run: {run_id}  (certsel show {run_id[:8]})", markup=False)
+    if tracking:
+        console.print(f"MLflow UI: mlflow ui --backend-store-uri {tracking['uri']}, then "
+                      f"http://127.0.0.1:5000/#/experiments/{tracking['experiment_id']}/runs/{tracking['run_id']}",
+                      markup=False, soft_wrap=True)

@@ -1,0 +1,175 @@
+"""What `certsel run` leaves and prints, as a user meets it (real subprocesses, Ray, MLflow):
+the output folder and its path, --format json/csv/markdown parsed back, ids intact on an
+80-column terminal, late failures now caught before the first label, exit 1 when no
+candidate could be evaluated, `certsel jobs`, and `certsel` alone."""
+
+import csv
+import io
+import json
+import os
+import pty
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from test_run_cli import CERTSEL, job_file, n_runs, run
+
+pytestmark = pytest.mark.integration
+
+
+def _jobs(tmp_path):
+    return [p for p in (tmp_path / "jobs").glob("*") if p.is_dir() and p.name != "tables"] \
+        if (tmp_path / "jobs").exists() else []
+
+
+def _job(tmp_path, **over):
+    return job_file(tmp_path, state={"dir": str(tmp_path / "jobs")}, **over)
+
+
+def test_formats_parse_back_and_the_outputs_are_where_it_says(tmp_path):
+    path = _job(tmp_path)
+    p = run("run", str(path), "--format", "json", "--no-progress")
+    assert p.returncode == 0, p.stderr
+    cert = json.loads(p.stdout)  # stdout holds the JSON alone
+    (job_dir,) = _jobs(tmp_path)
+    assert json.loads((job_dir / "selection.json").read_text())["selected"] == cert["selected"]
+    assert (job_dir / "report.html").is_file() and (job_dir / "labels.parquet").is_file()
+    assert f"job {job_dir.name}" in p.stderr  # the job id (for --resume) still reaches the user
+    # the same job again as CSV and Markdown, from its certificate (show reads MLflow)
+    run_id = cert_run_id(tmp_path)
+    c = run("show", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/store.db", "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(c.stdout)))
+    assert [r["candidate"] for r in rows] == [x["candidate"] for x in cert["candidates"]]
+    assert {r["candidate"] for r in rows if r["selected"] == "True"} == {cert["selected"]}
+    assert float(rows[0]["labels_human"]) == cert["candidates"][0]["labels_human"]
+    m = run("show", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/store.db", "--format", "markdown")
+    assert m.stdout.count("\n| ") == len(cert["candidates"]) + 1 and f"selected: {cert['selected']}" in m.stdout
+    # the table format says where the report is
+    t = run("run", str(path), "--no-progress", "--fresh", "--no-tracking", "--output", str(tmp_path / "out"))
+    assert t.returncode == 0, t.stderr
+    assert f"report: {tmp_path / 'out' / 'report.html'}" in t.stdout and (tmp_path / "out" / "report.html").is_file()
+
+
+def cert_run_id(tmp_path) -> str:
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "store.db") as con:
+        (run_id,) = con.execute("select run_uuid from runs r join tags t using (run_uuid) where t.key = "
+                                "'certsel.selected'").fetchone()
+    return run_id
+
+
+def _in_pty(args, cols=80, rows=50) -> str:
+    """Run the CLI on a pseudo-terminal of ``cols`` columns; its whole output."""
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([CERTSEL, *args], stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=600)
+    os.close(master)
+    assert proc.returncode == 0, b"".join(chunks).decode(errors="replace")[-2000:]
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_ids_intact_on_an_80_column_terminal(tmp_path):
+    ids = ["quantized-llama-3.1-8b-instruct-mx4-rank8", "quantized-llama-3.1-8b-instruct-mx6-rank8",
+           "quantized-llama-3.1-8b-instruct-mx9-rank8"]
+    path = _job(tmp_path)
+    table = tmp_path / "t.parquet"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(table)
+    names = dict(zip(["mx_m6_r8_k16", "mx_m8_r8_k16", "mx_m10_r8_k16"], ids))
+    t = t.set_column(0, "candidate", pa.array([names[c] for c in t.column("candidate").to_pylist()]))
+    pq.write_table(t, table)
+    out = _in_pty(["run", str(path), "--no-progress", "--no-tracking"])
+    lines = out.splitlines()
+    table = [_plain(line) for line in lines if any(c in line for c in "│┃┏┗┡└")]
+    assert table and max(len(line) for line in table) <= 80, table  # (a long path may run past: it wraps)
+    for name in ids:  # each id whole on one line of the table, never cut with an ellipsis
+        assert any(name in _plain(line) for line in lines if "│" in line), name
+    assert "…" not in out
+    sel = next(line for line in out.splitlines() if line.startswith("selected: "))
+    chosen = sel.split()[1]
+    assert any(f"{chosen} *" in _plain(line) for line in lines)  # the selection's mark survives
+    assert "not shown at this width" in out
+
+
+def _plain(text: str) -> str:
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", text).rstrip("\r")
+
+
+def test_late_failures_now_fail_before_the_first_label(tmp_path):
+    path = _job(tmp_path)
+    (tmp_path / "a_file").write_text("x")
+    cases = [
+        (["--json", str(tmp_path / "missing_dir" / "s.json")], "--json: folder"),
+        (["--json", str(tmp_path)], "is a folder, not a file"),
+        (["--output", str(tmp_path / "a_file")], "--output: "),
+        (["--set", "tracking.uri=http://127.0.0.1:9"], "no MLflow server answers within 5 s"),
+    ]
+    for extra, message in cases:
+        t0 = time.monotonic()
+        p = run("run", str(path), "--no-progress", *extra)
+        assert p.returncode == 2 and message in p.stderr and p.stderr.count("\n") == 1, (extra, p.stderr)
+        assert time.monotonic() - t0 < 60
+        assert not _jobs(tmp_path) and n_runs(tmp_path) == 0  # no job folder, no label, no run
+
+
+def test_no_candidate_evaluated_exits_1(tmp_path):
+    (tmp_path / "down_labels.py").write_text("def losses(candidate, items, role):\n"
+                                             "    raise ConnectionError('grader is down')\n")
+    cfg = {"source": {"python": "down_labels:losses", "items": 100, "retries": 0,
+                      "candidates": [{"id": "a", "objective": 1.0}, {"id": "b", "objective": 2.0}]},
+           "policy": {"kind": "r-eval"}, "budget": {"n": 50, "batch": 10}, "procedure": "bonferroni",
+           "objective": {"column": "size"},
+           "state": {"dir": str(tmp_path / "jobs")}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    p = run("run", str(path), "--no-progress", "--no-tracking")
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "certsel: error: no candidate could be evaluated" in p.stderr and "grader is down" in p.stderr
+    assert "selected: none" in p.stdout
+
+
+def test_jobs_lists_and_removes(tmp_path):
+    path = _job(tmp_path)
+    assert run("run", str(path), "--no-progress", "--no-tracking").returncode == 0
+    (job_dir,) = _jobs(tmp_path)
+    p = run("jobs", str(tmp_path / "jobs"))
+    assert p.returncode == 0 and job_dir.name in p.stdout and "finished" in p.stdout
+    assert str(job_dir / "report.html") in p.stdout.replace("\n", "")
+    p = run("jobs", str(tmp_path / "jobs"), "--clean", "failed")
+    assert "removed 0 job(s)" in p.stdout and job_dir.is_dir()
+    p = run("jobs", str(tmp_path / "jobs"), "--remove", job_dir.name)
+    assert p.returncode == 0 and "removed 1 job(s)" in p.stdout and not job_dir.exists()
+    p = run("jobs", str(tmp_path / "jobs"), "--remove", "abc")
+    assert p.returncode == 2 and "no job abc" in p.stderr
+
+
+def test_bare_command_prints_usage_and_log_level():
+    p = subprocess.run([CERTSEL], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "COMMAND" in p.stdout and "run" in p.stdout and "select" in p.stdout
+    p = run("select", "--n", "50", "--quiet", "--log-level", "info")
+    assert p.returncode == 0, p.stderr
+    p = run("select", "--log-level", "loud")
+    assert p.returncode == 2 and "--log-level" in p.stderr
