@@ -90,6 +90,8 @@ def _build_parser() -> argparse.ArgumentParser:
     show.add_argument("--tracking-uri", help="default: MLFLOW_TRACKING_URI, else sqlite:///mlruns.db")
     show.add_argument("--json", action="store_true", help="print selection.json as is (same as --format json)")
     _format_argument(show)
+    sch = sub.add_parser("schema", help="print the JSON Schema of selection.json")
+    sch.add_argument("--version-only", action="store_true", help="print only the schema version")
     jobs = sub.add_parser("jobs", help="list past jobs (their labels, reports and status), remove old ones")
     jobs.add_argument("state_dir", nargs="?", type=pathlib.Path, default=None,
                       help="the jobs folder (default: .certsel-jobs here; a job file's is beside it)")
@@ -368,6 +370,13 @@ def _jobs(args) -> int:
     return 0
 
 
+def _schema(args) -> int:
+    from certsel.orchestrator.outputs.selection_schema import SCHEMA_VERSION, json_schema
+
+    print(SCHEMA_VERSION if args.version_only else json.dumps(json_schema(), indent=2))
+    return 0
+
+
 def _show(args) -> int:
     from certsel.orchestrator.outputs.tracking import load_certificate
 
@@ -395,9 +404,10 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     _logging(getattr(args, "log_level", None))
-    if args.command in ("run", "show", "audit", "plan", "jobs"):
+    commands = {"run": _run, "show": _show, "audit": _audit, "plan": _plan, "jobs": _jobs, "schema": _schema}
+    if args.command in commands:
         try:
-            return {"run": _run, "show": _show, "audit": _audit, "plan": _plan, "jobs": _jobs}[args.command](args)
+            return commands[args.command](args)
         except CertselError as exc:  # InputError: 2 (nothing was started); JobError: 1 (runs marked FAILED)
             print(f"certsel: error: {first_line(exc)}", file=sys.stderr)
             return exc.exit_code
@@ -407,6 +417,11 @@ def main(argv=None) -> int:
         except KeyboardInterrupt:
             print("certsel: interrupted (runs marked KILLED)", file=sys.stderr)
             return 130
+        except BrokenPipeError:  # the reader went away (`certsel schema | head`): nothing more to say
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
         except Exception as exc:  # anything else once work started: the job failed
             print(f"certsel: error: job failed: {exc.__class__.__name__}: {first_line(exc, '')}", file=sys.stderr)
             return 1

@@ -28,6 +28,8 @@ import math
 import numpy as np
 
 from certsel._version import __version__
+
+from .selection_schema import SCHEMA_VERSION
 from certsel.policies import select
 from certsel.policies.kinds import BettingTestKind, CerEvalKind, JudgeStratifiedKind, SeqKind
 from certsel.policies.procedures import get_procedure
@@ -192,6 +194,7 @@ def certificate(result: JobResult) -> dict:
         for r, row in zip(result.records, rows, strict=True):
             row["cost"] = _round(cfg.costs.of(r.n_human, r.n_judge, r.requests)["total"], 6)
     out = {
+        "schema_version": SCHEMA_VERSION,
         "certsel_version": __version__,
         "job": cfg.name,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -19,6 +19,7 @@ from certsel.policies.kinds import Family, get_policy_kind
 
 from .certificate import bound_text, certificate, efficiency_cell, judge_cell
 from .plots import write_plots
+from .selection_schema import validate
 from certsel.orchestrator.run.records import JobResult
 
 __all__ = ["certificate", "write_report"]
@@ -255,7 +256,7 @@ def write_report(result: JobResult, outdir) -> list[pathlib.Path]:
     """Write selection.json, report.md, report.html, labels.parquet and the plots into ``outdir``."""
     outdir = pathlib.Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    cert = certificate(result)
+    cert = validate(certificate(result))  # every file written matches the published schema
     files = [outdir / "selection.json"]
     files[0].write_text(json.dumps(cert, indent=2, allow_nan=False))
     plots = write_plots(result, cert, outdir)

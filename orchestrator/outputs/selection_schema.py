@@ -1,0 +1,210 @@
+"""The schema of ``selection.json``, as pydantic models: what a certificate file holds.
+
+Every ``selection.json`` a job writes is validated against :class:`Selection` first, so the
+JSON Schema that ``certsel schema`` prints (:func:`json_schema`) describes every file that
+exists. ``schema_version`` changes when a field is removed or changes meaning; adding an
+optional field does not change it. Readers should check it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+SCHEMA_ID = f"https://certsel.dev/schemas/selection-{SCHEMA_VERSION}.json"
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Counts(_Doc):
+    human: int = Field(ge=0, description="human labels (a person's reference, or recorded human losses)")
+    judge: int = Field(ge=0, description="judge labels")
+    requests: int = Field(ge=0, description="model calls: target generations and judge calls")
+
+
+class Saved(_Doc):
+    human: float
+    judge: float
+    requests: float
+
+
+class Labels(_Doc):
+    spent: Counts
+    full_budget: Counts = Field(description="what every candidate run to its whole budget would have bought")
+    saved_fraction: Saved = Field(description="1 - spent / full_budget; negative for a ranking whose pairs drew "
+                                              "different items")
+    budget: dict[str, int | float | None] = Field(description="the job's budget keys (n, r, batch, ...)")
+    rounds: int = Field(ge=0)
+
+
+class Procedure(_Doc):
+    name: str = Field(description="the multiple-testing procedure: fst, bonferroni, holm, pairwise or a registered one")
+    delta: float = Field(gt=0, lt=1, description="the family-wise error level of the whole certificate")
+    level: str = Field(description="each candidate's level, in words")
+    candidates: int = Field(ge=1)
+    alpha: float | None = Field(None, description="the risk threshold (absent for a ranking)")
+
+
+class Policy(_Doc):
+    kind: str
+    betting: str
+    radius: str
+    partition: str
+
+
+class Objective(_Doc):
+    column: str
+    goal: Literal["minimize", "maximize"]
+
+
+class Judge(_Doc):
+    agreement: float = Field(description="share of labelled items where the judge's loss equals the human's")
+    kappa: float | None = Field(description="Cohen's kappa of binary losses (None when undefined)")
+    mean_abs_diff: float
+    items: int
+
+
+class Evidence(_Doc):
+    """The selected candidate's own numbers, each with the level it has."""
+
+    simultaneous_bound: float | None
+    e_value: float | None
+    threshold: float | None
+    log_e_value: float | None
+    upper_bound: float | None
+    level: float
+    ci: list[float] | None
+    estimate: float | None
+    certified_at_labels: int | None
+    labels_minimum_estimate: float | None
+    labels_human: int
+    labels_judge: int
+    simultaneous_confidence: float
+    estimate_note: str
+    ci_level: float
+
+
+class Candidate(_Doc):
+    candidate: str
+    objective: float | None
+    status: Literal["pending", "running", "certified", "not certified", "above alpha", "stopped", "skipped", "futile",
+                    "source failed", "worker lost"]
+    reason: str = Field(description="why it ended, in words ('' when nothing to add)")
+    certified: bool = Field(description="in the procedure's certified set")
+    selected: bool
+    labels_human: int
+    labels_judge: int
+    requests: int
+    estimate: float | None
+    upper_bound: float | None = Field(description="one-sided bound inverting its own test, at its level")
+    simultaneous_bound: float | None = Field(description="the bound that holds for every candidate at once at "
+                                                         "1 - delta (None: no statement)")
+    ci: list[float] | None = Field(description="two-sided interval at the candidates' level")
+    certified_at_labels: int | None = Field(description="human labels at which the test first certified")
+    labels_minimum_estimate: float | None = Field(description="log(1/level) / KL_inf from its own labels")
+    risk_on_full_table: float | None = Field(description="replay only: the mean loss on the whole table")
+    level: float
+    e_value: float | None = None
+    log_e_value: float | None = None
+    threshold: float | None = None
+    rho_weights: list[float] | None = None
+    judge: Judge | None = None
+    cost: float | None = None
+    position: int | None = None
+
+
+class Ranking(_Doc):
+    better: dict[str, list[str]]
+    better_direct: dict[str, list[str]]
+    possible_winners: list[str]
+    goal: str
+    order: list[str]
+    score: dict[str, int]
+    score_meaning: str
+    pairs_certified: int
+    pairs_certified_directly: int
+    pairs: int
+    pair_delta: float
+    pair_delta_per_direction: float
+    items_per_pair: dict[str, int]
+    difference_intervals: dict[str, list[float]]
+
+
+class Data(_Doc):
+    path: str
+    sha256_16: str
+    items: int
+    judge: str | None = None
+
+
+class Resume(_Doc):
+    from_round: int
+    steps_from_snapshots: int
+    steps_replayed: int
+
+
+class Recovered(_Doc):
+    hosts: int
+    steps_from_snapshots: int
+    steps_replayed: int
+
+
+class CostAmounts(_Doc):
+    human: float
+    generation: float
+    judge: float
+    total: float
+
+
+class Costs(_Doc):
+    unit: str
+    prices: dict[str, float]
+    spent: CostAmounts
+    full_budget: CostAmounts
+
+
+class Selection(_Doc):
+    """One job's certificate (``selection.json``)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"$id": SCHEMA_ID})
+
+    schema_version: Literal[1] = Field(description="changes when a field is removed or changes meaning")
+    certsel_version: str
+    job: str
+    created: str = Field(description="ISO 8601, UTC")
+    selected: str | None
+    selected_objective: float | None
+    certificate: str = Field(description="the certified statement, in words")
+    guarantee: str = Field(description="what R is and why the statement holds")
+    evidence: Evidence | None
+    certified_set: list[str]
+    procedure: Procedure
+    policy: Policy
+    objective: Objective | None
+    labels: Labels
+    costs: Costs | None
+    scheduling: dict
+    data: Data
+    seed: int
+    job_id: str | None
+    resume: Resume | None
+    recovered: Recovered | None
+    seconds: float
+    candidates: list[Candidate]
+    ranking: Ranking | None = None
+
+
+def validate(cert: dict) -> dict:
+    """``cert`` checked against :class:`Selection` (a ``ValueError`` naming the field otherwise)."""
+    Selection.model_validate(cert)
+    return cert
+
+
+def json_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of selection.json."""
+    schema = Selection.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
