@@ -307,7 +307,15 @@ def _audit(args) -> int:
         precheck(cfg.tracking.uri)
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
-    result = audit(cfg, data, reps=args.reps, seed=args.seed, workers=args.workers)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    # progress on stderr (stdout carries the Markdown table); silent when stderr is not a terminal
+    bar = Progress(TextColumn("audit"), BarColumn(), MofNCompleteColumn(), TextColumn("repetitions"),
+                   TimeRemainingColumn(), console=_console(stderr=True), transient=True)
+    task = bar.add_task("audit", total=args.reps)
+    with bar:
+        result = audit(cfg, data, reps=args.reps, seed=args.seed, workers=args.workers,
+                       progress=lambda done, total: bar.update(task, completed=done, total=total))
     with tempfile.TemporaryDirectory() as tmp:
         files = write_audit(result, args.out or tmp)
         run_id = None if args.no_tracking else log_audit(cfg, result, files)
@@ -317,8 +325,15 @@ def _audit(args) -> int:
     print(result.summary())
     if run_id:
         print(f"MLflow run: {run_id}")
+    if args.out:
+        print(f"written: {', '.join(str(f) for f in files)}")
+    verdict = str(result.overall["verdict"])
+    if verdict == "inconclusive":
+        need = result.overall.get("reps_to_confirm")
+        print(f"certsel: warning: {args.reps} repetitions are too few to confirm delta = {cfg.delta:g} at 99% "
+              f"confidence{f' (about {need} would; --reps {need})' if need else ''}; exit status 3", file=sys.stderr)
     # 0: the guarantee is confirmed; 1: it failed on this data; 3: too few repetitions to tell
-    return {"confirmed": 0, "failed": 1}.get(str(result.overall["verdict"]), 3)
+    return {"confirmed": 0, "failed": 1}.get(verdict, 3)
 
 
 def _plan(args) -> int:

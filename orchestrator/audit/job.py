@@ -255,24 +255,36 @@ def write_audit(result: AuditResult, outdir) -> list:
                "candidates": result.rows}
     (out / "audit.json").write_text(json.dumps(payload, indent=1, allow_nan=False))
     (out / "audit.md").write_text(f"# certsel audit\n\n{result.summary()}\n\n{result.table()}\n")
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-    x = np.arange(len(result.rows))
-    fail = np.array([np.nan if r["failure"] is None else r["failure"] for r in result.rows])
-    upper = np.array([np.nan if r["failure_upper"] is None else r["failure_upper"] for r in result.rows])
-    axes[0].bar(x, fail, color="tab:red", label="failure rate")
-    axes[0].scatter(x, upper, marker="_", color="k", s=80, label="99% Clopper-Pearson upper bound")
-    axes[0].axhline(result.cfg.delta, color="tab:blue", ls="--", label="delta")
-    axes[0].set_xlabel("candidate")
-    axes[0].set_ylabel("failure rate")
-    axes[0].legend(fontsize=8)
-    axes[1].bar(x, [r["coverage"] for r in result.rows], color="tab:green")
-    axes[1].axhline(1 - result.cfg.delta, color="tab:blue", ls="--", label="1 - delta")
-    axes[1].set_ylim(min(0.8, 1 - 2 * result.cfg.delta), 1.0)
-    axes[1].set_xlabel("candidate")
-    axes[1].set_ylabel("anytime interval coverage")
-    axes[1].legend(fontsize=8)
-    fig.suptitle(result.summary()[:140], fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "audit.png", dpi=110)
-    plt.close(fig)
+    _audit_figure(result, plt).savefig(out / "audit.png", dpi=110)
+    plt.close("all")
     return [out / "audit.json", out / "audit.md", out / "audit.png"]
+
+
+def _audit_figure(result: AuditResult, plt):
+    """Failure rates (with their 99% upper bounds, against each level) and coverage per
+    candidate, the candidates named on the shared y axis; the whole summary as the title."""
+    import textwrap
+
+    rows = result.rows
+    names = [r["candidate"] for r in rows]
+    y = np.arange(len(rows))[::-1]  # the first candidate on top, as in the tables
+    fail = np.array([np.nan if r["failure"] is None else r["failure"] for r in rows])
+    upper = np.array([np.nan if r["failure_upper"] is None else r["failure_upper"] for r in rows])
+    level = np.array([np.nan if r["failure"] is None else r["level"] for r in rows])  # where a failure can occur
+    title = textwrap.wrap(result.summary(), 150)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 1.6 + 0.24 * len(rows) + 0.16 * len(title)), sharey=True)
+    axes[0].barh(y, fail, color="tab:red", label="failure rate (true R > alpha: certified anyway)")
+    axes[0].scatter(upper, y, marker="|", color="k", s=120, label="99% Clopper-Pearson upper bound", zorder=3)
+    axes[0].scatter(level, y, marker="d", color="tab:blue", s=18, label="its level", zorder=3)
+    axes[0].axvline(result.cfg.delta, color="tab:blue", ls="--", lw=1, label=f"delta = {result.cfg.delta:g}")
+    axes[0].set_xlabel(f"failure rate over {result.reps} repetitions (blank: R <= alpha, nothing to fail)")
+    axes[0].set_yticks(y, names, fontsize=8 if len(rows) <= 30 else 6)
+    axes[0].legend(fontsize=7, loc="best")
+    axes[1].barh(y, [r["coverage"] for r in rows], color="tab:green")
+    axes[1].axvline(1 - result.cfg.delta, color="tab:blue", ls="--", lw=1, label=f"1 - delta = {1 - result.cfg.delta:g}")
+    axes[1].set_xlim(min(0.8, 1 - 2 * result.cfg.delta), 1.0)
+    axes[1].set_xlabel("anytime interval coverage of the true R")
+    axes[1].legend(fontsize=7, loc="best")
+    fig.suptitle("\n".join(title), fontsize=8, x=0.01, ha="left")
+    fig.tight_layout()
+    return fig
