@@ -102,6 +102,14 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data", type=pathlib.Path, default=None,
                    help="loss table: Parquet, CSV or JSON Lines (default: the bundled TriviaQA table)")
     s.add_argument("--judge", default="best", help="judge column: best|med|bad or a column name")
+    s.add_argument("--candidate-col", default="candidate", metavar="COL", help="candidate id column (default candidate)")
+    s.add_argument("--item-col", default="item", metavar="COL", help="item id column: integers or strings (default item)")
+    s.add_argument("--human-col", default="loss_human", metavar="COL", help="human loss column (default loss_human)")
+    s.add_argument("--objective-col", default="avg_bitwidth", metavar="COL",
+                   help="per-candidate column the selection minimises (default avg_bitwidth)")
+    s.add_argument("--order-col", default=None, metavar="COL",
+                   help="per-candidate column giving fst's testing order (default: rank if the table has it, else "
+                        "the candidates' names; 'none': the names)")
     s.add_argument("--scheme", default="r-autoeval+", choices=("r-eval", "r-autoeval", "r-autoeval+"),
                    help="r-eval (human labels only), r-autoeval (judge with rho = 1), r-autoeval+ (default: "
                         "a mixture over reliance factors)")
@@ -148,11 +156,27 @@ def _select(args) -> dict:
                          f"e-values), got {args.procedure!r}")
     if args.data is None:
         args.data = DEFAULT_TABLE
-    table = load_loss_table(args.data, judge=JUDGES.get(args.judge, args.judge))
+    from certsel.workers.tables import read_table
+
+    raw = read_table(args.data, "loss table")
+    order = args.order_col
+    if order is None:
+        order = "rank" if "rank" in raw.column_names else None
+    elif order == "none":
+        order = None
+    for opt, col in (("--order-col", order), ("--objective-col", args.objective_col)):
+        if col is not None and col not in raw.column_names:
+            raise ValueError(f"{args.data}: missing column {col!r} (named by {opt}; the table has "
+                             f"{', '.join(raw.column_names)})")
+    table = load_loss_table(raw, judge=JUDGES.get(args.judge, args.judge), candidate=args.candidate_col,
+                            item=args.item_col, human=args.human_col, order=order, objective=args.objective_col,
+                            name=str(args.data))
     kw = dict(alpha=args.alpha, delta=args.delta, scheme=args.scheme, betting=args.betting)
     out = replicated_selection(table, n=args.n, r=args.r, reps=1, seed=args.seed, procedure=args.procedure,
                                observation=args.observation, **kw)
-    low, high = candidate_intervals(out, delta=args.delta, scheme=args.scheme, betting=args.betting)
+    # intervals at the candidates' level, as `certsel run` reports them (delta/K under Bonferroni)
+    ci_delta = float(get_procedure(args.procedure).candidate_deltas(args.delta, out.candidates.size).min())
+    low, high = candidate_intervals(out, delta=ci_delta, scheme=args.scheme, betting=args.betting)
     sel = int(out.selected[0])
     rows = [
         {
@@ -160,6 +184,7 @@ def _select(args) -> dict:
             "objective": float(out.objective[k]),
             "max_evalue": float(out.max_evalue[0, k]),
             "labels_to_certify": int(out.labels_to_certify[0, k]),
+            "level": float(out.levels[0, k]),
             "ci": [float(low[0, k]), float(high[0, k])],
             "certified": bool(out.certified[0, k]),
             "risk_on_full_table": float(out.true_risk[k]),
@@ -183,35 +208,36 @@ def _select(args) -> dict:
         "betting": args.betting,
         "labels": {"human_per_candidate": args.n, "judge_per_candidate": args.r * args.n},
         "seed": args.seed,
-        "data": {"path": str(args.data), "sha256_16": fingerprint(args.data), "judge": table.judge_column},
+        "ci_level": 1 - ci_delta,
+        "data": {"path": str(args.data), "sha256_16": fingerprint(args.data), "judge": table.judge_column,
+                 "objective": args.objective_col, "order": order},
         "candidates": rows,
     }
 
 
 def _print_report(report: dict, quiet: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from certsel.terminal import Column, render_table
 
-    console = Console() if sys.stdout.isatty() else Console(width=120)
+    console = _console()
+    obj = report["data"]["objective"]
     if not quiet:
-        t = Table(title=f"{report['scheme']} / {report['betting']} / {report['procedure']}  "
-                        f"alpha={report['alpha']} delta={report['delta']}")
-        for col in ("candidate", "bits", "max E", "labels", f"{1 - report['delta']:g} CI", "certified", "R (full table)"):
-            t.add_column(col, justify="right", no_wrap=True)
-        for r in report["candidates"]:
-            t.add_row(
-                r["candidate"], f"{r['objective']:.2f}", f"{r['max_evalue']:.3g}",
-                str(r["labels_to_certify"] or "-"), f"[{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]",
-                "yes" if r["certified"] else "no", f"{r['risk_on_full_table']:.4f}",
-            )
-        console.print(t)
+        cols = [Column("candidate"), Column(obj, 2), Column("max E"), Column("labels to certify", 1),
+                Column(f"{report['ci_level']:g} interval", 3), Column("certified"), Column("R (full table)", 4)]
+        rows = [[r["candidate"] + (" *" if k == report["selected_index"] else ""), f"{r['objective']:g}",
+                 f"{r['max_evalue']:.3g}", str(r["labels_to_certify"] or "-"), f"[{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]",
+                 "yes" if r["certified"] else "no", f"{r['risk_on_full_table']:.4f}"]
+                for k, r in enumerate(report["candidates"])]
+        title = (f"{report['scheme']} / {report['betting']} / {report['procedure']}  alpha={report['alpha']} "
+                 f"delta={report['delta']}")
+        render_table(console, title, cols, rows, [k == report["selected_index"] for k in range(len(rows))])
     if report["selected"] is None:
-        console.print("selected: none (no candidate certified)")
+        console.print("selected: none (no candidate certified)", markup=False)
     else:
         r = report["candidates"][report["selected_index"]]
-        console.print(f"selected: {report['selected']} ({r['objective']:.2f} bits) — {report['certificate']}")
+        console.print(f"selected: {report['selected']} ({obj} {r['objective']:g}) — {report['certificate']}",
+                      markup=False)
         console.print(f"labels: {report['labels']['human_per_candidate']} human + "
-                      f"{report['labels']['judge_per_candidate']} judge per candidate")
+                      f"{report['labels']['judge_per_candidate']} judge per candidate", markup=False)
 
 
 def _console(stderr: bool = False):

@@ -37,6 +37,27 @@ def test_select_on_bundled_triviaqa(tmp_path):
     assert cert["data"]["sha256_16"] and cert["labels"]["judge_per_candidate"] == 450
 
 
+def test_select_reads_the_prompt_table_with_column_options_at_bonferroni_levels(tmp_path):
+    data = pathlib.Path(__file__).resolve().parents[1] / "examples" / "data" / "prompts_sentiment.parquet"
+    out = tmp_path / "cert.json"
+    p = run("select", "--data", str(data), "--judge", "loss_judge_icl5", "--objective-col", "prompt_len",
+            "--alpha", "0.3", "--n", "150", "--procedure", "bonferroni", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    cert = json.loads(out.read_text())
+    K, delta = len(cert["candidates"]), cert["delta"]
+    assert K == 100 and cert["data"]["objective"] == "prompt_len" and cert["data"]["order"] is None
+    # the thresholds `certsel run` uses: each candidate at delta / K, its interval at that level
+    assert all(c["level"] == pytest.approx(delta / K) for c in cert["candidates"])
+    assert cert["ci_level"] == pytest.approx(1 - delta / K)
+    for c in cert["candidates"]:
+        assert c["certified"] == (c["max_evalue"] >= K / delta)
+        assert (c["labels_to_certify"] > 0) == c["certified"]
+    sel = cert["candidates"][cert["selected_index"]]
+    assert sel["objective"] == min(c["objective"] for c in cert["candidates"] if c["certified"])
+    bad = run("select", "--data", str(data), "--objective-col", "bits")
+    assert bad.returncode == 2 and "missing column 'bits' (named by --objective-col" in bad.stderr
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -19,7 +19,6 @@ from certsel.policies import (
     log_evalue_paths,
     scheme_rhos,
     select,
-    test_from_log_evalues,
 )
 from certsel.workers.replay import LossTable, sample_replications
 from certsel.policies.procedures import get_procedure
@@ -33,7 +32,8 @@ class SelectionOutcome:
     objective: np.ndarray
     true_risk: np.ndarray
     max_evalue: np.ndarray  # (reps, K): max_i E_i, the evidence the procedure uses
-    labels_to_certify: np.ndarray  # (reps, K): first i with E_i >= 1/delta, 0 if never
+    levels: np.ndarray  # (reps, K): the level of each candidate's decision, as `certsel run` reports it
+    labels_to_certify: np.ndarray  # (reps, K): first i with E_i >= 1/level, 0 if never
     certified: np.ndarray  # (reps, K) after the multiple-testing procedure
     selected: np.ndarray  # (reps,) candidate index, -1 if none certified
     samples: tuple  # (human, judge_labeled, judge_unlabeled) that were used
@@ -83,15 +83,20 @@ def replicated_selection(
         human, jl, ju, alpha=alpha, delta=delta, rhos=scheme_rhos(scheme), betting=betting, observation=observation,
         **policy_kwargs
     )
-    test = test_from_log_evalues(log_e, delta)
-    max_e = np.exp(test.max_log_evalue)
-    certified = proc.certified(test.max_log_evalue, delta)
+    max_log_e = log_e.max(axis=-1)
+    # each candidate's threshold as the job's procedure sets it (delta/K under Bonferroni, the
+    # step-down levels under Holm): the labels it took to certify are counted against it
+    levels = np.stack([proc.decision_deltas(delta, m) for m in max_log_e])
+    hit = log_e >= -np.log(levels)[..., None]
+    first = np.where(hit.any(axis=-1), hit.argmax(axis=-1) + 1, 0)
+    certified = proc.certified(max_log_e, delta)
     return SelectionOutcome(
         candidates=table.candidates,
         objective=table.objective,
         true_risk=table.true_risk,
-        max_evalue=max_e,
-        labels_to_certify=test.labels_to_certify,
+        max_evalue=np.exp(max_log_e),
+        levels=levels,
+        labels_to_certify=first,
         certified=certified,
         selected=select(certified, table.objective),
         samples=(human, jl, ju),
@@ -99,7 +104,9 @@ def replicated_selection(
 
 
 def candidate_intervals(outcome: SelectionOutcome, *, delta: float, scheme: str, betting: str, **policy_kwargs):
-    """Two-sided anytime-valid (1 - delta) intervals for every candidate of every replication."""
+    """Two-sided anytime-valid (1 - delta) intervals for every candidate of every replication
+    (pass the candidates' level, e.g. ``procedure.candidate_deltas(...).min()``, for intervals
+    that hold together with the selection's procedure)."""
     human, jl, ju = outcome.samples
     return confidence_interval(human, jl, ju, delta=delta, rhos=scheme_rhos(scheme),
                                betting=get_strategy(betting).interval_strategy(), **policy_kwargs)
