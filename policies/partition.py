@@ -25,9 +25,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
-from sklearn.decomposition import PCA
-from sklearn.metrics.pairwise import euclidean_distances
-from sklearn.neighbors import NearestNeighbors
+# scikit-learn is imported where it is used: it takes over a second to import, which every
+# command line call (and every error message) would otherwise pay
 
 ScoreFn = Callable[[np.ndarray, np.ndarray, int], float]
 """score_fn(group_of_each_item (N,), group_of_each_labelled_item (in order), K) -> score, lower is better."""
@@ -118,6 +117,8 @@ def _sorted_others(features: np.ndarray) -> np.ndarray:
     order = _SORTED_CACHE.get(key)
     if order is None:
         N = features.shape[0]
+        from sklearn.metrics.pairwise import euclidean_distances
+
         d = euclidean_distances(features, squared=True)
         d[np.arange(N), np.arange(N)] = -np.inf  # the item itself first, then dropped
         order = np.argsort(d, axis=1, kind="stable")[:, 1:].astype(np.int32)
@@ -237,6 +238,8 @@ class NearestNeighborPartition:
         if n_components is not None:
             if not isinstance(n_components, (int, np.integer)) or not 1 <= n_components <= min(f.shape):
                 raise ValueError(f"n_components must be an integer in [1, {min(f.shape)}], got {n_components!r}")
+            from sklearn.decomposition import PCA
+
             f = PCA(n_components=int(n_components), random_state=random_state).fit_transform(f)
         self.features = np.ascontiguousarray(f, dtype=np.float32)
         self.n_items = int(f.shape[0])
@@ -263,6 +266,8 @@ class NearestNeighborPartition:
         if leave_one_out and size > 1 and self.n_items <= _SORTED_MAX:
             return self._sorted_neighbour_losses(train_items, z[train], k)
         q = k + 1 if leave_one_out and size > 1 else k
+        from sklearn.neighbors import NearestNeighbors
+
         nn = NearestNeighbors(n_neighbors=q, algorithm="brute").fit(self.features[train_items])
         nearest = nn.kneighbors(self.features, return_distance=False)
         if q > k:

@@ -25,7 +25,9 @@ def _format(err: ValidationError, source: str) -> str:
     if e["type"] == "extra_forbidden":
         msg = f"unknown key {loc!r}"
     else:
-        msg = f"{loc}: {e['msg']}".replace("Value error, ", "")
+        text = e["msg"].replace("Value error, ", "")
+        # a validator that already names its key ("policy.kind must be ...") is not prefixed twice
+        msg = text if text.startswith(loc) else f"{loc}: {text}"
     more = len(err.errors()) - 1
     return f"{source}: {msg}" + (f" (and {more} more problem(s))" if more else "")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
@@ -214,12 +215,20 @@ class PythonSourceConfig(Strict):
     """Labels from a user function (see :mod:`certsel.workers.python_source`): ``python`` names it
     as ``module:function``; it is called as ``f(candidate, items, role)``."""
 
-    python: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+    python: str
     items: int = Field(gt=0, description="number of items; the function is asked about indices 0..items-1")
     candidates: list[LiveCandidateRef] = Field(min_length=1)
     judge: bool = False  # the function also answers role "judge"
     features: pathlib.Path | None = None  # item embeddings (Parquet: item, e0..e{d-1}) for Cer-Eval
     retries: int = Field(2, ge=0, description="calls retried after an exception before the source fails")
+
+    @field_validator("python")
+    @classmethod
+    def _module_function(cls, v):
+        if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", v):
+            raise ValueError(f"source.python must name a function as 'module:function' (e.g. my_labels:losses), "
+                             f"got {v!r}")
+        return v
 
     @field_validator("candidates")
     @classmethod

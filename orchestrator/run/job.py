@@ -72,7 +72,13 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
             on_job(job)
     tracker = run_id = servers = runtime = None
     try:
-        runtime = RayRuntime(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.max_actors)
+        try:
+            runtime = RayRuntime(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.max_actors)
+        except InputError:  # no cluster: a job created just now leaves nothing behind
+            if job is not None and not job.resumed:
+                job.discard()
+                job = None
+            raise
         if cfg.live is not None:
             cfg, data, servers = prepare_live(cfg, data)
         if track:

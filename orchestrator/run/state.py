@@ -156,6 +156,11 @@ class JobState:
         state.update()
         return state
 
+    def discard(self) -> None:
+        """Remove the folder of a job that never ran (nothing was bought): the start failed."""
+        self.release()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     def _resume(self) -> JobState:
         self.update(status="running", attempts=self.meta.get("attempts", 1) + 1, resumed=_now())
         return self

@@ -1,0 +1,262 @@
+"""Realistic mistakes a user makes with the command line, each run for real.
+
+Each :class:`Mistake` writes a small job (3 real TriviaQA candidates x 200 items) into a
+fresh folder, breaks one thing the way users do, runs ``certsel`` and records the exit
+status, the message and whether anything was left behind (a job folder, an MLflow run).
+``tests/test_mistakes.py`` asserts on every one; ``benchmarks/bad_input_table.py`` prints
+them as the table in docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TRIVIA = ROOT / "examples" / "data" / "triviaqa_llama31_8b_mx.parquet"
+CERTSEL = shutil.which("certsel", path=str(pathlib.Path(sys.executable).parent)) or "certsel"
+THREE = ["mx_m10_r8_k16", "mx_m8_r8_k16", "mx_m6_r8_k16"]
+
+
+def table() -> pa.Table:
+    t = pq.read_table(TRIVIA, columns=["candidate", "rank", "avg_bitwidth", "item", "loss_human", "loss_judge_best"])
+    t = t.filter(pa.compute.is_in(t["candidate"], pa.array(THREE)))
+    return t.filter(pa.compute.less(t["item"], 200))
+
+
+def replace(t: pa.Table, name: str, values) -> pa.Table:
+    return t.set_column(t.column_names.index(name), name, pa.array(values))
+
+
+@dataclass
+class Folder:
+    """The working folder of one mistake: its job file, its table, its outputs."""
+
+    path: pathlib.Path
+
+    def job(self, **over) -> pathlib.Path:
+        cfg = {"name": "mistake", "data": {"path": "t.parquet", "judge": "loss_judge_best", "order": "rank"},
+               "objective": {"column": "avg_bitwidth"}, "budget": {"n": 50, "r": 3, "batch": 10},
+               "tracking": {"uri": f"sqlite:///{self.path}/store.db"}, "state": {"dir": str(self.path / "jobs")}}
+        for k, v in over.items():
+            cfg[k] = {**cfg[k], **v} if isinstance(v, dict) and isinstance(cfg.get(k), dict) else v
+        path = self.path / "job.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        return path
+
+    def data(self, t: pa.Table | None = None, name: str = "t.parquet") -> pathlib.Path:
+        path = self.path / name
+        pq.write_table(table() if t is None else t, path)
+        return path
+
+    def left_behind(self) -> list[str]:
+        out = []
+        jobs = self.path / "jobs"
+        if jobs.is_dir() and any(p.is_dir() for p in jobs.iterdir()):
+            out.append("job folder")
+        db = self.path / "store.db"
+        if db.exists():
+            with sqlite3.connect(db) as con:
+                try:
+                    if con.execute("select count(*) from runs").fetchone()[0]:
+                        out.append("MLflow run")
+                except sqlite3.OperationalError:
+                    pass
+        return out
+
+
+@dataclass(frozen=True)
+class Mistake:
+    what: str  # the mistake, in the user's words
+    setup: Callable[[Folder], list[str]]  # writes the files, returns the command line after `certsel`
+    expect: str  # a fragment of the one-line message
+    status: int = 2
+
+
+def _job_with(**over):
+    def setup(f: Folder):
+        f.data()
+        return ["run", str(f.job(**over)), "--no-progress"]
+    return setup
+
+
+def _table_with(change, name="t.parquet", **over):
+    def setup(f: Folder):
+        t = change(table())
+        if name.endswith(".csv"):
+            pacsv.write_csv(t, f.path / name)
+        else:
+            f.data(t, name)
+        return ["run", str(f.job(data={"path": name}, **over)), "--no-progress"]
+    return setup
+
+
+def _file(name: str, content: bytes | str, **over):
+    def setup(f: Folder):
+        p = f.path / name
+        p.write_bytes(content) if isinstance(content, bytes) else p.write_text(content)
+        return ["run", str(f.job(data={"path": name}, **over)), "--no-progress"]
+    return setup
+
+
+def _args(*extra, **over):
+    def setup(f: Folder):
+        f.data()
+        return ["run", str(f.job(**over)), "--no-progress", *[a.format(dir=f.path) for a in extra]]
+    return setup
+
+
+def _raw_yaml(text: str):
+    def setup(f: Folder):
+        f.data()
+        (f.path / "job.yaml").write_text(text)
+        return ["run", str(f.path / "job.yaml")]
+    return setup
+
+
+def _plain(*argv):
+    def setup(f: Folder):
+        f.data()
+        f.job()
+        return [a.format(dir=f.path) for a in argv]
+    return setup
+
+
+def _python_source(ref: str):
+    def setup(f: Folder):
+        cands = [{"id": "a", "objective": 1.0}, {"id": "b", "objective": 2.0}]
+        return ["run", str(f.job(data=None, source={"python": ref, "items": 100, "candidates": cands},
+                                 procedure="bonferroni", objective={"column": "size"}, policy={"kind": "r-eval"})),
+                "--no-progress"]
+    return setup
+
+
+def _no_data(**over):
+    def setup(f: Folder):
+        cfg = yaml.safe_load(f.job().read_text())
+        del cfg["data"]
+        cfg.update(over)
+        (f.path / "job.yaml").write_text(yaml.safe_dump(cfg))
+        return ["run", str(f.path / "job.yaml"), "--no-progress"]
+    return setup
+
+
+MISTAKES = [
+    # the job file
+    Mistake("job file path mistyped", _plain("run", "{dir}/jbo.yaml"), "config file not found"),
+    Mistake("YAML indentation broken", _raw_yaml("name: x\n  data: [\n"), "not valid YAML"),
+    Mistake("job file is a list", _raw_yaml("- data: t.parquet\n"), "the top level must be a mapping"),
+    Mistake("misspelled section (budgt)", _job_with(budgt={"n": 10}), "unknown key 'budgt'"),
+    Mistake("misspelled key inside a section", _job_with(budget={"human": 3}), "unknown key 'budget.human'"),
+    Mistake("alpha as a percentage (10)", _job_with(alpha=10), "alpha: Input should be less than 1"),
+    Mistake("delta = 0", _job_with(delta=0), "delta: Input should be greater than 0"),
+    Mistake("negative budget", _job_with(budget={"n": -5}), "budget.n: Input should be greater than 0"),
+    Mistake("budget as words", _job_with(budget={"n": "many"}), "budget.n: Input should be a valid integer"),
+    Mistake("unknown policy kind", _job_with(policy={"kind": "r-autoeval++"}), "policy.kind"),
+    Mistake("unknown betting strategy", _job_with(policy={"kind": "r-eval", "betting": "kelly"}), "betting"),
+    Mistake("unknown procedure", _job_with(procedure="sidak"), "procedure"),
+    Mistake("Holm with an estimation policy", _job_with(procedure="holm", policy={"kind": "seq"}),
+            "procedure 'holm' needs e-values"),
+    Mistake("FST without an order", _job_with(data={"path": "t.parquet", "judge": "loss_judge_best", "order": None}),
+            "order"),
+    Mistake("no data, live or source section", _no_data(), "data"),
+    Mistake("plugin module that does not exist", _job_with(plugins=["my_betting"]), "cannot import 'my_betting'"),
+    # the data
+    Mistake("table path mistyped", _job_with(data={"path": "t.parqet"}), "file not found"),
+    Mistake("an Excel file", _file("t.xlsx", b"PK\x03\x04"), "unknown table format '.xlsx'"),
+    Mistake("a truncated Parquet file", _file("t.parquet", b"PAR1\x00\x01"), "not a readable Parquet file"),
+    Mistake("a CSV with a ragged row", _file("t.csv", "candidate,item,loss_human\na,1,0\nb,2\n"),
+            "not a readable CSV file"),
+    Mistake("a JSON array instead of JSON Lines", _file("t.json", json.dumps([{"candidate": "a"}])),
+            "not a readable JSON Lines file (one object per line"),
+    Mistake("human-loss column misspelled", _job_with(data={"human": "loss_humn"}), "missing column 'loss_humn'"),
+    Mistake("judge column that is not there", _job_with(data={"judge": "loss_judge_gpt4"}),
+            "missing column 'loss_judge_gpt4'"),
+    Mistake("losses in percent", _table_with(lambda t: replace(t, "loss_human", t["loss_human"].to_numpy() * 100)),
+            "has values outside [0.0, 1.0]"),
+    Mistake("a missing loss (NaN)", _table_with(lambda t: replace(t, "loss_human", np.where(
+        np.arange(t.num_rows) == 7, np.nan, t["loss_human"].to_numpy()))), "NaN/inf value(s)"),
+    Mistake("accuracy given as text", _table_with(lambda t: replace(t, "loss_human", ["0"] * t.num_rows)),
+            "must be numeric"),
+    Mistake("the same item twice", _table_with(lambda t: replace(t, "item", np.where(
+        np.arange(t.num_rows) == 1, t["item"].to_numpy()[0], t["item"].to_numpy()))), "duplicated (candidate, item) rows"),
+    Mistake("a candidate missing items", _table_with(lambda t: t.slice(0, t.num_rows - 3)),
+            "candidates do not all cover the same"),
+    Mistake("item ids as floats (1.0)", _table_with(lambda t: replace(t, "item", t["item"].to_numpy().astype(float))),
+            "must hold integer or string item ids, got float64"),
+    Mistake("an empty table", _table_with(lambda t: t.slice(0, 0)), "has no rows"),
+    Mistake("objective column that is not there", _job_with(objective={"column": "size_gb"}),
+            "missing column 'size_gb'"),
+    Mistake("objective varying within a candidate", _table_with(lambda t: replace(
+        t, "avg_bitwidth", np.arange(t.num_rows, dtype=float))), "must be constant within each candidate"),
+    Mistake("order lists an unknown candidate", _job_with(order=["mx_m10_r8_k16", "mx_m1_r1_k1"]),
+            "order: unknown candidate(s) not in the data: mx_m1_r1_k1"),
+    Mistake("a candidate listed twice", _job_with(candidates=["mx_m10_r8_k16", "mx_m8_r8_k16", "mx_m8_r8_k16"]),
+            "duplicate candidate ids: mx_m8_r8_k16"),
+    Mistake("budget larger than the table", _job_with(budget={"n": 100}),
+            "items needed per candidate but the table has 200"),
+    Mistake("Cer-Eval without item features", _job_with(policy={"kind": "cer-eval"}, procedure="bonferroni"),
+            "features"),
+    Mistake("label function not module:function", _python_source("my_labels.losses"),
+            "source.python must name a function as 'module:function'"),
+    Mistake("label function's module missing", _python_source("nowhere_labels:losses"),
+            "cannot import module 'nowhere_labels'"),
+    # the command line
+    Mistake("key=value without --set", _args("budget.n=100"), "write --set KEY=VALUE"),
+    Mistake("--set without a value", _args("--set", "budget.n"), "is not KEY=VALUE"),
+    Mistake("--json into a folder that does not exist", _args("--json", "{dir}/out/sel.json"), "--json: folder"),
+    Mistake("--json naming a folder", _args("--json", "{dir}"), "is a folder, not a file"),
+    Mistake("--output naming a file", _args("--output", "{dir}/t.parquet"), "is a file, not a folder"),
+    Mistake("--format misspelled", _args("--format", "jsn"), "argument --format: invalid choice"),
+    Mistake("--resume with a made-up id", _args("--resume", "abc123"), "no job abc123"),
+    Mistake("--resume with a name, not an id", _args("--resume", "my-job"), "is not a job id"),
+    Mistake("--fresh and --resume together", _args("--fresh", "--resume", "abc123"), "exclude each other"),
+    # the infrastructure
+    Mistake("tracking server not running", _args(tracking={"uri": "http://127.0.0.1:9"}),
+            "no MLflow server answers within 5 s"),
+    Mistake("tracking database in a missing folder", _args(tracking={"uri": "sqlite:////nonexistent/x/store.db"}),
+            "does not exist"),
+    Mistake("Ray cluster address wrong", _args(ray={"address": "127.0.0.1:9"}), "unreachable"),
+    # the other commands
+    Mistake("certsel show with an unknown run", _plain("show", "0123456789abcdef", "--tracking-uri",
+                                                       "sqlite:///{dir}/nothing.db"), "no tracking store at"),
+    Mistake("certsel select with alpha 1.5", _plain("select", "--alpha", "1.5"), "--alpha must be in (0, 1)"),
+    Mistake("certsel select with a ranking procedure", _plain("select", "--procedure", "pairwise"),
+            "--procedure must be one of fst, bonferroni, holm"),
+    Mistake("certsel audit with 5 repetitions", _plain("audit", "{dir}/job.yaml", "--reps", "5", "--no-tracking"),
+            "--reps must be at least 10"),
+    Mistake("certsel jobs in a folder with no jobs", _plain("jobs", "{dir}/nojobs"), "no jobs folder"),
+    Mistake("certsel with no command", _plain(), "", status=2),
+]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    message: str  # the last line on stderr
+    lines: int  # lines on stderr
+    left: list[str]
+    seconds: float
+
+
+def attempt(m: Mistake, folder: pathlib.Path) -> Outcome:
+    folder.mkdir(parents=True, exist_ok=True)
+    f = Folder(folder)
+    argv = m.setup(f)
+    t0 = time.monotonic()
+    p = subprocess.run([CERTSEL, *argv], capture_output=True, text=True, timeout=300, cwd=folder)
+    err = p.stderr.strip().splitlines()
+    return Outcome(p.returncode, err[-1] if err else "", len(err), f.left_behind(), time.monotonic() - t0)
