@@ -118,6 +118,7 @@ def job_config(job=None, data=None, **overrides):
         raw = copy.deepcopy(job)
     elif isinstance(job, (str, pathlib.Path)):
         raw, base_dir, source = read_job_file(job), pathlib.Path(job).parent, str(job)
+        raw.setdefault("name", pathlib.Path(job).stem)  # as `certsel run` names it
     else:
         raise InputError(f"job: expected a job file, a mapping or a RunConfig, got {type(job).__name__}")
     raw = _merge(raw, overrides)

@@ -157,3 +157,7 @@ def test_a_failing_python_source_is_retried_then_named():
     with pytest.raises(SourceError, match=r"mine failed for 'c' \(human\) after 2 attempt\(s\): division by zero"):
         never.human([0])
     assert never.human_labels == 0  # nothing half-bought
+    silent = PythonSource(lambda c, i, r: None, "c", 25, name="forgot_return")
+    with pytest.raises(SourceError, match=r"forgot_return returned None for 'c' \(human\); it must return one loss "
+                                          r"per item \(25 here\)"):
+        silent.human(np.arange(25))

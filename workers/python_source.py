@@ -86,6 +86,9 @@ class PythonSource:
         except Exception as exc:
             raise SourceError(f"{self.name} failed for {self.candidate!r} ({role}) after "
                               f"{self.retries + 1} attempt(s): {first_line(exc, limit=200)}") from None
+        if out is None:  # a function that forgot its return statement
+            raise SourceError(f"{self.name} returned None for {self.candidate!r} ({role}); it must return one loss "
+                              f"per item ({items.size} here)")
         try:
             losses = np.asarray(out, dtype=np.float64).reshape(-1)
         except (TypeError, ValueError):

@@ -148,4 +148,5 @@ def load_config(path, overrides=None) -> RunConfig:
     """Read and validate a YAML job file; ``overrides`` are ``KEY=VALUE`` strings."""
     path = pathlib.Path(path)
     raw = apply_overrides(read_job_file(path), overrides, str(path))
+    raw.setdefault("name", path.stem)  # a job without a name is called after its file
     return parse_config(raw, source=str(path), base_dir=path.parent)

@@ -186,11 +186,11 @@ def _markdown(cert: dict, plots) -> str:
 # The HTML report: one self-contained page (plots embedded), every value escaped by jinja2.
 _HTML = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True).from_string("""\
 <!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>
-<title>certsel: {{ job }}</title><style>{{ css | safe }}</style></head><body>
+<title>{{ job }} · certsel report</title><style>{{ css | safe }}</style></head><body>
 {% macro table(rows, classes=None) %}<table><tr>{% for h in rows[0] %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for r in rows[1:] %}<tr{% if classes and classes[loop.index0] %} class="{{ classes[loop.index0] }}"{% endif %}>
 {%- for v in r %}<td>{{ v }}</td>{% endfor %}</tr>{% endfor %}</table>{% endmacro %}
-<h1>certsel: {{ job }}</h1>
+<h1>{{ job }} <span class="muted">· certsel report</span></h1>
 <div class="box{{ '' if selected else ' none' }}"><div class="big">{{ head }}</div>
 {%- for x in lines %}<div>{{ x }}</div>{% endfor %}</div>
 <p><b>Certificate:</b> {{ certificate }}.</p>
