@@ -1,8 +1,11 @@
-"""Screenshots of the report a person opens: the quantization and the ranking examples.
+"""Screenshots of what a person opens: the reports of the quantization and the ranking
+examples, and the MLflow UI on the link certsel prints.
 
 Runs both bundled examples (local Ray, a throw-away MLflow store), opens each
-``report.html`` in headless Chromium (Debian's ``chromium`` package) and writes PNGs into
-``docs/img/``. Each PNG is checked to be a real rendering (not blank) before it is kept.
+``report.html`` in headless Chromium (Debian's ``chromium`` package), then starts
+``mlflow server`` on that store and opens the experiment and the quantization job's run at
+the links ``certsel run`` prints, and writes PNGs into ``docs/img/``. Each PNG is checked to
+be a real rendering (not blank) before it is kept.
 
     python benchmarks/report_screenshots.py [--chromium /usr/bin/chromium] [--out docs/img]
 """
@@ -21,11 +24,14 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
 
 
-def screenshot(chromium: str, page: pathlib.Path, png: pathlib.Path, size=(1200, 1500)) -> pathlib.Path:
-    """``page`` rendered by headless Chromium into ``png`` (the top ``size`` of it)."""
+def screenshot(chromium: str, page, png: pathlib.Path, size=(1200, 1500), wait_ms: int = 0) -> pathlib.Path:
+    """``page`` (a file or a URL) rendered by headless Chromium into ``png`` (the top ``size``
+    of it); ``wait_ms`` of virtual time lets a single-page app render first."""
+    url = page.resolve().as_uri() if isinstance(page, pathlib.Path) else page
+    wait = [f"--virtual-time-budget={wait_ms}"] if wait_ms else []
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([chromium, *FLAGS, f"--user-data-dir={profile}", f"--window-size={size[0]},{size[1]}",
-                        f"--screenshot={png}", page.resolve().as_uri()], check=True, capture_output=True, timeout=120)
+        subprocess.run([chromium, *FLAGS, *wait, f"--user-data-dir={profile}", f"--window-size={size[0]},{size[1]}",
+                        f"--screenshot={png}", url], check=True, capture_output=True, timeout=180)
     from PIL import Image
 
     with Image.open(png) as im:
@@ -44,15 +50,50 @@ def main(argv=None) -> int:
     certsel = shutil.which("certsel", path=str(pathlib.Path(sys.executable).parent)) or "certsel"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
+        links = {}
         for example, height in (("quantization", 1500), ("alpacaeval_ranking", 1900)):
             report = tmp / example
-            subprocess.run([certsel, "run", str(ROOT / "examples" / f"{example}.yaml"), "--no-progress", "--quiet",
-                            "--report-dir", str(report), "--set", f"tracking.uri=sqlite:///{tmp}/store.db",
-                            "--set", f"state.dir={tmp}/jobs"], check=True, timeout=1200)
+            p = subprocess.run([certsel, "run", str(ROOT / "examples" / f"{example}.yaml"), "--no-progress",
+                                "--output", str(report), "--set", f"tracking.uri=sqlite:///{tmp}/store.db",
+                                "--set", f"state.dir={tmp}/jobs"], check=True, timeout=1200, capture_output=True,
+                               text=True)
+            links[example] = next(line.split(", then ")[1] for line in p.stdout.splitlines()
+                                  if line.startswith("MLflow UI: "))
             png = screenshot(args.chromium, report / "report.html", args.out / f"report_{example}.png",
                              (1200, height))
             print(f"{png.relative_to(ROOT)}: {example} report as headless Chromium renders it")
+        mlflow_pages(args, tmp / "store.db", links["quantization"])
     return 0
+
+
+def mlflow_pages(args, store: pathlib.Path, run_link: str) -> None:
+    """The MLflow UI at the link certsel printed (the run) and at its experiment (the runs table)."""
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mlflow = shutil.which("mlflow", path=str(pathlib.Path(sys.executable).parent)) or "mlflow"
+    server = subprocess.Popen([mlflow, "server", "--backend-store-uri", f"sqlite:///{store}", "--host", "127.0.0.1",
+                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{base}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(1)
+        run_url = run_link.replace("http://127.0.0.1:5000", base)
+        experiment_url = run_url.split("/runs/")[0] + "?" + run_url.split("?")[1]
+        for name, url in (("mlflow_experiment", experiment_url), ("mlflow_run", run_url)):
+            png = screenshot(args.chromium, url, args.out / f"{name}.png", (1400, 900), wait_ms=20000)
+            print(f"{png.relative_to(ROOT)}: {url.replace(base, 'MLFLOW_UI')}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 if __name__ == "__main__":

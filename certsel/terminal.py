@@ -243,6 +243,13 @@ def print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None, outp
     if run_id:
         console.print(f"MLflow run: {run_id}  (certsel show {run_id[:8]})", markup=False)
     if tracking:
-        console.print(f"MLflow UI: mlflow ui --backend-store-uri {tracking['uri']}, then "
-                      f"http://127.0.0.1:5000/#/experiments/{tracking['experiment_id']}/runs/{tracking['run_id']}",
-                      markup=False, soft_wrap=True)
+        from certsel.orchestrator.outputs.tracking import ui_link
+
+        uri = tracking["uri"]
+        if uri.startswith(("http://", "https://")):  # a tracking server is its own UI
+            console.print(f"MLflow UI: {ui_link(uri, tracking['experiment_id'], tracking['run_id'])}", markup=False,
+                          soft_wrap=True)
+        else:
+            console.print(f"MLflow UI: mlflow ui --backend-store-uri {uri}, then "
+                          f"{ui_link('http://127.0.0.1:5000', tracking['experiment_id'], tracking['run_id'])}",
+                          markup=False, soft_wrap=True)

@@ -25,7 +25,7 @@ from certsel.orchestrator.run.records import JobResult
 __all__ = ["certificate", "write_report"]
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#1d1d1f;
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1250px;color:#1d1d1f;
 line-height:1.45;padding:0 1em}
 h1{font-size:1.5em;margin-bottom:.2em} h2{font-size:1.15em;margin-top:1.6em}
 .box{border:2px solid #1f6f3f;background:#f1f8f3;border-radius:8px;padding:.8em 1.1em;margin:1em 0}
@@ -34,6 +34,8 @@ h1{font-size:1.5em;margin-bottom:.2em} h2{font-size:1.15em;margin-top:1.6em}
 th,td{border-bottom:1px solid #ddd;padding:.28em .6em;text-align:right;white-space:nowrap} th{background:#f4f4f6}
 td:first-child,th:first-child{text-align:left} tr.selected td{background:#fff3c4;font-weight:600}
 tr.certified td:nth-child(4){color:#1f6f3f} .wide{overflow-x:auto} img{max-width:100%;margin:.6em 0;border:1px solid #eee}
+.wide td:first-child,.wide th:first-child{position:sticky;left:0;background:#fff} .wide th:first-child{background:#f4f4f6}
+.wide tr.selected td:first-child{background:#fff3c4}
 """
 
 
@@ -97,15 +99,19 @@ def _rows(cert: dict) -> list[list[str]]:
     testing = any(c.get("e_value") is not None for c in cert["candidates"])
     judged = any(c.get("judge") for c in cert["candidates"])
     alpha = cert["procedure"]["alpha"]
-    out = [["candidate", "objective", "status", "in set", "joint bound", "own bound", "level", "estimate",
-            *(["e-value / threshold"] if testing else []), "two-sided interval", "human",
+    # one level for every candidate (FST, Bonferroni) goes in the header: a column less to scroll
+    levels = {c["level"] for c in cert["candidates"] if c.get("upper_bound") is not None}
+    one_level = len(levels) <= 1
+    own_head = f"own bound (level {next(iter(levels)):.3g})" if len(levels) == 1 else "own bound"
+    out = [["candidate", "objective", "status", "in set", "joint bound", own_head, *([] if one_level else ["level"]),
+            "estimate", *(["e-value / threshold"] if testing else []), "two-sided interval", "human",
             *(["to certify / min"] if testing else []), "judge", "requests",
             *(["judge agrees (kappa)"] if judged else []), "note"]]
     for c in cert["candidates"]:
         own = c.get("upper_bound")
         row = [c["candidate"], "" if c["objective"] is None else f"{c['objective']:g}", c["status"],
-               "yes" if c["certified"] else "no", bound_text(c.get("simultaneous_bound"), alpha),
-               bound_text(own, alpha), "" if own is None else f"{c['level']:.3g}", _fmt(c.get("estimate"))]
+               "yes" if c["certified"] else "no", bound_text(c.get("simultaneous_bound"), alpha), bound_text(own, alpha),
+               *([] if one_level else ["" if own is None else f"{c['level']:.3g}"]), _fmt(c.get("estimate"))]
         if testing:
             row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g} / {c['threshold']:.3g}")
         row += ["" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {bound_text(c['ci'][1])}]", str(c["labels_human"])]

@@ -62,6 +62,15 @@ def _one_line(exc: BaseException) -> str:
     return text[0][:300] if text else exc.__class__.__name__
 
 
+def ui_link(base: str, experiment_id: str, run_id: str | None = None) -> str:
+    """A link into the MLflow UI at ``base`` that opens certsel's runs table (or one run).
+    MLflow 3's UI opens every experiment on its GenAI overview unless the URL (or the user's
+    last choice, kept in the browser) names the model-training view: the experiment-kind tag
+    alone does not decide it, so the link carries ``workflowType=machine_learning``."""
+    path = f"#/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "")
+    return f"{base.rstrip('/')}/{path}?workflowType=machine_learning"
+
+
 HTTP_TIMEOUT = 5.0  # seconds a tracking server has to answer the check (MLflow's own client retries for minutes)
 
 
