@@ -112,6 +112,9 @@ def test_audit_command_logs_a_run(tmp_path):
     assert p.returncode == 3, p.stderr
     assert "20 repetitions" in p.stdout and "INCONCLUSIVE" in p.stdout and "OK" not in p.stdout
     assert "about 44 would" in p.stdout
+    warning = [line for line in p.stderr.splitlines() if line.startswith("certsel: warning: ")]
+    assert warning == ["certsel: warning: 20 repetitions are too few to confirm delta = 0.1 at 99% confidence "
+                       "(about 44 would; --reps 44); exit status 3"]
     run_id = p.stdout.split("MLflow run: ")[1].split()[0]
     client = MlflowClient(f"sqlite:///{tmp_path}/s.db")
     run = client.get_run(run_id)
@@ -228,3 +231,30 @@ def test_the_bundled_ranking_example_orders_no_pair_wrongly():
     assert o["procedure"] == "pairwise" and res.unit == "pair" and len(res.rows) == 66
     assert o["wrong_order_rate"] == o["familywise_failure"] <= cfg.delta and o["verdict"] != "failed"
     assert 0 < o["saved_fraction"] < 1 and o["mean_certified"] > 30
+
+
+def test_the_audit_plot_names_its_candidates_and_keeps_its_whole_title():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from certsel.config import parse_config
+    from certsel.orchestrator.audit.base import AuditResult
+    from certsel.orchestrator.audit.job import _audit_figure
+
+    cfg = parse_config({"data": {"path": str(EXAMPLES / "data" / "triviaqa_llama31_8b_mx.parquet"),
+                                 "judge": "loss_judge_best", "order": "rank"}})
+    names = [f"a-rather-long-candidate-name-{k}" for k in range(30)]
+    rows = [{"candidate": n, "failure": 0.01 if k % 2 else None, "failure_upper": 0.03 if k % 2 else None,
+             "level": 0.1, "coverage": 0.97, "verdict": "confirmed" if k % 2 else None, "true_risk": 0.1}
+            for k, n in enumerate(names)]
+    overall = {"procedure": "fst", "familywise_failure": 0.0, "failure_upper": 0.005, "verdict": "confirmed",
+               "reps_to_confirm": None}
+    result = AuditResult(cfg, 1000, rows, overall)
+    fig = _audit_figure(result, plt)
+    ticks = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert ticks == names[::-1] or ticks == names  # every candidate named, top to bottom in table order
+    title = fig._suptitle.get_text().replace("\n", " ")
+    assert title == result.summary()  # wrapped, never cut
+    plt.close(fig)

@@ -78,6 +78,8 @@ def test_quantization_example_and_show(tmp_path):
     s = run("show", run_id[:8], "--tracking-uri", f"sqlite:///{tmp_path}/store.db")  # the prefix the CLI prints
     assert s.returncode == 0 and f"selected: {cert['selected']}" in s.stdout
     assert f"certsel show {run_id[:8]}" in p.stdout and "MLflow UI: mlflow ui --backend-store-uri" in p.stdout
+    # the link opens the runs table, not MLflow 3's GenAI overview (docs/img/mlflow_run.png)
+    assert f"/#/experiments/1/runs/{run_id}?workflowType=machine_learning" in p.stdout
 
 
 def _assert_bad(p, match, tmp_path, runs=0):
