@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from certsel.orchestrator.run.records import Ranking
+
 SCHEMA_VERSION = 1
 SCHEMA_ID = f"https://certsel.dev/schemas/selection-{SCHEMA_VERSION}.json"
 
@@ -117,23 +119,6 @@ class Candidate(_Doc):
     position: int | None = None
 
 
-class Ranking(_Doc):
-    better: dict[str, list[str]]
-    better_direct: dict[str, list[str]]
-    possible_winners: list[str]
-    goal: str
-    order: list[str]
-    score: dict[str, int]
-    score_meaning: str
-    pairs_certified: int
-    pairs_certified_directly: int
-    pairs: int
-    pair_delta: float
-    pair_delta_per_direction: float
-    items_per_pair: dict[str, int]
-    difference_intervals: dict[str, list[float]]
-
-
 class Data(_Doc):
     path: str
     sha256_16: str
@@ -195,7 +180,7 @@ class Selection(_Doc):
     recovered: Recovered | None
     seconds: float
     candidates: list[Candidate]
-    ranking: Ranking | None = None
+    ranking: Ranking | None = None  # the engine's own dataclass: one definition of its fields
 
 
 def validate(cert: dict) -> dict:
