@@ -175,7 +175,7 @@ def test_a_label_source_from_user_code_runs_through_ray_and_mlflow(ray_session, 
     for a in result.records:
         b = by_name[a.name]
         assert (a.t, a.n_human, a.n_judge, a.status) == (b.t, b.n_human, b.n_judge, b.status)
-        np.testing.assert_array_equal(a.path, b.path)
+        np.testing.assert_allclose(a.path, b.path, rtol=1e-12, atol=1e-12)  # hosts stack rows differently: BLAS ulps
     assert sorted(result.certified) == sorted(replay.certified) and result.selected == replay.selected
     assert result.certified and len(result.certified) < 4  # not vacuous
 

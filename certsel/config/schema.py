@@ -245,8 +245,9 @@ class RunConfig(Strict):
             return self.data.judge
         if self.live is not None:
             return self.live.judge.model if self.live.judge else None
-        if self.labels is not None:
-            return self.labels.options.get("judge")
+        if self.labels is not None:  # a registered source's option: a name, or a flag that its judge is on
+            judge = self.labels.options.get("judge")
+            return judge if isinstance(judge, str) or not judge else f"the {self.labels.kind} source's judge"
         return self.source.python if self.source.judge else None
 
     # -- one validator: rules that hold for every source, then each source's own -----------
