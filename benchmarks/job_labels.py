@@ -35,7 +35,7 @@ JUDGES = {"best": "loss_judge_best", "bad (MX4)": "loss_judge_bad"}
 def job(overrides: list[str]):
     cfg = load_config(EXAMPLE, overrides)
     res = run_job(cfg, load_job_data(cfg), LocalRuntime(1))
-    return res.spent["human"], res.selected
+    return res.spent["human"], res.selected, res.rounds
 
 
 def main(argv=None) -> int:
@@ -45,18 +45,19 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     print(f"quantization example, {args.seeds} seeds, overrides {args.overrides or 'none'}: mean human labels per "
-          "job, ratio to R-Eval on the same seeds, selections equal to R-Eval's\n")
-    print("| judge | policy | human labels per job | ratio to R-Eval | same selection as R-Eval |")
-    print("|---|---|---|---|---|")
+          "job, ratio to R-Eval on the same seeds, selections equal to R-Eval's, mean driver rounds\n")
+    print("| judge | policy | human labels per job | ratio to R-Eval | same selection as R-Eval | rounds |")
+    print("|---|---|---|---|---|---|")
     for judge, column in JUDGES.items():
         runs = {name: [job([*sets, f"data.judge={column}", f"seed={s}", *args.overrides]) for s in range(args.seeds)]
                 for name, sets in POLICIES.items()}
-        base = np.array([h for h, _ in runs["R-Eval"]], dtype=float)
+        base = np.array([h for h, _, _ in runs["R-Eval"]], dtype=float)
         for name, got in runs.items():
-            labels = np.array([h for h, _ in got], dtype=float)
-            same = sum(sel == ref for (_, sel), (_, ref) in zip(got, runs["R-Eval"], strict=True))
+            labels = np.array([h for h, _, _ in got], dtype=float)
+            same = sum(sel == ref for (_, sel, _), (_, ref, _) in zip(got, runs["R-Eval"], strict=True))
+            rounds = np.mean([n for _, _, n in got])
             print(f"| {judge} | {name} | {labels.mean():.0f} | {labels.sum() / base.sum():.3f} | "
-                  f"{same}/{args.seeds} |", flush=True)
+                  f"{same}/{args.seeds} | {rounds:.1f} |", flush=True)
     print(f"\n{time.perf_counter() - t0:.0f} s")
     return 0
 

@@ -6,7 +6,8 @@ Type-I error: fraction of runs that ever certify R <= alpha when R is slightly a
 reports: a strategy whose bets depend on the target, ONS, reports the intervals of its
 ``interval_strategy()``) ever excludes the true risk. Each with a one-sided 99%
 Clopper-Pearson upper bound, to compare with delta. Every registered betting strategy
-(``certsel.policies.STRATEGIES``) gets a row per scheme, with the paper's observation (eq. 10)
+(``certsel.policies.STRATEGIES``; ``up`` with its default prior) and UP with eq. (19)'s prior
+get a row per scheme, with the paper's observation (eq. 10)
 and then with the jobs' default, the split observation (Type-I columns; its interval is the
 paper observation's, so the coverage columns are those of the row above).
 
@@ -26,7 +27,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 
 from helpers.simulate import bernoulli, resample  # noqa: E402
 
-from certsel.policies import STRATEGIES, certify, effective_observations, scheme_rhos  # noqa: E402
+from certsel.policies import STRATEGIES, UP, certify, effective_observations, scheme_rhos  # noqa: E402
 from certsel.policies.autoeval import interval_excludes  # noqa: E402
 from certsel.workers.replay import load_loss_table  # noqa: E402
 
@@ -35,6 +36,12 @@ DELTA = 0.1
 
 def upper99(k, n):
     return stats.beta.ppf(0.99, k + 1, n - k) if k < n else 1.0
+
+
+def bettings() -> dict:
+    """Every registered strategy by name (``up`` with its default prior), then UP with eq. 19's
+    prior, the paper's (seeds follow the order, so the registered rows keep theirs)."""
+    return {**{name: name for name in STRATEGIES}, "up (exact, eq. 19)": UP(prior="exact")}
 
 
 def excluded(h, jl, ju, R, rhos, betting):
@@ -60,20 +67,20 @@ def main() -> None:
     if args.observations == "paper":
         return
     for i, s in enumerate(("r-eval", "r-autoeval", "r-autoeval+")):
-        for j, b in enumerate(STRATEGIES):
+        for j, (name, b) in enumerate(bettings().items()):
             rng = np.random.default_rng(1000 + 100 * i + j)
             kw = dict(delta=DELTA, rhos=scheme_rhos(s), betting=b, observation="split")
             h, jl, ju = bernoulli(rng, reps, 300, 900, 0.105, 0.1)
             cells = [certify(h, jl, ju, alpha=0.1, **kw).certified.sum()]
             h, jl, ju = resample(rng, table.human[36], table.judge[36], reps, 300, 900)
             cells.append(certify(h, jl, ju, alpha=R_real - 0.002, **kw).certified.sum())
-            print(f"| {s} (split) | {b} | " + " | ".join(f"{k / reps:.4f} (≤ {upper99(k, reps):.4f})" for k in cells)
+            print(f"| {s} (split) | {name} | " + " | ".join(f"{k / reps:.4f} (≤ {upper99(k, reps):.4f})" for k in cells)
                   + " | as paper | as paper |", flush=True)
 
 
 def paper_rows(table, reps, R_real) -> None:
     for i, s in enumerate(("r-eval", "r-autoeval", "r-autoeval+")):
-        for j, b in enumerate(STRATEGIES):
+        for j, (name, b) in enumerate(bettings().items()):
             rng = np.random.default_rng(100 * i + j)
             rhos = scheme_rhos(s)
             cells = []
@@ -85,7 +92,8 @@ def paper_rows(table, reps, R_real) -> None:
             cells.append(excluded(h, jl, ju, 0.3, rhos, b).sum())
             h, jl, ju = resample(rng, table.human[33], table.judge[33], reps, 300, 900)
             cells.append(excluded(h, jl, ju, table.true_risk[33], rhos, b).sum())
-            print(f"| {s} | {b} | " + " | ".join(f"{k / reps:.4f} (≤ {upper99(k, reps):.4f})" for k in cells) + " |", flush=True)
+            print(f"| {s} | {name} | " + " | ".join(f"{k / reps:.4f} (≤ {upper99(k, reps):.4f})" for k in cells) + " |",
+                  flush=True)
 
 
 if __name__ == "__main__":

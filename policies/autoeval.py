@@ -32,7 +32,7 @@ from ._validation import (
     check_target,
     check_weights,
 )
-from .betting import BettingState, BettingStrategy, get_strategy
+from .betting import BetContext, BettingState, BettingStrategy, get_strategy
 from .bounds import MIN_RANGE, inverted_upper_bound
 
 DEFAULT_RHOS = np.linspace(0.0, 1.0, 10)
@@ -193,6 +193,7 @@ def component_log_evalues(
     ci_scale: bool = False,
     state: BettingState | None = None,
     return_state: bool = False,
+    test_alpha=None,
 ):
     """log E_{s,i} (eq. 12) for every rho, shape (..., S, n).
 
@@ -201,11 +202,15 @@ def component_log_evalues(
     mapping (:func:`~certsel.policies.betting.get_strategy`). With ``ci_scale`` the bet bound
     is 1/(M_s - m_s) instead of 1/(M_s - alpha) (App. D.5). ``state`` continues the bets of
     earlier rounds (the returned path then holds only the new increments' cumulative sum).
+    ``test_alpha`` (default ``alpha``) is the target of the test these processes belong to,
+    which the strategy's prior may depend on (:func:`bet_context`); the bound that inverts a
+    test evaluates it at other targets with the test's own prior.
     """
     strategy = get_strategy(betting)
     q2, a, scale = _rows(obs, alpha, ci_scale)
+    context = None if ci_scale else bet_context(obs, alpha if test_alpha is None else test_alpha)
     logf, new = strategy.log_factors(q2, a, scale, BettingState() if state is None else state, delta=delta,
-                                     horizon=horizon)
+                                     horizon=horizon, context=context)
     path = np.cumsum(logf, axis=-1).reshape(obs.q.shape)
     return (path, new) if return_state else path
 
@@ -229,6 +234,18 @@ def _rows(obs: EffectiveObservations, alpha, ci_scale: bool):
     return q.reshape(-1, n), np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(scale).reshape(-1)
 
 
+def bet_context(obs: EffectiveObservations, test_alpha) -> BetContext:
+    """The strategy rows' context (:class:`~certsel.policies.betting.BetContext`): the test's
+    target in units of the loss range, and whether the row's reliance factor is above 0 (its
+    observation subtracts the judge's loss). Fixed by the test, not by the data or by the
+    target a bound evaluates."""
+    lo, hi = obs.loss_bounds
+    batch, S = obs.q.shape[:-2], obs.q.shape[-2]
+    theta = np.broadcast_to((np.asarray(test_alpha, dtype=np.float64) - lo) / (hi - lo), batch)
+    controlled = np.broadcast_to(obs.lower < lo, batch + (S,))  # lower = lo - rho (hi - lo)
+    return BetContext(np.repeat(theta.reshape(-1), S), controlled.reshape(-1).copy())
+
+
 def split_units(obs: EffectiveObservations, target) -> np.ndarray:
     """The split factors at ``target`` (batch + (S,)) in units of each step's largest bet:
     ((x - target) / d, b / d) with d = max(top - min(target, cap_target), eps), (..., S, n, 2)."""
@@ -242,7 +259,8 @@ def decision_fractions(obs: EffectiveObservations, alpha: float, *, delta: float
     """The bet fractions u_{s,i} (..., S, n) the test of H0: R > alpha uses on ``obs``: what
     its e-values and the bound that inverts it (:func:`decision_upper_bound`) are made of."""
     q2, a, scale = _rows(obs, alpha, False)
-    u, _ = get_strategy(betting).checked_fractions(q2, a, scale, BettingState(), delta=delta, horizon=horizon)
+    u, _ = get_strategy(betting).checked_fractions(q2, a, scale, BettingState(), delta=delta, horizon=horizon,
+                                                   context=bet_context(obs, alpha))
     return u.reshape(obs.q.shape)
 
 
@@ -434,7 +452,8 @@ def test_from_log_evalues(log_e: np.ndarray, delta: float) -> TestResult:
 def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, delta: float, rhos=DEFAULT_RHOS,
                            betting: str | dict | BettingStrategy = "up", loss_bounds=(0.0, 1.0), weights=None,
                            horizon: int | None = None) -> np.ndarray:
-    """Anytime-valid upper confidence bound on R at level 1 - delta (App. D.5).
+    """Anytime-valid upper confidence bound on R at level 1 - delta (App. D.5), with the
+    betting strategy's :meth:`~certsel.policies.betting.BettingStrategy.interval_strategy`.
 
     ``U_n = inf{a : max_{i<=n} E_i(a) >= 1/delta}``, the smallest target the test would
     certify. With bets bounded by 1/(M_s - m_s) (``bet_bound="range"``, independent of the
@@ -451,7 +470,9 @@ def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, d
     if not betting.monotone_in_target:
         raise ValueError(f"betting {betting.name!r} bets depend on the target, so its rejected targets need not "
                          f"form an interval; use {betting.name}.interval_strategy() for confidence bounds")
-    return _bisect_upper(obs, w, betting, horizon, level=delta)
+    # the strategy's interval form: its prior must not move with the target (UP's alternatives
+    # prior gives way to eq. 19's Beta(1/2, 1/2) here, as in every interval certsel reports)
+    return _bisect_upper(obs, w, betting.interval_strategy(), horizon, level=delta)
 
 
 def _bisect_upper(obs, w, betting, horizon, *, level) -> np.ndarray:
@@ -487,13 +508,16 @@ def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, lev
     (:mod:`certsel.policies.bounds`): below alpha the test's own bet fractions
     (:func:`decision_fractions`, sized for ``delta`` as in :func:`log_evalue_paths`) scaled
     to each target; above alpha the strategy's test at that target when it is monotone in
-    the target (UP, WSR), else the same fractions again. U = inf{a : rejected} has
+    the target (UP, WSR), with the prior of the test at alpha (UP's alternatives prior is
+    chosen for the test's target, and the family must not change it across alpha, or a test
+    that rejected at alpha could stop rejecting just above it), else the same fractions
+    again. U = inf{a : rejected} has
     P(R > U) <= level, and U <= alpha exactly when the test reached 1/level at alpha, for
     every strategy. ``max_log_evalue`` (batch shape) is the test's recorded running maximum;
     given, its decision seeds the bound, so that the two agree to the last bit even when the
     labels arrived in rounds. ``n_used`` (batch shape) counts the labels each batch element
-    used (a stopped run), default all. It is one-sided at the full level, so it is tighter
-    than the upper end of the two-sided interval at level/2.
+    used (a stopped run), default all. It is one-sided at the full level, so it is usually
+    tighter than the upper end of the two-sided interval at level/2.
     """
     delta = check_level(delta, "delta")
     level = check_level(level, "level")
@@ -506,9 +530,10 @@ def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, lev
     S, n = obs.q.shape[-2:]
     used = None if n_used is None else np.broadcast_to(n_used, obs.q.shape[:-2]).reshape(-1)
 
-    def family(a, rows):  # the strategy's own test at targets a (points, rows): non-decreasing in a for these
+    def family(a, rows):  # the strategy's own test at targets a (points, rows), with the prior of the test at alpha
         many = _rows_of(obs, rows, a.shape[0])
-        log_e = mix_log_evalues(component_log_evalues(many, a, delta=delta, betting=strategy, horizon=horizon), w)
+        log_e = mix_log_evalues(component_log_evalues(many, a, delta=delta, betting=strategy, horizon=horizon,
+                                                      test_alpha=alpha), w)
         if used is not None:
             log_e = np.where(np.arange(n) < used[rows][:, None], log_e, -np.inf)
         return log_e.max(axis=-1)

@@ -28,8 +28,15 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 import numpy as np
+from scipy.optimize import brentq
+from scipy.special import roots_jacobi
 
-UP_PRIORS = ("exact", "grid")
+UP_PRIORS = ("alternatives", "exact", "grid")
+# Where the judge-controlled rows' atom sits, as a fraction of the largest bet: a constant bet
+# there keeps at least 1/20 of its wealth when the worst outcome comes (at most log 20 = 3 nats).
+CAP_NODE = 0.95
+# The atom's default mass on judge-controlled rows (UP(cap_mass=...)): docs/statistics.md, "Bets".
+DEFAULT_CAP_MASS = 0.5
 
 # Rows of the universal-portfolio wealth processed together: keeps the (rows, nodes)
 # working set inside the L2 cache so every time step is a few cache-resident passes.
@@ -55,8 +62,15 @@ class UPPrior:
         return int(self.nodes.size)
 
 
-def up_prior(kind: str = "exact", *, horizon: int | None = None, size: int = 10_000) -> UPPrior:
-    """The Beta(1/2, 1/2) prior F of the Universal Portfolio bet (eq. 19), discretised.
+def up_prior(kind: str = "exact", *, horizon: int | None = None, size: int = 10_000, theta: float = 0.5,
+             cap_mass: float = 0.0, delta: float | None = None) -> UPPrior:
+    """A discretised prior over the bet fraction u of the Universal Portfolio (eq. 19).
+
+    ``kind="alternatives"`` (certsel's default, :func:`alternatives_prior`): the Jeffreys
+    prior over the Bernoulli alternatives below the target that ``horizon`` labels can
+    certify at level ``delta``, carried to the bet each of them calls for, with ``cap_mass``
+    at u = :data:`CAP_NODE`. ``kind="exact"`` and ``"grid"`` are
+    the Beta(1/2, 1/2) prior F of eq. (19):
 
     ``kind="exact"``: Gauss-Chebyshev quadrature. The Beta(1/2, 1/2) density is the
     Chebyshev weight on [0, 1], so the m nodes ``u_k = (1 + cos((2k - 1) pi / (2m))) / 2``
@@ -70,6 +84,8 @@ def up_prior(kind: str = "exact", *, horizon: int | None = None, size: int = 10_
     10,000) uniformly spaced points, here the cell midpoints ``(k - 1/2) / size`` (the
     density is infinite at 0 and 1), weighted by the Beta(1/2, 1/2) density.
     """
+    if kind == "alternatives":
+        return alternatives_prior(theta, horizon=horizon, cap_mass=cap_mass, delta=delta)
     if kind == "exact":
         if horizon is None or int(horizon) < 1:
             raise ValueError("the exact UP prior needs a positive horizon (number of observations)")
@@ -85,6 +101,81 @@ def up_prior(kind: str = "exact", *, horizon: int | None = None, size: int = 10_
         dens = 1.0 / np.sqrt(nodes * (1.0 - nodes))
         return UPPrior(nodes, dens / dens.sum(), "grid")
     raise ValueError(f"up_prior must be one of {UP_PRIORS}, got {kind!r}")
+
+
+def alternatives_prior(theta: float, *, horizon: int | None, cap_mass: float = 0.0,
+                       delta: float | None = None) -> UPPrior:
+    """The prior over bet fractions that puts Jeffreys' prior on the alternatives, plus an atom.
+
+    A test of H0: mean >= alpha on observations in [lo, hi] bets u / (hi - alpha). Against the
+    Bernoulli alternative on {lo, hi} with mean lo + p (hi - lo), p < theta = (alpha - lo) /
+    (hi - lo), the log-optimal fraction is u*(p) = 1 - p / theta (it maximises
+    p log(1 - u) + (1 - p) log(1 + u theta / (1 - theta))), and the growth it reaches is
+    kl(p, theta), the Bernoulli Kullback-Leibler divergence. Jeffreys' prior on the Bernoulli
+    parameter, p^(-1/2) (1 - p)^(-1/2), restricted to the alternatives, carried to u by that
+    map, is the prior this function discretises. With ``delta`` given, the alternatives are
+    those ``horizon`` labels can certify, log(1/delta) / kl(p, theta) <= horizon, i.e.
+    p <= p_h < theta: of all laws with a given mean the two-point one is the hardest to test
+    (log(1 - u y) is concave in y), so an alternative left out needs more than the horizon
+    whatever its shape, and its prior mass would only thin the rest. Without ``delta`` every
+    p in [0, theta) counts. Gauss-Jacobi nodes for the p^(-1/2) weight on [0, p_h]
+    (``horizon // 2 + 1`` of them, as for the exact prior), their weights times
+    (1 - p)^(-1/2). For a small theta it is close to Beta(1, 1/2) on the bets it covers (no
+    singular mass at u = 0, where the alternatives lie that need the most labels); for theta
+    near 1 and a long horizon close to eq. (19)'s Beta(1/2, 1/2). It depends on the test's
+    target, level and horizon, never on the data, so every bet it makes is predictable.
+
+    ``cap_mass`` moves that much of the mass to one node at u = :data:`CAP_NODE` (95% of the
+    largest bet). The node is always present (with mass 0 when ``cap_mass`` is 0) so that
+    rows of one strategy share a node count and their states stack.
+    """
+    theta = float(theta)
+    if not 0.0 < theta < 1.0:
+        raise ValueError(f"theta (the target's place in the loss range) must be in (0, 1), got {theta!r}")
+    if not 0.0 <= float(cap_mass) < 1.0:
+        raise ValueError(f"cap_mass must be in [0, 1), got {cap_mass!r}")
+    if horizon is None or int(horizon) < 1:
+        raise ValueError("the alternatives prior needs a positive horizon (number of observations)")
+    m = int(horizon) // 2 + 1
+    top = theta if delta is None else _certifiable(theta, math.log(1.0 / float(delta)) / int(horizon))
+    x, w = roots_jacobi(m, 0.0, -0.5)  # weight (1 + x)^(-1/2) on [-1, 1], i.e. p^(-1/2) with p = top (1 + x) / 2
+    p = 0.5 * top * (1.0 + x)
+    w = w / np.sqrt(1.0 - p)
+    nodes = np.append(1.0 - p / theta, CAP_NODE)
+    weights = np.append((1.0 - cap_mass) * w / w.sum(), cap_mass)
+    order = np.argsort(nodes, kind="stable")
+    return UPPrior(nodes[order], weights[order], "alternatives")
+
+
+def _certifiable(theta: float, rate: float) -> float:
+    """The largest p with kl(p, theta) >= ``rate`` (the Bernoulli alternatives whose growth
+    reaches the rate): kl(., theta) falls from log(1/(1 - theta)) at 0 to 0 at theta."""
+    def gap(p: float) -> float:
+        return (p * math.log(p / theta) if p > 0 else 0.0) + (1.0 - p) * math.log((1.0 - p) / (1.0 - theta)) - rate
+
+    if gap(0.0) <= 0.0:  # not even the easiest alternative gets there: keep them all
+        return theta
+    return brentq(gap, 0.0, theta, xtol=1e-14, rtol=1e-12)
+
+
+@dataclass(frozen=True)
+class BetContext:
+    """What a strategy may know of each row before its first observation, from the test it
+    serves (never from the data): ``theta`` (rows,), where the test's target sits in the loss
+    range, (alpha - lo) / (hi - lo); ``controlled`` (rows,), whether the row's observation
+    subtracts a judge control (a reliance factor or control scale above 0), so that its worst
+    outcome needs the judge to miss a loss the humans see. A strategy declares that it reads
+    the context with ``takes_context``; the policies in this package always pass one."""
+
+    theta: np.ndarray
+    controlled: np.ndarray
+
+    @classmethod
+    def of(cls, rows: int, theta=0.5, controlled=False) -> "BetContext":
+        """A context of ``rows`` rows, broadcasting ``theta`` and ``controlled``."""
+        t = np.broadcast_to(np.asarray(theta, dtype=np.float64), (rows,)).copy()
+        c = np.broadcast_to(np.asarray(controlled, dtype=bool), (rows,)).copy()
+        return cls(t, c)
 
 
 @dataclass
@@ -299,6 +390,8 @@ class BettingStrategy:
     # Whether :meth:`fractions` takes observations with a trailing factor axis (rows, n, F):
     # F factors that share each step's bet. Otherwise it learns from their capped sum.
     takes_factors: ClassVar[bool] = False
+    # Whether :meth:`fractions` takes ``context=`` (a :class:`BetContext`, or None).
+    takes_context: ClassVar[bool] = False
 
     def fractions(self, q: np.ndarray, alpha: np.ndarray, scale: np.ndarray, state: BettingState, *,
                   delta: float, horizon: int) -> tuple[np.ndarray, BettingState]:
@@ -308,12 +401,13 @@ class BettingStrategy:
         raise NotImplementedError
 
     def log_factors(self, q: np.ndarray, alpha: np.ndarray, scale: np.ndarray, state: BettingState, *,
-                    delta: float, horizon: int) -> tuple[np.ndarray, BettingState]:
+                    delta: float, horizon: int, context: BetContext | None = None) -> tuple[np.ndarray, BettingState]:
         """Increments log(1 - scale u_i (q_i - alpha)) (rows, n) and the state after them."""
-        u, new = self.checked_fractions(q, alpha, scale, state, delta=delta, horizon=horizon)
+        u, new = self.checked_fractions(q, alpha, scale, state, delta=delta, horizon=horizon, context=context)
         return bet_log_factors(u, q, alpha, scale), new
 
-    def checked_fractions(self, q, alpha, scale, state, *, delta, horizon) -> tuple[np.ndarray, BettingState]:
+    def checked_fractions(self, q, alpha, scale, state, *, delta, horizon,
+                          context: BetContext | None = None) -> tuple[np.ndarray, BettingState]:
         """:meth:`fractions`, checked at the boundary: one fraction per step, each in [0, 1]
         (a larger one could make a factor negative, a negative one bets for H0). Observations
         with a factor axis (rows, n, F) reach a strategy that does not take them
@@ -323,7 +417,8 @@ class BettingStrategy:
         if q.ndim == 3 and not self.takes_factors:
             y = np.minimum((scale[:, None, None] * (q - alpha[:, None, None])).sum(axis=-1), 1.0)
             q = alpha[:, None] + y / scale[:, None]
-        u, new = self.fractions(q, alpha, scale, state, delta=delta, horizon=horizon)
+        extra = {"context": context} if self.takes_context else {}
+        u, new = self.fractions(q, alpha, scale, state, delta=delta, horizon=horizon, **extra)
         u = np.asarray(u, dtype=np.float64)
         if u.shape != steps:
             raise ValueError(f"betting {self.name!r} returned fractions of shape {u.shape} for {steps} steps")
@@ -341,8 +436,8 @@ class BettingStrategy:
 
     def interval_strategy(self) -> "BettingStrategy":
         """The strategy whose e-processes give this one's two-sided intervals: itself when
-        :attr:`monotone_in_target`, else the exact Universal Portfolio."""
-        return self if self.monotone_in_target else UP()
+        :attr:`monotone_in_target`, else the exact Universal Portfolio (eq. 19)."""
+        return self if self.monotone_in_target else UP(prior="exact")
 
     def describe(self) -> str:
         """The name, with the parameters that differ from their defaults: ``up``, ``up(prior=grid)``."""
@@ -364,28 +459,66 @@ def _unit(value, name: str, *, closed_high: bool = False) -> float:
 
 @dataclass(frozen=True)
 class UP(BettingStrategy):
-    """Universal Portfolio bets (eq. 19): the wealth-weighted posterior mean of the bet under
-    the Beta(1/2, 1/2) prior, ``prior="exact"`` (Gauss-Chebyshev, the continuous mixture)
-    or ``"grid"`` (``grid`` uniform cells weighted by the density, as in the paper's code)."""
+    """Universal Portfolio bets (eq. 19): the wealth-weighted posterior mean of the bet under a
+    prior over constant bet fractions, so the wealth is that prior's mixture of constant-bet
+    wealths.
+
+    ``prior="alternatives"`` (the default, :func:`alternatives_prior`): Jeffreys' prior over
+    the Bernoulli alternatives below the row's target (``context.theta``) that the horizon
+    can certify at level ``delta``, and on rows whose
+    observation carries a judge control (``context.controlled``) ``cap_mass`` of the mass on
+    95% of the largest bet, where the log-optimal bet sits when the judge is good.
+    ``prior="exact"`` (Gauss-Chebyshev, the continuous Beta(1/2, 1/2) mixture of eq. 19) and
+    ``"grid"`` (``grid`` uniform cells weighted by that density, as in the paper's code) are
+    the paper's prior; they ignore the context. Without a context a row is uncontrolled with
+    its target in the middle of the range (theta = 1/2), which keeps the prior the same at
+    every target (two-sided intervals).
+    """
 
     name: ClassVar[str] = "up"
     monotone_in_target: ClassVar[bool] = True
     constant_bet_mixture: ClassVar[bool] = True
     takes_factors: ClassVar[bool] = True
-    prior: str = "exact"
+    takes_context: ClassVar[bool] = True
+    prior: str = "alternatives"
     grid: int = 10_000
+    cap_mass: float = DEFAULT_CAP_MASS
 
     def __post_init__(self):
         if self.prior not in UP_PRIORS:
             raise ValueError(f"up prior must be one of {UP_PRIORS}, got {self.prior!r}")
         if isinstance(self.grid, bool) or not isinstance(self.grid, (int, np.integer)) or self.grid < 2:
             raise ValueError(f"up grid must be an integer >= 2, got {self.grid!r}")
+        if isinstance(self.cap_mass, bool) or not isinstance(self.cap_mass, (int, float)) \
+                or not 0.0 <= self.cap_mass < 1.0:
+            raise ValueError(f"up cap_mass must be a number in [0, 1), got {self.cap_mass!r}")
 
-    def fractions(self, q, alpha, scale, state, *, delta, horizon):
-        prior = up_prior(self.prior, horizon=horizon, size=self.grid)
+    def fractions(self, q, alpha, scale, state, *, delta, horizon, context=None):
         x = q - (alpha[:, None, None] if q.ndim == 3 else alpha[:, None])
-        u, wealth = up_fractions(x, scale, prior, state.arrays.get("wealth"))
+        wealth0 = state.arrays.get("wealth")
+        if self.prior != "alternatives":
+            u, wealth = up_fractions(x, scale, up_prior(self.prior, horizon=horizon, size=self.grid), wealth0)
+            return u, BettingState(state.count + q.shape[1], {"wealth": wealth})
+        ctx = BetContext.of(q.shape[0]) if context is None else context
+        # rows with one (theta, controlled) share a prior: one vectorised pass per group (a test has a few)
+        keys = np.stack([ctx.theta, ctx.controlled.astype(np.float64)], axis=1)
+        groups, which = np.unique(keys, axis=0, return_inverse=True)
+        u = np.empty(q.shape[:2])
+        wealth = None
+        for g, (theta, controlled) in enumerate(groups):
+            rows = np.flatnonzero(which.reshape(-1) == g)
+            prior = alternatives_prior(theta, horizon=horizon, cap_mass=self.cap_mass if controlled else 0.0,
+                                       delta=delta)
+            u[rows], w = up_fractions(x[rows], scale[rows], prior, None if wealth0 is None else wealth0[rows])
+            if wealth is None:
+                wealth = np.empty((q.shape[0], w.shape[1]))
+            wealth[rows] = w
         return u, BettingState(state.count + q.shape[1], {"wealth": wealth})
+
+    def interval_strategy(self) -> "BettingStrategy":
+        """Two-sided intervals bisect over targets, so their prior must not move with the target:
+        the exact Beta(1/2, 1/2) mixture of eq. (19) (App. D.5) for the alternatives prior."""
+        return UP(prior="exact") if self.prior == "alternatives" else self
 
 
 @dataclass(frozen=True)
@@ -488,12 +621,13 @@ def get_strategy(betting) -> BettingStrategy:
 
 
 def log_factors(q: np.ndarray, alpha: np.ndarray, scale: np.ndarray, *, betting, delta: float, horizon: int,
-                state: BettingState | None = None):
+                state: BettingState | None = None, context: BetContext | None = None):
     """Per-step log wealth increments log(1 - lambda_i (q_i - alpha)) for rows of ``q``.
 
     ``q`` is (rows, n); ``alpha`` and ``scale`` are (rows,). The e-process of a row is the
     exponential of the cumulative sum of the increments (eq. 6). ``state`` resumes a process
-    after ``state.count`` earlier observations. Returns (increments, state after them).
+    after ``state.count`` earlier observations; ``context`` (:class:`BetContext`) tells the
+    strategy about each row's test. Returns (increments, state after them).
     """
     return get_strategy(betting).log_factors(q, alpha, scale, BettingState() if state is None else state,
-                                             delta=delta, horizon=horizon)
+                                             delta=delta, horizon=horizon, context=context)

@@ -43,7 +43,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from ._validation import check_level, check_positive_int, check_rhos, check_target
-from .betting import BettingState, BettingStrategy, bet_log_factors, get_strategy
+from .betting import BetContext, BettingState, BettingStrategy, bet_log_factors, get_strategy
 from .bounds import MIN_RANGE, inverted_upper_bound
 from .partition import _check_scores
 from .stratified import StratifiedBetting
@@ -57,7 +57,7 @@ DEFAULT_PRIOR_WEIGHT = 10.0  # pseudo-labels at the judge's mean loss in each st
 # proportional allocation needed 2-4% fewer labels than floor 0.5 and 5-7% fewer than 0.25.
 DEFAULT_FLOOR = 1.0
 DEFAULT_RHOS = (0.0, 0.5, 1.0)
-_FORMAT = 3
+_FORMAT = 4  # 4: the default UP prior has one more node (the atom), so format-3 wealth does not fit
 
 
 def judge_strata(scores, max_groups: int = DEFAULT_STRATA) -> np.ndarray:
@@ -168,10 +168,10 @@ class StratifiedTest:
             return np.zeros(0)
         if self.futility is not None:  # mirrored: 1 - Y has mean 1 - mu and lies below 1 - a
             fpath, self.futility_state, _ = self._bet(normalised(1.0 - y, 1.0 - a, 1.0 - self.alpha),
-                                                      self.futility_state, self.futility)
+                                                      self.futility_state, self.futility, 1.0 - self.alpha)
             fpath, self._futility_wealth = self._mix(fpath, self._futility_wealth)
             self.futility_max_log_evalue = max(self.futility_max_log_evalue, float(fpath.max()))
-        path, self.state, u = self._bet(normalised(y, b, self.alpha), self.state, self.delta)
+        path, self.state, u = self._bet(normalised(y, b, self.alpha), self.state, self.delta, self.alpha)
         path, self._log_wealth = self._mix(path, self._log_wealth)
         self.max_log_evalue = max(self.max_log_evalue, float(path.max()))
         self._y = np.concatenate([self._y, y], axis=1)
@@ -186,13 +186,19 @@ class StratifiedTest:
         wealth = before[:, None] + paths
         return logsumexp(wealth, axis=0) - np.log(wealth.shape[0]), wealth[:, -1].copy()
 
-    def _bet(self, x: np.ndarray, state: BettingState, delta: float):
-        """The strategy's fractions on normalised observations x (S, t) (target 0, scale 1):
-        each scale's cumulative log factors on these draws, the state after them and the
-        fractions."""
+    def _bet(self, x: np.ndarray, state: BettingState, delta: float, target: float):
+        """The strategy's fractions on normalised observations x (S, t) (target 0, scale 1) of
+        the test of ``target``: each scale's cumulative log factors on these draws, the state
+        after them and the fractions."""
         one, zero = np.ones(x.shape[0]), np.zeros(x.shape[0])
-        u, state = self.strategy.checked_fractions(x, zero, one, state, delta=delta, horizon=self.horizon)
+        u, state = self.strategy.checked_fractions(x, zero, one, state, delta=delta, horizon=self.horizon,
+                                                   context=self._context(target, x.shape[0] // self.rhos.size))
         return np.cumsum(bet_log_factors(u, x, zero, one), axis=-1), state, u
+
+    def _context(self, target: float, copies: int = 1) -> BetContext:
+        """Each row's test: its target, and whether its control scale is above 0 (the judge's
+        controls enter the observation), for ``copies`` stacked copies of the scales."""
+        return BetContext.of(copies * self.rhos.size, target, np.tile(self.rhos > 0, copies))
 
     # -- reading ---------------------------------------------------------------------------------
     @property
@@ -264,7 +270,8 @@ class StratifiedTest:
 
         The fractions u_t the test bet with are kept, and the wealth prod (1 - u_t (Y_t - a) /
         max(b_t - a, eps)) is valid for the null mu >= a at every a and non-decreasing in a;
-        above alpha a mixture of constant bets (UP) re-chooses its bets for the target
+        above alpha a mixture of constant bets (UP, with the prior of the test at alpha)
+        re-chooses its bets for the target
         (:mod:`certsel.policies.bounds`): P(mu > U) <= level, and U <= alpha exactly when the
         test at alpha reached 1/level, for every strategy. ``recorded=False`` recomputes the
         decision at alpha from the fractions instead of reading the recorded evidence (a check).
@@ -273,13 +280,13 @@ class StratifiedTest:
         if self.n == 0:
             return 1.0
 
-        def family(a, rows):  # the strategy's own test at targets a (points, 1): monotone for a mixture of constant bets
+        def family(a, rows):  # the strategy's own test at targets a (points, 1), with the prior of the test at alpha
             x = normalised(self._y[None], self._b[None], a[:, :, None])  # (points, S, n)
             points, S, n = x.shape
             flat = x.reshape(points * S, n)
             one, zero = np.ones(flat.shape[0]), np.zeros(flat.shape[0])
             u, _ = self.strategy.checked_fractions(flat, zero, one, BettingState(), delta=self.delta,
-                                                   horizon=self.horizon)
+                                                   horizon=self.horizon, context=self._context(self.alpha, points))
             paths = np.cumsum(bet_log_factors(u, flat, zero, one), axis=-1).reshape(points, S, n)
             return (logsumexp(paths, axis=1) - np.log(S)).max(axis=-1)[:, None]
 

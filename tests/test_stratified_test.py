@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from certsel.policies.betting import up_prior
+from certsel.policies.betting import DEFAULT_CAP_MASS, UP, up_prior
 from certsel.policies.stratified_test import StratifiedTest, judge_strata, normalised
 
 
@@ -83,20 +83,24 @@ def test_every_observation_has_conditional_mean_mu_exactly():
         test.update(items, z[items])
 
 
+@pytest.mark.parametrize("prior", ["alternatives", "exact"])
 @pytest.mark.parametrize("rhos", [(1.0,), (0.0, 0.5, 1.0)])
-def test_evalue_equals_a_literal_mixture_of_constant_bets(rhos):
+def test_evalue_equals_a_literal_mixture_of_constant_bets(rhos, prior):
     """UP's wealth is the prior mixture of the wealths of constant bet fractions (eq. 19), and
     the test's e-value the uniform mixture over control scales: recompute
-    log E_t = log (1/S) sum_s sum_k w_k prod_r (1 - u_k x_{s,r}) from the observations."""
+    log E_t = log (1/S) sum_s sum_k w_k prod_r (1 - u_k x_{s,r}) from the observations. The
+    default prior (Jeffreys over the alternatives below alpha) puts its atom on the scales
+    above 0 only, where the judge's controls enter the observation."""
     z, j = _population(800, seed=5)
-    test = StratifiedTest(j, alpha=0.15, delta=0.1, horizon=120, seed=2, rhos=rhos)
+    test = StratifiedTest(j, alpha=0.15, delta=0.1, horizon=120, seed=2, rhos=rhos, betting=UP(prior=prior))
     path = _run(test, z, 7, 120)
     x = normalised(test._y, test._b, test.alpha)  # (S, t)
-    prior = up_prior("exact", horizon=120)
     literal = np.zeros(120)
-    for row in x:
-        wealth = np.cumprod(1.0 - prior.nodes[:, None] * row[None, :], axis=1)
-        literal += prior.weights @ wealth / len(rhos)
+    for rho, row in zip(rhos, x):
+        cap_mass = DEFAULT_CAP_MASS if rho > 0 else 0.0
+        prior_ = up_prior(prior, horizon=120, theta=0.15, cap_mass=cap_mass, delta=0.1)
+        wealth = np.cumprod(1.0 - prior_.nodes[:, None] * row[None, :], axis=1)
+        literal += prior_.weights @ wealth / len(rhos)
     assert path.size == 120
     np.testing.assert_allclose(path, np.log(literal), rtol=1e-9, atol=1e-9)
 

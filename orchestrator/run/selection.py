@@ -53,8 +53,11 @@ class Scheduler:
     """
 
     def __init__(self, records: list[CandidateRecord], *, procedure: str | Procedure, delta: float, testing: bool,
-                 mode: str = "adaptive", lookahead: int = 1, prune_keys=None, futility: float | None = None):
+                 mode: str = "adaptive", lookahead: int = 1, prune_keys=None, futility: float | None = None,
+                 budget: int | None = None):
         self.records, self.delta = records, delta
+        # each testing candidate's human-label budget: look-ahead is spent only on a frontier that can meet it
+        self.budget = budget
         self.procedure = get_procedure(procedure) if isinstance(procedure, str) else procedure
         self.testing, self.mode, self.lookahead = testing, mode, lookahead
         self.K = len(records)
@@ -118,11 +121,26 @@ class Scheduler:
             self.procedure.after_settle(self.records)
 
     def active(self) -> list[CandidateRecord]:
-        """The candidates to advance in the next round."""
+        """The candidates to advance in the next round. Look-ahead (the candidates a fixed
+        sequence would test after the first unsettled one) is spent only while that one is
+        :meth:`on_track`: a candidate after a failure can never be certified, so labels bought
+        for it while its predecessor is heading for failure are lost. Which candidates run
+        when never changes a decision, only what the job spends and how many rounds it takes."""
         open_ = [r for r in self.records if not r.finished]
         if self.mode == "adaptive":
-            return self.procedure.active(open_, self.lookahead)
+            lookahead = self.lookahead if not open_ or self.on_track(open_[0]) else 0
+            return self.procedure.active(open_, lookahead)
         return open_
+
+    def on_track(self, r: CandidateRecord) -> bool:
+        """Whether ``r``'s evidence, growing at its recent rate (:func:`recent_growth`), reaches
+        its threshold within its budget; true before its first label and for estimation
+        policies, whose evidence is not a log e-value."""
+        if not self.testing or self.budget is None or r.t == 0:
+            return True
+        need = float(self.log_thresholds()[r.index]) - r.log_e
+        growth = recent_growth(r.path)
+        return need <= 0 or (growth > 0 and need / growth <= self.budget - r.t)
 
     def stop_all(self, reason: str) -> None:
         for r in self.records:
@@ -238,7 +256,7 @@ class SelectionRounds:
         self.sched = Scheduler(records, procedure=plan.procedure, delta=cfg.delta, testing=plan.testing,
                                mode=cfg.scheduling.mode, lookahead=cfg.scheduling.lookahead,
                                prune_keys=self.key if cfg.scheduling.prune else None,
-                               futility=cfg.scheduling.futility)
+                               futility=cfg.scheduling.futility, budget=cfg.budget.n)
         self.cost_per_label = (1 + plan.r) * (2 if plan.uses_judge else 1) if plan.testing else 1
 
     def restore(self, saved: dict) -> Resume:

@@ -21,6 +21,12 @@ def chebyshev_prior(horizon: int):
     return nodes, np.full(m, 1.0 / m)
 
 
+def prior_of(prior, rho):
+    """(nodes, weights) for reliance factor ``rho``: ``prior`` is one pair for every rho, or a
+    function of rho (UP's alternatives prior has an atom on the judge-controlled rhos)."""
+    return prior(rho) if callable(prior) else prior
+
+
 def grid_prior(size: int):
     nodes = (np.arange(size) + 0.5) / size
     dens = 1.0 / np.sqrt(nodes * (1 - nodes))
@@ -94,7 +100,8 @@ def reference_evalue_path(
     loss_bounds=(0.0, 1.0),
     ci_scale=False,
 ):
-    """E_1..E_n by Algorithm 1, literally. ``prior`` = (nodes, weights) for UP."""
+    """E_1..E_n by Algorithm 1, literally. ``prior`` = (nodes, weights) for UP, or a function
+    of rho giving them (default: eq. 19's Beta(1/2, 1/2) by Gauss-Chebyshev)."""
     human = [float(v) for v in human]
     n = len(human)
     horizon = n if horizon is None else horizon
@@ -114,7 +121,7 @@ def reference_evalue_path(
         elif betting == "ons":
             players.append(_ONS(scale))
         else:
-            players.append(_UP(scale, prior[0], prior[1]))
+            players.append(_UP(scale, *prior_of(prior, rho)))
     E = 1.0
     E_s = [1.0] * S
     w = list(w0)
@@ -274,13 +281,14 @@ def reference_split_evalue_path(human, judge_labeled, judge_unlabeled, *, alpha,
     middle of the range; x = h - rho j + rho c_i and b = rho (jbar_i - c_i) share one bet
     u/d with d = hi - lo + rho (c_i - lo) (rho > 0) or hi - alpha (rho = 0); each UP node's
     wealth moves by (1 - u_k (x - alpha)/d)(1 - u_k b/d) and the bet is the posterior mean of
-    u. The rho components are mixed with the literal weight update (13)."""
+    u. The rho components are mixed with the literal weight update (13). ``prior`` is one
+    (nodes, weights) pair or a function of rho."""
     lo, hi = loss_bounds
     n = len(human)
     r = len(judge_unlabeled) // n
     S = len(rhos)
-    nodes, weights = prior
-    wealth = [np.array(weights, dtype=float) for _ in range(S)]
+    priors = [prior_of(prior, rho) for rho in rhos]
+    wealth = [np.array(pr[1], dtype=float) for pr in priors]
     w0 = [1.0 / S] * S
     E_s = [1.0] * S
     w = list(w0)
@@ -296,6 +304,7 @@ def reference_split_evalue_path(human, judge_labeled, judge_unlabeled, *, alpha,
             b = rho * (jbar - c)
             d = (hi - lo + rho * (c - lo)) if rho > 0 else (hi - alpha)
             ya, yb = (x - alpha) / d, b / d
+            nodes = priors[s][0]
             u = float(np.sum(nodes * wealth[s]) / np.sum(wealth[s]))
             e = (1 - u * ya) * (1 - u * yb)
             wealth[s] = wealth[s] * (1 - nodes * ya) * (1 - nodes * yb)
