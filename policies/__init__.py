@@ -43,6 +43,7 @@ from .betting import (
     STRATEGIES,
     UP,
     WSR,
+    BetContext,
     BettingState,
     BettingStrategy,
     UPPrior,
@@ -79,6 +80,7 @@ from .radius import (
     hoeffding_radius,
     prpl_path,
 )
+from .recovery import Recovery, recovery_lower_bound, recovery_of
 from .sequential import SequentialTest
 from .stratified import StratifiedBetting, seq_paths
 
@@ -87,6 +89,7 @@ __all__ = [
     "RADII",
     "SCHEMES",
     "Base",
+    "BetContext",
     "BettingCS",
     "BettingState",
     "BettingStrategy",
@@ -100,6 +103,7 @@ __all__ = [
     "EstimationResult",
     "FixedPartition",
     "NearestNeighborPartition",
+    "Recovery",
     "Seq",
     "ScorePartition",
     "SequentialTest",
@@ -132,6 +136,8 @@ __all__ = [
     "oracle",
     "p_values",
     "prpl_path",
+    "recovery_lower_bound",
+    "recovery_of",
     "register_strategy",
     "scheme_rhos",
     "score_partition",
