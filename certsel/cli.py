@@ -117,7 +117,8 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="split (default: two factors sharing each bet) or paper (eq. 10 of R-AutoEval+)")
     s.add_argument("--betting", default="up",
                    help="betting strategy of the e-processes (default up: the universal portfolio; also ons, wsr, "
-                        "or a registered strategy)")
+                        "or a registered strategy), with parameters as NAME:KEY=VALUE,... (up:prior=exact: eq. 19's "
+                        "prior)")
     s.add_argument("--procedure", default="fst",
                    help="multiple testing over candidates (default fst: fixed sequence in the table's order; also "
                         "bonferroni, holm, or a registered procedure)")
@@ -129,6 +130,22 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", type=pathlib.Path, help="write the certificate as JSON here")
     s.add_argument("--quiet", action="store_true", help="print only the selection")
     return p
+
+
+def _betting_spec(text: str):
+    """``up`` or ``up:prior=exact,cap_mass=0.3`` as a strategy name or ``{kind, **params}``."""
+    import yaml
+
+    name, _, params = text.partition(":")
+    if not params:
+        return name
+    spec = {"kind": name}
+    for item in params.split(","):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"betting parameters must be KEY=VALUE, got {item!r}")
+        spec[key.strip()] = yaml.safe_load(value)
+    return spec
 
 
 def _select(args) -> dict:
@@ -144,7 +161,7 @@ def _select(args) -> dict:
     if args.n < 1 or args.r < 1:
         raise ValueError(f"--n and --r must be positive, got n={args.n}, r={args.r}")
     try:
-        get_strategy(args.betting)
+        args.betting = get_strategy(_betting_spec(args.betting))
     except ValueError as exc:
         raise ValueError(f"--{exc}") from None
     try:
@@ -205,7 +222,7 @@ def _select(args) -> dict:
         "alpha": args.alpha,
         "delta": args.delta,
         "scheme": args.scheme,
-        "betting": args.betting,
+        "betting": args.betting.describe(),
         "labels": {"human_per_candidate": args.n, "judge_per_candidate": args.r * args.n},
         "seed": args.seed,
         "ci_level": 1 - ci_delta,

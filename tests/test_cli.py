@@ -37,6 +37,20 @@ def test_select_on_bundled_triviaqa(tmp_path):
     assert cert["data"]["sha256_16"] and cert["labels"]["judge_per_candidate"] == 450
 
 
+def test_select_takes_betting_parameters(tmp_path):
+    """--betting NAME:KEY=VALUE: the paper's prior for UP (up:prior=exact) gives other e-values
+    than the default prior, and the JSON says which was used."""
+    got = {}
+    for betting in ("up", "up:prior=exact"):
+        out = tmp_path / f"{betting.replace(':', '_')}.json"
+        p = run("select", "--n", "150", "--betting", betting, "--json", str(out), "--quiet")
+        assert p.returncode == 0, p.stderr
+        got[betting] = json.loads(out.read_text())
+    assert got["up"]["betting"] == "up" and got["up:prior=exact"]["betting"] == "up(prior=exact)"
+    assert [c["max_evalue"] for c in got["up"]["candidates"]] != [c["max_evalue"] for c in
+                                                                    got["up:prior=exact"]["candidates"]]
+
+
 def test_select_reads_the_prompt_table_with_column_options_at_bonferroni_levels(tmp_path):
     data = pathlib.Path(__file__).resolve().parents[1] / "examples" / "data" / "prompts_sentiment.parquet"
     out = tmp_path / "cert.json"
@@ -70,6 +84,8 @@ def test_select_reads_the_prompt_table_with_column_options_at_bonferroni_levels(
         (["--procedure", "sidak"], "--procedure must be one of fst, bonferroni, holm"),
         (["--procedure", "pairwise"], "--procedure must be one of fst, bonferroni, holm"),
         (["--betting", "kelly"], "--betting must be one of up, wsr, ons"),
+        (["--betting", "up:prior"], "--betting parameters must be KEY=VALUE"),
+        (["--betting", "up:prior=beta"], "up prior must be one of"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(args, message):
