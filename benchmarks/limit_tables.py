@@ -93,7 +93,8 @@ def main(argv=None) -> int:
     print("| table | alpha | candidate R | policy | judge | limit | " + " | ".join(PRIORS) + " |")
     print("|---|---|---|---|---|---|" + "---|" * len(PRIORS))
     rows = []  # (table, policy, {prior: ratio}, {prior: labels / R-Eval's labels with the same prior})
-    for table in tables():
+    every = tables()
+    for table in every:
         n_items = table.human.shape[1]
         horizon, ppi_horizon = min(600, n_items), min(600, n_items // (1 + R))
         for alpha in table.alphas:
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
                           + " | ".join(f"{v / floor:.2f}" for v in got.values()) + " |", flush=True)
     print("\n| table | policy | cases | " + " | ".join(f"mean ratio, {p}" for p in PRIORS) + " |")
     print("|---|---|---|" + "---|" * len(PRIORS))
-    for name in [t.name for t in tables()] + ["all"]:
+    for name in [t.name for t in every] + ["all"]:
         for policy in ("R-Eval", "R-AutoEval+"):
             mine = [r for r in rows if r[1] == policy and name in (r[0], "all")]
             if mine:

@@ -74,9 +74,6 @@ class Recovery:
         r = float(self.at_least)
         return np.clip((r * ref - s + 1.0) / (1.0 + r), 0.0, 1.0)  # the clip only absorbs rounding
 
-    def words(self, reference: str = "the reference") -> str:
-        return f"recovery >= {self.at_least:.4g} of {reference}"
-
 
 def recovery_of(score, reference, axis=-1) -> np.ndarray:
     """Rec = mean(score) / mean(reference) along ``axis`` (nan where the reference's mean is 0)."""
