@@ -13,7 +13,7 @@ import io
 import json
 from dataclasses import dataclass
 
-from certsel.orchestrator.outputs.certificate import bound_text, efficiency_cell, judge_cell
+from certsel.orchestrator.outputs.certificate import bound_text, efficiency_cell, judge_cell, share_text
 
 FORMATS = ("table", "json", "csv", "markdown")
 
@@ -35,25 +35,35 @@ def _selection_columns(cert: dict) -> tuple[list[Column], list[list[str]], list[
     cands = cert["candidates"]
     testing = any(c.get("e_value") is not None for c in cands)
     judged = any(c.get("judge") for c in cands)
+    recovery = cert.get("claim") is not None
     levels = {c["level"] for c in cands if c.get("upper_bound") is not None}
     own = "own bound" + (f" (level {next(iter(levels)):.3g})" if len(levels) == 1 else " @ level")
+    if recovery:  # the same columns, stated as recoveries (shares of the reference's score)
+        own = "own recovery >=" + own[len("own bound"):]
     # "in set" repeats the status for most procedures: it goes last of the secondary columns
     cols = [Column("candidate"), Column("objective", 2), Column("status"), Column("in set", 1),
-            *([Column("e-value / threshold", 3)] if testing else []), Column("joint bound"), Column(own, 4),
-            Column("estimate", 5), Column("two-sided interval", 7), Column("human", 1),
+            *([Column("e-value / threshold", 3)] if testing else []),
+            Column("joint recovery >=" if recovery else "joint bound"), Column(own, 4),
+            Column("recovery estimate" if recovery else "estimate", 5),
+            Column("recovery on table" if recovery else "two-sided interval", 7), Column("human", 1),
             *([Column("to certify / min", 6)] if testing else []), *([Column("judge agrees (kappa)", 6)] if judged else [])]
     rows = []
     for c in cands:
         ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {bound_text(c['ci'][1])}]"
         ub = bound_text(c.get("upper_bound"), alpha)
+        joint, est = bound_text(c.get("simultaneous_bound"), alpha), "" if c.get("estimate") is None else f"{c['estimate']:.3f}"
+        if recovery:
+            rec = c["recovery"]
+            ub, joint = share_text(rec["lower_bound"]), share_text(rec["simultaneous_lower_bound"])
+            est = "" if rec["estimate"] is None else f"{rec['estimate']:.1%}"
+            ci = "" if rec["on_full_table"] is None else f"{rec['on_full_table']:.1%}"
         if ub and len(levels) > 1:
             ub += f" @ {c['level']:.3g}"
         row = [c["candidate"] + (" *" if c["selected"] else ""), "" if c["objective"] is None else f"{c['objective']:g}",
                c["status"], "yes" if c["certified"] else "no"]
         if testing:
             row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g} / {c.get('threshold', 0):.3g}")
-        row += [bound_text(c.get("simultaneous_bound"), alpha), ub,
-                "" if c.get("estimate") is None else f"{c['estimate']:.3f}", ci, str(c["labels_human"])]
+        row += [joint, ub, est, ci, str(c["labels_human"])]
         if testing:
             row.append(efficiency_cell(c))
         if judged:
@@ -86,7 +96,8 @@ def table_parts(cert: dict):
         title = (f"{cert['job']}: {cert['policy']['kind']} / {p['level']} "
                  f"({rk['pairs_certified']} of {rk['pairs']} pair orders certified)")
         return (title, *_ranking_columns(cert))
-    return (f"{cert['job']}: {cert['policy']['kind']} / {p['level']}, alpha={p['alpha']:g}", *_selection_columns(cert))
+    target = cert["claim"]["words"] if cert.get("claim") else f"alpha={p['alpha']:g}"
+    return (f"{cert['job']}: {cert['policy']['kind']} / {p['level']}, {target}", *_selection_columns(cert))
 
 
 def fit_columns(cols: list[Column], rows: list[list[str]], width: int | None) -> list[int]:
@@ -177,6 +188,25 @@ BOUNDS_LEGEND = ("joint bound: R <= it for every candidate at once, with probabi
                  "the selection. to certify / min: human labels until certified against log(1/level) / KL_inf, the "
                  "fewest any test would need on average, estimated from its own labels (a rough guide).")
 
+RECOVERY_LEGEND = ("joint recovery >=: a lower bound on E[score] / E[reference score] for every candidate at once, with "
+                   "probability >= {conf:g} (>= {r:g} exactly for the certified set; blank: no statement). own "
+                   "recovery >=: the candidate's own test's bound at the level of its decision (R-Eval: inverting its "
+                   "test; judge-assisted: its decision). recovery estimate: mean score / mean reference score on its "
+                   "labelled items. to certify / min: as for risks, on its recovery losses.")
+
+
+def recovery_evidence_line(ev: dict) -> str:
+    """The selected candidate's own evidence in a recovery job."""
+    rec = ev["recovery"]
+    bits = [f"evidence: its own test gives recovery >= {share_text(rec['lower_bound'])} (one-sided, at its level "
+            f"{ev['level']:.3g}; not adjusted for the selection)"]
+    if ev.get("e_value") is not None:
+        bits.append(f"e-value {ev['e_value']:.3g} against its threshold {ev['threshold']:.3g}")
+    if rec["estimate"] is not None:
+        bits.append(f"estimate {rec['estimate']:.1%} (mean score / mean reference score over its {rec['labels']} "
+                    "labelled items)")
+    return ", ".join(bits)
+
 
 def _saved(fraction: float) -> str:
     """A saving in words; a ranking whose pairs drew different items can exceed its nominal budget."""
@@ -215,13 +245,17 @@ def print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None, outp
             console.print("possible winners (no other model is certified better): "
                           + ", ".join(cert["ranking"].get("possible_winners", [])), markup=False)
         else:
-            console.print(BOUNDS_LEGEND.format(conf=1 - cert["procedure"]["delta"]), markup=False)
+            legend = RECOVERY_LEGEND if cert.get("claim") else BOUNDS_LEGEND
+            console.print(legend.format(conf=1 - cert["procedure"]["delta"],
+                                        r=(cert.get("claim") or {}).get("at_least", 0)), markup=False)
     for c in cert["candidates"]:
         if c["status"] in ("source failed", "worker lost"):
             console.print(f"{c['candidate']}: not certified ({c['reason']})", markup=False)
     console.print(f"selected: {cert['selected'] or 'none'} — {cert['certificate']}", markup=False)
     ev = cert.get("evidence")
-    if ev and ev.get("upper_bound") is not None:
+    if ev and ev.get("recovery") is not None:
+        console.print(recovery_evidence_line(ev), markup=False)
+    elif ev and ev.get("upper_bound") is not None:
         console.print(evidence_line(ev, cert["procedure"]["alpha"]), markup=False)
     lab = cert["labels"]
     console.print("labels: " + ", ".join(

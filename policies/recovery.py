@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._validation import check_level
+from .autoeval import _prepare, decision_fractions
 from .bounds import _search
 
 # the search for the bound brackets r' in (0, _R_MAX]: recoveries above 100 are not a claim anyone makes
@@ -140,3 +141,25 @@ def recovery_lower_bound(score, reference, fractions, *, at_least: float, level:
         top = _log_wealth(s[passed], ref[passed], u[passed], np.full((1, passed.size), _R_MAX), used[passed])[0] >= thr
         out[passed[top]] = _R_MAX
     return out.reshape(batch)
+
+
+def recovery_decision_bound(score, reference, *, at_least: float, level: float, delta: float, betting="up",
+                            horizon: int | None = None, max_log_evalue=None, n_used=None,
+                            observation: str = "split") -> np.ndarray:
+    """The lower bound on the recovery that inverts R-Eval's own test of Rec >= ``at_least``.
+
+    R-Eval tests the losses :meth:`Recovery.losses` at alpha_r with bet fractions
+    (:func:`~certsel.policies.autoeval.decision_fractions`, sized for ``delta`` and the
+    ``horizon`` as in the job); :func:`recovery_lower_bound` keeps them for every r'. Given
+    the test's recorded ``max_log_evalue``, its decision at ``level`` seeds the bound, so that
+    L >= at_least exactly when the test reached 1/level. Shapes (..., n) as in
+    :func:`recovery_lower_bound`."""
+    claim = Recovery(at_least)
+    losses = claim.losses(score, reference)
+    obs, _, strategy, horizon = _prepare(losses, None, None, (0.0,), (0.0, 1.0), None, betting, horizon, observation)
+    u = decision_fractions(obs, claim.alpha, delta=delta, betting=strategy, horizon=horizon)[..., 0, :]
+    rejected = None
+    if max_log_evalue is not None:
+        rejected = np.asarray(max_log_evalue, dtype=np.float64) >= -math.log(check_level(level, "level"))
+    return recovery_lower_bound(score, reference, u, at_least=at_least, level=level, rejected=rejected,
+                                n_used=n_used)

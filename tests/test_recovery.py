@@ -142,3 +142,20 @@ def test_on_the_triviaqa_table_the_recovery_is_the_ratio_of_mean_scores():
 def test_bad_input_is_a_one_line_error(bad, message):
     with pytest.raises(ValueError, match=message):
         bad()
+
+
+def test_the_decision_bound_uses_the_fractions_of_r_evals_own_test():
+    """recovery_decision_bound = recovery_lower_bound on R-Eval's fractions, seeded by its decision."""
+    from certsel.policies.recovery import recovery_decision_bound
+
+    rng = np.random.default_rng(7)
+    n = 300
+    s, ref = paired(rng, 40, n, 0.6, 0.97)
+    for r in (0.9, 0.95):
+        log_e, u = r_eval(s, ref, r, n)
+        mx = log_e.max(axis=-1)
+        got = recovery_decision_bound(s, ref, at_least=r, level=DELTA, delta=DELTA, horizon=n, max_log_evalue=mx,
+                                      observation="paper")
+        want = recovery_lower_bound(s, ref, u, at_least=r, level=DELTA, rejected=mx >= -math.log(DELTA))
+        np.testing.assert_array_equal(got, want)
+        assert np.array_equal(got >= r, mx >= -math.log(DELTA))  # the bound agrees with the decision

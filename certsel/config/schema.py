@@ -13,6 +13,8 @@ from certsel.policies.procedures import PROCEDURES, get_procedure
 from certsel.policies.betting import BettingStrategy, get_strategy
 from certsel.policies.kinds import POLICY_KINDS, Family, JudgeUse, PolicyKind, get_policy_kind, kinds_of
 
+from certsel.policies.recovery import Recovery
+
 from .base import Strict, no_duplicates
 from .sources import DataConfig, LabelsConfig, LiveConfig, PythonSourceConfig
 
@@ -179,6 +181,25 @@ class StateConfig(Strict):
     snapshot_every: int = Field(10, ge=1, description="rounds between policy snapshots and driver checkpoints")
 
 
+class RecoveryConfig(Strict):
+    """Certify recovery, E[score] / E[reference score] >= ``at_least``, instead of a risk
+    (:class:`~certsel.policies.recovery.Recovery`): the job tests the per-item losses
+    (r s_ref - s + 1) / (1 + r) at alpha = 1 / (1 + r). ``reference_name`` names the reference
+    model in every output (default: the reference column)."""
+
+    at_least: float = Field(gt=0, le=100)
+    reference_name: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_number(cls, v):
+        return {"at_least": v} if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+    @property
+    def claim(self) -> Recovery:
+        return Recovery(self.at_least)
+
+
 class RunConfig(Strict):
     name: str = Field("certsel", min_length=1)
     # modules imported before the rest is validated: they register procedures and betting
@@ -195,6 +216,9 @@ class RunConfig(Strict):
     order: list[str] | None = None  # FST: an explicit fixed sequence (instead of data.order)
     policy: PolicyConfig = PolicyConfig()
     alpha: float = Field(0.1, gt=0, lt=1, description="target risk")
+    # certify recovery >= at_least of a reference model (data.score, data.reference) instead of R <= alpha;
+    # alpha is then 1 / (1 + at_least), set here, not by the user
+    recovery: RecoveryConfig | None = None
     delta: float = Field(0.1, gt=0, lt=1, description="family-wise error level")
     # a registered procedure (certsel.policies.procedures.PROCEDURES)
     procedure: str = "fst"
@@ -207,6 +231,21 @@ class RunConfig(Strict):
     tracking: TrackingConfig = TrackingConfig()
     ray: RayConfig = RayConfig()
     state: StateConfig = StateConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _recovery_target(cls, v):
+        # a recovery job's risk target follows from its recovery; a second target would be ambiguous
+        if isinstance(v, dict) and v.get("recovery") is not None:
+            if "alpha" in v:
+                raise ValueError("give one target: recovery (certify recovery >= at_least) or alpha (certify R <= "
+                                 "alpha), not both")
+            try:
+                rec = RecoveryConfig.model_validate(v["recovery"])
+            except ValueError:
+                return v  # the field's own validation reports it, under its key
+            v = {**v, "recovery": rec, "alpha": rec.claim.alpha}
+        return v
 
     @field_validator("candidates", "order")
     @classmethod
@@ -242,7 +281,7 @@ class RunConfig(Strict):
     def judge_name(self) -> str | None:
         """The judge, for reports: the loss column, the judge's model, or the function."""
         if self.data is not None:
-            return self.data.judge
+            return self.data.judge if self.recovery is None else self.data.judge_score
         if self.live is not None:
             return self.live.judge.model if self.live.judge else None
         if self.labels is not None:  # a registered source's option: a name, or a flag that its judge is on
@@ -258,10 +297,45 @@ class RunConfig(Strict):
             raise ValueError("give exactly one label source: data (recorded losses), live (model servers), "
                              "source (a Python function) or labels (a registered label source)")
         self._check_procedure()
+        self._check_recovery()
         if self.labels is None:  # a registered source says what it provides once it is resolved
             self.check_policy_inputs(self._source_has())
             getattr(self, f"_check_{self.source_kind}")()
         return self
+
+    def _check_recovery(self) -> None:
+        """A recovery job reads score columns of a table and tests them at a risk target."""
+        cols = self.data.recovery_columns if self.data is not None else {}
+        if self.recovery is None:
+            if cols:
+                raise ValueError(f"{', '.join(cols)}: score columns are read by recovery jobs only (set recovery: "
+                                 "r to certify recovery >= r; a risk job reads data.human)")
+            return
+        if self.data is None:
+            raise ValueError(f"recovery: needs a table with score columns (data: with data.score and "
+                             f"data.reference); a {self.source_kind} source has none")
+        missing = [k for k in ("score", "reference") if getattr(self.data, k) is None]
+        if missing:
+            raise ValueError(f"recovery: needs {' and '.join('data.' + k for k in missing)} (the candidate's and "
+                             "the reference model's per-item scores, in [0, 1])")
+        if self.data.judge is not None:
+            raise ValueError("recovery: data.judge is a loss column; a recovery job's judge is data.judge_score "
+                             "and data.judge_reference (the judge's scores of the candidate and of the reference)")
+        if (self.data.judge_score is None) != (self.data.judge_reference is None):
+            raise ValueError("recovery: give both data.judge_score and data.judge_reference, or neither")
+        if not self.policy.is_testing:
+            raise ValueError(f"recovery: needs a testing policy ({', '.join(kinds_of(Family.TESTING))}), not "
+                             f"{self.policy.kind!r}")
+        if get_procedure(self.procedure).ranking:
+            raise ValueError(f"recovery: certifies candidates against a reference; procedure {self.procedure!r} "
+                             "ranks them against each other")
+
+    @property
+    def recovery_reference(self) -> str | None:
+        """The reference model's name in a recovery job's outputs."""
+        if self.recovery is None:
+            return None
+        return self.recovery.reference_name or self.data.reference
 
     def _check_procedure(self) -> None:
         proc, kind = get_procedure(self.procedure), self.policy.kind
@@ -303,7 +377,9 @@ class RunConfig(Strict):
 
     def _source_has(self) -> dict:
         if self.data is not None:
-            return {"judge": self.data.judge is not None, "judge_key": "data.judge",
+            judge = self.data.judge if self.recovery is None else self.data.judge_score
+            return {"judge": judge is not None,
+                    "judge_key": "data.judge" if self.recovery is None else "data.judge_score and data.judge_reference",
                     "features": self.data.features is not None, "features_key": "data.features"}
         if self.live is not None:
             return {"judge": self.live.judge is not None, "judge_key": "live.judge",

@@ -23,6 +23,18 @@ class DataConfig(Strict):
     judge: str | None = None
     order: str | None = None
     features: pathlib.Path | None = None  # item embeddings (Parquet: item, e0..e{d-1}) for Cer-Eval
+    # recovery jobs (``recovery:``): per-item scores in [0, 1], higher is better, of the candidate and of
+    # the reference model on the same item (human-labelled), and the same two as the judge scores them
+    score: str | None = None
+    reference: str | None = None
+    judge_score: str | None = None
+    judge_reference: str | None = None
+
+    @property
+    def recovery_columns(self) -> dict[str, str]:
+        """The score columns a recovery job reads, by key."""
+        keys = ("score", "reference", "judge_score", "judge_reference")
+        return {f"data.{k}": getattr(self, k) for k in keys if getattr(self, k) is not None}
 
 
 class ServeConfig(Strict):

@@ -7,6 +7,7 @@ unknown or duplicated candidates, an order that names unknown candidates, too fe
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import pathlib
 from dataclasses import dataclass
@@ -14,9 +15,29 @@ from dataclasses import dataclass
 import numpy as np
 
 from certsel.config import RunConfig
+from certsel.policies.recovery import Recovery, recovery_of
 from certsel.workers.replay import LossTable, load_features, load_loss_table
 from certsel.workers.tables import read_table, table_format
 from certsel.policies.procedures import get_procedure
+
+
+@dataclass(frozen=True)
+class RecoveryScores:
+    """A recovery job's scores (candidates x items, the job's candidate order): what its losses
+    were compiled from (:meth:`Recovery.losses`), kept to state the certificate as a recovery."""
+
+    claim: Recovery
+    reference_name: str
+    score: np.ndarray
+    reference: np.ndarray
+
+    @property
+    def on_table(self) -> np.ndarray:
+        """Each candidate's recovery over the whole table (the reports' reference value)."""
+        return recovery_of(self.score, self.reference)
+
+    def take(self, idx: np.ndarray) -> RecoveryScores:
+        return dataclasses.replace(self, score=self.score[idx], reference=self.reference[idx])
 
 
 @dataclass(frozen=True)
@@ -31,6 +52,7 @@ class JobData:
     live: tuple = ()  # live and python: the candidate configs (id, objective, ...), in job order
     function: object = None  # python: the label function; a registered source: what its load() returns for spec()
     n_source_items: int = 0  # python and registered sources: the number of items
+    recovery: RecoveryScores | None = None  # a recovery job's scores (its table's losses come from them)
 
     @property
     def names(self) -> list[str]:
@@ -82,19 +104,24 @@ def _require_columns(path: pathlib.Path, names: set, cfg: RunConfig) -> None:
     wanted = {
         "data.candidate": cfg.data.candidate, "data.item": cfg.data.item, "data.human": cfg.data.human,
         "data.judge": cfg.data.judge, "data.order": cfg.data.order,
-        "objective.column": cfg.objective.column if cfg.objective else None,
+        "objective.column": cfg.objective.column if cfg.objective else None, **cfg.data.recovery_columns,
     }
+    if cfg.recovery is not None:  # a recovery job's losses are compiled from its scores
+        del wanted["data.human"]
     for key, col in wanted.items():
         if col is not None and col not in names:
             raise ValueError(f"{path}: missing column {col!r} (named by {key}; the table has {', '.join(sorted(names))})")
 
 
-def _subset(table: LossTable, names: list[str], what: str) -> LossTable:
+def _positions(table: LossTable, names: list[str], what: str) -> np.ndarray:
     have = {str(c): k for k, c in enumerate(table.candidates)}
     unknown = [n for n in names if n not in have]
     if unknown:
         raise ValueError(f"{what}: unknown candidate(s) not in the data: {', '.join(unknown[:5])}")
-    idx = np.array([have[n] for n in names], dtype=np.int64)
+    return np.array([have[n] for n in names], dtype=np.int64)
+
+
+def _subset(table: LossTable, idx: np.ndarray) -> LossTable:
 
     def pick(a):
         return None if a is None else a[idx]
@@ -193,28 +220,56 @@ def load_python(cfg: RunConfig) -> JobData:
                    live=cands, function=fn, n_source_items=src.items)
 
 
+def _recovery_table(raw, cfg: RunConfig, path: pathlib.Path) -> tuple[LossTable, RecoveryScores]:
+    """A recovery job's table: the losses (r s_ref - s + 1) / (1 + r) of its score columns
+    (human, and judge when given), with the scores kept beside them. A reference whose mean
+    score over the table is 0 has no recovery to certify."""
+    d, claim = cfg.data, cfg.recovery.claim
+
+    def scores(human, judge):
+        return load_loss_table(raw, human=human, judge=judge, candidate=d.candidate, item=d.item, order=d.order,
+                               objective=cfg.objective.column if cfg.objective else None, name=str(path))
+
+    cand, ref = scores(d.score, d.judge_score), scores(d.reference, d.judge_reference)
+    zero = [str(c) for c, m in zip(cand.candidates, ref.human.mean(axis=1), strict=True) if m == 0.0]
+    if zero:
+        raise ValueError(f"{path}: data.reference column {d.reference!r} is 0 on every item for candidate(s) "
+                         f"{', '.join(zero[:5])}: recovery against a zero reference score is undefined")
+    table = dataclasses.replace(cand, human=claim.losses(cand.human, ref.human),
+                                judge=None if cand.judge is None else claim.losses(cand.judge, ref.judge))
+    return table, RecoveryScores(claim, cfg.recovery_reference, cand.human, ref.human)
+
+
 def load_replay(cfg: RunConfig) -> JobData:
-    """The loss table (and features for Cer-Eval)."""
+    """The loss table (and features for Cer-Eval); a recovery job's compiled from its scores."""
     path = pathlib.Path(cfg.data.path)
     raw = read_table(path, "loss table")
     _require_columns(path, set(raw.column_names), cfg)
-    table = load_loss_table(
-        raw, human=cfg.data.human, judge=cfg.data.judge, candidate=cfg.data.candidate, item=cfg.data.item,
-        order=cfg.data.order, objective=cfg.objective.column if cfg.objective else None, name=str(path),
-    )
+    recovery = None
+    if cfg.recovery is not None:
+        table, recovery = _recovery_table(raw, cfg, path)
+    else:
+        table = load_loss_table(
+            raw, human=cfg.data.human, judge=cfg.data.judge, candidate=cfg.data.candidate, item=cfg.data.item,
+            order=cfg.data.order, objective=cfg.objective.column if cfg.objective else None, name=str(path),
+        )
+    idx = None
     if cfg.order is not None:
-        table = _subset(table, cfg.order, "order")
+        idx = _positions(table, cfg.order, "order")
     elif cfg.candidates is not None:
         # keep the table's (order-column) sequence, restricted to the listed candidates
         keep = set(cfg.candidates)
         unknown = sorted(keep - {str(c) for c in table.candidates})
         if unknown:
             raise ValueError(f"candidates: unknown candidate(s) not in the data: {', '.join(unknown[:5])}")
-        table = _subset(table, [str(c) for c in table.candidates if str(c) in keep], "candidates")
+        idx = _positions(table, [str(c) for c in table.candidates if str(c) in keep], "candidates")
+    if idx is not None:
+        table = _subset(table, idx)
+        recovery = None if recovery is None else recovery.take(idx)
     K, I = table.human.shape
     check_count(cfg, K)
     check_size(cfg, I, "the table")
     features = None
     if cfg.data.features is not None:
         features = load_features(cfg.data.features, table.items)
-    return JobData(table=table, features=features, fingerprint=fingerprint(path, cfg.data.features))
+    return JobData(table=table, features=features, fingerprint=fingerprint(path, cfg.data.features), recovery=recovery)

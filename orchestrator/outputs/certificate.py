@@ -37,6 +37,8 @@ from certsel.policies.procedures import get_procedure
 from certsel.orchestrator.run.records import JobResult
 from certsel.orchestrator.inputs.sources import source_of
 
+from .recovery import recovery_rows
+
 
 BUILT_IN = (BettingTestKind, JudgeStratifiedKind, SeqKind, CerEvalKind)  # their wording is below
 
@@ -84,8 +86,31 @@ def bound_text(x, alpha: float | None = None, digits: int = 3) -> str:
     return text
 
 
+def share_text(x, digits: int = 3) -> str:
+    """A lower bound on a share (recovery) for people, as a percentage rounded *down* to
+    ``digits`` significant digits ("99.3%"); "" for no bound."""
+    if x is None:
+        return ""
+    x = float(x) * 100.0
+    if x == 0.0:
+        return "0%"
+    with decimal.localcontext() as ctx:
+        ctx.prec, ctx.rounding = digits, decimal.ROUND_FLOOR
+        return format(+decimal.Decimal(repr(x)), "f") + "%"
+
+
+def recovery_claim_words(cfg) -> str:
+    """The claim a recovery job certifies, in words: "recovery >= 95% of 'score_fp_human'"."""
+    return f"recovery >= {cfg.recovery.at_least * 100:g}% of {cfg.recovery_reference!r}"
+
+
 def _loss_words(cfg) -> str:
     """What one item's loss is: the loss itself, or the drop against the reference model."""
+    if cfg.recovery is not None:
+        r = cfg.recovery.at_least
+        return (f"recovery loss (r s_ref - s + 1) / (1 + r) with r = {r:g} (s: the candidate's score, s_ref: the score "
+                f"of the reference {cfg.recovery_reference!r}; R <= 1 / (1 + r) = {cfg.alpha:.6g} exactly when the "
+                f"recovery E[s] / E[s_ref] is >= {r:g})")
     ref = None if cfg.live is None else cfg.live.reference
     if ref is None:
         return "loss"
@@ -149,6 +174,12 @@ def certificate(result: JobResult) -> dict:
         statement = (f"R({sel.name}) <= {bound_text(sel.joint_bound, cfg.alpha)} with probability >= "
                      f"{1 - cfg.delta:g}, {proc.joint_words(cfg.alpha, len(in_set), K)} ({result.level})"
                      + _nominal(cfg))
+    recovery = recovery_rows(result)
+    if recovery is not None and sel is not None:
+        statement = (f"recovery({sel.name}) >= {share_text(recovery[sel.index].simultaneous_lower_bound)} of "
+                     f"{cfg.recovery_reference!r} with probability >= {1 - cfg.delta:g}, simultaneously for the "
+                     f"{len(in_set)} certified of {K} candidates ({recovery_claim_words(cfg)} for each; "
+                     f"{result.level})")
     ci_delta = float(proc.candidate_deltas(cfg.delta, K).min())
     guarantee = _guarantee(cfg, result.data.n_items)
     # the level each candidate's decision was taken at (and, for e-values, the threshold 1/level)
@@ -175,6 +206,8 @@ def certificate(result: JobResult) -> dict:
             row["rho_weights"] = [_round(w, 4) for w in r.rho_weights]
         if r.judge is not None:
             row["judge"] = {k: (_round(v, 4) if isinstance(v, float) else v) for k, v in r.judge.items()}
+        if recovery is not None:
+            row["recovery"] = recovery[r.index].as_dict()
         return row
 
     rows = [cand(r) for r in result.records]
@@ -189,6 +222,8 @@ def certificate(result: JobResult) -> dict:
                                      "fixed number of labels, not at this data-dependent stop"
                                      if cfg.policy.is_testing else "the midpoint of the two-sided interval")
         evidence["ci_level"] = 1 - ci_delta
+        if recovery is not None:
+            evidence["recovery"] = s["recovery"]
     saved = {k: (1 - result.spent[k] / result.full[k]) if result.full[k] else 0.0 for k in result.spent}
     if cfg.costs is not None:
         for r, row in zip(result.records, rows, strict=True):
@@ -201,6 +236,7 @@ def certificate(result: JobResult) -> dict:
         "selected": result.selected,
         "selected_objective": None if sel is None else sel.objective,
         "certificate": statement,
+        **({} if recovery is None else {"claim": _recovery_claim(cfg)}),
         "guarantee": guarantee,
         "evidence": evidence,
         "certified_set": list(result.certified),
@@ -226,6 +262,14 @@ def certificate(result: JobResult) -> dict:
     if result.ranking is not None:
         out["ranking"] = result.ranking.as_dict()
     return out
+
+
+def _recovery_claim(cfg) -> dict:
+    """What a recovery job certifies and the risk test it runs as."""
+    return {"kind": "recovery", "at_least": cfg.recovery.at_least, "reference": cfg.recovery_reference,
+            "words": recovery_claim_words(cfg), "risk_alpha": cfg.alpha,
+            "bound_note": ("lower bounds on E[s] / E[s_ref]: R-Eval's inverts its own test over r'; a judge-assisted "
+                           "test states its decision (r when it passed)")}
 
 
 def _costs(cfg, result: JobResult) -> dict:

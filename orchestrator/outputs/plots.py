@@ -42,6 +42,8 @@ def _save(fig, path: pathlib.Path) -> pathlib.Path:
 def bounds_plot(result: JobResult, cert: dict, path: pathlib.Path) -> pathlib.Path | None:
     """Each candidate's own one-sided upper bound on R (a bar from its estimate, at the level of
     its own test), against alpha: the certified ones end left of the alpha line."""
+    if cert.get("claim"):
+        return _recovery_bounds_plot(cert, path)
     rows = [c for c in cert["candidates"] if c.get("upper_bound") is not None and c["labels_human"] > 0]
     if not rows:
         return None
@@ -58,6 +60,29 @@ def bounds_plot(result: JobResult, cert: dict, path: pathlib.Path) -> pathlib.Pa
     ax.set_xlabel("risk R: estimate to its own test's upper bound (green: certified R <= alpha)")
     ax.set_title("each candidate's own one-sided bound (per-candidate level) against alpha")
     ax.legend(loc="lower right", fontsize=_FONT)
+    return _save(fig, path)
+
+
+def _recovery_bounds_plot(cert: dict, path: pathlib.Path) -> pathlib.Path | None:
+    """A recovery job's bounds: each candidate's own lower bound on its recovery (a bar down
+    from its estimate) against r: the certified ones end right of the r line."""
+    rows = [c for c in cert["candidates"] if c["recovery"]["lower_bound"] is not None and c["labels_human"] > 0]
+    if not rows:
+        return None
+    claim, plt = cert["claim"], _plt()
+    fig, ax = plt.subplots(figsize=(7.5, max(2.5, 0.22 * len(rows) + 1.2)))
+    y = np.arange(len(rows))[::-1]
+    for yi, c in zip(y, rows, strict=True):
+        rec, color = c["recovery"], "#1f6f3f" if c["certified"] else "#9a3b3b"
+        hi = rec["estimate"] if rec["estimate"] is not None else rec["lower_bound"]
+        ax.plot([rec["lower_bound"], max(hi, rec["lower_bound"])], [yi, yi], color=color, lw=3 if c["selected"] else 1.8)
+        ax.plot([rec["lower_bound"]], [yi], "|", color=color, ms=9, mew=2)
+    ax.axvline(claim["at_least"], color="k", ls="--", lw=1, label=f"r = {claim['at_least']:g}")
+    ax.set_yticks(y, [c["candidate"] + ("  (selected)" if c["selected"] else "") for c in rows], fontsize=_FONT)
+    ax.set_xlabel(f"recovery of {claim['reference']!r}: its own test's lower bound to the estimate "
+                  "(green: certified >= r)")
+    ax.set_title("each candidate's own one-sided recovery bound (per-candidate level) against r")
+    ax.legend(loc="lower left", fontsize=_FONT)
     return _save(fig, path)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from certsel.policies.kinds import Family, get_policy_kind
 
-from .certificate import bound_text, certificate, efficiency_cell, judge_cell
+from .certificate import bound_text, certificate, efficiency_cell, judge_cell, share_text
 from .plots import write_plots
 from .selection_schema import validate
 from certsel.orchestrator.run.records import JobResult
@@ -50,6 +50,21 @@ BOUNDS_NOTE = ("Joint bound: R is at most it for every candidate at once, with p
                "taken until the evidence was strong it tends to be optimistic).")
 
 
+RECOVERY_NOTE = ("Recovery is E[score] / E[reference score]; the job certifies recovery >= {r:g} as the risk test of "
+                 "the losses (r s_ref - s + 1) / (1 + r) at alpha = 1 / (1 + r). Joint recovery: at least it for "
+                 "every candidate at once, with probability at least {conf:g} (at least r exactly for the certified "
+                 "set; blank: no statement). Own recovery: the lower bound of the candidate's own test at the level "
+                 "of its decision (R-Eval inverts its test over r; a judge-assisted test states its decision, r "
+                 "when it passed). Lower bounds are rounded down. Recovery estimate: mean score over mean reference "
+                 "score on the candidate's labelled items; recovery on table: the same on every item of the table.")
+
+
+def _bounds_note(cert: dict) -> str:
+    conf = 1 - cert["procedure"]["delta"]
+    claim = cert.get("claim")
+    return RECOVERY_NOTE.format(r=claim["at_least"], conf=conf) if claim else BOUNDS_NOTE.format(conf=conf)
+
+
 def _fmt(x, spec: str = ".3f") -> str:
     return "" if x is None else format(x, spec)
 
@@ -64,10 +79,14 @@ def _summary(cert: dict) -> tuple[str, list[str]]:
                  f"probability >= {1 - p['delta']:g}.",
                  "Possible winners (no model certified better): " + ", ".join(rk.get("possible_winners", []))]
         return head, lines
+    claim = cert.get("claim")
     if sel is None:
-        return "Nothing certified", [f"No candidate was certified R <= {p['alpha']:g} at {1 - p['delta']:g} "
+        target = claim["words"] if claim else f"R <= {p['alpha']:g}"
+        return "Nothing certified", [f"No candidate was certified {target} at {1 - p['delta']:g} "
                                      "confidence within its budget."]
     ev = cert["evidence"] or {}
+    if claim:
+        return _recovery_summary(cert, claim, ev)
     head = (f"Deploy {sel}: R <= {bound_text(ev.get('simultaneous_bound'), p['alpha'])} at {1 - p['delta']:g} "
             "confidence")
     lines = []
@@ -75,6 +94,27 @@ def _summary(cert: dict) -> tuple[str, list[str]]:
         lines.append(f"its own test: R <= {bound_text(ev['upper_bound'], p['alpha'])} (one-sided, at its level "
                      f"{_fmt(ev.get('level'), '.3g')}; a per-candidate statement, not adjusted for the selection)")
     lines.append(f"estimate {_fmt(ev.get('estimate'))}: {ev.get('estimate_note', '')}")
+    if ev.get("e_value") is not None:
+        lines.append(f"e-value {ev['e_value']:.3g} against the threshold {ev['threshold']:.3g} it had to reach "
+                     f"(certified after {ev.get('certified_at_labels')} human labels, {ev.get('labels_human')} bought)")
+    if cert.get("selected_objective") is not None and cert.get("objective"):
+        lines.append(f"{cert['objective']['column']} = {cert['selected_objective']:g} "
+                     f"({cert['objective']['goal']}, among the {len(cert['certified_set'])} certified)")
+    return head, lines
+
+
+def _recovery_summary(cert: dict, claim: dict, ev: dict) -> tuple[str, list[str]]:
+    """A recovery job's summary: the same evidence, as shares of the reference's score."""
+    rec, conf = ev["recovery"], 1 - cert["procedure"]["delta"]
+    head = (f"Deploy {cert['selected']}: recovery >= {share_text(rec['simultaneous_lower_bound'])} of "
+            f"{claim['reference']!r} at {conf:g} confidence")
+    lines = []
+    if rec.get("lower_bound") is not None:
+        lines.append(f"its own test: recovery >= {share_text(rec['lower_bound'])} (one-sided, at its level "
+                     f"{_fmt(ev.get('level'), '.3g')}; a per-candidate statement, not adjusted for the selection)")
+    if rec.get("estimate") is not None:
+        lines.append(f"estimate {rec['estimate']:.1%}: mean score / mean reference score over its {rec['labels']} "
+                     "labelled items")
     if ev.get("e_value") is not None:
         lines.append(f"e-value {ev['e_value']:.3g} against the threshold {ev['threshold']:.3g} it had to reach "
                      f"(certified after {ev.get('certified_at_labels')} human labels, {ev.get('labels_human')} bought)")
@@ -107,14 +147,26 @@ def _rows(cert: dict) -> list[list[str]]:
             "estimate", *(["e-value / threshold"] if testing else []), "two-sided interval", "human",
             *(["to certify / min"] if testing else []), "judge", "requests",
             *(["judge agrees (kappa)"] if judged else []), "note"]]
+    recovery = cert.get("claim") is not None
+    if recovery:  # the same columns, stated as shares of the reference's score
+        out[0][4:6] = ["joint recovery >=", own_head.replace("own bound", "own recovery >=")]
+        out[0][out[0].index("estimate")] = "recovery estimate"
+        out[0][out[0].index("two-sided interval")] = "recovery on table"
     for c in cert["candidates"]:
         own = c.get("upper_bound")
+        joint, own_text, est = bound_text(c.get("simultaneous_bound"), alpha), bound_text(own, alpha), _fmt(c.get("estimate"))
+        ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {bound_text(c['ci'][1])}]"
+        if recovery:
+            rec = c["recovery"]
+            joint, own_text = share_text(rec["simultaneous_lower_bound"]), share_text(rec["lower_bound"])
+            est = "" if rec["estimate"] is None else f"{rec['estimate']:.1%}"
+            ci = "" if rec["on_full_table"] is None else f"{rec['on_full_table']:.1%}"
         row = [c["candidate"], "" if c["objective"] is None else f"{c['objective']:g}", c["status"],
-               "yes" if c["certified"] else "no", bound_text(c.get("simultaneous_bound"), alpha), bound_text(own, alpha),
-               *([] if one_level else ["" if own is None else f"{c['level']:.3g}"]), _fmt(c.get("estimate"))]
+               "yes" if c["certified"] else "no", joint, own_text,
+               *([] if one_level else ["" if own is None else f"{c['level']:.3g}"]), est]
         if testing:
             row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g} / {c['threshold']:.3g}")
-        row += ["" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {bound_text(c['ci'][1])}]", str(c["labels_human"])]
+        row += [ci, str(c["labels_human"])]
         if testing:
             row.append(efficiency_cell(c))
         row += [str(c["labels_judge"]), str(c["requests"])]
@@ -181,7 +233,7 @@ def _markdown(cert: dict, plots) -> str:
         out += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
         out += ["| " + " | ".join(r) + " |" for r in table[1:]] + [""]
     if "ranking" not in cert:
-        out += [BOUNDS_NOTE.format(conf=1 - p["delta"]), ""]
+        out += [_bounds_note(cert), ""]
     incidents = _incidents(cert)
     if incidents:
         out += ["**Ended without evidence:**", *[f"- {x}" for x in incidents], ""]
@@ -235,7 +287,7 @@ def _html(cert: dict, plots) -> str:
         certificate=cert["certificate"], guarantee=cert["guarantee"], policy=_policy_words(cert),
         delta=f"{p['delta']:g}", alpha=f"{p['alpha']:g}" if "alpha" in p else None, level=p["level"],
         labels=_labels_table(cert), rows=_rows(cert), classes=classes, pairs=_pair_rows(cert) if ranking else None,
-        bounds_note=BOUNDS_NOTE.format(conf=1 - p["delta"]), incidents=_incidents(cert), images=images)
+        bounds_note=_bounds_note(cert), incidents=_incidents(cert), images=images)
 
 
 def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:

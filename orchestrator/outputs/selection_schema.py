@@ -70,6 +70,28 @@ class Judge(_Doc):
     items: int
 
 
+class RecoveryFigures(_Doc):
+    """A recovery job's numbers for one candidate: E[s] / E[s_ref] (shares, 1 = the reference's score)."""
+
+    estimate: float | None = Field(description="mean score / mean reference score over its human-labelled items")
+    lower_bound: float | None = Field(description="one-sided lower bound at the level of its decision (R-Eval: "
+                                                  "inverting its own test; judge-assisted: r when it passed)")
+    simultaneous_lower_bound: float | None = Field(description="holds for every candidate at once at 1 - delta")
+    on_full_table: float | None = Field(description="the recovery on the whole table")
+    labels: int = Field(ge=0, description="human labels its test used")
+
+
+class Claim(_Doc):
+    """What a recovery job certifies, and the risk test it runs as."""
+
+    kind: Literal["recovery"]
+    at_least: float = Field(gt=0, description="r: recovery E[s] / E[s_ref] >= r is certified")
+    reference: str = Field(description="the reference model's name")
+    words: str
+    risk_alpha: float = Field(description="the equivalent risk test's target 1 / (1 + r)")
+    bound_note: str
+
+
 class Evidence(_Doc):
     """The selected candidate's own numbers, each with the level it has."""
 
@@ -88,6 +110,7 @@ class Evidence(_Doc):
     simultaneous_confidence: float
     estimate_note: str
     ci_level: float
+    recovery: RecoveryFigures | None = None
 
 
 class Candidate(_Doc):
@@ -117,6 +140,7 @@ class Candidate(_Doc):
     judge: Judge | None = None
     cost: float | None = None
     position: int | None = None
+    recovery: RecoveryFigures | None = None
 
 
 class Data(_Doc):
@@ -164,6 +188,7 @@ class Selection(_Doc):
     selected: str | None
     selected_objective: float | None
     certificate: str = Field(description="the certified statement, in words")
+    claim: Claim | None = Field(None, description="a recovery job's claim (absent: the claim is R <= alpha)")
     guarantee: str = Field(description="what R is and why the statement holds")
     evidence: Evidence | None
     certified_set: list[str]

@@ -27,7 +27,7 @@ from certsel._version import __version__
 from certsel.errors import InputError
 from certsel.policies.procedures import get_procedure
 
-from .certificate import bound_text, certificate
+from .certificate import bound_text, certificate, share_text
 
 DEFAULT_URI = "sqlite:///mlruns.db"
 PARENT_TAG = "mlflow.parentRunId"
@@ -255,6 +255,10 @@ class JobTracker:
                 final.update({f"judge_{k}": v for k, v in r.judge.items() if k != "items" and v is not None})
             if r.path:
                 final["final_max_log_evalue"] = r.max_log_e
+            rec = row.get("recovery") or {}
+            for key in ("lower_bound", "simultaneous_lower_bound", "estimate", "on_full_table"):
+                if rec.get(key) is not None:  # a recovery job: its statement's numbers, as shares
+                    final[f"recovery_{key}"] = rec[key]
             c.log_batch(self.child[r.name], tags=tags,
                         metrics=[Metric(k, float(v), now, r.t) for k, v in final.items()])
             c.set_terminated(self.child[r.name], "FINISHED")
@@ -398,7 +402,17 @@ def _candidate_note(result, row: dict) -> str:
     """A candidate run's description: its status and the numbers it was decided on."""
     bits = [f"**{row['candidate']}: {row['status']}**" + (" (selected)" if row["selected"] else "")
             + ("; in the certified set" if row["certified"] else "; not in the certified set")]
-    if not get_procedure(result.cfg.procedure).ranking:
+    rec, cfg = row.get("recovery"), result.cfg
+    if rec is not None:
+        if rec.get("simultaneous_lower_bound") is not None:
+            bits.append(f"recovery >= {share_text(rec['simultaneous_lower_bound'])} of {cfg.recovery_reference!r} "
+                        f"together with every other candidate's joint bound, with probability >= {1 - cfg.delta:g}")
+        if rec.get("lower_bound") is not None:
+            bits.append(f"its own test: recovery >= {share_text(rec['lower_bound'])} (one-sided, at its level "
+                        f"{row['level']:.3g}; not adjusted for the selection)")
+        if rec.get("estimate") is not None:
+            bits.append(f"estimate {rec['estimate']:.1%} on its {rec['labels']} labelled items")
+    elif not get_procedure(result.cfg.procedure).ranking:
         alpha = result.cfg.alpha
         if row.get("simultaneous_bound") is not None:
             bits.append(f"R <= {bound_text(row['simultaneous_bound'], alpha)} together with every other candidate's "
