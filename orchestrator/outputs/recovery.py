@@ -29,6 +29,8 @@ from certsel.policies.recovery import recovery_decision_bound
 
 from certsel.orchestrator.run.records import JobResult
 
+from .numbers import _round, round_down
+
 
 @dataclass(frozen=True)
 class RecoveryRow:
@@ -41,8 +43,6 @@ class RecoveryRow:
     labels: int
 
     def as_dict(self) -> dict:
-        from .certificate import _round, round_down
-
         return {"estimate": _round(self.estimate), "lower_bound": round_down(self.lower_bound),
                 "simultaneous_lower_bound": round_down(self.simultaneous_lower_bound),
                 "on_full_table": _round(self.on_full_table), "labels": self.labels}
