@@ -301,6 +301,8 @@ def _run(args) -> int:
         if not args.quiet or job.resumed:
             print(f"{verb}: labels kept in {job.dir}", flush=True, file=sys.stderr if machine else sys.stdout)
 
+    if cfg.tasks is not None:
+        return _run_tasks(args, cfg, console, machine, on_job)
     kw = {"output": args.output, "track": not args.no_tracking, "resume": args.resume, "on_job": on_job,
           "warn": lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True),
           "check_outputs": [] if args.json is None else [(args.json, "--json")]}
@@ -328,6 +330,26 @@ def _run(args) -> int:
     return 0
 
 
+def _run_tasks(args, cfg, console, machine: bool, on_job) -> int:
+    """``certsel run`` on a multi-task job: every task, then the combined certificate."""
+    from certsel.orchestrator.outputs.tasks import tasks_certificate
+    from certsel.orchestrator.run.tasks import execute_tasks
+    from certsel.terminal import format_job, print_job
+
+    if args.resume:
+        raise ValueError("--resume names one job; a multi-task job resumes each task by itself (run it again)")
+    res = execute_tasks(cfg, output=args.output, track=not args.no_tracking, on_job=on_job,
+                        warn=lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True))
+    cert = tasks_certificate(res)
+    if args.json:
+        args.json.write_text(json.dumps(cert, indent=2))
+    if machine:
+        print(format_job(cert, args.format))
+    else:
+        print_job(console, cert, args.quiet, tracking=res.tracking, output_dir=res.output_dir)
+    return 0 if all(o.result.evaluated for o in res.tasks) else 1
+
+
 def _failures(cert: dict) -> str:
     """Why the candidates ended, for the one-line error when none could be evaluated."""
     reasons = list(dict.fromkeys(c["reason"] or c["status"] for c in cert["candidates"]))
@@ -343,6 +365,8 @@ def _audit(args) -> int:
     from certsel.orchestrator.outputs.tracking import log_audit, precheck
 
     cfg = load_config(args.config, args.overrides)
+    if cfg.tasks is not None:
+        return _audit_tasks(args, cfg)
     data = load_job_data(cfg)
     if data.table is None:
         raise ValueError(f"{args.config}: certsel audit needs a replay job (data:), whose table gives the true risks")
@@ -377,6 +401,27 @@ def _audit(args) -> int:
               f"confidence{f' (about {need} would; --reps {need})' if need else ''}; exit status 3", file=sys.stderr)
     # 0: the guarantee is confirmed; 1: it failed on this data; 3: too few repetitions to tell
     return {"confirmed": 0, "failed": 1}.get(verdict, 3)
+
+
+def _audit_tasks(args, cfg) -> int:
+    """``certsel audit`` of a multi-task job (orchestrator/audit/tasks.py): Markdown on stdout."""
+    import json as _json
+
+    from certsel.orchestrator.audit.tasks import audit_tasks
+    from certsel.orchestrator.run.tasks import load_tasks
+
+    cfgs, datas = load_tasks(cfg)
+    result = audit_tasks(cfg, cfgs, datas, reps=args.reps, seed=args.seed)
+    print(result.table())
+    print()
+    print(result.summary())
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "audit.md").write_text(result.table() + "\n\n" + result.summary() + "\n")
+        (args.out / "audit.json").write_text(_json.dumps({"rows": result.rows, "overall": {
+            k: (str(v) if k.endswith("verdict") else v) for k, v in result.overall.items()}}, indent=2, default=str))
+        print(f"written: {args.out / 'audit.md'}, {args.out / 'audit.json'}")
+    return {"confirmed": 0, "failed": 1}.get(str(result.overall["verdict"]), 3)
 
 
 def _plan(args) -> int:

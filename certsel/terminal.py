@@ -166,6 +166,8 @@ def format_job(cert: dict, fmt: str) -> str:
     or ``markdown`` (the table and the certificate sentence)."""
     if fmt == "json":
         return json.dumps(cert, indent=2)
+    if cert.get("kind") == "multi-task":
+        return _format_tasks(cert, fmt)
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
@@ -237,8 +239,62 @@ def evidence_line(ev: dict, alpha: float) -> str:
     return ", ".join(bits)
 
 
+TASK_FIELDS = ["candidate", "task", "certified", "selected", "combined_e_value", "threshold", "status", "e_value",
+               "upper_bound", "recovery_lower_bound", "level", "estimate", "labels_human", "labels_judge"]
+
+
+def _format_tasks(cert: dict, fmt: str) -> str:
+    """A multi-task certificate as csv (one row per candidate and task) or markdown."""
+    from certsel.orchestrator.outputs.tasks import markdown
+
+    if fmt == "markdown":
+        return markdown(cert).rstrip("\n")
+    if fmt != "csv":
+        raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=TASK_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for c in cert["candidates"]:
+        for task, r in c["tasks"].items():
+            row = {"candidate": c["candidate"], "task": task, "certified": c["certified"], "selected": c["selected"],
+                   "combined_e_value": c["e_value"], "threshold": c["threshold"],
+                   "recovery_lower_bound": (r.get("recovery") or {}).get("lower_bound"),
+                   **{k: r.get(k) for k in ("status", "e_value", "upper_bound", "level", "estimate", "labels_human",
+                                            "labels_judge")}}
+            w.writerow({k: "" if v is None else v for k, v in row.items()})
+    return buf.getvalue().rstrip("\n")
+
+
+def print_tasks(console, cert: dict, quiet: bool, tracking=None, output_dir=None) -> None:
+    """A multi-task job: a row per candidate with its evidence on every task, then the certificate."""
+    from certsel.orchestrator.outputs.tasks import table_rows
+
+    if not quiet:
+        head, rows = table_rows(cert)
+        cols = [Column(h, 0 if k < 4 else (3 if h.endswith("labels") else 1)) for k, h in enumerate(head)]
+        render_table(console, f"{cert['job']}: {cert['policy']['kind']} / {cert['procedure']['level']}, "
+                              f"{len(cert['tasks'])} tasks", cols, rows, [c["selected"] for c in cert["candidates"]])
+        for t in cert["tasks"]:
+            console.print(f"task {t['name']}: {t['target']}, {len(t['certified_on_its_own'])} certified on its own, "
+                          f"{t['labels']['human']} human labels" + (f" (report: {t['output']}/report.html)"
+                                                                      if t["output"] else ""), markup=False)
+    console.print(f"selected: {cert['selected'] or 'none'} — {cert['certificate']}", markup=False)
+    lab = cert["labels"]
+    console.print(f"labels over all tasks: {lab['spent']['human']} human of {lab['full_budget']['human']}, "
+                  f"{lab['spent']['judge']} judge of {lab['full_budget']['judge']}", markup=False)
+    if output_dir is not None:
+        console.print(f"report: {output_dir / 'report.html'}  (selection.json beside it, each task's outputs in "
+                      "TASK/)", markup=False, soft_wrap=True)
+    if tracking:
+        console.print(f"MLflow run: {tracking['run_id']}  (certsel show {tracking['run_id'][:8]}; the tasks' runs are "
+                      "nested under it)", markup=False)
+
+
 def print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None, output_dir=None) -> None:
     """The job's table, its certificate and where its outputs are, for people."""
+    if cert.get("kind") == "multi-task":
+        print_tasks(console, cert, quiet, tracking, output_dir)
+        return
     if not quiet:
         render_table(console, *table_parts(cert))
         if "ranking" in cert:

@@ -77,7 +77,12 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
         cfg = RunConfig.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(_format(err, source)) from None
-    if cfg.labels is not None:  # a registered source: its ``path`` option, if any, beside the job file
+    if cfg.tasks is not None:  # each task's table and features beside the job file
+        tasks = [t.model_copy(update={"data": _resolved_data(t.data, base_dir, f"{source}: tasks[{t.name}]")})
+                 for t in cfg.tasks]
+        cfg = cfg.model_copy(update={"tasks": tasks})
+        section, keys = "tasks", ()
+    elif cfg.labels is not None:  # a registered source: its ``path`` option, if any, beside the job file
         path = cfg.labels.options.get("path")
         if base_dir is not None and isinstance(path, str) and not pathlib.Path(path).is_absolute():
             cfg = cfg.model_copy(update={"labels": LabelsConfig(**{**cfg.labels.model_dump(),
@@ -104,6 +109,18 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
         if key != "cache_dir" and p is not None and not p.is_file():
             raise ConfigError(f"{source}: {section}.{key}: file not found: {p}")
     return cfg
+
+
+def _resolved_data(d, base_dir, where: str):
+    """A data section with its relative paths resolved against ``base_dir``, its files checked."""
+    updates = {k: (base_dir / p).resolve() for k in ("path", "features")
+               if (p := getattr(d, k)) is not None and base_dir is not None and not p.is_absolute()}
+    d = d.model_copy(update=updates) if updates else d
+    for key in ("path", "features"):
+        p = getattr(d, key)
+        if p is not None and not p.is_file():
+            raise ConfigError(f"{where}: data.{key}: file not found: {p}")
+    return d
 
 
 def apply_overrides(raw: dict, overrides, source: str) -> dict:

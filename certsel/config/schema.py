@@ -7,7 +7,7 @@ from __future__ import annotations
 import pathlib
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from certsel.policies.procedures import PROCEDURES, get_procedure
 from certsel.policies.betting import BettingStrategy, get_strategy
@@ -200,6 +200,24 @@ class RecoveryConfig(Strict):
         return Recovery(self.at_least)
 
 
+class TaskConfig(Strict):
+    """One task of a multi-task job (``tasks:``): its table and, when they differ from the job's,
+    its target (``alpha`` or ``recovery``) and budget keys. A candidate is certified only when it
+    is certified on every task (an intersection-union test, docs/statistics.md)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    data: DataConfig
+    alpha: float | None = Field(None, gt=0, lt=1, description="this task's target risk (default: the job's)")
+    recovery: RecoveryConfig | None = None  # this task's recovery claim (default: the job's target)
+    budget: dict = Field(default_factory=dict, description="budget keys that differ on this task, e.g. {n: 500}")
+
+    @model_validator(mode="after")
+    def _one_target(self):
+        if self.alpha is not None and self.recovery is not None:
+            raise ValueError(f"task {self.name!r}: give one target, alpha or recovery")
+        return self
+
+
 class RunConfig(Strict):
     name: str = Field("certsel", min_length=1)
     # modules imported before the rest is validated: they register procedures and betting
@@ -212,6 +230,8 @@ class RunConfig(Strict):
     # a registered label source (certsel.orchestrator.inputs.sources.SOURCE_KINDS): {kind: NAME, its options};
     # the source kind checks its options when the job's data is loaded, before anything runs
     labels: LabelsConfig | None = None
+    # or several tasks, each a table with the same candidates: certified means certified on every task
+    tasks: list[TaskConfig] | None = None
     candidates: list[str] | None = None  # default: every candidate in the table
     order: list[str] | None = None  # FST: an explicit fixed sequence (instead of data.order)
     policy: PolicyConfig = PolicyConfig()
@@ -267,6 +287,8 @@ class RunConfig(Strict):
         """Where labels come from: ``replay``, ``live``, ``python`` or a registered source's kind."""
         if self.labels is not None:
             return self.labels.kind
+        if self.tasks is not None:
+            return "tasks"
         return "replay" if self.data is not None else ("live" if self.live is not None else "python")
 
     @property
@@ -274,7 +296,8 @@ class RunConfig(Strict):
         """What the labels come from, for reports: the table, the items file, the function, or
         a registered source's ``path`` option (its kind without one)."""
         return str({"replay": lambda: self.data.path, "live": lambda: self.live.items,
-                    "python": lambda: self.source.python}.get(
+                    "python": lambda: self.source.python,
+                    "tasks": lambda: ", ".join(str(t.data.path) for t in self.tasks)}.get(
                         self.source_kind, lambda: self.labels.options.get("path", self.labels.kind))())
 
     @property
@@ -292,16 +315,51 @@ class RunConfig(Strict):
     # -- one validator: rules that hold for every source, then each source's own -----------
     @model_validator(mode="after")
     def _consistent(self):
-        given = [k for k in ("data", "live", "source", "labels") if getattr(self, k) is not None]
+        given = [k for k in ("data", "live", "source", "labels", "tasks") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one label source: data (recorded losses), live (model servers), "
-                             "source (a Python function) or labels (a registered label source)")
+                             "source (a Python function), labels (a registered label source) or tasks (several "
+                             "tables)")
         self._check_procedure()
+        if self.tasks is not None:
+            self.task_configs()  # each task is a whole job: checked as one
+            return self
         self._check_recovery()
         if self.labels is None:  # a registered source says what it provides once it is resolved
             self.check_policy_inputs(self._source_has())
             getattr(self, f"_check_{self.source_kind}")()
         return self
+
+    def task_configs(self) -> list[RunConfig]:
+        """The job of each task (``tasks``): this job with the task's table, target and budget,
+        named ``JOB/TASK``; each validated as a job of its own (errors name the task)."""
+        if not self.tasks:
+            raise ValueError("tasks: list at least one task")
+        no_duplicates([t.name for t in self.tasks], "task names")
+        if get_procedure(self.procedure).ranking:
+            raise ValueError(f"tasks: procedure {self.procedure!r} ranks models; a multi-task job certifies each "
+                             "candidate on every task (fst, bonferroni, holm)")
+        base = self.model_dump(exclude={"tasks", "alpha", "recovery", "data"}, exclude_unset=False)
+        out = []
+        for t in self.tasks:
+            raw = {**base, "name": f"{self.name}/{t.name}", "data": t.data.model_dump(),
+                   "budget": {**base["budget"], **t.budget}}
+            if t.alpha is not None:
+                raw["alpha"] = t.alpha
+            elif t.recovery is not None:
+                raw["recovery"] = t.recovery.model_dump()
+            elif self.recovery is not None:
+                raw["recovery"] = self.recovery.model_dump()
+            else:
+                raw["alpha"] = self.alpha
+            try:
+                out.append(RunConfig.model_validate(raw))
+            except ValidationError as err:
+                e = err.errors()[0]
+                loc = ".".join(str(p) for p in e["loc"])
+                raise ValueError(f"task {t.name!r}: " + (f"{loc}: " if loc else "")
+                                 + e["msg"].replace("Value error, ", "")) from None
+        return out
 
     def _check_recovery(self) -> None:
         """A recovery job reads score columns of a table and tests them at a risk target."""

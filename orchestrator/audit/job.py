@@ -112,28 +112,9 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
         certified = max_log_e >= -np.log(levels)
         fam = proc.certified(np.minimum(max_log_e, 700), cfg.delta)
     elif isinstance(kind, BettingTestKind):
-        rhos = kind.rhos
-        r = cfg.budget.r if cfg.policy.uses_judge else 0
-        thresholds = -np.log(levels)
-        max_log_e = np.empty((reps, K))
-        first = np.empty((reps, K), dtype=np.int64)
-        missed = np.empty((reps, K), dtype=bool)
-        est, classical = [], []
-        for start in range(0, reps, chunk):
-            m = min(chunk, reps - start)
-            orders = _orders(rng, m, I, n * (1 + r))
-            log_e, e, c, t_grid, obs = _testing_chunk(cfg, table.human, table.judge if r else None, orders, n, r, rhos)
-            hit = log_e >= thresholds[:, None]
-            max_log_e[start : start + m] = log_e.max(axis=-1)
-            first[start : start + m] = np.where(hit.any(-1), hit.argmax(-1) + 1, n)
-            missed[start : start + m] = interval_excludes(obs, truth[None, :], delta=float(levels.min()),
-                                                          betting=cfg.policy.strategy, horizon=n)
-            est.append(e)
-            classical.append(c)
-            if progress is not None:
-                progress(start + m, reps)
-        est, classical = np.concatenate(est), np.concatenate(classical)
-        certified = max_log_e >= thresholds
+        max_log_e, first, missed, est, classical, t_grid = betting_repetitions(cfg, table, truth, reps, rng, progress,
+                                                                               chunk)
+        certified = max_log_e >= -np.log(levels)
         fam = proc.certified(np.minimum(max_log_e, 700), cfg.delta)
     elif not testing:
         certified, first, missed, est, classical, t_grid = _estimation(cfg, table, truth, reps, rng, progress,
@@ -166,6 +147,36 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     overall = {"procedure": cfg.procedure, **overall_cells(int(fam_fail.sum()), reps, cfg.delta, rows),
                "mean_certified": float(fam.sum(axis=1).mean()), "budget_grid": [int(t) for t in t_grid]}
     return AuditResult(cfg, reps, rows, overall)
+
+
+def betting_repetitions(cfg: RunConfig, table, truth, reps: int, rng, progress=None, chunk: int = 50):
+    """R-Eval / R-AutoEval(+) repeated on ``reps`` random orders, vectorised over chunks of
+    repetitions and candidates: max log E (reps, K), labels to the first crossing of the
+    candidate's level, whether the two-sided interval missed ``truth``, and the estimates on
+    the budget grid."""
+    K, I = table.human.shape
+    n, rhos = cfg.budget.n, cfg.policy.policy_kind.rhos
+    levels = get_procedure(cfg.procedure).candidate_deltas(cfg.delta, K)
+    r = cfg.budget.r if cfg.policy.uses_judge else 0
+    thresholds = -np.log(levels)
+    max_log_e = np.empty((reps, K))
+    first = np.empty((reps, K), dtype=np.int64)
+    missed = np.empty((reps, K), dtype=bool)
+    est, classical = [], []
+    for start in range(0, reps, chunk):
+        m = min(chunk, reps - start)
+        orders = _orders(rng, m, I, n * (1 + r))
+        log_e, e, c, t_grid, obs = _testing_chunk(cfg, table.human, table.judge if r else None, orders, n, r, rhos)
+        hit = log_e >= thresholds[:, None]
+        max_log_e[start : start + m] = log_e.max(axis=-1)
+        first[start : start + m] = np.where(hit.any(-1), hit.argmax(-1) + 1, n)
+        missed[start : start + m] = interval_excludes(obs, truth[None, :], delta=float(levels.min()),
+                                                      betting=cfg.policy.strategy, horizon=n)
+        est.append(e)
+        classical.append(c)
+        if progress is not None:
+            progress(start + m, reps)
+    return max_log_e, first, missed, np.concatenate(est), np.concatenate(classical), t_grid
 
 
 def _ft_eval(est: np.ndarray, classical: np.ndarray, truth: float) -> dict:

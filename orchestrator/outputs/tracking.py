@@ -154,13 +154,15 @@ class JobTracker:
         self._logged: dict[str, int] = {}  # rounds already logged per candidate
         self._path_logged: dict[str, int] = {}  # e-value path entries already logged
 
-    def start(self, cfg, data, records, job=None) -> str:
+    def start(self, cfg, data, records, job=None, parent_run: str | None = None) -> str:
         """``job``: the :class:`~certsel.orchestrator.run.state.JobState` (its id and attempt are
         tagged; runs of earlier attempts that a killed driver left RUNNING become KILLED)."""
         from mlflow.entities import Param, RunTag
 
         c = self.client
         tags = {"certsel.version": __version__, "certsel.kind": "job"}
+        if parent_run is not None:  # a task of a multi-task job: nested under the job's run
+            tags["mlflow.parentRunId"] = parent_run
         if job is not None:
             tags.update({"certsel.job_id": job.job_id, "certsel.attempt": str(job.meta.get("attempts", 1))})
             for old in job.meta.get("mlflow_runs", []):

@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 
 
 def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, resume: str | None = None,
-            durable: bool = True, on_job=None, warn=None, check_outputs=()) -> tuple[JobResult, str | None]:
+            durable: bool = True, on_job=None, warn=None, check_outputs=(),
+            parent_run: str | None = None) -> tuple[JobResult, str | None]:
     """Run ``cfg`` end to end; returns the result and the MLflow parent run id.
 
     With ``durable`` (the default) the job keeps its labels in ``cfg.state.dir`` and resumes
@@ -47,7 +48,8 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
     ``output``, else to the job's folder (``cfg.state.dir/JOB_ID``), else (not durable) only
     to MLflow; ``result.output_dir`` and ``result.files`` say where. ``check_outputs`` are
     ``(path, option)`` pairs of further files the caller will write: like ``output``, they are
-    checked before anything starts.
+    checked before anything starts. ``parent_run`` nests the job's MLflow run under that run
+    (a task of a multi-task job).
     """
     if output is not None:
         output = output_dir(output, "--output")
@@ -86,7 +88,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
             obj = data.objective
             run_id = tracker.start(cfg, data, [
                 CandidateRecord(n, k, None if obj is None else float(obj[k])) for k, n in enumerate(data.names)
-            ], job=job)
+            ], job=job, parent_run=parent_run)
             if job is not None:
                 job.update(mlflow_runs=[*job.meta.get("mlflow_runs", []), run_id])
         try:

@@ -1,0 +1,165 @@
+"""Multi-task jobs (``tasks:``): a candidate is certified when it is certified on every task.
+
+Each task is a job of its own (:meth:`~certsel.config.RunConfig.task_configs`: the task's
+table, target and budget), run by the same engine with the same procedure, so every
+(candidate, task) pair has an e-process E_{k,t} for its own null H_{k,t} ("candidate k misses
+task t's target") that is valid at any stopping time. The job's null for candidate k is the
+union H_k = OR_t H_{k,t} ("it misses at least one task"), and its evidence is
+
+    E_k = min_t sup_s E_{k,t,s}:
+
+if H_{k,t*} is true, E_k <= sup_s E_{k,t*,s}, so P(E_k >= 1/level) <= level whatever the
+other tasks did (an intersection-union test: no correction across tasks, because a candidate
+must clear *every* task and one true null already holds it back). The procedure (FST,
+Bonferroni, Holm) then runs on the E_k exactly as on one task's e-values. A task's own
+procedure may stop a candidate early (FST after a failure, Holm once it passed its task's
+threshold); a stopped e-process is still valid at its stop, and one never run is 1, so the
+combination stays valid; it may only certify less.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from certsel.config import RunConfig
+from certsel.errors import InputError
+from certsel.policies import select
+from certsel.policies.procedures import get_procedure
+
+from certsel.orchestrator.inputs.jobdata import JobData
+from certsel.orchestrator.inputs.sources import load_job_data
+from .records import JobResult
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """One task's job: its configuration, result and MLflow run."""
+
+    name: str
+    cfg: RunConfig
+    result: JobResult
+    run_id: str | None
+
+
+@dataclass
+class MultiTaskResult:
+    """A multi-task job: every task's outcome and the certificate they make together."""
+
+    cfg: RunConfig
+    tasks: list[TaskOutcome]
+    names: list[str]  # the candidates, in the job's order
+    objective: np.ndarray | None  # per candidate: the mean over tasks of its objective column
+    log_e: np.ndarray  # (tasks, K): each task's running-maximum log e-value
+    combined: np.ndarray  # (K,): min over tasks
+    certified: list[str]
+    selected: str | None
+    levels: np.ndarray  # (K,): the level each candidate's combined decision was taken at
+    run_id: str | None = None
+    tracking: dict | None = None
+    output_dir: pathlib.Path | None = None
+    files: list[pathlib.Path] = field(default_factory=list)
+
+
+def intersection_union(log_e: np.ndarray, procedure: str, delta: float) -> tuple[np.ndarray, np.ndarray]:
+    """(combined log e-values (K,), certified mask (K,)): min over tasks (axis 0), then the
+    procedure at ``delta`` (module docstring)."""
+    log_e = np.asarray(log_e, dtype=np.float64)
+    if log_e.ndim != 2 or log_e.shape[0] < 1:
+        raise ValueError(f"log e-values must be (tasks, candidates), got shape {log_e.shape}")
+    combined = log_e.min(axis=0)
+    return combined, get_procedure(procedure).certified(combined, delta)
+
+
+def load_tasks(cfg: RunConfig) -> tuple[list[RunConfig], list[JobData]]:
+    """Every task's job and data, all checked before anything runs: the same candidates on
+    every task and, for a fixed sequence, in the same order."""
+    if not cfg.policy.is_testing:
+        raise InputError(f"tasks: a multi-task job combines e-values; policy {cfg.policy.kind!r} has none "
+                         "(use r-eval, r-autoeval, r-autoeval+ or judge-stratified)")
+    cfgs = cfg.task_configs()
+    datas = []
+    for tc, t in zip(cfgs, cfg.tasks, strict=True):
+        try:
+            datas.append(load_job_data(tc))
+        except (ValueError, InputError) as exc:
+            raise InputError(f"task {t.name!r}: {exc}") from None
+    first, names = cfg.tasks[0].name, datas[0].names
+    for t, d in zip(cfg.tasks[1:], datas[1:], strict=True):
+        if set(d.names) != set(names):
+            missing, extra = sorted(set(names) - set(d.names)), sorted(set(d.names) - set(names))
+            raise InputError(f"task {t.name!r} does not have the candidates of task {first!r} (missing: "
+                             f"{', '.join(missing[:5]) or 'none'}; extra: {', '.join(extra[:5]) or 'none'}); "
+                             "list the shared ones in candidates:")
+        if d.names != names and get_procedure(cfg.procedure).needs_order:
+            raise InputError(f"task {t.name!r} orders the candidates differently from task {first!r} (data.order); "
+                             "a fixed sequence needs one order: give order: [...]")
+    return cfgs, datas
+
+
+def combine(cfg: RunConfig, outcomes: list[TaskOutcome]) -> MultiTaskResult:
+    """The job's certificate from its tasks' results (:func:`intersection_union`)."""
+    names = outcomes[0].result.data.names
+    log_e = np.array([[by[n].max_log_e for n in names] for by in ({r.name: r for r in o.result.records}
+                                                                  for o in outcomes)])
+    combined, mask = intersection_union(log_e, cfg.procedure, cfg.delta)
+    objective = None
+    if all(o.result.data.objective is not None for o in outcomes):  # e.g. model size: the same on every task
+        objective = np.mean([[dict(zip(o.result.data.names, o.result.data.objective, strict=True))[n] for n in names]
+                             for o in outcomes], axis=0)
+    selected = None
+    if objective is not None:
+        key = -objective if cfg.objective is not None and cfg.objective.goal == "maximize" else objective
+        k = int(select(mask, key))
+        selected = None if k < 0 else names[k]
+    elif get_procedure(cfg.procedure).needs_order and mask.any():  # a fixed sequence: its last certified
+        selected = names[int(np.flatnonzero(mask)[-1])]
+    levels = get_procedure(cfg.procedure).decision_deltas(cfg.delta, combined)
+    return MultiTaskResult(cfg, outcomes, list(names), objective, log_e, combined,
+                           [n for n, m in zip(names, mask, strict=True) if m], selected, levels)
+
+
+def execute_tasks(cfg: RunConfig, *, output=None, track: bool = True, progress=None, warn=None,
+                  on_job=None) -> MultiTaskResult:
+    """Run every task of ``cfg`` (each a durable, tracked job of its own, its outputs in
+    ``output/TASK``), then combine them; the combined certificate goes to ``output``
+    (selection.json, report.md, report.html) and to an MLflow run that holds the tasks' runs."""
+    from certsel.orchestrator.outputs.paths import output_dir
+    from certsel.orchestrator.outputs.tasks import TasksTracker, write_tasks_report
+    from certsel.orchestrator.outputs.tracking import precheck
+
+    from .job import execute
+
+    folder = None if output is None else output_dir(output, "--output")
+    cfgs, _ = load_tasks(cfg)
+    if track:
+        precheck(cfg.tracking.uri)
+    tracker = TasksTracker(cfg) if track else None
+    try:
+        outcomes = []
+        for t, tc in zip(cfg.tasks, cfgs, strict=True):
+            result, run_id = execute(tc, output=None if folder is None else folder / t.name, track=track,
+                                     progress=progress, warn=warn, on_job=on_job,
+                                     parent_run=None if tracker is None else tracker.run_id)
+            outcomes.append(TaskOutcome(t.name, tc, result, run_id))
+        res = combine(cfg, outcomes)
+        if tracker is not None:
+            res.run_id, res.tracking = tracker.run_id, tracker.where
+        res.files = write_tasks_report(res, folder) if folder is not None else []
+        res.output_dir = folder
+        if tracker is not None:
+            tracker.finish(res)
+        return res
+    except BaseException as exc:
+        if tracker is not None:
+            tracker.fail("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        raise
+
+
+def total_labels(res: MultiTaskResult) -> dict:
+    """Labels bought over all tasks, and at full budget."""
+    spent = {k: sum(o.result.spent[k] for o in res.tasks) for k in ("human", "judge", "requests")}
+    full = {k: sum(o.result.full[k] for o in res.tasks) for k in ("human", "judge", "requests")}
+    return {"spent": spent, "full_budget": full}
