@@ -166,6 +166,6 @@ def test_the_familywise_error_at_the_boundary_stays_below_delta(tmp_path):
     reps = 400
     au = audit_tasks(boundary, boundary.task_configs(), datas, reps=reps, seed=3)
     fails = round(au.overall["familywise_failure"] * reps)
-    assert au.rows[0]["h0"] and not au.rows[1]["h0"]
+    assert au.rows[0]["h0"]  # a null by 1e-9 on sentiment, well inside the sum target
     assert clopper_pearson(fails, reps, 0.99)[0] <= 0.1  # not shown to exceed delta
     assert au.overall["familywise_failure"] <= 0.1 + 0.03
