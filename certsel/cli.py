@@ -98,6 +98,16 @@ def _build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--remove", nargs="+", metavar="JOB_ID", default=[], help="delete these jobs' folders")
     jobs.add_argument("--clean", choices=("finished", "failed", "all"),
                       help="delete every job with this status (all: every job not running now)")
+    lm = sub.add_parser("lm-eval-table", help="pair lm-evaluation-harness runs (--log_samples) into a loss table")
+    lm.add_argument("--run", action="append", required=True, metavar="NAME=FOLDER",
+                    help="a model's lm_eval --output_path (repeatable; the order given is the table's rank, "
+                         "the fixed sequence of procedure fst)")
+    lm.add_argument("--task", required=True, help="the lm-eval task name (as in samples_TASK_DATE.jsonl)")
+    lm.add_argument("--metric", default=None, help="the per-document metric (default: the task's only one)")
+    lm.add_argument("--filter", default=None, help="the lm-eval filter (default: the task's only one)")
+    lm.add_argument("--reference", default=None, metavar="NAME",
+                    help="a run to compare with: adds score_reference and loss_drop (for recovery or drop jobs)")
+    lm.add_argument("--out", required=True, type=pathlib.Path, help="the table to write (.parquet, .csv or .jsonl)")
     s = sub.add_parser("select", help="certified selection on a recorded loss table")
     s.add_argument("--data", type=pathlib.Path, default=None,
                    help="loss table: Parquet, CSV or JSON Lines (default: the bundled TriviaQA table)")
@@ -494,6 +504,43 @@ def _show(args) -> int:
     return 0
 
 
+def _lm_eval_table(args) -> int:
+    """``certsel lm-eval-table``: lm-eval runs of several models on one task as a loss table."""
+    from certsel.orchestrator.inputs.lm_eval_logs import lm_eval_table
+    from certsel.workers.tables import table_format
+
+    runs = {}
+    for item in args.run:
+        name, sep, folder = item.partition("=")
+        if not sep or not name or not folder:
+            raise ValueError(f"--run {item!r} is not NAME=FOLDER")
+        if name in runs:
+            raise ValueError(f"--run: the name {name!r} is given twice")
+        runs[name] = folder
+    fmt = table_format(args.out)  # an unknown suffix fails before anything is read
+    table, info = lm_eval_table(runs, args.task, metric=args.metric, flt=args.filter, reference=args.reference)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "Parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, args.out)
+    elif fmt in ("CSV", "TSV"):
+        from pyarrow import csv
+
+        csv.write_csv(table, args.out, csv.WriteOptions(delimiter="\t" if fmt == "TSV" else ","))
+    else:
+        args.out.write_text("\n".join(json.dumps(r) for r in table.to_pylist()) + "\n")
+    way = "higher is better" if info["higher_is_better"] else "lower is better: score = 1 - metric"
+    print(f"wrote {args.out}: {len(info['runs'])} runs x {info['documents']} documents of {info['task']!r}, metric "
+          f"{info['metric']!r} ({way}), filter {info['filter']!r}")
+    job = f"data: {{path: {args.out}, human: loss, order: rank}}"
+    if info["reference"] is not None:
+        job += (f"; or a recovery job: data: {{path: {args.out}, score: score, reference: score_reference, "
+                f"order: rank}}, recovery: {{at_least: 0.95, reference_name: {info['reference']}}}")
+    print(f"certify with {job}")
+    return 0
+
+
 def _logging(level: str | None) -> None:
     import logging
 
@@ -507,7 +554,8 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     _logging(getattr(args, "log_level", None))
-    commands = {"run": _run, "show": _show, "audit": _audit, "plan": _plan, "jobs": _jobs, "schema": _schema}
+    commands = {"run": _run, "show": _show, "audit": _audit, "plan": _plan, "jobs": _jobs, "schema": _schema,
+                "lm-eval-table": _lm_eval_table}
     if args.command in commands:
         try:
             return commands[args.command](args)

@@ -86,7 +86,7 @@ class _Adder(BaseHTTPRequestHandler):
             reply = str(a + b + 1)
         else:
             reply = f"The answer is {a + b}." if model == "chatty" else str(a + b)
-        self._send(200, {"choices": [{"message": {"role": "assistant", "content": reply}, "logprobs": logprobs}]})
+        self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "logprobs": logprobs}]})
 
 
 @contextlib.contextmanager
