@@ -82,11 +82,13 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
                  for t in cfg.tasks]
         cfg = cfg.model_copy(update={"tasks": tasks})
         section, keys = "tasks", ()
-    elif cfg.labels is not None:  # a registered source: its ``path`` option, if any, beside the job file
-        path = cfg.labels.options.get("path")
-        if base_dir is not None and isinstance(path, str) and not pathlib.Path(path).is_absolute():
-            cfg = cfg.model_copy(update={"labels": LabelsConfig(**{**cfg.labels.model_dump(),
-                                                                   "path": str((base_dir / path).resolve())})})
+    elif cfg.labels is not None:  # a registered source
+        # its path options, if any, beside the job file
+        paths = {k: str((base_dir / v).resolve()) for k in ("path", "include_path", "cache_dir")
+                 if base_dir is not None and isinstance(v := cfg.labels.options.get(k), str)
+                 and not pathlib.Path(v).is_absolute()}
+        if paths:
+            cfg = cfg.model_copy(update={"labels": LabelsConfig(**{**cfg.labels.model_dump(), **paths})})
         section, keys = "labels", ()
     else:
         section, keys = {"replay": ("data", ("path", "features")), "live": ("live", ("items", "cache_dir")),

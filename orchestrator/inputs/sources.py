@@ -188,3 +188,6 @@ def load_job_data(cfg: RunConfig) -> JobData:
             raise ValueError(f"objective: the {kind.name} source gives no objective for candidate(s) "
                              f"{', '.join(missing[:5])}")
         return data
+
+
+from . import lm_eval_kind  # noqa: E402,F401  (registers the lm-eval source kind; lm-eval itself loads when used)

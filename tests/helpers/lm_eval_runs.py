@@ -30,6 +30,41 @@ metadata:
 """
 
 
+CHOICE_TASK = """task: additions_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: label
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+
+
+def write_choice_task(folder, n: int = 200, seed: int = 1):
+    """A multiple-choice (log-likelihood) task: which of a + b - 1, a + b, a + b + 1 is the sum."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = folder / "additions_mc.jsonl"
+    with data.open("w") as f:
+        for _ in range(n):
+            a, b = rng.randint(1, 60), rng.randint(1, 60)
+            choices = [str(a + b + d) for d in (-1, 0, 1)]
+            rng.shuffle(choices)
+            f.write(json.dumps({"question": f"What is {a} + {b}?", "choices": choices,
+                                "label": choices.index(str(a + b))}) + "\n")
+    (folder / "additions_mc.yaml").write_text(CHOICE_TASK.format(data=data))
+    return folder
+
+
 def write_additions_task(folder, n: int = 200, seed: int = 0):
     """A generate_until task of ``n`` additions (its YAML and data file in ``folder``)."""
     rng = random.Random(seed)

@@ -1,6 +1,8 @@
 """Real local HTTP servers that speak the OpenAI-compatible API, for tests.
 
-The adder serves four models on ``/v1/chat/completions``: ``exact`` adds the two numbers of
+The adder serves four models on ``/v1/chat/completions`` (and exact and weak on
+``/v1/completions`` with echoed log-probabilities, next to vLLM's byte-level ``/tokenize``,
+``/detokenize`` and ``/tokenizer_info``, for lm-eval's log-likelihood requests): ``exact`` adds the two numbers of
 the last message correctly, ``weak`` is off by one when a*b is a multiple of 7, ``chatty``
 answers "The answer is N.", and ``grader`` grades "Answer: N" ("Score: 10" / "Score: 0"),
 replying prose instead of a score for a = 7 unless the request carries a sampling seed, and
@@ -35,8 +37,33 @@ class _Adder(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/health":
             self._send(200, {})
+        elif self.path == "/tokenizer_info":  # vLLM's tokenizer endpoints, on a byte-level tokenizer
+            self._send(200, {"eos_token": "\n", "bos_token": None, "pad_token": None, "chat_template": None})
         else:
             self._send(404, {"error": "not found"})
+
+    def _completions(self, body: dict) -> None:
+        """``/v1/completions`` with ``echo`` and ``logprobs`` (lm-eval's loglikelihood requests):
+        every prompt token costs -0.5 nats, except the answer after the last "Answer:", which
+        costs 0 when it is the model's sum (exact: a + b; weak: a + b + 1 when 7 divides a*b)
+        and -5 per token otherwise."""
+        prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+        choices = []
+        for k, p in enumerate(prompts):
+            tokens = list(p.encode()) if isinstance(p, str) else list(p)
+            text = bytes(tokens).decode("utf-8", errors="replace")
+            a, b = map(int, re.search(r"(\d+)\s*\+\s*(\d+)", text).groups())
+            believed = a + b + (1 if body["model"] == "weak" and (a * b) % 7 == 0 else 0)
+            head, _, answer = text.rpartition("Answer:")
+            start = len((head + "Answer:").encode())
+            cost = 0.0 if answer.strip() == str(believed) else -5.0
+            logprobs = [None] + [cost if i >= start else -0.5 for i in range(1, len(tokens))] + [-1.0]
+            tops = [None] + [{chr(t) if t < 128 else "?": lp} for t, lp in zip(tokens[1:] + [10], logprobs[1:])]
+            choices.append({"index": k, "text": "\n", "logprobs": {"token_logprobs": logprobs, "top_logprobs": tops,
+                                                                 "tokens": [chr(t) for t in tokens] + ["\n"]}})
+        with self.server.lock:
+            self.server.calls[body["model"]] = self.server.calls.get(body["model"], 0) + len(prompts)
+        self._send(200, {"choices": choices})
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -44,6 +71,15 @@ class _Adder(BaseHTTPRequestHandler):
             import time
 
             time.sleep(self.server.delay)
+        if self.path == "/tokenize":
+            self._send(200, {"tokens": list(body["prompt"].encode())})
+            return
+        if self.path == "/detokenize":
+            self._send(200, {"prompt": bytes(t for t in body["tokens"] if t < 256).decode("utf-8", errors="replace")})
+            return
+        if self.path.endswith("/v1/completions"):
+            self._completions(body)
+            return
         if self.path.endswith("/v1/embeddings"):
             with self.server.lock:
                 self.server.calls["embeddings"] = self.server.calls.get("embeddings", 0) + 1

@@ -1,0 +1,85 @@
+"""The ``lm-eval`` label source kind: lm-evaluation-harness tasks run live, item by item
+(:mod:`certsel.workers.lm_eval_source`). A job selects it with::
+
+    labels:
+      kind: lm-eval
+      task: arc_easy                # an lm-eval task, or one defined under include_path
+      include_path: tasks/          # local task configs (optional)
+      metric: acc                   # default: the task's only metric
+      apply_chat_template: false
+      candidates:
+        - {id: bf16, model: local-completions, model_args: "base_url=http://host:8000/v1/completions,model=m,tokenizer_backend=remote"}
+
+Everything is checked when the job's data is loaded, before any label is bought: the task
+exists and is one task, the metric is computed by it, has a direction and lies in [0, 1].
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from certsel.config import LiveCandidateRef
+from certsel.config.base import no_duplicates
+from certsel.workers.lm_eval_source import LmEvalSpec, load_task, task_fingerprint, task_metric
+
+from .jobdata import JobData, listed
+from .sources import Provides, SourceKind, register_source_kind
+
+
+class LmEvalCandidate(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str = Field(min_length=1)
+    model: str = Field("local-chat-completions", description="a registered lm-eval model (lm_eval --model)")
+    model_args: str = Field(description="lm_eval --model_args, e.g. base_url=...,model=...,tokenizer_backend=None")
+    batch_size: int = Field(1, ge=1)
+    objective: float | None = None
+
+
+class LmEvalOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    task: str = Field(min_length=1)
+    include_path: str | None = None
+    metric: str | None = None
+    filter: str | None = None
+    num_fewshot: int | None = Field(None, ge=0)
+    apply_chat_template: bool = False
+    cache_dir: str = ".certsel-cache"
+    candidates: list[LmEvalCandidate] = Field(min_length=1)
+
+    @field_validator("candidates")
+    @classmethod
+    def _unique(cls, v):
+        no_duplicates([c.id for c in v], "candidate ids")
+        return v
+
+
+class LmEvalKind(SourceKind):
+    name = "lm-eval"
+    options = LmEvalOptions
+
+    def provides(self, cfg):
+        return Provides(False, False, "a judge (the lm-eval source has none)", "features (the lm-eval source has none)")
+
+    def load(self, cfg):
+        opts = self.settings(cfg)
+        task = load_task(opts.task, opts.include_path)
+        metric, higher = task_metric(task, opts.metric)
+        cands = listed(cfg, [LiveCandidateRef(id=c.id, objective=c.objective) for c in opts.candidates],
+                       "labels.candidates")
+        return JobData(table=None, features=None, fingerprint=task_fingerprint(task), live=cands,
+                       function=(metric, higher), n_source_items=len(task.eval_docs))
+
+    def spec(self, cfg, data, k, with_judge):
+        opts = self.settings(cfg)
+        c = next(c for c in opts.candidates if c.id == data.names[k])
+        metric, higher = data.function
+        return LmEvalSpec(candidate=c.id, task=opts.task, include_path=opts.include_path, model=c.model,
+                          model_args=c.model_args, metric=metric, higher_is_better=higher,
+                          apply_chat_template=opts.apply_chat_template, num_fewshot=opts.num_fewshot,
+                          filter=opts.filter, cache_dir=opts.cache_dir, batch_size=c.batch_size)
+
+    def items_words(self, n_items):
+        return f"the {n_items} documents of the lm-eval task"
+
+
+register_source_kind(LmEvalKind)
