@@ -343,7 +343,7 @@ def _run(args) -> int:
 def _run_tasks(args, cfg, console, machine: bool, on_job) -> int:
     """``certsel run`` on a multi-task job: every task, then the combined certificate."""
     from certsel.orchestrator.outputs.tasks import tasks_certificate
-    from certsel.orchestrator.run.tasks import execute_tasks
+    from certsel.orchestrator.run.multitask import execute_tasks
     from certsel.terminal import format_job, print_job
 
     if args.resume:

@@ -24,7 +24,7 @@ from certsel.config.base import no_duplicates
 from certsel.workers.lm_eval_source import LmEvalSpec, load_task, task_fingerprint, task_metric
 
 from .jobdata import JobData, listed
-from .sources import Provides, SourceKind, register_source_kind
+from .source_kind import Provides, SourceKind, register_source_kind
 
 
 class LmEvalCandidate(BaseModel):

@@ -12,6 +12,8 @@ A :class:`SourceKind` says, for one kind of label source, everything the driver 
   the candidate's policy asks for labels (Ray ships it; in user code, by value);
 * :meth:`~SourceKind.items_words`: what the items are, for the certificate.
 
+The interface and the registry are in :mod:`~certsel.orchestrator.inputs.source_kind`;
+:mod:`~certsel.orchestrator.inputs.lm_eval_kind` registers ``lm-eval``.
 The built-in sources are the job file's sections ``data`` (a recorded loss table, replay),
 ``live`` (model servers) and ``source`` (a Python function). A new source is a subclass
 registered with :func:`register_source_kind`; a job selects it with
@@ -21,10 +23,7 @@ model (a pydantic model) when the job's data is loaded.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import ClassVar
-
-from pydantic import BaseModel, ValidationError
+from dataclasses import asdict
 
 from certsel.config import RunConfig
 from certsel.errors import as_input_errors
@@ -33,46 +32,8 @@ from certsel.workers.python_source import PythonSpec
 from certsel.workers.replay import ReplaySpec
 
 from .jobdata import JobData, check_count, check_size, load_live, load_python, load_replay
-
-
-@dataclass(frozen=True)
-class Provides:
-    """What a source gives a policy besides human labels, and the job-file keys that set it."""
-
-    judge: bool
-    features: bool
-    judge_key: str
-    features_key: str
-
-
-class SourceKind:
-    """One kind of label source (see the module docstring)."""
-
-    name: ClassVar[str] = ""
-    options: ClassVar[type[BaseModel] | None] = None  # the schema of ``labels:`` besides ``kind`` (registered kinds)
-
-    def settings(self, cfg: RunConfig):
-        """The job file's section for this source (a validated model)."""
-        if self.options is None:
-            raise NotImplementedError
-        try:
-            return self.options.model_validate(cfg.labels.options)
-        except ValidationError as err:
-            e = err.errors()[0]
-            where = ".".join(str(x) for x in e["loc"])
-            raise ValueError(f"labels.{where}: {e['msg']}" if where else f"labels: {e['msg']}") from None
-
-    def provides(self, cfg: RunConfig) -> Provides:
-        raise NotImplementedError
-
-    def load(self, cfg: RunConfig) -> JobData:
-        raise NotImplementedError
-
-    def spec(self, cfg: RunConfig, data, k: int, with_judge: bool):
-        raise NotImplementedError
-
-    def items_words(self, n_items: int) -> str:
-        return f"the {n_items} items of the {self.name} source"
+from .source_kind import BUILT_IN, SOURCE_KINDS, Provides, SourceKind, get_source_kind, register_source_kind
+from . import lm_eval_kind  # noqa: F401  (registers the lm-eval source kind; lm-eval itself loads when used)
 
 
 class ReplayKind(SourceKind):
@@ -129,37 +90,8 @@ class PythonKind(SourceKind):
         return f"the {n_items} items of the label function"
 
 
-SOURCE_KINDS: dict[str, SourceKind] = {}
-
-
-def register_source_kind(kind: SourceKind | type[SourceKind]) -> SourceKind:
-    """Add a label-source kind (an instance, or a class with a no-argument constructor) to
-    :data:`SOURCE_KINDS`; from then on ``labels: {kind: NAME, ...}`` selects it. Returns the
-    instance."""
-    if isinstance(kind, type):
-        kind = kind()
-    if not isinstance(kind, SourceKind):
-        raise TypeError(f"a label source kind must subclass SourceKind, got {kind!r}")
-    if not isinstance(kind.name, str) or not kind.name:
-        raise ValueError("a label source kind needs a non-empty name")
-    if kind.name not in BUILT_IN and kind.options is None:
-        raise ValueError(f"label source kind {kind.name!r}: set options (a pydantic model of its labels: keys)")
-    SOURCE_KINDS[kind.name] = kind
-    return kind
-
-
-BUILT_IN = ("replay", "live", "python")  # the job file's data, live and source sections
 for _k in (ReplayKind, LiveKind, PythonKind):
     register_source_kind(_k)
-
-
-def get_source_kind(name: str) -> SourceKind:
-    try:
-        return SOURCE_KINDS[name]
-    except KeyError:
-        known = [n for n in SOURCE_KINDS if n not in BUILT_IN]
-        raise ValueError(f"labels.kind must be one of the registered label sources "
-                         f"({', '.join(known) or 'none registered'}), got {name!r}") from None
 
 
 def source_of(cfg: RunConfig) -> SourceKind:
@@ -189,5 +121,3 @@ def load_job_data(cfg: RunConfig) -> JobData:
                              f"{', '.join(missing[:5])}")
         return data
 
-
-from . import lm_eval_kind  # noqa: E402,F401  (registers the lm-eval source kind; lm-eval itself loads when used)

@@ -121,43 +121,6 @@ def combine(cfg: RunConfig, outcomes: list[TaskOutcome]) -> MultiTaskResult:
                            [n for n, m in zip(names, mask, strict=True) if m], selected, levels)
 
 
-def execute_tasks(cfg: RunConfig, *, output=None, track: bool = True, progress=None, warn=None,
-                  on_job=None) -> MultiTaskResult:
-    """Run every task of ``cfg`` (each a durable, tracked job of its own, its outputs in
-    ``output/TASK``), then combine them; the combined certificate goes to ``output``
-    (selection.json, report.md, report.html) and to an MLflow run that holds the tasks' runs."""
-    from certsel.orchestrator.outputs.paths import output_dir
-    from certsel.orchestrator.outputs.tasks import TasksTracker, write_tasks_report
-    from certsel.orchestrator.outputs.tracking import precheck
-
-    from .job import execute
-
-    folder = None if output is None else output_dir(output, "--output")
-    cfgs, _ = load_tasks(cfg)
-    if track:
-        precheck(cfg.tracking.uri)
-    tracker = TasksTracker(cfg) if track else None
-    try:
-        outcomes = []
-        for t, tc in zip(cfg.tasks, cfgs, strict=True):
-            result, run_id = execute(tc, output=None if folder is None else folder / t.name, track=track,
-                                     progress=progress, warn=warn, on_job=on_job,
-                                     parent_run=None if tracker is None else tracker.run_id)
-            outcomes.append(TaskOutcome(t.name, tc, result, run_id))
-        res = combine(cfg, outcomes)
-        if tracker is not None:
-            res.run_id, res.tracking = tracker.run_id, tracker.where
-        res.files = write_tasks_report(res, folder) if folder is not None else []
-        res.output_dir = folder
-        if tracker is not None:
-            tracker.finish(res)
-        return res
-    except BaseException as exc:
-        if tracker is not None:
-            tracker.fail("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
-        raise
-
-
 def total_labels(res: MultiTaskResult) -> dict:
     """Labels bought over all tasks, and at full budget."""
     spent = {k: sum(o.result.spent[k] for o in res.tasks) for k in ("human", "judge", "requests")}

@@ -1,0 +1,82 @@
+"""The label-source kind interface and its registry (:mod:`certsel.orchestrator.inputs.sources`
+has the built-in kinds and the loading of a job's data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from pydantic import BaseModel, ValidationError
+
+from certsel.config import RunConfig
+
+
+@dataclass(frozen=True)
+class Provides:
+    """What a source gives a policy besides human labels, and the job-file keys that set it."""
+
+    judge: bool
+    features: bool
+    judge_key: str
+    features_key: str
+
+
+class SourceKind:
+    """One kind of label source (see the module docstring)."""
+
+    name: ClassVar[str] = ""
+    options: ClassVar[type[BaseModel] | None] = None  # the schema of ``labels:`` besides ``kind`` (registered kinds)
+
+    def settings(self, cfg: RunConfig):
+        """The job file's section for this source (a validated model)."""
+        if self.options is None:
+            raise NotImplementedError
+        try:
+            return self.options.model_validate(cfg.labels.options)
+        except ValidationError as err:
+            e = err.errors()[0]
+            where = ".".join(str(x) for x in e["loc"])
+            raise ValueError(f"labels.{where}: {e['msg']}" if where else f"labels: {e['msg']}") from None
+
+    def provides(self, cfg: RunConfig) -> Provides:
+        raise NotImplementedError
+
+    def load(self, cfg: RunConfig) -> JobData:
+        raise NotImplementedError
+
+    def spec(self, cfg: RunConfig, data, k: int, with_judge: bool):
+        raise NotImplementedError
+
+    def items_words(self, n_items: int) -> str:
+        return f"the {n_items} items of the {self.name} source"
+
+
+BUILT_IN = ("replay", "live", "python")  # the job file's data, live and source sections
+
+
+SOURCE_KINDS: dict[str, SourceKind] = {}
+
+
+def register_source_kind(kind: SourceKind | type[SourceKind]) -> SourceKind:
+    """Add a label-source kind (an instance, or a class with a no-argument constructor) to
+    :data:`SOURCE_KINDS`; from then on ``labels: {kind: NAME, ...}`` selects it. Returns the
+    instance."""
+    if isinstance(kind, type):
+        kind = kind()
+    if not isinstance(kind, SourceKind):
+        raise TypeError(f"a label source kind must subclass SourceKind, got {kind!r}")
+    if not isinstance(kind.name, str) or not kind.name:
+        raise ValueError("a label source kind needs a non-empty name")
+    if kind.name not in BUILT_IN and kind.options is None:
+        raise ValueError(f"label source kind {kind.name!r}: set options (a pydantic model of its labels: keys)")
+    SOURCE_KINDS[kind.name] = kind
+    return kind
+
+
+def get_source_kind(name: str) -> SourceKind:
+    try:
+        return SOURCE_KINDS[name]
+    except KeyError:
+        known = [n for n in SOURCE_KINDS if n not in BUILT_IN]
+        raise ValueError(f"labels.kind must be one of the registered label sources "
+                         f"({', '.join(known) or 'none registered'}), got {name!r}") from None
