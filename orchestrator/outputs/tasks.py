@@ -134,7 +134,7 @@ tr.selected td{background:#fff3c4} .wide{overflow-x:auto}</style></head><body>
 <div class="box"><b>{{ headline }}</b><br>{{ cert.certificate }}.</div>
 <p class="muted">{{ cert.guarantee }}</p>
 <h2>Tasks</h2><table><tr><th>task</th><th>target</th><th>items</th><th>certified on its own</th><th>human labels</th>
-<th>its report</th></tr>{% for t in cert.tasks %}<tr><td>{{ t.name }}</td><td>{{ t.target }}</td><td>{{ t.items }}</td>
+<th>its report</th></tr>{% for t in cert.tasks %}<tr><td>{{ t.name }}</td><td>{{ t.target }}</td><td>{{ t['items'] }}</td>
 <td>{{ t.certified_on_its_own|length }}</td><td>{{ t.labels.human }}</td><td>{% if t.output %}<a href="{{ t.name }}/report.html">
 {{ t.name }}/report.html</a>{% endif %}</td></tr>{% endfor %}</table>
 <h2>Candidates</h2><div class="wide"><table><tr>{% for h in head %}<th>{{ h }}</th>{% endfor %}</tr>
