@@ -154,6 +154,48 @@ def _no_data(**over):
     return setup
 
 
+def _scores(change=None):
+    """The three candidates' scores (score_human, score_fp_human) on 200 items, changed."""
+    t = pq.read_table(TRIVIA, columns=["candidate", "rank", "avg_bitwidth", "item", "score_human", "score_fp_human"])
+    t = t.filter(pa.compute.is_in(t["candidate"], pa.array(THREE)))
+    t = t.filter(pa.compute.less(t["item"], 200))
+    return t if change is None else change(t)
+
+
+def _recovery(change=None, **over):
+    def setup(f: Folder):
+        f.data(_scores(change))
+        return ["run", str(f.job(data={"path": "t.parquet", "judge": None, "score": "score_human",
+                                       "reference": "score_fp_human", "order": "rank"},
+                                 recovery={"at_least": 0.95}, policy={"kind": "r-eval"}, **over)), "--no-progress"]
+    return setup
+
+
+def _tasks(second=None, **task_over):
+    def setup(f: Folder):
+        f.data()
+        f.data(table() if second is None else second(table()), "t2.parquet")
+        cfg = yaml.safe_load(f.job().read_text())
+        data = cfg.pop("data")
+        cfg["tasks"] = [{"name": "first", "data": data, "alpha": 0.1},
+                        {"name": "second", "data": {**data, "path": "t2.parquet"}, "alpha": 0.2, **task_over}]
+        (f.path / "job.yaml").write_text(yaml.safe_dump(cfg))
+        return ["run", str(f.path / "job.yaml"), "--no-progress"]
+    return setup
+
+
+def _lm_eval(task: str):
+    def setup(f: Folder):
+        cfg = yaml.safe_load(f.job().read_text())
+        del cfg["data"]
+        cfg.update(labels={"kind": "lm-eval", "task": task, "candidates": [
+            {"id": "m", "model": "local-completions", "model_args": "base_url=http://127.0.0.1:9/v1/completions,model=m"}]},
+            policy={"kind": "r-eval"}, objective=None)
+        (f.path / "job.yaml").write_text(yaml.safe_dump(cfg))
+        return ["run", str(f.path / "job.yaml"), "--no-progress"]
+    return setup
+
+
 MISTAKES = [
     # the job file
     Mistake("job file path mistyped", _plain("run", "{dir}/jbo.yaml"), "config file not found"),
@@ -230,6 +272,19 @@ MISTAKES = [
     Mistake("tracking database in a missing folder", _args(tracking={"uri": "sqlite:////nonexistent/x/store.db"}),
             "does not exist"),
     Mistake("Ray cluster address wrong", _args(ray={"address": "127.0.0.1:9"}), "unreachable"),
+    # recovery jobs, several tasks, lm-eval
+    Mistake("recovery and alpha both given", _recovery(alpha=0.1), "give one target: recovery"),
+    Mistake("recovery score column on a 0-100 scale",
+            _recovery(lambda t: replace(t, "score_human", np.asarray(t["score_human"]) * 100)),
+            "column 'score_human' has values outside [0.0, 1.0]"),
+    Mistake("recovery against a reference that scored 0 everywhere",
+            _recovery(lambda t: replace(t, "score_fp_human", np.zeros(t.num_rows))),
+            "recovery against a zero reference score is undefined"),
+    Mistake("two tasks whose tables hold different candidates",
+            _tasks(lambda t: t.filter(pa.compute.not_equal(t["candidate"], THREE[1]))),
+            "task 'second' does not have the candidates of task 'first'"),
+    Mistake("a task with alpha and recovery", _tasks(recovery=0.9), "task 'second': give one target"),
+    Mistake("an lm-eval task name that does not exist", _lm_eval("gsm9k"), "unknown lm-eval task 'gsm9k'"),
     # the other commands
     Mistake("certsel show with an unknown run", _plain("show", "0123456789abcdef", "--tracking-uri",
                                                        "sqlite:///{dir}/nothing.db"), "no tracking store at"),
