@@ -192,8 +192,8 @@ BOUNDS_LEGEND = ("joint bound: R <= it for every candidate at once, with probabi
 
 RECOVERY_LEGEND = ("joint recovery >=: a lower bound on E[score] / E[reference score] for every candidate at once, with "
                    "probability >= {conf:g} (>= {r:g} exactly for the certified set; blank: no statement). own "
-                   "recovery >=: the candidate's own test's bound at the level of its decision (R-Eval: inverting its "
-                   "test; judge-assisted: its decision). recovery estimate: mean score / mean reference score on its "
+                   "recovery >=: the candidate's own test's bound at the level of its decision (R-Eval on a table: "
+                   "inverting its test; otherwise r + 1 - (1 + r) U from its risk bound U). recovery estimate: mean score / mean reference score on its "
                    "labelled items. to certify / min: as for risks, on its recovery losses.")
 
 

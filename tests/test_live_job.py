@@ -163,6 +163,47 @@ def test_losses_relative_to_a_reference_model(ray_session, tmp_path):
         np.testing.assert_array_equal(judged.loss.to_numpy(), drop)
 
 
+def test_recovery_against_a_reference_model(ray_session, tmp_path):
+    """``recovery:`` on a live job with ``live.reference``: each item's loss is
+    (r s_ref - s + 1)/(1 + r) with score = 1 - loss, human and judge alike; the statement is a
+    recovery of the reference, its bounds the ones the risk bounds imply (r + 1 - (1 + r) U,
+    >= r exactly for the certified), recomputed here from the label log."""
+    from certsel.orchestrator.outputs.recovery import from_risk_bound
+    from certsel.policies.recovery import Recovery
+
+    r = 0.5
+    with adder_server() as (url, srv):
+        path = write_job(tmp_path, url)
+        job = yaml.safe_load(path.read_text())
+        job["live"]["reference"] = "exact-short"
+        job.pop("alpha")
+        job["recovery"] = {"at_least": r}
+        path.write_text(yaml.safe_dump(job))
+        cfg = load_config(path)
+        assert cfg.alpha == pytest.approx(1 / 1.5) and cfg.recovery_reference == "exact-short"
+        result, run_id = execute(cfg, output=tmp_path / "report")
+    cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
+    assert cert["claim"]["words"] == "recovery >= 50% of 'exact-short'"
+    log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
+    want = {"exact-short": [r / 1.5], "weak-short": [r / 1.5, 1.0], "weak-long": [r / 1.5, 1.0]}
+    for row in cert["candidates"]:
+        log_e, human = log_evalues_from_label_log(log, row["candidate"], alpha=cfg.alpha, delta=0.1, horizon=60)
+        assert max(0.0, log_e.max()) == pytest.approx(row["log_e_value"], abs=1e-5)
+        a_b = human.item_id.str.split("+", expand=True).astype(int)
+        wrong = ((a_b[0] * a_b[1]) % 7 == 0).to_numpy() if "weak" in row["candidate"] else np.zeros(len(human), bool)
+        # the reference is always right (s_ref = 1): the loss is r/(1+r) when the candidate is right, 1 when wrong
+        np.testing.assert_allclose(human.loss.to_numpy(), Recovery(r).losses(1.0 - wrong, np.ones(len(human))))
+        assert set(np.round(human.loss, 12)) <= set(np.round(want[row["candidate"]], 12))
+        rec = row["recovery"]
+        assert rec["estimate"] is None and rec["on_full_table"] is None  # a live log holds losses, not scores
+        assert row["certified"] == (rec["simultaneous_lower_bound"] is not None and rec["simultaneous_lower_bound"] >= r)
+        implied = from_risk_bound(row["upper_bound"], r)
+        assert (rec["lower_bound"] is None) == (implied is None)
+        if implied is not None:
+            assert rec["lower_bound"] == pytest.approx(implied, abs=1e-5)  # U is printed rounded up, L rounded down
+    assert result.certified and cert["certificate"].startswith(f"recovery({result.selected}) >= ")
+
+
 def test_reference_must_name_a_candidate_or_an_endpoint(tmp_path):
     from certsel.config import ConfigError
 

@@ -55,6 +55,8 @@ def test_the_job_runs_as_a_risk_test_at_one_over_one_plus_r(tmp_path):
                "judge_score": "score_human"}}, "give both data.judge_score and data.judge_reference"),
     ({"policy": {"kind": "r-autoeval+"}}, "needs data.judge_score and data.judge_reference"),
     ({"recovery": 0}, "recovery.at_least"),
+    ({"data": None, "candidates": None, "source": {"python": "m:f", "items": 100, "candidates": ["a", "b"]}},
+     "or a live job with live.reference; a python source has neither"),
     ({"recovery": None}, "data.score, data.reference: score columns are read by recovery jobs only"),
 ])
 def test_config_mistakes_are_one_line_errors(tmp_path, change, message):

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from certsel.policies.recovery import Recovery
+
 from .losses import LOSSES, UnparsableVerdict, answer_loss, parse_score, relative_loss, soft_verdict
 from .openai_source import Endpoint, OpenAIClient, ResponseCache, SourceError
 
@@ -54,7 +56,8 @@ class LiveSource:
                  judge: OpenAIClient | None = None, judge_mode: str = "answer", judge_template: str | None = None,
                  judge_sampling: dict | None = None, grade_scale=(0, 10), verdict_attempts: int = 3,
                  reference: OpenAIClient | None = None, reference_template: str = "{question}",
-                 reference_sampling: dict | None = None, judge_constrained: bool = True, judge_soft: bool = False):
+                 reference_sampling: dict | None = None, judge_constrained: bool = True, judge_soft: bool = False,
+                 recovery: float | None = None):
         if "{question}" not in template:
             raise ValueError("the prompt template must contain {question}")
         if judge_mode not in ("answer", "grade"):
@@ -73,6 +76,8 @@ class LiveSource:
         self.judge_template = judge_template or (template if judge_mode == "answer" else default)
         self.judge_sampling = {"temperature": 0.0, **(judge_sampling or {})}
         self.grade_scale, self.verdict_attempts = grade_scale, verdict_attempts
+        # with a reference model: the drop (default), or the recovery loss at this r (recovery jobs)
+        self.recovery = None if recovery is None else Recovery(recovery)
         if reference is not None and "{question}" not in reference_template:
             raise ValueError("the reference's prompt template must contain {question}")
         self.reference, self.reference_template = reference, reference_template
@@ -129,9 +134,17 @@ class LiveSource:
                        dtype=np.float64)
         if self.reference is not None:
             base = [answer_loss(self.loss, a, r) for a, r in zip(self.reference_answers(idx), refs, strict=True)]
-            out = relative_loss(out, base)
+            out = self._against_reference(out, base)
         self._record(idx, "human", out, self._human)
         return out
+
+    def _against_reference(self, candidate, reference) -> np.ndarray:
+        """The candidate's loss against the reference model's on the same items: the drop
+        max(loss - loss_ref, 0), or in a recovery job (r s_ref - s + 1)/(1 + r) with score = 1 - loss."""
+        if self.recovery is None:
+            return relative_loss(candidate, reference)
+        return self.recovery.losses(1.0 - np.asarray(candidate, dtype=np.float64),
+                                    1.0 - np.asarray(reference, dtype=np.float64))
 
     def _record(self, idx, role, losses, done: set) -> None:
         new = [k for k, i in enumerate(idx) if i not in done]
@@ -152,11 +165,11 @@ class LiveSource:
             out = np.array([answer_loss(self.loss, a, [r]) for a, r in zip(answers, refs, strict=True)])
             if self.reference is not None:  # both answers against the judge's
                 base = [answer_loss(self.loss, a, [r]) for a, r in zip(self.reference_answers(idx), refs, strict=True)]
-                out = relative_loss(out, base)
+                out = self._against_reference(out, base)
         else:
             out = np.array(self._grades(idx, answers))
             if self.reference is not None:  # both answers graded by the judge
-                out = relative_loss(out, self._grades(idx, self.reference_answers(idx)))
+                out = self._against_reference(out, self._grades(idx, self.reference_answers(idx)))
         out = np.asarray(out, dtype=np.float64)
         self._record(idx, "judge", out, self._judged)
         return out
@@ -239,6 +252,7 @@ class LiveSpec:
     loss: str
     cache_dir: str
     reference: dict | None = None
+    recovery: float | None = None  # a recovery job's r (losses against the reference)
     kind = "live"
 
     def build(self, arrays, rows) -> LiveSource:
@@ -261,7 +275,8 @@ def live_source(spec: LiveSpec, items) -> LiveSource:
     if ref is not None:
         kw.update(reference=OpenAIClient(Endpoint(**{k: ref[k] for k in _ENDPOINT_KEYS}), cache),
                   reference_template=ref["template"], reference_sampling=ref["sampling"])
-    return LiveSource(list(items), target, cand["template"], loss=spec.loss, sampling=cand["sampling"], **kw)
+    return LiveSource(list(items), target, cand["template"], loss=spec.loss, sampling=cand["sampling"],
+                      recovery=spec.recovery, **kw)
 
 
 def prefetch_reference(spec: dict, items, indices, cache_dir) -> tuple[int, int]:

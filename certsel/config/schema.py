@@ -369,9 +369,22 @@ class RunConfig(Strict):
                 raise ValueError(f"{', '.join(cols)}: score columns are read by recovery jobs only (set recovery: "
                                  "r to certify recovery >= r; a risk job reads data.human)")
             return
-        if self.data is None:
+        if self.live is not None:
+            if self.live.reference is None:
+                raise ValueError("recovery: a live job needs live.reference (the model whose score the candidates "
+                                 "must recover: a candidate's id or an endpoint)")
+        elif self.data is None:
             raise ValueError(f"recovery: needs a table with score columns (data: with data.score and "
-                             f"data.reference); a {self.source_kind} source has none")
+                             f"data.reference) or a live job with live.reference; a {self.source_kind} source has "
+                             "neither")
+        if not self.policy.is_testing:
+            raise ValueError(f"recovery: needs a testing policy ({', '.join(kinds_of(Family.TESTING))}), not "
+                             f"{self.policy.kind!r}")
+        if get_procedure(self.procedure).ranking:
+            raise ValueError(f"recovery: certifies candidates against a reference; procedure {self.procedure!r} "
+                             "ranks them against each other")
+        if self.data is None:
+            return
         missing = [k for k in ("score", "reference") if getattr(self.data, k) is None]
         if missing:
             raise ValueError(f"recovery: needs {' and '.join('data.' + k for k in missing)} (the candidate's and "
@@ -381,19 +394,16 @@ class RunConfig(Strict):
                              "and data.judge_reference (the judge's scores of the candidate and of the reference)")
         if (self.data.judge_score is None) != (self.data.judge_reference is None):
             raise ValueError("recovery: give both data.judge_score and data.judge_reference, or neither")
-        if not self.policy.is_testing:
-            raise ValueError(f"recovery: needs a testing policy ({', '.join(kinds_of(Family.TESTING))}), not "
-                             f"{self.policy.kind!r}")
-        if get_procedure(self.procedure).ranking:
-            raise ValueError(f"recovery: certifies candidates against a reference; procedure {self.procedure!r} "
-                             "ranks them against each other")
 
     @property
     def recovery_reference(self) -> str | None:
         """The reference model's name in a recovery job's outputs."""
         if self.recovery is None:
             return None
-        return self.recovery.reference_name or self.data.reference
+        if self.recovery.reference_name or self.data is not None:
+            return self.recovery.reference_name or self.data.reference
+        ref = self.live.reference
+        return ref if isinstance(ref, str) else (ref.server or ref.model)
 
     def _check_procedure(self) -> None:
         proc, kind = get_procedure(self.procedure), self.policy.kind

@@ -211,8 +211,9 @@ def _recovery_claim(cfg) -> dict:
     """What a recovery job certifies and the risk test it runs as."""
     return {"kind": "recovery", "at_least": cfg.recovery.at_least, "reference": cfg.recovery_reference,
             "words": recovery_claim_words(cfg), "risk_alpha": cfg.alpha,
-            "bound_note": ("lower bounds on E[s] / E[s_ref]: R-Eval's inverts its own test over r'; a judge-assisted "
-                           "test states its decision (r when it passed)")}
+            "bound_note": ("lower bounds on E[s] / E[s_ref]: R-Eval on a table inverts its own test over r'; a "
+                           "judge-assisted test or a live job carries its risk bound U over as r + 1 - (1 + r) U "
+                           "(valid since E[s_ref] <= 1)")}
 
 
 def _costs(cfg, result: JobResult) -> dict:

@@ -6,20 +6,21 @@ family-wise guarantee are the risk job's. This module restates them as recoverie
 from the labels the job bought (the label log, in purchase order):
 
 * **estimate**: the ratio of the mean scores over the candidate's human-labelled items;
-* **lower_bound** at the level of the candidate's decision: for R-Eval (human labels alone),
+* **lower_bound** at the level of the candidate's decision: for R-Eval on a table,
   :func:`~certsel.policies.recovery.recovery_decision_bound`, the inversion over r' of the
   test's own bets, seeded with its recorded decision, so it is >= r exactly when the candidate
-  passed; a judge-assisted test's observations mix the judge's scores, whose same-bets family
-  is not monotone in r', so its bound is its decision: r when it passed, none otherwise;
-* **simultaneous_lower_bound**: the procedure's joint statement
+  passed. A judge-assisted test's observations mix the judge's scores, whose same-bets family
+  is not monotone in r', and a live job's label log holds the losses, not the two scores; for
+  them the bound is the one the risk bound U implies, r + 1 - (1 + r) U when U <= alpha
+  (:func:`from_risk_bound`), looser (it uses E[s_ref] <= 1) and >= r exactly when it passed;
+* **simultaneous_lower_bound**: for R-Eval on a table, the procedure's joint statement
   (:meth:`~certsel.policies.procedures.Procedure.simultaneous_bounds`) applied to -recovery,
-  an upper bound at target -r: each candidate's own bound enters at the level the procedure
-  gives it, and the certified set is exactly the candidates with a joint bound >= r.
+  an upper bound at target -r; otherwise the joint risk bounds carried over the same way.
+  Either way the certified set is exactly the candidates with a joint bound >= r.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,31 +61,80 @@ def human_items(result: JobResult, name: str, t: int) -> np.ndarray:
     return items[:t]
 
 
+def from_risk_bound(upper: float | None, at_least: float) -> float | None:
+    """The recovery bound implied by an upper bound U on the mean recovery loss: from
+    r E[s_ref] - E[s] + 1 <= (1 + r) U, Rec >= r + (1 - (1 + r) U) / E[s_ref] >= r + 1 - (1 + r) U
+    when U <= 1/(1 + r) (then 1 - (1 + r) U >= 0 and E[s_ref] <= 1); no statement otherwise.
+    It is >= r exactly when U <= alpha, and holds wherever U holds (jointly for joint bounds)."""
+    if upper is None or upper > 1.0 / (1.0 + at_least):
+        return None
+    return at_least + 1.0 - (1.0 + at_least) * float(upper)
+
+
 def recovery_rows(result: JobResult) -> list[RecoveryRow] | None:
     """Every candidate's :class:`RecoveryRow` (None for a job that is not a recovery job)."""
     cfg, rec = result.cfg, result.data.recovery
-    if rec is None:
+    if cfg.recovery is None:
         return None
-    proc, r0, K = get_procedure(cfg.procedure), rec.claim.at_least, len(result.records)
+    if rec is not None and not (cfg.policy.uses_judge or cfg.policy.judge_first):
+        return _inverted_rows(result)
+    return _implied_rows(result)
+
+
+def _scores(result: JobResult, x) -> tuple[np.ndarray, np.ndarray]:
+    """A candidate's labelled scores and reference scores, in purchase order (tables only)."""
+    rec = result.data.recovery
+    if rec is None or x.t == 0:
+        return np.zeros(0), np.zeros(0)
+    items = human_items(result, x.name, x.t)
+    return rec.score[x.index, items], rec.reference[x.index, items]
+
+
+def _estimate(s: np.ndarray, ref: np.ndarray) -> float | None:
+    return float(s.sum() / ref.sum()) if ref.sum() > 0 else None
+
+
+def _on_table(result: JobResult, k: int) -> float | None:
+    rec = result.data.recovery
+    return None if rec is None else float(rec.on_table[k])
+
+
+def _implied_rows(result: JobResult) -> list[RecoveryRow]:
+    """Judge-assisted tests and live jobs: the recovery bounds implied by the risk bounds the
+    job already states (:func:`from_risk_bound`); without bounds (``tracking.intervals: none``)
+    the decision itself, r for the certified."""
+    r0 = result.cfg.recovery.at_least
+    certified = set(result.certified)
+    rows = []
+    for x in result.records:
+        s, ref = _scores(result, x)
+        own = from_risk_bound(x.upper_bound, r0) if x.t > 0 else None
+        joint = from_risk_bound(x.joint_bound, r0)
+        if x.joint_bound is None and x.name in certified:
+            joint = r0
+        rows.append(RecoveryRow(estimate=_estimate(s, ref), lower_bound=own, simultaneous_lower_bound=joint,
+                                on_full_table=_on_table(result, x.index), labels=int(x.t)))
+    return rows
+
+
+def _inverted_rows(result: JobResult) -> list[RecoveryRow]:
+    """R-Eval on a table: each bound inverts the test itself over r'
+    (:func:`~certsel.policies.recovery.recovery_decision_bound`), and the joint bounds apply
+    the procedure's rules to -recovery, an upper bound at target -r."""
+    cfg = result.cfg
+    proc, r0, K = get_procedure(cfg.procedure), cfg.recovery.at_least, len(result.records)
     max_log_e = np.array([x.max_log_e for x in result.records])
     certified = np.array([x.name in set(result.certified) for x in result.records])
     decision = proc.decision_deltas(cfg.delta, max_log_e)
     joint_levels = proc.joint_levels(cfg.delta, certified)
-    own_bound = not (cfg.policy.uses_judge or cfg.policy.judge_first)  # R-Eval: the bound that inverts the test
-    table = rec.on_table
     rows, joint_own = [], np.full(K, np.nan)
     for x in result.records:
         k = x.index
-        s = ref = np.zeros(0)
-        if x.t > 0:
-            items = human_items(result, x.name, x.t)
-            s, ref = rec.score[k, items], rec.reference[k, items]
+        s, ref = _scores(result, x)
 
         def bound(level):
             if x.t == 0:
                 return 0.0  # never labelled: the trivial bound
-            if not own_bound:
-                return r0 if x.max_log_e >= -math.log(level) else 0.0
             return float(recovery_decision_bound(s, ref, at_least=r0, level=level, delta=cfg.delta,
                                                  betting=cfg.policy.strategy, horizon=cfg.budget.n,
                                                  max_log_evalue=x.max_log_e, observation=cfg.policy.observation))
@@ -92,10 +142,8 @@ def recovery_rows(result: JobResult) -> list[RecoveryRow] | None:
         lower = bound(float(decision[k]))
         if not np.isnan(joint_levels[k]):
             joint_own[k] = lower if joint_levels[k] == decision[k] else bound(float(joint_levels[k]))
-        est = float(s.sum() / ref.sum()) if ref.sum() > 0 else None
-        rows.append(dict(estimate=est, lower_bound=lower if lower > 0 else None,  # 0: no statement
-                         on_full_table=None if table is None else float(table[k]), labels=int(x.t)))
-    # the joint statement on -recovery (an upper bound at -r), so the procedure's rules apply unchanged
+        rows.append(dict(estimate=_estimate(s, ref), lower_bound=lower if lower > 0 else None,  # 0: no statement
+                         on_full_table=_on_table(result, k), labels=int(x.t)))
     joint = -proc.simultaneous_bounds(cfg.delta, -r0, certified, -joint_own)
     return [RecoveryRow(simultaneous_lower_bound=None if np.isnan(j) or j <= 0 else float(j), **row)
             for row, j in zip(rows, joint, strict=True)]

@@ -54,8 +54,8 @@ RECOVERY_NOTE = ("Recovery is E[score] / E[reference score]; the job certifies r
                  "the losses (r s_ref - s + 1) / (1 + r) at alpha = 1 / (1 + r). Joint recovery: at least it for "
                  "every candidate at once, with probability at least {conf:g} (at least r exactly for the certified "
                  "set; blank: no statement). Own recovery: the lower bound of the candidate's own test at the level "
-                 "of its decision (R-Eval inverts its test over r; a judge-assisted test states its decision, r "
-                 "when it passed). Lower bounds are rounded down. Recovery estimate: mean score over mean reference "
+                 "of its decision (R-Eval on a table inverts its test over r; a judge-assisted test or a live job "
+                 "carries its risk bound U over as r + 1 - (1 + r) U). Lower bounds are rounded down. Recovery estimate: mean score over mean reference "
                  "score on the candidate's labelled items; recovery on table: the same on every item of the table.")
 
 

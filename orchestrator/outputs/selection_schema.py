@@ -73,9 +73,11 @@ class Judge(_Doc):
 class RecoveryFigures(_Doc):
     """A recovery job's numbers for one candidate: E[s] / E[s_ref] (shares, 1 = the reference's score)."""
 
-    estimate: float | None = Field(description="mean score / mean reference score over its human-labelled items")
-    lower_bound: float | None = Field(description="one-sided lower bound at the level of its decision (R-Eval: "
-                                                  "inverting its own test; judge-assisted: r when it passed)")
+    estimate: float | None = Field(description="mean score / mean reference score over its human-labelled items "
+                                               "(tables; None for a live job, whose log holds losses)")
+    lower_bound: float | None = Field(description="one-sided lower bound at the level of its decision (R-Eval on a "
+                                                  "table: inverting its own test; otherwise r + 1 - (1 + r) U from "
+                                                  "its risk bound U)")
     simultaneous_lower_bound: float | None = Field(description="holds for every candidate at once at 1 - delta")
     on_full_table: float | None = Field(description="the recovery on the whole table")
     labels: int = Field(ge=0, description="human labels its test used")
