@@ -151,3 +151,21 @@ def test_a_recovery_job_states_recoveries_recomputed_from_its_label_log(tmp_path
                                f"tags.mlflow.parentRunId = '{run_id}' and tags.mlflow.runName = '{sel['candidate']}'")[0]
     assert child.data.metrics["recovery_lower_bound"] == pytest.approx(sel["recovery"]["lower_bound"])
     assert "recovery >= " in child.data.tags["mlflow.note.content"]
+
+
+def test_a_judge_scores_both_models_and_its_losses_are_compiled_the_same_way(tmp_path):
+    rng = np.random.default_rng(3)
+    k = np.repeat([0, 1], 60)
+    s, ref = (rng.random(120) < 0.7).astype(float), (rng.random(120) < 0.8).astype(float)
+    js, jref = np.clip(s + rng.normal(0, 0.1, 120), 0, 1), np.clip(ref + rng.normal(0, 0.1, 120), 0, 1)
+    path = tmp_path / "judged.parquet"
+    pq.write_table(pa.table({"candidate": np.array(["a", "b"])[k], "item": np.tile(np.arange(60), 2), "s": s,
+                             "s_ref": ref, "js": js, "js_ref": jref, "bits": np.where(k == 0, 8.0, 4.0)}), path)
+    cfg = parse_config(_raw(tmp_path, data={"path": str(path), "score": "s", "reference": "s_ref", "judge_score": "js",
+                                            "judge_reference": "js_ref"}, candidates=None, procedure="bonferroni",
+                            objective={"column": "bits"}, policy={"kind": "r-autoeval+"}, budget={"n": 10, "r": 3}))
+    assert cfg.judge_name == "js" and cfg.policy.uses_judge
+    data = load_job_data(cfg)
+    claim = Recovery(0.95)
+    np.testing.assert_allclose(data.table.human, claim.losses(s.reshape(2, 60), ref.reshape(2, 60)), atol=1e-15)
+    np.testing.assert_allclose(data.table.judge, claim.losses(js.reshape(2, 60), jref.reshape(2, 60)), atol=1e-15)
