@@ -50,8 +50,8 @@ def _base(**over):
     (_base(data={"path": "/no/such/file.parquet", "judge": "j", "order": "rank"}), "data.path: file not found"),
     (_base(policy={"kind": "cer-eval"}), "needs data.features"),
     (_base(procedure="pairwise"), "procedure 'pairwise' ranks models"),
-    ({"alpha": 0.1}, "give exactly one label source: data (recorded losses), live (model servers), source (a Python function) "
-                      "or labels"),
+    ({"alpha": 0.1}, "give exactly one label source: data (recorded losses), live (model servers), source (a Python function), "
+                      "labels (a registered label source) or tasks"),
     (_base(scheduling={"prune": True}), "scheduling.prune applies to procedure 'bonferroni' only"),
     (_base(scheduling={"lookahead": -1}), "scheduling.lookahead: Input should be greater than or equal to 0"),
     (_base(procedure="holm", policy={"kind": "seq"}), "procedure 'holm' needs e-values"),

@@ -75,6 +75,8 @@ def test_an_lm_eval_task_certifies_live(tmp_path, tasks, ray_session, task):
                 a, b = (int(x) for x in docs[item]["question"][8:-1].split(" + "))
                 wrong = row["candidate"] == "weak" and (a * b) % 7 == 0
                 assert loss == (1.0 if wrong else 0.0)
+        if task != "additions":
+            return
         # every document went to the server once; a fresh job over the same items asks lm-eval's cache instead
         cfg2 = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
         result2, _ = execute(cfg2, output=tmp_path / "out2", track=False)
