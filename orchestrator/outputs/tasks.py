@@ -135,8 +135,8 @@ tr.selected td{background:#fff3c4} .wide{overflow-x:auto}</style></head><body>
 <p class="muted">{{ cert.guarantee }}</p>
 <h2>Tasks</h2><table><tr><th>task</th><th>target</th><th>items</th><th>certified on its own</th><th>human labels</th>
 <th>its report</th></tr>{% for t in cert.tasks %}<tr><td>{{ t.name }}</td><td>{{ t.target }}</td><td>{{ t['items'] }}</td>
-<td>{{ t.certified_on_its_own|length }}</td><td>{{ t.labels.human }}</td><td>{% if t.output %}<a href="{{ t.name }}/report.html">
-{{ t.name }}/report.html</a>{% endif %}</td></tr>{% endfor %}</table>
+<td>{{ t.certified_on_its_own|length }}</td><td>{{ t.labels.human }}</td><td>{% if t.output %}<a href="{{ t.output }}/report.html">
+{{ t.output }}/report.html</a>{% endif %}</td></tr>{% endfor %}</table>
 <h2>Candidates</h2><div class="wide"><table><tr>{% for h in head %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for r, c in rows %}<tr{% if c.selected %} class="selected"{% endif %}>{% for x in r %}<td>{{ x }}</td>{% endfor %}</tr>
 {% endfor %}</table></div>

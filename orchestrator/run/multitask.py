@@ -3,6 +3,9 @@ certificate (:mod:`certsel.orchestrator.run.tasks` has the combination, and the 
 
 from __future__ import annotations
 
+import pathlib
+import re
+
 from certsel.config import RunConfig
 
 from certsel.orchestrator.outputs.paths import output_dir
@@ -15,9 +18,12 @@ from .tasks import MultiTaskResult, TaskOutcome, combine, load_tasks
 def execute_tasks(cfg: RunConfig, *, output=None, track: bool = True, progress=None, warn=None,
                   on_job=None) -> MultiTaskResult:
     """Run every task of ``cfg`` (each a durable, tracked job of its own, its outputs in
-    ``output/TASK``), then combine them; the combined certificate goes to ``output``
-    (selection.json, report.md, report.html) and to an MLflow run that holds the tasks' runs."""
-    folder = None if output is None else output_dir(output, "--output")
+    ``output/TASK``, else in its job folder), then combine them; the combined certificate goes
+    to ``output`` (default: ``state.dir/NAME.tasks``; selection.json, report.md, report.html)
+    and to an MLflow run that holds the tasks' runs."""
+    given = output is not None
+    folder = output_dir(output if given else pathlib.Path(cfg.state.dir) / f"{_slug(cfg.name)}.tasks",
+                        "--output" if given else "state.dir")
     cfgs, _ = load_tasks(cfg)
     if track:
         precheck(cfg.tracking.uri)
@@ -25,15 +31,14 @@ def execute_tasks(cfg: RunConfig, *, output=None, track: bool = True, progress=N
     try:
         outcomes = []
         for t, tc in zip(cfg.tasks, cfgs, strict=True):
-            result, run_id = execute(tc, output=None if folder is None else folder / t.name, track=track,
+            result, run_id = execute(tc, output=folder / t.name if given else None, track=track,
                                      progress=progress, warn=warn, on_job=on_job,
                                      parent_run=None if tracker is None else tracker.run_id)
             outcomes.append(TaskOutcome(t.name, tc, result, run_id))
         res = combine(cfg, outcomes)
         if tracker is not None:
             res.run_id, res.tracking = tracker.run_id, tracker.where
-        res.files = write_tasks_report(res, folder) if folder is not None else []
-        res.output_dir = folder
+        res.files, res.output_dir = write_tasks_report(res, folder), folder
         if tracker is not None:
             tracker.finish(res)
         return res
@@ -41,3 +46,8 @@ def execute_tasks(cfg: RunConfig, *, output=None, track: bool = True, progress=N
         if tracker is not None:
             tracker.fail("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
+
+
+def _slug(name: str) -> str:
+    """A job name as a folder name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "job"
