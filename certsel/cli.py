@@ -295,7 +295,6 @@ def _run(args) -> int:
     from certsel.config import load_config
     from certsel.orchestrator.run.job import execute
     from certsel.orchestrator.outputs.report import certificate
-    from certsel.terminal import format_job, print_job
 
     cfg = load_config(args.config, args.overrides)
     if args.fresh:
@@ -328,12 +327,7 @@ def _run(args) -> int:
 
             result, run_id = execute(cfg, progress=progress, **kw)
     cert = certificate(result)
-    if args.json:
-        args.json.write_text(json.dumps(cert, indent=2))
-    if machine:
-        print(format_job(cert, args.format))
-    else:
-        print_job(console, cert, args.quiet, run_id, result.tracking, result.output_dir)
+    _emit(args, console, machine, cert, run_id=run_id, tracking=result.tracking, output_dir=result.output_dir)
     if not result.evaluated:
         print(f"certsel: error: no candidate could be evaluated ({_failures(cert)})", file=sys.stderr)
         return 1
@@ -344,20 +338,25 @@ def _run_tasks(args, cfg, console, machine: bool, on_job) -> int:
     """``certsel run`` on a multi-task job: every task, then the combined certificate."""
     from certsel.orchestrator.outputs.tasks import tasks_certificate
     from certsel.orchestrator.run.multitask import execute_tasks
-    from certsel.terminal import format_job, print_job
 
     if args.resume:
         raise ValueError("--resume names one job; a multi-task job resumes each task by itself (run it again)")
     res = execute_tasks(cfg, output=args.output, track=not args.no_tracking, on_job=on_job,
                         warn=lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True))
-    cert = tasks_certificate(res)
+    _emit(args, console, machine, tasks_certificate(res), tracking=res.tracking, output_dir=res.output_dir)
+    return 0 if all(o.result.evaluated for o in res.tasks) else 1
+
+
+def _emit(args, console, machine: bool, cert: dict, **where) -> None:
+    """A finished job's certificate: to ``--json``, and formatted on stdout or as the table."""
+    from certsel.terminal import format_job, print_job
+
     if args.json:
         args.json.write_text(json.dumps(cert, indent=2))
     if machine:
         print(format_job(cert, args.format))
     else:
-        print_job(console, cert, args.quiet, tracking=res.tracking, output_dir=res.output_dir)
-    return 0 if all(o.result.evaluated for o in res.tasks) else 1
+        print_job(console, cert, args.quiet, **where)
 
 
 def _failures(cert: dict) -> str:

@@ -283,8 +283,8 @@ def print_tasks(console, cert: dict, quiet: bool, tracking=None, output_dir=None
     console.print(f"labels over all tasks: {lab['spent']['human']} human of {lab['full_budget']['human']}, "
                   f"{lab['spent']['judge']} judge of {lab['full_budget']['judge']}", markup=False)
     if output_dir is not None:
-        console.print(f"report: {output_dir / 'report.html'}  (selection.json beside it, each task's outputs in "
-                      "TASK/)", markup=False, soft_wrap=True)
+        console.print(f"report: {output_dir / 'report.html'}  (selection.json beside it; each task's own report "
+                      "is listed above)", markup=False, soft_wrap=True)
     if tracking:
         console.print(f"MLflow run: {tracking['run_id']}  (certsel show {tracking['run_id'][:8]}; the tasks' runs are "
                       "nested under it)", markup=False)

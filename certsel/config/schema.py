@@ -398,11 +398,13 @@ class RunConfig(Strict):
     @property
     def recovery_reference(self) -> str | None:
         """The reference model's name in a recovery job's outputs."""
-        if self.recovery is None:
+        if self.recovery is None or self.recovery.reference_name:
+            return None if self.recovery is None else self.recovery.reference_name
+        if self.data is not None:
+            return self.data.reference
+        ref = None if self.live is None else self.live.reference
+        if ref is None:  # a multi-task job: each task names its own reference
             return None
-        if self.recovery.reference_name or self.data is not None:
-            return self.recovery.reference_name or self.data.reference
-        ref = self.live.reference
         return ref if isinstance(ref, str) else (ref.server or ref.model)
 
     def _check_procedure(self) -> None:

@@ -94,13 +94,19 @@ def _summary(cert: dict) -> tuple[str, list[str]]:
         lines.append(f"its own test: R <= {bound_text(ev['upper_bound'], p['alpha'])} (one-sided, at its level "
                      f"{_fmt(ev.get('level'), '.3g')}; a per-candidate statement, not adjusted for the selection)")
     lines.append(f"estimate {_fmt(ev.get('estimate'))}: {ev.get('estimate_note', '')}")
+    return head, lines + _evidence_tail(cert, ev)
+
+
+def _evidence_tail(cert: dict, ev: dict) -> list[str]:
+    """The summary's last lines, a risk's or a recovery's alike: the e-value and the objective."""
+    lines = []
     if ev.get("e_value") is not None:
         lines.append(f"e-value {ev['e_value']:.3g} against the threshold {ev['threshold']:.3g} it had to reach "
                      f"(certified after {ev.get('certified_at_labels')} human labels, {ev.get('labels_human')} bought)")
     if cert.get("selected_objective") is not None and cert.get("objective"):
         lines.append(f"{cert['objective']['column']} = {cert['selected_objective']:g} "
                      f"({cert['objective']['goal']}, among the {len(cert['certified_set'])} certified)")
-    return head, lines
+    return lines
 
 
 def _recovery_summary(cert: dict, claim: dict, ev: dict) -> tuple[str, list[str]]:
@@ -115,13 +121,7 @@ def _recovery_summary(cert: dict, claim: dict, ev: dict) -> tuple[str, list[str]
     if rec.get("estimate") is not None:
         lines.append(f"estimate {rec['estimate']:.1%}: mean score / mean reference score over its {rec['labels']} "
                      "labelled items")
-    if ev.get("e_value") is not None:
-        lines.append(f"e-value {ev['e_value']:.3g} against the threshold {ev['threshold']:.3g} it had to reach "
-                     f"(certified after {ev.get('certified_at_labels')} human labels, {ev.get('labels_human')} bought)")
-    if cert.get("selected_objective") is not None and cert.get("objective"):
-        lines.append(f"{cert['objective']['column']} = {cert['selected_objective']:g} "
-                     f"({cert['objective']['goal']}, among the {len(cert['certified_set'])} certified)")
-    return head, lines
+    return head, lines + _evidence_tail(cert, ev)
 
 
 def _rows(cert: dict) -> list[list[str]]:

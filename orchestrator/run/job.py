@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, resume: str | None = None,
             durable: bool = True, on_job=None, warn=None, check_outputs=(),
-            parent_run: str | None = None) -> tuple[JobResult, str | None]:
+            parent_run: str | None = None, data=None) -> tuple[JobResult, str | None]:
     """Run ``cfg`` end to end; returns the result and the MLflow parent run id.
 
     With ``durable`` (the default) the job keeps its labels in ``cfg.state.dir`` and resumes
@@ -49,13 +49,14 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
     to MLflow; ``result.output_dir`` and ``result.files`` say where. ``check_outputs`` are
     ``(path, option)`` pairs of further files the caller will write: like ``output``, they are
     checked before anything starts. ``parent_run`` nests the job's MLflow run under that run
-    (a task of a multi-task job).
+    (a task of a multi-task job); ``data`` is the job's data when the caller has loaded and
+    checked it already (:func:`~certsel.orchestrator.inputs.sources.load_job_data`).
     """
     if output is not None:
         output = output_dir(output, "--output")
     for path, what in check_outputs:
         output_file(path, what)
-    data = load_job_data(cfg)
+    data = load_job_data(cfg) if data is None else data
     try:
         note = feasibility_warning(cfg, len(data.names), data.n_items)
     except Exception as exc:  # advisory only: a user strategy that fails here fails in the job too, tracked

@@ -24,16 +24,16 @@ def execute_tasks(cfg: RunConfig, *, output=None, track: bool = True, progress=N
     given = output is not None
     folder = output_dir(output if given else pathlib.Path(cfg.state.dir) / f"{_slug(cfg.name)}.tasks",
                         "--output" if given else "state.dir")
-    cfgs, _ = load_tasks(cfg)
+    cfgs, datas = load_tasks(cfg)
     if track:
         precheck(cfg.tracking.uri)
     tracker = TasksTracker(cfg) if track else None
     try:
         outcomes = []
-        for t, tc in zip(cfg.tasks, cfgs, strict=True):
+        for t, tc, data in zip(cfg.tasks, cfgs, datas, strict=True):
             result, run_id = execute(tc, output=folder / t.name if given else None, track=track,
                                      progress=progress, warn=warn, on_job=on_job,
-                                     parent_run=None if tracker is None else tracker.run_id)
+                                     parent_run=None if tracker is None else tracker.run_id, data=data)
             outcomes.append(TaskOutcome(t.name, tc, result, run_id))
         res = combine(cfg, outcomes)
         if tracker is not None:
