@@ -61,7 +61,7 @@ def main(argv=None) -> int:
 
     from certsel.config import parse_config
     from certsel.orchestrator.audit.tasks import audit_tasks
-    from certsel.orchestrator.run.tasks import load_tasks
+    from certsel.orchestrator.inputs.tasks import load_tasks
 
     R = risks()
     print(f"{args.reps} repetitions, n = {args.n} human labels per candidate and task, delta = 0.1")

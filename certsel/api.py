@@ -148,6 +148,16 @@ def run(job=None, data=None, *, output=None, track: bool = True, resume: str | N
         if resume:
             raise InputError("fresh=True and resume exclude each other")
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
+    if cfg.tasks is not None and cfg.aggregate is None:  # every task as a job of its own, then combined
+        from certsel.orchestrator.outputs.tasks import tasks_certificate
+        from certsel.orchestrator.run.multitask import execute_tasks
+
+        if resume:
+            raise InputError("resume names one job; a multi-task job resumes each task by itself (run it again)")
+        res = execute_tasks(cfg, output=output, track=track, progress=progress)
+        cert = tasks_certificate(res)
+        return Result(selected=res.selected, certificate=cert["certificate"], certified=list(res.certified),
+                      selection=cert, run_id=res.run_id, output_dir=res.output_dir, files=list(res.files), job=res)
     result, run_id = execute(cfg, output=output, track=track, resume=resume, progress=progress)
     cert = certificate(result)
     return Result(selected=result.selected, certificate=cert["certificate"], certified=list(result.certified),
@@ -168,7 +178,10 @@ def audit(job=None, data=None, *, reps: int = 1000, seed: int = 0, workers: int 
     cfg = job_config(job, data, **overrides)
     if output is not None:
         output = output_dir(output, "output")
+    if cfg.tasks is not None and cfg.aggregate is None:
+        raise InputError("audit() takes one job; audit a multi-task job with certsel audit JOB.yaml")
     jobdata = load_job_data(cfg)
+    cfg = jobdata.policy_config(cfg)  # an aggregate is audited in its stacked table's units
     if jobdata.table is None:
         raise InputError("certsel audit needs a replay job (data:), whose table gives the true risks")
     with as_input_errors():

@@ -310,7 +310,7 @@ def _run(args) -> int:
         if not args.quiet or job.resumed:
             print(f"{verb}: labels kept in {job.dir}", flush=True, file=sys.stderr if machine else sys.stdout)
 
-    if cfg.tasks is not None:
+    if cfg.tasks is not None and cfg.aggregate is None:
         return _run_tasks(args, cfg, console, machine, on_job)
     kw = {"output": args.output, "track": not args.no_tracking, "resume": args.resume, "on_job": on_job,
           "warn": lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True),
@@ -374,9 +374,10 @@ def _audit(args) -> int:
     from certsel.orchestrator.outputs.tracking import log_audit, precheck
 
     cfg = load_config(args.config, args.overrides)
-    if cfg.tasks is not None:
+    if cfg.tasks is not None and cfg.aggregate is None:
         return _audit_tasks(args, cfg)
     data = load_job_data(cfg)
+    cfg = data.policy_config(cfg)  # an aggregate is audited in its stacked table's units
     if data.table is None:
         raise ValueError(f"{args.config}: certsel audit needs a replay job (data:), whose table gives the true risks")
     if not args.no_tracking:
@@ -417,7 +418,7 @@ def _audit_tasks(args, cfg) -> int:
     import json as _json
 
     from certsel.orchestrator.audit.tasks import audit_tasks
-    from certsel.orchestrator.run.tasks import load_tasks
+    from certsel.orchestrator.inputs.tasks import load_tasks
 
     cfgs, datas = load_tasks(cfg)
     result = audit_tasks(cfg, cfgs, datas, reps=args.reps, seed=args.seed)

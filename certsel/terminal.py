@@ -47,6 +47,9 @@ def _selection_columns(cert: dict) -> tuple[list[Column], list[list[str]], list[
             Column("recovery estimate" if recovery else "estimate", 5),
             Column("recovery on table" if recovery else "two-sided interval", 7), Column("human", 1),
             *([Column("to certify / min", 6)] if testing else []), *([Column("judge agrees (kappa)", 6)] if judged else [])]
+    tasks = [t["name"] for t in cert["aggregate"]["tasks"]] if cert.get("aggregate") else []
+    if tasks:  # an aggregate: the human labels its test drew from each task, after the total
+        cols.insert(cols.index(next(c for c in cols if c.name == "human")) + 1, Column("by task: " + " / ".join(tasks), 2))
     rows = []
     for c in cands:
         ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {bound_text(c['ci'][1])}]"
@@ -64,6 +67,8 @@ def _selection_columns(cert: dict) -> tuple[list[Column], list[list[str]], list[
         if testing:
             row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g} / {c.get('threshold', 0):.3g}")
         row += [joint, ub, est, ci, str(c["labels_human"])]
+        if tasks:
+            row.append(" / ".join(str(c["tasks"][t]["labels_human"]) for t in tasks))
         if testing:
             row.append(efficiency_cell(c))
         if judged:
@@ -157,7 +162,10 @@ def candidate_records(cert: dict) -> list[dict]:
     for c in cert["candidates"]:
         row = {k: c.get(k) for k in CSV_FIELDS if k not in ("ci_low", "ci_high")}
         row["ci_low"], row["ci_high"] = (None, None) if c.get("ci") is None else tuple(c["ci"])
-        out.append({k: row[k] for k in CSV_FIELDS})
+        row = {k: row[k] for k in CSV_FIELDS}
+        for task, fig in (c.get("tasks") or {}).items():  # an aggregate: its per-task figures
+            row.update({f"{task}_{k}": v for k, v in fig.items()})
+        out.append(row)
     return out
 
 
@@ -170,9 +178,10 @@ def format_job(cert: dict, fmt: str) -> str:
         return _format_tasks(cert, fmt)
     if fmt == "csv":
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+        rows = candidate_records(cert)
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else CSV_FIELDS, lineterminator="\n")
         w.writeheader()
-        w.writerows({k: "" if v is None else v for k, v in r.items()} for r in candidate_records(cert))
+        w.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
         return buf.getvalue().rstrip("\n")
     if fmt == "markdown":
         title, cols, rows, _ = table_parts(cert)
@@ -308,6 +317,11 @@ def print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None, outp
         if c["status"] in ("source failed", "worker lost"):
             console.print(f"{c['candidate']}: not certified ({c['reason']})", markup=False)
     console.print(f"selected: {cert['selected'] or 'none'} — {cert['certificate']}", markup=False)
+    if cert.get("aggregate"):
+        agg = cert["aggregate"]
+        console.print(f"aggregate: one test on the {cert['data']['items']} stacked items of "
+                      f"{len(agg['tasks'])} tasks, losses scaled so that their mean is R / M (M = {agg['unit']:.4g}; "
+                      f"tested at alpha / M = {agg['policy_alpha']:.4g})", markup=False)
     ev = cert.get("evidence")
     if ev and ev.get("recovery") is not None:
         console.print(recovery_evidence_line(ev), markup=False)

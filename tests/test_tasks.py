@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from certsel.config import ConfigError, parse_config
 from certsel.errors import InputError
-from certsel.orchestrator.run.tasks import intersection_union, load_tasks
+from certsel.orchestrator.inputs.tasks import load_tasks
+from certsel.orchestrator.run.tasks import intersection_union
 from certsel.policies.procedures import get_procedure
 from certsel.workers.replay import DATA_DIR
 

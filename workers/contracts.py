@@ -23,6 +23,8 @@ a betting strategy defined in user code travel by value; see
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -129,6 +131,16 @@ class Snapshot:
     decision: int | None = None
     error: str | None = None
     restored_steps: int = 0
+
+    def in_units(self, unit: float) -> Snapshot:
+        """The snapshot with its risk numbers (estimate, interval, bounds) multiplied by
+        ``unit``: a stacked aggregate's policies see losses divided by M (JobData.unit)."""
+        if unit == 1.0:
+            return self
+        return dataclasses.replace(
+            self, estimate=self.estimate * unit, ci=None if self.ci is None else tuple(float(c) * unit for c in self.ci),
+            upper_bound=None if self.upper_bound is None else self.upper_bound * unit,
+            level_bounds=None if self.level_bounds is None else {k: v * unit for k, v in self.level_bounds.items()})
 
 
 @dataclass

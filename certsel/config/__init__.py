@@ -27,6 +27,7 @@ Example (``examples/quantization.yaml``)::
 from .base import ConfigError
 from .loading import apply_overrides, load_config, load_plugins, parse_config
 from .schema import (
+    AggregateConfig,
     BudgetConfig,
     CostsConfig,
     ObjectiveConfig,
@@ -52,7 +53,7 @@ from .sources import (
     ServeConfig,
 )
 
-__all__ = ["BudgetConfig", "ConfigError", "CostsConfig", "DataConfig", "EndpointConfig", "FeaturesConfig",
+__all__ = ["AggregateConfig", "BudgetConfig", "ConfigError", "CostsConfig", "DataConfig", "EndpointConfig", "FeaturesConfig",
            "JudgeConfig", "LabelsConfig", "LiveCandidate", "LiveCandidateRef", "LiveConfig", "ObjectiveConfig",
            "PairwiseConfig", "PolicyConfig", "PythonSourceConfig", "RayConfig", "ReferenceConfig", "RunConfig",
            "SchedulingConfig", "ServeConfig", "StateConfig", "TrackingConfig", "apply_overrides", "load_config",

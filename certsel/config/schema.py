@@ -218,6 +218,28 @@ class TaskConfig(Strict):
         return self
 
 
+class AggregateConfig(Strict):
+    """Certify a weighted aggregate over the tasks instead of every task (``aggregate:``): the
+    candidate's risk is sum_t w_t R_t (weights normalised to sum to 1) and the job's target is
+    the job's ``alpha`` (or ``recovery``: sum_t w_t E[s_t] >= r sum_t w_t E[s_ref,t]). ``weights``
+    is ``equal`` (each task counts the same, the macro average), ``size`` (each task by its
+    number of items, the micro average) or a mapping task -> weight > 0 naming every task.
+    The job runs as one test on the tasks' stacked tables (docs/statistics.md)."""
+
+    weights: Literal["equal", "size"] | dict[str, float] = "equal"
+
+    @field_validator("weights")
+    @classmethod
+    def _positive(cls, v):
+        if isinstance(v, dict):
+            if not v:
+                raise ValueError("give a weight for every task (or equal, or size)")
+            bad = [f"{k}: {w!r}" for k, w in v.items() if not (isinstance(w, (int, float)) and 0 < w < float("inf"))]
+            if bad:
+                raise ValueError(f"weights must be finite and > 0, got {', '.join(bad)}")
+        return v
+
+
 class RunConfig(Strict):
     name: str = Field("certsel", min_length=1)
     # modules imported before the rest is validated: they register procedures and betting
@@ -232,6 +254,8 @@ class RunConfig(Strict):
     labels: LabelsConfig | None = None
     # or several tasks, each a table with the same candidates: certified means certified on every task
     tasks: list[TaskConfig] | None = None
+    # with tasks: certify a weighted aggregate of the tasks' risks instead of each task's
+    aggregate: AggregateConfig | None = None
     candidates: list[str] | None = None  # default: every candidate in the table
     order: list[str] | None = None  # FST: an explicit fixed sequence (instead of data.order)
     policy: PolicyConfig = PolicyConfig()
@@ -305,6 +329,9 @@ class RunConfig(Strict):
         """The judge, for reports: the loss column, the judge's model, or the function."""
         if self.data is not None:
             return self.data.judge if self.recovery is None else self.data.judge_score
+        if self.tasks is not None:  # the tasks' judge columns, each named once
+            cols = [t.data.judge if self.recovery is None else t.data.judge_score for t in self.tasks]
+            return ", ".join(dict.fromkeys(c for c in cols if c)) or None
         if self.live is not None:
             return self.live.judge.model if self.live.judge else None
         if self.labels is not None:  # a registered source's option: a name, or a flag that its judge is on
@@ -321,6 +348,8 @@ class RunConfig(Strict):
                              "source (a Python function), labels (a registered label source) or tasks (several "
                              "tables)")
         self._check_procedure()
+        if self.aggregate is not None:
+            self._check_aggregate()
         if self.tasks is not None:
             self.task_configs()  # each task is a whole job: checked as one
             return self
@@ -339,7 +368,7 @@ class RunConfig(Strict):
         if get_procedure(self.procedure).ranking:
             raise ValueError(f"tasks: procedure {self.procedure!r} ranks models; a multi-task job certifies each "
                              "candidate on every task (fst, bonferroni, holm)")
-        base = self.model_dump(exclude={"tasks", "alpha", "recovery", "data"}, exclude_unset=False)
+        base = self.model_dump(exclude={"tasks", "aggregate", "alpha", "recovery", "data"}, exclude_unset=False)
         out = []
         for t in self.tasks:
             raw = {**base, "name": f"{self.name}/{t.name}", "data": t.data.model_dump(),
@@ -360,6 +389,35 @@ class RunConfig(Strict):
                 raise ValueError(f"task {t.name!r}: " + (f"{loc}: " if loc else "")
                                  + e["msg"].replace("Value error, ", "")) from None
         return out
+
+    def _check_aggregate(self) -> None:
+        """An aggregate is over tasks, with one target: the job's."""
+        if self.tasks is None:
+            raise ValueError("aggregate: weighs the tasks of a multi-task job; give tasks: [...]")
+        for t in self.tasks:
+            if t.alpha is not None or t.recovery is not None:
+                raise ValueError(f"aggregate: task {t.name!r} sets its own target; an aggregate job has one, the "
+                                 "job's alpha (or recovery)")
+            if t.budget:
+                raise ValueError(f"aggregate: task {t.name!r} sets its own budget; an aggregate job is one test on "
+                                 "the stacked tasks, with the job's budget")
+        w = self.aggregate.weights
+        if isinstance(w, dict):
+            names = [t.name for t in self.tasks]
+            missing, extra = [n for n in names if n not in w], [n for n in w if n not in names]
+            if missing or extra:
+                raise ValueError("aggregate.weights: give a weight for every task and only for tasks"
+                                 + (f" (missing: {', '.join(missing)})" if missing else "")
+                                 + (f" (not a task: {', '.join(extra)})" if extra else ""))
+
+    def task_weights(self, sizes: list[int]) -> list[float]:
+        """The aggregate's weights, in task order, normalised to sum to 1 (``sizes``: the
+        tasks' numbers of items, for ``weights: size``)."""
+        w = self.aggregate.weights
+        raw = ([1.0] * len(self.tasks) if w == "equal" else [float(n) for n in sizes] if w == "size"
+               else [float(w[t.name]) for t in self.tasks])
+        total = sum(raw)
+        return [x / total for x in raw]
 
     def _check_recovery(self) -> None:
         """A recovery job reads score columns of a table and tests them at a risk target."""
@@ -402,8 +460,10 @@ class RunConfig(Strict):
             return None if self.recovery is None else self.recovery.reference_name
         if self.data is not None:
             return self.data.reference
+        if self.tasks is not None:  # each task names its reference column; one name when they agree
+            return ", ".join(dict.fromkeys(t.data.reference for t in self.tasks if t.data.reference)) or None
         ref = None if self.live is None else self.live.reference
-        if ref is None:  # a multi-task job: each task names its own reference
+        if ref is None:
             return None
         return ref if isinstance(ref, str) else (ref.server or ref.model)
 

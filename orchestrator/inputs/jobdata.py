@@ -30,11 +30,24 @@ class RecoveryScores:
     reference_name: str
     score: np.ndarray
     reference: np.ndarray
+    # an aggregate's stacked tasks: item i's weight w_t N / N_t, so that a weighted ratio of sums
+    # is the weighted recovery sum_t w_t E[s_t] / sum_t w_t E[s_ref,t] (None: all 1)
+    weight: np.ndarray | None = None
 
     @property
     def on_table(self) -> np.ndarray:
         """Each candidate's recovery over the whole table (the reports' reference value)."""
-        return recovery_of(self.score, self.reference)
+        if self.weight is None:
+            return recovery_of(self.score, self.reference)
+        return self.ratio(self.score, self.reference, np.arange(self.score.shape[1]))
+
+    def ratio(self, score: np.ndarray, reference: np.ndarray, items: np.ndarray) -> np.ndarray:
+        """sum w s / sum w s_ref over ``items`` (the last axis of ``score`` and ``reference``);
+        nan where the reference's sum is 0."""
+        w = np.ones(items.size) if self.weight is None else self.weight[items]
+        den = (reference * w).sum(axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(den > 0, (score * w).sum(axis=-1) / np.where(den > 0, den, 1.0), np.nan)
 
     def take(self, idx: np.ndarray) -> RecoveryScores:
         return dataclasses.replace(self, score=self.score[idx], reference=self.reference[idx])
@@ -53,6 +66,15 @@ class JobData:
     function: object = None  # python: the label function; a registered source: what its load() returns for spec()
     n_source_items: int = 0  # python and registered sources: the number of items
     recovery: RecoveryScores | None = None  # a recovery job's scores (its table's losses come from them)
+    # the factor from the losses the policies see to the risk the job certifies: M of a stacked
+    # aggregate (orchestrator/inputs/tasks.py), whose policies test alpha / M; 1 otherwise
+    unit: float = 1.0
+    aggregate: object = None  # an aggregate job's Aggregate (how its table was stacked)
+
+    def policy_config(self, cfg: RunConfig) -> RunConfig:
+        """``cfg`` as the policies see it: alpha in the units of the losses they are given
+        (alpha / M for a stacked aggregate)."""
+        return cfg if self.unit == 1.0 else cfg.model_copy(update={"alpha": cfg.alpha / self.unit})
 
     @property
     def names(self) -> list[str]:
@@ -85,8 +107,9 @@ class JobData:
 
     @property
     def true_risk(self) -> np.ndarray | None:
-        """Risk on the whole table (replay only: the reference the reports show)."""
-        return self.table.true_risk if self.table is not None else None
+        """Risk on the whole table (replay only: the reference the reports show), in the job's
+        units (an aggregate's: the weighted risk over its tasks)."""
+        return self.table.true_risk * self.unit if self.table is not None else None
 
 
 def fingerprint(*paths) -> str:

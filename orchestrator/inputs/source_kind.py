@@ -51,7 +51,7 @@ class SourceKind:
         return f"the {n_items} items of the {self.name} source"
 
 
-BUILT_IN = ("replay", "live", "python")  # the job file's data, live and source sections
+BUILT_IN = ("replay", "live", "python", "tasks")  # the job file's data, live, source and tasks sections
 
 
 SOURCE_KINDS: dict[str, SourceKind] = {}

@@ -32,6 +32,7 @@ from certsel.workers.python_source import PythonSpec
 from certsel.workers.replay import ReplaySpec
 
 from .jobdata import JobData, check_count, check_size, load_live, load_python, load_replay
+from .tasks import load_aggregate
 from .source_kind import BUILT_IN, SOURCE_KINDS, Provides, SourceKind, get_source_kind, register_source_kind
 from . import lm_eval_kind  # noqa: F401  (registers the lm-eval source kind; lm-eval itself loads when used)
 
@@ -91,7 +92,32 @@ class PythonKind(SourceKind):
         return f"the {n_items} items of the label function"
 
 
-for _k in (ReplayKind, LiveKind, PythonKind):
+class TasksKind(SourceKind):
+    """``tasks:`` with ``aggregate:``: one stacked table (:mod:`.tasks`); without it the tasks
+    run as jobs of their own (:mod:`certsel.orchestrator.run.multitask`)."""
+
+    name = "tasks"
+
+    def provides(self, cfg):
+        recovery = cfg.recovery is not None
+        return Provides(all((t.data.judge_score if recovery else t.data.judge) is not None for t in cfg.tasks),
+                        all(t.data.features is not None for t in cfg.tasks), "tasks[].data.judge",
+                        "tasks[].data.features")
+
+    def load(self, cfg):
+        if cfg.aggregate is None:
+            raise ValueError("a multi-task job without aggregate: runs each task as a job of its own "
+                             "(certsel.orchestrator.run.multitask.execute_tasks)")
+        return load_aggregate(cfg)
+
+    def spec(self, cfg, data, k, with_judge):
+        return ReplaySpec()
+
+    def items_words(self, n_items):
+        return f"the {n_items} items of the stacked tasks"
+
+
+for _k in (ReplayKind, LiveKind, PythonKind, TasksKind):
     register_source_kind(_k)
 
 

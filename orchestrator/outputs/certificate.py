@@ -38,12 +38,15 @@ from certsel.orchestrator.inputs.sources import source_of
 
 from .numbers import _round, bound_text, round_down, round_up, share_text  # noqa: F401  (re-exported)
 from .recovery import recovery_rows
+from . import aggregate as _aggregate
 
 
 BUILT_IN = (BettingTestKind, JudgeStratifiedKind, SeqKind, CerEvalKind)  # their wording is below
 
 def recovery_claim_words(cfg) -> str:
     """The claim a recovery job certifies, in words: "recovery >= 95% of 'score_fp_human'"."""
+    if cfg.aggregate is not None:  # the tasks' weighted scores: sum_t w_t E[s_t] / sum_t w_t E[s_ref,t]
+        return f"weighted recovery over the tasks >= {cfg.recovery.at_least * 100:g}% of {cfg.recovery_reference!r}"
     return f"recovery >= {cfg.recovery.at_least * 100:g}% of {cfg.recovery_reference!r}"
 
 
@@ -62,23 +65,28 @@ def _loss_words(cfg) -> str:
             "with score = 1 - loss)")
 
 
-def _guarantee(cfg, n_items: int) -> str:
+def _guarantee(result: JobResult) -> str:
     """What R is and why the certificate holds, in words."""
+    cfg, n_items = result.cfg, result.data.n_items
     loss = _loss_words(cfg)
     kind = cfg.policy.policy_kind
+    stacked = None if result.data.aggregate is None else _aggregate.subject(result, loss)
     if kind.guarantee is not None or not isinstance(kind, BUILT_IN):  # a kind registered by the user
         why = kind.guarantee or f"The statement holds by the argument of policy kind {kind.name!r} (its documentation)."
-        return f"R is a candidate's mean {loss} over the {n_items} items of the test set. {why}"
+        first = stacked or f"R is a candidate's mean {loss} over the {n_items} items of the test set."
+        return f"{first} {why}"
     if cfg.policy.is_testing and cfg.policy.judge_first:
-        return (f"R is a candidate's mean {loss} over the {n_items} items of the test set (a finite population). The "
+        first = stacked or f"R is a candidate's mean {loss} over the {n_items} items of the test set (a finite population)."
+        return (f"{first} The "
                 "judge scored every item first; human labels were drawn without replacement by strata of the "
                 "judge's loss, and each candidate's e-process bets on an observation whose conditional mean is R "
                 "exactly, for any strata, allocation and controls fixed from past labels, so the statement holds "
                 "at any stopping time by Ville's inequality. A bad judge costs labels, never validity.")
     if cfg.policy.is_testing:
         source = source_of(cfg).items_words(n_items)
-        return (f"R is a candidate's risk: its mean {loss} over {source}, which the job labels in a random order "
-                "without replacement. Each candidate's e-process is a test supermartingale under R > alpha for "
+        first = stacked or (f"R is a candidate's risk: its mean {loss} over {source}, which the job labels in a random "
+                            "order without replacement.")
+        return (f"{first} Each candidate's e-process is a test supermartingale under R > alpha for "
                 "i.i.d. draws, so the statement holds at any stopping time by Ville's inequality; drawing without "
                 "replacement from a finite set has been at least as safe in every audit (certsel audit), though "
                 "that is measured, not proved. A bad judge costs labels, never validity.")
@@ -118,13 +126,16 @@ def certificate(result: JobResult) -> dict:
                      f"{1 - cfg.delta:g}, {proc.joint_words(cfg.alpha, len(in_set), K)} ({result.level})"
                      + _nominal(cfg))
     recovery = recovery_rows(result)
+    per_task = None if result.data.aggregate is None else _aggregate.task_rows(result)
+    if per_task is not None and sel is not None and recovery is None:
+        statement += f"; {_aggregate.aggregate_words(result)}"
     if recovery is not None and sel is not None:
         statement = (f"recovery({sel.name}) >= {share_text(recovery[sel.index].simultaneous_lower_bound)} of "
                      f"{cfg.recovery_reference!r} with probability >= {1 - cfg.delta:g}, simultaneously for the "
                      f"{len(in_set)} certified of {K} candidates ({recovery_claim_words(cfg)} for each; "
                      f"{result.level})")
     ci_delta = float(proc.candidate_deltas(cfg.delta, K).min())
-    guarantee = _guarantee(cfg, result.data.n_items)
+    guarantee = _guarantee(result)
     # the level each candidate's decision was taken at (and, for e-values, the threshold 1/level)
     levels = (proc.decision_deltas(cfg.delta, np.array([r.max_log_e for r in result.records])) if cfg.policy.is_testing
               else proc.candidate_deltas(cfg.delta, K))
@@ -151,6 +162,8 @@ def certificate(result: JobResult) -> dict:
             row["judge"] = {k: (_round(v, 4) if isinstance(v, float) else v) for k, v in r.judge.items()}
         if recovery is not None:
             row["recovery"] = recovery[r.index].as_dict()
+        if per_task is not None:
+            row["tasks"] = per_task[r.index]
         return row
 
     rows = [cand(r) for r in result.records]
@@ -180,6 +193,7 @@ def certificate(result: JobResult) -> dict:
         "selected_objective": None if sel is None else sel.objective,
         "certificate": statement,
         **({} if recovery is None else {"claim": _recovery_claim(cfg)}),
+        **({} if per_task is None else {"aggregate": _aggregate.claim(result)}),
         "guarantee": guarantee,
         "evidence": evidence,
         "certified_set": list(result.certified),

@@ -76,7 +76,8 @@ def recovery_rows(result: JobResult) -> list[RecoveryRow] | None:
     cfg, rec = result.cfg, result.data.recovery
     if cfg.recovery is None:
         return None
-    if rec is not None and not (cfg.policy.uses_judge or cfg.policy.judge_first):
+    # the inversion recomputes the test from the raw scores: not for a stacked aggregate whose losses were scaled
+    if rec is not None and not (cfg.policy.uses_judge or cfg.policy.judge_first) and result.data.unit == 1.0:
         return _inverted_rows(result)
     return _implied_rows(result)
 
@@ -90,8 +91,14 @@ def _scores(result: JobResult, x) -> tuple[np.ndarray, np.ndarray]:
     return rec.score[x.index, items], rec.reference[x.index, items]
 
 
-def _estimate(s: np.ndarray, ref: np.ndarray) -> float | None:
-    return float(s.sum() / ref.sum()) if ref.sum() > 0 else None
+def _estimate(result: JobResult, x) -> float | None:
+    """The ratio of the labelled items' mean scores (weighted by task for a stacked aggregate)."""
+    rec = result.data.recovery
+    if rec is None or x.t == 0:
+        return None
+    items = human_items(result, x.name, x.t)
+    est = float(rec.ratio(rec.score[x.index, items], rec.reference[x.index, items], items))
+    return None if np.isnan(est) else est
 
 
 def _on_table(result: JobResult, k: int) -> float | None:
@@ -107,12 +114,11 @@ def _implied_rows(result: JobResult) -> list[RecoveryRow]:
     certified = set(result.certified)
     rows = []
     for x in result.records:
-        s, ref = _scores(result, x)
         own = from_risk_bound(x.upper_bound, r0) if x.t > 0 else None
         joint = from_risk_bound(x.joint_bound, r0)
         if x.joint_bound is None and x.name in certified:
             joint = r0
-        rows.append(RecoveryRow(estimate=_estimate(s, ref), lower_bound=own, simultaneous_lower_bound=joint,
+        rows.append(RecoveryRow(estimate=_estimate(result, x), lower_bound=own, simultaneous_lower_bound=joint,
                                 on_full_table=_on_table(result, x.index), labels=int(x.t)))
     return rows
 
@@ -142,7 +148,7 @@ def _inverted_rows(result: JobResult) -> list[RecoveryRow]:
         lower = bound(float(decision[k]))
         if not np.isnan(joint_levels[k]):
             joint_own[k] = lower if joint_levels[k] == decision[k] else bound(float(joint_levels[k]))
-        rows.append(dict(estimate=_estimate(s, ref), lower_bound=lower if lower > 0 else None,  # 0: no statement
+        rows.append(dict(estimate=_estimate(result, x), lower_bound=lower if lower > 0 else None,  # 0: no statement
                          on_full_table=_on_table(result, k), labels=int(x.t)))
     joint = -proc.simultaneous_bounds(cfg.delta, -r0, certified, -joint_own)
     return [RecoveryRow(simultaneous_lower_bound=None if np.isnan(j) or j <= 0 else float(j), **row)

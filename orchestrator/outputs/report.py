@@ -222,6 +222,28 @@ def _labels_table(cert: dict) -> list[list[str]]:
     return rows
 
 
+def _task_tables(cert: dict) -> list[list[list[str]]]:
+    """An aggregate job's tasks (weight, items, how their losses were scaled) and each
+    candidate's figures on each task; no tables for other jobs."""
+    agg = cert.get("aggregate")
+    if not agg:
+        return []
+    tasks = [["task", "weight", "items", "loss scale in the stacked table", "table"]] + [
+        [t["name"], f"{t['weight']:.4g}", str(t["items"]), f"{t['factor']:.4g}", t["data"]] for t in agg["tasks"]]
+    names = [t["name"] for t in agg["tasks"]]
+    recovery = any("recovery_on_full_table" in c["tasks"][names[0]] for c in cert["candidates"])
+    what = "recovery on table" if recovery else "R on table"
+    per = [["candidate", *[f"{n}: {what} (human labels)" for n in names]]]
+    for c in cert["candidates"]:
+        cells = []
+        for n in names:
+            f = c["tasks"][n]
+            v = f.get("recovery_on_full_table") if recovery else f["risk_on_full_table"]
+            cells.append(f"{'' if v is None else (f'{v:.1%}' if recovery else f'{v:.3f}')} ({f['labels_human']})")
+        per.append([c["candidate"] + (" *" if c["selected"] else ""), *cells])
+    return [tasks, per]
+
+
 def _markdown(cert: dict, plots) -> str:
     head, lines = _summary(cert)
     p = cert["procedure"]
@@ -229,7 +251,8 @@ def _markdown(cert: dict, plots) -> str:
            f"**Certificate:** {cert['certificate']}.", "", cert["guarantee"], "",
            f"Policy {_policy_words(cert)}, delta = {p['delta']:g}"
            + (f", alpha = {p['alpha']:g}" if "alpha" in p else "") + f", procedure: {p['level']}.", ""]
-    for table in (_labels_table(cert), _rows(cert), *([_pair_rows(cert)] if "ranking" in cert else [])):
+    for table in (_labels_table(cert), _rows(cert), *([_pair_rows(cert)] if "ranking" in cert else []),
+                  *_task_tables(cert)):
         out += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
         out += ["| " + " | ".join(r) + " |" for r in table[1:]] + [""]
     if "ranking" not in cert:
@@ -263,6 +286,10 @@ _HTML = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True
 {% else %}
 <p class="muted">{{ bounds_note }}</p>
 {% endif %}
+{% if tasks %}
+<h2>Tasks</h2><p class="muted">{{ aggregate_words }}: one test on the tasks' stacked items, each task's losses scaled so that the stacked mean is R / M.</p>
+{{ table(tasks[0]) }}<div class="wide">{{ table(tasks[1]) }}</div>
+{% endif %}
 {% if incidents %}<h2>Ended without evidence</h2><ul>{% for x in incidents %}<li>{{ x }}</li>{% endfor %}</ul>{% endif %}
 <h2>Plots</h2>
 {% for name, data in images %}<img alt="{{ name }}" src="data:image/png;base64,{{ data }}">
@@ -287,7 +314,8 @@ def _html(cert: dict, plots) -> str:
         certificate=cert["certificate"], guarantee=cert["guarantee"], policy=_policy_words(cert),
         delta=f"{p['delta']:g}", alpha=f"{p['alpha']:g}" if "alpha" in p else None, level=p["level"],
         labels=_labels_table(cert), rows=_rows(cert), classes=classes, pairs=_pair_rows(cert) if ranking else None,
-        bounds_note=_bounds_note(cert), incidents=_incidents(cert), images=images)
+        bounds_note=_bounds_note(cert), incidents=_incidents(cert), images=images, tasks=_task_tables(cert),
+        aggregate_words=(cert.get("aggregate") or {}).get("words"))
 
 
 def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:

@@ -94,6 +94,36 @@ class Claim(_Doc):
     bound_note: str
 
 
+class AggregatePart(_Doc):
+    """One task of an aggregate: its weight and how its losses were scaled in the stacked table."""
+
+    name: str
+    weight: float = Field(gt=0, description="w_t, normalised: the weights sum to 1")
+    items: int = Field(gt=0, description="N_t, its number of items")
+    factor: float = Field(gt=0, le=1, description="w_t N / (N_t M): its losses' scale in the stacked table")
+    data: str = Field(description="its table")
+
+
+class Aggregate(_Doc):
+    """What an aggregate job certifies, R = sum_t w_t R_t, and how its tasks were stacked."""
+
+    kind: Literal["aggregate"]
+    words: str
+    weights: Literal["equal", "size", "given"]
+    unit: float = Field(ge=1, description="M: the stacked table's mean is R / M, tested at alpha / M")
+    policy_alpha: float = Field(description="alpha / M, the stacked test's target")
+    tasks: list[AggregatePart]
+    note: str
+
+
+class TaskFigures(_Doc):
+    """An aggregate's candidate on one task."""
+
+    labels_human: int = Field(ge=0, description="human labels its test drew from this task")
+    risk_on_full_table: float | None = Field(description="its mean loss on the task's whole table (unscaled)")
+    recovery_on_full_table: float | None = None
+
+
 class Evidence(_Doc):
     """The selected candidate's own numbers, each with the level it has."""
 
@@ -143,6 +173,7 @@ class Candidate(_Doc):
     cost: float | None = None
     position: int | None = None
     recovery: RecoveryFigures | None = None
+    tasks: dict[str, TaskFigures] | None = Field(None, description="an aggregate job: per task")
 
 
 class Data(_Doc):
@@ -191,6 +222,8 @@ class Selection(_Doc):
     selected_objective: float | None
     certificate: str = Field(description="the certified statement, in words")
     claim: Claim | None = Field(None, description="a recovery job's claim (absent: the claim is R <= alpha)")
+    aggregate: Aggregate | None = Field(None, description="an aggregate job: R is the weighted mean of its "
+                                                          "tasks' risks (absent: one table)")
     guarantee: str = Field(description="what R is and why the statement holds")
     evidence: Evidence | None
     certified_set: list[str]

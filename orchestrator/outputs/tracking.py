@@ -183,6 +183,9 @@ class JobTracker:
             "objective": None if cfg.objective is None else f"{cfg.objective.goal} {cfg.objective.column}",
             "n_candidates": len(records), "n_items": data.n_items,
         }
+        if data.aggregate is not None:  # one test on stacked tasks: their weights and the scale M
+            params.update(aggregate_weights=data.aggregate.words(), aggregate_unit=data.aggregate.unit,
+                          policy_alpha=cfg.alpha / data.aggregate.unit)
         # only what means something for this job: no alpha for a ranking, no judge or judge ratio without a judge
         if get_procedure(cfg.procedure).ranking:
             params.pop("alpha")
@@ -261,6 +264,8 @@ class JobTracker:
             for key in ("lower_bound", "simultaneous_lower_bound", "estimate", "on_full_table"):
                 if rec.get(key) is not None:  # a recovery job: its statement's numbers, as shares
                     final[f"recovery_{key}"] = rec[key]
+            for task, fig in (row.get("tasks") or {}).items():  # an aggregate: its figures on each task
+                final.update({f"{task}_{k}": v for k, v in fig.items() if v is not None})
             c.log_batch(self.child[r.name], tags=tags,
                         metrics=[Metric(k, float(v), now, r.t) for k, v in final.items()])
             c.set_terminated(self.child[r.name], "FINISHED")

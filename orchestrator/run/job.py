@@ -58,7 +58,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
         output_file(path, what)
     data = load_job_data(cfg) if data is None else data
     try:
-        note = feasibility_warning(cfg, len(data.names), data.n_items)
+        note = feasibility_warning(data.policy_config(cfg), len(data.names), data.n_items)
     except Exception as exc:  # advisory only: a user strategy that fails here fails in the job too, tracked
         log.debug("feasibility check skipped (%s)", first_line(exc))
         note = None

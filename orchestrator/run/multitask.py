@@ -12,7 +12,8 @@ from certsel.orchestrator.outputs.paths import output_dir
 from certsel.orchestrator.outputs.tasks import TasksTracker, write_tasks_report
 from certsel.orchestrator.outputs.tracking import precheck
 from .job import execute
-from .tasks import MultiTaskResult, TaskOutcome, combine, load_tasks
+from certsel.orchestrator.inputs.tasks import load_tasks
+from .tasks import MultiTaskResult, TaskOutcome, combine
 
 
 def execute_tasks(cfg: RunConfig, *, output=None, track: bool = True, progress=None, warn=None,

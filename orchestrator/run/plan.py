@@ -51,19 +51,20 @@ class JobPlan:
         order = features = None
         deltas = self.procedure.candidate_deltas(cfg.delta, K)
         pol = cfg.policy
+        alpha = cfg.alpha / self.data.unit  # the policies' units: a stacked aggregate's losses are divided by M
         if self.procedure.ranking:  # label servers: the pairwise comparisons live in the driver
             kind, settings = None, [None] * K
         elif self.testing:
             order = item_order(I, cfg.seed)
             kind = pol.policy_kind
-            settings = [PolicySettings(alpha=cfg.alpha, delta=cfg.delta, budget=n, seed=(cfg.seed, k),
+            settings = [PolicySettings(alpha=alpha, delta=cfg.delta, budget=n, seed=(cfg.seed, k),
                                        betting=pol.strategy, r=r, observation=pol.observation, ci_delta=float(deltas[k]),
                                        intervals=cfg.tracking.intervals, futility=cfg.scheduling.futility)
                         for k in range(K)]
         else:
             features = self.data.features
             kind = pol.policy_kind
-            settings = [PolicySettings(alpha=cfg.alpha, delta=float(deltas[k]), budget=n, seed=(cfg.seed, k),
+            settings = [PolicySettings(alpha=alpha, delta=float(deltas[k]), budget=n, seed=(cfg.seed, k),
                                        radius=pol.radius, partition=pol.partition) for k in range(K)]
         self.arrays = JobArrays(human_items=None if order is None else order[:n],
                                 judge_items=None if order is None else order[n : n + r * n], features=features,

@@ -201,7 +201,7 @@ def final_bounds(plan, pool, records, certified_mask) -> None:
             if r.t == 0:  # never labelled: the trivial bound
                 own[r.index] = 1.0
                 continue
-            snap = finals[r.name]
+            snap = finals[r.name].in_units(plan.data.unit)
             r.ci, r.judge, r.label_minimum = tuple(snap.ci), snap.judge, snap.label_minimum
             r.upper_bound = snap.level_bounds[float(levels[r.index])]
             if not np.isnan(joint_levels[r.index]):
@@ -284,7 +284,7 @@ class SelectionRounds:
         for r in active:
             if r.name not in by_name:
                 continue  # its host was lost too often: already marked
-            r.apply(by_name[r.name])
+            r.apply(by_name[r.name].in_units(plan.data.unit))
             r.rounds.append(r.round_row())
         sched.settle()
         return active

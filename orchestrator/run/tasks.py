@@ -25,12 +25,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from certsel.config import RunConfig
-from certsel.errors import InputError
 from certsel.policies import select
 from certsel.policies.procedures import get_procedure
 
-from certsel.orchestrator.inputs.jobdata import JobData
-from certsel.orchestrator.inputs.sources import load_job_data
 from .records import JobResult
 
 
@@ -71,32 +68,6 @@ def intersection_union(log_e: np.ndarray, procedure: str, delta: float) -> tuple
         raise ValueError(f"log e-values must be (tasks, candidates), got shape {log_e.shape}")
     combined = log_e.min(axis=0)
     return combined, get_procedure(procedure).certified(combined, delta)
-
-
-def load_tasks(cfg: RunConfig) -> tuple[list[RunConfig], list[JobData]]:
-    """Every task's job and data, all checked before anything runs: the same candidates on
-    every task and, for a fixed sequence, in the same order."""
-    if not cfg.policy.is_testing:
-        raise InputError(f"tasks: a multi-task job combines e-values; policy {cfg.policy.kind!r} has none "
-                         "(use r-eval, r-autoeval, r-autoeval+ or judge-stratified)")
-    cfgs = cfg.task_configs()
-    datas = []
-    for tc, t in zip(cfgs, cfg.tasks, strict=True):
-        try:
-            datas.append(load_job_data(tc))
-        except (ValueError, InputError) as exc:
-            raise InputError(f"task {t.name!r}: {exc}") from None
-    first, names = cfg.tasks[0].name, datas[0].names
-    for t, d in zip(cfg.tasks[1:], datas[1:], strict=True):
-        if set(d.names) != set(names):
-            missing, extra = sorted(set(names) - set(d.names)), sorted(set(d.names) - set(names))
-            raise InputError(f"task {t.name!r} does not have the candidates of task {first!r} (missing: "
-                             f"{', '.join(missing[:5]) or 'none'}; extra: {', '.join(extra[:5]) or 'none'}); "
-                             "list the shared ones in candidates:")
-        if d.names != names and get_procedure(cfg.procedure).needs_order:
-            raise InputError(f"task {t.name!r} orders the candidates differently from task {first!r} (data.order); "
-                             "a fixed sequence needs one order: give order: [...]")
-    return cfgs, datas
 
 
 def combine(cfg: RunConfig, outcomes: list[TaskOutcome]) -> MultiTaskResult:
