@@ -34,7 +34,7 @@ from certsel.errors import InputError
 from certsel.policies.procedures import get_procedure
 from certsel.workers.replay import LossTable
 
-from .jobdata import JobData, RecoveryScores, check_size
+from .jobdata import JobData, RecoveryScores, check_size, load_replay
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,6 @@ def load_tasks(cfg: RunConfig, *, sized: bool = True) -> tuple[list[RunConfig], 
     """Every task's job and data, all checked before anything runs: the same candidates on
     every task and, for a fixed sequence, in the same order. ``sized=False`` skips each task's
     own budget check (an aggregate's budget is for the stacked table)."""
-    from .sources import load_job_data
-
     if not cfg.policy.is_testing:
         raise InputError(f"tasks: a multi-task job combines e-values; policy {cfg.policy.kind!r} has none "
                          "(use r-eval, r-autoeval, r-autoeval+ or judge-stratified)")
@@ -82,7 +80,7 @@ def load_tasks(cfg: RunConfig, *, sized: bool = True) -> tuple[list[RunConfig], 
     for tc, t in zip(cfgs, cfg.tasks, strict=True):
         load_cfg = tc if sized else tc.model_copy(update={"budget": tc.budget.model_copy(update={"n": 1, "r": 0})})
         try:
-            datas.append(load_job_data(load_cfg))
+            datas.append(load_replay(load_cfg))  # a task is a table (tasks[].data)
         except (ValueError, InputError) as exc:
             raise InputError(f"task {t.name!r}: {exc}") from None
     first, names = cfg.tasks[0].name, datas[0].names
