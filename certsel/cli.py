@@ -400,6 +400,9 @@ def _audit(args) -> int:
     print(result.table())
     print()
     print(result.summary())
+    if data.aggregate is not None:
+        print(f"aggregate: the stacked test is audited in its own units (risks and alpha divided by M = "
+              f"{data.unit:.4g}; R = M x the stacked risk)")
     if run_id:
         print(f"MLflow run: {run_id}")
     if args.out:
