@@ -89,7 +89,8 @@ def plain(x):
 def job_case(file: str, sets: list[str]) -> dict:
     cfg = load_config(EXAMPLES / file, sets)
     res = run_job(cfg, load_job_data(cfg), LocalRuntime(1))
-    labels = {name: {c: np.asarray(v).tolist() for c, v in tab.items()} for name, tab in (res.labels or {}).items()}
+    labels = {name: {c: getattr(tab, c).tolist() for c in ("item", "role", "loss")}
+              for name, tab in (res.labels or {}).items()}
     ranking = None if res.ranking is None else res.ranking.as_dict()
     return plain({"selected": res.selected, "certified": res.certified, "level": res.level, "spent": res.spent,
                   "rounds": res.rounds, "ranking": ranking, "records": res.records, "labels": labels,

@@ -135,7 +135,7 @@ def main(argv=None) -> int:
                and abs(a.max_log_e - b.max_log_e) < 1e-9 for a, b in zip(ref.records, res.records, strict=True))
     dup = 0
     for log in res.labels.values():
-        pairs = list(zip(log["item"].tolist(), log["role"], strict=True))
+        pairs = list(zip(log.item.tolist(), log.role.tolist(), strict=True))
         dup += len(pairs) - len(set(pairs))
     q = max(1, len(samples) // 4)
     first, last = samples[:q], samples[-q:]

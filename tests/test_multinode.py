@@ -72,7 +72,7 @@ def test_worker_node_removed_mid_run(cluster, tmp_path):
     assert res.certified == ref.certified and res.selected == ref.selected
     no_duplicates(res.labels)
     for name in ref.labels:
-        assert list(res.labels[name]["item"]) == list(ref.labels[name]["item"])
+        assert list(res.labels[name].item) == list(ref.labels[name].item)
 
 
 def test_driver_lost_then_resumed_on_the_cluster(cluster, tmp_path):

@@ -57,7 +57,8 @@ def test_label_log_is_durable_unique_and_path_safe(tmp_path):
     again.judge([3])  # item 3 was generated before the restart: only the judge call is new
     assert fresh.requests == 1 and again.requests == 6
     rows = again.log.rows()
-    assert rows["role"] == ["human", "human", "judge", "judge", "judge"] and rows["item"].tolist() == [3, 1, 1, 2, 3]
+    assert rows.role.tolist() == ["human", "human", "judge", "judge", "judge"] and rows.item.tolist() == [3, 1, 1, 2, 3]
+    assert rows.human_items().tolist() == [3, 1] and rows.human_items(1).tolist() == [3]
     with sqlite3.connect(path) as con:  # (role, item) is unique in the file itself
         with pytest.raises(sqlite3.IntegrityError):
             con.execute("insert into labels (role, item, loss, requests) values ('human', 3, 0.5, 0)")
@@ -139,7 +140,7 @@ def assert_same_outcome(a_records, b_records):
 
 def no_duplicates(labels: dict):
     for name, log in labels.items():
-        pairs = list(zip(log["item"].tolist(), log["role"], strict=True))
+        pairs = list(zip(log.item.tolist(), log.role.tolist(), strict=True))
         assert len(pairs) == len(set(pairs)), f"{name}: a label appears twice in the log"
 
 
@@ -179,8 +180,8 @@ def test_actor_killed_mid_run_is_rebuilt_from_the_log(ray_session, tmp_path):
     assert res.certified == ref.certified and res.selected == ref.selected
     no_duplicates(res.labels)
     for name in ref.labels:  # the same labels, in the same order
-        np.testing.assert_array_equal(res.labels[name]["item"], ref.labels[name]["item"])
-        np.testing.assert_array_equal(res.labels[name]["loss"], ref.labels[name]["loss"])
+        np.testing.assert_array_equal(res.labels[name].item, ref.labels[name].item)
+        np.testing.assert_array_equal(res.labels[name].loss, ref.labels[name].loss)
 
 
 def test_driver_killed_mid_run_then_resumed(tmp_path):

@@ -172,10 +172,10 @@ def assert_same_job(a, b):
         assert a.ranking == b.ranking
     for name, log in a.labels.items():
         other = b.labels[name]
-        np.testing.assert_array_equal(log["item"], other["item"])
-        np.testing.assert_array_equal(log["loss"], other["loss"])
-        assert log["role"] == other["role"]
-        pairs = list(zip(other["item"].tolist(), other["role"], strict=True))
+        np.testing.assert_array_equal(log.item, other.item)
+        np.testing.assert_array_equal(log.loss, other.loss)
+        assert log.role.tolist() == other.role.tolist()
+        pairs = list(zip(other.item.tolist(), other.role.tolist(), strict=True))
         assert len(pairs) == len(set(pairs))
 
 

@@ -28,7 +28,7 @@ from .candidate import (
     policy_candidate,
     step_together,
 )
-from .contracts import CandidateSpec, HostRequest, JobArrays, ModelLosses, Snapshot
+from .contracts import CandidateSpec, HostRequest, JobArrays, LabelRows, ModelLosses, Snapshot
 from .labellog import LabelLog, LoggedSource, log_path
 from .openai_source import SourceError
 
@@ -176,12 +176,7 @@ class CandidateHost:
             if isinstance(source, LoggedSource):  # the durable log: labels bought before a restart too
                 out[n] = source.log_rows
                 continue
-            log = source.log
-            out[n] = {
-                "item": np.concatenate([e[0] for e in log]) if log else np.zeros(0, dtype=np.int64),
-                "role": [r for e in log for r in [e[1]] * len(e[0])],
-                "loss": np.concatenate([e[2] for e in log]) if log else np.zeros(0),
-            }
+            out[n] = LabelRows.from_batches(source.log)
         return out
 
     def pid(self) -> int:

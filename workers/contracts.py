@@ -228,13 +228,50 @@ class Losses:
 
 
 @dataclass(frozen=True, eq=False)
+class LabelRows:
+    """One candidate's labels in purchase order (the rows of the ``labels.parquet`` artifact):
+    item indices, roles ("human" or "judge") and losses, one entry per label."""
+
+    item: np.ndarray  # int64
+    role: np.ndarray  # object: "human" / "judge"
+    loss: np.ndarray  # float64
+
+    def __post_init__(self):
+        object.__setattr__(self, "item", np.asarray(self.item, dtype=np.int64))
+        object.__setattr__(self, "role", np.asarray(self.role, dtype=object))
+        object.__setattr__(self, "loss", np.asarray(self.loss, dtype=np.float64))
+        if not (self.item.shape == self.role.shape == self.loss.shape and self.item.ndim == 1):
+            raise ValueError(f"label rows need one item, role and loss per label, got shapes {self.item.shape}, "
+                             f"{self.role.shape}, {self.loss.shape}")
+
+    @classmethod
+    def from_batches(cls, batches) -> LabelRows:
+        """From a source's in-memory log: (items, role, losses) per batch."""
+        if not batches:
+            return cls(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object), np.zeros(0))
+        return cls(np.concatenate([b[0] for b in batches]),
+                   np.array([r for b in batches for r in [b[1]] * len(b[0])], dtype=object),
+                   np.concatenate([b[2] for b in batches]))
+
+    def __len__(self) -> int:
+        return int(self.item.size)
+
+    def human_items(self, t: int | None = None) -> np.ndarray:
+        """The items of the first ``t`` human labels (all without ``t``), in purchase order:
+        what a candidate's policy used."""
+        items = self.item[self.role == "human"]
+        if t is not None and items.size < t:
+            raise ValueError(f"the label log has {items.size} human labels, the policy used {t}")
+        return items if t is None else items[:t]
+
+
+@dataclass(frozen=True, eq=False)
 class Labels:
-    """Every label each of ``names`` bought: ``{name: {"item", "role", "loss"}}`` in purchase
-    order (the rows of the ``labels.parquet`` artifact)."""
+    """Every label each of ``names`` bought, in purchase order (:class:`LabelRows`)."""
 
     names: list[str]
 
-    def run(self, host) -> dict[str, dict]:
+    def run(self, host) -> dict[str, LabelRows]:
         return host.labels(self.names)
 
 

@@ -40,6 +40,8 @@ import numpy as np
 
 from certsel.errors import first_line
 
+from .contracts import LabelRows
+
 log = logging.getLogger(__name__)
 
 KEEP_SNAPSHOTS = 2  # the newest, and the one before it (a driver checkpoint may lag one behind)
@@ -190,11 +192,11 @@ class LabelLog:
         for i, x, c in zip(items, losses, costs, strict=True):
             self._add(role, i, x, c)
 
-    def rows(self) -> dict:
-        """Every label in purchase order: item, role, loss arrays."""
+    def rows(self) -> LabelRows:
+        """Every label in purchase order."""
         got = self._db.execute("select item, role, loss from labels order by seq").fetchall()
-        return {"item": np.array([g[0] for g in got], dtype=np.int64), "role": [g[1] for g in got],
-                "loss": np.array([g[2] for g in got], dtype=np.float64)}
+        return LabelRows(np.array([g[0] for g in got], dtype=np.int64), np.array([g[1] for g in got], dtype=object),
+                         np.array([g[2] for g in got], dtype=np.float64))
 
     def write_snapshot(self, batches: list[int], state: dict) -> None:
         """Store the state reached after the steps ``batches`` (labels consumed per step),
@@ -279,5 +281,5 @@ class LoggedSource:
         return self.human(items)
 
     @property
-    def log_rows(self) -> dict:
+    def log_rows(self) -> LabelRows:
         return self.log.rows()

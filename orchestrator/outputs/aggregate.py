@@ -55,9 +55,7 @@ def task_rows(result: JobResult) -> list[dict]:
         log = (result.labels or {}).get(x.name)
         counts = np.zeros(len(agg.parts), dtype=int)
         if log is not None and x.t:
-            roles = np.asarray(log["role"], dtype=object)
-            human = np.asarray(log["item"], dtype=np.int64)[roles == "human"][: x.t]
-            counts = np.bincount(agg.task_of(human), minlength=len(agg.parts))
+            counts = np.bincount(agg.task_of(log.human_items(x.t)), minlength=len(agg.parts))
         rows = {}
         for i, p in enumerate(agg.parts):
             rows[p.name] = {"labels_human": int(counts[i]),

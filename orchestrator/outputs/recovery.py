@@ -54,11 +54,10 @@ def human_items(result: JobResult, name: str, t: int) -> np.ndarray:
     log = (result.labels or {}).get(name)
     if log is None:
         raise ValueError(f"{name}: a recovery statement needs the job's label log (collect_labels)")
-    roles = np.asarray(log["role"], dtype=object)
-    items = np.asarray(log["item"], dtype=np.int64)[roles == "human"]
-    if items.size < t:
-        raise ValueError(f"{name}: the label log has {items.size} human labels, the policy used {t}")
-    return items[:t]
+    try:
+        return log.human_items(t)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
 
 
 def from_risk_bound(upper: float | None, at_least: float) -> float | None:

@@ -326,13 +326,12 @@ def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:
     ids = result.data.item_ids
     cols = {"candidate": [], "seq": [], "item": [], "item_id": [], "role": [], "loss": []}
     for name, log in result.labels.items():
-        items = np.asarray(log["item"], dtype=np.int64)
-        cols["candidate"].append(np.full(items.size, name, dtype=object))
-        cols["seq"].append(np.arange(items.size))
-        cols["item"].append(items)
-        cols["item_id"].append(ids[items].astype(object))
-        cols["role"].append(np.asarray(log["role"], dtype=object))
-        cols["loss"].append(np.asarray(log["loss"], dtype=np.float64))
+        cols["candidate"].append(np.full(len(log), name, dtype=object))
+        cols["seq"].append(np.arange(len(log)))
+        cols["item"].append(log.item)
+        cols["item_id"].append(ids[log.item].astype(object))
+        cols["role"].append(log.role)
+        cols["loss"].append(log.loss)
     table = pa.table({k: pa.array(np.concatenate(v) if v else []) for k, v in cols.items()})
     pq.write_table(table, path)
     return path

@@ -14,7 +14,7 @@ from enum import StrEnum
 import numpy as np
 
 from certsel.config import RunConfig
-from certsel.workers.contracts import Snapshot
+from certsel.workers.contracts import LabelRows, Snapshot
 
 from certsel.orchestrator.inputs.jobdata import JobData
 
@@ -200,7 +200,7 @@ class JobResult:
     rounds: int
     seconds: float = 0.0
     ranking: Ranking | None = None
-    labels: dict | None = None  # per candidate: item, role, loss of every label bought, in order
+    labels: dict[str, LabelRows] | None = None  # per candidate: every label bought, in purchase order
     job_id: str | None = None  # the durable job (certsel run --resume JOB_ID)
     resume: Resume | None = None  # a run that started from a driver checkpoint
     recovered: Recovered | None = None  # hosts lost and rebuilt during the run

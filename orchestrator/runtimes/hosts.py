@@ -25,6 +25,7 @@ import numpy as np
 from certsel.workers.contracts import (
     Finalize,
     HostRequest,
+    LabelRows,
     Labels,
     Load,
     Losses,
@@ -161,7 +162,7 @@ class HostPool:
             out.update(part)
         return out
 
-    def labels(self, names) -> dict:
+    def labels(self, names) -> dict[str, LabelRows]:
         """Every label each candidate bought (see :class:`~certsel.workers.contracts.Labels`)."""
         out = {}
         for part in self.call({h: Labels(nms) for h, nms in self.by_host(names).items()}).values():
