@@ -13,7 +13,7 @@ import io
 import json
 from dataclasses import dataclass
 
-from certsel.orchestrator.outputs.certificate import bound_text, efficiency_cell, judge_cell, share_text
+from certsel.orchestrator.outputs.certificate import bound_text, efficiency_cell, judge_cell, rank_text, share_text, tie_counts
 
 FORMATS = ("table", "json", "csv", "markdown")
 
@@ -80,14 +80,19 @@ def _selection_columns(cert: dict) -> tuple[list[Column], list[list[str]], list[
 def _ranking_columns(cert: dict) -> tuple[list[Column], list[list[str]], list[bool]]:
     """A ranking as the partial order it certifies: per model its certified wins and losses."""
     rk = cert["ranking"]
-    cols = [Column("model"), Column("better than"), Column("worse than"), Column("possible winner"),
+    eps = rk.get("epsilon")
+    cols = [Column("model"), Column("rank (certified)"), Column("better than"), Column("worse than"),
+            *([Column(f"tied (< {eps:g})")] if eps is not None else []), Column("possible winner", 1),
             Column("mean loss", 2), Column("items", 1), Column("Copeland (uncertified)", 3)]
     worse = {m: sum(m in b for b in rk["better"].values()) for m in rk["order"]}
+    ties = tie_counts(rk)
     by_name = {c["candidate"]: c for c in cert["candidates"]}
     rows = []
     for m in rk["order"]:
         c = by_name[m]
-        rows.append([m, str(len(rk["better"][m])), str(worse[m]), "yes" if m in rk.get("possible_winners", ()) else "",
+        rows.append([m, rank_text(rk, m), str(len(rk["better"][m])), str(worse[m]),
+                     *([str(ties[m])] if eps is not None else []),
+                     "yes" if m in rk.get("possible_winners", ()) else "",
                      "" if c.get("estimate") is None else f"{c['estimate']:.3f}", str(c["labels_human"]),
                      f"{rk['score'][m]:+d}"])
     return cols, rows, [False] * len(rows)

@@ -179,28 +179,97 @@ def possible_winners(closure, alive=None) -> np.ndarray:
     return out if alive is None else out & np.asarray(alive, dtype=bool)
 
 
-GOALS = ("all", "ranking", "best")
+GOALS = ("all", "ranking", "best", "topk")
 
 
-def pairs_needed(goal: str, closure, ii, jj, alive=None) -> np.ndarray:
+def tied_pairs(lower, upper, epsilon: float | None) -> np.ndarray:
+    """Pairs certified tied within ``epsilon``: |R_A - R_B| < epsilon, from each pair's
+    one-sided bounds ``lower`` <= E[u] <= ``upper`` on u = (d + 1) / 2 (d = loss_A - loss_B).
+
+    The difference is 2 E[u] - 1, so the pair is tied when 2 upper - 1 < epsilon and
+    2 lower - 1 > -epsilon: the two one-sided tests of an equivalence test (TOST), each
+    decided by the bound that also decides the pair's order. Both bounds hold at every step
+    on the pair's event, so a tie is false with no more probability than an order, and ties
+    and orders hold together on the simultaneous event of all pairs. No ties without
+    ``epsilon``."""
+    lower, upper = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+    if epsilon is None:
+        return np.zeros(lower.shape, dtype=bool)
+    if not 0.0 < epsilon < 1.0:
+        raise ValueError(f"epsilon must be in (0, 1), got {epsilon!r}")
+    return (2.0 * upper - 1.0 < epsilon) & (2.0 * lower - 1.0 > -epsilon)
+
+
+def rank_intervals(closure) -> tuple[np.ndarray, np.ndarray]:
+    """Every model's certified (best, worst) rank, 1 = lowest risk: best = 1 + the models
+    certified better than it, worst = K - the models it is certified better than. On the
+    event that every certified order is right, each true rank (1 + the models with a
+    strictly lower risk) lies in its interval, for every model at once."""
+    closure = np.asarray(closure, dtype=bool)
+    K = closure.shape[0]
+    return 1 + closure.sum(axis=0), K - closure.sum(axis=1)
+
+
+def rank_groups(closure) -> list[list[int]]:
+    """The certified weak order: models in groups, every model of a group certified (by its
+    rank interval) better than every model of a later group; within a group the models are
+    tied within epsilon, unresolved, or ordered without splitting the group. Models are
+    swept in order of (best rank, worst rank) and a group closes when the next model's best
+    rank is above every worst rank in it."""
+    best, worst = rank_intervals(closure)
+    order = np.lexsort((worst, best))
+    groups, top = [], 0
+    for m in order:
+        if groups and best[m] <= top:
+            groups[-1].append(int(m))
+            top = max(top, int(worst[m]))
+        else:
+            groups.append([int(m)])
+            top = int(worst[m])
+    return groups
+
+
+def topk_status(closure, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(in, out) masks for the K models: certified among the k best (fewer than k models can
+    still be better: K - 1 - the models it is certified better than < k), certified outside
+    them (at least k models certified better)."""
+    closure = np.asarray(closure, dtype=bool)
+    K = closure.shape[0]
+    if not 1 <= k < K:
+        raise ValueError(f"k must be in [1, {K - 1}] for {K} models, got {k!r}")
+    could_beat = K - 1 - closure.sum(axis=1)
+    return could_beat < k, closure.sum(axis=0) >= k
+
+
+def pairs_needed(goal: str, closure, ii, jj, alive=None, tied=None, k: int | None = None) -> np.ndarray:
     """Which pairs a ranking goal still needs (a mask over the pairs (ii[p], jj[p])).
 
     ``all``: every pair until its sign is certified. ``ranking``: pairs whose order is not
-    already implied by certified pairs. ``best``: pairs between two possible winners only
-    (LUCB-style: a pair with a model already certified worse than another cannot change who
-    can win). Stopping a pair is always allowed, so every goal keeps the guarantee.
+    already implied by certified pairs and that are not certified tied. ``best``: such pairs
+    between two possible winners only (LUCB-style: a pair with a model already certified worse
+    than another cannot change who can win). ``topk``: such pairs with a model whose place in
+    or out of the ``k`` best is not certified yet (a pair of two models already placed cannot
+    change the set). Stopping a pair is always allowed, so every goal keeps the guarantee.
     """
     if goal not in GOALS:
         raise ValueError(f"goal must be one of {GOALS}, got {goal!r}")
     ii, jj = np.asarray(ii), np.asarray(jj)
     closure = np.asarray(closure, dtype=bool)
+    tied = np.zeros(ii.size, dtype=bool) if tied is None else np.asarray(tied, dtype=bool)
     undecided = ~(closure[ii, jj] | closure[jj, ii])
     if goal == "all":
         return np.ones(ii.size, dtype=bool)
+    open_ = undecided & ~tied
     if goal == "ranking":
-        return undecided
+        return open_
+    if goal == "topk":
+        if k is None:
+            raise ValueError("goal 'topk' needs k")
+        in_, out = topk_status(closure, k)
+        placed = in_ | out
+        return open_ & ~(placed[ii] & placed[jj])
     win = possible_winners(closure, alive)
-    return undecided & win[ii] & win[jj]
+    return open_ & win[ii] & win[jj]
 
 
 def copeland(better) -> tuple[np.ndarray, np.ndarray]:

@@ -153,10 +153,32 @@ class SchedulingConfig(Strict):
 class PairwiseConfig(Strict):
     """What a pairwise ranking is for (``procedure: pairwise``): ``ranking`` certifies as much
     of the order as the budget allows, stopping pairs whose order is already implied by
-    certified pairs; ``best`` certifies the best model only, comparing possible winners; ``all``
-    runs every pair until its sign is certified (the earlier behaviour)."""
+    certified pairs; ``best`` certifies the best model only, comparing possible winners;
+    ``topk`` certifies the set of the ``topk`` best; ``all`` runs every pair until its sign is
+    certified (the earlier behaviour). With ``epsilon`` (loss units) a pair also ends as "tied
+    within epsilon" once |R_A - R_B| < epsilon is certified (goals ranking, best, topk)."""
 
-    goal: Literal["ranking", "best", "all"] = "ranking"
+    goal: Literal["ranking", "best", "topk", "all"] = "ranking"
+    topk: int | None = Field(None, ge=1, description="goal topk: how many of the best to certify")
+    epsilon: float | None = Field(None, description="a pair closer than this (in loss units) can be certified tied")
+
+    @field_validator("epsilon")
+    @classmethod
+    def _epsilon_in_range(cls, v):
+        if v is not None and not 0 < v < 1:
+            raise ValueError(f"epsilon must be in (0, 1) (a difference of risks in loss units), got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _goal_options(self):
+        if self.goal == "topk" and self.topk is None:
+            raise ValueError("goal 'topk' needs topk: K (how many of the best models to certify)")
+        if self.topk is not None and self.goal != "topk":
+            raise ValueError(f"topk is for goal 'topk', not {self.goal!r}")
+        if self.epsilon is not None and self.goal == "all":
+            raise ValueError("epsilon: goal 'all' runs every pair until its sign is certified and uses no ties; use "
+                             "goal ranking, best or topk")
+        return self
 
 
 class TrackingConfig(Strict):
@@ -483,6 +505,13 @@ class RunConfig(Strict):
                              "selection, or the procedure already stops what cannot matter)")
         if proc.needs_objective and self.objective is None:
             raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
+        if not proc.ranking and "pairwise" in self.model_fields_set:
+            raise ValueError(f"pairwise: options of a ranking (procedure 'pairwise'), not of {self.procedure!r}")
+        if proc.ranking and self.pairwise.topk is not None:
+            models = self.candidates or self.order
+            if models is not None and self.pairwise.topk >= len(models):
+                raise ValueError(f"pairwise.topk must be below the number of models ({len(models)}), got "
+                                 f"{self.pairwise.topk}")
 
     def check_policy_inputs(self, has: dict) -> None:
         """What the policy needs from the source: a judge, features, judge-only labels.

@@ -218,6 +218,8 @@ def check_count(cfg: RunConfig, K: int) -> None:
     proc = get_procedure(cfg.procedure)
     if K < proc.min_candidates:
         raise ValueError(f"procedure {cfg.procedure!r} needs at least {proc.min_candidates} candidates")
+    if proc.ranking and cfg.pairwise.topk is not None and cfg.pairwise.topk >= K:
+        raise ValueError(f"pairwise.topk must be below the number of models ({K}), got {cfg.pairwise.topk}")
 
 
 def load_live(cfg: RunConfig) -> JobData:

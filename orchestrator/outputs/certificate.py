@@ -111,16 +111,22 @@ def certificate(result: JobResult) -> dict:
     in_set = set(result.certified)
     proc = get_procedure(cfg.procedure)
     pairwise = proc.ranking
-    if sel is None and pairwise:
-        rk = result.ranking
+    rk = result.ranking
+    if pairwise and rk.topk is not None:
+        t = rk.topk
+        statement = (f"the {t['k']} best models include {', '.join(t['certified_in']) or 'none certified'} and exclude "
+                     f"{', '.join(t['certified_out']) or 'none certified'}"
+                     + (f"; undetermined: {', '.join(t['undetermined'])}" if t["undetermined"] else "")
+                     + f", simultaneously with probability >= {1 - cfg.delta:g}" + _ties_words(rk))
+    elif sel is None and pairwise:
         statement = (f"no model is certified better than all {K - 1} others; the {rk.pairs_certified} certified "
                      f"of {rk.pairs} pair orders hold simultaneously with probability >= {1 - cfg.delta:g} "
-                     f"(possible winners: {', '.join(rk.possible_winners)})")
+                     f"(possible winners: {', '.join(rk.possible_winners)})" + _ties_words(rk))
     elif sel is None:
         statement = "no candidate certified"
     elif pairwise:
         statement = (f"{sel.name} has a lower risk than each of the other {K - 1} models; every certified order "
-                     f"holds simultaneously with probability >= {1 - cfg.delta:g}")
+                     f"holds simultaneously with probability >= {1 - cfg.delta:g}" + _ties_words(rk))
     else:
         statement = (f"R({sel.name}) <= {bound_text(sel.joint_bound, cfg.alpha)} with probability >= "
                      f"{1 - cfg.delta:g}, {proc.joint_words(cfg.alpha, len(in_set), K)} ({result.level})"
@@ -221,6 +227,15 @@ def certificate(result: JobResult) -> dict:
     return out
 
 
+def _ties_words(rk) -> str:
+    """A ranking's certified ties and groups, for its statement ('' without epsilon)."""
+    if rk.epsilon is None:
+        return ""
+    groups = " > ".join("{" + ", ".join(g) + "}" if len(g) > 1 else g[0] for g in rk.rank_groups)
+    return (f", as are the {rk.pairs_tied} ties |R(A) - R(B)| < {rk.epsilon:g}; certified groups, best first: "
+            f"{groups}")
+
+
 def _recovery_claim(cfg) -> dict:
     """What a recovery job certifies and the risk test it runs as."""
     return {"kind": "recovery", "at_least": cfg.recovery.at_least, "reference": cfg.recovery_reference,
@@ -307,3 +322,19 @@ def judge_cell(judge: dict | None) -> str:
     if not judge:
         return ""
     return f"{judge['agreement']:.0%}" + ("" if judge["kappa"] is None else f" ({judge['kappa']:.2f})")
+
+
+def rank_text(rk: dict, m: str) -> str:
+    """A model's certified rank interval: "3" or "2-5" (blank for an older certificate)."""
+    lo, hi = rk.get("rank_intervals", {}).get(m, (None, None))
+    return "" if lo is None else (str(lo) if lo == hi else f"{lo}-{hi}")
+
+
+def tie_counts(rk: dict) -> dict:
+    """How many models each model is certified tied with."""
+    out = {m: 0 for m in rk["order"]}
+    for pair in rk.get("tied", ()):
+        a, b = pair.split(" ~ ", 1)
+        out[a] += 1
+        out[b] += 1
+    return out

@@ -17,7 +17,7 @@ import numpy as np
 
 from certsel.policies.kinds import Family, get_policy_kind
 
-from .certificate import bound_text, certificate, efficiency_cell, judge_cell, share_text
+from .certificate import bound_text, certificate, efficiency_cell, judge_cell, rank_text, share_text, tie_counts
 from .plots import write_plots
 from .selection_schema import validate
 from certsel.orchestrator.run.records import JobResult
@@ -130,10 +130,14 @@ def _rows(cert: dict) -> list[list[str]]:
         rk = cert["ranking"]
         by = {c["candidate"]: c for c in cert["candidates"]}
         worse = {m: sum(m in b for b in rk["better"].values()) for m in rk["order"]}
-        out = [["model", "certified better than", "certified worse than", "possible winner",
+        eps, ties = rk.get("epsilon"), tie_counts(rk)
+        out = [["model", "certified rank", "certified better than", "certified worse than",
+                *([f"certified tied (< {eps:g})"] if eps is not None else []), "possible winner",
                 "mean loss of its labelled items", "items", "Copeland (uncertified)"]]
         for m in rk["order"]:
-            out.append([m, str(len(rk["better"][m])), str(worse[m]), "yes" if m in rk.get("possible_winners", ()) else "",
+            out.append([m, rank_text(rk, m), str(len(rk["better"][m])), str(worse[m]),
+                        *([str(ties[m])] if eps is not None else []),
+                        "yes" if m in rk.get("possible_winners", ()) else "",
                         _fmt(by[m]["estimate"]), str(by[m]["labels_human"]), f"{rk['score'][m]:+d}"])
         return out
     testing = any(c.get("e_value") is not None for c in cert["candidates"])
@@ -196,7 +200,8 @@ def _pair_rows(cert: dict) -> list[list[str]]:
         direct = rk.get("better_direct", rk["better"])
         verdict = (f"{a} better" if b in direct.get(a, ()) else f"{b} better" if a in direct.get(b, ())
                    else f"{a} better (implied)" if b in rk["better"].get(a, ())
-                   else f"{b} better (implied)" if a in rk["better"].get(b, ()) else "undecided")
+                   else f"{b} better (implied)" if a in rk["better"].get(b, ())
+                   else f"tied within {rk['epsilon']:g}" if f"{a} ~ {b}" in rk.get("tied", ()) else "undecided")
         out.append([pair, verdict, f"[{lo:+.3f}, {hi:+.3f}]", str(rk["items_per_pair"].get(f"{a} vs {b}", ""))])
     return out
 

@@ -2,7 +2,8 @@
 
 Every pair (i, j) is compared on u = (loss_i - loss_j + 1)/2 with threshold 1/2 at level
 delta/P (Bonferroni over the P pairs, :class:`~certsel.policies.procedures.PairwiseRanking`);
-a pair stops as soon as its sign is certified. The pair policies live in the driver; the
+a pair stops as soon as its sign is certified, or, with ``pairwise.epsilon``, once the same
+bounds certify |R_i - R_j| < epsilon (a tie). The pair policies live in the driver; the
 models' label sources live in the hosts (label servers). All pairs share one seed, so they
 ask for the same items for as long as their states agree, and a model is labelled once per
 item whatever the number of pairs it is in.
@@ -18,7 +19,11 @@ from certsel.policies.comparison import (
     implied_orders,
     pairs_needed,
     possible_winners,
+    rank_groups,
+    rank_intervals,
     sign_policy_delta,
+    tied_pairs,
+    topk_status,
 )
 from certsel.policies.kinds import PolicyInputs, PolicySettings
 from certsel.workers.contracts import ModelLosses
@@ -87,10 +92,22 @@ class PairwiseRounds:
             I, features=data.features, judge_scores=scores[p] if scores[p] is not None else np.full(I, 0.5)))
             for p in range(P)]
         self.known = [dict() for _ in range(K)]  # item -> loss, per model
+        self.tied = np.zeros(P, dtype=bool)  # pairs certified tied within pairwise.epsilon
+
+    def _check_ties(self, which) -> None:
+        """Mark the pairs among ``which`` whose bounds now certify a tie (they stay tied: the
+        bounds are running intersections, valid at every step)."""
+        eps = self.plan.cfg.pairwise.epsilon
+        if eps is None:
+            return
+        for p in which:
+            if not self.tied[p] and self.pairs[p].n_labeled:
+                self.tied[p] = bool(tied_pairs(self.pairs[p].lower_bound, self.pairs[p].upper_bound, eps))
 
     def restore(self, saved: dict) -> Resume:
         """The pair policies and the losses they saw, as they were (the pairs live here)."""
         self.pairs = [self.kind_of_policy.restore(p, s) for p, s in zip(self.pairs, saved["pairs"], strict=True)]
+        self._check_ties(range(len(self.pairs)))
         self.known = [dict(zip(k["item"].tolist(), k["loss"].tolist(), strict=True)) for k in saved["known"]]
         self.dead = {m for m, r in enumerate(self.records) if r.status is Status.SOURCE_FAILED}
         rounds = int(saved["round"])
@@ -104,7 +121,7 @@ class PairwiseRounds:
     def advance(self) -> list[CandidateRecord] | None:
         cfg, names, pairs, known, dead = self.plan.cfg, self.names, self.pairs, self.known, self.dead
         ii, jj, cap = self.ii, self.jj, self.cap
-        needed = _needed(self.plan, pairs, ii, jj, dead)
+        needed = _needed(self.plan, pairs, ii, jj, dead, self.tied)
         open_pairs = [p for p in range(ii.size) if needed[p] and not pairs[p].done and pairs[p].n_labeled < cap
                       and ii[p] not in dead and jj[p] not in dead]
         if not open_pairs:
@@ -124,12 +141,13 @@ class PairwiseRounds:
             a = np.array([known[ii[p]][int(i)] for i in items])
             b = np.array([known[jj[p]][int(i)] for i in items])
             pairs[p].update(items, (a - b + 1.0) / 2.0)
-        _fold(self.plan, self.records, known, pairs, ii, jj, cap, dead)
+        self._check_ties(asks)
+        _fold(self.plan, self.records, known, pairs, ii, jj, cap, dead, self.tied)
         return self.records
 
     def result(self, rounds: int) -> JobResult:
         return _result(self.plan, self.records, self.known, self.pairs, self.ii, self.jj, self.dead, rounds,
-                       self.pair_delta)
+                       self.pair_delta, self.tied)
 
 
 def _direct(K, pairs, ii, jj) -> np.ndarray:
@@ -137,18 +155,20 @@ def _direct(K, pairs, ii, jj) -> np.ndarray:
     return better_matrix(K, ii, jj, [p.decision == -1 for p in pairs], [p.decision == 1 for p in pairs])
 
 
-def _needed(plan, pairs, ii, jj, dead) -> np.ndarray:
-    """The pairs the job's goal still needs (``pairwise.goal``), given the certified orders."""
+def _needed(plan, pairs, ii, jj, dead, tied) -> np.ndarray:
+    """The pairs the job's goal still needs (``pairwise.goal``), given the certified orders
+    and ties."""
     K = len(plan.data.names)
     alive = np.array([m not in dead for m in range(K)])
-    return pairs_needed(plan.cfg.pairwise.goal, implied_orders(_direct(K, pairs, ii, jj)), ii, jj, alive)
+    pw = plan.cfg.pairwise
+    return pairs_needed(pw.goal, implied_orders(_direct(K, pairs, ii, jj)), ii, jj, alive, tied=tied, k=pw.topk)
 
 
-def _fold(plan, records, known, pairs, ii, jj, cap, dead) -> None:
+def _fold(plan, records, known, pairs, ii, jj, cap, dead, tied) -> None:
     """Counters, status and a metrics row for every model whose labels or pairs moved."""
     K, I = len(records), plan.data.n_items
     better = implied_orders(_direct(K, pairs, ii, jj))
-    needed = _needed(plan, pairs, ii, jj, dead)
+    needed = _needed(plan, pairs, ii, jj, dead, tied)
     still = np.zeros(K, dtype=np.int64)
     for p, pol in enumerate(pairs):
         if needed[p] and not pol.done and pol.n_labeled < cap and ii[p] not in dead and jj[p] not in dead:
@@ -166,11 +186,13 @@ def _fold(plan, records, known, pairs, ii, jj, cap, dead) -> None:
             r.rounds.append(row)  # a row when its labels or its pairs' state changed
 
 
-def _result(plan, records, known, pairs, ii, jj, dead, rounds, pair_delta) -> JobResult:
+def _result(plan, records, known, pairs, ii, jj, dead, rounds, pair_delta, tied) -> JobResult:
     cfg, names = plan.cfg, plan.data.names
     K, P = len(names), ii.size
+    pw = cfg.pairwise
     direct = _direct(K, pairs, ii, jj)
     better = implied_orders(direct)  # certified directly or through certified pairs
+    tied = tied & ~(better[ii, jj] | better[jj, ii])  # an implied order says more than a tie
     n_used = np.zeros((K, K), dtype=np.int64)
     intervals = {}
     for p in range(P):
@@ -181,12 +203,25 @@ def _result(plan, records, known, pairs, ii, jj, dead, rounds, pair_delta) -> Jo
         lo, hi = pairs[p].lower_bound, pairs[p].upper_bound
         intervals[f"{names[ii[p]]} - {names[jj[p]]}"] = [2 * lo - 1, 2 * hi - 1]  # on R(first) - R(second)
     score, order = copeland(better)
+    best_rank, worst_rank = rank_intervals(better)
+    ties_of = {names[m]: [] for m in range(K)}
+    for p in np.flatnonzero(tied):
+        ties_of[names[ii[p]]].append(names[jj[p]])
+        ties_of[names[jj[p]]].append(names[ii[p]])
+    topk = None
+    if pw.goal == "topk":
+        in_, out = topk_status(better, pw.topk)
+        topk = {"k": pw.topk, "certified_in": [names[m] for m in np.flatnonzero(in_)],
+                "certified_out": [names[m] for m in np.flatnonzero(out)],
+                "undetermined": [names[m] for m in np.flatnonzero(~in_ & ~out)]}
     for m, r in enumerate(records):
         if m not in dead:
-            won = better[m].sum() == K - 1
+            won = better[m].sum() == K - 1 if topk is None else names[m] in topk["certified_in"]
             r.end(Status.CERTIFIED if won else Status.STOPPED,
-                  f"{int(better[m].sum())} certified wins, {int(better[:, m].sum())} certified losses")
-    top = [names[m] for m in range(K) if better[m].sum() == K - 1 and m not in dead]
+                  f"{int(better[m].sum())} certified wins, {int(better[:, m].sum())} certified losses"
+                  + (f", {len(ties_of[names[m]])} certified ties" if ties_of[names[m]] else ""))
+    top = ([names[m] for m in range(K) if better[m].sum() == K - 1 and m not in dead] if topk is None
+           else [n for n in topk["certified_in"] if names.index(n) not in dead])
     ranking = Ranking(
         # what is certified: a partial order, the pairs whose sign was certified and the orders
         # they imply (valid together on the same simultaneous event)
@@ -205,7 +240,14 @@ def _result(plan, records, known, pairs, ii, jj, dead, rounds, pair_delta) -> Jo
         pair_delta_per_direction=pair_delta,
         items_per_pair={f"{names[ii[p]]} vs {names[jj[p]]}": int(n_used[ii[p], jj[p]]) for p in range(P)},
         difference_intervals=intervals,
+        epsilon=pw.epsilon,
+        tied=[f"{names[ii[p]]} ~ {names[jj[p]]}" for p in np.flatnonzero(tied)],
+        pairs_tied=int(tied.sum()),
+        rank_intervals={names[m]: [int(best_rank[m]), int(worst_rank[m])] for m in range(K)},
+        rank_groups=[[names[m] for m in g] for g in rank_groups(better)],
+        topk=topk,
     )
     level = plan.procedure.level(cfg.delta, K) + f" ({pair_delta:.4g} per direction)"
-    return JobResult(cfg, plan.data, records, top, top[0] if top else None, level, totals(records), plan.full_budget(),
+    selected = top[0] if top and topk is None else None  # a top-k set has no one selected model
+    return JobResult(cfg, plan.data, records, top, selected, level, totals(records), plan.full_budget(),
                      rounds, ranking=ranking)

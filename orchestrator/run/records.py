@@ -180,6 +180,14 @@ class Ranking:
     pair_delta_per_direction: float  # each direction of a pair's sign
     items_per_pair: dict[str, int]  # "A vs B": items the pair's policy used
     difference_intervals: dict[str, list[float]]  # "A - B": the interval on R(A) - R(B) of its decisions
+    epsilon: float | None = None  # pairwise.epsilon: the tolerance of a certified tie (None: no ties)
+    tied: list[str] = dataclasses.field(default_factory=list)  # "A ~ B": |R(A) - R(B)| < epsilon certified
+    pairs_tied: int = 0
+    # every model's certified [best, worst] rank (1 = lowest risk), all at once on the same event
+    rank_intervals: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    # the certified weak order: each group certified better than every later group (by rank intervals)
+    rank_groups: list[list[str]] = dataclasses.field(default_factory=list)
+    topk: dict | None = None  # goal topk: k, certified_in, certified_out, undetermined
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
