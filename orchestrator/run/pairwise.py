@@ -102,7 +102,8 @@ class PairwiseRounds:
             return
         for p in which:
             if not self.tied[p] and self.pairs[p].n_labeled:
-                self.tied[p] = bool(tied_pairs(self.pairs[p].lower_bound, self.pairs[p].upper_bound, eps))
+                lo, hi = self.pairs[p].bounds()[:2]
+                self.tied[p] = bool(tied_pairs(lo, hi, eps))
 
     def restore(self, saved: dict) -> Resume:
         """The pair policies and the losses they saw, as they were (the pairs live here)."""
