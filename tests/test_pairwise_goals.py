@@ -42,3 +42,39 @@ def test_goals_through_ray(ray_session):
     # 'best' leaves the order among the losers undecided: fewer orders, same winner
     assert runs["best"].ranking.pairs_certified < runs["all"].ranking.pairs_certified
     assert np.isclose(runs["ranking"].ranking.pairs_certified, runs["all"].ranking.pairs_certified)
+
+
+def test_ties_topk_and_rank_intervals_through_ray_and_mlflow(tmp_path, ray_session):
+    """epsilon = 0.05: claude and claude-2 (0.817 and 0.827 on the table) end tied instead of
+    running to the end; every order, tie and rank interval holds on the table; 'topk' certifies
+    the best three with fewer evaluations. The outputs say all of it."""
+    import json
+
+    from certsel.orchestrator.run.job import execute
+
+    common = ["policy.kind=seq", f"candidates={SIX + ['claude-2']}", f"tracking.uri=sqlite:///{tmp_path}/m.db",
+              f"state.dir={tmp_path}/jobs"]
+    cfg = load_config(EXAMPLES / "alpacaeval_ranking.yaml", [*common, "pairwise.epsilon=0.05"])
+    res, run_id = execute(cfg, output=tmp_path / "rank")
+    top, _ = execute(load_config(EXAMPLES / "alpacaeval_ranking.yaml",
+                                 [*common, "pairwise.goal=topk", "pairwise.topk=3", "pairwise.epsilon=0.05"]),
+                     output=tmp_path / "top")
+    truth = dict(zip(res.data.names, res.data.table.true_risk, strict=True))
+    rk = res.ranking
+    assert "claude ~ claude-2" in rk.tied and rk.pairs_certified + rk.pairs_tied == rk.pairs  # a full ranking
+    assert all(truth[a] < truth[b] for a, bs in rk.better.items() for b in bs)
+    assert all(abs(truth[a] - truth[b]) < 0.05 for a, b in (p.split(" ~ ") for p in rk.tied))
+    rank = {m: 1 + sum(truth[j] < truth[m] for j in truth) for m in truth}
+    assert all(lo <= rank[m] <= hi for m, (lo, hi) in rk.rank_intervals.items())
+    assert rk.rank_intervals["claude"] == [2, 3] and ["claude", "claude-2"] in [sorted(g) for g in rk.rank_groups]
+    best3 = set(sorted(truth, key=truth.get)[:3])
+    assert set(top.ranking.topk["certified_in"]) <= best3 and not set(top.ranking.topk["certified_out"]) & best3
+    assert top.selected is None and set(top.certified) == set(top.ranking.topk["certified_in"])
+    assert top.spent["human"] < res.spent["human"]
+    cert = json.loads((tmp_path / "rank" / "selection.json").read_text())
+    assert cert["ranking"]["epsilon"] == 0.05 and "claude ~ claude-2" in cert["ranking"]["tied"]
+    assert "ties |R(A) - R(B)| < 0.05" in cert["certificate"] and "{claude, claude-2}" in cert["certificate"]
+    report = (tmp_path / "rank" / "report.md").read_text()
+    assert "| claude - claude-2 | tied within 0.05 |" in report and "| 2-3 |" in report
+    top_cert = json.loads((tmp_path / "top" / "selection.json").read_text())
+    assert top_cert["certificate"].startswith("the 3 best models include")
