@@ -264,12 +264,16 @@ class JobTracker:
             for key in ("lower_bound", "simultaneous_lower_bound", "estimate", "on_full_table"):
                 if rec.get(key) is not None:  # a recovery job: its statement's numbers, as shares
                     final[f"recovery_{key}"] = rec[key]
+            if result.ranking is not None and r.name in result.ranking.rank_intervals:
+                final["rank_best"], final["rank_worst"] = result.ranking.rank_intervals[r.name]
             for task, fig in (row.get("tasks") or {}).items():  # an aggregate: its figures on each task
                 final.update({f"{task}_{k}": v for k, v in fig.items() if v is not None})
             c.log_batch(self.child[r.name], tags=tags,
                         metrics=[Metric(k, float(v), now, r.t) for k, v in final.items()])
             c.set_terminated(self.child[r.name], "FINISHED")
         metrics = {"rounds": result.rounds, "seconds": result.seconds, "n_certified": len(result.certified)}
+        if result.ranking is not None:  # how much of the order is certified: orders and ties
+            metrics.update(pairs_certified=result.ranking.pairs_certified, pairs_tied=result.ranking.pairs_tied)
         for k in ("human", "judge", "requests"):
             metrics[f"labels_{k}"] = result.spent[k]
             metrics[f"full_budget_{k}"] = result.full[k]
@@ -419,6 +423,15 @@ def _candidate_note(result, row: dict) -> str:
                         f"{row['level']:.3g}; not adjusted for the selection)")
         if rec.get("estimate") is not None:
             bits.append(f"estimate {rec['estimate']:.1%} on its {rec['labels']} labelled items")
+    elif result.ranking is not None:  # a ranking: the model's certified rank interval and ties
+        lo, hi = result.ranking.rank_intervals.get(row["candidate"], (None, None))
+        if lo is not None:
+            bits.append(f"certified rank {lo}" + ("" if lo == hi else f" to {hi}") + f" of {len(result.records)}, "
+                        f"together with every other model's, with probability >= {1 - cfg.delta:g}")
+        ties = [p for p in result.ranking.tied if row["candidate"] in p.split(" ~ ")]
+        if ties:
+            bits.append(f"tied within {result.ranking.epsilon:g} with "
+                        + ", ".join(x for p in ties for x in p.split(" ~ ") if x != row["candidate"]))
     elif not get_procedure(result.cfg.procedure).ranking:
         alpha = result.cfg.alpha
         if row.get("simultaneous_bound") is not None:
