@@ -253,6 +253,8 @@ class StratifiedBetting:
         """Up to ``batch`` draws; each one's design is fixed from the labels known now."""
         pool = self.pool_sizes()
         moments = self._moments()  # the labels do not change within a batch
+        if self.K == 1 and self.scales is None:
+            return self._choose_one_group(batch, pool, moments)
         out = []
         for _ in range(batch):
             if pool.sum() == 0:
@@ -272,6 +274,29 @@ class StratifiedBetting:
             self._drawn += 1
             out.append(item)
         return out
+
+    def _choose_one_group(self, batch: int, pool: np.ndarray, moments) -> list[int]:
+        """:meth:`choose` for one group (Seq), all draws of the batch at once: the same
+        designs, number for number (the pool shrinks by one per draw, nothing else changes),
+        and the same random numbers consumed (one per draw, though one group needs none)."""
+        n = int(min(batch, pool[0]))
+        if n <= 0:
+            return []
+        d = self.design(pool, moments)  # pi, control and mean do not depend on the pool size here
+        mean, var = moments[0], moments[1]
+        sizes = pool[0] - np.arange(n, dtype=np.float64)  # the pool before each draw
+        fac = sizes / (float(self.N) * d.pi[0])
+        self.rng.random(n)
+        start = int(self._qpos[0])
+        items = self._queue[start:start + n]
+        self._qpos[0] += n
+        rows = slice(self._drawn, self._drawn + n)
+        self._items[rows] = items
+        self._design[rows] = np.column_stack([
+            np.zeros(n), fac, np.full(n, mean[0]), sizes * mean[0] / float(self.N), fac * -mean[0],
+            fac * (1.0 - mean[0]), d.pi[0] * fac * fac * var[0]])
+        self._drawn += n
+        return [int(i) for i in items]
 
     # -- labels ----------------------------------------------------------------------------------
     def observe(self, items: np.ndarray, losses: np.ndarray):
