@@ -443,7 +443,11 @@ def _plan(args) -> int:
     from certsel.orchestrator.inputs.planning import plan, plan_table
 
     cfg = load_config(args.config, args.overrides)
-    rows = plan(cfg, load_job_data(cfg), m=args.pilot, seed=args.seed)
+    if cfg.tasks is not None and cfg.aggregate is None:
+        raise ValueError(f"{args.config}: certsel plan sizes one job; plan each task's table as a job of its own")
+    data = load_job_data(cfg)
+    cfg = data.policy_config(cfg)  # an aggregate is planned in its stacked table's units (alpha / M)
+    rows = plan(cfg, data, m=args.pilot, seed=args.seed)
     print(plan_table(cfg, rows, args.pilot))
     return 0
 

@@ -505,7 +505,7 @@ class RunConfig(Strict):
                              "selection, or the procedure already stops what cannot matter)")
         if proc.needs_objective and self.objective is None:
             raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
-        if not proc.ranking and "pairwise" in self.model_fields_set:
+        if not proc.ranking and self.pairwise != PairwiseConfig():  # options set for a procedure that ignores them
             raise ValueError(f"pairwise: options of a ranking (procedure 'pairwise'), not of {self.procedure!r}")
         if proc.ranking and self.pairwise.topk is not None:
             models = self.candidates or self.order
