@@ -171,3 +171,33 @@ def test_false_ties_and_wrong_orders_stay_below_delta_at_the_boundary():
     assert clopper_pearson(fails, reps, 0.99)[0] <= 0.1, fails
     assert covered >= reps - fails  # intervals fail only where an order does
     assert orders / reps >= 3  # the clear gaps (d against the rest) are ordered: the job is not idle
+
+
+def test_a_ranking_resumed_after_a_crash_keeps_its_ties(tmp_path):
+    """The driver dies after round 14 of 18 (claude ~ claude-2 and ultralm-13b ~ vicuna-13b are
+    certified tied by then, after 325 and 250 items);
+    the rerun resumes from its checkpoint with the ties as they were and ends where an
+    uninterrupted run ends."""
+    from certsel.orchestrator.inputs.sources import load_job_data
+    from certsel.orchestrator.run.engine import LocalRuntime, run_job
+
+    cfg = load_config(EXAMPLE, ["policy.kind=seq", "pairwise.epsilon=0.05", "tracking.intervals=none",
+                                "state.snapshot_every=1",
+                                "candidates=[claude, claude-2, gpt4_gamed, ultralm-13b, vicuna-13b]"])
+    data = load_job_data(cfg)
+    ref = run_job(cfg, data, LocalRuntime(1), collect_labels=False)
+
+    class Crash(Exception):
+        pass
+
+    def crash(records, n):
+        if n == 14:
+            raise Crash
+
+    with pytest.raises(Crash):
+        run_job(cfg, data, LocalRuntime(1), collect_labels=False, job_dir=str(tmp_path), progress=crash)
+    res = run_job(cfg, data, LocalRuntime(1), collect_labels=False, job_dir=str(tmp_path))
+    assert res.resume is not None and res.resume.from_round == 14
+    assert "claude ~ claude-2" in ref.ranking.tied
+    assert res.ranking.tied == ref.ranking.tied and res.ranking.better == ref.ranking.better
+    assert res.spent == ref.spent and res.ranking.items_per_pair == ref.ranking.items_per_pair

@@ -95,8 +95,8 @@ class PairwiseRounds:
         self.tied = np.zeros(P, dtype=bool)  # pairs certified tied within pairwise.epsilon
 
     def _check_ties(self, which) -> None:
-        """Mark the pairs among ``which`` whose bounds now certify a tie (they stay tied: the
-        bounds are running intersections, valid at every step)."""
+        """Mark the pairs among ``which`` whose bounds now certify a tie. A tie stands once
+        certified: the bounds hold at every step on the pair's event, and the pair stops."""
         eps = self.plan.cfg.pairwise.epsilon
         if eps is None:
             return
@@ -108,14 +108,15 @@ class PairwiseRounds:
     def restore(self, saved: dict) -> Resume:
         """The pair policies and the losses they saw, as they were (the pairs live here)."""
         self.pairs = [self.kind_of_policy.restore(p, s) for p, s in zip(self.pairs, saved["pairs"], strict=True)]
-        self._check_ties(range(len(self.pairs)))
+        if "tied" in saved:  # the ties as they were certified (a checkpoint without them: none yet)
+            self.tied = np.asarray(saved["tied"], dtype=bool).copy()
         self.known = [dict(zip(k["item"].tolist(), k["loss"].tolist(), strict=True)) for k in saved["known"]]
         self.dead = {m for m, r in enumerate(self.records) if r.status is Status.SOURCE_FAILED}
         rounds = int(saved["round"])
         return Resume(rounds, steps_from_snapshots=rounds, steps_replayed=0)
 
     def state(self) -> dict:
-        return {"pairs": [p.state_dict() for p in self.pairs],
+        return {"pairs": [p.state_dict() for p in self.pairs], "tied": self.tied.copy(),
                 "known": [{"item": np.fromiter(k.keys(), dtype=np.int64, count=len(k)),
                            "loss": np.fromiter(k.values(), dtype=np.float64, count=len(k))} for k in self.known]}
 
