@@ -34,7 +34,7 @@ from certsel.errors import InputError
 from certsel.policies.procedures import get_procedure
 from certsel.workers.replay import LossTable
 
-from .jobdata import JobData, RecoveryScores, check_size, load_replay
+from .jobdata import JobData, RecoveryScores, _positions, _subset, check_size, load_replay
 
 
 @dataclass(frozen=True)
@@ -159,14 +159,7 @@ def stack_tasks(cfg: RunConfig, datas: list[JobData]) -> JobData:
 
 def _reordered(table: LossTable, names: list[str]) -> LossTable:
     """``table`` with its candidates in the order ``names``."""
-    pos = {str(c): k for k, c in enumerate(table.candidates)}
-    idx = np.array([pos[n] for n in names])
-
-    def pick(a):
-        return None if a is None else a[idx]
-
-    return dataclasses.replace(table, candidates=table.candidates[idx], human=table.human[idx],
-                               judge=pick(table.judge), order=pick(table.order), objective=pick(table.objective))
+    return _subset(table, _positions(table, names, "tasks"))
 
 
 def _reordered_recovery(data: JobData, names: list[str]) -> RecoveryScores:
