@@ -16,6 +16,9 @@ shuffles:
 * for ``topk``: the runs whose certified-in set holds only true top-k models and whose
   certified-out set only others.
 
+The oracle limit (:func:`oracle_limit`) bounds from below what a full ranking must spend on
+each table, for a test that knows every pair's variance: what "saved" can be at most.
+
 The bootstrap comparison gives Arena-style ranks the same number of evaluations per model
 (the mean that certsel's ``ranking`` goal used, taken as the first items of a random order):
 1,000 paired bootstrap resamples of those items, each model's 95% percentile interval of its
@@ -95,6 +98,41 @@ def bootstrap_orders(losses: np.ndarray, truth: np.ndarray, m: int, seed: int, B
     return int(asserted.sum()), int(wrong.sum())
 
 
+def oracle_limit(losses: np.ndarray, delta: float, epsilon: float | None) -> np.ndarray:
+    """A lower bound on each model's evaluations in a full ranking, for an oracle test.
+
+    The oracle knows each pair's per-item standard deviation s of the difference and decides
+    the pair after n items once z s sqrt((N - n) / ((N - 1) n)) (the normal bound for the mean of
+    n items drawn without replacement from N, at the pair's level z = z_(delta / 2P)) falls
+    below its margin: |Delta| to order it, epsilon - |Delta| to tie it. A pair with no model
+    strictly between its two (in particular an exact tie) cannot be ordered through others, so it
+    must be decided itself; a model is labelled at least as far as its furthest such pair.
+    Any valid test needs about this much or more (a normal approximation of the limit)."""
+    from scipy.stats import norm
+
+    K, N = losses.shape
+    z = norm.isf(delta / (K * (K - 1)))
+    mean = losses.mean(axis=1)
+    n = np.arange(1, N + 1)
+    half_width = np.sqrt((N - n) / ((N - 1) * n))  # times z s
+
+    def items(margin: float, s: float) -> int:
+        ok = z * s * half_width <= margin
+        return int(n[np.argmax(ok)]) if margin > 0 and ok.any() else N
+
+    need = np.zeros(K, dtype=np.int64)
+    for a in range(K):
+        for b in range(a + 1, K):
+            lo, hi = sorted((mean[a], mean[b]))
+            if lo < hi and np.any((mean > lo) & (mean < hi)):
+                continue  # could be implied through a model in between
+            d = losses[a] - losses[b]
+            gap, s = abs(d.mean()), d.std()
+            m = min(items(gap, s), items(epsilon - gap, s) if epsilon and gap < epsilon else N)
+            need[a], need[b] = max(need[a], m), max(need[b], m)
+    return need
+
+
 def summarise(rows: list[dict]) -> dict:
     n = len(rows)
     fail = sum(r["wrong"] > 0 or r["false_ties"] > 0 for r in rows)
@@ -132,7 +170,7 @@ def main(argv=None) -> int:
               "wrong orders | false ties | runs with either (99% CP upper) | rank intervals cover | top-3 right / "
               "decided |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
-        per_model = {}
+        per_model, saved = {}, {}
         with mp.get_context("spawn").Pool(args.workers) as pool:
             for key in args.tables.split(","):
                 name, path = tables[key]
@@ -140,6 +178,8 @@ def main(argv=None) -> int:
                     t = time.perf_counter()
                     rows = pool.map(one_run, [(key, path, goal, eps, k, s) for s in range(args.shuffles)])
                     s = summarise(rows)
+                    if goal == "ranking":
+                        saved[(key, eps)] = 1 - s["evals"] / s["full"]
                     if goal == "ranking" and eps == epsilons[0] or key not in per_model:
                         per_model[key] = s["per_model"]
                     print(f"| {name} | {goal}{'' if k is None else f' (k = {k})'} | {eps or '-'} | {s['evals']:.0f} of "
@@ -148,6 +188,17 @@ def main(argv=None) -> int:
                           f"({_cp_upper(round(s['failure'] * s['n']), s['n']):.3f}) | {s['covered']:.3f} | "
                           + (f"{s['topk_ok']:.3f} / {s['topk_decided']:.0%}" if "topk_ok" in s else "-")
                           + f" |  <!-- {time.perf_counter() - t:.0f} s -->", flush=True)
+        print("\nThe oracle limit (oracle_limit): model evaluations a full ranking needs at least\n")
+        print("| table | epsilon | oracle's evaluations (saved at most) | certsel's saving |")
+        print("|---|---|---|---|")
+        for key in args.tables.split(","):
+            name, path = tables[key]
+            losses = pq.read_table(path).to_pandas().pivot(index="model", columns="item", values="loss").to_numpy()
+            for eps in (None, *epsilons):
+                need = oracle_limit(losses, DELTA, eps)
+                got = saved.get((key, eps))
+                print(f"| {name} | {eps or '-'} | {need.sum()} of {losses.size} ({1 - need.sum() / losses.size:.0%}) | "
+                      f"{'-' if got is None else f'{got:.0%}'} |", flush=True)
         print(f"\nArena-style bootstrap ranks at certsel's evaluations per model (ranking, epsilon = {epsilons[0]}):\n")
         print("| table | items per model | asserted orders per run | wrong asserted orders per run | runs with a wrong "
               "order |")

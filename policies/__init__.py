@@ -81,6 +81,7 @@ from .radius import (
     prpl_path,
 )
 from .recovery import Recovery, recovery_lower_bound, recovery_of
+from .seq_bank import SeqBank
 from .sequential import SequentialTest
 from .stratified import StratifiedBetting, seq_paths
 
@@ -143,6 +144,7 @@ __all__ = [
     "score_partition",
     "select",
     "seq_paths",
+    "SeqBank",
     "test_from_log_evalues",
     "up_prior",
     "upper_confidence_bound",

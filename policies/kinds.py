@@ -36,6 +36,7 @@ from .autoeval import SCHEMES
 from .betting import BettingStrategy
 from .cer_eval import CerEval, Seq
 from .partition import NearestNeighborPartition, ScorePartition
+from .seq_bank import SeqBank
 from .sequential import SequentialTest
 from .stratified_test import StratifiedTest
 
@@ -124,6 +125,12 @@ class PolicyKind:
         built from the same settings."""
         return type(policy).from_state_dict(state)
 
+    def build_bank(self, settings: PolicySettings, n_items: int, n_runs: int) -> Any:
+        """``n_runs`` policies with the same settings and no judge, on one shared order, as
+        one vectorised object whose rows equal :meth:`build`'s policies (a ranking's pairs),
+        or None where the kind has none (the default: one object per run)."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
@@ -178,6 +185,12 @@ class SeqKind(PolicyKind):
     def build(self, settings: PolicySettings, inputs: PolicyInputs) -> Seq:
         return Seq(inputs.n_items, delta=settings.delta, threshold=settings.alpha, radius=settings.radius,
                    seed=settings.seed, strict=settings.strict)
+
+    def build_bank(self, settings: PolicySettings, n_items: int, n_runs: int) -> SeqBank | None:
+        if settings.radius != "betting":
+            return None
+        return SeqBank(n_items, n_runs, delta=settings.delta, threshold=settings.alpha, seed=settings.seed,
+                       strict=settings.strict)
 
 
 class CerEvalKind(PolicyKind):

@@ -110,6 +110,36 @@ def neyman_score(pool: np.ndarray, moments: np.ndarray) -> float:
     return float(np.dot(pool / max(pool.sum(), 1.0), np.sqrt(var)))
 
 
+def one_group_design(sizes, mean, var, N: int, pi) -> np.ndarray:
+    """Design records (columns _K.._VAR) of draws from one group whose pool holds ``sizes``
+    items before each draw (last axis), with the group's control ``mean``, predicted
+    variance ``var`` and draw probability ``pi`` (arrays broadcast against ``sizes[..., :1]``)."""
+    fac = sizes / (float(N) * pi)
+    shape = np.broadcast_shapes(fac.shape, np.shape(mean), np.shape(var))
+    fac, mean = np.broadcast_to(fac, shape), np.broadcast_to(mean, shape)
+    return np.stack([np.zeros_like(fac), fac, mean, sizes * mean / float(N), fac * -mean, fac * (1.0 - mean),
+                     pi * fac * fac * var], axis=-1)
+
+
+def draw_observations(z, d, prev_sum, drawn: int, N: int):
+    """The observations of consecutive draws with labels ``z`` (..., T) and design records
+    ``d`` (..., T, 7), the earlier draws' labels summing to ``prev_sum`` and ``drawn`` of
+    them: (y, lo, hi, v, known_lo, known_hi, before, total), each (..., T) but ``total`` (the
+    labels' sum after the last draw, (...)) -- what :class:`~certsel.policies.confseq.BettingCS`
+    is fed."""
+    N = float(N)
+    # running sums in draw order, rounded as one-by-one updates would be
+    run = np.cumsum(np.concatenate([np.asarray(prev_sum, dtype=np.float64)[..., None], z], axis=-1), axis=-1)
+    before, after = run[..., :-1], run[..., 1:]
+    base = before / N + d[..., _BASE]
+    y = base + d[..., _FAC] * (z - d[..., _CTL])
+    t = np.arange(drawn + 1, drawn + z.shape[-1] + 1, dtype=np.float64)
+    lo, hi = base + d[..., _LO], base + d[..., _HI]
+    # y lies in [lo, hi] by construction (the same products); the clip only absorbs rounding
+    y = np.minimum(np.maximum(y, lo), hi)
+    return y, lo, hi, d[..., _VAR], after / N - KNOWN_TOL, (after + N - t) / N + KNOWN_TOL, before, after[..., -1]
+
+
 @dataclass(frozen=True)
 class Design:
     """What is fixed before one draw: draw probabilities ``pi`` per group, the weight
@@ -283,18 +313,14 @@ class StratifiedBetting:
         if n <= 0:
             return []
         d = self.design(pool, moments)  # pi, control and mean do not depend on the pool size here
-        mean, var = moments[0], moments[1]
         sizes = pool[0] - np.arange(n, dtype=np.float64)  # the pool before each draw
-        fac = sizes / (float(self.N) * d.pi[0])
         self.rng.random(n)
         start = int(self._qpos[0])
         items = self._queue[start:start + n]
         self._qpos[0] += n
         rows = slice(self._drawn, self._drawn + n)
         self._items[rows] = items
-        self._design[rows] = np.column_stack([
-            np.zeros(n), fac, np.full(n, mean[0]), sizes * mean[0] / float(self.N), fac * -mean[0],
-            fac * (1.0 - mean[0]), d.pi[0] * fac * fac * var[0]])
+        self._design[rows] = one_group_design(sizes, moments[0][0], moments[1][0], self.N, d.pi[0])
         self._drawn += n
         return [int(i) for i in items]
 
@@ -323,22 +349,14 @@ class StratifiedBetting:
             return Observed(np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty)
         z = self._loss[self._items[start:stop]]
         d = self._design[start:stop]
-        N = float(self.N)
-        # running sums in draw order, rounded as one-by-one updates would be
-        run = np.cumsum(np.concatenate([[self._sum], z]))
-        before, after = run[:-1], run[1:]
-        base = before / N + d[:, _BASE]
-        y = base + d[:, _FAC] * (z - d[:, _CTL])
-        t = np.arange(start + 1, stop + 1, dtype=np.float64)
-        lo, hi = base + d[:, _LO], base + d[:, _HI]
-        # y lies in [lo, hi] by construction (the same products); the clip only absorbs rounding
-        y = np.minimum(np.maximum(y, lo), hi)
-        self.cs.feed(y[None], lo[None], hi[None], d[None, :, _VAR], (after / N - KNOWN_TOL)[None],
-                     ((after + N - t) / N + KNOWN_TOL)[None])
-        self._sum = float(after[-1])
+        ob = draw_observations(z, d, self._sum, start, self.N)
+        self.cs.feed(*(x[None] for x in ob[:6]))
+        y, lo, hi, before = ob[0], ob[1], ob[2], ob[6]
+        self._sum = float(ob[7])
         self._processed = stop
         if self.scales is None:
             return Observed(y, lo, hi)
+        N = float(self.N)
         rho = self.scales[:, None]  # (S, 1): controls rho c_k, base rho sum_j |P_j| c_j / N
         base_s = before / N + rho * d[:, _BASE]
         S = self.scales.size

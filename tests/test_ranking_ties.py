@@ -201,3 +201,37 @@ def test_a_ranking_resumed_after_a_crash_keeps_its_ties(tmp_path):
     assert "claude ~ claude-2" in ref.ranking.tied
     assert res.ranking.tied == ref.ranking.tied and res.ranking.better == ref.ranking.better
     assert res.spent == ref.spent and res.ranking.items_per_pair == ref.ranking.items_per_pair
+
+
+@pytest.fixture
+def seq_per_pair():
+    """Seq without its bank: one policy object per pair (the path other kinds take)."""
+    from certsel.policies.kinds import POLICY_KINDS, SeqKind, register_policy_kind
+
+    class SeqPerPair(SeqKind):
+        name = "seq-per-pair"
+
+        def build_bank(self, settings, n_items, n_runs):
+            return None
+
+    register_policy_kind(SeqPerPair())
+    yield "seq-per-pair"
+    POLICY_KINDS.pop("seq-per-pair")
+
+
+@pytest.mark.parametrize("sets", [["pairwise.epsilon=0.02"], ["pairwise.goal=topk", "pairwise.topk=3",
+                                                             "pairwise.epsilon=0.05"], ["pairwise.goal=best"]])
+def test_banked_pairs_equal_one_policy_per_pair(seq_per_pair, sets):
+    """Seq's pairs run as one vectorised bank: the ranking, the labels and every record's
+    rounds are those of one Seq object per pair, number for number."""
+    from certsel.orchestrator.inputs.sources import load_job_data
+    from certsel.orchestrator.run.engine import LocalRuntime, run_job
+    import dataclasses
+
+    out = []
+    for kind in ("seq", seq_per_pair):
+        cfg = load_config(EXAMPLE, [f"policy.kind={kind}", "tracking.intervals=none", *sets])
+        res = run_job(cfg, load_job_data(cfg), LocalRuntime(1), collect_labels=False)
+        out.append((dataclasses.asdict(res.ranking), res.spent, [r.rounds for r in res.records],
+                    [r.status for r in res.records]))
+    assert out[0] == out[1]

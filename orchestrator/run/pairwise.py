@@ -28,6 +28,7 @@ from certsel.policies.comparison import (
 from certsel.policies.kinds import PolicyInputs, PolicySettings
 from certsel.workers.contracts import ModelLosses
 
+from .pair_policies import PairPolicies, pair_policies
 from .records import CandidateRecord, JobResult, Ranking, Resume, Status, totals
 
 
@@ -88,9 +89,9 @@ class PairwiseRounds:
         self.kind_of_policy = cfg.policy.policy_kind
         settings = PolicySettings(alpha=0.5, delta=self.pair_delta, budget=I, seed=cfg.seed,
                                   radius=cfg.policy.radius, partition=cfg.policy.partition, strict=True)
-        self.pairs = [self.kind_of_policy.build(settings, PolicyInputs(
-            I, features=data.features, judge_scores=scores[p] if scores[p] is not None else np.full(I, 0.5)))
-            for p in range(P)]
+        self.pairs: PairPolicies = pair_policies(self.kind_of_policy, settings, [PolicyInputs(
+            I, features=data.features, judge_scores=scores[p] if scores[p] is not None else np.full(I, 0.5))
+            for p in range(P)])
         self.known = [dict() for _ in range(K)]  # item -> loss, per model
         self.tied = np.zeros(P, dtype=bool)  # pairs certified tied within pairwise.epsilon
 
@@ -100,14 +101,14 @@ class PairwiseRounds:
         eps = self.plan.cfg.pairwise.epsilon
         if eps is None:
             return
-        for p in which:
-            if not self.tied[p] and self.pairs[p].n_labeled:
-                lo, hi = self.pairs[p].bounds()[:2]
-                self.tied[p] = bool(tied_pairs(lo, hi, eps))
+        which = np.fromiter(which, dtype=np.int64)
+        which = which[~self.tied[which] & (self.pairs.n_labeled[which] > 0)]
+        b = self.pairs.bounds()[which]
+        self.tied[which] = tied_pairs(b[:, 0], b[:, 1], eps)
 
     def restore(self, saved: dict) -> Resume:
         """The pair policies and the losses they saw, as they were (the pairs live here)."""
-        self.pairs = [self.kind_of_policy.restore(p, s) for p, s in zip(self.pairs, saved["pairs"], strict=True)]
+        self.pairs = self.pairs.restore(saved["pairs"])
         if "tied" in saved:  # the ties as they were certified (a checkpoint without them: none yet)
             self.tied = np.asarray(saved["tied"], dtype=bool).copy()
         self.known = [dict(zip(k["item"].tolist(), k["loss"].tolist(), strict=True)) for k in saved["known"]]
@@ -116,19 +117,18 @@ class PairwiseRounds:
         return Resume(rounds, steps_from_snapshots=rounds, steps_replayed=0)
 
     def state(self) -> dict:
-        return {"pairs": [p.state_dict() for p in self.pairs], "tied": self.tied.copy(),
+        return {"pairs": self.pairs.state_dict(), "tied": self.tied.copy(),
                 "known": [{"item": np.fromiter(k.keys(), dtype=np.int64, count=len(k)),
                            "loss": np.fromiter(k.values(), dtype=np.float64, count=len(k))} for k in self.known]}
 
     def advance(self) -> list[CandidateRecord] | None:
         cfg, names, pairs, known, dead = self.plan.cfg, self.names, self.pairs, self.known, self.dead
         ii, jj, cap = self.ii, self.jj, self.cap
-        needed = _needed(self.plan, pairs, ii, jj, dead, self.tied)
-        open_pairs = [p for p in range(ii.size) if needed[p] and not pairs[p].done and pairs[p].n_labeled < cap
-                      and ii[p] not in dead and jj[p] not in dead]
-        if not open_pairs:
+        n = pairs.n_labeled
+        open_pairs = np.flatnonzero(_open(self.plan, pairs, ii, jj, dead, self.tied, cap))
+        if not open_pairs.size:
             return None
-        asks = {p: pairs[p].next_items(min(cfg.budget.batch, cap - pairs[p].n_labeled)) for p in open_pairs}
+        asks = {int(p): pairs.next_items(int(p), int(min(cfg.budget.batch, cap - n[p]))) for p in open_pairs}
         need = [set() for _ in names]
         for p, items in asks.items():
             for m in (ii[p], jj[p]):
@@ -137,12 +137,14 @@ class PairwiseRounds:
         got = _mark_failed(self.records, dead, self.pool.losses_of(requests), names)
         for m, losses in got.items():
             known[m].update(zip(requests[names[m]].tolist(), losses.tolist(), strict=True))
+        fed = {}
         for p, items in asks.items():
             if ii[p] in dead or jj[p] in dead:
                 continue  # stopped undecided (stopping is always allowed)
             a = np.array([known[ii[p]][int(i)] for i in items])
             b = np.array([known[jj[p]][int(i)] for i in items])
-            pairs[p].update(items, (a - b + 1.0) / 2.0)
+            fed[p] = (items, (a - b + 1.0) / 2.0)
+        pairs.feed(fed)
         self._check_ties(asks)
         _fold(self.plan, self.records, known, pairs, ii, jj, cap, dead, self.tied)
         return self.records
@@ -152,9 +154,10 @@ class PairwiseRounds:
                        self.pair_delta, self.tied)
 
 
-def _direct(K, pairs, ii, jj) -> np.ndarray:
+def _direct(K, pairs: PairPolicies, ii, jj) -> np.ndarray:
     """The orders the pairs certified themselves."""
-    return better_matrix(K, ii, jj, [p.decision == -1 for p in pairs], [p.decision == 1 for p in pairs])
+    decision = pairs.decision
+    return better_matrix(K, ii, jj, decision == -1, decision == 1)
 
 
 def _needed(plan, pairs, ii, jj, dead, tied) -> np.ndarray:
@@ -166,16 +169,19 @@ def _needed(plan, pairs, ii, jj, dead, tied) -> np.ndarray:
     return pairs_needed(pw.goal, implied_orders(_direct(K, pairs, ii, jj)), ii, jj, alive, tied=tied, k=pw.topk)
 
 
+def _open(plan, pairs: PairPolicies, ii, jj, dead, tied, cap) -> np.ndarray:
+    """The pairs that run another round: needed, not done, under the cap, both models alive."""
+    alive = np.array([m not in dead for m in range(len(plan.data.names))])
+    return (_needed(plan, pairs, ii, jj, dead, tied) & ~pairs.done & (pairs.n_labeled < cap) & alive[ii]
+            & alive[jj])
+
+
 def _fold(plan, records, known, pairs, ii, jj, cap, dead, tied) -> None:
     """Counters, status and a metrics row for every model whose labels or pairs moved."""
     K, I = len(records), plan.data.n_items
     better = implied_orders(_direct(K, pairs, ii, jj))
-    needed = _needed(plan, pairs, ii, jj, dead, tied)
-    still = np.zeros(K, dtype=np.int64)
-    for p, pol in enumerate(pairs):
-        if needed[p] and not pol.done and pol.n_labeled < cap and ii[p] not in dead and jj[p] not in dead:
-            still[ii[p]] += 1
-            still[jj[p]] += 1
+    running = _open(plan, pairs, ii, jj, dead, tied, cap)
+    still = np.bincount(ii[running], minlength=K) + np.bincount(jj[running], minlength=K)
     for m, r in enumerate(records):
         r.n_human = r.t = len(known[m])
         r.n_judge = I if plan.judge_strata else 0
@@ -196,14 +202,13 @@ def _result(plan, records, known, pairs, ii, jj, dead, rounds, pair_delta, tied)
     better = implied_orders(direct)  # certified directly or through certified pairs
     tied = tied & ~(better[ii, jj] | better[jj, ii])  # an implied order says more than a tie
     n_used = np.zeros((K, K), dtype=np.int64)
-    intervals = {}
-    for p in range(P):
-        n_used[ii[p], jj[p]] = n_used[jj[p], ii[p]] = pairs[p].n_labeled
-        # the interval of the pair's own decisions: its one-sided bounds, each at the level a sign is
-        # certified at, so the interval excludes 0 exactly when an order is certified; together they
-        # hold at the pair's level delta/P (simultaneously over pairs at delta)
-        lo, hi = pairs[p].lower_bound, pairs[p].upper_bound
-        intervals[f"{names[ii[p]]} - {names[jj[p]]}"] = [2 * lo - 1, 2 * hi - 1]  # on R(first) - R(second)
+    n_used[ii, jj] = n_used[jj, ii] = pairs.n_labeled
+    # the interval of the pair's own decisions: its one-sided bounds, each at the level a sign is
+    # certified at, so the interval excludes 0 exactly when an order is certified; together they
+    # hold at the pair's level delta/P (simultaneously over pairs at delta)
+    b = pairs.bounds()
+    intervals = {f"{names[ii[p]]} - {names[jj[p]]}": [2 * float(b[p, 0]) - 1, 2 * float(b[p, 1]) - 1]
+                 for p in range(P)}  # on R(first) - R(second)
     score, order = copeland(better)
     best_rank, worst_rank = rank_intervals(better)
     ties_of = {names[m]: [] for m in range(K)}
