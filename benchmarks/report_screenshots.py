@@ -41,6 +41,11 @@ def screenshot(chromium: str, page, png: pathlib.Path, size=(1200, 1500), wait_m
     return png
 
 
+def _shown(png: pathlib.Path) -> str:
+    """The path as printed: relative to the repository where it lies inside it (--out may be anywhere)."""
+    return str(png.relative_to(ROOT)) if png.resolve().is_relative_to(ROOT) else str(png)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
@@ -61,7 +66,7 @@ def main(argv=None) -> int:
                                   if line.startswith("MLflow UI: "))
             png = screenshot(args.chromium, report / "report.html", args.out / f"report_{example}.png",
                              (1200, height))
-            print(f"{png.relative_to(ROOT)}: {example} report as headless Chromium renders it")
+            print(f"{_shown(png)}: {example} report as headless Chromium renders it")
         mlflow_pages(args, tmp / "store.db", links["quantization"])
     return 0
 
@@ -90,7 +95,7 @@ def mlflow_pages(args, store: pathlib.Path, run_link: str) -> None:
         experiment_url = run_url.split("/runs/")[0] + "?" + run_url.split("?")[1]
         for name, url in (("mlflow_experiment", experiment_url), ("mlflow_run", run_url)):
             png = screenshot(args.chromium, url, args.out / f"{name}.png", (1400, 900), wait_ms=20000)
-            print(f"{png.relative_to(ROOT)}: {url.replace(base, 'MLFLOW_UI')}")
+            print(f"{_shown(png)}: {url.replace(base, 'MLFLOW_UI')}")
     finally:
         server.terminate()
         server.wait(timeout=30)
