@@ -235,3 +235,24 @@ def test_banked_pairs_equal_one_policy_per_pair(seq_per_pair, sets):
         out.append((dataclasses.asdict(res.ranking), res.spent, [r.rounds for r in res.records],
                     [r.status for r in res.records]))
     assert out[0] == out[1]
+
+
+def test_pair_checkpoints_restore_in_their_own_form():
+    """A per-pair checkpoint (also the bare list older checkpoints hold) restores one policy per
+    pair; a bank refuses it in one line rather than misreading it."""
+    from certsel.orchestrator.run.pair_policies import BankedPairs, PolicyList
+    from certsel.policies.kinds import POLICY_KINDS, PolicyInputs, PolicySettings
+
+    kind, settings = POLICY_KINDS["seq"], PolicySettings(alpha=0.5, delta=0.05, budget=40, seed=3, strict=True)
+    pairs = PolicyList(kind, [kind.build(settings, PolicyInputs(40)) for _ in range(3)])
+    items = pairs.next_items(1, 10)
+    pairs.feed({1: (items, np.linspace(0.2, 0.8, 10))})
+    for saved in (pairs.state_dict(), pairs.state_dict()["pairs"]):
+        back = pairs.restore(saved)
+        assert np.array_equal(back.bounds(), pairs.bounds()) and np.array_equal(back.n_labeled, [0, 10, 0])
+    bank = BankedPairs(kind.build_bank(settings, 40, 3))
+    for saved in (pairs.state_dict(), pairs.state_dict()["pairs"]):
+        with pytest.raises(ValueError, match="one policy per pair; this job runs the pairs as a bank"):
+            bank.restore(saved)
+    with pytest.raises(ValueError, match="as a bank; this job runs one policy per pair"):
+        pairs.restore(bank.state_dict())

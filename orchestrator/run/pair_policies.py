@@ -39,7 +39,7 @@ class PairPolicies(Protocol):
 
     def state_dict(self) -> dict: ...
 
-    def restore(self, state: dict) -> PairPolicies: ...
+    def restore(self, state: dict | list) -> PairPolicies: ...
 
 
 class PolicyList:
@@ -73,7 +73,9 @@ class PolicyList:
     def state_dict(self) -> dict:
         return {"pairs": [p.state_dict() for p in self.policies]}
 
-    def restore(self, state: dict) -> PolicyList:
+    def restore(self, state: dict | list) -> PolicyList:
+        if isinstance(state, list):  # a checkpoint written before banks: the pairs' states alone
+            state = {"pairs": state}
         if "pairs" not in state:
             raise ValueError("the checkpoint holds the pairs as a bank; this job runs one policy per pair")
         return PolicyList(self.kind, [self.kind.restore(p, s) for p, s in zip(self.policies, state["pairs"],
@@ -114,8 +116,8 @@ class BankedPairs:
     def state_dict(self) -> dict:
         return {"bank": self.bank.state_dict()}
 
-    def restore(self, state: dict) -> BankedPairs:
-        if "bank" not in state:
+    def restore(self, state: dict | list) -> BankedPairs:
+        if not isinstance(state, dict) or "bank" not in state:
             raise ValueError("the checkpoint holds one policy per pair; this job runs the pairs as a bank")
         return BankedPairs(SeqBank.from_state_dict(state["bank"]))
 

@@ -129,11 +129,13 @@ class PairwiseRounds:
         if not open_pairs.size:
             return None
         asks = {int(p): pairs.next_items(int(p), int(min(cfg.budget.batch, cap - n[p]))) for p in open_pairs}
-        need = [set() for _ in names]
+        asked = [[] for _ in names]  # every model's items over its open pairs (mostly the same ones)
         for p, items in asks.items():
-            for m in (ii[p], jj[p]):
-                need[m].update(int(i) for i in items if int(i) not in known[m])
-        requests = {names[m]: np.array(sorted(need[m]), dtype=np.int64) for m in range(len(names)) if need[m]}
+            asked[ii[p]].append(items)
+            asked[jj[p]].append(items)
+        need = [[i for i in np.unique(np.concatenate(a)).tolist() if i not in known[m]] if a else []
+                for m, a in enumerate(asked)]
+        requests = {names[m]: np.array(need[m], dtype=np.int64) for m in range(len(names)) if need[m]}
         got = _mark_failed(self.records, dead, self.pool.losses_of(requests), names)
         for m, losses in got.items():
             known[m].update(zip(requests[names[m]].tolist(), losses.tolist(), strict=True))
