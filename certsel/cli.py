@@ -159,71 +159,99 @@ def _betting_spec(text: str):
 
 
 def _select(args) -> dict:
+    """``certsel select``: the engine on one recorded table, in this process (a preset of
+    ``certsel run``: the in-process runtime, the replay source, every candidate to its whole
+    budget in one batch, no tracking or job folder). The flags become a job config, so the
+    numbers are those ``certsel run`` prints for the same job."""
+    import numpy as np
+
+    from certsel.config import parse_config
     from certsel.orchestrator.inputs.jobdata import fingerprint
-    from certsel.orchestrator.run.replicated import candidate_intervals, replicated_selection
+    from certsel.orchestrator.inputs.sources import load_job_data
+    from certsel.orchestrator.run.engine import LocalRuntime, run_job
     from certsel.policies import get_strategy
     from certsel.policies._validation import check_level
     from certsel.policies.procedures import get_procedure
-    from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
+    from certsel.workers.replay import DEFAULT_TABLE
+    from certsel.workers.tables import read_table
 
     check_level(args.alpha, "--alpha")
     check_level(args.delta, "--delta")
     if args.n < 1 or args.r < 1:
         raise ValueError(f"--n and --r must be positive, got n={args.n}, r={args.r}")
     try:
-        args.betting = get_strategy(_betting_spec(args.betting))
+        betting = _betting_spec(args.betting)
+        strategy = get_strategy(betting)
     except ValueError as exc:
         raise ValueError(f"--{exc}") from None
     try:
-        testing = get_procedure(args.procedure).testing
+        proc = get_procedure(args.procedure)
     except ValueError:
-        testing = False
-    if not testing:
+        proc = None
+    if proc is None or not proc.testing:
         raise ValueError(f"--procedure must be one of fst, bonferroni, holm (the procedures that take per-candidate "
                          f"e-values), got {args.procedure!r}")
     if args.data is None:
         args.data = DEFAULT_TABLE
-    from certsel.workers.tables import read_table
-
     raw = read_table(args.data, "loss table")
     order = args.order_col
     if order is None:
         order = "rank" if "rank" in raw.column_names else None
     elif order == "none":
         order = None
-    for opt, col in (("--order-col", order), ("--objective-col", args.objective_col)):
+    judge = JUDGES.get(args.judge, args.judge)
+    for opt, col in (("--order-col", order), ("--objective-col", args.objective_col), ("--judge", judge),
+                     ("--candidate-col", args.candidate_col), ("--item-col", args.item_col),
+                     ("--human-col", args.human_col)):
         if col is not None and col not in raw.column_names:
             raise ValueError(f"{args.data}: missing column {col!r} (named by {opt}; the table has "
                              f"{', '.join(raw.column_names)})")
-    table = load_loss_table(raw, judge=JUDGES.get(args.judge, args.judge), candidate=args.candidate_col,
-                            item=args.item_col, human=args.human_col, order=order, objective=args.objective_col,
-                            name=str(args.data))
-    kw = dict(alpha=args.alpha, delta=args.delta, scheme=args.scheme, betting=args.betting)
-    out = replicated_selection(table, n=args.n, r=args.r, reps=1, seed=args.seed, procedure=args.procedure,
-                               observation=args.observation, **kw)
-    # intervals at the candidates' level, as `certsel run` reports them (delta/K under Bonferroni)
-    ci_delta = float(get_procedure(args.procedure).candidate_deltas(args.delta, out.candidates.size).min())
-    low, high = candidate_intervals(out, delta=ci_delta, scheme=args.scheme, betting=args.betting)
-    sel = int(out.selected[0])
+    n_items = len(set(raw.column(args.item_col).to_pylist()))
+    if args.n * (1 + args.r) > n_items:
+        raise ValueError(f"--n {args.n} and --r {args.r} need n*(1+r) = {args.n * (1 + args.r)} items per candidate "
+                         f"but the table has {n_items} (the largest --n that fits is {n_items // (1 + args.r)})")
+    # with no order column, fst tests the candidates in the order of their names
+    names = sorted({str(c) for c in raw.column(args.candidate_col).to_pylist()})
+    cfg = parse_config({
+        "order": names if order is None and proc.needs_order else None,
+        "data": {"path": str(args.data), "candidate": args.candidate_col, "item": args.item_col,
+                 "human": args.human_col, "judge": judge, "order": order},
+        "objective": {"column": args.objective_col},
+        "policy": {"kind": args.scheme, "betting": betting, "observation": args.observation},
+        "procedure": args.procedure, "alpha": args.alpha, "delta": args.delta, "seed": args.seed,
+        # every candidate's whole budget in one batch: its full e-value path, as the table prints
+        "budget": {"n": args.n, "r": args.r, "batch": args.n}, "scheduling": {"mode": "full"},
+    }, source="certsel select")
+    data = load_job_data(cfg)
+    res = run_job(cfg, data, LocalRuntime(), collect_labels=False)
+    # the largest e-value along each path (E_0 = 1 left out) and the labels at its first
+    # crossing of the candidate's decision level (delta/K under Bonferroni, step-down under Holm)
+    max_log_e = np.array([max(r.path) if r.path else 0.0 for r in res.records])
+    levels = proc.decision_deltas(args.delta, max_log_e)
+    first = [next((i + 1 for i, v in enumerate(r.path) if v >= -np.log(lv)), 0)
+             for r, lv in zip(res.records, levels)]
+    ci_delta = float(proc.candidate_deltas(args.delta, len(res.records)).min())
     rows = [
         {
-            "candidate": str(out.candidates[k]),
-            "objective": float(out.objective[k]),
-            "max_evalue": float(out.max_evalue[0, k]),
-            "labels_to_certify": int(out.labels_to_certify[0, k]),
-            "level": float(out.levels[0, k]),
-            "ci": [float(low[0, k]), float(high[0, k])],
-            "certified": bool(out.certified[0, k]),
-            "risk_on_full_table": float(out.true_risk[k]),
+            "candidate": r.name,
+            "objective": float(r.objective),
+            "max_evalue": float(np.exp(max_log_e[k])),
+            "labels_to_certify": int(first[k]),
+            "level": float(levels[k]),
+            "ci": [float(r.ci[0]), float(r.ci[1])],
+            "certified": r.name in res.certified,
+            "risk_on_full_table": float(r.true_risk),
         }
-        for k in range(out.candidates.size)
+        for k, r in enumerate(res.records)
     ]
+    sel = next((k for k, r in enumerate(rows) if r["candidate"] == res.selected), -1)
+    table = data.table
     return {
         "selected": rows[sel]["candidate"] if sel >= 0 else None,
         "selected_index": sel,
         "certificate": (
             f"R({rows[sel]['candidate']}) <= {args.alpha} with probability >= {1 - args.delta:g} "
-            f"(family-wise over {out.candidates.size} candidates, {args.procedure})"
+            f"(family-wise over {len(rows)} candidates, {args.procedure})"
             if sel >= 0
             else "no candidate certified"
         ),
@@ -232,7 +260,7 @@ def _select(args) -> dict:
         "alpha": args.alpha,
         "delta": args.delta,
         "scheme": args.scheme,
-        "betting": args.betting.describe(),
+        "betting": strategy.describe(),
         "labels": {"human_per_candidate": args.n, "judge_per_candidate": args.r * args.n},
         "seed": args.seed,
         "ci_level": 1 - ci_delta,

@@ -78,8 +78,8 @@ def test_select_reads_the_prompt_table_with_column_options_at_bonferroni_levels(
         (["--alpha", "1.5"], "--alpha must be in (0, 1)"),
         (["--delta", "0"], "--delta must be in (0, 1)"),
         (["--n", "0"], "--n and --r must be positive"),
-        (["--n", "5000", "--r", "3"], "n + N <="),
-        (["--judge", "nope"], "missing column 'nope'"),
+        (["--n", "5000", "--r", "3"], "need n*(1+r) = 20000 items per candidate but the table has 9960"),
+        (["--judge", "nope"], "missing column 'nope' (named by --judge"),
         (["--data", "/nonexistent.parquet"], "loss table not found"),
         (["--procedure", "sidak"], "--procedure must be one of fst, bonferroni, holm"),
         (["--procedure", "pairwise"], "--procedure must be one of fst, bonferroni, holm"),
@@ -94,3 +94,40 @@ def test_bad_input_is_one_line_and_nonzero(args, message):
     assert message in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
     assert p.stdout == ""
+
+
+@pytest.mark.parametrize("flags, ref", [
+    ([], dict(procedure="fst", betting="up")),
+    (["--procedure", "bonferroni", "--betting", "wsr", "--seed", "3", "--n", "150"],
+     dict(procedure="bonferroni", betting="wsr", seed=3, n=150)),
+    (["--procedure", "holm", "--scheme", "r-eval", "--observation", "paper", "--order-col", "none", "--alpha", "0.12"],
+     dict(procedure="holm", scheme="r-eval", observation="paper", alpha=0.12, order=None)),
+])
+def test_select_runs_the_engine_and_equals_the_vectorised_reference(tmp_path, flags, ref):
+    """``certsel select`` is the engine on one table (in-process runtime, replay source, one
+    batch per candidate); the vectorised replications (``replicated_selection``, what the
+    command ran before it became a preset, and what the paper reproductions use) draw the
+    same items, so every number it prints is theirs to the last bit."""
+    from certsel.orchestrator.run.replicated import candidate_intervals, replicated_selection
+    from certsel.policies.procedures import get_procedure
+    from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
+
+    out = tmp_path / "cert.json"
+    p = run("select", *flags, "--json", str(out), "--quiet")
+    assert p.returncode == 0, p.stderr
+    cert = json.loads(out.read_text())
+    kw = dict(n=300, seed=0, alpha=0.1, scheme="r-autoeval+", betting="up", observation="split") | ref
+    table = load_loss_table(DEFAULT_TABLE, order=kw.pop("order", "rank"))
+    direct = replicated_selection(table, r=3, reps=1, delta=0.1, **kw)
+    ci_delta = float(get_procedure(kw["procedure"]).candidate_deltas(0.1, table.candidates.size).min())
+    low, high = candidate_intervals(direct, delta=ci_delta, scheme=kw["scheme"], betting=kw["betting"])
+    assert [c["candidate"] for c in cert["candidates"]] == table.candidates.tolist()
+    for k, c in enumerate(cert["candidates"]):
+        assert c["max_evalue"] == float(direct.max_evalue[0, k])
+        assert c["labels_to_certify"] == int(direct.labels_to_certify[0, k])
+        assert c["level"] == float(direct.levels[0, k])
+        assert c["ci"] == [float(low[0, k]), float(high[0, k])]
+        assert c["certified"] == bool(direct.certified[0, k])
+    sel = int(direct.selected[0])
+    assert cert["selected"] == (table.candidates[sel] if sel >= 0 else None)
+    assert cert["ci_level"] == 1 - ci_delta

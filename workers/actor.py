@@ -25,8 +25,10 @@ from .candidate import (
     LabelServer,
     TestingCandidate,
     guarded_step,
+    intervals_together,
     policy_candidate,
     step_together,
+    upper_bounds_together,
 )
 from .contracts import CandidateSpec, HostRequest, JobArrays, LabelRows, ModelLosses, Snapshot
 from .labellog import LabelLog, LoggedSource, log_path
@@ -140,6 +142,13 @@ class CandidateHost:
         one-sided bounds that invert their test at each of ``levels[i]`` (the level of the
         decision, and the level the candidate enters the simultaneous statement at)."""
         self._have(names)
+        # what can be, stacked across candidates first (the same numbers as one call each)
+        testing = [(k, c) for k, n in enumerate(names) if isinstance(c := self.candidates[n], TestingCandidate)]
+        intervals_together([c for _, c in testing])
+        if levels is not None and testing:
+            for j in range(max(len(levels[k]) for k, _ in testing)):
+                at = [(c, levels[k][j]) for k, c in testing if j < len(levels[k])]
+                upper_bounds_together([c for c, _ in at], [lv for _, lv in at])
         out = []
         for k, n in enumerate(names):
             c = self.candidates[n]

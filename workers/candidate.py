@@ -356,6 +356,61 @@ def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
     return out
 
 
+def _stackable(cands: list[TestingCandidate], todo, key) -> list[list[TestingCandidate]]:
+    """Groups (of two or more) of the candidates with labels for which ``todo(c)`` holds and
+    whose labels and test settings ``key(c)`` agree, so that one stacked call serves a group.
+    A key that cannot be hashed (a user's strategy with list parameters) leaves the
+    candidate to its own call."""
+    groups: dict = {}
+    for c in cands:
+        if c.t == 0 or not todo(c):
+            continue
+        k = (c.t, c.n, c.test.uses_judge, tuple(np.atleast_1d(c.rhos).tolist()), *key(c))
+        try:
+            groups.setdefault(k, []).append(c)
+        except TypeError:
+            continue
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _stacked(members: list[TestingCandidate]):
+    """The members' labels as (K, t) arrays (judge arrays None without a judge)."""
+    data = [c._data() for c in members]
+    h = np.stack([d[0] for d in data])
+    if not members[0].test.uses_judge:
+        return h, None, None
+    return h, np.stack([d[1] for d in data]), np.stack([d[2] for d in data])
+
+
+def intervals_together(cands: list[TestingCandidate]) -> None:
+    """:meth:`TestingCandidate.interval` for many candidates with one stacked call per group
+    of equal label counts and interval tests: each row's bisection is its own, so the bounds
+    are those of one call per candidate."""
+    for members in _stackable(cands, lambda c: c._ci is None,
+                              lambda c: (c.ci_delta, c.betting.interval_strategy())):
+        first = members[0]
+        lo, hi = confidence_interval(*_stacked(members), delta=first.ci_delta, rhos=first.rhos,
+                                     betting=first.betting.interval_strategy(), horizon=first.n)
+        for c, a, b in zip(members, np.asarray(lo).tolist(), np.asarray(hi).tolist(), strict=True):
+            c._ci = (float(a), float(b))
+
+
+def upper_bounds_together(cands: list[TestingCandidate], levels: list[float]) -> None:
+    """:meth:`TestingCandidate.upper_bound` of ``cands[i]`` at ``levels[i]`` with one stacked
+    call per group of equal label counts, tests and levels (each row's search is its own:
+    the bounds are those of one call per candidate)."""
+    at = {id(c): float(lv) for c, lv in zip(cands, levels, strict=True)}
+    for members in _stackable(cands, lambda c: at[id(c)] not in c._bound,
+                              lambda c: (at[id(c)], c.test.delta, c.test.alpha, c.betting, c.test.observation)):
+        first, level = members[0], at[id(members[0])]
+        got = decision_upper_bound(*_stacked(members), level=level, delta=first.test.delta, alpha=first.test.alpha,
+                                   rhos=first.rhos, betting=first.betting, horizon=first.n,
+                                   max_log_evalue=np.array([c.test.max_log_evalue for c in members]),
+                                   observation=first.test.observation)
+        for c, u in zip(members, np.asarray(got).tolist(), strict=True):
+            c._bound[level] = float(u)
+
+
 class ChosenTestingCandidate(_Candidate):
     """A test of H0: R > alpha that chooses its items (the judge-stratified test,
     :class:`~certsel.policies.StratifiedTest`: the judge's loss on every item first, bought

@@ -1,10 +1,12 @@
-"""Single-process certified selection over a recorded loss table.
+"""Certified selection over a recorded loss table, vectorised over replications.
 
-This is the statistical core of a selection job without the distribution: draw the human-
-and judge-labelled items, run every candidate's e-process, apply the multiple-testing
-procedure, pick the certified candidate with the smallest objective. It is vectorised over
-replications so that the same function serves a one-off job (``reps=1``, the ``certsel
-select`` command) and the reproduction of the paper's experiments (hundreds of replications).
+The statistical core of a selection job without the engine: draw the human- and
+judge-labelled items, run every candidate's e-process to its whole budget, apply the
+multiple-testing procedure, pick the certified candidate with the smallest objective, for
+hundreds of replications at once (the paper reproductions in ``benchmarks/``). With the
+job's seed it draws the items the engine draws, which makes it the tests' independent
+reference for the engine (``certsel select``, a preset of the engine, equals it to the
+last bit: ``tests/test_cli.py``).
 """
 
 from __future__ import annotations
