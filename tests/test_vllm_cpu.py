@@ -48,6 +48,33 @@ def endpoint():
     return {"base_url": URL, "model": "smollm2"}, []
 
 
+SHARED = "smollm2-shared"  # the served name of the module's shared server
+
+
+@pytest.fixture(scope="module")
+def shared_url(ray_session, tmp_path_factory):
+    """One server for the tests that need an endpoint, not certsel's own serving (which the
+    first three tests check): started once for the module instead of once per test (about 45 s
+    each on two cores), with the tokenizer endpoints lm-eval's log-likelihoods need. Its
+    served name keeps it apart from the servers the jobs start and must stop."""
+    if URL is not None:
+        yield URL, "smollm2"
+        return
+    from certsel.config import ServeConfig
+    from certsel.workers.serving import ServerPool
+
+    mem = os.environ.get("CERTSEL_VLLM_MEMORY_FRACTION", "0.25")
+    serve = ServeConfig(name=SHARED, model=MODEL, startup_timeout=1200, args=[
+        "--dtype", DTYPE, "--max-model-len", "2048", "--enforce-eager", "--gpu-memory-utilization", mem,
+        "--enable-tokenizer-info-endpoint"])
+    pool = ServerPool([{**serve.model_dump(), "python": os.environ.get("CERTSEL_VLLM_PYTHON"),
+                        "served_model_name": SHARED, "log_dir": str(tmp_path_factory.mktemp("servers"))}])
+    try:
+        yield pool.start()[SHARED], SHARED
+    finally:
+        pool.stop()
+
+
 def write_items(tmp_path):
     with open(tmp_path / "items.jsonl", "w") as f:
         for a in range(1, 10):
@@ -102,8 +129,9 @@ def test_three_templates_on_smollm2(ray_session, tmp_path):
     if serve:  # certsel's own server is gone after each job
         import subprocess
 
-        left = subprocess.run(["pgrep", "-f", f"vllm.entrypoints.openai.api_server --model {MODEL}"],
-                              capture_output=True, text=True).stdout.split()
+        left = [line.split()[0] for line in subprocess.run(
+            ["pgrep", "-af", f"vllm.entrypoints.openai.api_server --model {MODEL}"],
+            capture_output=True, text=True).stdout.splitlines() if SHARED not in line]
         assert not left, f"vLLM server processes left running: {left}"
         assert "Application startup complete" in (tmp_path / "cache" / "servers" / "smollm2.log").read_text()
 
@@ -200,7 +228,7 @@ def test_drop_against_full_precision_on_vllm(ray_session, tmp_path):
 
 
 @pytest.mark.parametrize("soft", [False, True])
-def test_constrained_and_soft_judge_on_vllm(ray_session, tmp_path, soft):
+def test_constrained_and_soft_judge_on_vllm(ray_session, shared_url, tmp_path, soft):
     """A grading judge on the real server. Constrained (the default): vLLM's structured
     outputs hold every verdict to "Score: 0".."Score: 10", so each is parsed at the first
     request (requests = answers + verdicts, no second seeded request) and the judge losses
@@ -209,14 +237,15 @@ def test_constrained_and_soft_judge_on_vllm(ray_session, tmp_path, soft):
     label log."""
     write_items(tmp_path)
     sampling = {"temperature": 0, "max_tokens": 12}
-    where, serve = endpoint()
+    url, served = shared_url
+    where = {"base_url": url, "model": served}
     judge = {**where, "mode": "grade", "timeout": 300, "sampling": {"temperature": 0, "max_tokens": 8}}
     if soft:
         judge["soft"] = True
     job = {
         "name": "smollm2-judge",
         "live": {
-            "items": "items.jsonl", "loss": "numeric", "cache_dir": "cache", "serve": serve,
+            "items": "items.jsonl", "loss": "numeric", "cache_dir": "cache",
             "candidates": [{"id": "strict", **where, "objective": 3, "sampling": sampling, "timeout": 300,
                             "template": "Compute {question}. Reply with the number only."}],
             "judge": judge,
@@ -241,51 +270,38 @@ def test_constrained_and_soft_judge_on_vllm(ray_session, tmp_path, soft):
         assert row["requests"] == len(set(log[log.candidate == "strict"].item)) + row["labels_judge"]
 
 
-def test_lm_eval_tasks_on_vllm(ray_session, tmp_path):
+def test_lm_eval_tasks_on_vllm(ray_session, shared_url, tmp_path):
     """The lm-eval label source on the real server: a generate_until task through chat
     completions and a multiple-choice task scored by log-likelihoods through completions and
     vLLM's tokenizer endpoints (``--enable-tokenizer-info-endpoint``); labels logged and the
     e-values recomputed from the log."""
-    if MODEL is None:
-        pytest.skip("needs CERTSEL_VLLM_MODEL: certsel starts vLLM with its tokenizer endpoints")
-    from certsel.config import ServeConfig
     from certsel.policies import log_evalue_paths
-    from certsel.workers.serving import ServerPool
     from helpers.lm_eval_runs import write_additions_task, write_choice_task
 
-    mem = os.environ.get("CERTSEL_VLLM_MEMORY_FRACTION", "0.25")
-    serve = ServeConfig(name="smollm2", model=MODEL, startup_timeout=1200, args=[
-        "--dtype", DTYPE, "--max-model-len", "2048", "--enforce-eager", "--gpu-memory-utilization", mem,
-        "--enable-tokenizer-info-endpoint"])
-    pool = ServerPool([{**serve.model_dump(), "python": os.environ.get("CERTSEL_VLLM_PYTHON"),
-                        "served_model_name": "smollm2", "log_dir": str(tmp_path / "servers")}])
-    url = pool.start()["smollm2"]
-    try:
-        write_additions_task(tmp_path / "tasks", n=80)
-        write_choice_task(tmp_path / "tasks", n=80)
-        for task, model, args in (
-            ("additions", "local-chat-completions",
-             f"base_url={url}/v1/chat/completions,model=smollm2,tokenizer_backend=None,num_concurrent=4"),
-            ("additions_mc", "local-completions",
-             f"base_url={url}/v1/completions,model=smollm2,tokenizer_backend=remote,num_concurrent=4"),
-        ):
-            job = {"name": f"vllm-{task}", "labels": {
-                "kind": "lm-eval", "task": task, "include_path": str(tmp_path / "tasks"), "cache_dir": "cache",
-                "apply_chat_template": task == "additions",
-                "candidates": [{"id": "smollm2", "model": model, "model_args": args}]},
-                "policy": {"kind": "r-eval"}, "procedure": "fst", "order": ["smollm2"], "alpha": 0.95, "delta": 0.1,
-                "budget": {"n": 40, "batch": 20}, "seed": 0, "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"},
-                "state": {"dir": "jobs"}}
-            (tmp_path / f"{task}.yaml").write_text(yaml.safe_dump(job))
-            result, run_id = execute(load_config(tmp_path / f"{task}.yaml"), output=tmp_path / task)
-            cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
-            row = cert["candidates"][0]
-            log = pq.read_table(tmp_path / task / "labels.parquet").to_pandas().sort_values("seq")
-            human = log[log.role == "human"]
-            assert row["labels_human"] == len(human) > 0 and set(human.loss.unique()) <= {0.0, 1.0}
-            log_e = log_evalue_paths(human.loss.to_numpy(), alpha=0.95, delta=0.1, rhos=[0.0], horizon=40,
-                                     observation="split")
-            assert max(0.0, log_e.max()) == pytest.approx(row["log_e_value"], abs=1e-6)
-            assert row["status"] in ("certified", "not certified")
-    finally:
-        pool.stop()
+    url, served = shared_url
+    write_additions_task(tmp_path / "tasks", n=80)
+    write_choice_task(tmp_path / "tasks", n=80)
+    for task, model, args in (
+        ("additions", "local-chat-completions",
+         f"base_url={url}/v1/chat/completions,model={served},tokenizer_backend=None,num_concurrent=4"),
+        ("additions_mc", "local-completions",
+         f"base_url={url}/v1/completions,model={served},tokenizer_backend=remote,num_concurrent=4"),
+    ):
+        job = {"name": f"vllm-{task}", "labels": {
+            "kind": "lm-eval", "task": task, "include_path": str(tmp_path / "tasks"), "cache_dir": "cache",
+            "apply_chat_template": task == "additions",
+            "candidates": [{"id": "smollm2", "model": model, "model_args": args}]},
+            "policy": {"kind": "r-eval"}, "procedure": "fst", "order": ["smollm2"], "alpha": 0.95, "delta": 0.1,
+            "budget": {"n": 40, "batch": 20}, "seed": 0, "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"},
+            "state": {"dir": "jobs"}}
+        (tmp_path / f"{task}.yaml").write_text(yaml.safe_dump(job))
+        result, run_id = execute(load_config(tmp_path / f"{task}.yaml"), output=tmp_path / task)
+        cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
+        row = cert["candidates"][0]
+        log = pq.read_table(tmp_path / task / "labels.parquet").to_pandas().sort_values("seq")
+        human = log[log.role == "human"]
+        assert row["labels_human"] == len(human) > 0 and set(human.loss.unique()) <= {0.0, 1.0}
+        log_e = log_evalue_paths(human.loss.to_numpy(), alpha=0.95, delta=0.1, rhos=[0.0], horizon=40,
+                                 observation="split")
+        assert max(0.0, log_e.max()) == pytest.approx(row["log_e_value"], abs=1e-6)
+        assert row["status"] in ("certified", "not certified")
