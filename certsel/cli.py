@@ -172,7 +172,7 @@ def _select(args) -> dict:
     from certsel.policies import get_strategy
     from certsel.policies._validation import check_level
     from certsel.policies.procedures import get_procedure
-    from certsel.workers.replay import DEFAULT_TABLE
+    from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
     from certsel.workers.tables import read_table
 
     check_level(args.alpha, "--alpha")
@@ -206,7 +206,10 @@ def _select(args) -> dict:
         if col is not None and col not in raw.column_names:
             raise ValueError(f"{args.data}: missing column {col!r} (named by {opt}; the table has "
                              f"{', '.join(raw.column_names)})")
-    n_items = len(set(raw.column(args.item_col).to_pylist()))
+    # the table's own checks first (item ids, loss ranges, one row per pair), worded as before
+    n_items = load_loss_table(raw, judge=judge, candidate=args.candidate_col, item=args.item_col,
+                              human=args.human_col, order=order, objective=args.objective_col,
+                              name=str(args.data)).items.size
     if args.n * (1 + args.r) > n_items:
         raise ValueError(f"--n {args.n} and --r {args.r} need n*(1+r) = {args.n * (1 + args.r)} items per candidate "
                          f"but the table has {n_items} (the largest --n that fits is {n_items // (1 + args.r)})")

@@ -249,7 +249,8 @@ class Holm(Bonferroni):
         levels = delta / (K - np.arange(K))
         c = int(self.certified(max_log_e, delta).sum())
         out = np.empty(K)
-        out[order] = np.where(np.arange(K) < c, levels, delta / (K - c))
+        # with all K certified there is no failed step (max(..., 1) only avoids dividing by 0)
+        out[order] = np.where(np.arange(K) < c, levels, delta / max(K - c, 1))
         return out
 
     # Compatible simultaneous bounds of Holm's procedure (Strassburger and Bretz, Stat. Med.

@@ -50,6 +50,19 @@ def test_holm_hand_computed():
     assert not holm(e5, DELTA).any()
 
 
+def test_holm_decision_levels_hand_computed_including_all_certified():
+    from certsel.policies.procedures import get_procedure
+
+    holm_proc = get_procedure("holm")
+    # p = [0.02, 0.5, 0.04, 0.03]: the step-down certifies the three smallest at 0.025, 0.0333,
+    # 0.05 and stops at 0.5 > 0.1, the level the fourth is decided at
+    got = holm_proc.decision_deltas(DELTA, np.log(1.0 / np.array([0.02, 0.5, 0.04, 0.03])))
+    np.testing.assert_allclose(got, [DELTA / 4, DELTA / 1, DELTA / 2, DELTA / 3])
+    # every candidate certified: each at its own step, no failed step (this divided by zero)
+    got = holm_proc.decision_deltas(DELTA, np.log(1.0 / np.array([0.001, 0.002])))
+    np.testing.assert_allclose(got, [DELTA / 2, DELTA / 1])
+
+
 def test_holm_dominates_bonferroni_on_random_evalues(rng):
     e = np.exp(rng.normal(2.0, 2.0, size=(5000, 12)))
     b, h = bonferroni(e, DELTA), holm(e, DELTA)

@@ -56,9 +56,11 @@ def shared_url(ray_session, tmp_path_factory):
     """One server for the tests that need an endpoint, not certsel's own serving (which the
     first three tests check): started once for the module instead of once per test (about 45 s
     each on two cores), with the tokenizer endpoints lm-eval's log-likelihoods need. Its
-    served name keeps it apart from the servers the jobs start and must stop."""
-    if URL is not None:
-        yield URL, "smollm2"
+    served name keeps it apart from the servers the jobs start and must stop. With only
+    ``CERTSEL_VLLM_URL``, that server (``deploy/cpu/serve.sh``: served as smollm2, tokenizer
+    endpoints on) stands in for it; with both, certsel serves, as in :func:`endpoint`."""
+    if MODEL is None:
+        yield URL.rstrip("/"), "smollm2"
         return
     from certsel.config import ServeConfig
     from certsel.workers.serving import ServerPool

@@ -317,7 +317,9 @@ def guarded_step(c, batch: int) -> Snapshot:
 def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
     """Advance testing candidates that are at the same label count as one batch: their
     :class:`SequentialTest` states are stacked, updated with one vectorised call and split
-    back (the same e-values as one update each, without a Python loop over the numerics)."""
+    back (the same e-values as one update each, without a Python loop over the numerics).
+    A candidate whose source fails for good ends; the others go on with the labels they
+    already bought (each label bought and held once)."""
     t, n = cands[0].t, cands[0].n
     if len(cands) == 1 or any(c.t != t or c.n != n for c in cands):
         return [guarded_step(c, batch) for c in cands]
@@ -328,10 +330,18 @@ def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
         except SourceError as err:  # this candidate's source failed for good; the others go on
             failed[c.name] = c.failed(err)
             got.append(None)
-    if failed:
-        ok = [c for c, g in zip(cands, got, strict=True) if c.name not in failed]
-        done = dict(zip([c.name for c in ok], step_together(ok, batch) if ok else [], strict=True))
-        return [failed.get(c.name) or done[c.name] for c in cands]
+    ok = [(c, g) for c, g in zip(cands, got, strict=True) if c.name not in failed]
+    done = dict(zip([c.name for c, _ in ok], _update_together(ok), strict=True))
+    return [failed.get(c.name) or done[c.name] for c in cands]
+
+
+def _update_together(fetched: list[tuple[TestingCandidate, tuple | None]]) -> list[Snapshot]:
+    """The stacked update of :func:`step_together` on labels already fetched (None: the
+    budget was spent, for all of them alike since they share t and n)."""
+    if not fetched:
+        return []
+    cands = [c for c, _ in fetched]
+    got = [g for _, g in fetched]
     if got[0] is None:
         return [c.snapshot() for c in cands]
     h = np.stack([g[0] for g in got])
