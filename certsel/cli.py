@@ -207,16 +207,15 @@ def _select(args) -> dict:
             raise ValueError(f"{args.data}: missing column {col!r} (named by {opt}; the table has "
                              f"{', '.join(raw.column_names)})")
     # the table's own checks first (item ids, loss ranges, one row per pair), worded as before
-    n_items = load_loss_table(raw, judge=judge, candidate=args.candidate_col, item=args.item_col,
-                              human=args.human_col, order=order, objective=args.objective_col,
-                              name=str(args.data)).items.size
+    checked = load_loss_table(raw, judge=judge, candidate=args.candidate_col, item=args.item_col,
+                              human=args.human_col, order=order, objective=args.objective_col, name=str(args.data))
+    n_items = checked.items.size
     if args.n * (1 + args.r) > n_items:
         raise ValueError(f"--n {args.n} and --r {args.r} need n*(1+r) = {args.n * (1 + args.r)} items per candidate "
                          f"but the table has {n_items} (the largest --n that fits is {n_items // (1 + args.r)})")
-    # with no order column, fst tests the candidates in the order of their names
-    names = sorted({str(c) for c in raw.column(args.candidate_col).to_pylist()})
     cfg = parse_config({
-        "order": names if order is None and proc.needs_order else None,
+        # with no order column, fst tests the candidates in the table's order: their names, sorted
+        "order": checked.candidates.tolist() if order is None and proc.needs_order else None,
         "data": {"path": str(args.data), "candidate": args.candidate_col, "item": args.item_col,
                  "human": args.human_col, "judge": judge, "order": order},
         "objective": {"column": args.objective_col},
