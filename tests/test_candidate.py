@@ -65,7 +65,9 @@ def test_a_failing_source_in_a_stacked_step_costs_the_others_nothing():
         assert c.t == 30 and h.size == 30 and jl.size == 30 and ju.size == R * 30  # each label held once
         assert c.source.requests == ref.source.requests  # and bought once
         np.testing.assert_array_equal(h, ref._data()[0])
-        assert c.test.max_log_evalue == ref.test.max_log_evalue
+        # the same labels in the same order; a stacked update may round differently in the last bit
+        # (BLAS summation order differs across machines), so equality is not the claim here
+        assert c.test.max_log_evalue == pytest.approx(ref.test.max_log_evalue, rel=1e-12, abs=1e-15)
 
 
 def test_stacked_intervals_and_bounds_equal_one_call_each():
@@ -86,6 +88,10 @@ def test_stacked_intervals_and_bounds_equal_one_call_each():
         c._bound.clear()
     intervals_together(cands)
     upper_bounds_together(cands, levels)
-    assert [c._ci for c in cands[:2]] == want_ci[:2]  # stacked
-    assert cands[2]._ci is None and cands[2].interval() == want_ci[2]  # left to its own call
-    assert [c._bound.get(lv, c.upper_bound(lv)) for c, lv in zip(cands, levels, strict=True)] == want_bound
+    # stacked arithmetic equals one call each up to rounding (the summation order of a stacked
+    # reduction is the machine's BLAS's, so the last bit may differ between machines)
+    close = dict(rel=1e-12, abs=1e-15)
+    assert [c._ci for c in cands[:2]] == [pytest.approx(w, **close) for w in want_ci[:2]]  # stacked
+    assert cands[2]._ci is None and cands[2].interval() == pytest.approx(want_ci[2], **close)  # its own call
+    got = [c._bound.get(lv, c.upper_bound(lv)) for c, lv in zip(cands, levels, strict=True)]
+    assert got == pytest.approx(want_bound, **close)
