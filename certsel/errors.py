@@ -64,6 +64,8 @@ def job_error(exc: BaseException) -> JobError:
         return exc
     cause = getattr(exc, "cause", None)  # ray.exceptions.RayTaskError carries the actor's exception
     inner = cause if isinstance(cause, BaseException) else exc
-    err = JobError(f"job failed: {inner.__class__.__name__}: {first_line(inner, '')}".rstrip(": "))
+    # certsel's own errors say what failed in words; anything else is named by its type
+    what = "" if isinstance(inner, CertselError) else f"{inner.__class__.__name__}: "
+    err = JobError(f"job failed: {what}{first_line(inner, '')}".rstrip(": "))
     err.__cause__ = exc
     return err

@@ -134,26 +134,33 @@ def test_job_serves_its_own_models_and_stops_them(ray_session, tmp_path):
     assert "listening on" in (logs / "weak.log").read_text()
     assert not [p for p in server_pids(logs) if alive(p)]  # both servers are gone
 
-    # a rerun starts the servers again (new ports) but the cache knows them: no request sent
+    # a rerun finds every answer in the response cache: no server starts, no request is sent
+    before = (logs / "weak.log").read_text().count("listening on")
     result2, run_id2 = execute(cfg)
     cert2 = load_certificate(run_id2, uri)
     assert cert2["labels"]["spent"]["requests"] == 0 < cert["labels"]["spent"]["requests"]
+    assert (logs / "weak.log").read_text().count("listening on") == before
+    assert result2.gpu.starts == 0 and result.gpu.starts == 2
     assert [c["log_e_value"] for c in cert2["candidates"]] == [c["log_e_value"] for c in cert["candidates"]]
 
 
-def test_job_whose_server_fails_creates_no_run(tmp_path):
+def test_job_whose_server_fails_ends_in_one_line(tmp_path):
+    """A server starts on its candidate's first request, so one that cannot load its model
+    fails the running job: one line naming the server and its log, the MLflow run FAILED
+    (no certificate), no server process left."""
     path = served_job(tmp_path)
     raw = yaml.safe_load(path.read_text())
     raw["live"]["serve"][1]["args"] = ["--exit-code", "1"]
     path.write_text(yaml.safe_dump(raw))
     proc = subprocess.run([sys.executable, "-m", "certsel.cli", "run", str(path), "--no-progress"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 1, proc.stderr
     err = proc.stderr.strip().splitlines()
-    assert len(err) == 1 and "server 'weak' exited with status 1" in err[0], proc.stderr
+    assert len(err) == 1 and "job failed: server 'weak' exited with status 1" in err[0], proc.stderr
+    assert "weak.log: ValueError: cannot load model" in err[0]
     client = MlflowClient(f"sqlite:///{tmp_path}/store.db")
-    exp = client.get_experiment_by_name("certsel")
-    assert exp is None or not client.search_runs([exp.experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name("certsel").experiment_id])
+    assert runs and {r.info.status for r in runs} == {"FAILED"}
     assert not [p for p in server_pids(tmp_path / "cache" / "servers") if alive(p)]  # the healthy one is stopped too
 
 

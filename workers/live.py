@@ -237,7 +237,21 @@ class LiveSource:
         return [losses[k] for k in range(len(idx))]
 
 
-_ENDPOINT_KEYS = ("base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency", "cache_key")
+_ENDPOINT_KEYS = ("base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency", "cache_key", "server")
+
+
+def client(ep: dict, cache: ResponseCache, fleet: str | None, who: str) -> OpenAIClient:
+    """An :class:`OpenAIClient` for an endpoint dict; one that names a server of the job's
+    fleet (``server``) asks the fleet for its URL on a cache miss, on behalf of ``who``."""
+    endpoint = Endpoint(**{k: ep.get(k) for k in _ENDPOINT_KEYS if k in ep})
+    handle = None
+    if endpoint.server is not None:
+        if fleet is None:
+            raise ValueError(f"endpoint of server {endpoint.server!r} outside a job that serves it")
+        from .server_fleet import ServerHandle
+
+        handle = ServerHandle(fleet, endpoint.server, who)
+    return OpenAIClient(endpoint, cache, handle)
 
 
 @dataclass(frozen=True)
@@ -253,7 +267,13 @@ class LiveSpec:
     cache_dir: str
     reference: dict | None = None
     recovery: float | None = None  # a recovery job's r (losses against the reference)
+    fleet: str | None = None  # the job's server fleet (a named Ray actor), for endpoints that name a server
     kind = "live"
+
+    def servers(self) -> set[str]:
+        """The fleet's servers this candidate's labels may ask (target, judge, reference)."""
+        return {ep["server"] for ep in (self.candidate, self.judge, self.reference)
+                if ep is not None and ep.get("server") is not None}
 
     def build(self, arrays, rows) -> LiveSource:
         return live_source(self, arrays.items)
@@ -263,49 +283,49 @@ def live_source(spec: LiveSpec, items) -> LiveSource:
     """A :class:`LiveSource` from a job's :class:`LiveSpec` and its items."""
     cache = ResponseCache(pathlib.Path(spec.cache_dir) / "responses.db")
     cand = spec.candidate
-    target = OpenAIClient(Endpoint(**{k: cand[k] for k in _ENDPOINT_KEYS}), cache)
+    who = cand["id"]
+    target = client(cand, cache, spec.fleet, who)
     judge = spec.judge
     kw = {}
     if judge is not None:
-        kw = {"judge": OpenAIClient(Endpoint(**{k: judge[k] for k in _ENDPOINT_KEYS}), cache),
+        kw = {"judge": client(judge, cache, spec.fleet, who),
               "judge_mode": judge["mode"], "judge_template": judge["template"], "judge_sampling": judge["sampling"],
               "grade_scale": tuple(judge["scale"]), "judge_constrained": judge.get("constrained", True),
               "judge_soft": judge.get("soft", False)}
     ref = spec.reference
     if ref is not None:
-        kw.update(reference=OpenAIClient(Endpoint(**{k: ref[k] for k in _ENDPOINT_KEYS}), cache),
+        kw.update(reference=client(ref, cache, spec.fleet, who),
                   reference_template=ref["template"], reference_sampling=ref["sampling"])
     return LiveSource(list(items), target, cand["template"], loss=spec.loss, sampling=cand["sampling"],
                       recovery=spec.recovery, **kw)
 
 
-def prefetch_reference(spec: dict, items, indices, cache_dir) -> tuple[int, int]:
+def prefetch_reference(spec: dict, items, indices, cache_dir, fleet: str | None = None) -> tuple[int, int]:
     """Generate the reference model's answers on ``indices`` once, in the driver, before the
     candidates start: every candidate's source then reads them from the shared response
     cache instead of asking for the same answers at the same time. Returns (sent, cached)."""
-    client = OpenAIClient(Endpoint(**{k: spec[k] for k in _ENDPOINT_KEYS}),
-                          ResponseCache(pathlib.Path(cache_dir) / "responses.db"))
+    ref = client(spec, ResponseCache(pathlib.Path(cache_dir) / "responses.db"), fleet, "job:reference")
     prompts = [[{"role": "user", "content": spec["template"].format(question=items[int(i)].question)}]
                for i in indices]
-    client.chat(prompts, **{"temperature": 0.0, **spec["sampling"]})
-    return client.stats.sent, client.stats.cache_hits
+    ref.chat(prompts, **{"temperature": 0.0, **spec["sampling"]})
+    return ref.stats.sent, ref.stats.cache_hits
 
 
-def embed_items(cfg: dict, items, cache_dir) -> np.ndarray:
+def embed_items(cfg: dict, items, cache_dir, fleet: str | None = None) -> np.ndarray:
     """Item features for Cer-Eval's partition: ``/v1/embeddings`` of ``cfg["template"]``
     filled with each item's question, as an ``(n_items, d)`` array (cached like any answer).
     Vectors of different lengths, or with NaN/inf, are an error, not silently repaired."""
-    client = OpenAIClient(Endpoint(**{k: cfg[k] for k in _ENDPOINT_KEYS}),
-                          ResponseCache(pathlib.Path(cache_dir) / "responses.db"))
-    vectors = client.embed([cfg["template"].format(question=it.question) for it in items])
+    embedder = client(cfg, ResponseCache(pathlib.Path(cache_dir) / "responses.db"), fleet, "job:features")
+    vectors = embedder.embed([cfg["template"].format(question=it.question) for it in items])
+    where = cfg.get("base_url") or f"server {cfg.get('server')}"
     dims = {len(v) for v in vectors if isinstance(v, list)}
     if len(dims) != 1 or not all(isinstance(v, list) for v in vectors) or 0 in dims:
-        raise SourceError(f"{cfg['base_url']}: embeddings of model {cfg['model']!r} are not vectors of one length "
+        raise SourceError(f"{where}: embeddings of model {cfg['model']!r} are not vectors of one length "
                           f"(lengths {sorted(dims)[:5]})")
     try:
         out = np.asarray(vectors, dtype=np.float64)
     except (TypeError, ValueError):
-        raise SourceError(f"{cfg['base_url']}: embeddings of model {cfg['model']!r} are not numeric") from None
+        raise SourceError(f"{where}: embeddings of model {cfg['model']!r} are not numeric") from None
     if not np.isfinite(out).all():
-        raise SourceError(f"{cfg['base_url']}: embeddings of model {cfg['model']!r} contain NaN or inf")
+        raise SourceError(f"{where}: embeddings of model {cfg['model']!r} contain NaN or inf")
     return out

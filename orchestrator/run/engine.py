@@ -25,6 +25,8 @@ from typing import Protocol
 from certsel.config import RunConfig
 
 from certsel.orchestrator.runtimes.hosts import HostPool, assign
+from certsel.orchestrator.runtimes.servers import AllAtOnce
+from certsel.workers.live import LiveSpec
 from certsel.orchestrator.inputs.jobdata import JobData
 from .pairwise import PairwiseRounds
 from .plan import JobPlan
@@ -96,8 +98,9 @@ def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n
     checkpoints its state every ``cfg.state.snapshot_every`` rounds: a host that dies is
     replaced and its candidates rebuilt from snapshot + log, and a rerun of the same job
     starts from the last checkpoint and buys nothing twice. ``servers`` (the job's
-    :class:`~certsel.workers.serving.ServerPool`) lets the driver start a model server again
-    on another node when its node is lost.
+    :class:`~certsel.orchestrator.runtimes.servers.FleetSchedule`, for ``live.serve``) decides which
+    candidates run together on the cluster's resources, starts a lost server again where it
+    fits, and measures the servers' GPU time (``result.gpu``).
     """
     t0 = time.perf_counter()
     plan = JobPlan(cfg, data, None if job_dir is None else str(job_dir))
@@ -111,12 +114,15 @@ def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n
                         None if true_risk is None else float(true_risk[k]))
         for k, nm in enumerate(names)
     ]
-    pool = HostPool(runtime, assign(names, n_hosts), plan, runtime.put(plan.rows), records, servers)
+    schedule = AllAtOnce() if servers is None else servers
+    schedule.set_needs({s.name: s.source.servers() for s in plan.specs if isinstance(s.source, LiveSpec)})
+    pool = HostPool(runtime, assign(names, n_hosts), plan, runtime.put(plan.rows), records, schedule)
     pool.load()
     rounds = (PairwiseRounds if plan.procedure.ranking else SelectionRounds)(plan, pool, records)
     res = run_rounds(rounds, records, job_dir=job_dir, every=cfg.state.snapshot_every, tracker=tracker,
                      progress=progress, t0=t0)
     res.recovered = pool.recovered
+    res.gpu = schedule.usage()
     if collect_labels:
         res.labels = pool.labels(names)
     return res

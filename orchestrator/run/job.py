@@ -122,7 +122,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
         raise
     finally:
         if servers is not None:
-            servers.stop()
+            servers.close()
         if runtime is not None:
             runtime.close()
         if job is not None:
@@ -143,16 +143,19 @@ def reference_items(cfg: RunConfig, n_items: int):
 
 
 def prepare_live(cfg: RunConfig, data):
-    """Start the job's own model servers (``live.serve``), point the endpoints that name them
-    at their URLs, and fetch item embeddings (``live.features``). Runs before any tracking
-    run exists: a server that does not start is an error with no half-written run.
-    Returns the resolved config, the data and the :class:`ServerPool` (or None)."""
+    """Set up the job's own model servers (``live.serve``: the fleet that starts each one on
+    its first cache miss, :mod:`certsel.orchestrator.runtimes.servers`; a server that no
+    node can hold is an error here), generate the reference model's answers and fetch item
+    embeddings (``live.features``). Runs before any tracking run exists: a reference or
+    embedding server that fails is an error with no half-written run. Returns the resolved
+    config, the data and the :class:`FleetSchedule` (or None)."""
     from certsel.workers.live import embed_items, prefetch_reference
-    from certsel.workers.serving import ServerPool
 
     from certsel.workers.openai_source import SourceError
 
-    live, pool = cfg.live, None
+    from certsel.orchestrator.runtimes.servers import FleetSchedule
+
+    live, fleet, name = cfg.live, None, None
     try:
         if live.serve:
             log_dir = str(live.cache_dir / "servers")
@@ -160,27 +163,30 @@ def prepare_live(cfg: RunConfig, data):
             python = os.environ.get("CERTSEL_VLLM_PYTHON")
             specs = [{**s.model_dump(), "python": s.python or python, "served_model_name": s.served,
                       "log_dir": log_dir} for s in live.serve]
-            pool = ServerPool(specs)
-            live = live.resolved(pool.start())
+            fleet = FleetSchedule.start(specs)
+            name = fleet.name
+            live = live.resolved()
             cfg = cfg.model_copy(update={"live": live})
             by_id = {c.id: c for c in live.candidates}
-            data = dataclasses.replace(data, live=tuple(by_id[c.id] for c in data.live))
+            data = dataclasses.replace(data, live=tuple(by_id[c.id] for c in data.live), servers=name)
         ref = live.reference_endpoint()
         if ref is not None:
             try:
                 sent, cached = prefetch_reference(ref, data.items, reference_items(cfg, len(data.items)),
-                                                  live.cache_dir)
+                                                  live.cache_dir, name)
             except SourceError as exc:  # before the job starts: no half-written run
                 raise InputError(f"live.reference: {first_line(exc)}") from exc
             log.info("reference answers: %d generated, %d from the cache", sent, cached)
+            if fleet is not None and ref.get("server") is not None:
+                fleet.prefetched.add(ref["server"])  # its answers are all in the cache now
         if live.features is not None and cfg.policy.needs_features:
             try:
-                feats = embed_items(live.features.model_dump(), data.items, live.cache_dir)
+                feats = embed_items(live.features.model_dump(), data.items, live.cache_dir, name)
             except SourceError as exc:  # before the job starts: its input cannot be read
                 raise InputError(f"live.features: {first_line(exc)}") from exc
             data = dataclasses.replace(data, features=feats)
     except BaseException:
-        if pool is not None:
-            pool.stop()
+        if fleet is not None:
+            fleet.close()
         raise
-    return cfg, data, pool
+    return cfg, data, fleet

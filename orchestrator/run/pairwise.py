@@ -54,7 +54,7 @@ def _pair_scores(plan, pool, records, dead, ii, jj):
         return [None] * P
     names, I = plan.data.names, plan.data.n_items
     everything = np.arange(I, dtype=np.int64)
-    judged = _mark_failed(records, dead, pool.losses_of({nm: everything for nm in names}, "judge"), names)
+    judged = _mark_failed(records, dead, pool.losses_of({nm: everything for nm in names}, "judge", names), names)
     return [None if ii[p] in dead or jj[p] in dead else (judged[ii[p]] - judged[jj[p]] + 1.0) / 2.0
             for p in range(P)]
 
@@ -136,7 +136,8 @@ class PairwiseRounds:
         need = [[i for i in np.unique(np.concatenate(a)).tolist() if i not in known[m]] if a else []
                 for m, a in enumerate(asked)]
         requests = {names[m]: np.array(need[m], dtype=np.int64) for m in range(len(names)) if need[m]}
-        got = _mark_failed(self.records, dead, self.pool.losses_of(requests), names)
+        still = {names[m] for p in open_pairs for m in (ii[p], jj[p])}  # models whose servers stay useful
+        got = _mark_failed(self.records, dead, self.pool.losses_of(requests, open_names=sorted(still)), names)
         for m, losses in got.items():
             known[m].update(zip(requests[names[m]].tolist(), losses.tolist(), strict=True))
         fed = {}

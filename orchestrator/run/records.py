@@ -15,6 +15,7 @@ import numpy as np
 
 from certsel.config import RunConfig
 from certsel.workers.contracts import LabelRows, Snapshot
+from certsel.workers.gpu_time import FleetUsage
 
 from certsel.orchestrator.inputs.jobdata import JobData
 
@@ -212,6 +213,7 @@ class JobResult:
     job_id: str | None = None  # the durable job (certsel run --resume JOB_ID)
     resume: Resume | None = None  # a run that started from a driver checkpoint
     recovered: Recovered | None = None  # hosts lost and rebuilt during the run
+    gpu: FleetUsage | None = None  # live.serve: the job's own servers' GPU time (workers/gpu_time.py)
     # where the job is tracked: {"uri", "experiment_id", "run_id"} (None without tracking)
     tracking: dict[str, str] | None = None
     output_dir: pathlib.Path | None = None  # the folder with report.html, selection.json, labels.parquet

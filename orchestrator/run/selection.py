@@ -271,6 +271,8 @@ class SelectionRounds:
         active = sched.active()
         if not active:
             return None
+        # those whose model servers fit on the cluster now (live.serve); the rest wait a round
+        active = self.pool.schedule.admit(active, [r for r in self.records if not r.finished])
         batch = cfg.budget.batch
         if cfg.budget.max_requests is not None:
             left = cfg.budget.max_requests - totals(self.records)["requests"]

@@ -16,7 +16,6 @@ others go on.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 
@@ -36,10 +35,9 @@ from certsel.workers.contracts import (
     Step,
 )
 
-from certsel.workers.live import LiveSpec
-
 from certsel.orchestrator.run.records import Recovered, Resume, Status
 from .runtime import HostLost
+from .servers import AllAtOnce
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +53,10 @@ def assign(names: list[str], n_hosts: int) -> dict:
 class HostPool:
     """Calls to the hosts of one job (see the module docstring)."""
 
-    def __init__(self, runtime, home: dict, plan, rows, records, servers=None):
+    def __init__(self, runtime, home: dict, plan, rows, records, schedule=None):
         self.runtime, self.home, self.plan, self.rows = runtime, home, plan, rows
-        self.servers = servers  # the job's own model servers (live.serve), moved when their node goes
+        # the job's own model servers (live.serve): which candidates run together, lost servers
+        self.schedule = AllAtOnce() if schedule is None else schedule
         n_hosts = max(home.values(), default=-1) + 1
         self.per_host = [[s for s in plan.specs if home[s.name] == h] for h in range(n_hosts)]
         self.records = {r.name: r for r in records}
@@ -105,40 +104,28 @@ class HostPool:
 
     def step(self, sizes: dict[str, int]) -> dict[str, Snapshot]:
         """Advance each candidate of ``sizes`` by its number of human labels; their snapshots
-        by name. When a label source failed and one of the job's own model servers is gone,
-        the server is started again elsewhere, the candidates that use it are rebuilt with
-        its new address (from the label log: nothing bought twice) and the failed steps are
-        sent again."""
+        by name. When a label source failed because one of the job's own model servers died
+        (its process, actor or node), the server starts again where it fits on the next
+        request, the failed candidates are rebuilt (policy snapshot + label log: nothing
+        bought or counted twice) and their steps are sent again."""
         got = self.call({h: Step(nms, [sizes[n] for n in nms]) for h, nms in self.by_host(list(sizes)).items()})
         snaps = {s.name: s for group in got.values() for s in group}
         failed = [n for n in sizes if n in snaps and snaps[n].error]
-        if failed and self.servers is not None:
-            moved = self.servers.replace_lost()
-            if moved:
-                log.warning("model servers moved after their node was lost: %s", moved)
-                self._repoint(moved)
-                snaps.update(self.step({n: sizes[n] for n in failed}))
+        if failed and self._servers_lost():
+            self._rebuild_names(failed)
+            snaps.update(self.step({n: sizes[n] for n in failed}))
         return snaps
 
-    def _repoint(self, moved: dict) -> None:
-        """Specs whose endpoints name a moved server get its new address; the hosts of those
-        candidates rebuild them (policy snapshot + label log, no request)."""
-        def fix(ep):
-            return ep if ep is None or ep.get("base_url") not in moved else {**ep, "base_url": moved[ep["base_url"]]}
+    def _servers_lost(self) -> bool:
+        lost = self.schedule.lost()
+        if lost:
+            log.warning("model servers lost (their process, actor or node is gone), started again on their "
+                        "next request where they fit: %s", ", ".join(lost))
+        return bool(lost)
 
-        hosts = set()
-        for h, specs in enumerate(self.per_host):
-            for k, spec in enumerate(specs):
-                src = spec.source
-                if not isinstance(src, LiveSpec):
-                    continue
-                new = dataclasses.replace(src, candidate=fix(src.candidate), judge=fix(src.judge),
-                                          reference=fix(src.reference))
-                if new != src:
-                    specs[k] = dataclasses.replace(spec, source=new)
-                    hosts.add(h)
-        current = {s.name: s for specs in self.per_host for s in specs}
-        self.plan.specs = [current[s.name] for s in self.plan.specs]  # the plan's order kept
+    def _rebuild_names(self, names) -> None:
+        """Rebuild the hosts of these candidates (policy snapshot + label log, no request)."""
+        hosts = {self.home[n] for n in names}
         batches = {h: {s.name: self._batches(s.name) for s in self.per_host[h]
                        if self.records[s.name].rounds and s.policy is not None} for h in hosts}
         got = self.call({h: self._rebuild(h, batches[h]) for h in hosts})
@@ -152,8 +139,20 @@ class HostPool:
                          for h, nms in self.by_host(names).items()})
         return {s.name: s for group in got.values() for s in group}
 
-    def losses_of(self, requests: dict, role: str = "human") -> dict[str, ModelLosses]:
-        """``{name: items}`` -> each model's losses or error (pairwise label servers)."""
+    def losses_of(self, requests: dict, role: str = "human", open_names=()) -> dict[str, ModelLosses]:
+        """``{name: items}`` -> each model's losses or error (pairwise label servers), asked in
+        waves whose servers fit on the cluster together (``open_names``: the models still
+        needed later, whose servers may stay up). A model whose server died is asked again
+        once the server is found lost (it starts again on that request)."""
+        out = {}
+        for wave in self.schedule.waves(list(requests), list(open_names)):
+            out.update(self._losses({n: requests[n] for n in wave}, role))
+        failed = [n for n in requests if n in out and out[n].error is not None]
+        if failed and self._servers_lost():
+            out.update(self._losses({n: requests[n] for n in failed}, role))
+        return out
+
+    def _losses(self, requests: dict, role: str) -> dict[str, ModelLosses]:
         calls: dict = {}
         for nm, items in requests.items():
             calls.setdefault(self.home[nm], {})[nm] = items
