@@ -13,6 +13,7 @@ import io
 import json
 from dataclasses import dataclass
 
+from certsel.orchestrator.outputs.gpu import gpu_line
 from certsel.orchestrator.outputs.certificate import bound_text, efficiency_cell, judge_cell, rank_text, share_text, tie_counts
 
 FORMATS = ("table", "json", "csv", "markdown")
@@ -338,6 +339,8 @@ def print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None, outp
         for k in ("human", "judge", "requests") if lab["full_budget"][k]), markup=False)
     if cert.get("costs"):
         console.print(cost_line(cert["costs"]), markup=False)
+    if cert.get("gpu"):
+        console.print(gpu_line(cert["gpu"]), markup=False)
     if cert.get("resume"):
         r = cert["resume"]
         console.print(f"resumed from round {r['from_round']}: {r['steps_from_snapshots']} candidate steps from "

@@ -90,6 +90,7 @@ def write_items(tmp_path):
 
 def served_job(tmp_path, **update):
     write_items(tmp_path)
+    (tmp_path / "adder-weights").mkdir(exist_ok=True)  # the model path: absolute in the server's command line
     serve = [{"name": n, "model": "adder-weights", "args": ["--startup-delay", "1"], **STAND_IN}
              for n in ("exact", "weak")]
     job = {
@@ -113,9 +114,12 @@ def served_job(tmp_path, **update):
 
 
 def server_pids(log_dir: pathlib.Path):
-    out = subprocess.run(["pgrep", "-f", f"-m servers --model {log_dir.parent.parent}"],
-                         capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
+    """The stand-in server processes of the job in ``log_dir.parent.parent`` (its models
+    live there); pgrep's exit status is checked, so a bad pattern cannot pass as "none"."""
+    out = subprocess.run(["pgrep", "-f", "--", f"-m helpers.servers --model {log_dir.parent.parent}/"],
+                         capture_output=True, text=True)
+    assert out.returncode in (0, 1), out.stderr  # 1: no process matched
+    return [int(p) for p in out.stdout.split()]
 
 
 def test_job_serves_its_own_models_and_stops_them(ray_session, tmp_path):

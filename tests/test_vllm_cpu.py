@@ -62,19 +62,23 @@ def shared_url(ray_session, tmp_path_factory):
     if MODEL is None:
         yield URL.rstrip("/"), "smollm2"
         return
+    import ray
     from certsel.config import ServeConfig
-    from certsel.workers.serving import ServerPool
+    from certsel.workers.serving import server_class
 
     mem = os.environ.get("CERTSEL_VLLM_MEMORY_FRACTION", "0.25")
     serve = ServeConfig(name=SHARED, model=MODEL, startup_timeout=1200, args=[
         "--dtype", DTYPE, "--max-model-len", "2048", "--enforce-eager", "--gpu-memory-utilization", mem,
         "--enable-tokenizer-info-endpoint"])
-    pool = ServerPool([{**serve.model_dump(), "python": os.environ.get("CERTSEL_VLLM_PYTHON"),
-                        "served_model_name": SHARED, "log_dir": str(tmp_path_factory.mktemp("servers"))}])
+    spec = {**serve.model_dump(), "python": os.environ.get("CERTSEL_VLLM_PYTHON"), "served_model_name": SHARED,
+            "log_dir": str(tmp_path_factory.mktemp("servers"))}
+    server = server_class(ray, spec).remote(spec)  # one ModelServer actor, as a job's fleet starts them
     try:
-        yield pool.start()[SHARED], SHARED
+        ray.get(server.start.remote())
+        yield ray.get(server.wait_ready.remote(1200)), SHARED
     finally:
-        pool.stop()
+        ray.get(server.stop.remote())
+        ray.kill(server)
 
 
 def write_items(tmp_path):

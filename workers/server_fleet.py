@@ -70,9 +70,12 @@ class ServerFleet:
                 if name in self.urls:
                     self.last_used[name] = time.time()
                     return self.urls[name]
+                # room made and the new actor counted in one step: two servers starting at
+                # once each see the other (else both could count on the same free GPU)
                 self._make_room(name)
+                spell, actor = self._create(name)
             try:
-                return self._start(name)
+                return self._start(name, spell, actor)
             except ServeError as err:
                 self.failed[name] = str(err)
                 raise
@@ -148,31 +151,38 @@ class ServerFleet:
             self.actors = {}
 
     # -- inside ------------------------------------------------------------------------------
-    def _make_room(self, name: str) -> None:
+    def _make_room(self, name: str | None) -> None:
         """Stop up servers, those outside the round's reservation first and the least
-        recently used first, until ``name`` fits next to the rest (on the nodes' totals)."""
+        recently used first, until ``name`` fits next to the rest (on the nodes' totals).
+        The rest includes servers being started right now by other requests: they hold, or
+        are about to hold, their resources too."""
         nodes = node_capacities(self._ray)
         up = sorted(self.urls, key=lambda n: (n in self.reserved, self.last_used.get(n, 0.0)))
-        while not pack([self.demands[n] for n in [*self.urls, name]], nodes):
+        while not pack([self.demands[n] for n in [*self.actors, *([] if name is None else [name])]], nodes):
             victims = [n for n in up if n in self.urls and n not in self.reserved]
             if not victims:
                 return  # the reservation itself does not fit: Ray will wait for resources (shown in status)
             self._stop(victims[0])
 
-    def _start(self, name: str) -> str:
-        """Create the server's actor, wait for Ray to place it (listed in :meth:`status` while
-        waiting), launch the process and wait for ``/health`` within its startup timeout,
-        counted from placement."""
-        ray, spec = self._ray, self.specs[name]
+    def _create(self, name: str):
+        """The server's actor (Ray places it when its resources are free); under the lock."""
         spell = Spell(requested=time.time())
-        with self._lock:
-            self.spells[name].append(spell)
-            self.waiting[name] = spell.requested
-            actor = self.actors[name] = server_class(ray, spec).remote(spec)
+        self.spells[name].append(spell)
+        self.waiting[name] = spell.requested
+        actor = self.actors[name] = server_class(self._ray, self.specs[name]).remote(self.specs[name])
+        return spell, actor
+
+    def _start(self, name: str, spell: Spell, actor) -> str:
+        """Wait for Ray to place the server's actor (listed in :meth:`status` while waiting;
+        servers outside the round's reservation are stopped if they are in the way), launch
+        the process and wait for ``/health`` within its startup timeout, counted from
+        placement."""
+        ray, spec = self._ray, self.specs[name]
         try:
             ref = actor.start.remote()
             while not ray.wait([ref], timeout=1.0)[0]:
-                pass  # not placed yet: resources held by others (status() shows it)
+                with self._lock:  # not placed yet: resources held by others, or by our idle servers
+                    self._make_room(None)
             url = ray.get(ref)
             spell.placed = time.time()
             with self._lock:

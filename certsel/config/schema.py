@@ -121,6 +121,8 @@ class CostsConfig(Strict):
     human: float = Field(0.0, ge=0, allow_inf_nan=False, description="per human label")
     generation: float = Field(0.0, ge=0, allow_inf_nan=False, description="per target generation")
     judge: float = Field(0.0, ge=0, allow_inf_nan=False, description="per judge call")
+    gpu_hour: float = Field(0.0, ge=0, allow_inf_nan=False,
+                            description="per GPU-hour of the job's own model servers (live.serve)")
     unit: str = Field("units", min_length=1, max_length=24)
 
     def of(self, human: int, judge: int, requests: int) -> dict:

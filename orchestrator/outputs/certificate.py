@@ -28,6 +28,7 @@ import numpy as np
 
 from certsel._version import __version__
 
+from .gpu import gpu_block
 from .selection_schema import SCHEMA_VERSION
 from certsel.policies import select
 from certsel.policies.kinds import BettingTestKind, CerEvalKind, JudgeStratifiedKind, SeqKind
@@ -212,6 +213,7 @@ def certificate(result: JobResult) -> dict:
                    "saved_fraction": {k: _round(v, 4) for k, v in saved.items()},
                    "budget": _budget(cfg), "rounds": result.rounds},
         "costs": None if cfg.costs is None else _costs(cfg, result),
+        "gpu": gpu_block(result),
         "scheduling": cfg.scheduling.model_dump(),
         "data": {"path": cfg.data_path, "sha256_16": result.data.fingerprint, "items": result.data.n_items,
                  **({"judge": cfg.judge_name} if _uses_judge(cfg) else {})},
@@ -252,7 +254,8 @@ def _costs(cfg, result: JobResult) -> dict:
     spent = {k: _round(v, 6) for k, v in c.of(result.spent["human"], result.spent["judge"],
                                                 result.spent["requests"]).items()}
     full = {k: _round(v, 6) for k, v in c.of(result.full["human"], result.full["judge"], result.full["requests"]).items()}
-    return {"unit": c.unit, "prices": {"human": c.human, "generation": c.generation, "judge": c.judge},
+    return {"unit": c.unit, "prices": {"human": c.human, "generation": c.generation, "judge": c.judge,
+                                       "gpu_hour": c.gpu_hour},
             "spent": spent, "full_budget": full}
 
 

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from certsel.orchestrator.run.records import Ranking
 
-SCHEMA_VERSION = 1
+# 2: the ``gpu`` block (the job's own model servers' GPU time) and ``costs.prices.gpu_hour``
+SCHEMA_VERSION = 2
 SCHEMA_ID = f"https://certsel.dev/schemas/selection-{SCHEMA_VERSION}.json"
 
 
@@ -209,12 +210,53 @@ class Costs(_Doc):
     full_budget: CostAmounts
 
 
+class GpuServer(_Doc):
+    name: str
+    gpus: float = Field(ge=0, description="GPUs the server holds while it is up (its num_gpus)")
+    starts: int = Field(ge=0, description="times it was started (0: every answer came from the cache)")
+    wait_s: float = Field(ge=0, description="seconds waiting for Ray to place it (resources held by others)")
+    load_s: float = Field(ge=0, description="seconds from placement to /health answering")
+    busy_s: float = Field(ge=0, description="seconds with requests in flight (union over candidates)")
+    idle_s: float = Field(ge=0, description="seconds up, loaded and without a request")
+    up_s: float = Field(ge=0, description="load_s + busy_s + idle_s")
+    gpu_s: float = Field(ge=0, description="up_s x gpus")
+    requests: int = Field(ge=0, description="requests it answered")
+
+
+class GpuCost(_Doc):
+    unit: str
+    gpu_hour: float
+    spent: float
+    full_budget_estimate: float | None
+
+
+class Gpu(_Doc):
+    """The GPU time of the job's own model servers (``live.serve``)."""
+
+    gpu_seconds: float = Field(ge=0, description="measured: every server's up time x its GPUs")
+    gpu_hours: float = Field(ge=0)
+    busy_gpu_seconds: float = Field(ge=0)
+    load_gpu_seconds: float = Field(ge=0)
+    idle_gpu_seconds: float = Field(ge=0)
+    server_starts: int = Field(ge=0)
+    max_servers_up: int = Field(ge=0, description="the most servers placed at one time")
+    max_gpus_up: float = Field(ge=0, description="the most GPUs they held at one time")
+    full_budget_estimate_gpu_seconds: float | None = Field(
+        description="estimated, not measured: full-budget requests x measured busy GPU-seconds per request + one "
+                    "load per server (None when no request was measured)")
+    saved_fraction_estimate: float | None
+    servers: list[GpuServer]
+    candidates: dict[str, float] = Field(description="GPU-seconds of each candidate's generations (a server's busy "
+                                                     "time shared between the candidates in flight)")
+    cost: GpuCost | None = None
+
+
 class Selection(_Doc):
     """One job's certificate (``selection.json``)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"$id": SCHEMA_ID})
 
-    schema_version: Literal[1] = Field(description="changes when a field is removed or changes meaning")
+    schema_version: Literal[2] = Field(description="changes when a field is removed or changes meaning")
     certsel_version: str
     job: str
     created: str = Field(description="ISO 8601, UTC")
@@ -232,6 +274,8 @@ class Selection(_Doc):
     objective: Objective | None
     labels: Labels
     costs: Costs | None
+    gpu: Gpu | None = Field(None, description="the job's own model servers' GPU time (live.serve; absent or null "
+                                               "without)")
     scheduling: dict
     data: Data
     seed: int

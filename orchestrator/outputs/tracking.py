@@ -28,6 +28,7 @@ from certsel.errors import InputError
 from certsel.policies.procedures import get_procedure
 
 from .certificate import bound_text, certificate, share_text
+from .gpu import gpu_metrics
 
 DEFAULT_URI = "sqlite:///mlruns.db"
 PARENT_TAG = "mlflow.parentRunId"
@@ -235,7 +236,9 @@ class JobTracker:
         now = int(time.time() * 1000)
         self.on_round(result.records)
         in_set = set(result.certified)
-        cert = {c["candidate"]: c for c in certificate(result)["candidates"]}
+        whole = certificate(result)
+        cert = {c["candidate"]: c for c in whole["candidates"]}
+        gpu_by = (whole.get("gpu") or {}).get("candidates", {})
         for r in result.records:
             tags = [RunTag("status", r.status), RunTag("certified", str(r.name in in_set).lower()),
                     RunTag("selected", str(r.name == result.selected).lower()),
@@ -248,6 +251,8 @@ class JobTracker:
                      "level": row["level"]}
             if row.get("cost") is not None:
                 final["cost"] = row["cost"]
+            if r.name in gpu_by:  # the GPU-seconds of its generations (live.serve)
+                final["gpu_seconds"] = gpu_by[r.name]
             if row.get("threshold") is not None:  # e-values: the threshold, and its log next to log_evalue
                 final.update(threshold=row["threshold"], log_threshold=math.log(row["threshold"]))
             if r.ci is not None:
@@ -282,6 +287,7 @@ class JobTracker:
         sel = result.selected_record
         if sel is not None and sel.objective is not None:
             metrics["selected_objective"] = sel.objective
+        metrics.update(gpu_metrics(whole.get("gpu")))
         if result.cfg.costs is not None:  # the spend in the user's unit (tag certsel.cost_unit)
             spent = result.cfg.costs.of(result.spent["human"], result.spent["judge"], result.spent["requests"])
             metrics.update({f"cost_{k}": v for k, v in spent.items()})

@@ -165,6 +165,11 @@ def prepare_live(cfg: RunConfig, data):
                       "log_dir": log_dir} for s in live.serve]
             fleet = FleetSchedule.start(specs)
             name = fleet.name
+            # the servers each candidate needs up together must fit the cluster: checked here,
+            # before any run exists (the engine checks again with each candidate's exact needs)
+            judge = live.judge.server if live.judge is not None and (
+                cfg.policy.uses_judge or cfg.policy.judge_first) else None
+            fleet.set_needs({c.id: {s for s in (c.server, judge) if s is not None} for c in live.candidates})
             live = live.resolved()
             cfg = cfg.model_copy(update={"live": live})
             by_id = {c.id: c for c in live.candidates}

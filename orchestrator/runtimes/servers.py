@@ -31,6 +31,23 @@ from certsel.workers.gpu_time import FleetUsage
 from certsel.workers.serving import ServeError, demand, node_capacities, pack, unplaceable
 
 
+def choose(order: list[str], needs: dict[str, set[str]], up: set[str], demands: dict[str, dict[str, float]],
+           nodes: list[dict[str, float]], head: bool = True) -> tuple[list[str], set[str]]:
+    """The names of ``order`` to run together and their servers: with ``head`` the first
+    always, then the others by how few of their servers are down (those with all theirs
+    ``up`` first), ties in ``order``'s order, each only if its servers fit next to those
+    already chosen (:func:`pack`)."""
+    first, rest = (order[:1], order[1:]) if head else ([], order)
+    ranked = first + sorted(rest, key=lambda n: len(needs.get(n, set()) - up))  # stable: order kept in ties
+    chosen, servers = [], set()
+    for n in ranked:
+        want = servers | needs.get(n, set())
+        if not chosen or pack([demands[s] for s in want], nodes):
+            chosen.append(n)
+            servers = want
+    return chosen, servers
+
+
 class ServerSchedule(Protocol):
     def set_needs(self, needs: dict[str, set[str]]) -> None:
         """Each candidate's servers (checked to fit together on the cluster)."""
@@ -127,9 +144,6 @@ class FleetSchedule:
     def _call(self, method: str, *args):
         return self._ray.get(getattr(self.fleet, method).remote(*args))
 
-    def _fits(self, servers: set[str], nodes) -> bool:
-        return pack([self.demands[s] for s in servers], nodes)
-
     def _pick(self, order: list[str], open_names: list[str], head: bool = True) -> tuple[list[str], set[str]]:
         """Retire the servers no open name needs; then admit ``order`` (with ``head`` its
         first always, then those whose servers are up, then the rest) while their servers
@@ -139,15 +153,7 @@ class FleetSchedule:
         if up - later:
             self._call("retire", sorted(up - later))
             up &= later
-        nodes = node_capacities(self._ray)
-        first, rest = (order[:1], order[1:]) if head else ([], order)
-        ranked = first + sorted(rest, key=lambda n: not self.needs.get(n, set()) <= up)  # stable: order kept
-        chosen, servers = [], set()
-        for n in ranked:
-            want = servers | self.needs.get(n, set())
-            if not chosen or self._fits(want, nodes):
-                chosen.append(n)
-                servers = want
+        chosen, servers = choose(order, self.needs, up, self.demands, node_capacities(self._ray), head)
         self._call("reserve", sorted(servers))
         return chosen, servers
 

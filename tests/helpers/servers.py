@@ -3,7 +3,8 @@
 The adder serves four models on ``/v1/chat/completions`` (and exact and weak on
 ``/v1/completions`` with echoed log-probabilities, next to vLLM's byte-level ``/tokenize``,
 ``/detokenize`` and ``/tokenizer_info``, for lm-eval's log-likelihood requests): ``exact`` adds the two numbers of
-the last message correctly, ``weak`` is off by one when a*b is a multiple of 7, ``chatty``
+the last message correctly, ``weak`` is off by one when a*b is a multiple of 7 (and any
+``offK`` when K divides a + b; any other name answers like ``exact``), ``chatty``
 answers "The answer is N.", and ``grader`` grades "Answer: N" ("Score: 10" / "Score: 0"),
 replying prose instead of a score for a = 7 unless the request carries a sampling seed, and
 always for a = 9. ``/v1/embeddings`` embeds a text with two numbers a, b as
@@ -19,7 +20,16 @@ import contextlib
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+from http.server import ThreadingHTTPServer as _Threading
+
+
+class ThreadingHTTPServer(_Threading):
+    """The standard threading server with a listen backlog like a real server's: the
+    default (5) drops connections beyond five at once, and a client sending 16 requests
+    in flight then waits a second for TCP to retry them."""
+
+    request_queue_size = 256
 
 
 class _Adder(BaseHTTPRequestHandler):
@@ -120,6 +130,8 @@ class _Adder(BaseHTTPRequestHandler):
                 reply = "Score: 10" if right else "Score: 0"
         elif model == "weak" and (a * b) % 7 == 0:
             reply = str(a + b + 1)
+        elif re.fullmatch(r"off\d+", model) and (a + b) % int(model[3:]) == 0:
+            reply = str(a + b + 1)  # offK: off by one when K divides a + b
         else:
             reply = f"The answer is {a + b}." if model == "chatty" else str(a + b)
         self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "logprobs": logprobs}]})

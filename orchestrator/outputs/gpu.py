@@ -1,0 +1,80 @@
+"""The GPU time of a job's own model servers, as the certificate, the terminal and MLflow
+show it (``selection.json``'s ``gpu`` block).
+
+Measured (:mod:`certsel.workers.gpu_time`): per server its starts and its seconds waiting
+for placement, loading, busy and idle, times the GPUs it holds; per candidate the
+GPU-seconds of its generations (a server's busy time shared between the candidates in
+flight). Estimated: what running every candidate to its whole budget would have used at
+the rates this job measured, ``full requests x (busy GPU-seconds per request) + one load
+per server`` (the load: the mean measured load GPU-seconds per start). The estimate is a
+projection, not a measurement: a cached rerun, which measured no request, has none.
+"""
+
+from __future__ import annotations
+
+
+def _r(x: float) -> float:
+    return round(float(x), 3)
+
+
+def gpu_block(result) -> dict | None:
+    """``selection.json``'s ``gpu`` block (None for a job with no servers of its own)."""
+    use = result.gpu
+    if use is None:
+        return None
+    servers = [s.as_dict() for s in use.servers]
+    busy_gpu_s = sum(s.busy_s * s.gpus for s in use.servers)
+    requests = sum(s.requests for s in use.servers)
+    starts = [s for s in use.servers if s.starts]
+    full = None
+    if requests and starts:
+        load_per_start = sum(s.load_s * s.gpus for s in starts) / sum(s.starts for s in starts)
+        full = busy_gpu_s / requests * result.full["requests"] + load_per_start * len(use.servers)
+    spent = use.gpu_s
+    out = {
+        "gpu_seconds": _r(spent),
+        "gpu_hours": round(spent / 3600, 6),
+        "busy_gpu_seconds": _r(busy_gpu_s),
+        "load_gpu_seconds": _r(sum(s.load_s * s.gpus for s in use.servers)),
+        "idle_gpu_seconds": _r(sum(s.idle_s * s.gpus for s in use.servers)),
+        "server_starts": use.starts,
+        "max_servers_up": use.max_up,
+        "max_gpus_up": use.max_gpus_up,
+        "full_budget_estimate_gpu_seconds": None if full is None else _r(full),
+        "saved_fraction_estimate": None if not full else round(1 - spent / full, 4),
+        "servers": [{k: (_r(v) if isinstance(v, float) else v) for k, v in s.items()} for s in servers],
+        "candidates": {k: _r(v) for k, v in sorted(use.candidate_gpu_s.items())},
+    }
+    prices = result.cfg.costs
+    if prices is not None and prices.gpu_hour:
+        out["cost"] = {"unit": prices.unit, "gpu_hour": prices.gpu_hour, "spent": round(spent / 3600 * prices.gpu_hour, 6),
+                       "full_budget_estimate": None if full is None else round(full / 3600 * prices.gpu_hour, 6)}
+    return out
+
+
+def gpu_line(block: dict) -> str:
+    """One terminal line: the GPU time used, its parts, and the full-budget estimate."""
+    def h(sec):
+        return f"{sec / 3600:.3g} GPU-h" if sec >= 360 else f"{sec:.0f} GPU-s"
+
+    line = (f"GPU: {h(block['gpu_seconds'])} ({h(block['load_gpu_seconds'])} loading, "
+            f"{h(block['busy_gpu_seconds'])} generating, {h(block['idle_gpu_seconds'])} idle; "
+            f"{block['server_starts']} server starts, at most {block['max_servers_up']} up at once)")
+    if block["full_budget_estimate_gpu_seconds"] is not None:
+        line += (f", against about {h(block['full_budget_estimate_gpu_seconds'])} for every candidate to its budget "
+                 f"at the measured rates ({block['saved_fraction_estimate']:.0%} saved)")
+    if block.get("cost"):
+        line += f"; {block['cost']['spent']:.4g} {block['cost']['unit']} at {block['cost']['gpu_hour']:g} per GPU-hour"
+    return line
+
+
+def gpu_metrics(block: dict | None) -> dict:
+    """The parent run's MLflow metrics."""
+    if block is None:
+        return {}
+    keys = ("gpu_seconds", "busy_gpu_seconds", "load_gpu_seconds", "idle_gpu_seconds", "server_starts",
+            "max_servers_up", "full_budget_estimate_gpu_seconds", "saved_fraction_estimate")
+    out = {(k if k.startswith("gpu") else f"gpu_{k}"): block[k] for k in keys if block[k] is not None}
+    if block.get("cost"):
+        out["cost_gpu"] = block["cost"]["spent"]
+    return out

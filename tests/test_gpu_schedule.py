@@ -1,0 +1,201 @@
+"""Model servers as a scheduled resource on a Ray cluster with fewer GPUs than servers.
+
+A real local Ray declaring G logical GPUs (``ray.init(num_gpus=G)``), real server processes
+launched through the code path vLLM takes (tests/helpers/servers.py run as ``python -m
+MODULE --model ... --served-model-name ... --host ... --port ...``, each asking for one GPU),
+real MLflow. Six candidate servers and a judge server on 2 GPUs: at most two up at once;
+the jobs (FST, Bonferroni, a pairwise ranking) end with the selection and certificates of
+the same job on 7 GPUs (same seed); a cached rerun starts no server; a server that asks for
+more GPUs than any node has is a one-line error before any label; a server killed mid-job
+starts again and no label is bought twice.
+"""
+
+import contextlib
+import json
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import ray
+import yaml
+from certsel.config import load_config
+from certsel.errors import InputError
+from certsel.orchestrator.run.job import execute
+from mlflow.tracking import MlflowClient
+
+pytestmark = pytest.mark.integration
+
+TESTS = str(pathlib.Path(__file__).resolve().parent)
+# served model name -> its error rate on the items below (tests/helpers/servers.py)
+MODELS = {"exact": 0.0, "off10": 0.1, "off5": 0.2, "weak": 0.2125, "off3": 0.3325, "off2": 0.5}
+SIZE = {"exact": 16, "off10": 8, "off5": 6, "weak": 5, "off3": 4, "off2": 3}  # GB, the objective
+
+
+@contextlib.contextmanager
+def cluster(gpus: int):
+    """A local Ray with ``gpus`` logical GPUs (no device is touched: the servers ask Ray for
+    GPUs, Ray places them and sets CUDA_VISIBLE_DEVICES, the stand-in ignores it)."""
+    ray.init(address="local", num_cpus=2, num_gpus=gpus, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def write_job(tmp_path: pathlib.Path, *, judge: bool = True, delay: float = 0.0, **update) -> pathlib.Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    with open(tmp_path / "additions.jsonl", "w") as f:
+        for a in range(1, 41):
+            for b in range(10, 20):
+                f.write(json.dumps({"id": f"{a}+{b}", "question": f"{a}+{b}", "answers": [str(a + b)]}) + "\n")
+    stand_in = {"python": sys.executable, "module": "helpers.servers", "env": {"PYTHONPATH": TESTS},
+                "num_gpus": 1, "startup_timeout": 60, "args": ["--startup-delay", "0.3", "--delay", str(delay)]}
+    serve = [{"name": m, "model": f"/models/{m}", **stand_in} for m in MODELS]
+    live = {"items": "additions.jsonl", "loss": "normalized_exact_match", "cache_dir": "cache", "serve": serve,
+            "candidates": [{"id": m, "server": m, "template": "{question}=", "objective": SIZE[m]} for m in MODELS]}
+    if judge:
+        serve.append({"name": "judge", "model": "/models/judge", **stand_in})
+        live["judge"] = {"server": "judge", "mode": "answer"}
+    job = {"name": "gpu-schedule", "live": live, "policy": {"kind": "r-autoeval+" if judge else "seq"},
+           "alpha": 0.3, "delta": 0.1, "procedure": "fst", "order": list(MODELS), "seed": 5,
+           "budget": {"n": 100, "r": 2, "batch": 10}, "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"}}
+    job.update(update)
+    job = {k: v for k, v in job.items() if v is not None}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def run(path, gpus: int, **kw):
+    with cluster(gpus):
+        return execute(load_config(path), **kw)[0]
+
+
+def comparable(res) -> dict:
+    """What the certificate says: the selection, the certified set, and for every candidate
+    that reached a decision its status, labels, e-value and bounds."""
+    rows = {r.name: (r.status, r.n_human, r.n_judge, r.max_log_e, r.upper_bound, r.joint_bound)
+            for r in res.records if r.status in ("certified", "not certified")}
+    return {"selected": res.selected, "certified": res.certified, "rows": rows}
+
+
+def server_starts(tmp_path) -> dict[str, int]:
+    logs = tmp_path / "cache" / "servers"
+    return {p.stem: p.read_text().count("listening on") for p in logs.glob("*.log")} if logs.is_dir() else {}
+
+
+@pytest.mark.parametrize("procedure", ["fst", "bonferroni"])
+def test_six_candidates_and_a_judge_on_two_gpus(tmp_path, procedure):
+    """At most two servers up at once (the judge and one candidate), every server started
+    once (a candidate runs until it is settled before the next one's server starts), the
+    same certificate as on 7 GPUs, where every server can be up together."""
+    update = {"procedure": procedure} if procedure == "fst" else {
+        "procedure": procedure, "order": None, "objective": {"column": "size"}}
+    small = run(write_job(tmp_path / "two", **update), 2)
+    big = run(write_job(tmp_path / "seven", **update), 7)
+    assert small.gpu.max_up <= 2 and small.gpu.max_gpus_up <= 2.0
+    assert comparable(small) == comparable(big)
+    assert small.certified and small.selected is not None
+    ran = {r.name for r in small.records if r.n_human > 0} | {"judge"}
+    # lazy: only servers whose candidates ran started, each once; big may have run more at once
+    assert server_starts(tmp_path / "two") == {n: 1 for n in ran}
+    assert {s.name: s.starts for s in small.gpu.servers} == {n: int(n in ran) for n in [*MODELS, "judge"]}
+    if procedure == "fst":  # off2 comes after off3's failure: never needed, never started
+        assert "off2" not in ran and small.records[-1].status == "skipped"
+    # GPU time: every started server loaded and served; candidates share the judge's time
+    for s in small.gpu.servers:
+        if s.starts:
+            assert s.load_s > 0 and s.busy_s > 0 and s.gpu_s == pytest.approx(s.up_s)
+    assert set(small.gpu.candidate_gpu_s) == ran - {"judge"}
+    assert sum(small.gpu.candidate_gpu_s.values()) == pytest.approx(
+        sum(s.busy_s for s in small.gpu.servers), rel=1e-6)
+
+
+def test_pairwise_ranking_on_two_gpus(tmp_path):
+    """A ranking of six models on 2 GPUs: each round's labels are asked in waves of two
+    servers; the ranking equals the one on 7 GPUs."""
+    update = {"procedure": "pairwise", "policy": {"kind": "seq"}, "order": None, "delta": 0.05,
+              "budget": {"n": 400, "batch": 100}}
+    small = run(write_job(tmp_path / "two", judge=False, **update), 2)
+    big = run(write_job(tmp_path / "seven", judge=False, **update), 7)
+    assert small.gpu.max_up <= 2
+    assert small.ranking.better == big.ranking.better and small.ranking.items_per_pair == big.ranking.items_per_pair
+    assert small.ranking.better["exact"] and [r.n_human for r in small.records] == [r.n_human for r in big.records]
+    assert big.gpu.max_up > 2  # on 7 GPUs they were up together
+
+
+def test_cached_rerun_starts_no_server(tmp_path):
+    path = write_job(tmp_path, budget={"n": 40, "r": 2, "batch": 20})
+    with cluster(2):
+        first = execute(load_config(path))[0]
+        starts = server_starts(tmp_path)
+        again = execute(load_config(path))[0]
+    assert sum(starts.values()) >= 2 and server_starts(tmp_path) == starts
+    assert again.gpu.starts == 0 and again.spent["requests"] == 0 < first.spent["requests"]
+    assert comparable(again) == comparable(first)
+
+
+def test_a_server_no_node_can_hold_is_one_line_before_any_label(tmp_path):
+    path = write_job(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["live"]["serve"][2]["num_gpus"] = 4
+    path.write_text(yaml.safe_dump(raw))
+    t0 = time.monotonic()
+    with cluster(2), pytest.raises(InputError) as err:
+        execute(load_config(path))
+    msg = str(err.value)
+    assert "\n" not in msg and time.monotonic() - t0 < 60
+    assert msg == ("live.serve: server 'off5' asks for 4 GPU but no node of the Ray cluster has that: "
+                   "the largest node has 2 GPU (1 node, 2 GPU in all)")
+    assert not (tmp_path / "cache" / "servers").exists()  # nothing started
+    exp = MlflowClient(f"sqlite:///{tmp_path}/store.db").get_experiment_by_name("certsel")
+    assert exp is None or not MlflowClient(f"sqlite:///{tmp_path}/store.db").search_runs([exp.experiment_id])
+
+
+def test_a_candidate_whose_servers_cannot_be_up_together_is_one_line(tmp_path):
+    """Each server fits alone, but a candidate and its judge need 3 GPUs together on a
+    2-GPU cluster: the job could never run, so it does not start."""
+    path = write_job(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["live"]["serve"][-1]["num_gpus"] = 2  # the judge
+    path.write_text(yaml.safe_dump(raw))
+    with cluster(2), pytest.raises(InputError, match=r"^candidate 'exact' needs servers exact, judge up together "
+                                                     r"\(3 GPU\) and the Ray cluster cannot hold them at once$"):
+        execute(load_config(path))
+
+
+def _kill_server(name: str, tmp_path) -> bool:
+    out = subprocess.run(["pkill", "-9", "-f", "--", f"-m helpers.servers --model /models/{name} "],
+                         capture_output=True, text=True)
+    assert out.returncode in (0, 1), out.stderr
+    return out.returncode == 0
+
+
+def test_a_server_killed_mid_job_starts_again_and_nothing_is_bought_twice(tmp_path):
+    """The judge's server is killed (SIGKILL) while the job runs: the candidates' requests
+    fail, the schedule finds the server lost, it starts again where it fits, the failed
+    steps are rebuilt from the label log and sent again: the certificate and label counts
+    are those of an uninterrupted run, and the label log holds every label once."""
+    ref = run(write_job(tmp_path / "ref", budget={"n": 60, "r": 2, "batch": 10}), 2)
+    path = write_job(tmp_path / "kill", delay=0.01, budget={"n": 60, "r": 2, "batch": 10})
+    out = {}
+    with cluster(2):
+        thread = threading.Thread(target=lambda: out.update(res=execute(load_config(path))[0]))
+        thread.start()
+        deadline = time.monotonic() + 120
+        while server_starts(tmp_path / "kill").get("off10", 0) == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)  # the second candidate is running: the judge is busy
+        assert _kill_server("judge", tmp_path)
+        thread.join(timeout=300)
+        assert not thread.is_alive()
+    res = out["res"]
+    assert comparable(res) == comparable(ref)
+    assert [(r.n_human, r.n_judge) for r in res.records] == [(r.n_human, r.n_judge) for r in ref.records]
+    judge = next(s for s in res.gpu.servers if s.name == "judge")
+    assert judge.starts == 2 and res.gpu.max_up <= 2
+    for rows in res.labels.values():  # every (item, role) bought once
+        pairs = list(zip(rows.item.tolist(), rows.role.tolist(), strict=True))
+        assert len(pairs) == len(set(pairs))
