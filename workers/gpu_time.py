@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+JOB = "job:"  # a Busy span's ``who`` for work done for the job as a whole, e.g. "job:judge"
+
+
 @dataclass
 class Spell:
     """One start-to-stop of a server (times in seconds since the epoch; None: not yet)."""
@@ -80,6 +83,9 @@ class FleetUsage:
     servers: list[ServerUsage] = field(default_factory=list)
     candidate_gpu_s: dict[str, float] = field(default_factory=dict)
     candidate_requests: dict[str, dict[str, int]] = field(default_factory=dict)  # who -> server -> requests
+    # work done for the job as a whole before the rounds (who = "job:reference", "job:judge",
+    # "job:features": answers and embeddings every candidate shares), by what it was
+    job_gpu_s: dict[str, float] = field(default_factory=dict)
     max_up: int = 0
     max_gpus_up: float = 0.0
 
@@ -171,7 +177,9 @@ def fleet_usage(gpus: dict[str, float], spells: dict[str, list[Spell]], busy: di
         ready = [(s.ready, s.stopped if s.stopped is not None else now) for s in spells.get(name, [])
                  if s.ready is not None]
         for who, secs in fair_shares(b, np.array(ready, dtype=np.float64).reshape(-1, 2)).items():
-            out.candidate_gpu_s[who] = out.candidate_gpu_s.get(who, 0.0) + secs * gpus[name]
+            job = who.startswith(JOB)
+            into, key = (out.job_gpu_s, who[len(JOB):]) if job else (out.candidate_gpu_s, who)
+            into[key] = into.get(key, 0.0) + secs * gpus[name]
         for x in b:
             per = out.candidate_requests.setdefault(x.who, {})
             per[name] = per.get(name, 0) + x.requests

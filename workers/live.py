@@ -10,7 +10,12 @@ It has the interface of :class:`certsel.workers.replay.ReplaySource` (``human(it
   ``judge_mode="answer"`` — the judge answers the question itself and its answer is the
   synthetic reference (R-AutoEval+'s setting): ``loss(candidate answer, [judge answer])``;
   ``judge_mode="grade"`` — the judge grades the candidate's answer on a rubric and the loss
-  is ``1 - score`` (:func:`certsel.workers.losses.parse_score`). An unparsable verdict is
+  is ``1 - score`` (:func:`certsel.workers.losses.parse_score`);
+  ``judge_mode="pairwise"`` — with a reference model, the judge sees the question and the
+  two answers (in both orders, or one seeded order) and the loss is the probability that the
+  candidate's answer loses (hard A/B verdicts, or soft from the letters' token
+  probabilities); the human loss is then whether it loses against the human references
+  (1, a tie 1/2, 0: :func:`certsel.workers.losses.preference_loss`). An unparsable verdict is
   asked again with a different sampling seed (a different request, so the cache does not
   replay the bad verdict), then fails the request with :class:`SourceError`; it is never
   counted as a loss of 0 or 1.
@@ -18,6 +23,7 @@ It has the interface of :class:`certsel.workers.replay.ReplaySource` (``human(it
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
 from dataclasses import dataclass
 
@@ -25,7 +31,16 @@ import numpy as np
 
 from certsel.policies.recovery import Recovery
 
-from .losses import LOSSES, UnparsableVerdict, answer_loss, parse_score, relative_loss, soft_verdict
+from .losses import (
+    LOSSES,
+    UnparsableVerdict,
+    answer_loss,
+    pairwise_verdict,
+    parse_score,
+    preference_loss,
+    relative_loss,
+    soft_verdict,
+)
 from .openai_source import Endpoint, OpenAIClient, ResponseCache, SourceError
 
 
@@ -42,6 +57,10 @@ DEFAULT_SOFT_PROMPT = (
     "You are grading an answer to a question.\nQuestion: {question}\nAnswer: {answer}\n"
     "Is the answer correct? Reply with yes or no."
 )
+DEFAULT_PAIRWISE_PROMPT = (
+    "You are comparing two answers to a question.\nQuestion: {question}\nAnswer A: {answer_a}\n"
+    "Answer B: {answer_b}\nWhich answer is better? Reply with A or B."
+)
 DEFAULT_GRADE_PROMPT = (
     "You are grading an answer to a question.\nQuestion: {question}\nAnswer: {answer}\n"
     "Is the answer correct? Reply with 'Score: X' where X is an integer from 0 (wrong) to 10 (correct)."
@@ -57,22 +76,32 @@ class LiveSource:
                  judge_sampling: dict | None = None, grade_scale=(0, 10), verdict_attempts: int = 3,
                  reference: OpenAIClient | None = None, reference_template: str = "{question}",
                  reference_sampling: dict | None = None, judge_constrained: bool = True, judge_soft: bool = False,
-                 recovery: float | None = None):
+                 recovery: float | None = None, judge_order: str = "both", preference: bool | None = None):
         if "{question}" not in template:
             raise ValueError("the prompt template must contain {question}")
-        if judge_mode not in ("answer", "grade"):
-            raise ValueError(f"judge_mode must be 'answer' or 'grade', got {judge_mode!r}")
+        if judge_mode not in ("answer", "grade", "pairwise"):
+            raise ValueError(f"judge_mode must be 'answer', 'grade' or 'pairwise', got {judge_mode!r}")
+        if judge_mode == "pairwise" and reference is None:
+            raise ValueError("a pairwise judge compares the candidate's answer with the reference model's: "
+                             "it needs a reference")
+        if judge_order not in ("both", "random"):
+            raise ValueError(f"judge_order must be 'both' or 'random', got {judge_order!r}")
+        self.judge_order = judge_order
+        # losses against the reference are "does it lose to the reference" (a pairwise job),
+        # whether or not this source's policy asks the judge
+        self.preference = judge_mode == "pairwise" if preference is None else preference
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {loss!r}")
         self.items, self.target, self.template, self.loss = list(items), target, template, loss
         self.sampling = {"temperature": 0.0, **(sampling or {})}
         self.judge_client, self.judge_mode = judge, judge_mode
-        if judge_soft and judge_mode != "grade":
-            raise ValueError("a soft judge (token probabilities of a yes/no verdict) needs judge_mode 'grade'")
+        if judge_soft and judge_mode == "answer":
+            raise ValueError("a soft judge (token probabilities of its verdict) needs judge_mode 'grade' or 'pairwise'")
         self.judge_soft = judge_soft
         # structured outputs (the verdict constrained to the scale) until the server refuses them
         self._constrain = judge_constrained
-        default = DEFAULT_SOFT_PROMPT if judge_soft else DEFAULT_GRADE_PROMPT
+        default = DEFAULT_PAIRWISE_PROMPT if judge_mode == "pairwise" else \
+            DEFAULT_SOFT_PROMPT if judge_soft else DEFAULT_GRADE_PROMPT
         self.judge_template = judge_template or (template if judge_mode == "answer" else default)
         self.judge_sampling = {"temperature": 0.0, **(judge_sampling or {})}
         self.grade_scale, self.verdict_attempts = grade_scale, verdict_attempts
@@ -140,7 +169,11 @@ class LiveSource:
 
     def _against_reference(self, candidate, reference) -> np.ndarray:
         """The candidate's loss against the reference model's on the same items: the drop
-        max(loss - loss_ref, 0), or in a recovery job (r s_ref - s + 1)/(1 + r) with score = 1 - loss."""
+        max(loss - loss_ref, 0); with a pairwise judge, whether it loses to the reference
+        (1, a tie 1/2, 0: :func:`~certsel.workers.losses.preference_loss`); in a recovery job
+        (r s_ref - s + 1)/(1 + r) with score = 1 - loss."""
+        if self.preference:
+            return preference_loss(candidate, reference)
         if self.recovery is None:
             return relative_loss(candidate, reference)
         return self.recovery.losses(1.0 - np.asarray(candidate, dtype=np.float64),
@@ -166,6 +199,8 @@ class LiveSource:
             if self.reference is not None:  # both answers against the judge's
                 base = [answer_loss(self.loss, a, [r]) for a, r in zip(self.reference_answers(idx), refs, strict=True)]
                 out = self._against_reference(out, base)
+        elif self.judge_mode == "pairwise":  # the judge compares the two answers itself
+            out = np.array(self._preferences(idx, answers, self.reference_answers(idx)))
         else:
             out = np.array(self._grades(idx, answers))
             if self.reference is not None:  # both answers graded by the judge
@@ -175,10 +210,13 @@ class LiveSource:
         return out
 
     def _choices(self) -> list[str] | None:
-        """The verdicts the judge may give, for structured outputs: yes/no for a soft judge,
-        "Score: v" for every integer v of an integer scale (at most 101 of them), else None."""
+        """The verdicts the judge may give, for structured outputs: A/B for a pairwise judge,
+        yes/no for a soft one, "Score: v" for every integer v of an integer scale (at most 101
+        of them), else None."""
         if not self._constrain:
             return None
+        if self.judge_mode == "pairwise":
+            return ["A", "B"]
         if self.judge_soft:
             return ["yes", "no"]
         lo, hi = self.grade_scale
@@ -212,29 +250,59 @@ class LiveSource:
         return 1.0 - parse_score(reply, self.grade_scale)
 
     def _grades(self, idx, answers) -> list[float]:
+        asks = [(idx[k], {"question": self.items[idx[k]].question, "answer": answers[k]}) for k in range(len(idx))]
+        return self._verdicts(asks, [self._verdict_loss] * len(asks))
+
+    def candidate_first(self, item: int) -> list[bool]:
+        """The orders a pairwise judge sees the two answers in for ``item``: both (the
+        candidate first, then the reference first; a judge's position bias cancels in the
+        mean), or one chosen by the item's id (``random``: seeded, the same in every run)."""
+        if self.judge_order == "both":
+            return [True, False]
+        digest = hashlib.sha256(self.items[item].id.encode()).digest()
+        return [bool(digest[0] & 1)]
+
+    def _preferences(self, idx, answers, reference) -> list[float]:
+        """P(the candidate's answer loses to the reference's) per item: the mean over the
+        orders it is asked in (:meth:`candidate_first`)."""
+        asks, parsers, owner = [], [], []
+        for k, i in enumerate(idx):
+            for first in self.candidate_first(i):
+                a, b = (answers[k], reference[k]) if first else (reference[k], answers[k])
+                asks.append((i, {"question": self.items[i].question, "answer_a": a, "answer_b": b}))
+                parsers.append(lambda reply, first=first: pairwise_verdict(reply, first, self.judge_soft))
+                owner.append(k)
+        losses = np.zeros(len(idx))
+        counts = np.bincount(owner, minlength=len(idx))
+        np.add.at(losses, owner, self._verdicts(asks, parsers))
+        return (losses / counts).tolist()
+
+    def _verdicts(self, asks, parsers) -> list[float]:
+        """The judge's verdicts on ``asks`` ((item, template fields) pairs), each parsed by its
+        parser; an unparsable one is asked again with another sampling seed (a new request)
+        up to ``verdict_attempts`` times, then :class:`SourceError`."""
         losses: dict[int, float] = {}
-        pending = list(range(len(idx)))
+        pending = list(range(len(asks)))
         for attempt in range(self.verdict_attempts):
             if not pending:
                 break
             params = dict(self.judge_sampling)
             if attempt:  # a new request: the cached unparsable verdict is not replayed
                 params["seed"] = attempt
-            prompts = [[{"role": "user", "content": self.judge_template.format(
-                question=self.items[idx[k]].question, answer=answers[k])}] for k in pending]
+            prompts = [[{"role": "user", "content": self.judge_template.format(**asks[k][1])}] for k in pending]
             verdicts = self._ask_judge(prompts, params)
             still = []
             for k, v in zip(pending, verdicts, strict=True):
                 try:
-                    losses[k] = self._verdict_loss(v)
+                    losses[k] = parsers[k](v)
                 except UnparsableVerdict:
                     still.append(k)
             pending = still
         if pending:
-            bad = [self.items[idx[k]].id for k in pending[:3]]
+            bad = list(dict.fromkeys(self.items[asks[k][0]].id for k in pending))[:3]
             raise SourceError(f"judge verdict unparsable after {self.verdict_attempts} attempts for item(s) "
                               f"{', '.join(bad)}")
-        return [losses[k] for k in range(len(idx))]
+        return [losses[k] for k in range(len(asks))]
 
 
 _ENDPOINT_KEYS = ("base_url", "model", "api_key_env", "timeout", "max_retries", "concurrency", "cache_key", "server")
@@ -268,12 +336,16 @@ class LiveSpec:
     reference: dict | None = None
     recovery: float | None = None  # a recovery job's r (losses against the reference)
     fleet: str | None = None  # the job's server fleet (a named Ray actor), for endpoints that name a server
+    preference: bool = False  # a pairwise job: losses are "loses to the reference" (judge.mode: pairwise)
     kind = "live"
 
-    def servers(self) -> set[str]:
-        """The fleet's servers this candidate's labels may ask (target, judge, reference)."""
-        return {ep["server"] for ep in (self.candidate, self.judge, self.reference)
-                if ep is not None and ep.get("server") is not None}
+    def servers(self, prefetched=frozenset()) -> set[str]:
+        """The fleet's servers this candidate's labels ask (its target, the judge, the
+        reference), leaving out shared ones whose answers were all generated before the
+        rounds (``prefetched``); its own server is always in."""
+        own = {self.candidate.get("server")}
+        shared = {ep.get("server") for ep in (self.judge, self.reference) if ep is not None} - set(prefetched)
+        return (own | shared) - {None}
 
     def build(self, arrays, rows) -> LiveSource:
         return live_source(self, arrays.items)
@@ -291,24 +363,32 @@ def live_source(spec: LiveSpec, items) -> LiveSource:
         kw = {"judge": client(judge, cache, spec.fleet, who),
               "judge_mode": judge["mode"], "judge_template": judge["template"], "judge_sampling": judge["sampling"],
               "grade_scale": tuple(judge["scale"]), "judge_constrained": judge.get("constrained", True),
-              "judge_soft": judge.get("soft", False)}
+              "judge_soft": judge.get("soft", False), "judge_order": judge.get("order", "both")}
     ref = spec.reference
     if ref is not None:
         kw.update(reference=client(ref, cache, spec.fleet, who),
                   reference_template=ref["template"], reference_sampling=ref["sampling"])
     return LiveSource(list(items), target, cand["template"], loss=spec.loss, sampling=cand["sampling"],
-                      recovery=spec.recovery, **kw)
+                      recovery=spec.recovery, preference=spec.preference, **kw)
+
+
+def prefetch_answers(spec: dict, template: str, items, indices, cache_dir, fleet: str | None = None,
+                     who: str = "job:reference") -> tuple[int, int]:
+    """Generate one model's answers to ``template`` on ``indices`` once, in the driver,
+    before the candidates start: the reference model's (``live.reference``) or an
+    answer-mode judge's (it answers the question itself, whatever the candidate said). The
+    candidates' sources then read them from the shared response cache (the same requests,
+    so the same keys) instead of asking for the same answers at the same time, and a
+    server of the job's own is not kept up for them. Returns (sent, cached)."""
+    model = client(spec, ResponseCache(pathlib.Path(cache_dir) / "responses.db"), fleet, who)
+    prompts = [[{"role": "user", "content": template.format(question=items[int(i)].question)}] for i in indices]
+    model.chat(prompts, **{"temperature": 0.0, **(spec.get("sampling") or {})})
+    return model.stats.sent, model.stats.cache_hits
 
 
 def prefetch_reference(spec: dict, items, indices, cache_dir, fleet: str | None = None) -> tuple[int, int]:
-    """Generate the reference model's answers on ``indices`` once, in the driver, before the
-    candidates start: every candidate's source then reads them from the shared response
-    cache instead of asking for the same answers at the same time. Returns (sent, cached)."""
-    ref = client(spec, ResponseCache(pathlib.Path(cache_dir) / "responses.db"), fleet, "job:reference")
-    prompts = [[{"role": "user", "content": spec["template"].format(question=items[int(i)].question)}]
-               for i in indices]
-    ref.chat(prompts, **{"temperature": 0.0, **spec["sampling"]})
-    return ref.stats.sent, ref.stats.cache_hits
+    """The reference model's answers (:func:`prefetch_answers` with its own template)."""
+    return prefetch_answers(spec, spec["template"], items, indices, cache_dir, fleet)
 
 
 def embed_items(cfg: dict, items, cache_dir, fleet: str | None = None) -> np.ndarray:

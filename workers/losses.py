@@ -200,6 +200,49 @@ def relative_loss(candidate, reference) -> np.ndarray:
     return np.maximum(np.asarray(candidate, dtype=np.float64) - np.asarray(reference, dtype=np.float64), 0.0)
 
 
+def preference_loss(candidate, reference) -> np.ndarray:
+    """Whether the candidate's answer loses to the reference's on the same item, from their
+    losses against the human references: (1 + loss(candidate) - loss(reference)) / 2, which
+    for 0/1 losses is 1 (it loses), 1/2 (a tie: both right or both wrong) or 0 (it wins).
+    Its mean is the candidate's loss rate against the reference with ties counted as half,
+    the quantity a pairwise judge estimates (1 - the win rate, as AlpacaEval counts it)."""
+    return (1.0 + np.asarray(candidate, dtype=np.float64) - np.asarray(reference, dtype=np.float64)) / 2.0
+
+
+_PAIR = re.compile(r"\[\[\s*([ABC])\s*\]\]")
+
+
+def pairwise_verdict(reply, candidate_first: bool, soft: bool) -> float:
+    """The probability that the candidate's answer loses, from a pairwise judge's verdict on
+    (answer A, answer B), the candidate being A when ``candidate_first``.
+
+    Soft (a reply with ``top`` log-probabilities of its first token): P(other) / (P(A) +
+    P(B)), every spelling of each letter summed (" A", "a", ...); without either letter
+    among them, the text decides. Hard: the reply is ``A`` or ``B`` (a constrained choice),
+    or contains ``[[A]]``, ``[[B]]`` or ``[[C]]`` (a tie: 1/2). Anything else is
+    :class:`UnparsableVerdict`."""
+    other = "b" if candidate_first else "a"
+    if soft:
+        p = {"a": 0.0, "b": 0.0}
+        for token, logprob in reply.get("top", {}).items():
+            word = token.strip().lower()
+            if word in p:
+                p[word] += math.exp(logprob)
+        if p["a"] + p["b"] > 0.0:
+            return p[other] / (p["a"] + p["b"])
+        reply = str(reply.get("text", ""))
+    if not isinstance(reply, str):
+        raise UnparsableVerdict("not a text verdict")
+    text = reply.strip()
+    found = {m.upper() for m in _PAIR.findall(text)}
+    if not found and text.strip(".!:) ").upper() in ("A", "B"):
+        found = {text.strip(".!:) ").upper()}
+    if len(found) != 1:
+        raise UnparsableVerdict(f"not a verdict between A and B: {text[:80]!r}")
+    choice = found.pop().lower()
+    return 0.5 if choice == "c" else float(choice == other)
+
+
 def soft_verdict(reply: dict) -> float | None:
     """The loss of a yes/no verdict from its token probabilities: P(no) / (P(yes) + P(no)),
     summing the first token's top log-probabilities over the spellings of each word ("yes",

@@ -113,7 +113,7 @@ class ModelServer:
                 self.stop()
                 raise ServeError(f"server {name!r} was not ready after {timeout:g} s "
                                  f"(log {self.log_path}: {_last_line(self.log_path)})")
-            time.sleep(1.0)
+            time.sleep(0.25)
 
     def stop(self, grace: float = 30.0) -> int | None:
         """Stop the process group (SIGTERM, then SIGKILL after ``grace`` seconds)."""

@@ -136,19 +136,31 @@ class ReferenceConfig(_Templated):
 
 
 class JudgeConfig(EndpointConfig):
-    mode: Literal["answer", "grade"] = "answer"
+    # answer: the judge answers the question itself; grade: it grades the candidate's answer;
+    # pairwise: it compares the candidate's answer with the reference model's (live.reference)
+    mode: Literal["answer", "grade", "pairwise"] = "answer"
     template: str | None = None
     scale: tuple[float, float] = (0.0, 10.0)
-    # grade mode: the verdict constrained to the scale by the server's structured outputs
-    # (vLLM); a server that refuses them is asked without and its verdicts are parsed
+    # grade and pairwise modes: the verdict constrained to the scale (or to A/B) by the server's
+    # structured outputs (vLLM); a server that refuses them is asked without and its verdicts are parsed
     constrained: bool = True
-    # grade mode: a yes/no verdict whose loss is P(no) from the judge's token probabilities
+    # grade mode: a yes/no verdict whose loss is P(no) from the judge's token probabilities;
+    # pairwise mode: the loss is P(the reference's letter) from the A/B token probabilities
     soft: bool = False
+    # pairwise mode: both orders (the candidate's answer as A, then as B: position bias cancels
+    # in the mean) or one order per item, chosen by its id
+    order: Literal["both", "random"] = "both"
 
     @model_validator(mode="after")
     def _soft_grades(self):
-        if self.soft and self.mode != "grade":
-            raise ValueError("judge.soft needs judge.mode 'grade' (a yes/no verdict with token probabilities)")
+        if self.soft and self.mode == "answer":
+            raise ValueError("judge.soft needs judge.mode 'grade' or 'pairwise' (a verdict with token probabilities)")
+        if self.order != "both" and self.mode != "pairwise":
+            raise ValueError("judge.order applies to judge.mode 'pairwise' only")
+        if self.mode == "pairwise" and self.template is not None:
+            missing = [f for f in ("{question}", "{answer_a}", "{answer_b}") if f not in self.template]
+            if missing:
+                raise ValueError(f"judge.template of a pairwise judge must contain {', '.join(missing)}")
         return self
 
 
@@ -191,6 +203,9 @@ class LiveConfig(Strict):
         elif self.reference is not None and self.reference not in {c.id for c in self.candidates}:
             raise ValueError(f"reference {self.reference!r} is not a candidate id; give a candidate's id or an "
                              "endpoint (base_url + model, or server)")
+        if self.judge is not None and self.judge.mode == "pairwise" and self.reference is None:
+            raise ValueError("judge.mode 'pairwise' compares each candidate's answer with the reference model's: "
+                             "set live.reference (a candidate's id, or an endpoint)")
         for what, ep in endpoints:
             if ep.server is not None and ep.server not in served:
                 raise ValueError(f"{what}: server {ep.server!r} is not in live.serve "

@@ -67,7 +67,8 @@ class LiveKind(SourceKind):
         judge = None if live.judge is None or not with_judge else live.judge.model_dump()
         return LiveSpec(candidate=data.live[k].model_dump(), judge=judge, loss=live.loss, cache_dir=str(live.cache_dir),
                         reference=live.reference_endpoint(),
-                        recovery=None if cfg.recovery is None else cfg.recovery.at_least, fleet=data.servers)
+                        recovery=None if cfg.recovery is None else cfg.recovery.at_least, fleet=data.servers,
+                        preference=live.judge is not None and live.judge.mode == "pairwise")
 
     def items_words(self, n_items):
         return f"the {n_items} items of the items file"

@@ -44,6 +44,7 @@ def gpu_block(result) -> dict | None:
         "saved_fraction_estimate": None if not full else round(1 - spent / full, 4),
         "servers": [{k: (_r(v) if isinstance(v, float) else v) for k, v in s.items()} for s in servers],
         "candidates": {k: _r(v) for k, v in sorted(use.candidate_gpu_s.items())},
+        "shared": {k: _r(v) for k, v in sorted(use.job_gpu_s.items())},
     }
     prices = result.cfg.costs
     if prices is not None and prices.gpu_hour:

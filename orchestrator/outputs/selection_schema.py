@@ -248,6 +248,9 @@ class Gpu(_Doc):
     servers: list[GpuServer]
     candidates: dict[str, float] = Field(description="GPU-seconds of each candidate's generations (a server's busy "
                                                      "time shared between the candidates in flight)")
+    shared: dict[str, float] = Field(description="GPU-seconds of work done once for every candidate before the "
+                                                 "rounds: 'judge' (an answer-mode judge's answers), 'reference', "
+                                                 "'features'")
     cost: GpuCost | None = None
 
 

@@ -115,7 +115,8 @@ def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n
         for k, nm in enumerate(names)
     ]
     schedule = AllAtOnce() if servers is None else servers
-    schedule.set_needs({s.name: s.source.servers() for s in plan.specs if isinstance(s.source, LiveSpec)})
+    schedule.set_needs({s.name: s.source.servers(schedule.prefetched) for s in plan.specs
+                        if isinstance(s.source, LiveSpec)})
     pool = HostPool(runtime, assign(names, n_hosts), plan, runtime.put(plan.rows), records, schedule)
     pool.load()
     rounds = (PairwiseRounds if plan.procedure.ranking else SelectionRounds)(plan, pool, records)

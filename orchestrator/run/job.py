@@ -149,7 +149,7 @@ def prepare_live(cfg: RunConfig, data):
     embeddings (``live.features``). Runs before any tracking run exists: a reference or
     embedding server that fails is an error with no half-written run. Returns the resolved
     config, the data and the :class:`FleetSchedule` (or None)."""
-    from certsel.workers.live import embed_items, prefetch_reference
+    from certsel.workers.live import embed_items, prefetch_answers, prefetch_reference
 
     from certsel.workers.openai_source import SourceError
 
@@ -166,10 +166,12 @@ def prepare_live(cfg: RunConfig, data):
             fleet = FleetSchedule.start(specs)
             name = fleet.name
             # the servers each candidate needs up together must fit the cluster: checked here,
-            # before any run exists (the engine checks again with each candidate's exact needs)
-            judge = live.judge.server if live.judge is not None and (
+            # before any run exists (the engine checks again with each candidate's exact needs);
+            # an answer-mode judge is not among them: its answers are generated first (below)
+            judge = live.judge
+            shared = judge.server if judge is not None and judge.mode != "answer" and (
                 cfg.policy.uses_judge or cfg.policy.judge_first) else None
-            fleet.set_needs({c.id: {s for s in (c.server, judge) if s is not None} for c in live.candidates})
+            fleet.set_needs({c.id: {s for s in (c.server, shared) if s is not None} for c in live.candidates})
             live = live.resolved()
             cfg = cfg.model_copy(update={"live": live})
             by_id = {c.id: c for c in live.candidates}
@@ -184,6 +186,22 @@ def prepare_live(cfg: RunConfig, data):
             log.info("reference answers: %d generated, %d from the cache", sent, cached)
             if fleet is not None and ref.get("server") is not None:
                 fleet.prefetched.add(ref["server"])  # its answers are all in the cache now
+        judge = live.judge
+        if fleet is not None and judge is not None and judge.server is not None and judge.mode == "answer" \
+                and (cfg.policy.uses_judge or cfg.policy.judge_first):
+            # a served judge that answers the questions itself: its answers do not depend on
+            # the candidate, so they are generated once, now, and its server is not held idle
+            # while the candidates' servers load (each candidate template, when it has none)
+            templates = [judge.template] if judge.template else sorted({c.template for c in live.candidates})
+            indices = reference_items(cfg, len(data.items))
+            try:
+                for t in templates:
+                    sent, cached = prefetch_answers(judge.model_dump(), t, data.items, indices, live.cache_dir, name,
+                                                    "job:judge")
+                    log.info("judge answers: %d generated, %d from the cache", sent, cached)
+            except SourceError as exc:
+                raise InputError(f"live.judge: {first_line(exc)}") from exc
+            fleet.prefetched.add(judge.server)
         if live.features is not None and cfg.policy.needs_features:
             try:
                 feats = embed_items(live.features.model_dump(), data.items, live.cache_dir, name)

@@ -72,6 +72,8 @@ class ServerSchedule(Protocol):
 class AllAtOnce:
     """No servers of the job's own: every candidate the procedure asks for runs."""
 
+    prefetched: frozenset = frozenset()
+
     def set_needs(self, needs):
         pass
 
@@ -103,8 +105,9 @@ class FleetSchedule:
         self.fleet, self.name = fleet, None
         self.demands = {s["name"]: demand(s) for s in specs}
         self.needs = {k: set(v) for k, v in needs.items()}
-        # servers whose work is done before the rounds (the reference's answers, generated
-        # up front): the candidates' needs leave them out, so they are stopped at round 1
+        # shared servers whose work is done before the rounds (the reference's and an
+        # answer-mode judge's answers, generated up front): the candidates' needs leave them
+        # out (LiveSpec.servers), so they are stopped at round 1
         self.prefetched: set[str] = set()
 
     @classmethod
@@ -129,7 +132,6 @@ class FleetSchedule:
         """Each candidate's servers; a candidate whose servers cannot be up together on
         the cluster could never run: :class:`ServeError`, one line, before any label."""
         nodes = node_capacities(self._ray)
-        needs = {who: set(servers) - self.prefetched for who, servers in needs.items()}
         for who, servers in needs.items():
             if not pack([self.demands[s] for s in servers], nodes):
                 asked = {}

@@ -7,7 +7,9 @@ the last message correctly, ``weak`` is off by one when a*b is a multiple of 7 (
 ``offK`` when K divides a + b; any other name answers like ``exact``), ``chatty``
 answers "The answer is N.", and ``grader`` grades "Answer: N" ("Score: 10" / "Score: 0"),
 replying prose instead of a score for a = 7 unless the request carries a sampling seed, and
-always for a = 9. ``/v1/embeddings`` embeds a text with two numbers a, b as
+always for a = 9; asked to compare "Answer A: x" with "Answer B: y" it names the right one,
+and "A" when both or neither are right (a position bias; with log-probabilities: P(A) 0.9
+or 0.1 when one is right, 0.7 on ties). ``/v1/embeddings`` embeds a text with two numbers a, b as
 ``[a, b, a + b, 1]`` (any model), and ``GET /health`` answers 200, like vLLM's server.
 
 Run as a program (``python -m helpers.servers --model M --served-model-name N --host H --port P``,
@@ -105,7 +107,21 @@ class _Adder(BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.calls[model] = self.server.calls.get(model, 0) + 1
         logprobs = None
-        if model == "grader":
+        if model == "grader" and "Answer A:" in text:  # a pairwise verdict, biased towards A on ties
+            def right(label):
+                m = re.search(rf"Answer {label}:[^\d-]*(-?\d+)", text)
+                return bool(m and int(m.group(1)) == a + b)
+
+            ra, rb = right("A"), right("B")
+            reply = "A" if ra and not rb else "B" if rb and not ra else "A"
+            p_a = 0.9 if reply == "A" and ra != rb else 0.1 if ra != rb else 0.7
+            if body.get("logprobs"):
+                import math
+
+                top = [{"token": "A", "logprob": math.log(p_a)}, {"token": " B", "logprob": math.log(1 - p_a)},
+                       {"token": "maybe", "logprob": -9.0}]
+                logprobs = {"content": [{"token": reply, "logprob": 0.0, "top_logprobs": top}]}
+        elif model == "grader":
             given = re.search(r"Answer:\s*(-?\d+)", text)
             right = bool(given and int(given.group(1)) == a + b)
             choice = (body.get("structured_outputs") or {}).get("choice")
