@@ -52,7 +52,7 @@ def write_job(tmp_path: pathlib.Path, *, judge: bool = True, delay: float = 0.0,
             for b in range(10, 20):
                 f.write(json.dumps({"id": f"{a}+{b}", "question": f"{a}+{b}", "answers": [str(a + b)]}) + "\n")
     stand_in = {"python": sys.executable, "module": "helpers.servers", "env": {"PYTHONPATH": TESTS},
-                "num_gpus": 1, "startup_timeout": 60, "args": ["--startup-delay", "0.3", "--delay", str(delay)]}
+                "num_gpus": 1, "startup_timeout": 60, "args": ["--delay", str(delay)]}
     serve = [{"name": m, "model": f"/models/{m}", **stand_in} for m in MODELS]
     live = {"items": "additions.jsonl", "loss": "normalized_exact_match", "cache_dir": "cache", "serve": serve,
             "candidates": [{"id": m, "server": m, "template": "{question}=", "objective": SIZE[m]} for m in MODELS]}
@@ -61,7 +61,7 @@ def write_job(tmp_path: pathlib.Path, *, judge: bool = True, delay: float = 0.0,
         live["judge"] = {"server": "judge", "mode": "answer"}
     job = {"name": "gpu-schedule", "live": live, "policy": {"kind": "r-autoeval+" if judge else "seq"},
            "alpha": 0.3, "delta": 0.1, "procedure": "fst", "order": list(MODELS), "seed": 5,
-           "budget": {"n": 100, "r": 2, "batch": 10}, "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"}}
+           "budget": {"n": 60, "r": 2, "batch": 10}, "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"}}
     job.update(update)
     job = {k: v for k, v in job.items() if v is not None}
     path = tmp_path / "job.yaml"
@@ -93,21 +93,31 @@ def server_starts(tmp_path) -> dict[str, int]:
     return {p.stem: p.read_text().count("listening on") for p in logs.glob("*.log")} if logs.is_dir() else {}
 
 
+@pytest.fixture(scope="module")
+def fst_on_two(tmp_path_factory):
+    """The FST job on 2 GPUs, run once for the tests that compare with it: (its folder, result)."""
+    where = tmp_path_factory.mktemp("fst") / "two"
+    return where, run(write_job(where), 2)
+
+
+def settings(procedure):
+    return {} if procedure == "fst" else {"procedure": procedure, "order": None, "objective": {"column": "size"}}
+
+
 @pytest.mark.parametrize("procedure", ["fst", "bonferroni"])
-def test_six_candidates_and_a_judge_on_two_gpus(tmp_path, procedure):
-    """At most two servers up at once (the judge and one candidate), every server started
-    once (a candidate runs until it is settled before the next one's server starts), the
-    same certificate as on 7 GPUs, where every server can be up together."""
-    update = {"procedure": procedure} if procedure == "fst" else {
-        "procedure": procedure, "order": None, "objective": {"column": "size"}}
-    small = run(write_job(tmp_path / "two", **update), 2)
-    big = run(write_job(tmp_path / "seven", **update), 7)
+def test_six_candidates_on_two_gpus(tmp_path, procedure, fst_on_two):
+    """At most two servers up at once, every server started once (a candidate runs until it
+    is settled; the judge answers first and then goes), the same certificate as on 7 GPUs,
+    where every server can be up together."""
+    where, small = fst_on_two if procedure == "fst" else (tmp_path / "two", None)
+    small = small or run(write_job(where, **settings(procedure)), 2)
+    big = run(write_job(tmp_path / "seven", **settings(procedure)), 7)
     assert small.gpu.max_up <= 2 and small.gpu.max_gpus_up <= 2.0
     assert comparable(small) == comparable(big, True)
     assert small.certified and small.selected is not None
     ran = {r.name for r in small.records if r.n_human > 0} | {"judge"}
     # lazy: only servers whose candidates ran started, each once; big may have run more at once
-    assert server_starts(tmp_path / "two") == {n: 1 for n in ran}
+    assert server_starts(where) == {n: 1 for n in ran}
     assert {s.name: s.starts for s in small.gpu.servers} == {n: int(n in ran) for n in [*MODELS, "judge"]}
     if procedure == "fst":  # off2 comes after off3's failure: never needed, never started
         assert "off2" not in ran and small.records[-1].status == "skipped"
@@ -118,10 +128,10 @@ def test_six_candidates_and_a_judge_on_two_gpus(tmp_path, procedure):
     assert set(small.gpu.candidate_gpu_s) == ran - {"judge"} and set(small.gpu.job_gpu_s) == {"judge"}
     assert sum(small.gpu.candidate_gpu_s.values()) + small.gpu.job_gpu_s["judge"] == pytest.approx(
         sum(s.busy_s for s in small.gpu.servers), rel=1e-6)
-    # the judge answers the questions itself: its answers are generated once, before the rounds,
-    # and its server is then stopped (no GPU held idle while the candidates' servers load)
+    # the judge answers the questions itself: its answers are generated once, before the rounds
+    # (the first n (1 + r) = 180 items of the seeded order), and its server is then stopped
     judge = next(s for s in small.gpu.servers if s.name == "judge")
-    assert judge.requests == 300 and small.gpu.job_gpu_s["judge"] == pytest.approx(judge.busy_s)
+    assert judge.requests == 180 and small.gpu.job_gpu_s["judge"] == pytest.approx(judge.busy_s)
 
 
 def test_pairwise_ranking_on_two_gpus(tmp_path):
@@ -137,13 +147,11 @@ def test_pairwise_ranking_on_two_gpus(tmp_path):
     assert big.gpu.max_up > 2  # on 7 GPUs they were up together
 
 
-def test_cached_rerun_starts_no_server(tmp_path):
-    path = write_job(tmp_path, budget={"n": 40, "r": 2, "batch": 20})
-    with cluster(2):
-        first = execute(load_config(path))[0]
-        starts = server_starts(tmp_path)
-        again = execute(load_config(path))[0]
-    assert sum(starts.values()) >= 2 and server_starts(tmp_path) == starts
+def test_cached_rerun_starts_no_server(fst_on_two):
+    where, first = fst_on_two
+    starts = server_starts(where)
+    again = run(where / "job.yaml", 2)
+    assert sum(starts.values()) >= 2 and server_starts(where) == starts
     assert again.gpu.starts == 0 and again.spent["requests"] == 0 < first.spent["requests"]
     assert comparable(again) == comparable(first, True)
 
@@ -185,17 +193,16 @@ def _kill_server(name: str) -> bool:
     return out.returncode == 0
 
 
-def test_a_server_killed_mid_job_starts_again_and_nothing_is_bought_twice(tmp_path):
+def test_a_server_killed_mid_job_starts_again_and_nothing_is_bought_twice(tmp_path, fst_on_two):
     """A candidate's server is killed (SIGKILL) while the candidate runs: its requests fail,
     the schedule finds the server lost, the candidate is rebuilt from the label log and its
     step sent again, and the server starts again where it fits. The certificate and label
     counts are those of an uninterrupted run, and the label log holds every label once."""
-    budget = {"n": 60, "r": 2, "batch": 10}
-    ref = run(write_job(tmp_path / "ref", budget=budget), 2)
-    path = write_job(tmp_path / "kill", budget=budget)
+    ref = fst_on_two[1]
+    path = write_job(tmp_path / "kill")
     raw = yaml.safe_load(path.read_text())
     weak = next(s for s in raw["live"]["serve"] if s["name"] == "weak")
-    weak["args"] = ["--startup-delay", "0.3", "--delay", "0.5"]  # slow answers: it is killed mid-job
+    weak["args"] = ["--delay", "0.5"]  # slow answers: it is killed mid-job
     path.write_text(yaml.safe_dump(raw))
     out = {}
     with cluster(2):

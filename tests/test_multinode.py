@@ -149,9 +149,10 @@ def _served_job(tmp_path, delay: float):
 def test_node_with_a_served_model_removed_mid_run(tmp_path, caplog):
     """The model server certsel started (live.serve) runs on worker node A, which is removed
     in the middle of the job (after node C, which can also host servers, has joined). The
-    candidates' requests fail, the driver starts the server again on C, repoints the
-    candidates at its new address, rebuilds them from the label log and sends the failed
-    steps again: the job ends with the certificate and label counts of an uninterrupted run."""
+    candidates' requests fail, the driver finds the server lost, rebuilds the candidates from
+    the label log and sends the failed steps again, and the server starts again on C on their
+    first request (sources ask the job's fleet for its address): the job ends with the
+    certificate and label counts of an uninterrupted run."""
     import logging
 
     from certsel.orchestrator.run.job import execute
@@ -180,7 +181,7 @@ def test_node_with_a_served_model_removed_mid_run(tmp_path, caplog):
     finally:
         ray.shutdown()
         c.shutdown()
-    assert "model servers moved after their node was lost" in caplog.text  # the server did move
+    assert "model servers lost (their process, actor or node is gone)" in caplog.text  # the server did move
     assert [r.status for r in res.records] == [r.status for r in ref.records]
     assert res.certified == ref.certified and res.selected == ref.selected
     for x, y in zip(ref.records, res.records, strict=True):
