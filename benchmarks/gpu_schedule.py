@@ -28,7 +28,9 @@ need (busy GPU-seconds of the generations and judge answers + one load per serve
 
 * (a) every server up for the whole job, as before servers were scheduled (needs one GPU
   per server: 49 here, whatever ``--gpus`` says);
-* (b) servers on demand on ``--gpus`` GPUs (this module's schedule);
+* (b) servers on demand on ``--gpus`` GPUs (the schedule: a candidate after the round's
+  first whose server is down waits while its server loads in the background), and (b')
+  the same without background loading (such a candidate's load holds up its round);
 * (c) every candidate to its budget (``scheduling.mode: full``), servers on demand.
 
 Defaults (``--load 60 --per-request 0.01``) are assumptions for an 8B model on one H100,
@@ -38,7 +40,7 @@ requests per second at full batch. ``--cpu`` uses what was measured on this repo
 CPU build instead (SmolLM2-135M, float32, two cores: 45 s to ready, 64 chat requests in
 16.4 s, docs/live.md).
 
-    python benchmarks/gpu_schedule.py [--gpus 8] [--load 60] [--per-request 0.01] [--cpu]
+    python benchmarks/gpu_schedule.py [--gpus 8] [--load 60] [--per-request 0.01] [--cpu] [--config C] [--set K=V]
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class SimFleet:
     """The servers of the job on a virtual clock (see the module docstring)."""
 
     def __init__(self, names: list[str], *, gpus: float, per_server: float, load: float, per_request: float,
-                 judge_items: int, unlimited: bool = False):
+                 judge_items: int, unlimited: bool = False, warm: bool = True):
         self.names, self.load, self.per_request = names, load, per_request
         self.demands = {n: {"GPU": per_server} for n in [*names, JUDGE]}
         self.nodes = [{"GPU": float(len(self.demands) * per_server if unlimited else gpus)}]
@@ -73,6 +75,8 @@ class SimFleet:
         self.prefetched = frozenset({JUDGE})
         self.clock = 0.0
         self.up: set[str] = set()
+        self.ready_at: dict[str, float] = {}
+        self.warm = warm
         self.spells: dict[str, list[Spell]] = {n: [] for n in self.demands}
         self.busy: dict[str, list[Busy]] = {n: [] for n in self.demands}
         self.records = None
@@ -97,7 +101,14 @@ class SimFleet:
             later = set().union(*(self.needs[r.name] for r in open_))
             for n in sorted(self.up - later):
                 self._stop(n)
-        chosen, _ = choose([r.name for r in active], self.needs, self.up, self.demands, self.nodes)
+        ready = {n for n in self.up if self.ready_at[n] <= self.clock}
+        chosen, servers = choose([r.name for r in active], self.needs, ready, self.demands, self.nodes)
+        if self.warm and len(chosen) > 1:  # FleetSchedule._warm_instead: the others load in the background
+            later = [n for n in chosen[1:] if not self.needs[n] <= ready]
+            for n in later:
+                for srv in self.needs[n] - self.up:
+                    self._start(srv)
+            chosen = [n for n in chosen if n not in later]
         self.round = chosen
         self.last = {n: self.records[n].n_judge for n in chosen}
         keep = set(chosen)
@@ -124,6 +135,7 @@ class SimFleet:
         """Place and load server ``n`` now; the time it is ready."""
         self.spells[n].append(Spell(self.clock, self.clock, self.clock + self.load))
         self.up.add(n)
+        self.ready_at[n] = self.clock + self.load
         self.max_up = max(self.max_up, len(self.up))
         return self.clock + self.load
 
@@ -135,7 +147,10 @@ class SimFleet:
         """``q`` requests of ``who`` on ``server`` (started now if down); when they are done."""
         if q <= 0:
             return self.clock
-        start = ready if ready is not None else (self.clock if server in self.up else self._start(server))
+        if ready is not None:
+            start = ready
+        else:
+            start = max(self.clock, self.ready_at[server]) if server in self.up else self._start(server)
         end = start + q * self.per_request
         self.busy[server].append(Busy(start, end, who, q))
         if server == JUDGE:  # the judge's answers come first; on demand, the judge then goes
@@ -153,9 +168,9 @@ class SimFleet:
         self.round = []
 
 
-def run(cfg, data, **kw):
+def run(cfg, data, warm: bool = True, **kw):
     names = data.names
-    fleet = SimFleet(names, judge_items=min(data.n_items, cfg.budget.n * (1 + cfg.budget.r)), **kw)
+    fleet = SimFleet(names, judge_items=min(data.n_items, cfg.budget.n * (1 + cfg.budget.r)), warm=warm, **kw)
     res = run_job(cfg, data, LocalRuntime(), collect_labels=False, servers=fleet)
     use = res.gpu
     need = sum(s.busy_s * s.gpus for s in use.servers) + sum(s.starts * kw["load"] * s.gpus for s in use.servers)
@@ -173,15 +188,17 @@ def main(argv=None):
     ap.add_argument("--load", type=float, default=60.0, help="seconds from placement to ready")
     ap.add_argument("--per-request", type=float, default=0.01, help="seconds per request at full batch")
     ap.add_argument("--cpu", action="store_true", help="the CPU build's measured rates (45 s, 16.4 s / 64)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="job overrides, as certsel run")
     args = ap.parse_args(argv)
     if args.cpu:
         args.load, args.per_request = 45.0, 16.4 / 64
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, args.set or None)
     data = load_job_data(cfg)
     kw = {"gpus": args.gpus, "per_server": args.gpus_per_server, "load": args.load, "per_request": args.per_request}
     t0 = time.perf_counter()
     rows = {"(a) every server up for the whole job": run(cfg, data, unlimited=True, **kw),
             "(b) servers on demand": run(cfg, data, **kw),
+            "(b') on demand, no background loading": run(cfg, data, warm=False, **kw),
             "(c) every candidate to its budget, on demand": run(
                 cfg.model_copy(update={"scheduling": cfg.scheduling.model_copy(update={"mode": "full"})}), data, **kw)}
     print(f"{len(data.names)} checkpoints + judge, {args.gpus:g} GPUs ({args.gpus_per_server:g} per server), "

@@ -217,8 +217,12 @@ def test_a_server_killed_mid_job_starts_again_and_nothing_is_bought_twice(tmp_pa
         assert not thread.is_alive()
     res = out["res"]
     assert comparable(res) == comparable(ref, True)
-    assert [(r.n_human, r.n_judge, r.requests) for r in res.records] == \
-        [(r.n_human, r.n_judge, r.requests) for r in ref.records]
+    # every candidate that reached a decision bought what it bought uninterrupted (a look-ahead
+    # candidate stopped by a failure before it may have run a round more or less: when it
+    # joins depends on when its server finished loading in the background)
+    decided = ("certified", "not certified")
+    assert [(r.name, r.n_human, r.n_judge, r.requests) for r in res.records if r.status in decided] == \
+        [(r.name, r.n_human, r.n_judge, r.requests) for r in ref.records if r.status in decided]
     weak = next(s for s in res.gpu.servers if s.name == "weak")
     assert weak.starts == 2 and res.gpu.max_up <= 2 and server_starts(tmp_path / "kill")["weak"] == 2
     for rows in res.labels.values():  # every (item, role) bought once

@@ -135,9 +135,11 @@ def test_three_templates_on_smollm2(ray_session, tmp_path):
     if serve:  # certsel's own server is gone after each job
         import subprocess
 
+        # this job's server only (served as "smollm2"): the shared one, and other test files'
+        # servers running in the other test process, are not this job's
         left = [line.split()[0] for line in subprocess.run(
             ["pgrep", "-af", f"vllm.entrypoints.openai.api_server --model {MODEL}"],
-            capture_output=True, text=True).stdout.splitlines() if SHARED not in line]
+            capture_output=True, text=True).stdout.splitlines() if "--served-model-name smollm2 " in line]
         assert not left, f"vLLM server processes left running: {left}"
         assert "Application startup complete" in (tmp_path / "cache" / "servers" / "smollm2.log").read_text()
 

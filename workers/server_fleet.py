@@ -56,6 +56,7 @@ class ServerFleet:
         self.max_up, self.max_gpus_up = 0, 0.0
         self._lock = threading.RLock()  # the fleet's books: who is up, reservations
         self._starting = {n: threading.Lock() for n in self.specs}  # one start at a time per server
+        self._warming: set[str] = set()
 
     # -- what sources ask ------------------------------------------------------------------
     def url(self, name: str) -> str:
@@ -79,6 +80,35 @@ class ServerFleet:
             except ServeError as err:
                 self.failed[name] = str(err)
                 raise
+
+    def warm(self, names) -> list[str]:
+        """Start these servers in the background (each in a thread of this actor), so that
+        the candidates waiting for them join a later round with their server loaded instead
+        of holding up a round while it loads; returns the names it set going. A server that
+        fails to start fails the job as usual (:meth:`failure`)."""
+        out = []
+        for n in names:
+            with self._lock:
+                if n in self.urls or n in self.actors or n in self.failed or n in self._warming:
+                    continue
+                self._warming.add(n)
+            threading.Thread(target=self._warm_one, args=(n,), daemon=True).start()
+            out.append(n)
+        return out
+
+    def _warm_one(self, name: str) -> None:
+        try:
+            self.url(name)
+        except Exception:  # noqa: BLE001 - kept in self.failed, raised by the next request and failure()
+            pass
+        finally:
+            with self._lock:
+                self._warming.discard(name)
+
+    def started(self) -> int:
+        """How many server starts this job has made (0: every answer so far came from the cache)."""
+        with self._lock:
+            return sum(len(v) for v in self.spells.values())
 
     def record(self, name: str, who: str, t0: float, t1: float, requests: int) -> None:
         """Requests of candidate ``who`` were in flight on ``name`` from ``t0`` to ``t1``."""

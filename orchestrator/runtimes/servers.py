@@ -162,9 +162,24 @@ class FleetSchedule:
     def admit(self, active, open_):
         if not active:
             return []
-        chosen, _ = self._pick([r.name for r in active], [r.name for r in open_])
+        chosen, servers = self._pick([r.name for r in active], [r.name for r in open_])
+        chosen = self._warm_instead(chosen, servers)
         keep = set(chosen)
         return [r for r in active if r.name in keep]
+
+    def _warm_instead(self, chosen: list[str], servers: set[str]) -> list[str]:
+        """A round lasts as long as its slowest candidate: a candidate after the first whose
+        servers are down would hold every other admitted server idle while its own loads. So
+        such candidates wait, and their servers load in the background (reserved, so nothing
+        stops them), to join once up. Only once this job has started a server at all: a rerun
+        served from the cache starts none."""
+        if len(chosen) < 2 or not self._call("started"):
+            return chosen
+        up = set(self._call("up"))
+        ready = chosen[:1] + [n for n in chosen[1:] if self.needs.get(n, set()) <= up]
+        if len(ready) < len(chosen):
+            self._call("warm", sorted(servers - up - set().union(*(self.needs.get(n, set()) for n in ready))))
+        return ready
 
     def waves(self, names, open_names):
         left = list(names)
