@@ -152,3 +152,25 @@ def test_ray_up_job_serves_its_models_on_the_gpu_workers():
             assert s.args[s.args.index("--quantization") + 1] in {"fp8", "awq", "gptq", "bitsandbytes", "gguf"}
     # the two GPU jobs are the same job: only where the models are served differs
     assert _comparable(cfg) == _comparable(_job("quantization_k8s.yaml"))
+
+
+def test_sweep_job_has_more_servers_than_gpus_and_every_candidate_can_run():
+    """deploy/jobs/quantization_sweep_4gpu.yaml: 8 checkpoints (pre-quantized and quantized on
+    the fly by vLLM), a reference and a judge, 10 servers asking for 12 GPUs on a 4-GPU node:
+    each server fits on the node, each candidate's servers fit together (its own: the judge
+    answers the questions itself and the reference's answers come first, so neither is needed
+    alongside it), and the certificate is the drop against BF16."""
+    from certsel.workers.serving import demand, pack
+
+    cfg = _job("quantization_sweep_4gpu.yaml")
+    node = [{"GPU": 4.0, "CPU": 48.0}]
+    serve = {s.name: s for s in cfg.live.serve}
+    assert len(cfg.live.candidates) >= 6 and sum(s.num_gpus for s in serve.values()) > 4
+    assert all(pack([demand(s.model_dump())], node) for s in serve.values())
+    assert cfg.live.judge.mode == "answer" and cfg.live.reference.server == "bf16" and cfg.alpha == 0.1
+    for c in cfg.live.candidates:
+        assert pack([demand(serve[c.server].model_dump())], node)
+    on_the_fly = {s.name for s in serve.values() if "--quantization" in s.args and "meta-llama/" in s.model}
+    assert len(on_the_fly) >= 2 and len([s for s in serve.values() if "quantized" in s.model or "INT4" in s.model
+                                         or "FP8" in s.model]) >= 3
+    assert cfg.order == [c.id for c in cfg.live.candidates] and cfg.costs.gpu_hour > 0
