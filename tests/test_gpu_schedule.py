@@ -23,6 +23,8 @@ import ray
 import yaml
 from certsel.config import load_config
 from certsel.errors import InputError
+from certsel.orchestrator.outputs.certificate import certificate
+from certsel.orchestrator.outputs.gpu import gpu_line
 from certsel.orchestrator.run.job import execute
 from mlflow.tracking import MlflowClient
 
@@ -132,6 +134,13 @@ def test_six_candidates_on_two_gpus(tmp_path, procedure, fst_on_two):
     # (the first n (1 + r) = 180 items of the seeded order), and its server is then stopped
     judge = next(s for s in small.gpu.servers if s.name == "judge")
     assert judge.requests == 180 and small.gpu.job_gpu_s["judge"] == pytest.approx(judge.busy_s)
+    # what the certificate, the terminal and MLflow say
+    block = certificate(small)["gpu"]
+    assert block["gpu_seconds"] == pytest.approx(small.gpu.gpu_s, abs=1e-3) and block["max_servers_up"] <= 2
+    assert block["full_budget_estimate_gpu_seconds"] > block["gpu_seconds"]  # every candidate to 60 labels
+    assert gpu_line(block).startswith("GPU: ") and f"{block['server_starts']} server starts" in gpu_line(block)
+    metrics = MlflowClient(small.tracking["uri"]).get_run(small.tracking["run_id"]).data.metrics
+    assert metrics["gpu_seconds"] == pytest.approx(block["gpu_seconds"]) and metrics["gpu_server_starts"] == len(ran)
 
 
 def test_pairwise_ranking_on_two_gpus(tmp_path):

@@ -313,3 +313,40 @@ def test_lm_eval_tasks_on_vllm(ray_session, shared_url, tmp_path):
                                  observation="split")
         assert max(0.0, log_e.max()) == pytest.approx(row["log_e_value"], abs=1e-6)
         assert row["status"] in ("certified", "not certified")
+
+
+@pytest.mark.parametrize("soft", [False, True])
+def test_pairwise_judge_on_vllm(shared_url, tmp_path, soft):
+    """SmolLM2 as a pairwise judge between two templates' answers (the candidate's and a
+    reference template's), in both orders: every item is asked twice unless its two answers
+    are the same text, the verdicts are held to "A"/"B" by structured outputs (hard: each
+    order's verdict is 0 or 1, so an item's loss is 0, 1/2 or 1) or read from the letters'
+    log-probabilities (soft), and the human labels are the preferences computed from the
+    two answers' own losses."""
+    import numpy as np
+    from certsel.workers.live import Item, LiveSource
+    from certsel.workers.losses import answer_loss, preference_loss
+    from certsel.workers.openai_source import Endpoint, OpenAIClient, ResponseCache
+
+    url, served = shared_url
+    items = [Item(f"{a}+{b}", f"{a}+{b}", (str(a + b),)) for a in range(1, 7) for b in range(3, 8)]
+
+    def client():
+        return OpenAIClient(Endpoint(url, served, timeout=300), ResponseCache(tmp_path / "cache.db"))
+
+    sampling = {"temperature": 0, "max_tokens": 12}
+    src = LiveSource(items, client(), "{question} =", loss="numeric", sampling=sampling, judge=client(),
+                     judge_mode="pairwise", judge_soft=soft, judge_sampling={"temperature": 0, "max_tokens": 4},
+                     reference=client(), reference_template="Compute {question}. Reply with the number only.",
+                     reference_sampling=sampling)
+    idx = np.arange(len(items))
+    human, judged = src.human(idx), src.judge(idx)
+    cand, ref = src.answers(idx), src.reference_answers(idx)
+    want = preference_loss([answer_loss("numeric", a, list(it.references)) for a, it in zip(cand, items, strict=True)],
+                           [answer_loss("numeric", a, list(it.references)) for a, it in zip(ref, items, strict=True)])
+    np.testing.assert_array_equal(human, want)
+    assert ((judged >= 0) & (judged <= 1)).all()
+    if not soft:
+        assert set(judged.tolist()) <= {0.0, 0.5, 1.0}
+    distinct = sum(1 if a == b else 2 for a, b in zip(cand, ref, strict=True))
+    assert src.judge_client.stats.sent == distinct  # both orders, each request once, none asked again

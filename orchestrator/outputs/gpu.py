@@ -24,12 +24,7 @@ def gpu_block(result) -> dict | None:
         return None
     servers = [s.as_dict() for s in use.servers]
     busy_gpu_s = sum(s.busy_s * s.gpus for s in use.servers)
-    requests = sum(s.requests for s in use.servers)
-    starts = [s for s in use.servers if s.starts]
-    full = None
-    if requests and starts:
-        load_per_start = sum(s.load_s * s.gpus for s in starts) / sum(s.starts for s in starts)
-        full = busy_gpu_s / requests * result.full["requests"] + load_per_start * len(use.servers)
+    full = _full_budget_estimate(result, use)
     spent = use.gpu_s
     out = {
         "gpu_seconds": _r(spent),
@@ -37,6 +32,7 @@ def gpu_block(result) -> dict | None:
         "busy_gpu_seconds": _r(busy_gpu_s),
         "load_gpu_seconds": _r(sum(s.load_s * s.gpus for s in use.servers)),
         "idle_gpu_seconds": _r(sum(s.idle_s * s.gpus for s in use.servers)),
+        "server_seconds": _r(sum(s.up_s for s in use.servers)),  # whatever they hold (CPU-only servers too)
         "server_starts": use.starts,
         "max_servers_up": use.max_up,
         "max_gpus_up": use.max_gpus_up,
@@ -53,11 +49,34 @@ def gpu_block(result) -> dict | None:
     return out
 
 
+def _full_budget_estimate(result, use) -> float | None:
+    """GPU-seconds for every candidate to its whole budget at this job's measured rates: the
+    GPU time that grew with the labels (every server's time up, less its loads and the
+    shared work done once before the rounds) per label bought, times every candidate's full
+    budget of labels; plus the shared work (the same in a full run) and one load per server
+    at the mean measured load. Idle time is in the per-label rate, so a full run is assumed
+    as idle per label as this one. None when nothing was measured (a cached rerun)."""
+    bought = result.spent["human"] + result.spent["judge"]
+    starts = [s for s in use.servers if s.starts]
+    if not bought or not starts:
+        return None
+    shared = sum(use.job_gpu_s.values())
+    loads = sum(s.load_s * s.gpus for s in use.servers)
+    per_label = max(use.gpu_s - loads - shared, 0.0) / bought
+    load_per_start = sum(s.load_s * s.gpus for s in starts) / sum(s.starts for s in starts)
+    return per_label * (result.full["human"] + result.full["judge"]) + shared + load_per_start * len(use.servers)
+
+
 def gpu_line(block: dict) -> str:
     """One terminal line: the GPU time used, its parts, and the full-budget estimate."""
     def h(sec):
         return f"{sec / 3600:.3g} GPU-h" if sec >= 360 else f"{sec:.0f} GPU-s"
 
+    if not any(s["gpus"] for s in block["servers"]):  # servers that hold no GPU (the CPU build)
+        parts = [sum(s[k] for s in block["servers"]) for k in ("load_s", "busy_s", "idle_s")]
+        return (f"servers: no GPUs; up {block['server_seconds']:.0f} s in all ({parts[0]:.0f} s loading, "
+                f"{parts[1]:.0f} s generating, {parts[2]:.0f} s idle; {block['server_starts']} starts, at most "
+                f"{block['max_servers_up']} up at once)")
     line = (f"GPU: {h(block['gpu_seconds'])} ({h(block['load_gpu_seconds'])} loading, "
             f"{h(block['busy_gpu_seconds'])} generating, {h(block['idle_gpu_seconds'])} idle; "
             f"{block['server_starts']} server starts, at most {block['max_servers_up']} up at once)")

@@ -238,12 +238,14 @@ class Gpu(_Doc):
     busy_gpu_seconds: float = Field(ge=0)
     load_gpu_seconds: float = Field(ge=0)
     idle_gpu_seconds: float = Field(ge=0)
+    server_seconds: float = Field(ge=0, description="every server's up time, whatever it holds")
     server_starts: int = Field(ge=0)
     max_servers_up: int = Field(ge=0, description="the most servers placed at one time")
     max_gpus_up: float = Field(ge=0, description="the most GPUs they held at one time")
     full_budget_estimate_gpu_seconds: float | None = Field(
-        description="estimated, not measured: full-budget requests x measured busy GPU-seconds per request + one "
-                    "load per server (None when no request was measured)")
+        description="estimated, not measured: the job's GPU-seconds per label bought (up time less loads and the "
+                    "shared work done before the rounds) x every candidate's full budget of labels + the shared work "
+                    "+ one load per server (None when nothing was measured)")
     saved_fraction_estimate: float | None
     servers: list[GpuServer]
     candidates: dict[str, float] = Field(description="GPU-seconds of each candidate's generations (a server's busy "
