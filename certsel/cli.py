@@ -311,14 +311,35 @@ def _progress(console, total: int):
                    TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal)
     task = bar.add_task("starting", total=total)
 
+    line = {"rounds": "starting", "servers": ""}
+
+    def show():
+        bar.update(task, description=line["rounds"] + line["servers"])
+
     def update(records, rounds):
         certified = sum(str(r.status) == "certified" for r in records)
         running = sum(not r.finished and r.n_human > 0 for r in records)
         ended = sum(r.finished for r in records) - certified
-        text = f"round {rounds}: {certified} certified, {running} running, {ended} ended"
-        bar.update(task, completed=sum(r.n_human for r in records), description=text)
+        line["rounds"] = f"round {rounds}: {certified} certified, {running} running, {ended} ended"
+        bar.update(task, completed=sum(r.n_human for r in records))
+        show()
 
+    def servers(status):  # the job's own model servers (live.serve): a wait for placement is shown
+        line["servers"] = servers_text(status)
+        show()
+
+    update.servers = servers
     return bar, update
+
+
+def servers_text(status: dict) -> str:
+    """The progress line's part about the job's own servers: how many are up, and those
+    waiting for the cluster to place them (resources held by others), with seconds waited."""
+    waiting = status.get("waiting") or {}
+    text = f"; servers up: {len(status.get('up') or [])}"
+    if waiting:
+        text += "; waiting for placement: " + ", ".join(f"{n} ({s:.0f} s)" for n, s in sorted(waiting.items()))
+    return text
 
 
 def _run(args) -> int:
@@ -355,7 +376,7 @@ def _run(args) -> int:
                     bar.update(bar.tasks[0].id, total=cfg.budget.n * len(records))
                 update(records, rounds)
 
-            result, run_id = execute(cfg, progress=progress, **kw)
+            result, run_id = execute(cfg, progress=progress, on_servers=lambda st: update.servers(st), **kw)
     cert = certificate(result)
     _emit(args, console, machine, cert, run_id=run_id, tracking=result.tracking, output_dir=result.output_dir)
     if not result.evaluated:

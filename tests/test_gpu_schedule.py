@@ -237,3 +237,31 @@ def test_a_server_killed_mid_job_starts_again_and_nothing_is_bought_twice(tmp_pa
     for rows in res.labels.values():  # every (item, role) bought once
         pairs = list(zip(rows.item.tolist(), rows.role.tolist(), strict=True))
         assert len(pairs) == len(set(pairs))
+
+
+def test_a_server_waiting_for_gpus_held_by_others_is_shown_and_its_timeout_counts_from_placement(tmp_path):
+    """Another job holds both GPUs for 8 s. The job's first server waits to be placed: the
+    status the progress line shows names it with the seconds waited, its startup timeout
+    (3 s) runs only from placement, and the job finishes once the GPUs are free."""
+    from certsel.cli import servers_text
+
+    path = write_job(tmp_path, budget={"n": 20, "r": 2, "batch": 10})
+    raw = yaml.safe_load(path.read_text())
+    for s in raw["live"]["serve"]:
+        s["startup_timeout"] = 3
+    path.write_text(yaml.safe_dump(raw))
+    seen = []
+    with cluster(2):
+        other = ray.remote(num_gpus=2)(type("OtherJob", (), {"ping": lambda self: 1})).remote()
+        ray.get(other.ping.remote())  # placed: it holds both GPUs
+        release = threading.Timer(8.0, lambda: ray.kill(other))
+        release.start()
+        try:
+            res = execute(load_config(path), on_servers=seen.append)[0]
+        finally:
+            release.cancel()
+    waits = [st for st in seen if "judge" in st["waiting"]]  # the first server to start: the judge's answers
+    assert waits and max(st["waiting"]["judge"] for st in waits) >= 3  # longer than its startup timeout
+    assert "waiting for placement: judge (" in servers_text(waits[-1])
+    judge = next(s for s in res.gpu.servers if s.name == "judge")
+    assert judge.starts == 1 and judge.wait_s > 5 and res.certified

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, resume: str | None = None,
             durable: bool = True, on_job=None, warn=None, check_outputs=(),
-            parent_run: str | None = None, data=None) -> tuple[JobResult, str | None]:
+            parent_run: str | None = None, data=None, on_servers=None) -> tuple[JobResult, str | None]:
     """Run ``cfg`` end to end; returns the result and the MLflow parent run id.
 
     With ``durable`` (the default) the job keeps its labels in ``cfg.state.dir`` and resumes
@@ -51,6 +51,9 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
     checked before anything starts. ``parent_run`` nests the job's MLflow run under that run
     (a task of a multi-task job); ``data`` is the job's data when the caller has loaded and
     checked it already (:func:`~certsel.orchestrator.inputs.sources.load_job_data`).
+    ``on_servers(status)`` is told, every second while the job runs, which of the job's own
+    servers (``live.serve``) are up and which wait for Ray to place them, with the seconds
+    waited (:meth:`~certsel.workers.server_fleet.ServerFleet.status`): the progress line shows them.
     """
     if output is not None:
         output = output_dir(output, "--output")
@@ -83,7 +86,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
                 job = None
             raise
         if cfg.live is not None:
-            cfg, data, servers = prepare_live(cfg, data)
+            cfg, data, servers = prepare_live(cfg, data, on_servers)
         if track:
             tracker = JobTracker(cfg.tracking.uri, cfg.tracking.experiment)
             obj = data.objective
@@ -142,7 +145,7 @@ def reference_items(cfg: RunConfig, n_items: int):
     return range(n_items)
 
 
-def prepare_live(cfg: RunConfig, data):
+def prepare_live(cfg: RunConfig, data, on_servers=None):
     """Set up the job's own model servers (``live.serve``: the fleet that starts each one on
     its first cache miss, :mod:`certsel.orchestrator.runtimes.servers`; a server that no
     node can hold is an error here), generate the reference model's answers and fetch item
@@ -165,6 +168,8 @@ def prepare_live(cfg: RunConfig, data):
                       "log_dir": log_dir} for s in live.serve]
             fleet = FleetSchedule.start(specs)
             name = fleet.name
+            if on_servers is not None:  # from here on: the reference's and judge's servers start below
+                fleet.watch(on_servers)
             # the servers each candidate needs up together must fit the cluster: checked here,
             # before any run exists (the engine checks again with each candidate's exact needs);
             # an answer-mode judge is not among them: its answers are generated first (below)

@@ -201,9 +201,27 @@ class FleetSchedule:
     def usage(self):
         return self._call("usage")
 
+    def watch(self, callback, every: float = 1.0) -> None:
+        """Call ``callback(status)`` every ``every`` seconds from a thread until :meth:`close`:
+        the servers up and those waiting to be placed (a wait is never silent)."""
+        import threading
+
+        self._watching = threading.Event()
+
+        def loop():
+            while not self._watching.wait(every):
+                try:
+                    callback(self.status())
+                except Exception:  # noqa: BLE001 - a display must not end the job; the fleet may be gone
+                    return
+
+        threading.Thread(target=loop, daemon=True, name="certsel-servers-watch").start()
+
     def close(self) -> None:
         import contextlib
 
+        if getattr(self, "_watching", None) is not None:
+            self._watching.set()
         with contextlib.suppress(Exception):
             self._call("stop_all")
         with contextlib.suppress(Exception):
