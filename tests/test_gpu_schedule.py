@@ -118,15 +118,18 @@ def test_six_candidates_on_two_gpus(tmp_path, procedure, fst_on_two):
     assert comparable(small) == comparable(big, True)
     assert small.certified and small.selected is not None
     ran = {r.name for r in small.records if r.n_human > 0} | {"judge"}
-    # lazy: only servers whose candidates ran started, each once; big may have run more at once
-    assert server_starts(where) == {n: 1 for n in ran}
-    assert {s.name: s.starts for s in small.gpu.servers} == {n: int(n in ran) for n in [*MODELS, "judge"]}
+    # lazy: every server started at most once, those of the candidates that ran among them (a
+    # look-ahead's server may also have loaded in the background for a candidate that a failure
+    # then made unnecessary); big may have run more at once
+    starts = server_starts(where)
+    assert set(ran) <= set(starts) and set(starts.values()) == {1}
+    assert {s.name: s.starts for s in small.gpu.servers} == {n: int(n in starts) for n in [*MODELS, "judge"]}
     if procedure == "fst":  # off2 comes after off3's failure: never needed, never started
         assert "off2" not in ran and small.records[-1].status == "skipped"
     # GPU time: every started server loaded and served; candidates share the judge's time
     for s in small.gpu.servers:
         if s.starts:
-            assert s.load_s > 0 and s.busy_s > 0 and s.gpu_s == pytest.approx(s.up_s)
+            assert s.load_s > 0 and (s.busy_s > 0) == (s.name in ran) and s.gpu_s == pytest.approx(s.up_s)
     assert set(small.gpu.candidate_gpu_s) == ran - {"judge"} and set(small.gpu.job_gpu_s) == {"judge"}
     assert sum(small.gpu.candidate_gpu_s.values()) + small.gpu.job_gpu_s["judge"] == pytest.approx(
         sum(s.busy_s for s in small.gpu.servers), rel=1e-6)
@@ -140,7 +143,7 @@ def test_six_candidates_on_two_gpus(tmp_path, procedure, fst_on_two):
     assert block["full_budget_estimate_gpu_seconds"] > block["gpu_seconds"]  # every candidate to 60 labels
     assert gpu_line(block).startswith("GPU: ") and f"{block['server_starts']} server starts" in gpu_line(block)
     metrics = MlflowClient(small.tracking["uri"]).get_run(small.tracking["run_id"]).data.metrics
-    assert metrics["gpu_seconds"] == pytest.approx(block["gpu_seconds"]) and metrics["gpu_server_starts"] == len(ran)
+    assert metrics["gpu_seconds"] == pytest.approx(block["gpu_seconds"]) and metrics["gpu_server_starts"] == len(starts)
 
 
 def test_pairwise_ranking_on_two_gpus(tmp_path):
@@ -157,11 +160,19 @@ def test_pairwise_ranking_on_two_gpus(tmp_path):
 
 
 def test_cached_rerun_starts_no_server(fst_on_two):
+    """Every candidate the first run labelled is answered from the cache: their servers do
+    not start. (Under FST a look-ahead candidate's labels depend on the schedule: when its
+    server finished loading in the background. A rerun may label a look-ahead the first run
+    did not, and only then starts that one's server; Bonferroni has no look-ahead, and its
+    cached reruns start nothing: tests/test_serving.py, tests/test_vllm_swap.py.)"""
     where, first = fst_on_two
     starts = server_starts(where)
     again = run(where / "job.yaml", 2)
-    assert sum(starts.values()) >= 2 and server_starts(where) == starts
-    assert again.gpu.starts == 0 and again.spent["requests"] == 0 < first.spent["requests"]
+    labelled = {r.name for r in first.records if r.n_human}
+    started_again = {s.name for s in again.gpu.servers if s.starts}
+    assert sum(starts.values()) >= 2 and not started_again & (labelled | {"judge"})
+    assert all(server_starts(where)[n] == starts[n] for n in labelled | {"judge"})
+    assert sum(r.requests for r in again.records if r.name in labelled) == 0 < first.spent["requests"]
     assert comparable(again) == comparable(first, True)
 
 
