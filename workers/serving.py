@@ -185,7 +185,8 @@ def pack(demands: list[dict[str, float]], nodes: list[dict[str, float]]) -> bool
     return True
 
 
-def _amounts(d: dict[str, float]) -> str:
+def amounts(d: dict[str, float]) -> str:
+    """Resources in words: '1 GPU, 4 CPU'."""
     return ", ".join(f"{v:g} {k}" for k, v in d.items()) or "nothing"
 
 
@@ -199,6 +200,6 @@ def unplaceable(spec: dict, nodes: list[dict[str, float]]) -> str | None:
     total = {k: sum(h[k] for h in have) for k in keys}
     best = max(have, key=lambda h: tuple(h[k] for k in keys), default={k: 0.0 for k in keys})
     where = "the cluster has no alive node" if not nodes else \
-        f"the largest node has {_amounts(best)} ({len(nodes)} node{'s' if len(nodes) != 1 else ''}, " \
-        f"{_amounts(total)} in all)"
-    return f"live.serve: server {spec['name']!r} asks for {_amounts(d)} but no node of the Ray cluster has that: {where}"
+        f"the largest node has {amounts(best)} ({len(nodes)} node{'s' if len(nodes) != 1 else ''}, " \
+        f"{amounts(total)} in all)"
+    return f"live.serve: server {spec['name']!r} asks for {amounts(d)} but no node of the Ray cluster has that: {where}"

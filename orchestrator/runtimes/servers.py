@@ -28,7 +28,7 @@ import uuid
 from typing import Protocol
 
 from certsel.workers.gpu_time import FleetUsage
-from certsel.workers.serving import ServeError, demand, node_capacities, pack, unplaceable
+from certsel.workers.serving import ServeError, amounts, demand, node_capacities, pack, unplaceable
 
 
 def choose(order: list[str], needs: dict[str, set[str]], up: set[str], demands: dict[str, dict[str, float]],
@@ -49,6 +49,8 @@ def choose(order: list[str], needs: dict[str, set[str]], up: set[str], demands: 
 
 
 class ServerSchedule(Protocol):
+    prefetched: frozenset | set  # shared servers whose answers were all generated before the rounds
+
     def set_needs(self, needs: dict[str, set[str]]) -> None:
         """Each candidate's servers (checked to fit together on the cluster)."""
 
@@ -134,13 +136,12 @@ class FleetSchedule:
         nodes = node_capacities(self._ray)
         for who, servers in needs.items():
             if not pack([self.demands[s] for s in servers], nodes):
-                asked = {}
+                asked: dict[str, float] = {}
                 for s in servers:
                     for k, v in self.demands[s].items():
                         asked[k] = asked.get(k, 0.0) + v
-                amounts = ", ".join(f"{v:g} {k}" for k, v in asked.items())
                 raise ServeError(f"candidate {who!r} needs servers {', '.join(sorted(servers))} up together "
-                                 f"({amounts}) and the Ray cluster cannot hold them at once")
+                                 f"({amounts(asked)}) and the Ray cluster cannot hold them at once")
         self.needs = {k: set(v) for k, v in needs.items()}
 
     def _call(self, method: str, *args):
