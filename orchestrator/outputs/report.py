@@ -227,6 +227,39 @@ def _labels_table(cert: dict) -> list[list[str]]:
     return rows
 
 
+def _gpu_tables(cert: dict) -> list[list[list[str]]]:
+    """The job's own model servers (``live.serve``): GPU time used against every candidate to
+    its budget, then each server's starts, waits, loads, generation and idle seconds, then
+    each candidate's share; no tables for a job without servers of its own."""
+    g = cert.get("gpu")
+    if not g:
+        return []
+
+    def s(x):
+        return "" if x is None else f"{x:,.1f}"
+
+    full = g["full_budget_estimate_gpu_seconds"]
+    summary = [["GPU time", "GPU-seconds", "GPU-hours"],
+               ["used", s(g["gpu_seconds"]), f"{g['gpu_hours']:.4g}"],
+               ["of which loading", s(g["load_gpu_seconds"]), f"{g['load_gpu_seconds'] / 3600:.4g}"],
+               ["of which generating", s(g["busy_gpu_seconds"]), f"{g['busy_gpu_seconds'] / 3600:.4g}"],
+               ["of which idle", s(g["idle_gpu_seconds"]), f"{g['idle_gpu_seconds'] / 3600:.4g}"]]
+    if full is not None:
+        summary.append([f"every candidate to its budget (estimate at the measured rates; "
+                        f"{g['saved_fraction_estimate']:.0%} saved)", s(full), f"{full / 3600:.4g}"])
+    if g.get("cost"):
+        c = g["cost"]
+        summary.append([f"cost ({c['unit']}, {c['gpu_hour']:g} per GPU-hour)", f"{c['spent']:,.4g}",
+                        "" if c["full_budget_estimate"] is None else f"budget: {c['full_budget_estimate']:,.4g}"])
+    servers = [["server", "GPUs", "starts", "waiting (s)", "loading (s)", "generating (s)", "idle (s)", "requests",
+                "GPU-seconds"]] + [
+        [v["name"], f"{v['gpus']:g}", str(v["starts"]), s(v["wait_s"]), s(v["load_s"]), s(v["busy_s"]), s(v["idle_s"]),
+         str(v["requests"]), s(v["gpu_s"])] for v in g["servers"]]
+    shares = [["generations for", "GPU-seconds"]] + [[k, s(v)] for k, v in g["candidates"].items()] + [
+        [f"the job ({k.removeprefix('job:')}, before the rounds)", s(v)] for k, v in g["shared"].items()]
+    return [summary, servers, shares]
+
+
 def _task_tables(cert: dict) -> list[list[list[str]]]:
     """An aggregate job's tasks (weight, items, how their losses were scaled) and each
     candidate's figures on each task; no tables for other jobs."""
@@ -256,8 +289,8 @@ def _markdown(cert: dict, plots) -> str:
            f"**Certificate:** {cert['certificate']}.", "", cert["guarantee"], "",
            f"Policy {_policy_words(cert)}, delta = {p['delta']:g}"
            + (f", alpha = {p['alpha']:g}" if "alpha" in p else "") + f", procedure: {p['level']}.", ""]
-    for table in (_labels_table(cert), _rows(cert), *([_pair_rows(cert)] if "ranking" in cert else []),
-                  *_task_tables(cert)):
+    for table in (_labels_table(cert), *_gpu_tables(cert), _rows(cert),
+                  *([_pair_rows(cert)] if "ranking" in cert else []), *_task_tables(cert)):
         out += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
         out += ["| " + " | ".join(r) + " |" for r in table[1:]] + [""]
     if "ranking" not in cert:
@@ -283,6 +316,10 @@ _HTML = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True
 <p class="muted">{{ guarantee }}</p>
 <p class="muted">Policy {{ policy }}, delta = {{ delta }}{% if alpha %}, alpha = {{ alpha }}{% endif %}, procedure: {{ level }}.</p>
 <h2>Labels</h2>{{ table(labels) }}
+{% if gpu %}
+<h2>GPU time</h2><p class="muted">{{ gpu_words }}</p>
+{{ table(gpu[0]) }}<div class="wide">{{ table(gpu[1]) }}</div>{{ table(gpu[2]) }}
+{% endif %}
 <h2>{{ 'Models' if pairs else 'Candidates' }}</h2>
 <div class="wide">{{ table(rows, classes) }}</div>
 {% if pairs %}
@@ -303,6 +340,11 @@ _HTML = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True
 """)
 
 
+_GPU_WORDS = ("The job's own model servers: measured seconds times the GPUs each holds. A server's generation "
+              "time is shared between the candidates in flight; the full-budget figure is a projection at this "
+              "job's measured rates, not a measurement.")
+
+
 def _html(cert: dict, plots) -> str:
     head, lines = _summary(cert)
     p = cert["procedure"]
@@ -320,7 +362,7 @@ def _html(cert: dict, plots) -> str:
         delta=f"{p['delta']:g}", alpha=f"{p['alpha']:g}" if "alpha" in p else None, level=p["level"],
         labels=_labels_table(cert), rows=_rows(cert), classes=classes, pairs=_pair_rows(cert) if ranking else None,
         bounds_note=_bounds_note(cert), incidents=_incidents(cert), images=images, tasks=_task_tables(cert),
-        aggregate_words=(cert.get("aggregate") or {}).get("words"))
+        aggregate_words=(cert.get("aggregate") or {}).get("words"), gpu=_gpu_tables(cert), gpu_words=_GPU_WORDS)
 
 
 def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:
