@@ -23,6 +23,7 @@ import hashlib
 import pathlib
 from dataclasses import dataclass, field
 
+from certsel.config.home import jobs_dir
 from certsel.errors import InputError, as_input_errors
 
 __all__ = ["Result", "audit", "run"]
@@ -127,7 +128,7 @@ def job_config(job=None, data=None, **overrides):
             raise InputError("data: replaces a replay job's loss table, but this job's labels come from "
                              + next(k for k in ("live", "source", "labels") if k in raw))
         if not isinstance(data, (str, pathlib.Path)):
-            state = pathlib.Path(raw.get("state", {}).get("dir", ".certsel-jobs"))
+            state = pathlib.Path(raw.get("state", {}).get("dir", jobs_dir()))
             data = _stored_table(data, state if state.is_absolute() else base_dir / state)
         raw["data"] = {**raw.get("data", {}), "path": str(pathlib.Path(data).resolve())}
     return parse_config(raw, source=source, base_dir=base_dir)

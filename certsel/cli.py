@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 
@@ -55,6 +56,9 @@ def _build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
                         help="logging of certsel, Ray and MLflow on stderr (default: warning)")
+    common.add_argument("--home", type=pathlib.Path, default=argparse.SUPPRESS, metavar="DIR",
+                        help="certsel's home for this command: its jobs/ folder and MLflow store mlruns.db (default: "
+                             "CERTSEL_HOME, else ~/.certsel; a job file's state.dir or tracking.uri still wins)")
     p = _Parser(prog="certsel", description="Certified model / config / prompt selection.", parents=[common])
     p.add_argument("--version", action="version", version=f"certsel {__version__}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
@@ -86,15 +90,17 @@ def _build_parser() -> argparse.ArgumentParser:
                    seed_help="seed of the pilot's draws (independent of the job's)")
     pl.add_argument("--pilot", type=int, default=50, help="pilot items per candidate (default 50)")
     show = sub.add_parser("show", help="print the certificate of a past job")
-    show.add_argument("run_id", help="MLflow run id of the job (or of one of its candidates)")
-    show.add_argument("--tracking-uri", help="default: MLFLOW_TRACKING_URI, else sqlite:///mlruns.db")
+    show.add_argument("run_id", help="the job's id or MLflow run id, or a prefix of either (as certsel run prints "
+                                     "them); a candidate's run id is looked up in MLflow")
+    show.add_argument("--tracking-uri", help="look in this MLflow store (default: the job's folder in HOME/jobs, then "
+                                             "MLFLOW_TRACKING_URI, else HOME/mlruns.db)")
     show.add_argument("--json", action="store_true", help="print selection.json as is (same as --format json)")
     _format_argument(show)
     sch = sub.add_parser("schema", help="print the JSON Schema of selection.json")
     sch.add_argument("--version-only", action="store_true", help="print only the schema version")
     jobs = sub.add_parser("jobs", help="list past jobs (their labels, reports and status), remove old ones")
     jobs.add_argument("state_dir", nargs="?", type=pathlib.Path, default=None,
-                      help="the jobs folder (default: .certsel-jobs here; a job file's is beside it)")
+                      help="the jobs folder (default: HOME/jobs; a job file's state.dir if it sets one)")
     jobs.add_argument("--remove", nargs="+", metavar="JOB_ID", default=[], help="delete these jobs' folders")
     jobs.add_argument("--clean", choices=("finished", "failed", "all"),
                       help="delete every job with this status (all: every job not running now)")
@@ -510,9 +516,14 @@ def _size(n: int) -> str:
 def _jobs(args) -> int:
     from certsel.orchestrator.run.state import list_jobs, remove_job
 
-    root = args.state_dir or pathlib.Path(".certsel-jobs")
+    from certsel.config.home import jobs_dir
+
+    root = args.state_dir or jobs_dir()
     if not root.is_dir():
-        raise ValueError(f"no jobs folder {root} (certsel run keeps its jobs in .certsel-jobs beside the job file)")
+        if args.state_dir is None:  # nothing run yet: not an error
+            print(f"no jobs yet in {root} (certsel run keeps them there unless a job file sets state.dir)")
+            return 0
+        raise ValueError(f"no jobs folder {root}")
     gone = list(args.remove)
     if args.clean:  # failed: every job that did not finish (failed, interrupted, or its driver died)
         wanted = {"finished": {"finished"}, "failed": {"failed", "interrupted", "unfinished"},
@@ -549,11 +560,20 @@ def _schema(args) -> int:
 
 
 def _show(args) -> int:
-    from certsel.orchestrator.outputs.tracking import load_certificate
-
     from certsel.terminal import format_job, print_job
 
-    cert = load_certificate(args.run_id, args.tracking_uri)
+    cert = None
+    if args.tracking_uri is None:  # the job's own folder first: a file on disk, no MLflow client
+        from certsel.config.home import jobs_dir
+        from certsel.orchestrator.run.state import find_certificate
+
+        found = find_certificate(jobs_dir(), args.run_id)
+        if found is not None:
+            cert = json.loads(found.read_text())
+    if cert is None:
+        from certsel.orchestrator.outputs.tracking import load_certificate
+
+        cert = load_certificate(args.run_id, args.tracking_uri)
     fmt = "json" if args.json else args.format
     if fmt != "table":
         print(format_job(cert, fmt))
@@ -612,6 +632,10 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     _logging(getattr(args, "log_level", None))
+    if getattr(args, "home", None) is not None:  # read by every default (jobs folder, MLflow store) from here on
+        from certsel.config.home import HOME_ENV
+
+        os.environ[HOME_ENV] = str(args.home.expanduser().absolute())
     commands = {"run": _run, "show": _show, "audit": _audit, "plan": _plan, "jobs": _jobs, "schema": _schema,
                 "lm-eval-table": _lm_eval_table}
     if args.command in commands:
@@ -627,8 +651,6 @@ def main(argv=None) -> int:
             print("certsel: interrupted (runs marked KILLED)", file=sys.stderr)
             return 130
         except BrokenPipeError:  # the reader went away (`certsel schema | head`): nothing more to say
-            import os
-
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141
         except Exception as exc:  # anything else once work started: the job failed

@@ -1,6 +1,13 @@
+import os
+import tempfile
+
 import numpy as np
 import pytest
 import ray
+
+# certsel's home (the default jobs folder and MLflow store) is a fresh folder per test
+# process: no test writes to ~/.certsel or sees another's jobs (subprocesses inherit it)
+os.environ["CERTSEL_HOME"] = tempfile.mkdtemp(prefix="certsel-home-")
 
 from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
 

@@ -173,3 +173,41 @@ def test_bare_command_prints_usage_and_log_level():
     assert p.returncode == 0, p.stderr
     p = run("select", "--log-level", "loud")
     assert p.returncode == 2 and "--log-level" in p.stderr
+
+
+def test_one_home_for_every_output(tmp_path):
+    """A job file that names no folders: its job folder and the MLflow store go to certsel's
+    home (--home here, CERTSEL_HOME or ~/.certsel otherwise), nothing beside the job file or
+    in the working directory; `certsel jobs` from another folder lists it, and `certsel show`
+    answers from the job's folder with the MLflow store gone (it never opened MLflow)."""
+    home, here, elsewhere = tmp_path / "home", tmp_path / "src", tmp_path / "elsewhere"
+    here.mkdir(), elsewhere.mkdir()
+    path = job_file(here, tracking=None)
+    raw = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({k: v for k, v in raw.items() if k != "tracking"}))
+    env = {**os.environ, "CERTSEL_HOME": str(home)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    p = subprocess.run([CERTSEL, "run", "job.yaml", "--no-progress"], cwd=here, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    (job_dir,) = [d for d in (home / "jobs").iterdir() if d.is_dir()]
+    assert (job_dir / "report.html").is_file() and (home / "mlruns.db").is_file() and (home / "mlartifacts").is_dir()
+    assert sorted(x.name for x in here.iterdir()) == ["job.yaml", "t.parquet"]  # nothing left in the source folder
+    assert f"report: {job_dir / 'report.html'}" in p.stdout
+    run_prefix = p.stdout.split("(certsel show ")[1].split(")")[0]
+    jobs = subprocess.run([CERTSEL, "jobs"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert jobs.returncode == 0 and job_dir.name in jobs.stdout and "finished" in jobs.stdout, jobs.stderr
+    (home / "mlruns.db").unlink()
+    for ref in (run_prefix, job_dir.name[:6]):  # the MLflow run id as run prints it, or the job's id
+        shown = subprocess.run([CERTSEL, "show", ref, "--format", "json"], cwd=elsewhere, env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout) == json.loads((job_dir / "selection.json").read_text())
+    # --home moves all of it for one command; a home with no jobs yet is not an error
+    other = tmp_path / "other"
+    p = subprocess.run([CERTSEL, "run", "job.yaml", "--no-progress", "--no-tracking", "--home", str(other)], cwd=here,
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and len(list((other / "jobs").iterdir())) == 1, p.stderr
+    empty = subprocess.run([CERTSEL, "jobs", "--home", str(tmp_path / "nothing")], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert empty.returncode == 0 and "no jobs yet in" in empty.stdout

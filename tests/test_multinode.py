@@ -97,7 +97,7 @@ def test_driver_lost_then_resumed_on_the_cluster(cluster, tmp_path):
             (tmp_path / d).mkdir()
             path = write_job(tmp_path / d, url)
             job = yaml.safe_load(path.read_text())
-            job["state"] = {"snapshot_every": 1}
+            job["state"] = {"snapshot_every": 1, "dir": ".certsel-jobs"}  # beside the job file
             path.write_text(yaml.safe_dump(job))
         ref = subprocess.run([*cmd, "--json", "sel.json"], cwd=tmp_path / "ref", env=env, capture_output=True,
                              text=True, timeout=600)
@@ -141,7 +141,7 @@ def _served_job(tmp_path, delay: float):
     for ep in [*job["live"]["candidates"], job["live"]["judge"]]:
         ep.pop("base_url")
         ep["server"] = "adder"
-    job["state"] = {"snapshot_every": 2}
+    job["state"] = {"snapshot_every": 2, "dir": ".certsel-jobs"}  # beside the job file
     path.write_text(yaml.safe_dump(job))
     return path
 

@@ -190,7 +190,7 @@ def test_driver_killed_mid_run_then_resumed(tmp_path):
             (tmp_path / d).mkdir()
             path = write_job(tmp_path / d, url)
             job = yaml.safe_load(path.read_text())
-            job["state"] = {"snapshot_every": 1}  # a checkpoint after every round
+            job["state"] = {"snapshot_every": 1, "dir": ".certsel-jobs"}  # a checkpoint after every round, beside the job
             path.write_text(yaml.safe_dump(job))
         ref = subprocess.run([*CERTSEL, "run", "job.yaml", "--no-progress", "--json", "sel.json"],
                              cwd=tmp_path / "ref", capture_output=True, text=True, timeout=600)

@@ -104,6 +104,8 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
             updates["serve"] = [_resolve_serve(s, base_dir) for s in sub.serve]
         if updates:
             cfg = cfg.model_copy(update={section: sub.model_copy(update=updates)})
+    if str(cfg.state.dir).startswith("~"):
+        cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"dir": cfg.state.dir.expanduser()})})
     if base_dir is not None and not cfg.state.dir.is_absolute():  # like cache_dir: beside the job file
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"dir": (base_dir / cfg.state.dir).resolve()})})
     for key in keys:

@@ -16,6 +16,7 @@ from certsel.policies.kinds import POLICY_KINDS, Family, JudgeUse, PolicyKind, g
 from certsel.policies.recovery import Recovery
 
 from .base import Strict, no_duplicates
+from .home import jobs_dir
 from .sources import DataConfig, LabelsConfig, LiveConfig, PythonSourceConfig
 
 
@@ -184,7 +185,7 @@ class PairwiseConfig(Strict):
 
 
 class TrackingConfig(Strict):
-    uri: str | None = None  # default: MLFLOW_TRACKING_URI, else sqlite:///mlruns.db
+    uri: str | None = None  # default: MLFLOW_TRACKING_URI, else sqlite:///CERTSEL_HOME/mlruns.db
     experiment: str = Field("certsel", min_length=1)
     # when to compute the two-sided interval of a testing policy (a bisection, ~0.1-0.3 s)
     intervals: Literal["every_round", "final", "none"] = "final"
@@ -200,7 +201,8 @@ class StateConfig(Strict):
     """Where a job keeps its durable label log, and whether an unfinished job with the same
     configuration is resumed (see :mod:`certsel.orchestrator.run.state`)."""
 
-    dir: pathlib.Path = pathlib.Path(".certsel-jobs")
+    # default: CERTSEL_HOME/jobs (certsel.config.home); a relative path is beside the job file
+    dir: pathlib.Path = Field(default_factory=jobs_dir)
     resume: Literal["auto", "never"] = "auto"
     snapshot_every: int = Field(10, ge=1, description="rounds between policy snapshots and driver checkpoints")
 
@@ -298,7 +300,7 @@ class RunConfig(Strict):
     seed: int = 0
     tracking: TrackingConfig = TrackingConfig()
     ray: RayConfig = RayConfig()
-    state: StateConfig = StateConfig()
+    state: StateConfig = Field(default_factory=StateConfig)  # its folder is read from the home when a job is loaded
 
     @model_validator(mode="before")
     @classmethod

@@ -7,8 +7,9 @@ plots). Nested runs: the candidate's params, step metrics after every round (lab
 log e-value and its running maximum, estimate, interval, rho weights; the e-value path per
 human label as ``log_evalue_path``), final tags ``certified`` / ``selected`` / ``status``.
 
-The embedded default store is SQLite (``sqlite:///mlruns.db`` next to where the job runs)
-with artifacts in ``mlartifacts/`` beside the database; ``MLFLOW_TRACKING_URI`` or
+The embedded default store is SQLite (``mlruns.db`` in certsel's home, ``$CERTSEL_HOME``
+else ``~/.certsel``: :mod:`certsel.config.home`) with artifacts in ``mlartifacts/`` beside
+the database; ``MLFLOW_TRACKING_URI`` or
 ``tracking.uri`` point at a server. A job that fails after its runs exist marks them
 FAILED (KILLED on Ctrl-C), so no half-written run is ever left marked FINISHED.
 """
@@ -27,10 +28,11 @@ from certsel._version import __version__
 from certsel.errors import InputError
 from certsel.policies.procedures import get_procedure
 
+from certsel.config.home import home, tracking_uri
+
 from .certificate import bound_text, certificate, share_text
 from .gpu import gpu_metrics
 
-DEFAULT_URI = "sqlite:///mlruns.db"
 PARENT_TAG = "mlflow.parentRunId"
 NOTE = "mlflow.note.content"  # the run's description in the MLflow UI
 
@@ -40,7 +42,8 @@ class TrackingProblem(InputError):
 
 
 def resolve_uri(uri: str | None) -> str:
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+    """The store: ``uri``, else ``MLFLOW_TRACKING_URI``, else certsel's home (``HOME/mlruns.db``)."""
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or tracking_uri()
 
 
 def _sqlite_path(uri: str) -> pathlib.Path | None:
@@ -106,6 +109,8 @@ def precheck(uri: str | None) -> str:
     db = _sqlite_path(uri)
     if db is not None:
         parent = db.resolve().parent
+        if not parent.is_dir() and parent == home():  # the default store: certsel's home is made on first use
+            parent.mkdir(parents=True, exist_ok=True)
         if not parent.is_dir():
             raise TrackingProblem(f"tracking URI {uri}: directory {parent} does not exist")
         if not os.access(parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):

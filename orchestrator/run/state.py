@@ -254,6 +254,30 @@ def list_jobs(root) -> list[JobInfo]:
     return sorted(out, key=lambda j: j.created, reverse=True)
 
 
+def find_certificate(root, ref: str) -> pathlib.Path | None:
+    """The ``selection.json`` of the finished job in ``root`` whose job id or MLflow parent
+    run id starts with ``ref`` (what ``certsel run`` prints), read from the job's folder
+    without MLflow; None when no job here matches (a candidate's run, a job kept elsewhere).
+    Two jobs matching are an error naming both."""
+    root = pathlib.Path(root)
+    if len(ref) < 4 or not root.is_dir():  # too short a prefix to mean one job
+        return None
+    hits = {}
+    for path in root.glob("*/job.json"):
+        meta = _read(path, strict=False)
+        if meta is None:
+            continue
+        ids = [meta.get("job_id", ""), *meta.get("mlflow_runs", [])]
+        if any(i.startswith(ref) for i in ids if i):
+            hits[meta.get("job_id", path.parent.name)] = pathlib.Path(meta.get("output") or path.parent)
+    if len(hits) > 1:
+        raise StateProblem(f"{ref} matches {len(hits)} jobs in {root} ({', '.join(sorted(hits))}): give more of the id")
+    if not hits:
+        return None
+    found = next(iter(hits.values())) / "selection.json"
+    return found if found.is_file() else None
+
+
 def remove_job(root, job_id: str) -> int:
     """Delete a job's folder (its labels, checkpoints and outputs); returns the bytes freed.
     A job that a driver is running is refused."""
