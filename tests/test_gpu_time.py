@@ -118,3 +118,28 @@ def test_choose_keeps_the_head_prefers_servers_up_and_packs():
     assert choose(list("abcd"), needs, {"d"}, demands, nodes, head=False)[0] == ["d", "a"]
     # nothing fits next to the head: it runs alone
     assert choose(list("abcd"), needs, set(), demands, [{"GPU": 2.0}]) == (["a"], {"a", "judge"})
+
+
+def _block(gpus: float, full, saved):
+    server = {"name": "smollm2", "gpus": gpus, "starts": 1, "wait_s": 0.2, "load_s": 40.0, "busy_s": 300.0,
+              "idle_s": 5.0, "up_s": 345.2, "gpu_s": 345.2 * gpus, "requests": 1600}
+    return {"gpu_seconds": 345.2 * gpus, "gpu_hours": 345.2 * gpus / 3600, "busy_gpu_seconds": 300.0 * gpus,
+            "load_gpu_seconds": 40.0 * gpus, "idle_gpu_seconds": 5.0 * gpus, "server_seconds": 345.2,
+            "server_starts": 1, "max_servers_up": 1, "max_gpus_up": gpus, "full_budget_estimate_gpu_seconds": full,
+            "saved_fraction_estimate": saved, "servers": [server], "candidates": {"a": 150.0 * gpus, "b": 150.0 * gpus},
+            "shared": {}}
+
+
+def test_report_gpu_section():
+    """The report's GPU tables: the estimate row only where there is an estimate (a server
+    holding no GPU projects 0 GPU-seconds: no saved fraction, no row), every server and
+    candidate listed."""
+    from certsel.orchestrator.outputs.report import _gpu_tables
+
+    assert _gpu_tables({"gpu": None}) == []
+    summary, servers, shares = _gpu_tables({"gpu": _block(0.0, 0.0, None)})
+    assert [r[0] for r in summary] == ["GPU time", "used", "of which loading", "of which generating", "of which idle"]
+    assert servers[1][:3] == ["smollm2", "0", "1"] and [r[0] for r in shares[1:]] == ["a", "b"]
+    summary, _, _ = _gpu_tables({"gpu": _block(2.0, 2000.0, 0.6548)})
+    assert summary[-1][0].startswith("every candidate to its budget") and "65% saved" in summary[-1][0]
+    assert summary[1][1:] == ["690.4", "0.1918"] and summary[-1][1] == "2,000.0"

@@ -72,6 +72,8 @@ def gpu_line(block: dict) -> str:
     def h(sec):
         return f"{sec / 3600:.3g} GPU-h" if sec >= 360 else f"{sec:.0f} GPU-s"
 
+    if not block["server_starts"]:  # a cached rerun: nothing to measure
+        return "servers: none started (every request was answered from the response cache)"
     if not any(s["gpus"] for s in block["servers"]):  # servers that hold no GPU (the CPU build)
         parts = [sum(s[k] for s in block["servers"]) for k in ("load_s", "busy_s", "idle_s")]
         return (f"servers: no GPUs; up {block['server_seconds']:.0f} s in all ({parts[0]:.0f} s loading, "

@@ -244,7 +244,7 @@ def _gpu_tables(cert: dict) -> list[list[list[str]]]:
                ["of which loading", s(g["load_gpu_seconds"]), f"{g['load_gpu_seconds'] / 3600:.4g}"],
                ["of which generating", s(g["busy_gpu_seconds"]), f"{g['busy_gpu_seconds'] / 3600:.4g}"],
                ["of which idle", s(g["idle_gpu_seconds"]), f"{g['idle_gpu_seconds'] / 3600:.4g}"]]
-    if full is not None:
+    if full is not None and g["saved_fraction_estimate"] is not None:  # servers with no GPU: nothing to project
         summary.append([f"every candidate to its budget (estimate at the measured rates; "
                         f"{g['saved_fraction_estimate']:.0%} saved)", s(full), f"{full / 3600:.4g}"])
     if g.get("cost"):
