@@ -23,7 +23,7 @@ import hashlib
 import pathlib
 from dataclasses import dataclass, field
 
-from certsel.config.home import jobs_dir
+from certsel.home import jobs_dir
 from certsel.errors import InputError, as_input_errors
 
 __all__ = ["Result", "audit", "run"]

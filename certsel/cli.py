@@ -516,7 +516,7 @@ def _size(n: int) -> str:
 def _jobs(args) -> int:
     from certsel.orchestrator.run.state import list_jobs, remove_job
 
-    from certsel.config.home import jobs_dir
+    from certsel.home import jobs_dir
 
     root = args.state_dir or jobs_dir()
     if not root.is_dir():
@@ -564,7 +564,7 @@ def _show(args) -> int:
 
     cert = None
     if args.tracking_uri is None:  # the job's own folder first: a file on disk, no MLflow client
-        from certsel.config.home import jobs_dir
+        from certsel.home import jobs_dir
         from certsel.orchestrator.run.state import find_certificate
 
         found = find_certificate(jobs_dir(), args.run_id)
@@ -633,7 +633,7 @@ def main(argv=None) -> int:
         return 2
     _logging(getattr(args, "log_level", None))
     if getattr(args, "home", None) is not None:  # read by every default (jobs folder, MLflow store) from here on
-        from certsel.config.home import HOME_ENV
+        from certsel.home import HOME_ENV
 
         os.environ[HOME_ENV] = str(args.home.expanduser().absolute())
     commands = {"run": _run, "show": _show, "audit": _audit, "plan": _plan, "jobs": _jobs, "schema": _schema,

@@ -14,7 +14,8 @@ import json
 from dataclasses import dataclass
 
 from certsel.orchestrator.outputs.gpu import gpu_line
-from certsel.orchestrator.outputs.certificate import bound_text, efficiency_cell, judge_cell, rank_text, share_text, tie_counts
+from certsel.orchestrator.outputs.cells import efficiency_cell, judge_cell, rank_text, tie_counts
+from certsel.orchestrator.outputs.numbers import bound_text, share_text
 
 FORMATS = ("table", "json", "csv", "markdown")
 

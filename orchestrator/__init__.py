@@ -6,6 +6,12 @@ under a multiple-testing procedure from :data:`PROCEDURES`. A new procedure subc
 :class:`Procedure` and is added with :func:`register_procedure`.
 """
 
-from certsel.policies.procedures import PROCEDURES, Procedure, get_procedure, register_procedure
-
 __all__ = ["PROCEDURES", "Procedure", "get_procedure", "register_procedure"]
+
+
+def __getattr__(name):  # on first use: `certsel show` prints a certificate without importing the statistics
+    if name in __all__:
+        from certsel.policies import procedures
+
+        return getattr(procedures, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

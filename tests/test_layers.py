@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 FOLDERS = {"certsel.orchestrator": "orchestrator", "certsel.workers": "workers", "certsel.policies": "policies"}
 # the front ends (the command line, the Python API, terminal output) sit on top
 RANK = {"certsel.cli": 0, "certsel.api": 0, "certsel.terminal": 0, "certsel._version": 3, "certsel.orchestrator": 1, "certsel.config": 2, "certsel.workers": 2,
-        "certsel.errors": 3, "certsel.policies": 3}
+        "certsel.errors": 3, "certsel.home": 3, "certsel.policies": 3}
 FORBIDDEN_IN_POLICIES = {"ray", "mlflow", "httpx", "pyarrow", "yaml", "certsel.errors"}
 
 

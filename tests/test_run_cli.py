@@ -1,6 +1,7 @@
 """``certsel run`` / ``certsel show`` as a user runs them (real subprocesses, Ray, MLflow)."""
 
 import json
+import os
 import pathlib
 import shutil
 import sqlite3
@@ -143,10 +144,12 @@ def test_show_unknown_run_and_a_missing_store(tmp_path):
     job_file(tmp_path)
     p = run("show", "0123456789abcdef", "--tracking-uri", f"sqlite:///{tmp_path}/store.db")
     assert p.returncode == 2 and "no tracking store at" in p.stderr and not (tmp_path / "store.db").exists()
-    # outside a job folder with the default store: an error with the absolute-path hint, no file created
-    p = run("show", "0123456789abcdef", cwd=tmp_path)
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and not (tmp_path / "mlruns.db").exists()
-    assert f"sqlite:///{tmp_path.resolve()}/mlruns.db" in p.stderr
+    # no such job in certsel's home, whose store does not exist yet: one line naming it, no file created
+    home = tmp_path / "home"
+    p = subprocess.run([CERTSEL, "show", "0123456789abcdef"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "CERTSEL_HOME": str(home)})
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and not (home / "mlruns.db").exists()
+    assert f"no tracking store at {home / 'mlruns.db'}" in p.stderr and not (tmp_path / "mlruns.db").exists()
 
 
 def test_bare_key_value_arguments_get_a_hint(tmp_path):

@@ -16,7 +16,7 @@ from certsel.policies.kinds import POLICY_KINDS, Family, JudgeUse, PolicyKind, g
 from certsel.policies.recovery import Recovery
 
 from .base import Strict, no_duplicates
-from .home import jobs_dir
+from certsel.home import jobs_dir
 from .sources import DataConfig, LabelsConfig, LiveConfig, PythonSourceConfig
 
 
@@ -201,7 +201,7 @@ class StateConfig(Strict):
     """Where a job keeps its durable label log, and whether an unfinished job with the same
     configuration is resumed (see :mod:`certsel.orchestrator.run.state`)."""
 
-    # default: CERTSEL_HOME/jobs (certsel.config.home); a relative path is beside the job file
+    # default: CERTSEL_HOME/jobs (certsel.home); a relative path is beside the job file
     dir: pathlib.Path = Field(default_factory=jobs_dir)
     resume: Literal["auto", "never"] = "auto"
     snapshot_every: int = Field(10, ge=1, description="rounds between policy snapshots and driver checkpoints")

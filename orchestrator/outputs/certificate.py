@@ -38,6 +38,7 @@ from certsel.orchestrator.run.records import JobResult
 from certsel.orchestrator.inputs.sources import source_of
 
 from .numbers import _round, bound_text, round_down, round_up, share_text  # noqa: F401  (re-exported)
+from .cells import efficiency_cell, judge_cell, rank_text, tie_counts  # noqa: F401  (re-exported)
 from .recovery import recovery_rows
 from . import aggregate as _aggregate
 
@@ -312,32 +313,5 @@ def selected_by_budget(result: JobResult, budgets) -> list:
     return out
 
 
-def efficiency_cell(row: dict) -> str:
-    """A certified candidate's labels to certify against the fewest any test would need on
-    its labels' distribution: "174 / 60" (blank when not certified or no estimate)."""
-    if not row.get("certified") or not row.get("certified_at_labels") or row.get("labels_minimum_estimate") is None:
-        return ""
-    return f"{row['certified_at_labels']} / {row['labels_minimum_estimate']:.0f}"
 
 
-def judge_cell(judge: dict | None) -> str:
-    """A candidate's judge agreement for tables: "97% (0.85)" (agreement, Cohen's kappa)."""
-    if not judge:
-        return ""
-    return f"{judge['agreement']:.0%}" + ("" if judge["kappa"] is None else f" ({judge['kappa']:.2f})")
-
-
-def rank_text(rk: dict, m: str) -> str:
-    """A model's certified rank interval: "3" or "2-5" (blank for an older certificate)."""
-    lo, hi = rk.get("rank_intervals", {}).get(m, (None, None))
-    return "" if lo is None else (str(lo) if lo == hi else f"{lo}-{hi}")
-
-
-def tie_counts(rk: dict) -> dict:
-    """How many models each model is certified tied with."""
-    out = {m: 0 for m in rk["order"]}
-    for pair in rk.get("tied", ()):
-        a, b = pair.split(" ~ ", 1)
-        out[a] += 1
-        out[b] += 1
-    return out

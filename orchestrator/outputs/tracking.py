@@ -8,7 +8,7 @@ log e-value and its running maximum, estimate, interval, rho weights; the e-valu
 human label as ``log_evalue_path``), final tags ``certified`` / ``selected`` / ``status``.
 
 The embedded default store is SQLite (``mlruns.db`` in certsel's home, ``$CERTSEL_HOME``
-else ``~/.certsel``: :mod:`certsel.config.home`) with artifacts in ``mlartifacts/`` beside
+else ``~/.certsel``: :mod:`certsel.home`) with artifacts in ``mlartifacts/`` beside
 the database; ``MLFLOW_TRACKING_URI`` or
 ``tracking.uri`` point at a server. A job that fails after its runs exist marks them
 FAILED (KILLED on Ctrl-C), so no half-written run is ever left marked FINISHED.
@@ -22,13 +22,14 @@ import os
 import pathlib
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import unquote, urlparse
 
 from certsel._version import __version__
 from certsel.errors import InputError
 from certsel.policies.procedures import get_procedure
 
-from certsel.config.home import home, tracking_uri
+from certsel.home import home, tracking_uri
 
 from .certificate import bound_text, certificate, share_text
 from .gpu import gpu_metrics
@@ -159,6 +160,10 @@ class JobTracker:
         self.child: dict[str, str] = {}
         self._logged: dict[str, int] = {}  # rounds already logged per candidate
         self._path_logged: dict[str, int] = {}  # e-value path entries already logged
+        # step metrics are written by one thread, in order, while the next round runs: the
+        # driver never waits on the store between rounds (finish and fail wait for them)
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="certsel-mlflow-steps")
+        self._pending: list = []
 
     def start(self, cfg, data, records, job=None, parent_run: str | None = None) -> str:
         """``job``: the :class:`~certsel.orchestrator.run.state.JobState` (its id and attempt are
@@ -201,6 +206,10 @@ class JobTracker:
             params.pop("judge")
         if not cfg.policy.is_testing:
             params.pop("betting")
+        if cfg.policy.is_testing:  # the radius of an estimation policy's interval (Seq, Cer-Eval)
+            params.pop("radius")
+        if "partition" not in cfg.policy.policy_kind.takes:
+            params.pop("partition")
         c.log_batch(self.parent_id, params=[Param(k, str(v)) for k, v in params.items()])
         for r in records:
             run = c.create_run(self.experiment_id, run_name=r.name,
@@ -213,9 +222,11 @@ class JobTracker:
         return self.parent_id
 
     def on_round(self, records) -> None:
-        """Step metrics of the rounds not yet logged (one batched call per candidate)."""
+        """Step metrics of the rounds not yet logged (one batched call per candidate), built
+        here from the records as they are now and written by the tracker's thread."""
         from mlflow.entities import Metric
 
+        self._check_writes()
         now = int(time.time() * 1000)
         for r in records:
             done = self._logged.get(r.name, 0)
@@ -230,9 +241,23 @@ class JobTracker:
             metrics += [Metric("log_evalue_path", float(v), now, i + 1)
                         for i, v in enumerate(r.path[start:], start=start)]
             for i in range(0, len(metrics), 1000):
-                self.client.log_batch(self.child[r.name], metrics=metrics[i : i + 1000])
+                self._pending.append(self._writer.submit(self.client.log_batch, self.child[r.name],
+                                                         metrics=metrics[i : i + 1000]))
             self._logged[r.name] = len(r.rounds)
             self._path_logged[r.name] = len(r.path)
+
+    def _check_writes(self) -> None:
+        """Raise the first failure of a finished step-metric write (a store that broke mid-job)."""
+        done = [f for f in self._pending if f.done()]
+        self._pending = [f for f in self._pending if not f.done()]
+        for f in done:
+            f.result()
+
+    def _drain(self) -> None:
+        """Wait for every step-metric write; raise the first failure."""
+        pending, self._pending = self._pending, []
+        for f in pending:
+            f.result()
 
     def finish(self, result, artifacts: list) -> None:
         from mlflow.entities import Metric, RunTag
@@ -240,6 +265,8 @@ class JobTracker:
         c = self.client
         now = int(time.time() * 1000)
         self.on_round(result.records)
+        self._drain()
+        self._writer.shutdown()
         in_set = set(result.certified)
         whole = certificate(result)
         cert = {c["candidate"]: c for c in whole["candidates"]}
@@ -320,6 +347,11 @@ class JobTracker:
 
     def fail(self, status: str = "FAILED") -> None:
         """Mark every run of this job that is still open as FAILED (or KILLED)."""
+        try:
+            self._drain()
+        except Exception:  # the store may be what failed: the runs are closed below if it still answers
+            pass
+        self._writer.shutdown(cancel_futures=True)
         for run_id in [*self.child.values(), self.parent_id]:
             if run_id is None:
                 continue

@@ -15,6 +15,7 @@ import logging
 import os
 import pathlib
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 from certsel.config import RunConfig
 from certsel.errors import InputError, first_line, job_error
@@ -28,6 +29,7 @@ from certsel.orchestrator.outputs.paths import output_dir, output_file
 from certsel.orchestrator.outputs.report import write_report
 from .records import JobResult
 from certsel.orchestrator.runtimes.runtime import RayRuntime
+from .stages import LOADING, LOGGING, RAY, REPORT, ROUNDS, SERVERS, TRACKING, StageClock
 from .state import JobState, config_fingerprint
 from certsel.orchestrator.outputs.tracking import JobTracker, precheck
 
@@ -36,7 +38,7 @@ log = logging.getLogger(__name__)
 
 def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, resume: str | None = None,
             durable: bool = True, on_job=None, warn=None, check_outputs=(),
-            parent_run: str | None = None, data=None, on_servers=None) -> tuple[JobResult, str | None]:
+            parent_run: str | None = None, data=None, on_servers=None, on_stage=None) -> tuple[JobResult, str | None]:
     """Run ``cfg`` end to end; returns the result and the MLflow parent run id.
 
     With ``durable`` (the default) the job keeps its labels in ``cfg.state.dir`` and resumes
@@ -54,12 +56,17 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
     ``on_servers(status)`` is told, every second while the job runs, which of the job's own
     servers (``live.serve``) are up and which wait for Ray to place them, with the seconds
     waited (:meth:`~certsel.workers.server_fleet.ServerFleet.status`): the progress line shows them.
+    ``on_stage(name)`` is told when each stage starts (:mod:`certsel.orchestrator.run.stages`);
+    ``result.stages`` holds their seconds. The MLflow store opens in a thread while Ray starts.
     """
+    clock = StageClock(on_stage)
     if output is not None:
         output = output_dir(output, "--output")
     for path, what in check_outputs:
         output_file(path, what)
-    data = load_job_data(cfg) if data is None else data
+    if data is None:
+        with clock.stage(LOADING):
+            data = load_job_data(cfg)
     try:
         note = feasibility_warning(data.policy_config(cfg), len(data.names), data.n_items)
     except Exception as exc:  # advisory only: a user strategy that fails here fails in the job too, tracked
@@ -76,42 +83,60 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
         job.update(name=cfg.name)
         if on_job is not None:
             on_job(job)
-    tracker = run_id = servers = runtime = None
+    tracker = run_id = servers = runtime = opening = None
+    pool = ThreadPoolExecutor(1, thread_name_prefix="certsel-mlflow")
     try:
+        if track:  # the store opens (imports, migrations of a new SQLite file) while Ray starts
+
+            def open_store():
+                with clock.stage(TRACKING, tell=False):
+                    return JobTracker(cfg.tracking.uri, cfg.tracking.experiment)
+
+            opening = pool.submit(open_store)
         try:
-            runtime = RayRuntime(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.max_actors)
+            with clock.stage(RAY):
+                runtime = RayRuntime(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.max_actors)
+                # the hosts' worker processes boot (imports) while the runs are created
+                runtime.ensure_hosts(runtime.default_hosts(len(data.names)))
         except InputError:  # no cluster: a job created just now leaves nothing behind
             if job is not None and not job.resumed:
                 job.discard()
                 job = None
             raise
         if cfg.live is not None:
-            cfg, data, servers = prepare_live(cfg, data, on_servers)
+            with clock.stage(SERVERS):
+                cfg, data, servers = prepare_live(cfg, data, on_servers)
         if track:
-            tracker = JobTracker(cfg.tracking.uri, cfg.tracking.experiment)
+            tracker = opening.result()
             obj = data.objective
-            run_id = tracker.start(cfg, data, [
-                CandidateRecord(n, k, None if obj is None else float(obj[k])) for k, n in enumerate(data.names)
-            ], job=job, parent_run=parent_run)
+            with clock.stage(TRACKING, tell=False):
+                records = [CandidateRecord(n, k, None if obj is None else float(obj[k]))
+                           for k, n in enumerate(data.names)]
+                run_id = tracker.start(cfg, data, records, job=job, parent_run=parent_run)
             if job is not None:
                 job.update(mlflow_runs=[*job.meta.get("mlflow_runs", []), run_id])
         try:
-            result = run_job(cfg, data, runtime, progress=progress, tracker=tracker,
-                             job_dir=None if job is None else job.dir, servers=servers)
+            with clock.stage(ROUNDS):
+                result = run_job(cfg, data, runtime, progress=progress, tracker=tracker,
+                                 job_dir=None if job is None else job.dir, servers=servers)
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:  # while the job ran: a job error, whatever its type
             raise job_error(exc) from exc
+        result.stages = dict(clock.seconds)  # up to here: the certificate is written next
         result.job_id = None if job is None else job.job_id
         if tracker is not None:
             result.tracking = {"uri": tracker.uri, "experiment_id": tracker.experiment_id, "run_id": run_id}
         with tempfile.TemporaryDirectory() as tmp:
             folder = output or (job.dir if job is not None else None)
-            files = write_report(result, folder or tmp)
+            with clock.stage(REPORT):
+                files = write_report(result, folder or tmp)
             if folder is not None:
                 result.output_dir, result.files = pathlib.Path(folder), files
             if tracker is not None:
-                tracker.finish(result, files)
+                with clock.stage(LOGGING):
+                    tracker.finish(result, files)
+        result.stages = dict(clock.seconds)
         if job is not None:
             job.update(status="finished", mlflow_run=run_id, finished=True, name=cfg.name, selected=result.selected,
                        output=None if result.output_dir is None else str(result.output_dir))
@@ -124,10 +149,14 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
             job.update(status="interrupted" if killed else "failed")
         raise
     finally:
+        if opening is not None and tracker is None:  # a failure before the store was needed: let it finish
+            opening.exception()
+        pool.shutdown(wait=True)
         if servers is not None:
             servers.close()
         if runtime is not None:
-            runtime.close()
+            with clock.stage("stopping Ray"):
+                runtime.close()
         if job is not None:
             job.release()
 

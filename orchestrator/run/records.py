@@ -208,6 +208,8 @@ class JobResult:
     full: dict[str, int]  # the same if every candidate had run to its whole budget
     rounds: int
     seconds: float = 0.0
+    # seconds per stage of `certsel run` (:mod:`certsel.orchestrator.run.stages`); stages may overlap
+    stages: dict[str, float] = field(default_factory=dict)
     ranking: Ranking | None = None
     labels: dict[str, LabelRows] | None = None  # per candidate: every label bought, in purchase order
     job_id: str | None = None  # the durable job (certsel run --resume JOB_ID)

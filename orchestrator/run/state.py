@@ -37,9 +37,11 @@ from dataclasses import dataclass
 
 import filelock
 
-from certsel.config import RunConfig
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: listing and showing jobs imports no configuration layer
+    from certsel.config import RunConfig
 from certsel.errors import InputError
-from certsel.workers.labellog import pack, unpack
 
 CHECKPOINT = "driver.npz"
 log = logging.getLogger(__name__)
@@ -169,6 +171,8 @@ class JobState:
 def write_checkpoint(job_dir, state: dict) -> None:
     """The driver's state after a round (records, round number, pairwise policies), written
     atomically: a crash leaves the previous checkpoint or this one."""
+    from certsel.workers.labellog import pack  # here: listing jobs (certsel jobs, show) needs none of it
+
     _write_atomic(pathlib.Path(job_dir) / CHECKPOINT, pack({"format": 1, **state}))
 
 
@@ -180,6 +184,8 @@ def read_checkpoint(job_dir, kind: str, names: list[str]) -> dict | None:
     if not path.is_file():
         return None
     try:
+        from certsel.workers.labellog import unpack
+
         state = unpack(path.read_bytes())
         if state.get("format") != 1 or state.get("kind") != kind or state.get("names") != list(names):
             raise ValueError("written by another kind of job")

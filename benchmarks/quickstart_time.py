@@ -1,0 +1,126 @@
+"""The README's quickstart, timed as a newcomer meets it, against what it cannot avoid: the
+statistics and Ray's start. Then `certsel show` and `certsel jobs` on the job it made.
+
+    python benchmarks/quickstart_time.py [--repeat 3]
+
+One run measures, each in a fresh process:
+- the quickstart: `certsel run examples/quantization.yaml` in a fresh certsel home (a new
+  MLflow SQLite store, as on a fresh machine), wall clock, with its stages from
+  `--log-level info` (stages overlap: the MLflow store opens while Ray starts);
+- Ray's start: `import ray; ray.init(); ray.shutdown()` as the job calls it;
+- the statistics: the same job's rounds and final bounds in one process without Ray,
+  MLflow or a report (`run_job` on a `LocalRuntime`; imports and data loading excluded);
+- `certsel show RUN` (the run id prefix the quickstart printed) and `certsel jobs`.
+Medians of ``--repeat`` runs. The goal: quickstart <= 2 x (statistics + Ray's start);
+`certsel show` under 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CERTSEL = shutil.which("certsel", path=str(pathlib.Path(sys.executable).parent)) or "certsel"
+JOB = ROOT / "examples" / "quantization.yaml"
+
+RAY_START = """
+import logging, time
+t0 = time.perf_counter()
+import ray
+ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+ray.shutdown()
+print(time.perf_counter() - t0)
+"""
+
+STATISTICS = f"""
+import time
+from certsel.config import load_config
+from certsel.orchestrator.inputs.sources import load_job_data
+from certsel.orchestrator.run.engine import run_job
+from certsel.orchestrator.runtimes.runtime import LocalRuntime
+cfg = load_config({str(JOB)!r})
+data = load_job_data(cfg)
+t0 = time.perf_counter()
+res = run_job(cfg, data, LocalRuntime())
+print(time.perf_counter() - t0, res.selected)
+"""
+
+
+def quickstart(home: pathlib.Path, cwd: pathlib.Path) -> tuple[float, dict[str, float], str]:
+    env = {**os.environ, "CERTSEL_HOME": str(home)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    t0 = time.perf_counter()
+    p = subprocess.run([CERTSEL, "run", str(JOB), "--no-progress", "--log-level", "info"], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=900)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"the quickstart failed: {p.stderr.strip().splitlines()[-1:]}")
+    stages: dict[str, float] = {}
+    for name, sec in re.findall(r"INFO certsel\.job: (.+): ([0-9.]+) s$", p.stderr, re.M):
+        stages[name] = stages.get(name, 0.0) + float(sec)
+    prefix = re.search(r"\(certsel show (\w+)\)", p.stdout).group(1)
+    return wall, stages, prefix
+
+
+def python_seconds(code: str) -> float:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr.strip().splitlines()[-1])
+    return float(out.stdout.split()[0])
+
+
+def command_seconds(argv: list[str], home: pathlib.Path, cwd: pathlib.Path) -> float:
+    t0 = time.perf_counter()
+    p = subprocess.run([CERTSEL, *argv], cwd=cwd, env={**os.environ, "CERTSEL_HOME": str(home)},
+                       capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise SystemExit(f"certsel {' '.join(argv)} failed: {p.stderr.strip()}")
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    walls, ray_s, stats_s, show_s, jobs_s, stage_runs = [], [], [], [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        for k in range(args.repeat):
+            home, cwd = tmp / f"home{k}", tmp / f"cwd{k}"
+            cwd.mkdir()
+            wall, stages, prefix = quickstart(home, cwd)
+            walls.append(wall)
+            stage_runs.append(stages)
+            ray_s.append(python_seconds(RAY_START))
+            stats_s.append(python_seconds(STATISTICS))
+            show_s.append(command_seconds(["show", prefix], home, tmp))
+            jobs_s.append(command_seconds(["jobs"], home, tmp))
+    med = statistics.median
+    wall, ray, stats = med(walls), med(ray_s), med(stats_s)
+    print(f"quickstart (certsel run examples/quantization.yaml, fresh home), medians of {args.repeat} runs:\n")
+    print("| what | seconds |")
+    print("|---|---|")
+    print(f"| quickstart, wall clock | {wall:.1f} |")
+    for name in stage_runs[0]:
+        print(f"| - stage: {name} | {med([s.get(name, 0.0) for s in stage_runs]):.2f} |")
+    print(f"| Ray's start (import, init, shutdown) | {ray:.1f} |")
+    print(f"| the statistics (rounds and final bounds, one process) | {stats:.1f} |")
+    print(f"| `certsel show RUN` (from the job's folder) | {med(show_s):.2f} |")
+    print(f"| `certsel jobs` | {med(jobs_s):.2f} |")
+    ratio = wall / (stats + ray)
+    print(f"\nquickstart / (statistics + Ray's start) = {ratio:.2f} (goal <= 2: "
+          f"{'met' if ratio <= 2 else 'not met'}); certsel show {med(show_s):.2f} s (goal < 1 s: "
+          f"{'met' if med(show_s) < 1 else 'not met'})")
+
+
+if __name__ == "__main__":
+    main()
