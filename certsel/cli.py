@@ -17,6 +17,7 @@ import json
 import os
 import pathlib
 import sys
+import time
 
 from certsel._version import __version__
 from certsel.errors import CertselError, first_line
@@ -317,16 +318,26 @@ def _progress(console, total: int):
                    TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal)
     task = bar.add_task("starting", total=total)
 
-    line = {"rounds": "starting", "servers": ""}
+    line = {"rounds": "starting", "servers": "", "t0": None}
 
     def show():
         bar.update(task, description=line["rounds"] + line["servers"])
 
+    def stage(name):  # between rounds' lines: what the job is doing (Ray starting, the report, ...)
+        if name == "rounds":
+            line["t0"] = time.monotonic()
+            name = "first round"
+        line["rounds"] = f"{name} ..."
+        show()
+
     def update(records, rounds):
         certified = sum(str(r.status) == "certified" for r in records)
         running = sum(not r.finished and r.n_human > 0 for r in records)
-        ended = sum(r.finished for r in records) - certified
-        line["rounds"] = f"round {rounds}: {certified} certified, {running} running, {ended} ended"
+        settled = sum(r.finished for r in records)
+        line["rounds"] = f"round {rounds}: {certified} certified, {running} running, {settled - certified} ended"
+        if line["t0"] is not None and 0 < settled < len(records):
+            left = (time.monotonic() - line["t0"]) / settled * (len(records) - settled)
+            line["rounds"] += f", ~{_duration(left)} left"  # at the pace candidates have settled so far
         bar.update(task, completed=sum(r.n_human for r in records))
         show()
 
@@ -335,7 +346,12 @@ def _progress(console, total: int):
         show()
 
     update.servers = servers
+    update.stage = stage
     return bar, update
+
+
+def _duration(sec: float) -> str:
+    return f"{sec:.0f} s" if sec < 90 else (f"{sec / 60:.0f} min" if sec < 5400 else f"{sec / 3600:.1f} h")
 
 
 def servers_text(status: dict) -> str:
@@ -382,7 +398,8 @@ def _run(args) -> int:
                     bar.update(bar.tasks[0].id, total=cfg.budget.n * len(records))
                 update(records, rounds)
 
-            result, run_id = execute(cfg, progress=progress, on_servers=lambda st: update.servers(st), **kw)
+            result, run_id = execute(cfg, progress=progress, on_servers=lambda st: update.servers(st),
+                                     on_stage=update.stage, **kw)
     cert = certificate(result)
     _emit(args, console, machine, cert, run_id=run_id, tracking=result.tracking, output_dir=result.output_dir)
     if not result.evaluated:
@@ -619,10 +636,19 @@ def _lm_eval_table(args) -> int:
     return 0
 
 
+# libraries whose debug output drowns certsel's (matplotlib alone writes ~2,000 font lines):
+# kept at warning whatever --log-level says
+_NOISY = ("matplotlib", "PIL", "urllib3", "filelock", "asyncio", "httpcore", "httpx", "alembic", "git", "numba",
+          "fsspec", "h5py", "graphviz", "opentelemetry")
+
+
 def _logging(level: str | None) -> None:
     import logging
 
-    logging.basicConfig(level=(level or "warning").upper(), format="%(levelname)s %(name)s: %(message)s")
+    level = (level or "warning").upper()
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    for name in _NOISY:
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
 def main(argv=None) -> int:

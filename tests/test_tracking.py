@@ -1,6 +1,9 @@
 """A whole job through real Ray and a real MLflow SQLite store, read back with the MLflow client."""
 
 import json
+import os
+import subprocess
+import sys
 import math
 
 import pytest
@@ -186,3 +189,41 @@ def test_bundled_examples_run(ray_session, tmp_path, example):
             a, b = pair.split(" - ", 1)
             assert (hi < 0) == (b in rk["better_direct"][a]) and (lo > 0) == (a in rk["better_direct"][b])
         assert rk["possible_winners"] == [m for m in rk["order"] if not any(m in w for w in rk["better"].values())]
+
+
+# what MLflow reads to decide it runs under CI or tests (its telemetry is off there anyway):
+# removed, so the probe sees what a user's machine does
+_CI_SIGNS = ("PYTEST_CURRENT_TEST", "GITHUB_ACTIONS", "CI", "CIRCLECI", "GITLAB_CI", "JENKINS_URL", "TRAVIS", "TF_BUILD",
+             "BITBUCKET_BUILD_NUMBER", "CODEBUILD_BUILD_ARN", "BUILDKITE", "TEAMCITY_VERSION", "CLOUD_RUN_EXECUTION",
+             "RUNBOT_HOST_URL", "RUNBOT_BUILD_NAME", "RUNBOT_WORKER_ID", "DO_NOT_TRACK", "MLFLOW_DISABLE_TELEMETRY")
+
+_PROBE = """
+import json, sys, time
+hosts = []
+def hook(event, args):  # every name looked up and every address connected to
+    if event == "socket.getaddrinfo":
+        hosts.append(str(args[0]))
+    elif event == "socket.connect" and isinstance(args[1], tuple):
+        hosts.append(str(args[1][0]))
+sys.addaudithook(hook)
+from certsel.orchestrator.outputs.tracking import JobTracker
+JobTracker(sys.argv[1], "certsel")
+time.sleep(3)  # MLflow's telemetry thread has had its chance
+print(json.dumps(sorted(set(hosts))))
+"""
+
+
+def test_mlflow_telemetry_is_off_unless_asked(tmp_path):
+    """A tracker on a local store looks up no host and connects nowhere; with
+    MLFLOW_DISABLE_TELEMETRY=false (the documented way back on) MLflow's telemetry does reach
+    out, which shows the probe sees it."""
+    env = {k: v for k, v in os.environ.items() if k not in _CI_SIGNS}
+
+    def hosts(db, **extra):
+        p = subprocess.run([sys.executable, "-c", _PROBE, f"sqlite:///{tmp_path / db}"], env={**env, **extra},
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    assert hosts("off.db") == []
+    assert any("mlflow" in h for h in hosts("on.db", MLFLOW_DISABLE_TELEMETRY="false"))

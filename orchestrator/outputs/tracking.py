@@ -119,9 +119,17 @@ def precheck(uri: str | None) -> str:
     return uri
 
 
+def no_telemetry() -> None:
+    """Before mlflow is imported: its usage telemetry reaches out to the network from every
+    client; certsel's runs send none unless the user asks (``MLFLOW_DISABLE_TELEMETRY=false``
+    in the environment turns it back on)."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+
 def client_for(uri: str | None):
     """An MLflow client on a store that exists and is writable, or :class:`TrackingProblem`."""
     uri = precheck(uri)
+    no_telemetry()
     from mlflow.tracking import MlflowClient
 
     _quiet_mlflow()  # after the import: mlflow sets its own levels when imported

@@ -19,6 +19,7 @@ scheduler decides and the tuner's loop acts):
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Protocol
 
@@ -37,6 +38,8 @@ from .state import read_checkpoint, write_checkpoint
 
 __all__ = ["HostLost", "JobPlan", "JobResult", "LocalRuntime", "RayRuntime", "Rounds", "Runtime", "RuntimeProblem",
            "run_job", "run_rounds"]
+
+log = logging.getLogger("certsel.job")
 
 
 class Rounds(Protocol):
@@ -74,6 +77,10 @@ def run_rounds(rounds: Rounds, records: list[CandidateRecord], *, job_dir=None, 
             tracker.on_round(records)
     while (moved := rounds.advance()) is not None:
         n += 1
+        if log.isEnabledFor(logging.DEBUG):
+            done = sum(r.finished for r in records)
+            log.debug("round %d: %d candidates advanced, %d of %d settled, %d human labels in all", n, len(moved),
+                      done, len(records), sum(r.n_human for r in records))
         if tracker is not None:
             tracker.on_round(moved)
         if job_dir is not None and n % every == 0:

@@ -29,7 +29,7 @@ from certsel.orchestrator.outputs.paths import output_dir, output_file
 from certsel.orchestrator.outputs.report import write_report
 from .records import JobResult
 from certsel.orchestrator.runtimes.runtime import RayRuntime
-from .stages import LOADING, LOGGING, RAY, REPORT, ROUNDS, SERVERS, TRACKING, StageClock
+from .stages import LOADING, LOGGING, RAY, REPORT, ROUNDS, RUNS, SERVERS, STOPPING, TRACKING, StageClock
 from .state import JobState, config_fingerprint
 from certsel.orchestrator.outputs.tracking import JobTracker, precheck
 
@@ -109,7 +109,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
         if track:
             tracker = opening.result()
             obj = data.objective
-            with clock.stage(TRACKING, tell=False):
+            with clock.stage(RUNS):
                 records = [CandidateRecord(n, k, None if obj is None else float(obj[k]))
                            for k, n in enumerate(data.names)]
                 run_id = tracker.start(cfg, data, records, job=job, parent_run=parent_run)
@@ -155,7 +155,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
         if servers is not None:
             servers.close()
         if runtime is not None:
-            with clock.stage("stopping Ray"):
+            with clock.stage(STOPPING):
                 runtime.close()
         if job is not None:
             job.release()

@@ -15,9 +15,9 @@ import time
 log = logging.getLogger("certsel.job")
 
 # the stages of `certsel run`, in the order they start (a job without servers or tracking skips some)
-LOADING, RAY, TRACKING, SERVERS, ROUNDS, REPORT, LOGGING = (
-    "loading data", "starting Ray", "opening MLflow", "starting servers", "rounds", "writing the report",
-    "logging to MLflow")
+LOADING, RAY, TRACKING, SERVERS, RUNS, ROUNDS, REPORT, LOGGING, STOPPING = (
+    "loading data", "starting Ray", "opening MLflow", "starting servers", "creating MLflow runs", "rounds",
+    "writing the report", "logging to MLflow", "stopping Ray")
 
 
 class StageClock:
