@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 
 from certsel.orchestrator.outputs.gpu import gpu_line
-from certsel.orchestrator.outputs.cells import efficiency_cell, judge_cell, rank_text, tie_counts
+from certsel.orchestrator.outputs.cells import efficiency_cell, headline, judge_cell, rank_text, tie_counts
 from certsel.orchestrator.outputs.numbers import bound_text, share_text
 
 FORMATS = ("table", "json", "csv", "markdown")
@@ -195,7 +195,7 @@ def format_job(cert: dict, fmt: str) -> str:
         lines = [f"**{title}**", "", "| " + " | ".join(c.name for c in cols) + " |",
                  "|" + "|".join("---" for _ in cols) + "|"]
         lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in r) + " |" for r in rows]
-        lines += ["", f"selected: {cert['selected'] or 'none'} — {cert['certificate']}"]
+        lines += ["", f"{headline(cert)} — {cert['certificate']}"]
         return "\n".join(lines)
     raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
 
@@ -294,7 +294,7 @@ def print_tasks(console, cert: dict, quiet: bool, tracking=None, output_dir=None
             console.print(f"task {t['name']}: {t['target']}, {len(t['certified_on_its_own'])} certified on its own, "
                           f"{t['labels']['human']} human labels" + (f" (report: {t['output']}/report.html)"
                                                                       if t["output"] else ""), markup=False)
-    console.print(f"selected: {cert['selected'] or 'none'} — {cert['certificate']}", markup=False)
+    console.print(f"{headline(cert)} — {cert['certificate']}", markup=False)
     lab = cert["labels"]
     console.print(f"labels over all tasks: {lab['spent']['human']} human of {lab['full_budget']['human']}, "
                   f"{lab['spent']['judge']} judge of {lab['full_budget']['judge']}", markup=False)
@@ -323,7 +323,7 @@ def print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None, outp
     for c in cert["candidates"]:
         if c["status"] in ("source failed", "worker lost"):
             console.print(f"{c['candidate']}: not certified ({c['reason']})", markup=False)
-    console.print(f"selected: {cert['selected'] or 'none'} — {cert['certificate']}", markup=False)
+    console.print(f"{headline(cert)} — {cert['certificate']}", markup=False)
     if cert.get("aggregate"):
         agg = cert["aggregate"]
         console.print(f"aggregate: one test on the {cert['data']['items']} stacked items of "

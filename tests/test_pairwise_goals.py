@@ -78,3 +78,15 @@ def test_ties_topk_and_rank_intervals_through_ray_and_mlflow(tmp_path, ray_sessi
     assert "| claude - claude-2 | tied within 0.05 |" in report and "| 2-3 |" in report
     top_cert = json.loads((tmp_path / "top" / "selection.json").read_text())
     assert top_cert["certificate"].startswith("the 3 best models include")
+    # every output leads with the top set, not "selected: none"
+    from certsel.orchestrator.outputs.cells import headline
+    from certsel.terminal import print_job
+    from rich.console import Console
+
+    inside = top.ranking.topk["certified_in"]
+    head = headline(top_cert)
+    assert head.startswith("top-3: " + ", ".join(inside)) and "none" not in head.split(";")[0] or not inside
+    console = Console(record=True, width=300)
+    print_job(console, top_cert, quiet=True)
+    assert console.export_text().startswith(head + " — the 3 best models include")
+    assert f"<div class=\"big\">{head.replace('top-', 'Top ', 1)}</div>" in (tmp_path / "top" / "report.html").read_text()

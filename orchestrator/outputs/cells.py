@@ -34,3 +34,18 @@ def tie_counts(rk: dict) -> dict:
         out[a] += 1
         out[b] += 1
     return out
+
+
+def headline(cert: dict) -> str:
+    """What the job certified, first: ``top-3: A, B, C`` for a top-k ranking (with the
+    undetermined places when the top set is not fully certified), else ``selected: NAME``
+    (``none`` when nothing was)."""
+    topk = (cert.get("ranking") or {}).get("topk")
+    if topk:
+        inside, open_ = topk["certified_in"], topk["undetermined"]
+        if len(inside) == topk["k"]:
+            return f"top-{topk['k']}: {', '.join(inside)}"
+        known = ", ".join(inside) if inside else "none certified"
+        return (f"top-{topk['k']}: {known}; {topk['k'] - len(inside)} place(s) open among "
+                f"{', '.join(open_) or 'none'}")
+    return f"selected: {cert['selected'] or 'none'}"

@@ -17,7 +17,8 @@ import numpy as np
 
 from certsel.policies.kinds import Family, get_policy_kind
 
-from .certificate import bound_text, certificate, efficiency_cell, judge_cell, rank_text, share_text, tie_counts
+from .cells import efficiency_cell, headline, judge_cell, rank_text, tie_counts
+from .certificate import bound_text, certificate, share_text
 from .plots import write_plots
 from .selection_schema import validate
 from certsel.orchestrator.run.records import JobResult
@@ -75,6 +76,8 @@ def _summary(cert: dict) -> tuple[str, list[str]]:
     if "ranking" in cert:
         rk = cert["ranking"]
         head = (f"Best model: {sel}" if sel else "No model is certified better than all others")
+        if rk.get("topk"):  # a top-k ranking leads with its top set
+            head = headline(cert).replace("top-", "Top ", 1)
         lines = [f"{rk['pairs_certified']} of {rk['pairs']} pair orders certified; all of them hold together with "
                  f"probability >= {1 - p['delta']:g}.",
                  "Possible winners (no model certified better): " + ", ".join(rk.get("possible_winners", []))]
