@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 from certsel.config import load_config
+from certsel.config.schema import CostsConfig
 from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.orchestrator.inputs.planning import cheapest_rows, expected_labels, pilot, plan
 from certsel.workers.replay import item_order
@@ -71,3 +72,19 @@ def test_the_plan_command(tmp_path):
     p = subprocess.run([sys.executable, "-m", "certsel.cli", "plan", str(EXAMPLES / "quantization.yaml"), "--set",
                         "costs.human=-1"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "costs.human" in p.stderr
+
+
+def test_a_plan_without_prices_compares_counts_only(job):
+    """No costs: section: no cost column, no policy called cheapest (every cost would be 0),
+    the fewest human labels named with the judge calls they take."""
+    from certsel.orchestrator.inputs.planning import plan_table
+
+    cfg, data = job
+    cfg = cfg.model_copy(update={"costs": None})
+    rows = plan(cfg, data, m=50, seed=0)
+    text = plan_table(cfg, rows, 50)
+    assert "cost (" not in text and "cheapest:" not in text and "none is called the cheapest" in text
+    _, fewest = cheapest_rows(rows)
+    assert f"Fewest human labels: {fewest.policy}" in text and f"{fewest.judge:,.0f} judge calls" in text
+    priced = plan_table(cfg.model_copy(update={"costs": CostsConfig(human=1.0, judge=0.001, unit="USD")}), rows, 50)
+    assert "cost (USD)" in priced and "cheapest: " in priced

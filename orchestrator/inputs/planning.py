@@ -109,21 +109,36 @@ def plan(cfg: RunConfig, data, *, m: int = 50, seed: int = 0) -> list[PlanRow]:
 
 
 def plan_table(cfg: RunConfig, rows: list[PlanRow], m: int) -> str:
-    """The plan as Markdown, with the cheapest policy and the one with the fewest human labels."""
-    unit = (cfg.costs or CostsConfig()).unit
-    out = [f"Expected spend of {cfg.name!r} by policy, from a pilot of {m} items per candidate (its own draws, "
-           f"never evidence): alpha = {cfg.alpha:g}, delta = {cfg.delta:g}, n = {cfg.budget.n}, procedure "
-           f"{cfg.procedure}", "",
-           f"| policy | judge-only labels per human label | human labels | target generations | judge calls | "
-           f"expected to certify | cost ({unit}) |", "|---|---|---|---|---|---|---|"]
+    """The plan as Markdown. With ``costs:``, each policy priced in the job's unit and the
+    cheapest named; without, label and call counts only (no prices, so no "cheapest"), and
+    the policy with the fewest human labels next to the one with the fewest calls in all."""
+    priced = cfg.costs is not None
+    head = [f"Expected spend of {cfg.name!r} by policy, from a pilot of {m} items per candidate (its own draws, "
+            f"never evidence): alpha = {cfg.alpha:g}, delta = {cfg.delta:g}, n = {cfg.budget.n}, procedure "
+            f"{cfg.procedure}", ""]
+    cols = "| policy | judge-only labels per human label | human labels | target generations | judge calls | " \
+           "expected to certify |"
+    if priced:
+        out = head + [cols + f" cost ({cfg.costs.unit}) |", "|---|---|---|---|---|---|---|"]
+    else:
+        out = head + [cols, "|---|---|---|---|---|---|"]
     for row in rows:
-        out.append(f"| {row.policy} | {'-' if row.r is None else row.r} | {row.human:,.0f} | {row.generations:,.0f} | "
-                   f"{row.judge:,.0f} | {row.certified} | {row.cost:,.6g} |")
+        line = (f"| {row.policy} | {'-' if row.r is None else row.r} | {row.human:,.0f} | {row.generations:,.0f} | "
+                f"{row.judge:,.0f} | {row.certified} |")
+        out.append(line + (f" {row.cost:,.6g} |" if priced else ""))
     cheapest, fewest = cheapest_rows(rows)
-    out += ["", f"cheapest: {describe(cheapest)} ({cheapest.cost:,.6g} {unit}); fewest human labels: "
-            f"{describe(fewest)} ({fewest.human:,.0f})",
-            "Predictions are rough (ratios to the limit measured on one table); the job's guarantee does not depend "
-            "on them: any policy chosen here is tested on the job's own draws."]
+    if priced:
+        out += ["", f"cheapest: {describe(cheapest)} ({cheapest.cost:,.6g} {cfg.costs.unit}); fewest human labels: "
+                f"{describe(fewest)} ({fewest.human:,.0f})"]
+    else:
+        calls = min(rows, key=lambda r: (r.human + r.generations + r.judge, r.human))
+        out += ["", f"no prices (the job has no costs: section), so none is called the cheapest. Fewest human labels: "
+                f"{describe(fewest)} ({fewest.human:,.0f}, with {fewest.judge:,.0f} judge calls); fewest labels and "
+                f"calls in all: {describe(calls)} ({calls.human:,.0f} human labels, {calls.generations:,.0f} "
+                f"generations, {calls.judge:,.0f} judge calls). Add costs: {{human: ..., generation: ..., judge: ..., "
+                f"unit: ...}} to price them."]
+    out.append("Predictions are rough (ratios to the limit measured on one table); the job's guarantee does not depend "
+               "on them: any policy chosen here is tested on the job's own draws.")
     return "\n".join(out)
 
 
