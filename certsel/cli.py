@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import pathlib
+import shlex
 import sys
 import time
 
@@ -378,6 +379,10 @@ def _run(args) -> int:
     console = _console(stderr=machine)
 
     def on_job(job):
+        # what Ctrl-C prints: the same command, resuming this job (its labels are not bought again)
+        words = ["certsel", "run", str(args.config), *(x for o in args.overrides for x in ("--set", o)),
+                 *(["--home", str(args.home)] if getattr(args, "home", None) else []), "--resume", job.job_id]
+        args.resume_command = shlex.join(words)
         # printed first: the job id is what a resume needs if this process dies
         verb = f"resuming job {job.job_id} (attempt {job.meta['attempts']})" if job.resumed else f"job {job.job_id}"
         if not args.quiet or job.resumed:
@@ -674,7 +679,9 @@ def main(argv=None) -> int:
             print(f"certsel: error: {first_line(exc)}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
-            print("certsel: interrupted (runs marked KILLED)", file=sys.stderr)
+            resume = getattr(args, "resume_command", None)  # set once the job's folder exists
+            print("certsel: interrupted (runs marked KILLED)" + (f"; resume with: {resume}" if resume else ""),
+                  file=sys.stderr)
             return 130
         except BrokenPipeError:  # the reader went away (`certsel schema | head`): nothing more to say
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

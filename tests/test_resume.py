@@ -263,3 +263,28 @@ def test_candidate_names_cannot_escape_the_job(ray_session, tmp_path):
     new = {p for p in tmp_path.parent.rglob("*")} - before
     assert new and all(work in p.parents for p in new), sorted(str(p) for p in new if work not in p.parents)
     assert len(list((work / "jobs").glob("*/labels/*.db"))) == len(names)
+
+
+def test_ctrl_c_prints_the_resume_command(tmp_path):
+    """Ctrl-C (SIGINT) mid-job: exit 130, one line that says how to resume, and that very
+    command resumes the job (its labels are not bought again) and finishes."""
+    with adder_server() as (url, srv):
+        path = write_job(tmp_path, url)
+        srv.delay = 0.03
+        proc = subprocess.Popen([*CERTSEL, "run", "job.yaml", "--no-progress", "--set", "seed=3"], cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = proc.stdout.readline()
+        job_id = first.split()[1].rstrip(":")
+        time.sleep(3)  # rounds are running
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        line = err.strip().splitlines()[-1]
+        assert line.startswith("certsel: interrupted (runs marked KILLED); resume with: certsel run ")
+        resume = line.split("resume with: ", 1)[1]
+        assert resume == f"certsel run {path.name} --set seed=3 --resume {job_id}"
+        srv.delay = 0.0
+        again = subprocess.run([*CERTSEL, *resume.split()[1:], "--no-progress"], cwd=tmp_path, capture_output=True,
+                               text=True, timeout=600)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.startswith(f"resuming job {job_id}") and "selected:" in again.stdout
