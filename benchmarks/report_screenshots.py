@@ -3,8 +3,9 @@ examples, and the MLflow UI on the link certsel prints.
 
 Runs both bundled examples (local Ray, a throw-away MLflow store), opens each
 ``report.html`` in headless Chromium (Debian's ``chromium`` package), then starts
-``mlflow server`` on that store and opens the experiment and the quantization job's run at
-the links ``certsel run`` prints, and writes PNGs into ``docs/img/``. Each PNG is checked to
+``mlflow server`` on that store (with two more quantization jobs in it) and opens the
+runs table at certsel's results view and the quantization job's run at the link
+``certsel run`` prints, and writes PNGs into ``docs/img/``. Each PNG is checked to
 be a real rendering (not blank) before it is kept.
 
     python benchmarks/report_screenshots.py [--chromium /usr/bin/chromium] [--out docs/img]
@@ -62,11 +63,15 @@ def main(argv=None) -> int:
                                 "--output", str(report), "--set", f"tracking.uri=sqlite:///{tmp}/store.db",
                                 "--set", f"state.dir={tmp}/jobs"], check=True, timeout=1200, capture_output=True,
                                text=True)
-            links[example] = next(line.split(", then ")[1] for line in p.stdout.splitlines()
+            links[example] = next(line.split(", then ")[1].split(" (every")[0] for line in p.stdout.splitlines()
                                   if line.startswith("MLflow UI: "))
             png = screenshot(args.chromium, report / "report.html", args.out / f"report_{example}.png",
                              (1200, height))
             print(f"{_shown(png)}: {example} report as headless Chromium renders it")
+        for alpha in ("0.05", "0.2"):  # more jobs in the store: the runs table shows one row per job
+            subprocess.run([certsel, "run", str(ROOT / "examples" / "quantization.yaml"), "--no-progress", "--set",
+                            f"alpha={alpha}", "--set", f"tracking.uri=sqlite:///{tmp}/store.db", "--set",
+                            f"state.dir={tmp}/jobs"], check=True, timeout=1200, capture_output=True)
         mlflow_pages(args, tmp / "store.db", links["quantization"])
     return 0
 
@@ -91,10 +96,12 @@ def mlflow_pages(args, store: pathlib.Path, run_link: str) -> None:
                 break
             except OSError:
                 time.sleep(1)
+        from certsel.orchestrator.outputs.tracking import ui_link
+
         run_url = run_link.replace("http://127.0.0.1:5000", base)
-        experiment_url = run_url.split("/runs/")[0] + "?" + run_url.split("?")[1]
-        for name, url in (("mlflow_experiment", experiment_url), ("mlflow_run", run_url)):
-            png = screenshot(args.chromium, url, args.out / f"{name}.png", (1400, 900), wait_ms=20000)
+        experiment_url = ui_link(base, run_url.split("#/experiments/")[1].split("/")[0])  # as certsel links it
+        for name, url, size in (("mlflow_experiment", experiment_url, (1800, 700)), ("mlflow_run", run_url, (1400, 900))):
+            png = screenshot(args.chromium, url, args.out / f"{name}.png", size, wait_ms=25000)
             print(f"{_shown(png)}: {url.replace(base, 'MLFLOW_UI')}")
     finally:
         server.terminate()

@@ -286,8 +286,9 @@ def _print_report(report: dict, quiet: bool) -> None:
     console = _console()
     obj = report["data"]["objective"]
     if not quiet:
-        cols = [Column("candidate"), Column(obj, 2), Column("max E"), Column("labels to certify", 1),
-                Column(f"{report['ci_level']:g} interval", 3), Column("certified"), Column("R (full table)", 4)]
+        cols = [Column("candidate"), Column(obj, 2), Column("e-value"), Column("labels to certify", 1),
+                Column(f"two-sided interval ({report['ci_level']:g})", 3), Column("certified"),
+                Column("R (full table)", 4)]
         rows = [[r["candidate"] + (" *" if k == report["selected_index"] else ""), f"{r['objective']:g}",
                  f"{r['max_evalue']:.3g}", str(r["labels_to_certify"] or "-"), f"[{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]",
                  "yes" if r["certified"] else "no", f"{r['risk_on_full_table']:.4f}"]

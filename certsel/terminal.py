@@ -30,7 +30,7 @@ class Column:
 
 
 def _selection_columns(cert: dict) -> tuple[list[Column], list[list[str]], list[bool]]:
-    """The per-candidate table: the joint bound (what the certificate is about) first, then
+    """The per-candidate table: the simultaneous bound (what the certificate is about) first, then
     the bound of the candidate's own test at its level, the two-sided interval as a secondary
     column; the judge's agreement when there is one."""
     alpha = cert["procedure"]["alpha"]
@@ -39,13 +39,14 @@ def _selection_columns(cert: dict) -> tuple[list[Column], list[list[str]], list[
     judged = any(c.get("judge") for c in cands)
     recovery = cert.get("claim") is not None
     levels = {c["level"] for c in cands if c.get("upper_bound") is not None}
-    own = "own bound" + (f" (level {next(iter(levels)):.3g})" if len(levels) == 1 else " @ level")
+    # one name per quantity (docs/glossary.md): these are selection.json's simultaneous_bound and upper_bound
+    own = "upper bound" + (f" (level {next(iter(levels)):.3g})" if len(levels) == 1 else " @ level")
     if recovery:  # the same columns, stated as recoveries (shares of the reference's score)
-        own = "own recovery >=" + own[len("own bound"):]
+        own = "lower bound" + own[len("upper bound"):]
     # "in set" repeats the status for most procedures: it goes last of the secondary columns
     cols = [Column("candidate"), Column("objective", 2), Column("status"), Column("in set", 1),
             *([Column("e-value / threshold", 3)] if testing else []),
-            Column("joint recovery >=" if recovery else "joint bound"), Column(own, 4),
+            Column("simultaneous lower bound" if recovery else "simultaneous bound"), Column(own, 4),
             Column("recovery estimate" if recovery else "estimate", 5),
             Column("recovery on table" if recovery else "two-sided interval", 7), Column("human", 1),
             *([Column("to certify / min", 6)] if testing else []), *([Column("judge agrees (kappa)", 6)] if judged else [])]
@@ -200,30 +201,32 @@ def format_job(cert: dict, fmt: str) -> str:
     raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
 
 
-BOUNDS_LEGEND = ("joint bound: R <= it for every candidate at once, with probability >= {conf:g} (<= alpha exactly "
-                 "for the certified set; blank: no statement). own bound: the one-sided bound that inverts the "
-                 "candidate's own test at the level of its decision; a per-candidate statement, not adjusted for "
+BOUNDS_LEGEND = ("simultaneous bound: R <= it for every candidate at once, with probability >= {conf:g} (<= alpha "
+                 "exactly for the certified set; blank: no statement). upper bound: the one-sided bound that inverts "
+                 "the candidate's own test at the level of its decision; a per-candidate statement, not adjusted for "
                  "the selection. to certify / min: human labels until certified against log(1/level) / KL_inf, the "
-                 "fewest any test would need on average, estimated from its own labels (a rough guide).")
+                 "fewest any test would need on average, estimated from its own labels (a rough guide). Names: "
+                 "docs/glossary.md.")
 
-RECOVERY_LEGEND = ("joint recovery >=: a lower bound on E[score] / E[reference score] for every candidate at once, with "
-                   "probability >= {conf:g} (>= {r:g} exactly for the certified set; blank: no statement). own "
-                   "recovery >=: the candidate's own test's bound at the level of its decision (R-Eval on a table: "
-                   "inverting its test; otherwise r + 1 - (1 + r) U from its risk bound U). recovery estimate: mean score / mean reference score on its "
-                   "labelled items. to certify / min: as for risks, on its recovery losses.")
+RECOVERY_LEGEND = ("simultaneous lower bound: on E[score] / E[reference score] for every candidate at once, with "
+                   "probability >= {conf:g} (>= {r:g} exactly for the certified set; blank: no statement). lower "
+                   "bound: the candidate's own test's bound at the level of its decision (R-Eval on a table: "
+                   "inverting its test; otherwise r + 1 - (1 + r) U from its risk bound U). recovery estimate: mean "
+                   "score / mean reference score on its labelled items. to certify / min: as for risks, on its "
+                   "recovery losses. Names: docs/glossary.md.")
 
 
 def recovery_evidence_line(ev: dict) -> str:
-    """The selected candidate's own evidence in a recovery job."""
+    """The selected candidate's own evidence in a recovery job, one labelled line each."""
     rec = ev["recovery"]
-    bits = [f"evidence: its own test gives recovery >= {share_text(rec['lower_bound'])} (one-sided, at its level "
-            f"{ev['level']:.3g}; not adjusted for the selection)"]
+    lines = [f"  lower bound: recovery >= {share_text(rec['lower_bound'])} (its own test, one-sided, at level "
+             f"{ev['level']:.3g}; not adjusted for the selection)"]
     if ev.get("e_value") is not None:
-        bits.append(f"e-value {ev['e_value']:.3g} against its threshold {ev['threshold']:.3g}")
+        lines.append(f"  e-value: {ev['e_value']:.3g} (threshold {ev['threshold']:.3g})")
     if rec["estimate"] is not None:
-        bits.append(f"estimate {rec['estimate']:.1%} (mean score / mean reference score over its {rec['labels']} "
-                    "labelled items)")
-    return ", ".join(bits)
+        lines.append(f"  estimate: {rec['estimate']:.1%} (mean score / mean reference score over its "
+                     f"{rec['labels']} labelled items)")
+    return "\n".join(["evidence:", *lines])
 
 
 def _saved(fraction: float) -> str:
@@ -240,19 +243,20 @@ def cost_line(costs: dict) -> str:
 
 
 def evidence_line(ev: dict, alpha: float) -> str:
-    """The selected candidate's own evidence, each number with the level it has."""
-    bits = [f"evidence: its own test gives R <= {bound_text(ev['upper_bound'], alpha)} (one-sided, at its level "
-            f"{ev['level']:.3g}; not adjusted for the selection)"]
+    """The selected candidate's own evidence, one labelled line per number, each with the
+    level it has (the names of docs/glossary.md)."""
+    lines = [f"  upper bound: R <= {bound_text(ev['upper_bound'], alpha)} (its own test, one-sided, at level "
+             f"{ev['level']:.3g}; not adjusted for the selection)"]
     if ev.get("e_value") is not None:
-        bits.append(f"e-value {ev['e_value']:.3g} against its threshold {ev['threshold']:.3g}")
-    bits.append(f"estimate {ev['estimate']:.3f} ({ev['estimate_note']})")
+        lines.append(f"  e-value: {ev['e_value']:.3g} (threshold {ev['threshold']:.3g})")
+    lines.append(f"  estimate: {ev['estimate']:.3f} ({ev['estimate_note']})")
     if ev.get("certified_at_labels"):
-        bits.append(f"certified after {ev['certified_at_labels']} human labels ({ev['labels_human']} bought"
-                    + (f"; any test would need about {ev['labels_minimum_estimate']:.0f} on average, estimated from "
-                       "its labels)" if ev.get("labels_minimum_estimate") else ")"))
+        lines.append(f"  human labels: certified after {ev['certified_at_labels']}, {ev['labels_human']} bought"
+                     + (f"; any test would need about {ev['labels_minimum_estimate']:.0f} on average (estimated "
+                        "from its labels)" if ev.get("labels_minimum_estimate") else ""))
     else:
-        bits.append(f"{ev['labels_human']} human labels")
-    return ", ".join(bits)
+        lines.append(f"  human labels: {ev['labels_human']}")
+    return "\n".join(["evidence:", *lines])
 
 
 TASK_FIELDS = ["candidate", "task", "certified", "selected", "combined_e_value", "threshold", "status", "e_value",
@@ -359,10 +363,8 @@ def print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None, outp
         from certsel.orchestrator.outputs.tracking import ui_link
 
         uri = tracking["uri"]
-        if uri.startswith(("http://", "https://")):  # a tracking server is its own UI
-            console.print(f"MLflow UI: {ui_link(uri, tracking['experiment_id'], tracking['run_id'])}", markup=False,
-                          soft_wrap=True)
-        else:
-            console.print(f"MLflow UI: mlflow ui --backend-store-uri {uri}, then "
-                          f"{ui_link('http://127.0.0.1:5000', tracking['experiment_id'], tracking['run_id'])}",
-                          markup=False, soft_wrap=True)
+        base = uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"  # a server is its own UI
+        start = "" if base == uri else f"mlflow ui --backend-store-uri {uri}, then "
+        console.print(f"MLflow UI: {start}{ui_link(base, tracking['experiment_id'], tracking['run_id'])} (every "
+                      f"job, results as columns: {ui_link(base, tracking['experiment_id'])})", markup=False,
+                      soft_wrap=True)

@@ -49,6 +49,34 @@ def test_parent_run_params_metrics_tags(job):
     assert m["selected_objective"] == result.selected_record.objective
 
 
+def test_the_runs_table_view_shows_the_results(job):
+    """The experiment carries certsel's saved view (one row per job, the results as columns),
+    every column of it is a value the job's run holds (cost and GPU time only for jobs with
+    prices or servers), the selection is a parameter, parameters that do not apply to the
+    policy are not logged, and the run's clock starts with the command."""
+    cfg, result, run_id, client, _, _ = job
+    from certsel.orchestrator.outputs.tracking import RESULTS_VIEW, ui_link
+
+    exp = client.get_experiment_by_name("certsel-test")
+    envelope = json.loads(exp.tags[f"mlflow.sharedViewState.{RESULTS_VIEW}"])
+    state = json.loads(envelope["state"])
+    assert state["searchFilter"] == "tags.`certsel.kind` = 'job'"
+    shown = client.search_runs([exp.experiment_id], state["searchFilter"])
+    assert [r.info.run_id for r in shown] == [run_id]  # the candidates' runs are not rows
+    run = client.get_run(run_id)
+    have = {**{f"params.`{k}`": v for k, v in run.data.params.items()},
+            **{f"metrics.`{k}`": v for k, v in run.data.metrics.items()}}
+    optional = {"metrics.`cost_total`", "metrics.`gpu_seconds`"}
+    assert set(state["selectedColumns"]) - optional <= set(have)
+    assert have["params.`selected`"] == result.selected and have["metrics.`n_certified`"] == len(result.certified)
+    assert have["metrics.`human_labels_saved_percent`"] == round(100 * (1 - result.spent["human"] / (48 * 100)), 1)
+    assert "radius" not in run.data.params and "partition" not in run.data.params  # Cer-Eval's options
+    took = (run.info.end_time - run.info.start_time) / 1000  # from the command's start, not the run's creation
+    assert took >= result.stages["starting Ray"] + result.stages["creating MLflow runs"] + result.stages["rounds"]
+    assert ui_link("http://h:5000", exp.experiment_id).endswith(f"/runs?workflowType=machine_learning"
+                                                                f"&viewStateShareKey={RESULTS_VIEW}")
+
+
 def test_nested_runs_hold_step_metrics_and_final_tags(job):
     cfg, result, run_id, client, _, _ = job
     exp = client.get_experiment_by_name("certsel-test")

@@ -49,3 +49,29 @@ def headline(cert: dict) -> str:
         return (f"top-{topk['k']}: {known}; {topk['k'] - len(inside)} place(s) open among "
                 f"{', '.join(open_) or 'none'}")
     return f"selected: {cert['selected'] or 'none'}"
+
+
+# One name per quantity (docs/glossary.md): the words in the terminal, the report and
+# `certsel select`; the key in selection.json's candidate rows, CSV (`--format csv`) and
+# `Result.to_frame()`; the metric on the candidate's MLflow run (None: not logged there).
+# tests/test_glossary.py checks the outputs and the docs table against this list.
+GLOSSARY = (
+    # (words, selection.json / CSV key, MLflow metric, meaning)
+    ("simultaneous bound", "simultaneous_bound", "final_simultaneous_bound",
+     "R is at most this for every candidate at once, with probability >= 1 - delta: what the certificate states"),
+    ("upper bound", "upper_bound", "final_upper_bound",
+     "the one-sided bound of the candidate's own test at its level; not adjusted for the selection"),
+    ("level", "level", "level", "the level the candidate's own test decided at (delta, delta/K, ... by procedure)"),
+    ("e-value", "e_value", "final_max_log_evalue",
+     "the largest e-value of the candidate's test (MLflow: its natural log); certified once it reaches the "
+     "threshold 1/level"),
+    ("estimate", "estimate", "estimate",
+     "the mean of the per-label observations (unbiased at a fixed number of labels, not at a data-dependent stop)"),
+    ("two-sided interval", "ci", "final_ci_low",
+     "an interval at the candidate's interval level, split over both sides (CSV, to_frame() and MLflow: its "
+     "ends as ci_low, ci_high)"),
+    ("human", "labels_human", "labels_human", "the human labels the candidate bought"),
+    ("to certify / min", "certified_at_labels", None,
+     "human labels until certified / the fewest any test would need on average (labels_minimum_estimate), "
+     "estimated from its own labels"),
+)

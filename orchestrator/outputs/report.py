@@ -40,9 +40,9 @@ tr.certified td:nth-child(4){color:#1f6f3f} .wide{overflow-x:auto} img{max-width
 """
 
 
-BOUNDS_NOTE = ("Joint bound: R is at most it for every candidate at once, with probability at least {conf:g} (at "
+BOUNDS_NOTE = ("Simultaneous bound: R is at most it for every candidate at once, with probability at least {conf:g} (at "
                "most alpha exactly for the certified set; blank: no statement about that candidate). This is the "
-               "statement that keeps its level for the selected candidate, whatever made it the selected one. Own "
+               "statement that keeps its level for the selected candidate, whatever made it the selected one. Upper "
                "bound: the one-sided bound that inverts the candidate's own test, at the level of its decision "
                "(level column); a per-candidate statement, not adjusted for the selection. The two-sided interval "
                "is at the candidate's interval level, split over both sides. Upper bounds are rounded up. To "
@@ -52,9 +52,9 @@ BOUNDS_NOTE = ("Joint bound: R is at most it for every candidate at once, with p
 
 
 RECOVERY_NOTE = ("Recovery is E[score] / E[reference score]; the job certifies recovery >= {r:g} as the risk test of "
-                 "the losses (r s_ref - s + 1) / (1 + r) at alpha = 1 / (1 + r). Joint recovery: at least it for "
+                 "the losses (r s_ref - s + 1) / (1 + r) at alpha = 1 / (1 + r). Simultaneous lower bound: at least it for "
                  "every candidate at once, with probability at least {conf:g} (at least r exactly for the certified "
-                 "set; blank: no statement). Own recovery: the lower bound of the candidate's own test at the level "
+                 "set; blank: no statement). Lower bound: the bound of the candidate's own test at the level "
                  "of its decision (R-Eval on a table inverts its test over r; a judge-assisted test or a live job "
                  "carries its risk bound U over as r + 1 - (1 + r) U). Lower bounds are rounded down. Recovery estimate: mean score over mean reference "
                  "score on the candidate's labelled items; recovery on table: the same on every item of the table.")
@@ -94,7 +94,7 @@ def _summary(cert: dict) -> tuple[str, list[str]]:
             "confidence")
     lines = []
     if ev.get("upper_bound") is not None:
-        lines.append(f"its own test: R <= {bound_text(ev['upper_bound'], p['alpha'])} (one-sided, at its level "
+        lines.append(f"upper bound: R <= {bound_text(ev['upper_bound'], p['alpha'])} (its own test, one-sided, at level "
                      f"{_fmt(ev.get('level'), '.3g')}; a per-candidate statement, not adjusted for the selection)")
     lines.append(f"estimate {_fmt(ev.get('estimate'))}: {ev.get('estimate_note', '')}")
     return head, lines + _evidence_tail(cert, ev)
@@ -119,7 +119,7 @@ def _recovery_summary(cert: dict, claim: dict, ev: dict) -> tuple[str, list[str]
             f"{claim['reference']!r} at {conf:g} confidence")
     lines = []
     if rec.get("lower_bound") is not None:
-        lines.append(f"its own test: recovery >= {share_text(rec['lower_bound'])} (one-sided, at its level "
+        lines.append(f"lower bound: recovery >= {share_text(rec['lower_bound'])} (its own test, one-sided, at level "
                      f"{_fmt(ev.get('level'), '.3g')}; a per-candidate statement, not adjusted for the selection)")
     if rec.get("estimate") is not None:
         lines.append(f"estimate {rec['estimate']:.1%}: mean score / mean reference score over its {rec['labels']} "
@@ -149,14 +149,14 @@ def _rows(cert: dict) -> list[list[str]]:
     # one level for every candidate (FST, Bonferroni) goes in the header: a column less to scroll
     levels = {c["level"] for c in cert["candidates"] if c.get("upper_bound") is not None}
     one_level = len(levels) <= 1
-    own_head = f"own bound (level {next(iter(levels)):.3g})" if len(levels) == 1 else "own bound"
-    out = [["candidate", "objective", "status", "in set", "joint bound", own_head, *([] if one_level else ["level"]),
+    own_head = f"upper bound (level {next(iter(levels)):.3g})" if len(levels) == 1 else "upper bound"
+    out = [["candidate", "objective", "status", "in set", "simultaneous bound", own_head, *([] if one_level else ["level"]),
             "estimate", *(["e-value / threshold"] if testing else []), "two-sided interval", "human",
             *(["to certify / min"] if testing else []), "judge", "requests",
             *(["judge agrees (kappa)"] if judged else []), "note"]]
     recovery = cert.get("claim") is not None
     if recovery:  # the same columns, stated as shares of the reference's score
-        out[0][4:6] = ["joint recovery >=", own_head.replace("own bound", "own recovery >=")]
+        out[0][4:6] = ["simultaneous lower bound", own_head.replace("upper bound", "lower bound")]
         out[0][out[0].index("estimate")] = "recovery estimate"
         out[0][out[0].index("two-sided interval")] = "recovery on table"
     for c in cert["candidates"]:

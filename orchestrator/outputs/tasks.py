@@ -2,7 +2,7 @@
 multi-task``), its report (Markdown and HTML) and its MLflow run, which holds every task's
 own job run. Each task's own outputs (its certificate, report, labels) are in ``TASK/``.
 
-Every row is a candidate with its evidence on each task: the task's e-value, its own bound
+Every row is a candidate with its evidence on each task: the task's e-value, its upper bound
 (a risk's upper bound or a recovery's lower bound, at the level of the task's decision) and
 its labels; the combined e-value (the smallest of them) against the job's threshold decides.
 """
@@ -92,7 +92,7 @@ def table_rows(cert: dict) -> tuple[list[str], list[list[str]]]:
     tasks = [t["name"] for t in cert["tasks"]]
     head = ["candidate", "objective", "certified", "combined e-value / threshold"]
     for t in cert["tasks"]:
-        head += [f"{t['name']}: e-value", f"{t['name']}: own bound ({t['target']})", f"{t['name']}: labels"]
+        head += [f"{t['name']}: e-value", f"{t['name']}: upper bound ({t['target']})", f"{t['name']}: labels"]
     out = []
     for c in cert["candidates"]:
         row = [c["candidate"] + (" *" if c["selected"] else ""), "" if c["objective"] is None else f"{c['objective']:g}",

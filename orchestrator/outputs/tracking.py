@@ -31,10 +31,12 @@ from certsel.policies.procedures import get_procedure
 
 from certsel.home import home, tracking_uri
 
+from .cells import headline
 from .certificate import bound_text, certificate, share_text
 from .gpu import gpu_metrics
 
 PARENT_TAG = "mlflow.parentRunId"
+log = logging.getLogger(__name__)
 NOTE = "mlflow.note.content"  # the run's description in the MLflow UI
 
 
@@ -72,8 +74,9 @@ def ui_link(base: str, experiment_id: str, run_id: str | None = None) -> str:
     MLflow 3's UI opens every experiment on its GenAI overview unless the URL (or the user's
     last choice, kept in the browser) names the model-training view: the experiment-kind tag
     alone does not decide it, so the link carries ``workflowType=machine_learning``."""
-    path = f"#/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "")
-    return f"{base.rstrip('/')}/{path}?workflowType=machine_learning"
+    path = f"#/experiments/{experiment_id}/runs" + (f"/{run_id}" if run_id else "")
+    view = "" if run_id else f"&viewStateShareKey={RESULTS_VIEW}"  # the runs table: one row per job, results as columns
+    return f"{base.rstrip('/')}/{path}?workflowType=machine_learning{view}"
 
 
 HTTP_TIMEOUT = 5.0  # seconds a tracking server has to answer the check (MLflow's own client retries for minutes)
@@ -141,9 +144,40 @@ def client_for(uri: str | None):
     return client, uri
 
 
+# The runs table as certsel's users read it: one row per job (its candidates' nested runs
+# filtered out) with the results as columns. MLflow's UI keeps named views as experiment tags
+# ("mlflow.sharedViewState.<id>": an envelope whose ``state`` is the table's state as JSON) and
+# opens one from the link's ``viewStateShareKey``; certsel writes its view once per experiment.
+RESULTS_VIEW = "certsel-results"
+RESULT_COLUMNS = [("params", "selected"), ("metrics", "n_certified"), ("metrics", "n_candidates"),
+                  ("metrics", "human_labels_saved_percent"), ("metrics", "labels_human"), ("params", "alpha"),
+                  ("params", "delta"), ("params", "procedure"), ("params", "policy"), ("metrics", "cost_total"),
+                  ("metrics", "gpu_seconds")]
+
+
+def _results_view() -> str:
+    import json
+
+    columns = [f"{kind}.`{key}`" for kind, key in RESULT_COLUMNS]
+    state = {"selectedColumns": columns, "columnOrder": columns, "columnWidths": {columns[0]: 260},
+             "searchFilter": "tags.`certsel.kind` = 'job'", "orderByKey": "attributes.start_time", "orderByAsc": False}
+    now = int(time.time() * 1000)
+    return json.dumps({"name": "certsel results", "createdAt": now, "updatedAt": now, "state": json.dumps(state)})
+
+
+def _ensure_results_view(client, exp) -> None:
+    key = f"mlflow.sharedViewState.{RESULTS_VIEW}"
+    if key not in (exp.tags or {}):  # once: a user who changed the view keeps their version
+        try:
+            client.set_experiment_tag(exp.experiment_id, key, _results_view())
+        except Exception:  # a store that refuses the tag still tracks the job; the view is a convenience
+            log.debug("could not save the results view on experiment %s", exp.experiment_id)
+
+
 def experiment_id(client, uri: str, name: str) -> str:
     exp = client.get_experiment_by_name(name)
     if exp is not None:
+        _ensure_results_view(client, exp)
         return exp.experiment_id
     artifact_location = None
     db = _sqlite_path(uri)
@@ -153,7 +187,8 @@ def experiment_id(client, uri: str, name: str) -> str:
     try:
         # the UI then opens certsel's experiments in its runs view (not the GenAI traces view)
         return client.create_experiment(name, artifact_location=artifact_location,
-                                        tags={"mlflow.experimentKind": "custom_model_development"})
+                                        tags={"mlflow.experimentKind": "custom_model_development",
+                                              f"mlflow.sharedViewState.{RESULTS_VIEW}": _results_view()})
     except Exception as exc:
         raise TrackingProblem(f"tracking URI {uri}: cannot create experiment {name!r} ({_one_line(exc)})") from None
 
@@ -173,7 +208,7 @@ class JobTracker:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="certsel-mlflow-steps")
         self._pending: list = []
 
-    def start(self, cfg, data, records, job=None, parent_run: str | None = None) -> str:
+    def start(self, cfg, data, records, job=None, parent_run: str | None = None, started: float | None = None) -> str:
         """``job``: the :class:`~certsel.orchestrator.run.state.JobState` (its id and attempt are
         tagged; runs of earlier attempts that a killed driver left RUNNING become KILLED)."""
         from mlflow.entities import Param, RunTag
@@ -189,7 +224,9 @@ class JobTracker:
         tags[NOTE] = (f"certsel job **{cfg.name}**: {cfg.policy.kind}, procedure {cfg.procedure}, delta = {cfg.delta:g}"
                       + ("" if get_procedure(cfg.procedure).ranking else f", alpha = {cfg.alpha:g}")
                       + f", {len(records)} candidates. Running.")
-        parent = c.create_run(self.experiment_id, run_name=cfg.name, tags=tags)
+        # started: when the command began (time.time()), so the run's duration is the job's, Ray's start included
+        parent = c.create_run(self.experiment_id, run_name=cfg.name, tags=tags,
+                              start_time=None if started is None else int(started * 1000))
         self.parent_id = parent.info.run_id
         params = {
             "alpha": cfg.alpha, "delta": cfg.delta, "policy": cfg.policy.kind, "betting": cfg.policy.strategy.describe(),
@@ -268,7 +305,7 @@ class JobTracker:
             f.result()
 
     def finish(self, result, artifacts: list) -> None:
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import Metric, Param, RunTag
 
         c = self.client
         now = int(time.time() * 1000)
@@ -316,7 +353,8 @@ class JobTracker:
             c.log_batch(self.child[r.name], tags=tags,
                         metrics=[Metric(k, float(v), now, r.t) for k, v in final.items()])
             c.set_terminated(self.child[r.name], "FINISHED")
-        metrics = {"rounds": result.rounds, "seconds": result.seconds, "n_certified": len(result.certified)}
+        metrics = {"rounds": result.rounds, "seconds": result.seconds, "n_certified": len(result.certified),
+                   "n_candidates": len(result.records)}
         if result.ranking is not None:  # how much of the order is certified: orders and ties
             metrics.update(pairs_certified=result.ranking.pairs_certified, pairs_tied=result.ranking.pairs_tied)
         for k in ("human", "judge", "requests"):
@@ -324,6 +362,7 @@ class JobTracker:
             metrics[f"full_budget_{k}"] = result.full[k]
             if result.full[k]:
                 metrics[f"saved_fraction_{k}"] = 1 - result.spent[k] / result.full[k]
+                metrics[f"{k}_labels_saved_percent"] = round(100 * metrics[f"saved_fraction_{k}"], 1)  # a column
         sel = result.selected_record
         if sel is not None and sel.objective is not None:
             metrics["selected_objective"] = sel.objective
@@ -335,7 +374,10 @@ class JobTracker:
                 RunTag(NOTE, _job_note(result))]
         if result.cfg.costs is not None:
             tags.append(RunTag("certsel.cost_unit", result.cfg.costs.unit))
-        c.log_batch(self.parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags)
+        # what was certified, as a column of the runs table (the headline without its "selected: ")
+        shown = headline(whole).removeprefix("selected: ")
+        c.log_batch(self.parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags,
+                    params=[Param("selected", shown[:6000])])
         for path in artifacts:
             c.log_artifact(self.parent_id, str(path))
         c.set_terminated(self.parent_id, "FINISHED")
@@ -468,9 +510,9 @@ def _candidate_note(result, row: dict) -> str:
     if rec is not None:
         if rec.get("simultaneous_lower_bound") is not None:
             bits.append(f"recovery >= {share_text(rec['simultaneous_lower_bound'])} of {cfg.recovery_reference!r} "
-                        f"together with every other candidate's joint bound, with probability >= {1 - cfg.delta:g}")
+                        f"together with every other candidate's simultaneous bound, with probability >= {1 - cfg.delta:g}")
         if rec.get("lower_bound") is not None:
-            bits.append(f"its own test: recovery >= {share_text(rec['lower_bound'])} (one-sided, at its level "
+            bits.append(f"lower bound: recovery >= {share_text(rec['lower_bound'])} (its own test, one-sided, at level "
                         f"{row['level']:.3g}; not adjusted for the selection)")
         if rec.get("estimate") is not None:
             bits.append(f"estimate {rec['estimate']:.1%} on its {rec['labels']} labelled items")
@@ -487,9 +529,9 @@ def _candidate_note(result, row: dict) -> str:
         alpha = result.cfg.alpha
         if row.get("simultaneous_bound") is not None:
             bits.append(f"R <= {bound_text(row['simultaneous_bound'], alpha)} together with every other candidate's "
-                        f"joint bound, with probability >= {1 - result.cfg.delta:g} (alpha = {alpha:g})")
+                        f"simultaneous bound, with probability >= {1 - result.cfg.delta:g} (alpha = {alpha:g})")
         if row.get("upper_bound") is not None:
-            bits.append(f"its own test: R <= {bound_text(row['upper_bound'], alpha)} (one-sided, at its level "
+            bits.append(f"upper bound: R <= {bound_text(row['upper_bound'], alpha)} (its own test, one-sided, at level "
                         f"{row['level']:.3g}; not adjusted for the selection)")
     if row.get("e_value") is not None:
         bits.append(f"e-value {row['e_value']:.3g} against the threshold {row['threshold']:.3g}")

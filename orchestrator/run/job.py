@@ -15,6 +15,7 @@ import logging
 import os
 import pathlib
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from certsel.config import RunConfig
@@ -60,6 +61,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
     ``result.stages`` holds their seconds. The MLflow store opens in a thread while Ray starts.
     """
     clock = StageClock(on_stage)
+    started = time.time()
     if output is not None:
         output = output_dir(output, "--output")
     for path, what in check_outputs:
@@ -112,7 +114,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
             with clock.stage(RUNS):
                 records = [CandidateRecord(n, k, None if obj is None else float(obj[k]))
                            for k, n in enumerate(data.names)]
-                run_id = tracker.start(cfg, data, records, job=job, parent_run=parent_run)
+                run_id = tracker.start(cfg, data, records, job=job, parent_run=parent_run, started=started)
             if job is not None:
                 job.update(mlflow_runs=[*job.meta.get("mlflow_runs", []), run_id])
         try:
