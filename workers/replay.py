@@ -47,12 +47,21 @@ def _column(table, name: str, path) -> np.ndarray:
     return table.column(name).to_numpy(zero_copy_only=False)
 
 
-def _numeric(values: np.ndarray, name: str, path) -> np.ndarray:
+def _rows_named(bad: np.ndarray, where=None, shown: int = 3) -> str:
+    """The first few offending rows (0-based, as pandas and pyarrow count them), each with
+    what identifies it (``where(row)``: its candidate and item), and how many there are."""
+    rows = np.flatnonzero(bad)
+    parts = [f"row {r}" + ("" if where is None else f" ({where(r)})") for r in rows[:shown]]
+    return ", ".join(parts) + (f" and {rows.size - shown} more" if rows.size > shown else "")
+
+
+def _numeric(values: np.ndarray, name: str, path, where=None) -> np.ndarray:
     if not (np.issubdtype(values.dtype, np.number) or values.dtype == bool):
         raise ValueError(f"{path}: column {name!r} must be numeric, got {values.dtype}")
     v = values.astype(np.float64)
     if not np.all(np.isfinite(v)):
-        raise ValueError(f"{path}: column {name!r} has {int(np.sum(~np.isfinite(v)))} NaN/inf value(s)")
+        bad = ~np.isfinite(v)
+        raise ValueError(f"{path}: column {name!r} has {int(np.sum(bad))} NaN/inf value(s): {_rows_named(bad, where)}")
     return v
 
 
@@ -81,15 +90,28 @@ def load_loss_table(
     K, I = names.size, item_ids.size
     flat = cidx * I + iidx
     if np.unique(flat).size != flat.size:
-        raise ValueError(f"{path}: duplicated ({candidate}, {item}) rows")
+        _, first = np.unique(flat, return_index=True)
+        again = np.ones(flat.size, bool)
+        again[first] = False  # every row after the first of its (candidate, item)
+        raise ValueError(f"{path}: duplicated ({candidate}, {item}) rows: "
+                         f"{_rows_named(again, lambda r: f'{cand[r]}, {items[r]}')}")
     if flat.size != K * I:
-        raise ValueError(f"{path}: candidates do not all cover the same {I} items ({flat.size} rows for {K} candidates)")
+        per = np.bincount(cidx, minlength=K)
+        short = [f"{names[k]} ({per[k]})" for k in np.flatnonzero(per < I)[:3]]
+        more = int(np.sum(per < I)) - len(short)
+        raise ValueError(f"{path}: candidates do not all cover the same {I} items ({flat.size} rows for {K} candidates; "
+                         f"items per candidate: {', '.join(short)}" + (f" and {more} more" if more > 0 else "") + ")")
     lo, hi = loss_bounds
 
+    def where(r: int) -> str:  # a row of the table as a user finds it: its candidate and item
+        return f"{candidate} {cand[r]}, {item} {items[r]}"
+
     def dense(col: str) -> np.ndarray:
-        v = _numeric(_column(table, col, path), col, path)
+        v = _numeric(_column(table, col, path), col, path, where)
         if v.min() < lo or v.max() > hi:
-            raise ValueError(f"{path}: column {col!r} has values outside [{lo}, {hi}] (min {v.min():.6g}, max {v.max():.6g})")
+            bad = (v < lo) | (v > hi)
+            raise ValueError(f"{path}: column {col!r} has {int(bad.sum())} value(s) outside [{lo}, {hi}] (min "
+                             f"{v.min():.6g}, max {v.max():.6g}): {_rows_named(bad, lambda r: f'{where(r)}: {v[r]:.6g}')}")
         out = np.empty(K * I)
         out[flat] = v
         return out.reshape(K, I)

@@ -19,8 +19,42 @@ from .schema import RunConfig
 from .sources import LabelsConfig, ServeConfig
 
 
-def _format(err: ValidationError, source: str) -> str:
+def key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """The 1-based line of every key (and list item) of a YAML text, by its path
+    (``("budget", "r")``), so an error names the line to fix."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    out: dict[tuple[str, ...], int] = {}
+    stack = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                out[(*path, str(k.value))] = k.start_mark.line + 1
+                stack.append((v, (*path, str(k.value))))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                out[(*path, str(i))] = v.start_mark.line + 1
+                stack.append((v, (*path, str(i))))
+    return out
+
+
+def _line_of(loc: tuple, lines: dict | None) -> int | None:
+    """The line of the longest prefix of a validation error's location found in the file."""
+    parts = tuple(str(p) for p in loc)
+    for n in range(len(parts), 0, -1):
+        if lines and parts[:n] in lines:
+            return lines[parts[:n]]
+    return None
+
+
+def _format(err: ValidationError, source: str, lines: dict | None = None) -> str:
     e = err.errors()[0]
+    line = _line_of(e["loc"], lines)
+    if line is not None:  # "job.yaml:9: budget.r: ..." as editors and compilers write it
+        source = f"{source}:{line}"
     loc = ".".join(str(p) for p in e["loc"]) or "config"
     if e["type"] == "extra_forbidden":
         msg = f"unknown key {loc!r}"
@@ -66,7 +100,8 @@ def load_plugins(names, source: str) -> None:
             raise ConfigError(f"{source}: plugins: cannot import {name!r} ({first_line(exc)})") from None
 
 
-def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None = None) -> RunConfig:
+def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None = None,
+                 lines: dict | None = None) -> RunConfig:
     """Validate a mapping (e.g. parsed YAML) into a :class:`RunConfig`; ``plugins`` are
     imported first, so that the procedures and strategies they register are known."""
     if not isinstance(raw, dict):
@@ -76,7 +111,7 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
     try:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(_format(err, source)) from None
+        raise ConfigError(_format(err, source, lines)) from None
     if cfg.tasks is not None:  # each task's table and features beside the job file
         tasks = [t.model_copy(update={"data": _resolved_data(t.data, base_dir, f"{source}: tasks[{t.name}]")})
                  for t in cfg.tasks]
@@ -170,4 +205,8 @@ def load_config(path, overrides=None) -> RunConfig:
     path = pathlib.Path(path)
     raw = apply_overrides(read_job_file(path), overrides, str(path))
     raw.setdefault("name", path.stem)  # a job without a name is called after its file
-    return parse_config(raw, source=str(path), base_dir=path.parent)
+    lines = key_lines(path.read_text())
+    for item in overrides or ():  # a value given by --set is not the file's: no line for it
+        key = tuple(item.partition("=")[0].strip().split("."))
+        lines = {k: v for k, v in lines.items() if k[: len(key)] != key and key[: len(k)] != k}
+    return parse_config(raw, source=str(path), base_dir=path.parent, lines=lines)
