@@ -53,9 +53,11 @@ def bounds_plot(result: JobResult, cert: dict, path: pathlib.Path) -> pathlib.Pa
     for yi, c in zip(y, rows, strict=True):
         color = "#1f6f3f" if c["certified"] else "#9a3b3b"
         lo = c["estimate"] if c.get("estimate") is not None and math.isfinite(c["estimate"]) else 0.0
+        lo = max(lo, 0.0)  # R is in [0, 1]: an estimate below 0 (a judge-corrected mean can be) is drawn from 0
         ax.plot([min(lo, c["upper_bound"]), c["upper_bound"]], [yi, yi], color=color, lw=3 if c["selected"] else 1.8)
         ax.plot([c["upper_bound"]], [yi], "|", color=color, ms=9, mew=2)
     ax.axvline(result.cfg.alpha, color="k", ls="--", lw=1, label=f"alpha = {result.cfg.alpha:g}")
+    ax.set_xlim(0.0, min(1.0, 1.1 * max(result.cfg.alpha, *(c["upper_bound"] for c in rows))))  # within R's range
     ax.set_yticks(y, [c["candidate"] + ("  (selected)" if c["selected"] else "") for c in rows], fontsize=_FONT)
     ax.set_xlabel("risk R: estimate to its own test's upper bound (green: certified R <= alpha)")
     ax.set_title("each candidate's own one-sided bound (per-candidate level) against alpha")
