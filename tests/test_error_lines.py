@@ -47,7 +47,7 @@ def test_table_errors_name_the_rows(tmp_path):
     with pytest.raises(ValueError) as err:
         load_loss_table(_table(tmp_path / "t.parquet", losses), human="loss_human")
     msg = str(err.value)
-    assert "has 2 value(s) outside [0.0, 1.0]" in msg
+    assert "has values outside [0.0, 1.0] (2 of them; min -0.25, max 1.5)" in msg
     assert "row 3 (candidate a, item 3: 1.5), row 7 (candidate b, item 2: -0.25)" in msg
     losses = [np.nan] * 5 + [0.0] * 5
     with pytest.raises(ValueError, match=r"5 NaN/inf value\(s\): row 0 \(candidate a, item 0\), row 1 .* and 2 more"):

@@ -110,7 +110,7 @@ def load_loss_table(
         v = _numeric(_column(table, col, path), col, path, where)
         if v.min() < lo or v.max() > hi:
             bad = (v < lo) | (v > hi)
-            raise ValueError(f"{path}: column {col!r} has {int(bad.sum())} value(s) outside [{lo}, {hi}] (min "
+            raise ValueError(f"{path}: column {col!r} has values outside [{lo}, {hi}] ({int(bad.sum())} of them; min "
                              f"{v.min():.6g}, max {v.max():.6g}): {_rows_named(bad, lambda r: f'{where(r)}: {v[r]:.6g}')}")
         out = np.empty(K * I)
         out[flat] = v
