@@ -86,7 +86,7 @@ def test_every_bound_agrees_with_the_certificate(tmp_path, ray_session, procedur
     assert sel.data.metrics["final_simultaneous_bound"] <= cfg.alpha
     assert "not adjusted for the selection" in sel.data.tags["mlflow.note.content"]
     report = (tmp_path / "report" / "report.md").read_text()
-    assert "Joint bound: R is at most it for every candidate at once" in report
+    assert "Simultaneous bound: R is at most it for every candidate at once" in report
     assert "not adjusted for the selection" in report
 
 

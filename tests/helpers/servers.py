@@ -79,6 +79,9 @@ class _Adder(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if getattr(self.server, "announce", False):  # a launched stand-in says once that it serves (tests wait on it)
+            self.server.announce = False
+            print("serving requests", flush=True)
         if getattr(self.server, "delay", 0):
             import time
 
@@ -187,7 +190,7 @@ def main(argv=None):
         sys.exit(args.exit_code)
     time.sleep(args.startup_delay)
     srv = ThreadingHTTPServer((args.host, args.port), _Adder)
-    srv.calls, srv.lock, srv.delay = {}, threading.Lock(), args.delay
+    srv.calls, srv.lock, srv.delay, srv.announce = {}, threading.Lock(), args.delay, True
     print(f"listening on {args.host}:{args.port}", flush=True)
     srv.serve_forever()
 
