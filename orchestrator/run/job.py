@@ -85,7 +85,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
         job.update(name=cfg.name)
         if on_job is not None:
             on_job(job)
-    tracker = run_id = servers = runtime = opening = None
+    tracker = run_id = servers = runtime = None
     pool = ThreadPoolExecutor(1, thread_name_prefix="certsel-mlflow")
     try:
         if track:  # the store opens (imports, migrations of a new SQLite file) while Ray starts
@@ -125,7 +125,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
             raise
         except Exception as exc:  # while the job ran: a job error, whatever its type
             raise job_error(exc) from exc
-        result.stages = dict(clock.seconds)  # up to here: the certificate is written next
+        result.stages = clock.seconds  # the clock's own dict: the stages after this one land in it too
         result.job_id = None if job is None else job.job_id
         if tracker is not None:
             result.tracking = {"uri": tracker.uri, "experiment_id": tracker.experiment_id, "run_id": run_id}
@@ -138,7 +138,6 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
             if tracker is not None:
                 with clock.stage(LOGGING):
                     tracker.finish(result, files)
-        result.stages = dict(clock.seconds)
         if job is not None:
             job.update(status="finished", mlflow_run=run_id, finished=True, name=cfg.name, selected=result.selected,
                        output=None if result.output_dir is None else str(result.output_dir))
@@ -151,9 +150,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
             job.update(status="interrupted" if killed else "failed")
         raise
     finally:
-        if opening is not None and tracker is None:  # a failure before the store was needed: let it finish
-            opening.exception()
-        pool.shutdown(wait=True)
+        pool.shutdown(wait=True)  # a store still opening after a failure finishes first (it creates no run)
         if servers is not None:
             servers.close()
         if runtime is not None:

@@ -183,9 +183,9 @@ def read_checkpoint(job_dir, kind: str, names: list[str]) -> dict | None:
     path = pathlib.Path(job_dir) / CHECKPOINT
     if not path.is_file():
         return None
-    try:
-        from certsel.workers.labellog import unpack
+    from certsel.workers.labellog import unpack  # here: listing jobs (certsel jobs, show) needs none of it
 
+    try:
         state = unpack(path.read_bytes())
         if state.get("format") != 1 or state.get("kind") != kind or state.get("names") != list(names):
             raise ValueError("written by another kind of job")
