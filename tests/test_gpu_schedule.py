@@ -256,7 +256,7 @@ def test_a_server_killed_mid_job_starts_again_and_nothing_is_bought_twice(tmp_pa
 
 
 def test_a_server_waiting_for_gpus_held_by_others_is_shown_and_its_timeout_counts_from_placement(tmp_path):
-    """Another job holds both GPUs for 8 s. The job's first server waits to be placed: the
+    """Another job holds both GPUs for 10 s. The job's first server waits to be placed: the
     status the progress line shows names it with the seconds waited, its startup timeout
     (3 s) runs only from placement, and the job finishes once the GPUs are free."""
     from certsel.cli import servers_text
@@ -270,7 +270,7 @@ def test_a_server_waiting_for_gpus_held_by_others_is_shown_and_its_timeout_count
     with cluster(2):
         other = ray.remote(num_gpus=2)(type("OtherJob", (), {"ping": lambda self: 1})).remote()
         ray.get(other.ping.remote())  # placed: it holds both GPUs
-        release = threading.Timer(8.0, lambda: ray.kill(other))
+        release = threading.Timer(10.0, lambda: ray.kill(other))
         release.start()
         try:
             res = execute(load_config(path), on_servers=seen.append)[0]
@@ -280,4 +280,7 @@ def test_a_server_waiting_for_gpus_held_by_others_is_shown_and_its_timeout_count
     assert waits and max(st["waiting"]["judge"] for st in waits) >= 3  # longer than its startup timeout
     assert "waiting for placement: judge (" in servers_text(waits[-1])
     judge = next(s for s in res.gpu.servers if s.name == "judge")
-    assert judge.starts == 1 and judge.wait_s > 5 and res.certified
+    # It waited past its startup timeout (3 s) and still started: the timeout runs from placement.
+    # (Loading the job before the first server asks for GPUs took up to 3.1 s under CI's load,
+    # so the wait is measured against the timeout, not against the 10 s hold.)
+    assert judge.starts == 1 and judge.wait_s > 3 and res.certified
