@@ -33,10 +33,10 @@ import numpy as np
 from certsel.config import load_config
 from certsel.orchestrator.audit.job import audit
 from certsel.orchestrator.outputs.certificate import certificate
-from certsel.orchestrator.run.engine import run_job
+from certsel.orchestrator.engine.driver import run_job
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.orchestrator.run.replicated import replicated_selection
-from certsel.orchestrator.runtimes.runtime import LocalRuntime
+from certsel.orchestrator.engine.replicated import replicated_selection
+from certsel.orchestrator.engine.runtime import LocalRuntime
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

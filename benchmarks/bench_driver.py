@@ -29,9 +29,9 @@ import pyarrow.parquet as pq
 import ray
 
 from certsel.config import parse_config
-from certsel.orchestrator.run.engine import LocalRuntime, RayRuntime, run_job
+from certsel.orchestrator.engine.driver import LocalRuntime, RayRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.orchestrator.run.replicated import replicated_selection
+from certsel.orchestrator.engine.replicated import replicated_selection
 from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
 
 N, R, BATCH = 300, 3, 25

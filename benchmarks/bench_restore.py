@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from certsel.config import parse_config
-from certsel.orchestrator.run.engine import JobPlan
+from certsel.orchestrator.engine.driver import JobPlan
 from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.workers.actor import CandidateHost
 from certsel.workers.labellog import pack

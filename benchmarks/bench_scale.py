@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import ray
 
 from certsel.config import parse_config
-from certsel.orchestrator.run.engine import RayRuntime, run_job
+from certsel.orchestrator.engine.driver import RayRuntime, run_job
 from certsel.workers.contracts import Pid
 from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.workers.replay import DEFAULT_TABLE, load_loss_table

@@ -5,8 +5,8 @@ The job is the quickstart (examples/quantization.yaml: 48 MX-quantized Llama-3.1
 configurations, FST in decreasing bitwidth, R-AutoEval+ with a judge that answers the
 questions itself, n = 300, r = 3), run by certsel's engine on the recorded losses; only
 the servers are simulated. :class:`SimFleet` is a
-:class:`~certsel.orchestrator.runtimes.servers.ServerSchedule` with the real schedule's
-decisions (:func:`~certsel.orchestrator.runtimes.servers.choose`, the retirement of servers
+:class:`~certsel.orchestrator.engine.servers.ServerSchedule` with the real schedule's
+decisions (:func:`~certsel.orchestrator.engine.servers.choose`, the retirement of servers
 no unfinished candidate needs, the judge's answers generated before the rounds) on a
 virtual clock:
 
@@ -55,8 +55,8 @@ sys.path.insert(0, str(ROOT))
 
 from certsel.config import load_config  # noqa: E402
 from certsel.orchestrator.inputs.sources import load_job_data  # noqa: E402
-from certsel.orchestrator.run.engine import LocalRuntime, run_job  # noqa: E402
-from certsel.orchestrator.runtimes.servers import choose  # noqa: E402
+from certsel.orchestrator.engine.driver import LocalRuntime, run_job  # noqa: E402
+from certsel.orchestrator.engine.servers import choose  # noqa: E402
 from certsel.workers.gpu_time import Busy, Spell, fleet_usage  # noqa: E402
 
 JUDGE = "judge"

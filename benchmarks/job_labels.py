@@ -20,9 +20,9 @@ import time
 import numpy as np
 
 from certsel.config import load_config
-from certsel.orchestrator.run.engine import run_job
+from certsel.orchestrator.engine.driver import run_job
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.orchestrator.runtimes.runtime import LocalRuntime
+from certsel.orchestrator.engine.runtime import LocalRuntime
 from certsel.workers.replay import DATA_DIR
 
 EXAMPLE = DATA_DIR.parent / "quantization.yaml"

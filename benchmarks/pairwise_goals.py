@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 from certsel.config import load_config, parse_config  # noqa: E402
-from certsel.orchestrator.run.engine import LocalRuntime, run_job  # noqa: E402
+from certsel.orchestrator.engine.driver import LocalRuntime, run_job  # noqa: E402
 from certsel.orchestrator.inputs.sources import load_job_data  # noqa: E402
 
 GOALS = ("all", "ranking", "best")

@@ -16,8 +16,8 @@ import pathlib
 from certsel.config import load_config
 from certsel.orchestrator.inputs import planning
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.orchestrator.run.engine import run_job
-from certsel.orchestrator.runtimes.runtime import LocalRuntime
+from certsel.orchestrator.engine.driver import run_job
+from certsel.orchestrator.engine.runtime import LocalRuntime
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ["quantization.yaml", "prompts.yaml", "quantization_recovery.yaml"]

@@ -45,8 +45,8 @@ STATISTICS = f"""
 import time
 from certsel.config import load_config
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.orchestrator.run.engine import run_job
-from certsel.orchestrator.runtimes.runtime import LocalRuntime
+from certsel.orchestrator.engine.driver import run_job
+from certsel.orchestrator.engine.runtime import LocalRuntime
 cfg = load_config({str(JOB)!r})
 data = load_job_data(cfg)
 t0 = time.perf_counter()

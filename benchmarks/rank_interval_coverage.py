@@ -64,7 +64,7 @@ def one_run(args) -> tuple[bool, int, int, int]:
     """(covered, wrong orders, false ties, model evaluations) of one seed."""
     from certsel.config import parse_config
     from certsel.orchestrator.inputs.sources import load_job_data
-    from certsel.orchestrator.run.engine import LocalRuntime, run_job
+    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
 
     path, delta, epsilon, seed = args
     pairwise = {"goal": "ranking", **({} if epsilon is None else {"epsilon": epsilon})}

@@ -62,7 +62,7 @@ def make_config(table: str, path: str, goal: str, epsilon: float | None, topk: i
 def one_run(args) -> dict:
     """One shuffle of one design: what the job certified, checked against the full table."""
     from certsel.orchestrator.inputs.sources import load_job_data
-    from certsel.orchestrator.run.engine import LocalRuntime, run_job
+    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
 
     table, path, goal, epsilon, topk, seed = args
     cfg = make_config(table, path, goal, epsilon, topk).model_copy(update={"seed": seed})

@@ -9,7 +9,7 @@ reused across jobs. Prints Markdown tables for ``docs/driver.md``:
    whole table) of the selected model, per scheme and judge; the fraction of seeds whose
    selected model has test loss <= alpha (must be >= 1 - delta); and the number of seeds
    whose selection equals the full-budget in-process selection
-   (:func:`certsel.orchestrator.run.replicated.replicated_selection`);
+   (:func:`certsel.orchestrator.engine.replicated.replicated_selection`);
 2. labels spent by the frontier schedule against every candidate run to its full budget;
 3. the same for look-ahead 0, 1, 3 (R-AutoEval+, best judge).
 
@@ -25,9 +25,9 @@ import numpy as np
 import ray
 
 from certsel.config import parse_config
-from certsel.orchestrator.run.engine import RayRuntime, run_job
+from certsel.orchestrator.engine.driver import RayRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.orchestrator.run.replicated import replicated_selection
+from certsel.orchestrator.engine.replicated import replicated_selection
 from certsel.workers.replay import DEFAULT_TABLE
 
 SCHEMES = ("r-eval", "r-autoeval", "r-autoeval+")

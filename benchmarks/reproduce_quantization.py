@@ -16,7 +16,7 @@ import argparse
 
 import numpy as np
 
-from certsel.orchestrator.run.replicated import replicated_selection
+from certsel.orchestrator.engine.replicated import replicated_selection
 from certsel.policies import UP, certify, scheme_rhos
 from certsel.workers.replay import load_loss_table, sample_replications
 

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from certsel.config import parse_config
-from certsel.orchestrator.run.engine import RayRuntime, run_job
+from certsel.orchestrator.engine.driver import RayRuntime, run_job
 from certsel.orchestrator.inputs.jobdata import JobData
 from certsel.workers.replay import DEFAULT_TABLE, LossTable, load_loss_table
 

@@ -142,7 +142,7 @@ def run(job=None, data=None, *, output=None, track: bool = True, resume: str | N
     unfinished job by id; ``fresh`` starts a new one even if an unfinished job with this
     configuration exists; ``progress(records, rounds)`` is called after every round."""
     from certsel.orchestrator.outputs.certificate import certificate
-    from certsel.orchestrator.run.job import execute
+    from certsel.orchestrator.commands.job import execute
 
     cfg = job_config(job, data, **overrides)
     if fresh:
@@ -151,7 +151,7 @@ def run(job=None, data=None, *, output=None, track: bool = True, resume: str | N
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
     if cfg.tasks is not None and cfg.aggregate is None:  # every task as a job of its own, then combined
         from certsel.orchestrator.outputs.tasks import tasks_certificate
-        from certsel.orchestrator.run.multitask import execute_tasks
+        from certsel.orchestrator.commands.multitask import execute_tasks
 
         if resume:
             raise InputError("resume names one job; a multi-task job resumes each task by itself (run it again)")

@@ -1,7 +1,7 @@
 """The ``certsel`` command line.
 
 ``certsel run CONFIG.yaml`` runs a selection job (Ray actors per candidate, MLflow
-tracking; see :mod:`certsel.orchestrator.run.job`); ``certsel show RUN_ID`` prints a past
+tracking; see :mod:`certsel.orchestrator.commands.job`); ``certsel show RUN_ID`` prints a past
 job's certificate. ``certsel select`` runs one certified selection on a recorded loss table (by default the
 bundled TriviaQA table of 48 MX-quantized Llama-3.1-8B configurations): it draws n
 human-labelled and r*n judge-labelled items, tests every candidate for R <= alpha with the
@@ -176,7 +176,7 @@ def _select(args) -> dict:
     from certsel.config import parse_config
     from certsel.orchestrator.inputs.jobdata import fingerprint
     from certsel.orchestrator.inputs.sources import load_job_data
-    from certsel.orchestrator.run.engine import LocalRuntime, run_job
+    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
     from certsel.policies import get_strategy
     from certsel.policies._validation import check_level
     from certsel.policies.procedures import get_procedure
@@ -368,7 +368,7 @@ def servers_text(status: dict) -> str:
 
 def _run(args) -> int:
     from certsel.config import load_config
-    from certsel.orchestrator.run.job import execute
+    from certsel.orchestrator.commands.job import execute
     from certsel.orchestrator.outputs.report import certificate
 
     cfg = load_config(args.config, args.overrides)
@@ -417,7 +417,7 @@ def _run(args) -> int:
 def _run_tasks(args, cfg, console, machine: bool, on_job) -> int:
     """``certsel run`` on a multi-task job: every task, then the combined certificate."""
     from certsel.orchestrator.outputs.tasks import tasks_certificate
-    from certsel.orchestrator.run.multitask import execute_tasks
+    from certsel.orchestrator.commands.multitask import execute_tasks
 
     if args.resume:
         raise ValueError("--resume names one job; a multi-task job resumes each task by itself (run it again)")
@@ -537,7 +537,7 @@ def _size(n: int) -> str:
 
 
 def _jobs(args) -> int:
-    from certsel.orchestrator.run.state import list_jobs, remove_job
+    from certsel.orchestrator.engine.state import list_jobs, remove_job
 
     from certsel.home import jobs_dir
 
@@ -588,7 +588,7 @@ def _show(args) -> int:
     cert = None
     if args.tracking_uri is None:  # the job's own folder first: a file on disk, no MLflow client
         from certsel.home import jobs_dir
-        from certsel.orchestrator.run.state import find_certificate
+        from certsel.orchestrator.engine.state import find_certificate
 
         found = find_certificate(jobs_dir(), args.run_id)
         if found is not None:

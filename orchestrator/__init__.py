@@ -1,7 +1,7 @@
 """certsel.orchestrator: the driver, selection procedures, MLflow tracking, reports and audits.
 
-``certsel run`` is :func:`certsel.orchestrator.run.job.execute`; the driver
-(:func:`certsel.orchestrator.run.engine.run_job`) runs candidates on Ray actors (or in-process)
+``certsel run`` is :func:`certsel.orchestrator.commands.job.execute`; the driver
+(:func:`certsel.orchestrator.engine.driver.run_job`) runs candidates on Ray actors (or in-process)
 under a multiple-testing procedure from :data:`PROCEDURES`. A new procedure subclasses
 :class:`Procedure` and is added with :func:`register_procedure`.
 """

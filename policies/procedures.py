@@ -25,7 +25,7 @@ frontier) without the driver knowing which procedure it runs. Config validation,
 scheduler, the driver, the report and the audit all consult :data:`PROCEDURES`; a new
 procedure is a subclass passed to :func:`register_procedure`.
 
-Why early stopping keeps the guarantees: see :mod:`certsel.orchestrator.run.selection`.
+Why early stopping keeps the guarantees: see :mod:`certsel.orchestrator.engine.selection`.
 """
 
 from __future__ import annotations

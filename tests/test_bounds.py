@@ -9,9 +9,9 @@ from typing import ClassVar
 import numpy as np
 import pytest
 from certsel.policies.procedures import get_procedure
-from certsel.orchestrator.run.records import CandidateRecord, Status
-from certsel.orchestrator.run.selection import reconcile
-from certsel.orchestrator.run.selection import Scheduler
+from certsel.orchestrator.results.records import CandidateRecord, Status
+from certsel.orchestrator.engine.selection import reconcile
+from certsel.orchestrator.engine.selection import Scheduler
 from certsel.policies import (
     UP,
     BettingState,

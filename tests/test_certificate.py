@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from certsel.config import parse_config
 from certsel.orchestrator.outputs.certificate import bound_text, round_down, round_up
-from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.commands.job import execute
 from certsel.workers.replay import DATA_DIR
 from mlflow.tracking import MlflowClient
 

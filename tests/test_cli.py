@@ -108,7 +108,7 @@ def test_select_runs_the_engine_and_equals_the_vectorised_reference(tmp_path, fl
     batch per candidate); the vectorised replications (``replicated_selection``, what the
     command ran before it became a preset, and what the paper reproductions use) draw the
     same items, so every number it prints is theirs to the last bit."""
-    from certsel.orchestrator.run.replicated import candidate_intervals, replicated_selection
+    from certsel.orchestrator.engine.replicated import candidate_intervals, replicated_selection
     from certsel.policies.procedures import get_procedure
     from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
 

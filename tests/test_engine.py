@@ -1,4 +1,4 @@
-"""The engine's one loop (orchestrator.run.engine.run_rounds), with rounds defined here.
+"""The engine's one loop (orchestrator.engine.driver.run_rounds), with rounds defined here.
 
 The loop owns resume, checkpoints, the tracker's and the progress hooks; a ``Rounds``
 object only decides. A counting ``Rounds`` from this file shows the contract: rounds run
@@ -10,9 +10,9 @@ job starts from that checkpoint (records, round number and state) instead of rou
 import numpy as np
 import pytest
 
-from certsel.orchestrator.run.engine import run_rounds
-from certsel.orchestrator.run.records import CandidateRecord, JobResult, Resume, Status
-from certsel.orchestrator.run.state import CHECKPOINT
+from certsel.orchestrator.engine.driver import run_rounds
+from certsel.orchestrator.results.records import CandidateRecord, JobResult, Resume, Status
+from certsel.orchestrator.engine.state import CHECKPOINT
 
 
 class Counting:

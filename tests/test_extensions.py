@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 from certsel.config import ConfigError, parse_config
-from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.commands.job import execute
 from certsel.policies.procedures import PROCEDURES, Procedure, register_procedure
 from certsel.policies import STRATEGIES, BettingState, BettingStrategy, log_evalue_paths, register_strategy
 from certsel.workers.replay import DATA_DIR, load_loss_table

@@ -6,7 +6,7 @@ import pathlib
 
 import numpy as np
 from certsel.config import load_config
-from certsel.orchestrator.run.engine import RayRuntime, run_job
+from certsel.orchestrator.engine.driver import RayRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.policies import log_evalue_paths, scheme_rhos
 from scipy import stats

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from certsel.config import load_config
 from certsel.orchestrator.outputs.cells import GLOSSARY
-from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.commands.job import execute
 from certsel.terminal import format_job, print_job
 from mlflow.tracking import MlflowClient
 from rich.console import Console

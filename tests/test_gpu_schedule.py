@@ -25,7 +25,7 @@ from certsel.config import load_config
 from certsel.errors import InputError
 from certsel.orchestrator.outputs.certificate import certificate
 from certsel.orchestrator.outputs.gpu import gpu_line
-from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.commands.job import execute
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.integration

@@ -1,10 +1,10 @@
 """GPU-time accounting and server packing (workers/gpu_time.py, workers/serving.py,
-orchestrator/runtimes/servers.py ``choose``): against brute force on a fine time grid and
+orchestrator/engine/servers.py ``choose``): against brute force on a fine time grid and
 by hand."""
 
 import numpy as np
 import pytest
-from certsel.orchestrator.runtimes.servers import choose
+from certsel.orchestrator.engine.servers import choose
 from certsel.workers.gpu_time import Busy, Spell, fair_shares, fleet_usage, server_usage
 from certsel.workers.serving import demand, pack, unplaceable
 

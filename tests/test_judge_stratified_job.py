@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from certsel.config import ConfigError, load_config
 from certsel.orchestrator.audit.job import audit
-from certsel.orchestrator.run.engine import LocalRuntime, RayRuntime, run_job
+from certsel.orchestrator.engine.driver import LocalRuntime, RayRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
 
 pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI

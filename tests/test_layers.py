@@ -1,4 +1,5 @@
-"""Dependencies one way: cli -> orchestrator -> {config, workers} -> policies.
+"""Dependencies one way: cli -> orchestrator -> {config, workers} -> policies, and inside
+orchestrator: commands -> {outputs, audit, engine} -> results -> inputs.
 
 Every import statement of the package (module level and inside functions) is read with
 ``ast`` and mapped to its layer. import-linter cannot see this package's layout (the
@@ -23,6 +24,10 @@ FOLDERS = {"certsel.orchestrator": "orchestrator", "certsel.workers": "workers",
 # the front ends (the command line, the Python API, terminal output) sit on top
 RANK = {"certsel.cli": 0, "certsel.api": 0, "certsel.terminal": 0, "certsel._version": 3, "certsel.orchestrator": 1, "certsel.config": 2, "certsel.workers": 2,
         "certsel.errors": 3, "certsel.home": 3, "certsel.policies": 3}
+# orchestrator's sub-packages in layer order (top first); siblings of one rank do not import each other
+SUB_RANK = {"commands": 0, "outputs": 1, "audit": 1, "engine": 1, "results": 2, "inputs": 3}
+# release 0.1's paths: modules that alias their new home (orchestrator/_moved.py), above every layer
+ALIASES = {"run", "runtimes"}
 FORBIDDEN_IN_POLICIES = {"ray", "mlflow", "httpx", "pyarrow", "yaml", "certsel.errors"}
 
 
@@ -108,3 +113,50 @@ def test_no_import_cycle():
     _, label = connected_components(graph, directed=True, connection="strong")
     cycles = [[names[k] for k in np.flatnonzero(label == c)] for c in np.unique(label) if (label == c).sum() > 1]
     assert not cycles, f"import cycles: {cycles}"
+
+
+def sub_package(module: str) -> str | None:
+    """The orchestrator sub-package a module belongs to (None outside them)."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["certsel", "orchestrator"] and len(parts) > 3 else None
+
+
+def upward_imports(sources) -> list[str]:
+    """'a imports b' for every import, in (dotted name, path) pairs, from an orchestrator
+    sub-package into one of the same rank or above it."""
+    wrong = set()
+    for name, path in sources:
+        here = sub_package(name)
+        if here is None or here in ALIASES:
+            continue
+        for target in imports(name, path):
+            there = sub_package(target + ".")  # "certsel.orchestrator.outputs" is the package itself
+            if there in SUB_RANK and there != here and SUB_RANK[there] <= SUB_RANK[here]:
+                wrong.add(f"{name} ({here}) imports {there}")
+    return sorted(wrong)
+
+
+def test_orchestrator_sub_packages_are_declared():
+    found = {sub_package(name) for name, _ in modules()} - {None}
+    assert found == set(SUB_RANK) | ALIASES
+
+
+def test_orchestrator_sub_packages_import_only_below():
+    assert not upward_imports(modules()), "; ".join(upward_imports(modules()))
+
+
+@pytest.mark.parametrize("importer,line", [
+    ("inputs/planted.py", "from certsel.orchestrator.results.records import CandidateRecord"),
+    ("results/planted.py", "import certsel.orchestrator.engine.driver"),
+    ("engine/planted.py", "from certsel.orchestrator.outputs import report"),
+    ("engine/planted.py", "from ..outputs.report import write_report"),
+    ("outputs/planted.py", "from certsel.orchestrator.commands.job import execute"),
+])
+def test_a_planted_upward_import_is_found(tmp_path, importer, line):
+    """The check is not blind: one planted import from below (or from a sibling) fails it."""
+    path = tmp_path / importer
+    path.parent.mkdir(parents=True)
+    path.write_text(f"def f():\n    {line}\n")
+    name = "certsel.orchestrator." + importer.removesuffix(".py").replace("/", ".")
+    wrong = upward_imports([*modules(), (name, path)])
+    assert len(wrong) == 1 and wrong[0].startswith(name)

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from certsel.config import load_config
-from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.commands.job import execute
 from certsel.orchestrator.outputs.tracking import load_certificate
 from mlflow.tracking import MlflowClient
 from helpers.reference import log_evalues_from_label_log

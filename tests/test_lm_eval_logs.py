@@ -51,7 +51,7 @@ def test_runs_are_paired_by_document(runs):
 
 def test_a_job_certifies_from_the_logs(runs, tmp_path, ray_session):
     from certsel.config import parse_config
-    from certsel.orchestrator.run.job import execute
+    from certsel.orchestrator.commands.job import execute
 
     out = _cli("lm-eval-table", "--run", f"exact={runs['exact']}", "--run", f"weak={runs['weak']}", "--task",
                "additions", "--reference", "exact", "--out", tmp_path / "additions.parquet")

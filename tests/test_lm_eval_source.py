@@ -51,7 +51,7 @@ def _job(tmp_path, tasks, url, task, **over):
 
 @pytest.mark.parametrize("task", ["additions", "additions_mc"])
 def test_an_lm_eval_task_certifies_live(tmp_path, tasks, ray_session, task):
-    from certsel.orchestrator.run.job import execute
+    from certsel.orchestrator.commands.job import execute
 
     with adder_server() as (url, server):
         cfg = _job(tmp_path, tasks, url, task)

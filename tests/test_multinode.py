@@ -12,7 +12,7 @@ import threading
 import pytest
 import ray
 from certsel.config import load_config
-from certsel.orchestrator.run.engine import RayRuntime, run_job
+from certsel.orchestrator.engine.driver import RayRuntime, run_job
 from certsel.workers.contracts import NodeId
 from certsel.orchestrator.inputs.sources import load_job_data
 from ray.cluster_utils import Cluster
@@ -87,7 +87,7 @@ def test_driver_lost_then_resumed_on_the_cluster(cluster, tmp_path):
     import sys
 
     import yaml
-    from certsel.orchestrator.run.state import CHECKPOINT
+    from certsel.orchestrator.engine.state import CHECKPOINT
 
     c, _ = cluster
     env = {**os.environ, "RAY_ADDRESS": c.address}
@@ -155,9 +155,9 @@ def test_node_with_a_served_model_removed_mid_run(tmp_path, caplog):
     certificate and label counts of an uninterrupted run."""
     import logging
 
-    from certsel.orchestrator.run.job import execute
+    from certsel.orchestrator.commands.job import execute
 
-    caplog.set_level(logging.WARNING, logger="certsel.orchestrator.runtimes.hosts")
+    caplog.set_level(logging.WARNING, logger="certsel.orchestrator.engine.hosts")
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, **STORE})
     a = c.add_node(num_cpus=1, resources={"serving": 1}, **STORE)
     c.add_node(num_cpus=1, **STORE)

@@ -6,7 +6,7 @@ import pathlib
 
 import numpy as np
 from certsel.config import load_config
-from certsel.orchestrator.run.engine import RayRuntime, run_job
+from certsel.orchestrator.engine.driver import RayRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
 import pytest
 
@@ -50,7 +50,7 @@ def test_ties_topk_and_rank_intervals_through_ray_and_mlflow(tmp_path, ray_sessi
     the best three with fewer evaluations. The outputs say all of it."""
     import json
 
-    from certsel.orchestrator.run.job import execute
+    from certsel.orchestrator.commands.job import execute
 
     common = ["policy.kind=seq", f"candidates={SIX + ['claude-2']}", f"tracking.uri=sqlite:///{tmp_path}/m.db",
               f"state.dir={tmp_path}/jobs"]

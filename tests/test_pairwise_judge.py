@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 from certsel.config import load_config
-from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.commands.job import execute
 from certsel.workers.live import Item, LiveSource
 from certsel.workers.losses import UnparsableVerdict, pairwise_verdict, preference_loss
 from certsel.workers.openai_source import Endpoint, OpenAIClient, ResponseCache

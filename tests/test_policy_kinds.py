@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 from certsel.config import ConfigError, parse_config
-from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.commands.job import execute
 from certsel.policies.cer_eval import EstimationPolicy
 from certsel.policies.kinds import (
     POLICY_KINDS,

@@ -131,7 +131,7 @@ def test_false_ties_and_wrong_orders_stay_below_delta_at_the_boundary():
     from certsel.config import parse_config
     from certsel.orchestrator.audit.base import clopper_pearson
     from certsel.orchestrator.inputs.sources import load_job_data
-    from certsel.orchestrator.run.engine import LocalRuntime, run_job
+    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
     import pyarrow as pa
     import pyarrow.parquet as pq
     import tempfile
@@ -179,7 +179,7 @@ def test_a_ranking_resumed_after_a_crash_keeps_its_ties(tmp_path):
     the rerun resumes from its checkpoint with the ties as they were and ends where an
     uninterrupted run ends."""
     from certsel.orchestrator.inputs.sources import load_job_data
-    from certsel.orchestrator.run.engine import LocalRuntime, run_job
+    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
 
     cfg = load_config(EXAMPLE, ["policy.kind=seq", "pairwise.epsilon=0.05", "tracking.intervals=none",
                                 "state.snapshot_every=1",
@@ -225,7 +225,7 @@ def test_banked_pairs_equal_one_policy_per_pair(seq_per_pair, sets):
     """Seq's pairs run as one vectorised bank: the ranking, the labels and every record's
     rounds are those of one Seq object per pair, number for number."""
     from certsel.orchestrator.inputs.sources import load_job_data
-    from certsel.orchestrator.run.engine import LocalRuntime, run_job
+    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
     import dataclasses
 
     out = []
@@ -240,7 +240,7 @@ def test_banked_pairs_equal_one_policy_per_pair(seq_per_pair, sets):
 def test_pair_checkpoints_restore_in_their_own_form():
     """A per-pair checkpoint (also the bare list older checkpoints hold) restores one policy per
     pair; a bank refuses it in one line rather than misreading it."""
-    from certsel.orchestrator.run.pair_policies import BankedPairs, PolicyList
+    from certsel.orchestrator.engine.pair_policies import BankedPairs, PolicyList
     from certsel.policies.kinds import POLICY_KINDS, PolicyInputs, PolicySettings
 
     kind, settings = POLICY_KINDS["seq"], PolicySettings(alpha=0.5, delta=0.05, budget=40, seed=3, strict=True)

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from certsel.config import load_config
-from certsel.orchestrator.run.engine import RayRuntime, run_job
+from certsel.orchestrator.engine.driver import RayRuntime, run_job
 from certsel.workers.contracts import Pid
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.orchestrator.run.state import CHECKPOINT, JobState, StateProblem
+from certsel.orchestrator.engine.state import CHECKPOINT, JobState, StateProblem
 from certsel.workers.labellog import LabelLog, LoggedSource, log_path, unpack
 from certsel.workers.replay import ReplaySource
 from mlflow.tracking import MlflowClient
@@ -243,7 +243,7 @@ def test_candidate_names_cannot_escape_the_job(ray_session, tmp_path):
     import pyarrow as pa
 
     from certsel.config import parse_config
-    from certsel.orchestrator.run.job import execute
+    from certsel.orchestrator.commands.job import execute
 
     names = ["../../escape", "/abs/olute", "a/../../b", "..", "naïve ✓"]
     rng = np.random.default_rng(0)

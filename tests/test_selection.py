@@ -1,10 +1,10 @@
-"""Predicted round sizes (orchestrator.run.selection.round_sizes): what each candidate's evidence
+"""Predicted round sizes (orchestrator.engine.selection.round_sizes): what each candidate's evidence
 says it still needs, within [smallest, batch]; and the look-ahead the scheduler spends."""
 
 import numpy as np
 
-from certsel.orchestrator.run.records import CandidateRecord, Status
-from certsel.orchestrator.run.selection import Scheduler, recent_growth, round_sizes
+from certsel.orchestrator.results.records import CandidateRecord, Status
+from certsel.orchestrator.engine.selection import Scheduler, recent_growth, round_sizes
 
 
 def _record(name, index, path):

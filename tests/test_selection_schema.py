@@ -12,8 +12,8 @@ from certsel.config import parse_config
 from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.orchestrator.outputs.certificate import certificate
 from certsel.orchestrator.outputs.selection_schema import SCHEMA_VERSION, Selection, json_schema, validate
-from certsel.orchestrator.run.engine import run_job
-from certsel.orchestrator.runtimes.runtime import LocalRuntime
+from certsel.orchestrator.engine.driver import run_job
+from certsel.orchestrator.engine.runtime import LocalRuntime
 from certsel.workers.replay import ALPACAEVAL_PREFERENCES, DATA_DIR
 
 TRIVIA = DATA_DIR / "triviaqa_llama31_8b_mx.parquet"

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 from certsel.config import load_config
-from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.commands.job import execute
 from certsel.orchestrator.outputs.tracking import load_certificate
 from helpers.policies import cer_eval_direct
 from certsel.workers.serving import ModelServer, ServeError

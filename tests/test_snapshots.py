@@ -8,9 +8,9 @@ import sqlite3
 import numpy as np
 import pytest
 from certsel.config import parse_config
-from certsel.orchestrator.run.engine import JobPlan, LocalRuntime, RayRuntime, run_job
+from certsel.orchestrator.engine.driver import JobPlan, LocalRuntime, RayRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.orchestrator.run.state import CHECKPOINT, read_checkpoint
+from certsel.orchestrator.engine.state import CHECKPOINT, read_checkpoint
 from certsel.workers.actor import CandidateHost
 from certsel.workers.labellog import KEEP_SNAPSHOTS, LabelLog, log_path, pack, unpack
 from certsel.workers.replay import DATA_DIR

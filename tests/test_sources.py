@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from certsel.config import LiveCandidateRef, parse_config
 from certsel.errors import InputError
-from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.commands.job import execute
 from certsel.orchestrator.inputs.jobdata import JobData, fingerprint, listed
 from certsel.orchestrator.inputs.sources import (
     SOURCE_KINDS,

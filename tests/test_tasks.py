@@ -12,7 +12,7 @@ import pytest
 from certsel.config import ConfigError, parse_config
 from certsel.errors import InputError
 from certsel.orchestrator.inputs.tasks import load_tasks
-from certsel.orchestrator.run.tasks import intersection_union
+from certsel.orchestrator.results.tasks import intersection_union
 from certsel.policies.procedures import get_procedure
 from certsel.workers.replay import DATA_DIR
 
@@ -105,7 +105,7 @@ def test_tables_that_do_not_fit_together_are_refused_before_anything_runs(tmp_pa
 
 @pytest.mark.integration
 def test_a_candidate_failing_one_task_is_not_certified(tmp_path, ray_session):
-    from certsel.orchestrator.run.multitask import execute_tasks
+    from certsel.orchestrator.commands.multitask import execute_tasks
     from certsel.orchestrator.outputs.tasks import tasks_certificate
     from mlflow.tracking import MlflowClient
 

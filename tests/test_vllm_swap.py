@@ -17,7 +17,7 @@ import pytest
 import ray
 import yaml
 from certsel.config import load_config
-from certsel.orchestrator.run.job import execute
+from certsel.orchestrator.commands.job import execute
 
 MODEL = os.environ.get("CERTSEL_VLLM_MODEL")
 DTYPE = os.environ.get("CERTSEL_VLLM_DTYPE", "float32")

@@ -249,5 +249,5 @@ def worker_class():
     import ray
 
     # Ray restarts a dead host (kill -9, OOM, node loss) a few times; the driver then
-    # rebuilds its candidates from the durable label log (orchestrator.runtimes.hosts.HostPool)
+    # rebuilds its candidates from the durable label log (orchestrator.engine.hosts.HostPool)
     return ray.remote(num_cpus=0, scheduling_strategy="SPREAD", max_restarts=3)(CandidateHost)

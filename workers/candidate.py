@@ -317,7 +317,8 @@ def guarded_step(c, batch: int) -> Snapshot:
 def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
     """Advance testing candidates that are at the same label count as one batch: their
     :class:`SequentialTest` states are stacked, updated with one vectorised call and split
-    back (the same e-values as one update each, without a Python loop over the numerics).
+    back (the e-values of one update each, up to the last bit: a stacked sum may be added in
+    another order, which BLAS chooses per machine; no Python loop over the numerics).
     A candidate whose source fails for good ends; the others go on with the labels they
     already bought (each label bought and held once)."""
     t, n = cands[0].t, cands[0].n

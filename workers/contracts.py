@@ -18,7 +18,7 @@
 
 Everything here is plain data that Ray ships between processes (extension objects such as
 a betting strategy defined in user code travel by value; see
-:meth:`certsel.orchestrator.runtimes.runtime.RayRuntime.ship_by_value`).
+:meth:`certsel.orchestrator.engine.runtime.RayRuntime.ship_by_value`).
 """
 
 from __future__ import annotations

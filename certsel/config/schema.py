@@ -199,7 +199,7 @@ class RayConfig(Strict):
 
 class StateConfig(Strict):
     """Where a job keeps its durable label log, and whether an unfinished job with the same
-    configuration is resumed (see :mod:`certsel.orchestrator.run.state`)."""
+    configuration is resumed (see :mod:`certsel.orchestrator.engine.state`)."""
 
     # default: CERTSEL_HOME/jobs (certsel.home); a relative path is beside the job file
     dir: pathlib.Path = Field(default_factory=jobs_dir)

@@ -2,7 +2,7 @@
 
 Each task's policy is repeated on its own table (independent random orders per task, as the
 tasks' jobs draw them), the combined evidence of a candidate is the smallest of its tasks' max
-log e-values (:func:`~certsel.orchestrator.run.tasks.intersection_union`), and the procedure
+log e-values (:func:`~certsel.orchestrator.results.tasks.intersection_union`), and the procedure
 runs on it. A candidate is a null when it misses the target of at least one task on that
 task's whole table; the family-wise failure is a repetition whose certified set holds a null.
 Per candidate: how often it was certified (failure for a null, power otherwise).

@@ -95,7 +95,7 @@ class PythonKind(SourceKind):
 
 class TasksKind(SourceKind):
     """``tasks:`` with ``aggregate:``: one stacked table (:mod:`.tasks`); without it the tasks
-    run as jobs of their own (:mod:`certsel.orchestrator.run.multitask`)."""
+    run as jobs of their own (:mod:`certsel.orchestrator.commands.multitask`)."""
 
     name = "tasks"
 
@@ -108,7 +108,7 @@ class TasksKind(SourceKind):
     def load(self, cfg):
         if cfg.aggregate is None:
             raise ValueError("a multi-task job without aggregate: runs each task as a job of its own "
-                             "(certsel.orchestrator.run.multitask.execute_tasks)")
+                             "(certsel.orchestrator.commands.multitask.execute_tasks)")
         return load_aggregate(cfg)
 
     def spec(self, cfg, data, k, with_judge):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from certsel.orchestrator.run.records import JobResult
+from certsel.orchestrator.results.records import JobResult
 
 from .numbers import _round
 

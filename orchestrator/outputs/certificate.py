@@ -34,7 +34,7 @@ from certsel.policies import select
 from certsel.policies.kinds import BettingTestKind, CerEvalKind, JudgeStratifiedKind, SeqKind
 from certsel.policies.procedures import get_procedure
 
-from certsel.orchestrator.run.records import JobResult
+from certsel.orchestrator.results.records import JobResult
 from certsel.orchestrator.inputs.sources import source_of
 
 from .numbers import _round, bound_text, round_down, round_up, share_text  # noqa: F401  (re-exported)

@@ -15,7 +15,7 @@ import numpy as np
 from certsel.policies.procedures import get_procedure
 
 from .certificate import selected_by_budget
-from certsel.orchestrator.run.records import JobResult
+from certsel.orchestrator.results.records import JobResult
 
 _FONT = 8
 

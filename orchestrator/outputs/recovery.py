@@ -28,7 +28,7 @@ import numpy as np
 from certsel.policies.procedures import get_procedure
 from certsel.policies.recovery import recovery_decision_bound
 
-from certsel.orchestrator.run.records import JobResult
+from certsel.orchestrator.results.records import JobResult
 
 from .numbers import _round, round_down
 

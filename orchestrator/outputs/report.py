@@ -21,7 +21,7 @@ from .cells import efficiency_cell, headline, judge_cell, rank_text, tie_counts
 from .certificate import bound_text, certificate, share_text
 from .plots import write_plots
 from .selection_schema import validate
-from certsel.orchestrator.run.records import JobResult
+from certsel.orchestrator.results.records import JobResult
 
 __all__ = ["certificate", "write_report"]
 

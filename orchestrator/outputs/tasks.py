@@ -19,7 +19,7 @@ import jinja2
 from certsel._version import __version__
 from certsel.policies.procedures import get_procedure
 
-from certsel.orchestrator.run.tasks import MultiTaskResult, total_labels
+from certsel.orchestrator.results.tasks import MultiTaskResult, total_labels
 
 from .certificate import certificate, recovery_claim_words
 from .numbers import _round, bound_text, share_text

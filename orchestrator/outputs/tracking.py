@@ -209,7 +209,7 @@ class JobTracker:
         self._pending: list = []
 
     def start(self, cfg, data, records, job=None, parent_run: str | None = None, started: float | None = None) -> str:
-        """``job``: the :class:`~certsel.orchestrator.run.state.JobState` (its id and attempt are
+        """``job``: the :class:`~certsel.orchestrator.engine.state.JobState` (its id and attempt are
         tagged; runs of earlier attempts that a killed driver left RUNNING become KILLED)."""
         from mlflow.entities import Param, RunTag
 

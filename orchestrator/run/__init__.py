@@ -1,1 +1,2 @@
-"""Running a job: the job's command (job.py), the engine and its rounds, the plan, the driver's records and checkpoints, and certsel select (replicated.py)."""
+"""Release 0.1's home of the commands, the engine and the result model: each module here is an
+alias of its new home (``commands/``, ``engine/``, ``results/``) that warns once (see ``_moved.py``)."""

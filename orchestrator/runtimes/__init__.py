@@ -1,1 +1,2 @@
-"""Where candidates run: the runtime protocol (Ray, in-process) and the host pool that sends every driver request and rebuilds lost hosts."""
+"""Release 0.1's home of the engine's hosts and servers: each module here is an alias of its new
+home in ``engine/`` that warns once (see ``_moved.py``)."""

@@ -1,0 +1,136 @@
+"""The engine: one loop runs every job's rounds; :func:`run_job` is the body of ``certsel run``.
+
+:func:`run_job` plans the job (:mod:`~certsel.orchestrator.engine.plan`: one typed spec per
+candidate, the shared seeded item order), loads the candidates onto hosts
+(:mod:`~certsel.orchestrator.engine.hosts`: Ray actors or in-process, lost hosts rebuilt) and hands
+the job's :class:`Rounds` to :func:`run_rounds`.
+
+:func:`run_rounds` owns what every kind of job shares: resuming from the driver's
+checkpoint, one round after another until the rounds say they are done, the tracker's and
+the progress callback's hooks, a checkpoint every ``state.snapshot_every`` rounds, and the
+result's timing. What a round does is the :class:`Rounds` object's decision (as a Ray Tune
+scheduler decides and the tuner's loop acts):
+
+* :class:`~certsel.orchestrator.engine.selection.SelectionRounds`: FST, Bonferroni, Holm or any
+  registered procedure; advance the candidates the procedure schedules, settle them;
+* :class:`~certsel.orchestrator.engine.pairwise.PairwiseRounds`: a ranking; the pair policies in
+  the driver ask the models' label servers for the losses they need.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Protocol
+
+from certsel.config import RunConfig
+
+from certsel.orchestrator.engine.hosts import HostPool, assign
+from certsel.orchestrator.engine.servers import AllAtOnce
+from certsel.workers.live import LiveSpec
+from certsel.orchestrator.inputs.jobdata import JobData
+from .pairwise import PairwiseRounds
+from .plan import JobPlan
+from certsel.orchestrator.results.records import CandidateRecord, JobResult, Resume, dump_records, load_records
+from certsel.orchestrator.engine.runtime import HostLost, LocalRuntime, RayRuntime, Runtime, RuntimeProblem
+from .selection import SelectionRounds
+from .state import read_checkpoint, write_checkpoint
+
+__all__ = ["HostLost", "JobPlan", "JobResult", "LocalRuntime", "RayRuntime", "Rounds", "Runtime", "RuntimeProblem",
+           "run_job", "run_rounds"]
+
+log = logging.getLogger("certsel.job")
+
+
+class Rounds(Protocol):
+    """One kind of job's rounds, driven by :func:`run_rounds`."""
+
+    kind: str  # the checkpoint's kind: a checkpoint of another kind is not resumed from
+
+    def restore(self, saved: dict) -> Resume:
+        """Take up the state of a driver checkpoint (its records are already loaded)."""
+
+    def advance(self) -> list[CandidateRecord] | None:
+        """One round; the records it moved (for the tracker), or None when the job is done."""
+
+    def state(self) -> dict:
+        """What a checkpoint holds beyond the records and the round number."""
+
+    def result(self, rounds: int) -> JobResult:
+        """The job's result after its last round."""
+
+
+def run_rounds(rounds: Rounds, records: list[CandidateRecord], *, job_dir=None, every: int = 1, tracker=None,
+               progress=None, t0: float | None = None) -> JobResult:
+    """Run ``rounds`` to the end (see the module docstring); ``progress(records, round)``
+    after every round, ``tracker.on_round(moved)`` too; with ``job_dir``, resumed from its
+    checkpoint and checkpointed every ``every`` rounds."""
+    t0 = time.perf_counter() if t0 is None else t0
+    names = [r.name for r in records]
+    n, resume = 0, None
+    saved = None if job_dir is None else read_checkpoint(job_dir, rounds.kind, names)
+    if saved is not None:  # the driver's records as they were; the rounds' own state from the checkpoint
+        load_records(records, saved["records"])
+        n = int(saved["round"])
+        resume = rounds.restore(saved)
+        if tracker is not None:
+            tracker.on_round(records)
+    while (moved := rounds.advance()) is not None:
+        n += 1
+        if log.isEnabledFor(logging.DEBUG):
+            done = sum(r.finished for r in records)
+            log.debug("round %d: %d candidates advanced, %d of %d settled, %d human labels in all", n, len(moved),
+                      done, len(records), sum(r.n_human for r in records))
+        if tracker is not None:
+            tracker.on_round(moved)
+        if job_dir is not None and n % every == 0:
+            write_checkpoint(job_dir, {"kind": rounds.kind, "names": names, "round": n,
+                                       "records": dump_records(records), **rounds.state()})
+        if progress is not None:
+            progress(records, n)
+    res = rounds.result(n)
+    res.resume, res.seconds = resume, time.perf_counter() - t0
+    return res
+
+
+def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n_hosts: int | None = None,
+            tracker=None, collect_labels: bool = True, job_dir=None, servers=None) -> JobResult:
+    """Run one job on ``runtime`` (:class:`RayRuntime` or :class:`LocalRuntime`).
+
+    ``progress(records, round)`` is called after every round; ``tracker`` (if given) gets
+    ``on_round(records)``. With ``collect_labels`` the result carries every label bought
+    (the ``labels.parquet`` artifact: the certificate can be recomputed from it). With
+    ``job_dir`` every label goes to the job's durable log before a policy uses it
+    (:mod:`certsel.workers.labellog`), hosts snapshot their policies and the driver
+    checkpoints its state every ``cfg.state.snapshot_every`` rounds: a host that dies is
+    replaced and its candidates rebuilt from snapshot + log, and a rerun of the same job
+    starts from the last checkpoint and buys nothing twice. ``servers`` (the job's
+    :class:`~certsel.orchestrator.engine.servers.FleetSchedule`, for ``live.serve``) decides which
+    candidates run together on the cluster's resources, starts a lost server again where it
+    fits, and measures the servers' GPU time (``result.gpu``).
+    """
+    t0 = time.perf_counter()
+    plan = JobPlan(cfg, data, None if job_dir is None else str(job_dir))
+    names = data.names
+    n_hosts = runtime.default_hosts(len(names)) if n_hosts is None else n_hosts
+    runtime.ensure_hosts(n_hosts)
+    runtime.ship_by_value(plan.extensions())
+    objective, true_risk = data.objective, data.true_risk
+    records = [
+        CandidateRecord(nm, k, None if objective is None else float(objective[k]),
+                        None if true_risk is None else float(true_risk[k]))
+        for k, nm in enumerate(names)
+    ]
+    schedule = AllAtOnce() if servers is None else servers
+    schedule.set_needs({s.name: s.source.servers(schedule.prefetched) for s in plan.specs
+                        if isinstance(s.source, LiveSpec)})
+    pool = HostPool(runtime, assign(names, n_hosts), plan, runtime.put(plan.rows), records, schedule)
+    pool.load()
+    rounds = (PairwiseRounds if plan.procedure.ranking else SelectionRounds)(plan, pool, records)
+    res = run_rounds(rounds, records, job_dir=job_dir, every=cfg.state.snapshot_every, tracker=tracker,
+                     progress=progress, t0=t0)
+    res.recovered = pool.recovered
+    res.gpu = schedule.usage()
+    if collect_labels:
+        res.labels = pool.labels(names)
+    return res

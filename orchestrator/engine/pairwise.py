@@ -1,0 +1,263 @@
+"""Pairwise ranking: every pair of models compared by Seq or Cer-Eval on paired losses.
+
+Every pair (i, j) is compared on u = (loss_i - loss_j + 1)/2 with threshold 1/2 at level
+delta/P (Bonferroni over the P pairs, :class:`~certsel.policies.procedures.PairwiseRanking`);
+a pair stops as soon as its sign is certified, or, with ``pairwise.epsilon``, once the same
+bounds certify |R_i - R_j| < epsilon (a tie). The pair policies live in the driver; the
+models' label sources live in the hosts (label servers). All pairs share one seed, so they
+ask for the same items for as long as their states agree, and a model is labelled once per
+item whatever the number of pairs it is in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from certsel.policies.comparison import (
+    better_matrix,
+    copeland,
+    implied_orders,
+    pairs_needed,
+    possible_winners,
+    rank_groups,
+    rank_intervals,
+    sign_policy_delta,
+    tied_pairs,
+    topk_status,
+)
+from certsel.policies.kinds import PolicyInputs, PolicySettings
+from certsel.workers.contracts import ModelLosses
+
+from .pair_policies import PairPolicies, pair_policies
+from certsel.orchestrator.results.records import CandidateRecord, JobResult, Ranking, Resume, Status, totals
+
+
+def _mark_failed(records, dead: set, answers: dict[str, ModelLosses], names: list) -> dict:
+    """Losses per model from the hosts' replies; a model whose source failed for good is
+    dead (its pairs end undecided, the others go on)."""
+    out = {}
+    for nm, reply in answers.items():
+        m = names.index(nm)
+        if reply.error is not None:
+            dead.add(m)
+            records[m].end(Status.SOURCE_FAILED, f"source failed: {reply.error}")
+        else:
+            out[m] = np.asarray(reply.losses, dtype=np.float64)
+    return out
+
+
+def _pair_scores(plan, pool, records, dead, ii, jj):
+    """Cer-Eval's judge strata per pair: every model's judge loss on every item (bought
+    before any human label), as paired scores; None per pair without strata."""
+    P = ii.size
+    if not plan.judge_strata:
+        return [None] * P
+    names, I = plan.data.names, plan.data.n_items
+    everything = np.arange(I, dtype=np.int64)
+    judged = _mark_failed(records, dead, pool.losses_of({nm: everything for nm in names}, "judge", names), names)
+    return [None if ii[p] in dead or jj[p] in dead else (judged[ii[p]] - judged[jj[p]] + 1.0) / 2.0
+            for p in range(P)]
+
+
+_CHANGES = ("certified_wins", "certified_losses", "open_pairs")
+
+
+def _model_row(r, wins: int, losses: int, open_pairs: int) -> dict:
+    return {"labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests, "estimate": r.estimate,
+            "certified_wins": wins, "certified_losses": losses, "open_pairs": open_pairs, "step": r.t}
+
+
+class PairwiseRounds:
+    """The rounds of a pairwise ranking job (see the module docstring), driven by
+    :func:`~certsel.orchestrator.engine.driver.run_rounds`."""
+
+    kind = "pairwise"
+
+    def __init__(self, plan, pool, records: list[CandidateRecord]):
+        self.plan, self.pool, self.records = plan, pool, records
+        cfg, data = plan.cfg, plan.data
+        self.names = data.names
+        K, I = len(self.names), data.n_items
+        self.ii, self.jj = np.triu_indices(K, 1)
+        P = self.ii.size
+        self.cap = min(cfg.budget.n, I)
+        # each direction of a pair's sign at delta/(2P): a false order, an exact tie included, has
+        # probability <= delta/P, and <= delta over all P pairs
+        self.pair_delta = sign_policy_delta(plan.procedure.pair_delta(cfg.delta, K), cfg.policy.radius)
+        self.dead: set = set()
+        scores = _pair_scores(plan, pool, records, self.dead, self.ii, self.jj)
+        self.kind_of_policy = cfg.policy.policy_kind
+        settings = PolicySettings(alpha=0.5, delta=self.pair_delta, budget=I, seed=cfg.seed,
+                                  radius=cfg.policy.radius, partition=cfg.policy.partition, strict=True)
+        self.pairs: PairPolicies = pair_policies(self.kind_of_policy, settings, [PolicyInputs(
+            I, features=data.features, judge_scores=scores[p] if scores[p] is not None else np.full(I, 0.5))
+            for p in range(P)])
+        self.known = [dict() for _ in range(K)]  # item -> loss, per model
+        self.tied = np.zeros(P, dtype=bool)  # pairs certified tied within pairwise.epsilon
+
+    def _check_ties(self, which) -> None:
+        """Mark the pairs among ``which`` whose bounds now certify a tie. A tie stands once
+        certified: the bounds hold at every step on the pair's event, and the pair stops."""
+        eps = self.plan.cfg.pairwise.epsilon
+        if eps is None:
+            return
+        which = np.fromiter(which, dtype=np.int64)
+        which = which[~self.tied[which] & (self.pairs.n_labeled[which] > 0)]
+        b = self.pairs.bounds()[which]
+        self.tied[which] = tied_pairs(b[:, 0], b[:, 1], eps)
+
+    def restore(self, saved: dict) -> Resume:
+        """The pair policies and the losses they saw, as they were (the pairs live here)."""
+        self.pairs = self.pairs.restore(saved["pairs"])
+        if "tied" in saved:  # the ties as they were certified (a checkpoint without them: none yet)
+            self.tied = np.asarray(saved["tied"], dtype=bool).copy()
+        self.known = [dict(zip(k["item"].tolist(), k["loss"].tolist(), strict=True)) for k in saved["known"]]
+        self.dead = {m for m, r in enumerate(self.records) if r.status is Status.SOURCE_FAILED}
+        rounds = int(saved["round"])
+        return Resume(rounds, steps_from_snapshots=rounds, steps_replayed=0)
+
+    def state(self) -> dict:
+        return {"pairs": self.pairs.state_dict(), "tied": self.tied.copy(),
+                "known": [{"item": np.fromiter(k.keys(), dtype=np.int64, count=len(k)),
+                           "loss": np.fromiter(k.values(), dtype=np.float64, count=len(k))} for k in self.known]}
+
+    def advance(self) -> list[CandidateRecord] | None:
+        cfg, names, pairs, known, dead = self.plan.cfg, self.names, self.pairs, self.known, self.dead
+        ii, jj, cap = self.ii, self.jj, self.cap
+        n = pairs.n_labeled
+        open_pairs = np.flatnonzero(_open(self.plan, pairs, ii, jj, dead, self.tied, cap))
+        if not open_pairs.size:
+            return None
+        asks = {int(p): pairs.next_items(int(p), int(min(cfg.budget.batch, cap - n[p]))) for p in open_pairs}
+        asked = [[] for _ in names]  # every model's items over its open pairs (mostly the same ones)
+        for p, items in asks.items():
+            asked[ii[p]].append(items)
+            asked[jj[p]].append(items)
+        need = [[i for i in np.unique(np.concatenate(a)).tolist() if i not in known[m]] if a else []
+                for m, a in enumerate(asked)]
+        requests = {names[m]: np.array(need[m], dtype=np.int64) for m in range(len(names)) if need[m]}
+        still = {names[m] for p in open_pairs for m in (ii[p], jj[p])}  # models whose servers stay useful
+        got = _mark_failed(self.records, dead, self.pool.losses_of(requests, open_names=sorted(still)), names)
+        for m, losses in got.items():
+            known[m].update(zip(requests[names[m]].tolist(), losses.tolist(), strict=True))
+        fed = {}
+        for p, items in asks.items():
+            if ii[p] in dead or jj[p] in dead:
+                continue  # stopped undecided (stopping is always allowed)
+            a = np.array([known[ii[p]][int(i)] for i in items])
+            b = np.array([known[jj[p]][int(i)] for i in items])
+            fed[p] = (items, (a - b + 1.0) / 2.0)
+        pairs.feed(fed)
+        self._check_ties(asks)
+        _fold(self.plan, self.records, known, pairs, ii, jj, cap, dead, self.tied)
+        return self.records
+
+    def result(self, rounds: int) -> JobResult:
+        return _result(self.plan, self.records, self.known, self.pairs, self.ii, self.jj, self.dead, rounds,
+                       self.pair_delta, self.tied)
+
+
+def _direct(K, pairs: PairPolicies, ii, jj) -> np.ndarray:
+    """The orders the pairs certified themselves."""
+    decision = pairs.decision
+    return better_matrix(K, ii, jj, decision == -1, decision == 1)
+
+
+def _needed(plan, pairs, ii, jj, dead, tied) -> np.ndarray:
+    """The pairs the job's goal still needs (``pairwise.goal``), given the certified orders
+    and ties."""
+    K = len(plan.data.names)
+    alive = np.array([m not in dead for m in range(K)])
+    pw = plan.cfg.pairwise
+    return pairs_needed(pw.goal, implied_orders(_direct(K, pairs, ii, jj)), ii, jj, alive, tied=tied, k=pw.topk)
+
+
+def _open(plan, pairs: PairPolicies, ii, jj, dead, tied, cap) -> np.ndarray:
+    """The pairs that run another round: needed, not done, under the cap, both models alive."""
+    alive = np.array([m not in dead for m in range(len(plan.data.names))])
+    return (_needed(plan, pairs, ii, jj, dead, tied) & ~pairs.done & (pairs.n_labeled < cap) & alive[ii]
+            & alive[jj])
+
+
+def _fold(plan, records, known, pairs, ii, jj, cap, dead, tied) -> None:
+    """Counters, status and a metrics row for every model whose labels or pairs moved."""
+    K, I = len(records), plan.data.n_items
+    better = implied_orders(_direct(K, pairs, ii, jj))
+    running = _open(plan, pairs, ii, jj, dead, tied, cap)
+    still = np.bincount(ii[running], minlength=K) + np.bincount(jj[running], minlength=K)
+    for m, r in enumerate(records):
+        r.n_human = r.t = len(known[m])
+        r.n_judge = I if plan.judge_strata else 0
+        r.requests = len(known[m]) + r.n_judge
+        r.estimate = float(np.mean(list(known[m].values()))) if known[m] else float("nan")
+        if r.status is Status.PENDING and known[m]:
+            r.status = Status.RUNNING
+        row = _model_row(r, int(better[m].sum()), int(better[:, m].sum()), int(still[m]))
+        if not r.rounds or any(r.rounds[-1][k] != row[k] for k in ("step", *_CHANGES)):
+            r.rounds.append(row)  # a row when its labels or its pairs' state changed
+
+
+def _result(plan, records, known, pairs, ii, jj, dead, rounds, pair_delta, tied) -> JobResult:
+    cfg, names = plan.cfg, plan.data.names
+    K, P = len(names), ii.size
+    pw = cfg.pairwise
+    direct = _direct(K, pairs, ii, jj)
+    better = implied_orders(direct)  # certified directly or through certified pairs
+    tied = tied & ~(better[ii, jj] | better[jj, ii])  # an implied order says more than a tie
+    n_used = np.zeros((K, K), dtype=np.int64)
+    n_used[ii, jj] = n_used[jj, ii] = pairs.n_labeled
+    # the interval of the pair's own decisions: its one-sided bounds, each at the level a sign is
+    # certified at, so the interval excludes 0 exactly when an order is certified; together they
+    # hold at the pair's level delta/P (simultaneously over pairs at delta)
+    b = pairs.bounds()
+    intervals = {f"{names[ii[p]]} - {names[jj[p]]}": [2 * float(b[p, 0]) - 1, 2 * float(b[p, 1]) - 1]
+                 for p in range(P)}  # on R(first) - R(second)
+    score, order = copeland(better)
+    best_rank, worst_rank = rank_intervals(better)
+    ties_of = {names[m]: [] for m in range(K)}
+    for p in np.flatnonzero(tied):
+        ties_of[names[ii[p]]].append(names[jj[p]])
+        ties_of[names[jj[p]]].append(names[ii[p]])
+    topk = None
+    if pw.goal == "topk":
+        in_, out = topk_status(better, pw.topk)
+        topk = {"k": pw.topk, "certified_in": [names[m] for m in np.flatnonzero(in_)],
+                "certified_out": [names[m] for m in np.flatnonzero(out)],
+                "undetermined": [names[m] for m in np.flatnonzero(~in_ & ~out)]}
+    for m, r in enumerate(records):
+        if m not in dead:
+            won = better[m].sum() == K - 1 if topk is None else names[m] in topk["certified_in"]
+            r.end(Status.CERTIFIED if won else Status.STOPPED,
+                  f"{int(better[m].sum())} certified wins, {int(better[:, m].sum())} certified losses"
+                  + (f", {len(ties_of[names[m]])} certified ties" if ties_of[names[m]] else ""))
+    top = ([names[m] for m in range(K) if better[m].sum() == K - 1 and m not in dead] if topk is None
+           else [n for n in topk["certified_in"] if names.index(n) not in dead])
+    ranking = Ranking(
+        # what is certified: a partial order, the pairs whose sign was certified and the orders
+        # they imply (valid together on the same simultaneous event)
+        better={names[a]: [names[b] for b in np.flatnonzero(better[a])] for a in range(K)},
+        better_direct={names[a]: [names[b] for b in np.flatnonzero(direct[a])] for a in range(K)},
+        possible_winners=[names[m] for m in np.flatnonzero(possible_winners(better)) if m not in dead],
+        goal=cfg.pairwise.goal,
+        # a way to list the models, not a certified rank: certified wins minus certified losses
+        order=[names[m] for m in order],
+        score={names[m]: int(score[m]) for m in range(K)},
+        score_meaning="Copeland score (certified wins minus certified losses); orders the list, is not certified",
+        pairs_certified=int(better.sum()),
+        pairs_certified_directly=int(direct.sum()),
+        pairs=P,
+        pair_delta=plan.procedure.pair_delta(cfg.delta, K),
+        pair_delta_per_direction=pair_delta,
+        items_per_pair={f"{names[ii[p]]} vs {names[jj[p]]}": int(n_used[ii[p], jj[p]]) for p in range(P)},
+        difference_intervals=intervals,
+        epsilon=pw.epsilon,
+        tied=[f"{names[ii[p]]} ~ {names[jj[p]]}" for p in np.flatnonzero(tied)],
+        pairs_tied=int(tied.sum()),
+        rank_intervals={names[m]: [int(best_rank[m]), int(worst_rank[m])] for m in range(K)},
+        rank_groups=[[names[m] for m in g] for g in rank_groups(better)],
+        topk=topk,
+    )
+    level = plan.procedure.level(cfg.delta, K) + f" ({pair_delta:.4g} per direction)"
+    selected = top[0] if top and topk is None else None  # a top-k set has no one selected model
+    return JobResult(cfg, plan.data, records, top, selected, level, totals(records), plan.full_budget(),
+                     rounds, ranking=ranking)
