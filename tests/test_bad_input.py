@@ -140,7 +140,7 @@ def test_python_source_references_are_checked():
 
 
 def test_a_failing_python_source_is_retried_then_named():
-    from certsel.workers.openai_source import SourceError
+    from certsel.workers.contracts import SourceError
     from certsel.workers.python_source import PythonSource
 
     calls = []

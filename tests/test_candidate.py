@@ -11,7 +11,7 @@ from certsel.workers.candidate import (
     step_together,
     upper_bounds_together,
 )
-from certsel.workers.openai_source import SourceError
+from certsel.workers.contracts import SourceError
 from certsel.workers.replay import ReplaySource
 
 pytestmark = pytest.mark.unit

@@ -30,9 +30,8 @@ from .candidate import (
     step_together,
     upper_bounds_together,
 )
-from .contracts import CandidateSpec, HostRequest, JobArrays, LabelRows, ModelLosses, Snapshot
+from .contracts import CandidateSpec, HostRequest, JobArrays, LabelRows, ModelLosses, Snapshot, SourceError
 from .labellog import LabelLog, LoggedSource, log_path
-from .openai_source import SourceError
 
 
 _TESTING = (TestingCandidate, ChosenTestingCandidate)

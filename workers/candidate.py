@@ -24,8 +24,7 @@ from certsel.policies import SequentialTest, confidence_interval, decision_upper
 from certsel.policies.kinds import Family, JudgeUse, Labels, PolicyInputs, PolicyKind, PolicySettings
 from certsel.policies.limits import label_limit, ppi_limit
 
-from .contracts import JobArrays, LabelSource, Snapshot
-from .openai_source import SourceError
+from .contracts import JobArrays, LabelSource, Snapshot, SourceError
 
 
 class _Candidate:

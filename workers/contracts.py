@@ -30,7 +30,19 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from certsel.errors import CertselError
 from certsel.policies.kinds import PolicyKind, PolicySettings
+
+
+class SourceError(CertselError):
+    """A label source's request that failed for good (after retries, or a non-retryable
+    answer): the candidate it labels ends, not certified; the others go on. ``status``: the
+    HTTP status of a non-retryable answer (a 400 for a parameter the server does not
+    support), else None."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 @runtime_checkable

@@ -41,7 +41,8 @@ from .losses import (
     relative_loss,
     soft_verdict,
 )
-from .openai_source import Endpoint, OpenAIClient, ResponseCache, SourceError
+from .contracts import SourceError
+from .openai_source import Endpoint, OpenAIClient, ResponseCache
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .openai_source import SourceError
+from .contracts import SourceError
 
 # per-document metrics of lm-eval that are 0/1 or a share: safe as losses after 1 - x
 BOUNDED_METRICS = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_match", "f1", "em", "contains",

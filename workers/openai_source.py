@@ -31,19 +31,9 @@ from dataclasses import dataclass, field
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from certsel.errors import CertselError
+from .contracts import SourceError  # noqa: F401  (its home before it moved beside the source contract)
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
-
-
-class SourceError(CertselError):
-    """A request that failed for good (after retries, or a non-retryable answer). ``status``:
-    the HTTP status of a non-retryable answer (a 400 for a parameter the server does not
-    support), else None."""
-
-    def __init__(self, message: str, status: int | None = None):
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True)

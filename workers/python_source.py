@@ -29,7 +29,7 @@ from tenacity import Retrying, stop_after_attempt, wait_exponential
 
 from certsel.errors import first_line
 
-from .openai_source import SourceError
+from .contracts import SourceError
 
 ROLES = ("human", "judge")
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from certsel.policies.procedures import PROCEDURES, get_procedure
+from certsel.policies.procedures import PROCEDURES, Procedure, get_procedure
 from certsel.policies.betting import BettingStrategy, get_strategy
 from certsel.policies.kinds import POLICY_KINDS, Family, JudgeUse, PolicyKind, get_policy_kind, kinds_of
 
@@ -331,6 +331,12 @@ class RunConfig(Strict):
     def _known_procedure(cls, v):
         get_procedure(v)
         return v
+
+    @property
+    def proc(self) -> Procedure:
+        """The multiple-testing procedure the job runs (``procedure:``, resolved in the registry
+        here, where the config is built: the one place that looks a procedure up by name)."""
+        return get_procedure(self.procedure)
 
     @property
     def source_kind(self) -> str:

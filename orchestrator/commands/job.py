@@ -10,9 +10,7 @@ included.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import os
 import pathlib
 import tempfile
 import time
@@ -20,19 +18,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 from certsel.config import RunConfig
 from certsel.errors import InputError, first_line, job_error
-from certsel.policies.procedures import get_procedure
 
 from certsel.orchestrator.engine.driver import run_job
 from certsel.orchestrator.engine.runtime import RayRuntime
+from certsel.orchestrator.engine.servers import FleetSchedule
 from certsel.orchestrator.engine.state import JobState, config_fingerprint
 from certsel.orchestrator.inputs.feasibility import feasibility_warning
-from certsel.orchestrator.inputs.sources import load_job_data
+from certsel.orchestrator.inputs.sources import load_job_data, source_of
 from certsel.orchestrator.outputs.paths import output_dir, output_file
 from certsel.orchestrator.outputs.report import write_report
 from certsel.orchestrator.outputs.tracking import JobTracker, precheck
 from certsel.orchestrator.results.records import CandidateRecord, JobResult
 
-from .stages import LOADING, LOGGING, RAY, REPORT, ROUNDS, RUNS, SERVERS, STOPPING, TRACKING, StageClock
+from .stages import LOADING, LOGGING, RAY, REPORT, ROUNDS, RUNS, STOPPING, TRACKING, StageClock
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +103,10 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
                 job.discard()
                 job = None
             raise
-        if cfg.live is not None:
-            with clock.stage(SERVERS):
-                cfg, data, servers = prepare_live(cfg, data, on_servers)
+        kind = source_of(cfg)
+        if kind.prepare_stage is not None:
+            with clock.stage(kind.prepare_stage):
+                cfg, data, servers = prepare_source(cfg, data, on_servers)
         if track:
             tracker = opening.result()
             obj = data.objective
@@ -160,87 +159,20 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
             job.release()
 
 
-def reference_items(cfg: RunConfig, n_items: int):
-    """The items whose reference answers a job will need: the seeded order's first
-    n (1 + r) items for R-Eval/R-AutoEval(+), which label exactly those; every item for the
-    policies that choose items as they go (judge-stratified, Seq, Cer-Eval, pairwise)."""
-    from certsel.workers.replay import item_order
-
-    proc = get_procedure(cfg.procedure)
-    if cfg.policy.is_testing and not cfg.policy.judge_first and not proc.ranking:
-        r = cfg.budget.r if cfg.policy.uses_judge else 0
-        return item_order(n_items, cfg.seed)[: min(n_items, cfg.budget.n * (1 + r))]
-    return range(n_items)
-
-
-def prepare_live(cfg: RunConfig, data, on_servers=None):
-    """Set up the job's own model servers (``live.serve``: the fleet that starts each one on
-    its first cache miss, :mod:`certsel.orchestrator.engine.servers`; a server that no
-    node can hold is an error here), generate the reference model's answers and fetch item
-    embeddings (``live.features``). Runs before any tracking run exists: a reference or
-    embedding server that fails is an error with no half-written run. Returns the resolved
-    config, the data and the :class:`FleetSchedule` (or None)."""
-    from certsel.workers.live import embed_items, prefetch_answers, prefetch_reference
-
-    from certsel.workers.openai_source import SourceError
-
-    from certsel.orchestrator.engine.servers import FleetSchedule
-
-    live, fleet, name = cfg.live, None, None
+def prepare_source(cfg: RunConfig, data, on_servers=None):
+    """The job's source kind prepares the job before any tracking run exists
+    (:meth:`~certsel.orchestrator.inputs.source_kind.SourceKind.prepare`), after the job's own
+    model servers are started when it has any (the fleet that starts each one on its first
+    cache miss, :mod:`certsel.orchestrator.engine.servers`; a server that no node can hold is
+    an error here). Returns the config and data the job runs with and the
+    :class:`FleetSchedule` (or None); the fleet is closed if preparing fails."""
+    kind = source_of(cfg)
+    specs = kind.server_specs(cfg)
+    fleet = FleetSchedule.start(specs) if specs else None
     try:
-        if live.serve:
-            log_dir = str(live.cache_dir / "servers")
-            # the interpreter is settled here, where the environment is the user's
-            python = os.environ.get("CERTSEL_VLLM_PYTHON")
-            specs = [{**s.model_dump(), "python": s.python or python, "served_model_name": s.served,
-                      "log_dir": log_dir} for s in live.serve]
-            fleet = FleetSchedule.start(specs)
-            name = fleet.name
-            if on_servers is not None:  # from here on: the reference's and judge's servers start below
-                fleet.watch(on_servers)
-            # the servers each candidate needs up together must fit the cluster: checked here,
-            # before any run exists (the engine checks again with each candidate's exact needs);
-            # an answer-mode judge is not among them: its answers are generated first (below)
-            judge = live.judge
-            shared = judge.server if judge is not None and judge.mode != "answer" and (
-                cfg.policy.uses_judge or cfg.policy.judge_first) else None
-            fleet.set_needs({c.id: {s for s in (c.server, shared) if s is not None} for c in live.candidates})
-            live = live.resolved()
-            cfg = cfg.model_copy(update={"live": live})
-            by_id = {c.id: c for c in live.candidates}
-            data = dataclasses.replace(data, live=tuple(by_id[c.id] for c in data.live), servers=name)
-        ref = live.reference_endpoint()
-        if ref is not None:
-            try:
-                sent, cached = prefetch_reference(ref, data.items, reference_items(cfg, len(data.items)),
-                                                  live.cache_dir, name)
-            except SourceError as exc:  # before the job starts: no half-written run
-                raise InputError(f"live.reference: {first_line(exc)}") from exc
-            log.info("reference answers: %d generated, %d from the cache", sent, cached)
-            if fleet is not None and ref.get("server") is not None:
-                fleet.prefetched.add(ref["server"])  # its answers are all in the cache now
-        judge = live.judge
-        if fleet is not None and judge is not None and judge.server is not None and judge.mode == "answer" \
-                and (cfg.policy.uses_judge or cfg.policy.judge_first):
-            # a served judge that answers the questions itself: its answers do not depend on
-            # the candidate, so they are generated once, now, and its server is not held idle
-            # while the candidates' servers load (each candidate template, when it has none)
-            templates = [judge.template] if judge.template else sorted({c.template for c in live.candidates})
-            indices = reference_items(cfg, len(data.items))
-            try:
-                for t in templates:
-                    sent, cached = prefetch_answers(judge.model_dump(), t, data.items, indices, live.cache_dir, name,
-                                                    "job:judge")
-                    log.info("judge answers: %d generated, %d from the cache", sent, cached)
-            except SourceError as exc:
-                raise InputError(f"live.judge: {first_line(exc)}") from exc
-            fleet.prefetched.add(judge.server)
-        if live.features is not None and cfg.policy.needs_features:
-            try:
-                feats = embed_items(live.features.model_dump(), data.items, live.cache_dir, name)
-            except SourceError as exc:  # before the job starts: its input cannot be read
-                raise InputError(f"live.features: {first_line(exc)}") from exc
-            data = dataclasses.replace(data, features=feats)
+        if fleet is not None and on_servers is not None:  # from here on: the servers started while preparing
+            fleet.watch(on_servers)
+        cfg, data = kind.prepare(cfg, data, fleet)
     except BaseException:
         if fleet is not None:
             fleet.close()

@@ -14,9 +14,11 @@ import time
 
 log = logging.getLogger("certsel.job")
 
-# the stages of `certsel run`, in the order they start (a job without servers or tracking skips some)
-LOADING, RAY, TRACKING, SERVERS, RUNS, ROUNDS, REPORT, LOGGING, STOPPING = (
-    "loading data", "starting Ray", "opening MLflow", "starting servers", "creating MLflow runs", "rounds",
+# the stages of `certsel run`, in the order they start (a job without tracking skips some); after
+# Ray, a source kind that prepares the job runs its own stage (SourceKind.prepare_stage: the live
+# kind's "starting servers")
+LOADING, RAY, TRACKING, RUNS, ROUNDS, REPORT, LOGGING, STOPPING = (
+    "loading data", "starting Ray", "opening MLflow", "creating MLflow runs", "rounds",
     "writing the report", "logging to MLflow", "stopping Ray")
 
 

@@ -27,8 +27,8 @@ from certsel.config import RunConfig
 
 from certsel.orchestrator.engine.hosts import HostPool, assign
 from certsel.orchestrator.engine.servers import AllAtOnce
-from certsel.workers.live import LiveSpec
 from certsel.orchestrator.inputs.jobdata import JobData
+from certsel.orchestrator.inputs.sources import source_of
 from .pairwise import PairwiseRounds
 from .plan import JobPlan
 from certsel.orchestrator.results.records import CandidateRecord, JobResult, Resume, dump_records, load_records
@@ -122,8 +122,7 @@ def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n
         for k, nm in enumerate(names)
     ]
     schedule = AllAtOnce() if servers is None else servers
-    schedule.set_needs({s.name: s.source.servers(schedule.prefetched) for s in plan.specs
-                        if isinstance(s.source, LiveSpec)})
+    schedule.set_needs(source_of(cfg).server_needs(plan.specs, schedule.prefetched))
     pool = HostPool(runtime, assign(names, n_hosts), plan, runtime.put(plan.rows), records, schedule)
     pool.load()
     rounds = (PairwiseRounds if plan.procedure.ranking else SelectionRounds)(plan, pool, records)

@@ -1,10 +1,17 @@
 """The label-source kind interface and its registry (:mod:`certsel.orchestrator.inputs.sources`
-has the built-in kinds and the loading of a job's data)."""
+has the built-in kinds and the loading of a job's data).
+
+Besides loading, a kind may prepare a job before any tracking run exists
+(:meth:`SourceKind.prepare`: the live kind starts the job's model servers and generates the
+reference answers there) and say which of those servers each candidate needs up while it is
+labelled (:meth:`SourceKind.server_needs`). The defaults do nothing: the commands and the
+engine call the hooks of every kind and know no kind's specifics.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -21,11 +28,38 @@ class Provides:
     features_key: str
 
 
+class ServerFleet(Protocol):
+    """The job's own model servers as a source kind's hooks see them (the engine's
+    :class:`~certsel.orchestrator.engine.servers.FleetSchedule`)."""
+
+    name: str  # the fleet's Ray actor, which the workers' sources ask for a server
+    prefetched: set[str]  # servers whose answers are all in the cache: no candidate needs them up
+
+    def set_needs(self, needs: dict[str, set[str]]) -> None: ...
+
+
 class SourceKind:
     """One kind of label source (see the module docstring)."""
 
     name: ClassVar[str] = ""
     options: ClassVar[type[BaseModel] | None] = None  # the schema of ``labels:`` besides ``kind`` (registered kinds)
+    # the progress line's stage while :meth:`prepare` runs; None: the kind prepares nothing
+    prepare_stage: ClassVar[str | None] = None
+
+    def server_specs(self, cfg: RunConfig) -> list[dict]:
+        """The job's own model servers to start before :meth:`prepare` (keyword dicts of
+        :class:`~certsel.workers.serving.ServerSpec`); none by default."""
+        return []
+
+    def prepare(self, cfg: RunConfig, data: JobData, fleet: ServerFleet | None) -> tuple[RunConfig, JobData]:
+        """Before any tracking run exists: fetch what the job needs up front (an error here
+        leaves no half-written run). Returns the config and data the job runs with."""
+        return cfg, data
+
+    def server_needs(self, specs: list, prefetched: set[str]) -> dict[str, set[str]]:
+        """Which of the fleet's servers each candidate (by name) needs up while it is labelled,
+        from its :class:`~certsel.workers.contracts.CandidateSpec`; none by default."""
+        return {}
 
     def settings(self, cfg: RunConfig):
         """The job file's section for this source (a validated model)."""

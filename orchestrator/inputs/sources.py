@@ -13,7 +13,8 @@ A :class:`SourceKind` says, for one kind of label source, everything the driver 
 * :meth:`~SourceKind.items_words`: what the items are, for the certificate.
 
 The interface and the registry are in :mod:`~certsel.orchestrator.inputs.source_kind`;
-:mod:`~certsel.orchestrator.inputs.lm_eval_kind` registers ``lm-eval``.
+:mod:`~certsel.orchestrator.inputs.live_kind` is the live kind (model servers, with its
+preparation hooks) and :mod:`~certsel.orchestrator.inputs.lm_eval_kind` registers ``lm-eval``.
 The built-in sources are the job file's sections ``data`` (a recorded loss table, replay),
 ``live`` (model servers) and ``source`` (a Python function). A new source is a subclass
 registered with :func:`register_source_kind`; a job selects it with
@@ -27,11 +28,11 @@ from dataclasses import asdict
 
 from certsel.config import RunConfig
 from certsel.errors import as_input_errors
-from certsel.workers.live import LiveSpec
 from certsel.workers.python_source import PythonSpec
 from certsel.workers.replay import ReplaySpec
 
-from .jobdata import JobData, check_count, check_size, load_live, load_python, load_replay
+from .jobdata import JobData, check_count, check_size, load_python, load_replay
+from .live_kind import LiveKind
 from .tasks import load_aggregate
 from .source_kind import BUILT_IN, SOURCE_KINDS, Provides, SourceKind, get_source_kind, register_source_kind
 from . import lm_eval_kind  # noqa: F401  (registers the lm-eval source kind; lm-eval itself loads when used)
@@ -51,27 +52,6 @@ class ReplayKind(SourceKind):
 
     def items_words(self, n_items):
         return f"the {n_items} items of the loss table"
-
-
-class LiveKind(SourceKind):
-    name = "live"
-
-    def provides(self, cfg):
-        return Provides(cfg.live.judge is not None, cfg.live.features is not None, "live.judge", "live.features")
-
-    def load(self, cfg):
-        return load_live(cfg)
-
-    def spec(self, cfg, data, k, with_judge):
-        live = cfg.live
-        judge = None if live.judge is None or not with_judge else live.judge.model_dump()
-        return LiveSpec(candidate=data.live[k].model_dump(), judge=judge, loss=live.loss, cache_dir=str(live.cache_dir),
-                        reference=live.reference_endpoint(),
-                        recovery=None if cfg.recovery is None else cfg.recovery.at_least, fleet=data.servers,
-                        preference=live.judge is not None and live.judge.mode == "pairwise")
-
-    def items_words(self, n_items):
-        return f"the {n_items} items of the items file"
 
 
 class PythonKind(SourceKind):
