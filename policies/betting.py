@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 import numpy as np
+
+from .registry import Registry
 from scipy.optimize import brentq
 from scipy.special import roots_jacobi
 
@@ -583,19 +585,14 @@ class ONS(BettingStrategy):
         return fractions, BettingState(state.count + n, {"u": u, "a": a})
 
 
-STRATEGIES: dict[str, type[BettingStrategy]] = {}
+STRATEGIES: Registry[type[BettingStrategy]] = Registry("betting", BettingStrategy, classes=True)
 
 
 def register_strategy(cls: type[BettingStrategy]) -> type[BettingStrategy]:
     """Add a strategy class to :data:`STRATEGIES` under ``cls.name`` (usable as a decorator).
     From then on ``betting: NAME`` (or ``{kind: NAME, param: value}``) selects it in a job
     file, :class:`~certsel.policies.SequentialTest` and every function that takes ``betting``."""
-    if not (isinstance(cls, type) and issubclass(cls, BettingStrategy)):
-        raise TypeError(f"a betting strategy must subclass BettingStrategy, got {cls!r}")
-    if not isinstance(cls.name, str) or not cls.name:
-        raise ValueError("a betting strategy needs a non-empty name")
-    STRATEGIES[cls.name] = cls
-    return cls
+    return STRATEGIES.register(cls)
 
 
 for _cls in (UP, WSR, ONS):
@@ -612,10 +609,9 @@ def get_strategy(betting) -> BettingStrategy:
         kind = params.pop("kind", None)
     else:
         kind, params = betting, {}
-    if not isinstance(kind, str) or kind not in STRATEGIES:
-        raise ValueError(f"betting must be one of {', '.join(STRATEGIES)}, got {kind!r}")
+    cls = STRATEGIES.lookup(kind)
     try:
-        return STRATEGIES[kind](**params)
+        return cls(**params)
     except TypeError as err:  # an unknown parameter
         raise ValueError(f"betting {kind!r}: {err}") from None
 

@@ -36,6 +36,7 @@ from .autoeval import SCHEMES
 from .betting import BettingStrategy
 from .cer_eval import CerEval, Seq
 from .partition import NearestNeighborPartition, ScorePartition
+from .registry import Registry
 from .seq_bank import SeqBank
 from .sequential import SequentialTest
 from .stratified_test import StratifiedTest
@@ -230,25 +231,22 @@ class CerEvalKind(PolicyKind):
         return CerEval.from_state_dict(state, policy.partitioner)
 
 
-POLICY_KINDS: dict[str, PolicyKind] = {}
+POLICY_KINDS: Registry[PolicyKind] = Registry("policy.kind", PolicyKind)
 
 
 def register_policy_kind(kind: PolicyKind | type[PolicyKind]) -> PolicyKind:
     """Add a kind (an instance, or a class with a no-argument constructor) to
     :data:`POLICY_KINDS` under its ``name``; from then on ``policy.kind: NAME`` selects it.
     Returns the instance."""
-    if isinstance(kind, type):
+    if isinstance(kind, type) and issubclass(kind, PolicyKind):
         kind = kind()
     if not isinstance(kind, PolicyKind):
-        raise TypeError(f"a policy kind must subclass PolicyKind, got {kind!r}")
-    if not isinstance(kind.name, str) or not kind.name:
-        raise ValueError("a policy kind needs a non-empty name")
+        raise TypeError(f"policy.kind: a registered item must subclass PolicyKind, got {kind!r}")
     if not isinstance(getattr(kind, "family", None), Family) or not isinstance(getattr(kind, "labels", None), Labels):
         raise ValueError(f"policy kind {kind.name!r}: family must be a Family and labels a Labels")
     if kind.family is Family.ESTIMATION and kind.labels is Labels.ORDER:
         raise ValueError(f"policy kind {kind.name!r}: an estimation policy chooses its items (Labels.CHOSEN)")
-    POLICY_KINDS[kind.name] = kind
-    return kind
+    return POLICY_KINDS.register(kind)
 
 
 for _name in ("r-eval", "r-autoeval", "r-autoeval+"):
@@ -261,10 +259,7 @@ def get_policy_kind(kind: str | PolicyKind) -> PolicyKind:
     """The registered kind of a name (a :class:`PolicyKind` is returned as is)."""
     if isinstance(kind, PolicyKind):
         return kind
-    try:
-        return POLICY_KINDS[kind]
-    except (KeyError, TypeError):
-        raise ValueError(f"policy.kind must be one of {', '.join(POLICY_KINDS)}, got {kind!r}") from None
+    return POLICY_KINDS.lookup(kind)
 
 
 def kinds_of(family: Family) -> list[str]:

@@ -21,7 +21,9 @@ A :class:`Procedure` answers the four questions a job asks of it, and nothing el
 
 Scheduling hooks with trivial defaults (:meth:`~Procedure.active`,
 :meth:`~Procedure.after_settle`) let a procedure restrict which candidates run (FST's
-frontier) without the driver knowing which procedure it runs. Config validation, the
+frontier) without the driver knowing which procedure it runs. They see a frozen
+:class:`CandidateView` of each candidate and return their decisions (the candidates to run,
+:class:`Stop` decisions); only the engine changes its records. Config validation, the
 scheduler, the driver, the report and the audit all consult :data:`PROCEDURES`; a new
 procedure is a subclass passed to :func:`register_procedure`.
 
@@ -31,9 +33,30 @@ Why early stopping keeps the guarantees: see :mod:`certsel.orchestrator.engine.s
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
 
 import numpy as np
+
+from .registry import Registry
+
+
+@dataclass(frozen=True)
+class CandidateView:
+    """What a procedure's scheduling hooks see of one candidate, in the job's order."""
+
+    name: str
+    finished: bool  # its evaluation ended (certified, failed, stopped, ...)
+    failed: bool  # it ended without certification while it was being evaluated
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A procedure's decision: end this unfinished candidate, it can no longer change the
+    selection (the engine marks a running one stopped, a waiting one skipped)."""
+
+    name: str
+    reason: str
 
 
 
@@ -111,12 +134,14 @@ class Procedure:
         return f"simultaneously for the {n_certified} certified of {K} candidates (R <= {alpha:g} for each)"
 
     # -- scheduling hooks -----------------------------------------------------------------------
-    def active(self, open_records: list, lookahead: int) -> list:
+    def active(self, open_: Sequence[CandidateView], lookahead: int) -> list[CandidateView]:
         """Which unfinished candidates run next round (adaptive mode). Default: all."""
-        return open_records
+        return list(open_)
 
-    def after_settle(self, records: list) -> None:
-        """Statuses the procedure settles once others are known (adaptive mode). Default: none."""
+    def after_settle(self, candidates: Sequence[CandidateView]) -> list[Stop]:
+        """The candidates the procedure stops once others are settled (adaptive mode).
+        Default: none."""
+        return []
 
     # -- wording -----------------------------------------------------------------------------------
     def level(self, delta: float, K: int) -> str:
@@ -164,21 +189,17 @@ class FixedSequence(Procedure):
         out[min(c, K - 1)] = own[c] if c < K else min(float(alpha), own[K - 1])
         return out
 
-    def active(self, open_records, lookahead):
+    def active(self, open_, lookahead):
         # labels go to the frontier (the first candidate not yet settled) and lookahead after it
-        return open_records[: 1 + lookahead]
+        return list(open_[: 1 + lookahead])
 
-    def after_settle(self, records):
+    def after_settle(self, candidates):
         # once a candidate failed, no later one can join the certified prefix
-        failed = [k for k, r in enumerate(records) if r.status.test_failed]
-        if not failed:
-            return
-        first = records[failed[0]]
-        for r in records[failed[0] + 1:]:
-            if r.status.waiting:
-                r.end("skipped", f"after {first.name} failed")
-            elif r.status.running:
-                r.end("stopped", f"after {first.name} failed")
+        first = next((k for k, c in enumerate(candidates) if c.failed), None)
+        if first is None:
+            return []
+        why = f"after {candidates[first].name} failed"
+        return [Stop(c.name, why) for c in candidates[first + 1:] if not c.finished]
 
     def level(self, delta, K):
         return f"fixed-sequence, each at delta = {delta:g}"
@@ -310,21 +331,14 @@ class PairwiseRanking(Procedure):
         return f"each pair's sign at delta/P = {self.pair_delta(delta, K):.4g}"
 
 
-PROCEDURES: dict[str, Procedure] = {}
+PROCEDURES: Registry[Procedure] = Registry("procedure", Procedure)
 
 
 def register_procedure(proc: Procedure | type[Procedure]) -> Procedure:
     """Add a procedure (an instance, or a class with a no-argument constructor) to
     :data:`PROCEDURES` under its ``name``; from then on ``procedure: NAME`` selects it in a
     job file. Returns the instance."""
-    if isinstance(proc, type):
-        proc = proc()
-    if not isinstance(proc, Procedure):
-        raise TypeError(f"a procedure must subclass Procedure, got {proc!r}")
-    if not isinstance(proc.name, str) or not proc.name:
-        raise ValueError("a procedure needs a non-empty name")
-    PROCEDURES[proc.name] = proc
-    return proc
+    return PROCEDURES.register(proc)
 
 
 for _p in (FixedSequence, Bonferroni, Holm, PairwiseRanking):
@@ -332,7 +346,4 @@ for _p in (FixedSequence, Bonferroni, Holm, PairwiseRanking):
 
 
 def get_procedure(name: str) -> Procedure:
-    try:
-        return PROCEDURES[name]
-    except KeyError:
-        raise ValueError(f"procedure must be one of {', '.join(PROCEDURES)}, got {name!r}") from None
+    return PROCEDURES.lookup(name)

@@ -255,7 +255,7 @@ def test_holm_status_agrees_with_the_final_set():
     moment it needed 30, but once candidate 1 is certified Holm's final set holds it."""
     records = [_record(0, np.log(21.0), Status.RUNNING), _record(1, np.log(40.0), Status.RUNNING),
                _record(2, np.log(2.0), Status.RUNNING)]
-    sched = Scheduler(records, procedure="holm", delta=0.1, testing=True)
+    sched = Scheduler(records, procedure=get_procedure("holm"), delta=0.1, testing=True)
     sched.settle()
     assert [r.status for r in records] == [Status.CERTIFIED, Status.CERTIFIED, Status.NOT_CERTIFIED]
 

@@ -86,3 +86,57 @@ def test_the_selected_candidates_joint_bound_keeps_its_level(procedure):
     if procedure == "bonferroni":
         assert out["joint_misses"] > 0  # real bounds, not alpha: the check above can fail
         assert clopper_pearson(out["own_misses"], reps)[0] > out["own_level"], out
+
+
+def test_scheduling_hooks_decide_on_frozen_views_and_return_decisions():
+    """FST's hooks see frozen views and return what to do: the frontier plus look-ahead, and a
+    Stop for every unfinished candidate after the first failure; finished ones are left alone."""
+    import dataclasses
+
+    from certsel.policies.procedures import CandidateView, Stop
+
+    fst = get_procedure("fst")
+    seq = (CandidateView("a", True, False), CandidateView("b", True, True), CandidateView("c", False, False),
+           CandidateView("d", True, False), CandidateView("e", False, False))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        seq[0].finished = False
+    assert fst.after_settle(seq) == [Stop("c", "after b failed"), Stop("e", "after b failed")]
+    assert fst.after_settle(seq[:1]) == [] and get_procedure("holm").after_settle(seq) == []
+    open_ = [v for v in seq if not v.finished]
+    assert [v.name for v in fst.active(open_, 0)] == ["c"] and fst.active(open_, 5) == open_
+
+
+def test_procedures_import_nothing_that_can_change_a_record():
+    """The procedures' module imports only the standard library's math and typing helpers and
+    numpy: no record, scheduler or engine type reaches it."""
+    import ast
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "policies" / "procedures.py"
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found.add((node.module or ".").split(".")[0])
+    assert found <= {"__future__", "math", "dataclasses", "typing", "numpy"}, found
+
+
+def test_get_procedure_is_called_only_where_a_config_is_built():
+    """The job's procedure is resolved once, in the config (RunConfig.proc); the engine, the
+    outputs and the audits read it from there. Outside the config only the registry itself,
+    certsel select's flags (a config built from flags) and the replicated selection's own
+    keyword argument (its config) look a name up."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    allowed = {"certsel/config/schema.py", "policies/procedures.py", "certsel/cli.py",
+               "orchestrator/engine/replicated.py"}
+    calls = []
+    for folder in ("certsel", "orchestrator", "workers", "policies"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "get_procedure":
+                    calls.append(str(path.relative_to(root)))
+    assert calls and set(calls) <= allowed, sorted(set(calls) - allowed)

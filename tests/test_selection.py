@@ -5,6 +5,7 @@ import numpy as np
 
 from certsel.orchestrator.results.records import CandidateRecord, Status
 from certsel.orchestrator.engine.selection import Scheduler, recent_growth, round_sizes
+from certsel.policies.procedures import get_procedure
 
 
 def _record(name, index, path):
@@ -44,7 +45,7 @@ def test_look_ahead_waits_while_the_frontier_heads_for_failure():
         records = [_record("a", 0, frontier_path), _record("b", 1, []), _record("c", 2, [])]
         for r in records:
             r.status = Status.RUNNING if r.t else Status.PENDING
-        return Scheduler(records, procedure="fst", delta=0.1, testing=True, lookahead=1, budget=300)
+        return Scheduler(records, procedure=get_procedure("fst"), delta=0.1, testing=True, lookahead=1, budget=300)
 
     fresh = job([])
     assert [r.name for r in fresh.active()] == ["a", "b"]  # no evidence yet: speculate

@@ -38,7 +38,7 @@ def test_the_combined_evidence_is_the_smallest_e_value_then_the_procedure():
     rng = np.random.default_rng(0)
     log_e = rng.normal(2.5, 2.0, size=(3, 12))
     for name in ("fst", "bonferroni", "holm"):
-        combined, mask = intersection_union(log_e, name, 0.1)
+        combined, mask = intersection_union(log_e, get_procedure(name), 0.1)
         assert np.array_equal(combined, log_e.min(axis=0))
         assert np.array_equal(mask, get_procedure(name).certified(log_e.min(axis=0), 0.1))
         # a candidate below the laxest threshold (1/delta) on any one task is never certified
@@ -47,7 +47,7 @@ def test_the_combined_evidence_is_the_smallest_e_value_then_the_procedure():
         for t in range(3):
             assert np.all(get_procedure(name).certified(log_e[t], 0.1)[mask]) or name != "bonferroni"
     with pytest.raises(ValueError, match="tasks, candidates"):
-        intersection_union(np.zeros(4), "fst", 0.1)
+        intersection_union(np.zeros(4), get_procedure("fst"), 0.1)
 
 
 def test_each_task_is_a_job_of_its_own(tmp_path):

@@ -49,7 +49,6 @@ from certsel.policies.autoeval import (
     running_mean,
 )
 from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
-from certsel.policies.procedures import get_procedure
 
 from .base import BUDGET_GRID, AuditResult, clopper_pearson, failure_cells, job_features, overall_cells, repeat
 from .pairwise import pairwise_audit
@@ -100,7 +99,7 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     rng = np.random.default_rng(seed)
     kind = cfg.policy.policy_kind
     workers = max(1, (os.cpu_count() or 1) if workers is None else int(workers))
-    proc = get_procedure(cfg.procedure)
+    proc = cfg.proc
     if proc.ranking:
         return pairwise_audit(cfg, table, names, reps, rng, progress, workers)
     n = cfg.budget.n
@@ -156,7 +155,7 @@ def betting_repetitions(cfg: RunConfig, table, truth, reps: int, rng, progress=N
     the budget grid."""
     K, I = table.human.shape
     n, rhos = cfg.budget.n, cfg.policy.policy_kind.rhos
-    levels = get_procedure(cfg.procedure).candidate_deltas(cfg.delta, K)
+    levels = cfg.proc.candidate_deltas(cfg.delta, K)
     r = cfg.budget.r if cfg.policy.uses_judge else 0
     thresholds = -np.log(levels)
     max_log_e = np.empty((reps, K))
@@ -199,7 +198,7 @@ def _estimation_once(job) -> tuple:
     cfg, table, truth, features, t_grid, seed = job
     K, I = table.human.shape
     n = min(cfg.budget.n, I)
-    levels = get_procedure(cfg.procedure).candidate_deltas(cfg.delta, K)  # as the job runs them
+    levels = cfg.proc.candidate_deltas(cfg.delta, K)  # as the job runs them
     certified = np.zeros(K, dtype=bool)
     missed = np.zeros(K, dtype=bool)
     first = np.zeros(K, dtype=np.int64)

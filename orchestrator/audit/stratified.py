@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from certsel.policies.stratified_test import StratifiedTest
-from certsel.policies.procedures import get_procedure
 
 from .base import BUDGET_GRID, repeat
 
@@ -24,7 +23,7 @@ def stratified_once(job) -> tuple:
     cfg, table, truth, seed = job
     K, I = table.human.shape
     n = min(cfg.budget.n, I)
-    levels = get_procedure(cfg.procedure).candidate_deltas(cfg.delta, K)
+    levels = cfg.proc.candidate_deltas(cfg.delta, K)
     t_grid = grid(n)
     max_log_e, first = np.zeros(K), np.zeros(K, dtype=np.int64)
     missed = np.zeros(K, dtype=bool)

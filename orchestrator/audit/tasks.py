@@ -17,7 +17,6 @@ import numpy as np
 from certsel.config import RunConfig
 from certsel.errors import InputError
 from certsel.policies.kinds import BettingTestKind, JudgeStratifiedKind
-from certsel.policies.procedures import get_procedure
 
 from .base import failure_cells, overall_cells
 from .job import betting_repetitions
@@ -73,7 +72,7 @@ def audit_tasks(cfg: RunConfig, cfgs: list[RunConfig], datas: list, *, reps: int
         log_e.append(task_repetitions(tc, d, reps, rng, progress)[:, pos])
         truths.append(d.table.true_risk[pos])
         alphas.append(tc.alpha)
-    proc = get_procedure(cfg.procedure)
+    proc = cfg.proc
     combined = np.min(log_e, axis=0)  # (reps, K)
     fam = proc.certified(np.minimum(combined, 700), cfg.delta)
     truths = np.array(truths)  # (tasks, K)

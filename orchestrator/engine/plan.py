@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from certsel.config import RunConfig
 from certsel.policies.kinds import PolicySettings
-from certsel.policies.procedures import get_procedure
 from certsel.workers.contracts import CandidateSpec, JobArrays
 from certsel.workers.replay import item_order
 
@@ -36,7 +35,7 @@ class JobPlan:
         cfg, table = self.cfg, self.data.table
         names = self.data.names
         K, I = len(names), self.data.n_items
-        self.procedure = get_procedure(cfg.procedure)
+        self.procedure = cfg.proc
         self.testing = cfg.policy.is_testing
         self.uses_judge = cfg.policy.uses_judge
         # judge strata (Cer-Eval's, the judge-stratified test): the judge on every item first

@@ -39,9 +39,14 @@ import numpy as np
 
 from certsel.config import RunConfig
 from certsel.policies import select
-from certsel.policies.procedures import Procedure, get_procedure
+from certsel.policies.procedures import CandidateView, Procedure
 
 from certsel.orchestrator.results.records import CandidateRecord, JobResult, Resume, Status, totals
+
+
+def views(records: list[CandidateRecord]) -> tuple[CandidateView, ...]:
+    """The frozen views the procedure's hooks decide on (they change no record)."""
+    return tuple(CandidateView(r.name, r.status.finished, r.status.test_failed) for r in records)
 
 
 class Scheduler:
@@ -52,13 +57,13 @@ class Scheduler:
     built with) settles them.
     """
 
-    def __init__(self, records: list[CandidateRecord], *, procedure: str | Procedure, delta: float, testing: bool,
+    def __init__(self, records: list[CandidateRecord], *, procedure: Procedure, delta: float, testing: bool,
                  mode: str = "adaptive", lookahead: int = 1, prune_keys=None, futility: float | None = None,
                  budget: int | None = None):
         self.records, self.delta = records, delta
         # each testing candidate's human-label budget: look-ahead is spent only on a frontier that can meet it
         self.budget = budget
-        self.procedure = get_procedure(procedure) if isinstance(procedure, str) else procedure
+        self.procedure = procedure
         self.testing, self.mode, self.lookahead = testing, mode, lookahead
         self.K = len(records)
         # futility level delta_f of testing candidates (None: off); its stops never certify anything
@@ -118,7 +123,10 @@ class Scheduler:
                 if not r.finished and self.prune_keys[k] >= best:
                     r.end(Status.STOPPED if r.status.running else Status.SKIPPED, "cannot improve the selection")
         if self.mode == "adaptive":
-            self.procedure.after_settle(self.records)
+            by_name = {r.name: r for r in self.records}
+            for stop in self.procedure.after_settle(views(self.records)):
+                r = by_name[stop.name]
+                r.end(Status.STOPPED if r.status.running else Status.SKIPPED, stop.reason)
 
     def active(self) -> list[CandidateRecord]:
         """The candidates to advance in the next round. Look-ahead (the candidates a fixed
@@ -129,7 +137,8 @@ class Scheduler:
         open_ = [r for r in self.records if not r.finished]
         if self.mode == "adaptive":
             lookahead = self.lookahead if not open_ or self.on_track(open_[0]) else 0
-            return self.procedure.active(open_, lookahead)
+            chosen = {v.name for v in self.procedure.active(views(open_), lookahead)}
+            return [r for r in open_ if r.name in chosen]
         return open_
 
     def on_track(self, r: CandidateRecord) -> bool:

@@ -14,7 +14,6 @@ from certsel.config import RunConfig
 from certsel.policies import Seq, log_evalue_paths
 from certsel.policies.kinds import BettingTestKind, JudgeStratifiedKind, Labels
 from certsel.policies.stratified_test import StratifiedTest
-from certsel.policies.procedures import get_procedure
 
 MAX_N = 1 << 16  # budgets searched for the smallest feasible one
 
@@ -72,7 +71,7 @@ def smallest_budget(reaches, n: int, cap: int) -> int | None:
 def feasibility_warning(cfg: RunConfig, n_candidates: int, n_items: int) -> str | None:
     """One line when no candidate could be certified within ``budget.n`` even with every
     loss at 0 (at the strictest level the procedure tests a candidate at); None otherwise."""
-    proc = get_procedure(cfg.procedure)
+    proc = cfg.proc
     if proc.ranking:
         return None
     level = float(proc.candidate_deltas(cfg.delta, n_candidates).min())

@@ -18,7 +18,6 @@ from certsel.config import RunConfig
 from certsel.policies.recovery import Recovery, recovery_of
 from certsel.workers.replay import LossTable, load_features, load_loss_table
 from certsel.workers.tables import read_table, table_format
-from certsel.policies.procedures import get_procedure
 
 
 @dataclass(frozen=True)
@@ -216,7 +215,7 @@ def check_size(cfg: RunConfig, n_items: int, where: str) -> None:
 
 
 def check_count(cfg: RunConfig, K: int) -> None:
-    proc = get_procedure(cfg.procedure)
+    proc = cfg.proc
     if K < proc.min_candidates:
         raise ValueError(f"procedure {cfg.procedure!r} needs at least {proc.min_candidates} candidates")
     if proc.ranking and cfg.pairwise.topk is not None and cfg.pairwise.topk >= K:

@@ -23,7 +23,6 @@ import numpy as np
 
 from certsel.config import RunConfig, CostsConfig
 from certsel.policies.limits import label_limit, ppi_limit, split_limit
-from certsel.policies.procedures import get_procedure
 
 # measured labels to certify over the limit, mean over the TriviaQA frontier (benchmarks/limit.py):
 # R-Eval 1.30 of log(1/delta)/KL_inf; R-AutoEval+ (UP, split) 1.45 of the split oracle with r = 3
@@ -64,7 +63,7 @@ def expected_labels(limits: np.ndarray, ratio: float, budget: int) -> tuple[np.n
 def evaluated(cfg: RunConfig, ok: np.ndarray) -> np.ndarray:
     """Which candidates the procedure runs: under FST the prefix up to the first expected
     failure and its look-ahead, otherwise every candidate."""
-    if not get_procedure(cfg.procedure).needs_order or ok.all():
+    if not cfg.proc.needs_order or ok.all():
         return np.ones(ok.size, dtype=bool)
     stop = int(np.argmin(ok)) + cfg.scheduling.lookahead
     return np.arange(ok.size) <= stop
@@ -80,7 +79,7 @@ def plan(cfg: RunConfig, data, *, m: int = 50, seed: int = 0) -> list[PlanRow]:
     items = pilot(table, m, seed)
     K, N = table.human.shape
     n = cfg.budget.n
-    levels = get_procedure(cfg.procedure).candidate_deltas(cfg.delta, K)
+    levels = cfg.proc.candidate_deltas(cfg.delta, K)
     h = table.human[:, items]
     rows = []
 

@@ -16,6 +16,7 @@ from typing import ClassVar, Protocol
 from pydantic import BaseModel, ValidationError
 
 from certsel.config import RunConfig
+from certsel.policies.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -88,29 +89,20 @@ class SourceKind:
 BUILT_IN = ("replay", "live", "python", "tasks")  # the job file's data, live, source and tasks sections
 
 
-SOURCE_KINDS: dict[str, SourceKind] = {}
+# a job names a registered kind with labels.kind; the built-in ones have sections of their own
+SOURCE_KINDS: Registry[SourceKind] = Registry("labels.kind", SourceKind, listed=lambda n: n not in BUILT_IN)
 
 
 def register_source_kind(kind: SourceKind | type[SourceKind]) -> SourceKind:
     """Add a label-source kind (an instance, or a class with a no-argument constructor) to
     :data:`SOURCE_KINDS`; from then on ``labels: {kind: NAME, ...}`` selects it. Returns the
     instance."""
-    if isinstance(kind, type):
+    if isinstance(kind, type) and issubclass(kind, SourceKind):
         kind = kind()
-    if not isinstance(kind, SourceKind):
-        raise TypeError(f"a label source kind must subclass SourceKind, got {kind!r}")
-    if not isinstance(kind.name, str) or not kind.name:
-        raise ValueError("a label source kind needs a non-empty name")
-    if kind.name not in BUILT_IN and kind.options is None:
+    if isinstance(kind, SourceKind) and kind.name and kind.name not in BUILT_IN and kind.options is None:
         raise ValueError(f"label source kind {kind.name!r}: set options (a pydantic model of its labels: keys)")
-    SOURCE_KINDS[kind.name] = kind
-    return kind
+    return SOURCE_KINDS.register(kind)
 
 
 def get_source_kind(name: str) -> SourceKind:
-    try:
-        return SOURCE_KINDS[name]
-    except KeyError:
-        known = [n for n in SOURCE_KINDS if n not in BUILT_IN]
-        raise ValueError(f"labels.kind must be one of the registered label sources "
-                         f"({', '.join(known) or 'none registered'}), got {name!r}") from None
+    return SOURCE_KINDS.lookup(name)

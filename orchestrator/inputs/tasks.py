@@ -31,7 +31,6 @@ import numpy as np
 
 from certsel.config import RunConfig
 from certsel.errors import InputError
-from certsel.policies.procedures import get_procedure
 from certsel.workers.replay import LossTable
 
 from .jobdata import JobData, RecoveryScores, _positions, _subset, check_size, load_replay
@@ -90,7 +89,7 @@ def load_tasks(cfg: RunConfig, *, sized: bool = True) -> tuple[list[RunConfig], 
             raise InputError(f"task {t.name!r} does not have the candidates of task {first!r} (missing: "
                              f"{', '.join(missing[:5]) or 'none'}; extra: {', '.join(extra[:5]) or 'none'}); "
                              "list the shared ones in candidates:")
-        if d.names != names and get_procedure(cfg.procedure).needs_order:
+        if d.names != names and cfg.proc.needs_order:
             raise InputError(f"task {t.name!r} orders the candidates differently from task {first!r} (data.order); "
                              "a fixed sequence needs one order: give order: [...]")
     return cfgs, datas

@@ -32,7 +32,6 @@ from .gpu import gpu_block
 from .selection_schema import SCHEMA_VERSION
 from certsel.policies import select
 from certsel.policies.kinds import BettingTestKind, CerEvalKind, JudgeStratifiedKind, SeqKind
-from certsel.policies.procedures import get_procedure
 
 from certsel.orchestrator.results.records import JobResult
 from certsel.orchestrator.inputs.sources import source_of
@@ -111,7 +110,7 @@ def certificate(result: JobResult) -> dict:
     K = len(result.records)
     sel = result.selected_record
     in_set = set(result.certified)
-    proc = get_procedure(cfg.procedure)
+    proc = cfg.proc
     pairwise = proc.ranking
     rk = result.ranking
     if pairwise and rk.topk is not None:
@@ -285,7 +284,7 @@ def _sorted_rows(cfg, rows: list) -> list:
     (best first) for procedures that select by objective; each row keeps its ``position``."""
     for k, row in enumerate(rows):
         row["position"] = k
-    proc = get_procedure(cfg.procedure)
+    proc = cfg.proc
     if proc.needs_order or proc.ranking or cfg.objective is None or any(r["objective"] is None for r in rows):
         return rows
     sign = -1.0 if cfg.objective.goal == "maximize" else 1.0
@@ -296,7 +295,7 @@ def selected_by_budget(result: JobResult, budgets) -> list:
     """What the job would have selected with a smaller per-candidate budget b (human labels),
     recomputed from the recorded evidence (each run's evidence up to b is a prefix of it)."""
     cfg, objective = result.cfg, result.data.objective
-    proc = get_procedure(cfg.procedure)
+    proc = cfg.proc
     if objective is None or proc.ranking:
         return [None] * len(budgets)
     key = -objective if cfg.objective and cfg.objective.goal == "maximize" else objective

@@ -12,7 +12,6 @@ import pathlib
 
 import numpy as np
 
-from certsel.policies.procedures import get_procedure
 
 from .certificate import selected_by_budget
 from certsel.orchestrator.results.records import JobResult
@@ -95,7 +94,7 @@ def evalue_plot(result: JobResult, path: pathlib.Path) -> pathlib.Path | None:
         return None
     plt = _plt()
     cfg, K = result.cfg, len(result.records)
-    proc = get_procedure(cfg.procedure)
+    proc = cfg.proc
     fig, ax = plt.subplots(figsize=(7.5, 4))
     for r in ran:
         e = np.exp(np.minimum(np.asarray(r.path), 700))
@@ -115,7 +114,7 @@ def evalue_plot(result: JobResult, path: pathlib.Path) -> pathlib.Path | None:
 def budget_plot(result: JobResult, path: pathlib.Path) -> pathlib.Path | None:
     """The objective of what the job would have selected with a smaller per-candidate budget."""
     cfg = result.cfg
-    if get_procedure(cfg.procedure).ranking or result.data.objective is None:
+    if cfg.proc.ranking or result.data.objective is None:
         return None
     budgets = list(range(cfg.budget.batch, cfg.budget.n + 1, cfg.budget.batch))
     if budgets and budgets[-1] != cfg.budget.n:

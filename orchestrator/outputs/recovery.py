@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from certsel.policies.procedures import get_procedure
 from certsel.policies.recovery import recovery_decision_bound
 
 from certsel.orchestrator.results.records import JobResult
@@ -127,7 +126,7 @@ def _inverted_rows(result: JobResult) -> list[RecoveryRow]:
     (:func:`~certsel.policies.recovery.recovery_decision_bound`), and the joint bounds apply
     the procedure's rules to -recovery, an upper bound at target -r."""
     cfg = result.cfg
-    proc, r0, K = get_procedure(cfg.procedure), cfg.recovery.at_least, len(result.records)
+    proc, r0, K = cfg.proc, cfg.recovery.at_least, len(result.records)
     max_log_e = np.array([x.max_log_e for x in result.records])
     certified = np.array([x.name in set(result.certified) for x in result.records])
     decision = proc.decision_deltas(cfg.delta, max_log_e)

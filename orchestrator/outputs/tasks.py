@@ -17,7 +17,6 @@ import pathlib
 import jinja2
 
 from certsel._version import __version__
-from certsel.policies.procedures import get_procedure
 
 from certsel.orchestrator.results.tasks import MultiTaskResult, total_labels
 
@@ -35,7 +34,7 @@ def target_words(cfg) -> str:
 def tasks_certificate(res: MultiTaskResult) -> dict:
     """The combined certificate (module docstring)."""
     cfg, K = res.cfg, len(res.names)
-    proc = get_procedure(cfg.procedure)
+    proc = cfg.proc
     per_task = []
     for o in res.tasks:
         cert = certificate(o.result)

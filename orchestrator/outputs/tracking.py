@@ -27,7 +27,6 @@ from urllib.parse import unquote, urlparse
 
 from certsel._version import __version__
 from certsel.errors import InputError
-from certsel.policies.procedures import get_procedure
 
 from certsel.home import home, tracking_uri
 
@@ -222,7 +221,7 @@ class JobTracker:
             for old in job.meta.get("mlflow_runs", []):
                 self._close_stale(old)
         tags[NOTE] = (f"certsel job **{cfg.name}**: {cfg.policy.kind}, procedure {cfg.procedure}, delta = {cfg.delta:g}"
-                      + ("" if get_procedure(cfg.procedure).ranking else f", alpha = {cfg.alpha:g}")
+                      + ("" if cfg.proc.ranking else f", alpha = {cfg.alpha:g}")
                       + f", {len(records)} candidates. Running.")
         # started: when the command began (time.time()), so the run's duration is the job's, Ray's start included
         parent = c.create_run(self.experiment_id, run_name=cfg.name, tags=tags,
@@ -243,7 +242,7 @@ class JobTracker:
             params.update(aggregate_weights=data.aggregate.words(), aggregate_unit=data.aggregate.unit,
                           policy_alpha=cfg.alpha / data.aggregate.unit)
         # only what means something for this job: no alpha for a ranking, no judge or judge ratio without a judge
-        if get_procedure(cfg.procedure).ranking:
+        if cfg.proc.ranking:
             params.pop("alpha")
         if not cfg.policy.uses_judge:
             params.pop("budget_r")
@@ -525,7 +524,7 @@ def _candidate_note(result, row: dict) -> str:
         if ties:
             bits.append(f"tied within {result.ranking.epsilon:g} with "
                         + ", ".join(x for p in ties for x in p.split(" ~ ") if x != row["candidate"]))
-    elif not get_procedure(result.cfg.procedure).ranking:
+    elif not result.cfg.proc.ranking:
         alpha = result.cfg.alpha
         if row.get("simultaneous_bound") is not None:
             bits.append(f"R <= {bound_text(row['simultaneous_bound'], alpha)} together with every other candidate's "

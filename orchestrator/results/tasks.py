@@ -26,7 +26,7 @@ import numpy as np
 
 from certsel.config import RunConfig
 from certsel.policies import select
-from certsel.policies.procedures import get_procedure
+from certsel.policies.procedures import Procedure
 
 from .records import JobResult
 
@@ -60,14 +60,14 @@ class MultiTaskResult:
     files: list[pathlib.Path] = field(default_factory=list)
 
 
-def intersection_union(log_e: np.ndarray, procedure: str, delta: float) -> tuple[np.ndarray, np.ndarray]:
+def intersection_union(log_e: np.ndarray, procedure: Procedure, delta: float) -> tuple[np.ndarray, np.ndarray]:
     """(combined log e-values (K,), certified mask (K,)): min over tasks (axis 0), then the
     procedure at ``delta`` (module docstring)."""
     log_e = np.asarray(log_e, dtype=np.float64)
     if log_e.ndim != 2 or log_e.shape[0] < 1:
         raise ValueError(f"log e-values must be (tasks, candidates), got shape {log_e.shape}")
     combined = log_e.min(axis=0)
-    return combined, get_procedure(procedure).certified(combined, delta)
+    return combined, procedure.certified(combined, delta)
 
 
 def combine(cfg: RunConfig, outcomes: list[TaskOutcome]) -> MultiTaskResult:
@@ -75,7 +75,7 @@ def combine(cfg: RunConfig, outcomes: list[TaskOutcome]) -> MultiTaskResult:
     names = outcomes[0].result.data.names
     log_e = np.array([[by[n].max_log_e for n in names] for by in ({r.name: r for r in o.result.records}
                                                                   for o in outcomes)])
-    combined, mask = intersection_union(log_e, cfg.procedure, cfg.delta)
+    combined, mask = intersection_union(log_e, cfg.proc, cfg.delta)
     objective = None
     if all(o.result.data.objective is not None for o in outcomes):  # e.g. model size: the same on every task
         objective = np.mean([[dict(zip(o.result.data.names, o.result.data.objective, strict=True))[n] for n in names]
@@ -85,9 +85,9 @@ def combine(cfg: RunConfig, outcomes: list[TaskOutcome]) -> MultiTaskResult:
         key = -objective if cfg.objective is not None and cfg.objective.goal == "maximize" else objective
         k = int(select(mask, key))
         selected = None if k < 0 else names[k]
-    elif get_procedure(cfg.procedure).needs_order and mask.any():  # a fixed sequence: its last certified
+    elif cfg.proc.needs_order and mask.any():  # a fixed sequence: its last certified
         selected = names[int(np.flatnonzero(mask)[-1])]
-    levels = get_procedure(cfg.procedure).decision_deltas(cfg.delta, combined)
+    levels = cfg.proc.decision_deltas(cfg.delta, combined)
     return MultiTaskResult(cfg, outcomes, list(names), objective, log_e, combined,
                            [n for n, m in zip(names, mask, strict=True) if m], selected, levels)
 

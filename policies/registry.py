@@ -1,0 +1,58 @@
+"""One registry mechanism for every variation point: procedures, betting strategies, policy
+kinds and label-source kinds.
+
+A :class:`Registry` is a ``dict`` from a name to what is registered under it (an instance, or
+for betting strategies the class, built per use with its parameters), with one way in
+(:meth:`Registry.register`: the type and the name checked) and one way out
+(:meth:`Registry.lookup`: an unknown name is a one-line ``ValueError`` worded the same for
+every registry: ``KEY must be one of A, B, got 'X'``, KEY being the job-file key that names it).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(dict, Generic[T]):
+    """Names to registered items of one base type (see the module docstring).
+
+    ``key``: the job-file key that names an item (for messages); ``base``: what must be
+    registered; ``classes``: store the class itself (built per use) instead of an instance
+    (a class given to an instance registry is built with no arguments); ``listed``: which
+    names an unknown-name error lists (default: all)."""
+
+    def __init__(self, key: str, base: type, *, classes: bool = False,
+                 listed: Callable[[str], bool] | None = None):
+        super().__init__()
+        self.key, self.base, self.classes, self.listed = key, base, classes, listed
+
+    def register(self, item):
+        """Add ``item`` under its ``name``; returns what was stored."""
+        what = self.base.__name__
+        if self.classes:
+            if not (isinstance(item, type) and issubclass(item, self.base)):
+                raise TypeError(f"{self.key}: a registered item must subclass {what}, got {item!r}")
+        else:
+            if isinstance(item, type) and issubclass(item, self.base):
+                item = item()
+            if not isinstance(item, self.base):
+                raise TypeError(f"{self.key}: a registered item must subclass {what}, got {item!r}")
+        name = getattr(item, "name", None)
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{self.key}: a registered {what} needs a non-empty name")
+        self[name] = item
+        return item
+
+    def names(self) -> list[str]:
+        """The names an error lists."""
+        return [n for n in self if self.listed is None or self.listed(n)]
+
+    def lookup(self, name) -> T:
+        """What is registered under ``name``; an unknown name is a one-line ValueError."""
+        try:
+            return self[name]
+        except (KeyError, TypeError):  # TypeError: an unhashable name from a job file (a list)
+            raise ValueError(f"{self.key} must be one of {', '.join(self.names()) or '(none registered)'}, "
+                             f"got {name!r}") from None
