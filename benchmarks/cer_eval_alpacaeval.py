@@ -24,8 +24,13 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from scipy import stats
 
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))  # the fixtures shared with the tests
+
 from certsel.policies import CerEval, FixedPartition, NearestNeighborPartition, Seq, epsilon_star
-from certsel.workers.replay import load_preference_table
+from helpers.alpacaeval import load_preference_table
 
 DELTA = 0.05
 POLICIES = ["seq/paper", "cer-eval/paper", "seq/betting", "cer-eval/betting", "subsets/betting"]

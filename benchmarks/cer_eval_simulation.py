@@ -24,8 +24,13 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))  # the fixtures shared with the tests
+
 from certsel.policies import CerEval, NearestNeighborPartition, Seq, epsilon_star, oracle
-from certsel.policies.scenarios import make_scenario, make_separated
+from helpers.scenarios import make_scenario, make_separated
 
 N, DELTA = 5000, 0.05
 POLICIES = ["seq/paper", "cer-eval/paper", "oracle/paper", "seq/betting", "cer-eval/betting", "oracle/betting"]

@@ -35,9 +35,15 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from scipy import stats
 
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))  # the fixtures shared with the tests
+
 from certsel.policies import CerEval, NearestNeighborPartition, ScorePartition, Seq
-from certsel.policies.scenarios import RefitEveryLabel, make_outliers
-from certsel.workers.replay import load_loss_table, load_preference_table
+from helpers.scenarios import RefitEveryLabel, make_outliers
+from certsel.workers.replay import load_loss_table
+from helpers.alpacaeval import load_preference_table
 
 DELTA = 0.05
 TRIVIA = "examples/data/triviaqa_llama31_8b_mx.parquet"

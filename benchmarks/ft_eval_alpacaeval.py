@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from certsel.policies.active_testing import active_bayesian_assessment, random_sampling_estimates, silhouette_clusters
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))  # the fixtures shared with the tests
+
+from helpers.active_testing import active_bayesian_assessment, random_sampling_estimates, silhouette_clusters
 from certsel.policies.comparison import paired_losses, rank_models, sign_test_paths
 from certsel.policies.ft_eval import bias_variance, select_margin, t_test
-from certsel.workers.replay import load_preference_table
+from helpers.alpacaeval import load_preference_table
 
 MODELS = ["FuseChat-Llama-3.2-1B-Instruct", "claude", "gpt-3.5-turbo-1106_verbose", "gpt4_gamed"]
 

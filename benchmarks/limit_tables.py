@@ -30,9 +30,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))  # the fixtures shared with the tests
+
 from certsel.policies import UP, certify
 from certsel.policies.limits import label_limit, ppi_limit
-from certsel.workers.replay import ALPACAEVAL_PREFERENCES, DATA_DIR, load_loss_table
+from certsel.workers.replay import DATA_DIR, load_loss_table
+from helpers.alpacaeval import ALPACAEVAL_PREFERENCES
 
 DELTA = 0.1
 R = 3

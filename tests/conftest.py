@@ -39,7 +39,7 @@ def rng():
 
 @pytest.fixture(scope="session")
 def alpaca():
-    from certsel.workers.replay import load_preference_table
+    from helpers.alpacaeval import load_preference_table
 
     return load_preference_table()
 

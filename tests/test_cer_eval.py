@@ -19,7 +19,7 @@ from certsel.policies import (
     oracle,
     prpl_path,
 )
-from certsel.policies.scenarios import make_scenario
+from helpers.scenarios import make_scenario
 from helpers.reference import prpl_eb_loop
 
 # ---------------------------------------------------------------- radius formulas, by hand

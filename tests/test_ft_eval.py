@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from certsel.policies.active_testing import (
+from helpers.active_testing import (
     active_bayesian_assessment,
     random_sampling_estimates,
     silhouette_clusters,

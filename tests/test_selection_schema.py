@@ -14,7 +14,8 @@ from certsel.orchestrator.outputs.certificate import certificate
 from certsel.orchestrator.outputs.selection_schema import SCHEMA_VERSION, Selection, json_schema, validate
 from certsel.orchestrator.engine.driver import run_job
 from certsel.orchestrator.engine.runtime import LocalRuntime
-from certsel.workers.replay import ALPACAEVAL_PREFERENCES, DATA_DIR
+from certsel.workers.replay import DATA_DIR
+from helpers.alpacaeval import ALPACAEVAL_PREFERENCES
 
 TRIVIA = DATA_DIR / "triviaqa_llama31_8b_mx.parquet"
 FRONTIER = ["mx_m6_r2_k64", "mx_m5_r8_k16", "mx_m5_r4_k16", "mx_m5_r2_k16"]

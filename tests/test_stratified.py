@@ -26,7 +26,7 @@ from certsel.policies import (
     seq_paths,
 )
 from certsel.policies.comparison import sign_test_paths
-from certsel.policies.scenarios import RefitEveryLabel, make_outliers, make_scenario, make_separated
+from helpers.scenarios import RefitEveryLabel, make_outliers, make_scenario, make_separated
 from certsel.policies.stratified import StratifiedBetting, uniform_observations
 from helpers.reference import hedged_capital_bounds_loop
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import truncnorm
 
-from ._validation import check_positive_int
+from certsel.policies._validation import check_positive_int
 
 SCENARIOS = {"S1": (1, 5.0), "S2": (3, 5.0), "S3": (3, 1.0)}
 

@@ -20,8 +20,8 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import silhouette_score
 from sklearn.neighbors import NearestNeighbors
 
-from ._validation import check_losses, check_positive_int
-from .partition import check_features
+from certsel.policies._validation import check_losses, check_positive_int
+from certsel.policies.partition import check_features
 
 
 def random_sampling_estimates(losses, budget: int, *, reps: int = 100, seed=None) -> np.ndarray:
