@@ -14,7 +14,6 @@ import pathlib
 
 import pytest
 
-pytestmark = pytest.mark.integration  # whole jobs and audits replayed
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "behaviour.py"
 spec = importlib.util.spec_from_file_location("behaviour", SCRIPT)
@@ -24,8 +23,13 @@ BASELINE = behaviour.read(SCRIPT.with_name("behaviour_baseline.json.gz"))
 CASES = dict(behaviour.cases())
 
 
-@pytest.mark.parametrize("name", ["quantization-default", "prompts-default",
-                                  "ranking-best", "audit-r-autoeval+", "select-replicated"])
+# the fast tier guards the in-process engine on the two smallest cases (a Seq selection and a
+# Seq ranking, about a second each); the larger ones are integration
+@pytest.mark.parametrize("name", [
+    "quantization-seq", "ranking-seq",
+    *(pytest.param(n, marks=pytest.mark.integration)
+      for n in ("quantization-default", "prompts-default", "ranking-best", "audit-r-autoeval+", "select-replicated")),
+])
 def test_behaviour_equals_the_baseline(name):
     bad, worst = behaviour.compare({name: BASELINE[name]}, {name: CASES[name]()}, tol=1e-9)
     assert not bad, f"{name} differs from the recorded baseline (largest numeric difference {worst:.3g})"

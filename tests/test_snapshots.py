@@ -15,7 +15,8 @@ from certsel.workers.actor import CandidateHost
 from certsel.workers.labellog import KEEP_SNAPSHOTS, LabelLog, log_path, pack, unpack
 from certsel.workers.replay import DATA_DIR
 
-pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+# tiers by test: the in-process snapshot round trips on small jobs are in the fast tier; whole
+# jobs run twice (about 10 s each) and Ray are integration
 
 ALPACA = {"path": str(DATA_DIR / "alpacaeval_preferences.parquet"), "candidate": "model", "human": "loss",
           "features": str(DATA_DIR / "alpacaeval_embeddings.parquet")}
@@ -180,8 +181,9 @@ def assert_same_job(a, b):
 
 
 @pytest.mark.parametrize("kind,procedure,crash", [
-    ("r-autoeval+", "fst", 9), ("r-autoeval+", "holm", 7), ("r-eval", "bonferroni", 5),
-    ("cer-eval", "fst", 5), ("seq", "fst", 4), ("cer-eval", "pairwise", 5),
+    pytest.param("r-autoeval+", "fst", 9, marks=pytest.mark.integration),
+    pytest.param("r-autoeval+", "holm", 7, marks=pytest.mark.integration),
+    ("r-eval", "bonferroni", 5), ("cer-eval", "fst", 5), ("seq", "fst", 4), ("cer-eval", "pairwise", 5),
 ])
 def test_driver_crash_then_resume_from_checkpoint(tmp_path, kind, procedure, crash):
     """The driver dies after round ``crash`` (checkpoints every 2 rounds); the rerun starts
@@ -204,6 +206,7 @@ def test_driver_crash_then_resume_from_checkpoint(tmp_path, kind, procedure, cra
     assert_same_job(ref, res)
 
 
+@pytest.mark.integration
 def test_damaged_checkpoint_falls_back_to_a_full_replay(tmp_path, caplog):
     cfg = job_cfg("r-autoeval+", every=2, procedure="bonferroni")
     data = load_job_data(cfg)
@@ -217,6 +220,7 @@ def test_damaged_checkpoint_falls_back_to_a_full_replay(tmp_path, caplog):
     assert_same_job(ref, res)
 
 
+@pytest.mark.integration
 def test_resume_through_ray_from_snapshots(ray_session, tmp_path):
     cfg = job_cfg("cer-eval", every=3, procedure="fst")
     data = load_job_data(cfg)
