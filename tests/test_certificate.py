@@ -13,7 +13,7 @@ from certsel.orchestrator.commands.job import execute
 from certsel.workers.replay import DATA_DIR
 from mlflow.tracking import MlflowClient
 
-pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+# tiers by test: the input checks need nothing running (the fast tier); the rest is integration (Ray, MLflow, HTTP servers or the CLI)
 
 TRIVIA = DATA_DIR / "triviaqa_llama31_8b_mx.parquet"
 PROMPTS = DATA_DIR / "prompts_sentiment.parquet"
@@ -62,6 +62,7 @@ def _agrees(cert: dict, procedure: str) -> None:
     assert ev["level"] == sel["level"] and "not at this data-dependent stop" in ev["estimate_note"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("procedure, policy", [
     ("fst", {"kind": "r-autoeval+", "betting": "ons"}),
     ("bonferroni", {"kind": "judge-stratified", "betting": "wsr"}),
@@ -90,6 +91,7 @@ def test_every_bound_agrees_with_the_certificate(tmp_path, ray_session, procedur
     assert "not adjusted for the selection" in report
 
 
+@pytest.mark.integration
 def test_a_nominal_level_says_so_in_the_headline(tmp_path, ray_session):
     """Cer-Eval with the paper's closed-form radii and the 1-NN partition fitted to the labels
     is not exact: the headline says NOT EXACT next to its probability."""
@@ -118,6 +120,7 @@ def test_printed_bounds_are_rounded_up_and_never_cross_alpha_when_the_bound_does
     assert round_up(np.float64(alpha), cap=alpha) == alpha
 
 
+@pytest.mark.integration
 def test_the_spend_in_the_users_unit(tmp_path, ray_session):
     """With costs: the spend per candidate and in total, by kind, equals the label counters at
     the prices (generations: the requests that were not judge calls), in selection.json, in

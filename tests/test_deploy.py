@@ -8,7 +8,7 @@ import pytest
 import ray
 import yaml
 
-pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+# the manifests and configs are read and checked here, nothing runs: the fast tier
 
 DEPLOY = pathlib.Path(__file__).resolve().parents[1] / "deploy"
 

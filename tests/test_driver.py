@@ -9,7 +9,7 @@ from certsel.orchestrator.engine.replicated import replicated_selection
 from certsel.policies import Seq, holm, log_evalue_paths
 from certsel.workers.replay import DATA_DIR, item_order
 
-pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+# tiers by test: the input checks need nothing running (the fast tier); the rest is integration (Ray, MLflow, HTTP servers or the CLI)
 
 TRIVIA = DATA_DIR / "triviaqa_llama31_8b_mx.parquet"
 PROMPTS = DATA_DIR / "prompts_sentiment.parquet"
@@ -24,6 +24,7 @@ def trivia_cfg(**over):
     return parse_config(raw)
 
 
+@pytest.mark.integration
 def test_fst_through_ray_equals_direct_policies(ray_session):
     cfg = trivia_cfg()
     data = load_job_data(cfg)
@@ -52,6 +53,7 @@ def test_fst_through_ray_equals_direct_policies(ray_session):
     assert all(r.t == 0 for r in res.records[first_fail + 2 :])
 
 
+@pytest.mark.integration
 def test_full_budget_mode_gives_the_same_evalues(ray_session):
     cfg = trivia_cfg(scheduling={"mode": "full"}, budget={"n": 60, "r": 3, "batch": 30}, procedure="bonferroni")
     data = load_job_data(cfg)
@@ -87,6 +89,7 @@ def _prompt_cfg(procedure, seed, **over):
     return parse_config(raw)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("procedure", ["bonferroni", "holm"])
 def test_bonferroni_and_holm_through_ray_equal_direct(ray_session, procedure):
     cfg = _prompt_cfg(procedure, seed=1)
@@ -101,6 +104,7 @@ def test_bonferroni_and_holm_through_ray_equal_direct(ray_session, procedure):
     assert res.spent["human"] < res.full["human"]
 
 
+@pytest.mark.integration
 def test_holm_early_stopping_equals_full_budget_holm_over_seeds():
     """Stopping a candidate once E >= (K - c)/delta (c certified so far) never changes Holm's
     final set: checked on 30 seeds in-process (the driver code path without Ray)."""
@@ -116,6 +120,7 @@ def test_holm_early_stopping_equals_full_budget_holm_over_seeds():
     assert certified >= 30  # not vacuous: the seeds certify templates
 
 
+@pytest.mark.integration
 def test_packing_candidates_into_actors_changes_nothing(ray_session):
     cfg = _prompt_cfg("bonferroni", seed=4, candidates=["prompt_000", "prompt_024", "prompt_048", "prompt_072"])
     data = load_job_data(cfg)
@@ -131,6 +136,7 @@ def test_packing_candidates_into_actors_changes_nothing(ray_session):
         np.testing.assert_allclose(a.path, b.path, rtol=0, atol=1e-12)
 
 
+@pytest.mark.integration
 def test_estimation_policy_fst_equals_direct_seq(ray_session):
     raw = {"data": {"path": str(PROMPTS)}, "candidates": [f"prompt_{i:03d}" for i in (0, 20, 40, 60)],
            "order": [f"prompt_{i:03d}" for i in (60, 0, 40, 20)], "policy": {"kind": "seq"},
@@ -153,6 +159,7 @@ def test_estimation_policy_fst_equals_direct_seq(ray_session):
         np.testing.assert_allclose(r.ci, p.ci)
 
 
+@pytest.mark.integration
 def test_pairwise_ranking_equals_direct_pair_policies(ray_session):
     raw = {"data": {"path": str(DATA_DIR / "alpacaeval_preferences.parquet"), "candidate": "model", "human": "loss"},
            "candidates": ["FuseChat-Llama-3.2-1B-Instruct", "claude", "gpt4_gamed", "vicuna-13b"],
@@ -185,6 +192,7 @@ def test_pairwise_ranking_equals_direct_pair_policies(ray_session):
     assert res.spent["human"] < res.full["human"]
 
 
+@pytest.mark.integration
 def test_item_order_is_shared_with_the_in_process_protocol():
     from certsel.workers.replay import sample_replications
 
@@ -214,6 +222,7 @@ def test_bonferroni_pruning_keeps_the_selection(seed):
     assert b.spent["human"] < a.spent["human"]
 
 
+@pytest.mark.integration
 def test_cer_eval_with_judge_strata_equals_direct_policies(ray_session):
     """partition: judge on a replay table: each candidate's Cer-Eval stratifies by its own
     judge loss column and equals the policy run directly; the strata's judge labels are

@@ -22,7 +22,7 @@ from certsel.policies import STRATEGIES, BettingState, BettingStrategy, log_eval
 from certsel.workers.replay import DATA_DIR, load_loss_table
 from mlflow.tracking import MlflowClient
 
-pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+# tiers by test: the input checks need nothing running (the fast tier); the rest is integration (Ray, MLflow, HTTP servers or the CLI)
 
 CERTSEL = shutil.which("certsel", path=str(pathlib.Path(sys.executable).parent)) or "certsel"
 TABLE = DATA_DIR / "triviaqa_llama31_8b_mx.parquet"
@@ -68,6 +68,7 @@ def registered():
     PROCEDURES.pop("weighted-test", None)
 
 
+@pytest.mark.integration
 def test_a_procedure_and_a_strategy_from_user_code_run_through_ray_and_mlflow(ray_session, tmp_path, registered):
     uri = f"sqlite:///{tmp_path}/store.db"
     cfg = parse_config({
@@ -119,6 +120,7 @@ def _live(**over):
             "objective": {"column": "size"}, **over}
 
 
+@pytest.mark.integration
 def test_live_cer_eval_with_holm_is_refused_like_replay(tmp_path):
     """Holm needs e-values; the live validator used to accept it and run Bonferroni levels."""
     for raw in (_live(procedure="holm", policy={"kind": "cer-eval"}),
@@ -194,6 +196,7 @@ def _python_job(tmp_path, **over):
     return path
 
 
+@pytest.mark.integration
 def test_python_source_job_through_the_cli(tmp_path):
     """A label function in a module next to the job file; the same certificate as the replay
     job on the same losses; a function that fails ends only its candidate."""
@@ -229,6 +232,7 @@ def test_python_source_job_through_the_cli(tmp_path):
     assert rows["mx_m10_r8_k16"]["status"] == "certified"
 
 
+@pytest.mark.integration
 def test_a_job_that_fails_in_an_actor_exits_1_with_its_runs_failed(tmp_path):
     (tmp_path / "failing_ext.py").write_text(textwrap.dedent(FAILING))
     path = tmp_path / "job.yaml"

@@ -13,7 +13,7 @@ from certsel.orchestrator.audit.job import audit
 from certsel.orchestrator.engine.driver import LocalRuntime, RayRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
 
-pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+# tiers by test: the input checks need nothing running (the fast tier); the rest is integration (Ray, MLflow, HTTP servers or the CLI)
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
@@ -26,6 +26,7 @@ def on_ray(cfg, data):
         rt.close()
 
 
+@pytest.mark.integration
 def test_quantization_job_through_ray_matches_in_process(ray_session):
     cfg = load_config(EXAMPLES / "quantization.yaml", ["policy.kind=judge-stratified", "budget.n=150"])
     data = load_job_data(cfg)
@@ -44,6 +45,7 @@ def test_quantization_job_through_ray_matches_in_process(ray_session):
         assert r.judge is not None and 0.0 <= r.judge["agreement"] <= 1.0
 
 
+@pytest.mark.integration
 def test_futility_and_bonferroni_with_judge_strata(ray_session):
     cfg = load_config(EXAMPLES / "prompts.yaml", ["policy.kind=judge-stratified", "scheduling.futility=0.05",
                                                   "scheduling.prune=false", "tracking.intervals=none"])
@@ -60,6 +62,7 @@ def test_bad_combinations_are_one_line_errors(tmp_path):
         load_config(EXAMPLES / "quantization.yaml", ["policy.kind=judge-stratified", "data.judge=null"])
 
 
+@pytest.mark.integration
 def test_audit_runs_the_policy_itself():
     """certsel audit of a judge-stratified job: failures on candidates with R > alpha within
     their bounds, intervals covering, and estimates close to the truth."""

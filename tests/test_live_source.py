@@ -13,7 +13,7 @@ from certsel.workers.live import Item, LiveSource
 from certsel.workers.openai_source import Endpoint, OpenAIClient, ResponseCache, SourceError
 from helpers.servers import adder_server
 
-pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+# tiers by test: the input checks need nothing running (the fast tier); the rest is integration (Ray, MLflow, HTTP servers or the CLI)
 
 
 @pytest.fixture()
@@ -34,6 +34,7 @@ def truth_weak(item):
     return float((a * b) % 7 == 0)
 
 
+@pytest.mark.integration
 def test_human_and_judge_answer_losses(adder, tmp_path):
     url, srv = adder
     src = LiveSource(ITEMS, make(url, tmp_path, "weak"), "What is {question}? Reply with the number only.",
@@ -49,6 +50,7 @@ def test_human_and_judge_answer_losses(adder, tmp_path):
     assert src.requests == 80 and srv.calls == {"weak": 40, "exact": 40}  # asking again is free
 
 
+@pytest.mark.integration
 def test_losses_other_than_exact_match(adder, tmp_path):
     url, _ = adder
     src = LiveSource(ITEMS[:5], make(url, tmp_path, "chatty"), "What is {question}?", loss="numeric")
@@ -57,6 +59,7 @@ def test_losses_other_than_exact_match(adder, tmp_path):
     np.testing.assert_array_equal(strict.human(range(5)), np.ones(5))
 
 
+@pytest.mark.integration
 def test_grading_judge_retries_unparsable_verdicts(adder, tmp_path):
     url, srv = adder
     items = [it for it in ITEMS if not it.id.startswith("q9")]
@@ -68,6 +71,7 @@ def test_grading_judge_retries_unparsable_verdicts(adder, tmp_path):
     assert srv.calls["grader"] == len(items) + 5
 
 
+@pytest.mark.integration
 def test_constrained_verdicts_need_no_second_request(adder, tmp_path):
     """With structured outputs (the default) the verdict is one of "Score: 0".."Score: 10":
     no unparsable verdict, no retry. A server that refuses them (HTTP 400) is asked again
@@ -87,6 +91,7 @@ def test_constrained_verdicts_need_no_second_request(adder, tmp_path):
     assert srv.calls["grader"] == 2 * len(items) + 5 and not old._constrain  # refused, then parsed (and retried)
 
 
+@pytest.mark.integration
 def test_soft_judge_uses_token_probabilities(adder, tmp_path):
     """judge soft: a yes/no verdict whose loss is P(no) / (P(yes) + P(no)) from the first
     token's log-probabilities (the grader says yes with 0.8 when right, 0.1 when wrong);
@@ -105,6 +110,7 @@ def test_soft_judge_uses_token_probabilities(adder, tmp_path):
         LiveSource(ITEMS, make(url, tmp_path, "weak"), judge=make(url, tmp_path, "grader"), judge_soft=True)
 
 
+@pytest.mark.integration
 def test_unparsable_to_the_end_is_a_failed_request(adder, tmp_path):
     url, _ = adder
     items = [Item("q9_1", "9+1", ("10",)), Item("q2_2", "2+2", ("4",))]
@@ -116,6 +122,7 @@ def test_unparsable_to_the_end_is_a_failed_request(adder, tmp_path):
     assert src.judge_labels == 0  # nothing counted for the failed batch
 
 
+@pytest.mark.integration
 def test_a_testing_candidate_runs_on_live_labels(adder, tmp_path):
     """The driver's candidate object consumes the live source as it consumes a replay one."""
     url, _ = adder

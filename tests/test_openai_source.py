@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from certsel.workers.openai_source import Endpoint, OpenAIClient, ResponseCache, SourceError
 
-pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+# tiers by test: the input checks need nothing running (the fast tier); the rest is integration (Ray, MLflow, HTTP servers or the CLI)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -80,6 +80,7 @@ def msgs(*texts):
     return [[{"role": "user", "content": t}] for t in texts]
 
 
+@pytest.mark.integration
 def test_answers_in_order_with_concurrency_and_dedup(server, tmp_path):
     c = client(server, tmp_path)
     texts = [f"q{i}" for i in range(40)] + ["q3", "q3"]
@@ -91,6 +92,7 @@ def test_answers_in_order_with_concurrency_and_dedup(server, tmp_path):
     assert c.embed(["abc", "de"]) == [[3.0, 1.0], [2.0, 1.0]]
 
 
+@pytest.mark.integration
 def test_rerun_reads_the_cache_and_sends_nothing(server, tmp_path):
     c1 = client(server, tmp_path)
     c1.chat(msgs("a", "b", "c"), temperature=0.0)
@@ -103,6 +105,7 @@ def test_rerun_reads_the_cache_and_sends_nothing(server, tmp_path):
     assert c2.stats.sent == 1 and server.seen["a"] == 2
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", ["500", "slow", "garbage", "nochoices"])
 def test_transient_faults_are_retried(server, tmp_path, kind):
     c = client(server, tmp_path)
@@ -111,6 +114,7 @@ def test_transient_faults_are_retried(server, tmp_path, kind):
     assert server.seen[text] == 3 and c.stats.retries == 2 and c.stats.sent == 2 and c.stats.failed == 0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind, words", [
     ("500", "HTTP 500 on all 4 attempts"),
     ("slow", "timed out after 0.5 s on all 4 attempts"),
@@ -126,6 +130,7 @@ def test_persistent_faults_end_in_a_clear_error(server, tmp_path, kind, words):
     assert c2.chat(msgs("fine")) == ["echo fine"] and c2.stats.sent == 0
 
 
+@pytest.mark.integration
 def test_client_errors_are_not_retried(server, tmp_path):
     c = client(server, tmp_path)
     with pytest.raises(SourceError, match="HTTP 400 \\(not retried\\)"):
@@ -133,6 +138,7 @@ def test_client_errors_are_not_retried(server, tmp_path):
     assert server.seen["bad400"] == 1
 
 
+@pytest.mark.integration
 def test_connection_refused_mid_run(server, tmp_path):
     c = client(server, tmp_path)
     assert c.chat(msgs("early1", "early2")) == ["echo early1", "echo early2"]
@@ -144,6 +150,7 @@ def test_connection_refused_mid_run(server, tmp_path):
     assert c.chat(msgs("early2")) == ["echo early2"]  # cached answers still serve
 
 
+@pytest.mark.integration
 def test_api_key_from_environment_is_sent_and_never_shown(server, tmp_path, monkeypatch):
     monkeypatch.setenv("CERTSEL_TEST_KEY", "sk-secret-123")
     c = client(server, tmp_path, api_key_env="CERTSEL_TEST_KEY")
@@ -167,6 +174,7 @@ def test_bad_endpoints():
         Endpoint("http://x", "m", concurrency=0)
 
 
+@pytest.mark.integration
 def test_answers_are_durable_when_the_batch_returns(server, tmp_path):
     """Answers are committed in groups (a writer task, one transaction per group), and every
     one of them is in the cache file, read through another connection, once chat returns."""

@@ -23,7 +23,7 @@ from certsel.workers.losses import UnparsableVerdict, pairwise_verdict, preferen
 from certsel.workers.openai_source import Endpoint, OpenAIClient, ResponseCache
 from helpers.servers import adder_server
 
-pytestmark = pytest.mark.integration
+# tiers by test: the input checks need nothing running (the fast tier); the rest is integration (Ray, MLflow, servers)
 
 ITEMS = [Item(f"{a}+{b}", f"{a}+{b}", (str(a + b),)) for a in range(1, 41) for b in range(10, 20)]
 
@@ -62,6 +62,7 @@ def test_verdict_parsing():
     assert pairwise_verdict({"text": "B", "top": {"yes": 0.0}}, True, True) == 1.0  # no letter among the tokens
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("soft", [False, True])
 def test_both_orders_cancel_a_position_bias(tmp_path, soft):
     with adder_server() as (url, srv):
@@ -80,6 +81,7 @@ def test_both_orders_cancel_a_position_bias(tmp_path, soft):
         assert {0.0, 0.5, 1.0} <= set(want.tolist())
 
 
+@pytest.mark.integration
 def test_one_seeded_order_keeps_the_bias(tmp_path):
     """One order per item (by its id): the tie items' losses are 0 or 1 by position, not 1/2;
     the orders are the same in every run."""
@@ -114,6 +116,7 @@ def write_job(tmp_path, url, **update):
     return tmp_path / "job.yaml"
 
 
+@pytest.mark.integration
 def test_win_rate_against_the_reference_job(ray_session, tmp_path):
     """R = P(the candidate loses to the reference), ties half, against off2 (50% wrong):
     off10 (10% wrong) loses with R = 0.30, weak (21%) 0.36, off3 (33%) 0.42. Certified at
@@ -130,6 +133,7 @@ def test_win_rate_against_the_reference_job(ray_session, tmp_path):
         np.testing.assert_array_equal(labels.loss, want[labels.item])  # human and judge labels alike
 
 
+@pytest.mark.integration
 def test_live_ranking_by_preference_against_a_reference(ray_session, tmp_path):
     """Models ranked by how often they lose to a common reference (Seq pairs on the human
     preferences): the certified orders agree with the error rates (off10 10%, weak 21%,
@@ -142,6 +146,7 @@ def test_live_ranking_by_preference_against_a_reference(ray_session, tmp_path):
     assert all(m not in better[w] for w, m in (("weak", "off10"), ("off3", "off10"), ("off3", "weak")))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("change, message", [
     (lambda j: j["live"].pop("reference"), "judge.mode 'pairwise' compares each candidate's answer with the "
                                            "reference model's: set live.reference"),

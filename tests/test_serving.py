@@ -24,7 +24,7 @@ from helpers.policies import cer_eval_direct
 from certsel.workers.serving import ModelServer, ServeError
 from mlflow.tracking import MlflowClient
 
-pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
+# tiers by test: the input checks need nothing running (the fast tier); the rest is integration (Ray, MLflow, HTTP servers or the CLI)
 
 TESTS = str(pathlib.Path(__file__).resolve().parent)
 STAND_IN = {"python": sys.executable, "module": "helpers.servers", "env": {"PYTHONPATH": TESTS}}
@@ -44,6 +44,7 @@ def alive(pid: int) -> bool:
     return "Z" not in subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout
 
 
+@pytest.mark.integration
 def test_server_starts_answers_and_stops(tmp_path):
     srv = ModelServer(spec(tmp_path, args=["--startup-delay", "1.5"]))
     url = srv.start()
@@ -60,6 +61,7 @@ def test_server_starts_answers_and_stops(tmp_path):
     assert "loading /models/adder as exact" in (tmp_path / "logs" / "exact.log").read_text()
 
 
+@pytest.mark.integration
 def test_server_that_exits_is_a_clear_error(tmp_path):
     srv = ModelServer(spec(tmp_path, args=["--exit-code", "3"]))
     srv.start()
@@ -67,6 +69,7 @@ def test_server_that_exits_is_a_clear_error(tmp_path):
         srv.wait_ready(30)
 
 
+@pytest.mark.integration
 def test_server_that_never_gets_ready_is_stopped(tmp_path):
     srv = ModelServer(spec(tmp_path, args=["--startup-delay", "60"]))
     srv.start()
@@ -122,6 +125,7 @@ def server_pids(log_dir: pathlib.Path):
     return [int(p) for p in out.stdout.split()]
 
 
+@pytest.mark.integration
 def test_job_serves_its_own_models_and_stops_them(ray_session, tmp_path):
     cfg = load_config(served_job(tmp_path))
     # a relative model path that exists next to the config is made absolute
@@ -148,6 +152,7 @@ def test_job_serves_its_own_models_and_stops_them(ray_session, tmp_path):
     assert [c["log_e_value"] for c in cert2["candidates"]] == [c["log_e_value"] for c in cert["candidates"]]
 
 
+@pytest.mark.integration
 def test_job_whose_server_fails_ends_in_one_line(tmp_path):
     """A server starts on its candidate's first request, so one that cannot load its model
     fails the running job: one line naming the server and its log, the MLflow run FAILED
@@ -182,6 +187,7 @@ def test_server_references_are_validated(tmp_path, bad, message):
         load_config(path)
 
 
+@pytest.mark.integration
 def test_cer_eval_on_live_items_with_served_embeddings(ray_session, tmp_path):
     path = served_job(tmp_path, policy={"kind": "cer-eval"}, procedure="fst", order=["weak", "exact"],
                       objective=None, budget={"n": 200, "batch": 20})
@@ -211,6 +217,7 @@ def test_cer_eval_on_live_items_with_served_embeddings(ray_session, tmp_path):
     assert rec.ci == pytest.approx(ref.ci, abs=1e-12) and rec.status == "certified"
 
 
+@pytest.mark.integration
 def test_cer_eval_with_judge_strata_on_live_items(ray_session, tmp_path):
     """partition: judge on a live job: the judge scores every item once, before any human
     label, and the job's Cer-Eval equals the policy run directly on those strata."""
