@@ -141,7 +141,7 @@ def run(job=None, data=None, *, output=None, track: bool = True, resume: str | N
     labels.parquet (default: the job's folder in ``state.dir``). ``resume`` continues an
     unfinished job by id; ``fresh`` starts a new one even if an unfinished job with this
     configuration exists; ``progress(records, rounds)`` is called after every round."""
-    from certsel.orchestrator.outputs.certificate import certificate
+    from certsel.orchestrator.outputs.certificate import certificate_of
     from certsel.orchestrator.commands.job import execute
 
     cfg = job_config(job, data, **overrides)
@@ -160,7 +160,7 @@ def run(job=None, data=None, *, output=None, track: bool = True, resume: str | N
         return Result(selected=res.selected, certificate=cert["certificate"], certified=list(res.certified),
                       selection=cert, run_id=res.run_id, output_dir=res.output_dir, files=list(res.files), job=res)
     result, run_id = execute(cfg, output=output, track=track, resume=resume, progress=progress)
-    cert = certificate(result)
+    cert = certificate_of(result)
     return Result(selected=result.selected, certificate=cert["certificate"], certified=list(result.certified),
                   selection=cert, job_id=result.job_id, run_id=run_id, output_dir=result.output_dir,
                   files=list(result.files), job=result)

@@ -369,7 +369,7 @@ def servers_text(status: dict) -> str:
 def _run(args) -> int:
     from certsel.config import load_config
     from certsel.orchestrator.commands.job import execute
-    from certsel.orchestrator.outputs.report import certificate
+    from certsel.orchestrator.outputs.certificate import certificate_of
 
     cfg = load_config(args.config, args.overrides)
     if args.fresh:
@@ -406,7 +406,7 @@ def _run(args) -> int:
 
             result, run_id = execute(cfg, progress=progress, on_servers=lambda st: update.servers(st),
                                      on_stage=update.stage, **kw)
-    cert = certificate(result)
+    cert = certificate_of(result)
     _emit(args, console, machine, cert, run_id=run_id, tracking=result.tracking, output_dir=result.output_dir)
     if not result.evaluated:
         print(f"certsel: error: no candidate could be evaluated ({_failures(cert)})", file=sys.stderr)

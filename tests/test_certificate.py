@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 from certsel.config import parse_config
-from certsel.orchestrator.outputs.certificate import bound_text, round_down, round_up
+from certsel.orchestrator.outputs.certificate import bound_text, certificate_of, round_down, round_up
+from certsel.orchestrator.outputs.tracking import load_certificate
 from certsel.orchestrator.commands.job import execute
 from certsel.workers.replay import DATA_DIR
 from mlflow.tracking import MlflowClient
@@ -89,6 +90,10 @@ def test_every_bound_agrees_with_the_certificate(tmp_path, ray_session, procedur
     report = (tmp_path / "report" / "report.md").read_text()
     assert "Simultaneous bound: R is at most it for every candidate at once" in report
     assert "not adjusted for the selection" in report
+    # one certificate per job, built when it ended: the file, the parent run's artifact and the
+    # result the terminal and the Python API print are the same, down to the second it was made
+    assert certificate_of(result) is result.certificate is certificate_of(result)
+    assert cert == load_certificate(run_id, cfg.tracking.uri) == json.loads(json.dumps(result.certificate))
 
 
 @pytest.mark.integration
@@ -144,3 +149,4 @@ def test_the_spend_in_the_users_unit(tmp_path, ray_session):
     run = MlflowClient(cfg.tracking.uri).get_run(run_id)
     assert run.data.metrics["cost_total"] == pytest.approx(total) and run.data.tags["certsel.cost_unit"] == "USD"
     assert "cost: total (USD)" in (tmp_path / "report" / "report.md").read_text()
+

@@ -9,7 +9,7 @@ import math
 import pytest
 from certsel.config import parse_config
 from certsel.orchestrator.commands.job import execute
-from certsel.orchestrator.outputs.report import certificate
+from certsel.orchestrator.outputs.certificate import certificate
 from certsel.orchestrator.outputs.tracking import load_certificate
 from certsel.workers.replay import DATA_DIR
 from mlflow.tracking import MlflowClient

@@ -229,6 +229,15 @@ def certificate(result: JobResult) -> dict:
     return out
 
 
+def certificate_of(result: JobResult) -> dict:
+    """The job's certificate, built the first time it is asked for and kept on the result:
+    every output of one job (selection.json, MLflow, the terminal, the Python API) shows the
+    same one."""
+    if result.certificate is None:
+        result.certificate = certificate(result)
+    return result.certificate
+
+
 def _ties_words(rk) -> str:
     """A ranking's certified ties and groups, for its statement ('' without epsilon)."""
     if rk.epsilon is None:

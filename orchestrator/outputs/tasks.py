@@ -20,7 +20,7 @@ from certsel._version import __version__
 
 from certsel.orchestrator.results.tasks import MultiTaskResult, total_labels
 
-from .certificate import certificate, recovery_claim_words
+from .certificate import certificate_of, recovery_claim_words
 from .numbers import _round, bound_text, share_text
 
 KIND = "multi-task"
@@ -37,7 +37,7 @@ def tasks_certificate(res: MultiTaskResult) -> dict:
     proc = cfg.proc
     per_task = []
     for o in res.tasks:
-        cert = certificate(o.result)
+        cert = certificate_of(o.result)
         per_task.append((o, {row["candidate"]: row for row in cert["candidates"]}, cert))
     goals = "; ".join(f"{o.name}: {target_words(o.cfg)}" for o in res.tasks)
     if res.selected is None:

@@ -31,7 +31,7 @@ from certsel.errors import InputError
 from certsel.home import home, tracking_uri
 
 from .cells import headline
-from .certificate import bound_text, certificate, share_text
+from .certificate import bound_text, certificate_of, share_text
 from .gpu import gpu_metrics
 
 PARENT_TAG = "mlflow.parentRunId"
@@ -312,7 +312,7 @@ class JobTracker:
         self._drain()
         self._writer.shutdown()
         in_set = set(result.certified)
-        whole = certificate(result)
+        whole = certificate_of(result)
         cert = {c["candidate"]: c for c in whole["candidates"]}
         gpu_by = (whole.get("gpu") or {}).get("candidates", {})
         for r in result.records:
@@ -492,7 +492,7 @@ def log_audit(cfg, result, files) -> str:
 
 def _job_note(result) -> str:
     """The parent run's description: the certificate and what it cost."""
-    cert = certificate(result)
+    cert = certificate_of(result)
     lab = cert["labels"]
     saved = ", ".join(f"{lab['spent'][k]} {k} of {lab['full_budget'][k]} ({lab['saved_fraction'][k]:.0%} saved)"
                       for k in ("human", "judge") if lab["full_budget"][k])

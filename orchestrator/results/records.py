@@ -220,6 +220,9 @@ class JobResult:
     tracking: dict[str, str] | None = None
     output_dir: pathlib.Path | None = None  # the folder with report.html, selection.json, labels.parquet
     files: list[pathlib.Path] = dataclasses.field(default_factory=list)  # what was written there
+    # the certificate, built once when the job has ended (outputs.certificate.certificate_of): the
+    # file, the MLflow runs and the terminal show the same one, down to its timestamp
+    certificate: dict | None = dataclasses.field(default=None, repr=False)
 
     @property
     def selected_record(self) -> CandidateRecord | None:
