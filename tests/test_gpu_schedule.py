@@ -36,14 +36,45 @@ MODELS = {"exact": 0.0, "off10": 0.1, "off5": 0.2, "weak": 0.2125, "off3": 0.332
 SIZE = {"exact": 16, "off10": 8, "off5": 6, "weak": 5, "off3": 4, "off2": 3}  # GB, the objective
 
 
+_SESSION = {"gpus": None}
+
+
+def _all_free(gpus: int, timeout: float = 30.0) -> bool:
+    """Whether every GPU and CPU of the running Ray is free (within ``timeout``: a finished
+    job's actors are released asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        free = ray.available_resources()
+        if free.get("GPU", 0.0) == gpus and free.get("CPU", 0.0) == 2:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def cluster(gpus: int):
     """A local Ray with ``gpus`` logical GPUs (no device is touched: the servers ask Ray for
-    GPUs, Ray places them and sets CUDA_VISIBLE_DEVICES, the stand-in ignores it)."""
-    ray.init(address="local", num_cpus=2, num_gpus=gpus, include_dashboard=False, log_to_driver=False)
-    try:
+    GPUs, Ray places them and sets CUDA_VISIBLE_DEVICES, the stand-in ignores it). Like jobs
+    on a long-running cluster, consecutive jobs on the same number of GPUs share one Ray
+    session (a Ray start costs seconds; the schedule is the job's own); a reused session has
+    every GPU and CPU free again (a previous job that left something placed gets a fresh
+    session instead), and the module's Ray is shut down at its end (``_ray_sessions``)."""
+    if ray.is_initialized() and _SESSION["gpus"] == gpus and _all_free(gpus):
         yield
-    finally:
+        return
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(address="local", num_cpus=2, num_gpus=gpus, include_dashboard=False, log_to_driver=False)
+    _SESSION["gpus"] = gpus
+    yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ray_sessions():
+    yield
+    _SESSION["gpus"] = None
+    if ray.is_initialized():
         ray.shutdown()
 
 
@@ -112,8 +143,8 @@ def test_six_candidates_on_two_gpus(tmp_path, procedure, fst_on_two):
     is settled; the judge answers first and then goes), the same certificate as on 7 GPUs,
     where every server can be up together."""
     where, small = fst_on_two if procedure == "fst" else (tmp_path / "two", None)
+    big = run(write_job(tmp_path / "seven", **settings(procedure)), 7)  # (first: the 7-GPU Ray of [fst] is reused)
     small = small or run(write_job(where, **settings(procedure)), 2)
-    big = run(write_job(tmp_path / "seven", **settings(procedure)), 7)
     assert small.gpu.max_up <= 2 and small.gpu.max_gpus_up <= 2.0
     assert comparable(small) == comparable(big, True)
     assert small.certified and small.selected is not None
@@ -153,7 +184,7 @@ def test_pairwise_ranking_on_two_gpus(tmp_path):
     """A ranking of six models on 2 GPUs: each round's labels are asked in waves of two
     servers; the ranking equals the one on 7 GPUs."""
     update = {"procedure": "pairwise", "policy": {"kind": "seq"}, "order": None, "delta": 0.05,
-              "budget": {"n": 400, "batch": 100}}
+              "budget": {"n": 200, "batch": 100}}  # two rounds
     small = run(write_job(tmp_path / "two", judge=False, **update), 2)
     big = run(write_job(tmp_path / "seven", judge=False, **update), 7)
     assert small.gpu.max_up <= 2
@@ -225,7 +256,7 @@ def test_a_server_killed_mid_job_starts_again_and_nothing_is_bought_twice(tmp_pa
     path = write_job(tmp_path / "kill")
     raw = yaml.safe_load(path.read_text())
     weak = next(s for s in raw["live"]["serve"] if s["name"] == "weak")
-    weak["args"] = ["--delay", "0.5"]  # slow answers: it is killed mid-job
+    weak["args"] = ["--delay", "0.2"]  # slow answers (over several rounds): it is killed mid-job
     path.write_text(yaml.safe_dump(raw))
     out = {}
     with cluster(2):

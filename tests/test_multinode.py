@@ -25,15 +25,43 @@ pytestmark = pytest.mark.multinode
 STORE = {"object_store_memory": 200 * 1024 * 1024}
 
 
+_SHARED: dict = {}
+
+
+def _drop_shared() -> None:
+    """Shut the shared cluster down (before a test that builds a cluster of its own)."""
+    if _SHARED:
+        c, _ = _SHARED.pop("cluster")
+        ray.shutdown()
+        c.shutdown()
+
+
 @pytest.fixture()
 def cluster():
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, **STORE})
-    workers = [c.add_node(num_cpus=1, **STORE) for _ in range(2)]
+    """A head and two worker nodes, built once and shared by the tests that use it (a test
+    that removes a worker node adds a fresh one in its place before it ends, so that each
+    test finds three nodes, in any order); shut down at the module's end or before a test
+    that builds its own."""
+    if "cluster" not in _SHARED:
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, **STORE})
+        workers = [c.add_node(num_cpus=1, **STORE) for _ in range(2)]
+        c.wait_for_nodes()
+        ray.init(address=c.address, log_to_driver=False)
+        _SHARED["cluster"] = (c, workers)
+    yield _SHARED["cluster"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared_cluster_down():
+    yield
+    _drop_shared()
+
+
+def _replace_worker(c, workers, victim):
+    """A fresh worker node in place of the removed ``victim``."""
+    workers[workers.index(victim)] = c.add_node(num_cpus=1, **STORE)
     c.wait_for_nodes()
-    ray.init(address=c.address, log_to_driver=False)
-    yield c, workers
-    ray.shutdown()
-    c.shutdown()
+    wait_for(lambda: len([n for n in ray.nodes() if n["Alive"]]) == 3, timeout=120)
 
 
 def test_worker_node_removed_mid_run(cluster, tmp_path):
@@ -60,6 +88,7 @@ def test_worker_node_removed_mid_run(cluster, tmp_path):
         by_id = {w.node_id: w for w in workers}
         victim = next(by_id[n] for n in nodes if n in by_id)  # a worker node that hosts candidates
         c.remove_node(victim, allow_graceful=False)
+        srv.delay = 0.0  # the node is gone mid-job: the rest of the job need not be slow
         thread.join(timeout=600)
         assert not thread.is_alive()
         res = out["res"]
@@ -67,6 +96,7 @@ def test_worker_node_removed_mid_run(cluster, tmp_path):
         assert victim.node_id not in alive
         assert all(rt.call(h, NodeId()) in alive for h in range(3))  # every host now lives elsewhere
         rt.close()
+    _replace_worker(c, workers, victim)
     assert res.recovered.hosts >= 1
     assert_same_outcome(ref.records, res.records)
     assert res.certified == ref.certified and res.selected == ref.selected
@@ -158,6 +188,7 @@ def test_node_with_a_served_model_removed_mid_run(tmp_path, caplog):
     from certsel.orchestrator.commands.job import execute
 
     caplog.set_level(logging.WARNING, logger="certsel.orchestrator.engine.hosts")
+    _drop_shared()
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, **STORE})
     a = c.add_node(num_cpus=1, resources={"serving": 1}, **STORE)
     c.add_node(num_cpus=1, **STORE)
