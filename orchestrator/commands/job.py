@@ -24,6 +24,7 @@ from certsel.orchestrator.engine.runtime import RayRuntime
 from certsel.orchestrator.engine.servers import FleetSchedule
 from certsel.orchestrator.engine.state import JobState, config_fingerprint
 from certsel.orchestrator.inputs.feasibility import feasibility_warning
+from certsel.orchestrator.inputs.source_kind import SourceKind
 from certsel.orchestrator.inputs.sources import load_job_data, source_of
 from certsel.orchestrator.outputs.paths import output_dir, output_file
 from certsel.orchestrator.outputs.report import write_report
@@ -106,7 +107,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
         kind = source_of(cfg)
         if kind.prepare_stage is not None:
             with clock.stage(kind.prepare_stage):
-                cfg, data, servers = prepare_source(cfg, data, on_servers)
+                cfg, data, servers = prepare_source(kind, cfg, data, on_servers)
         if track:
             tracker = opening.result()
             obj = data.objective
@@ -159,14 +160,13 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
             job.release()
 
 
-def prepare_source(cfg: RunConfig, data, on_servers=None):
-    """The job's source kind prepares the job before any tracking run exists
+def prepare_source(kind: SourceKind, cfg: RunConfig, data, on_servers=None):
+    """The job's source kind ``kind`` prepares the job before any tracking run exists
     (:meth:`~certsel.orchestrator.inputs.source_kind.SourceKind.prepare`), after the job's own
     model servers are started when it has any (the fleet that starts each one on its first
     cache miss, :mod:`certsel.orchestrator.engine.servers`; a server that no node can hold is
     an error here). Returns the config and data the job runs with and the
     :class:`FleetSchedule` (or None); the fleet is closed if preparing fails."""
-    kind = source_of(cfg)
     specs = kind.server_specs(cfg)
     fleet = FleetSchedule.start(specs) if specs else None
     try:
