@@ -7,6 +7,7 @@ as ``state.dir`` on shared storage would be), and the job ends with the certific
 label counts and the label order of a run without the loss, no label bought twice."""
 
 import pathlib
+import re
 import threading
 
 import pytest
@@ -212,7 +213,11 @@ def test_node_with_a_served_model_removed_mid_run(tmp_path, caplog):
     finally:
         ray.shutdown()
         c.shutdown()
-    assert "model servers lost (their process, actor or node is gone)" in caplog.text  # the server did move
+    # the server did move. Candidate hosts take no CPU and spread over the nodes, so a host can
+    # sit on node A too: then the driver finds the host lost first and its rebuild starts the
+    # server on C; either way node A's loss was seen and the job finished without it
+    assert ("model servers lost (their process, actor or node is gone)" in caplog.text
+            or re.search(r"candidate host \d+ lost", caplog.text)), caplog.text
     assert [r.status for r in res.records] == [r.status for r in ref.records]
     assert res.certified == ref.certified and res.selected == ref.selected
     for x, y in zip(ref.records, res.records, strict=True):
