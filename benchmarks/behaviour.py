@@ -94,7 +94,7 @@ def job_case(file: str, sets: list[str]) -> dict:
     ranking = None if res.ranking is None else res.ranking.as_dict()
     return plain({"selected": res.selected, "certified": res.certified, "level": res.level, "spent": res.spent,
                   "rounds": res.rounds, "ranking": ranking, "records": res.records, "labels": labels,
-                  "certificate": portable(certificate(res))})
+                  "certificate": portable(certificate(res).as_json())})
 
 
 def portable(cert: dict) -> dict:

@@ -80,8 +80,8 @@ def one_run(args) -> dict:
            "per_model": res.spent["human"] / len(names)}
     if rk.topk is not None:
         true_top = set(sorted(names, key=truth.get)[:topk])
-        out["topk_ok"] = set(rk.topk["certified_in"]) <= true_top and not set(rk.topk["certified_out"]) & true_top
-        out["topk_decided"] = not rk.topk["undetermined"]
+        out["topk_ok"] = set(rk.topk.certified_in) <= true_top and not set(rk.topk.certified_out) & true_top
+        out["topk_decided"] = not rk.topk.undetermined
     return out
 
 

@@ -18,7 +18,6 @@ as the command line.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import pathlib
 from dataclasses import dataclass, field
@@ -36,7 +35,9 @@ class Result:
     selected: str | None
     certificate: str  # the certified statement, in words
     certified: list[str]  # the certified set of the multiple-testing procedure
-    selection: dict = field(repr=False)  # selection.json, as written
+    # the certificate, typed (orchestrator.outputs.selection_schema.Selection; a multi-task job's:
+    # orchestrator.outputs.tasks.TasksSelection); to_dict() gives selection.json's dict
+    selection: object = field(repr=False)
     job_id: str | None = None  # certsel run --resume JOB_ID (durable jobs)
     run_id: str | None = None  # the MLflow parent run (tracked jobs)
     output_dir: pathlib.Path | None = None
@@ -56,8 +57,8 @@ class Result:
         return candidate_records(self.selection)
 
     def to_dict(self) -> dict:
-        """selection.json as a dict (a copy)."""
-        return copy.deepcopy(self.selection)
+        """selection.json as a dict (a fresh one)."""
+        return self.selection.as_json()
 
     def to_frame(self):
         """The per-candidate rows as a pandas DataFrame, indexed by candidate."""
@@ -157,11 +158,11 @@ def run(job=None, data=None, *, output=None, track: bool = True, resume: str | N
             raise InputError("resume names one job; a multi-task job resumes each task by itself (run it again)")
         res = execute_tasks(cfg, output=output, track=track, progress=progress)
         cert = tasks_certificate(res)
-        return Result(selected=res.selected, certificate=cert["certificate"], certified=list(res.certified),
+        return Result(selected=res.selected, certificate=cert.certificate, certified=list(res.certified),
                       selection=cert, run_id=res.run_id, output_dir=res.output_dir, files=list(res.files), job=res)
     result, run_id = execute(cfg, output=output, track=track, resume=resume, progress=progress)
     cert = certificate_of(result)
-    return Result(selected=result.selected, certificate=cert["certificate"], certified=list(result.certified),
+    return Result(selected=result.selected, certificate=cert.certificate, certified=list(result.certified),
                   selection=cert, job_id=result.job_id, run_id=run_id, output_dir=result.output_dir,
                   files=list(result.files), job=result)
 

@@ -432,7 +432,7 @@ def _emit(args, console, machine: bool, cert: dict, **where) -> None:
     from certsel.terminal import format_job, print_job
 
     if args.json:
-        args.json.write_text(json.dumps(cert, indent=2))
+        args.json.write_text(json.dumps(cert.as_json(), indent=2, allow_nan=False))
     if machine:
         print(format_job(cert, args.format))
     else:

@@ -68,8 +68,8 @@ def test_ties_topk_and_rank_intervals_through_ray_and_mlflow(tmp_path, ray_sessi
     assert all(lo <= rank[m] <= hi for m, (lo, hi) in rk.rank_intervals.items())
     assert rk.rank_intervals["claude"] == [2, 3] and ["claude", "claude-2"] in [sorted(g) for g in rk.rank_groups]
     best3 = set(sorted(truth, key=truth.get)[:3])
-    assert set(top.ranking.topk["certified_in"]) <= best3 and not set(top.ranking.topk["certified_out"]) & best3
-    assert top.selected is None and set(top.certified) == set(top.ranking.topk["certified_in"])
+    assert set(top.ranking.topk.certified_in) <= best3 and not set(top.ranking.topk.certified_out) & best3
+    assert top.selected is None and set(top.certified) == set(top.ranking.topk.certified_in)
     assert top.spent["human"] < res.spent["human"]
     cert = json.loads((tmp_path / "rank" / "selection.json").read_text())
     assert cert["ranking"]["epsilon"] == 0.05 and "claude ~ claude-2" in cert["ranking"]["tied"]
@@ -83,7 +83,7 @@ def test_ties_topk_and_rank_intervals_through_ray_and_mlflow(tmp_path, ray_sessi
     from certsel.terminal import print_job
     from rich.console import Console
 
-    inside = top.ranking.topk["certified_in"]
+    inside = top.ranking.topk.certified_in
     head = headline(top_cert)
     assert inside and head.startswith("top-3: " + ", ".join(inside))  # the certified top set, first
     console = Console(record=True, width=300)

@@ -10,8 +10,8 @@ import pytest
 
 from certsel.config import parse_config
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.orchestrator.outputs.certificate import certificate
-from certsel.orchestrator.outputs.selection_schema import SCHEMA_VERSION, Selection, json_schema, validate
+from certsel.orchestrator.outputs import certificate as certificate_module
+from certsel.orchestrator.outputs.selection_schema import SCHEMA_VERSION, Selection, json_schema
 from certsel.orchestrator.engine.driver import run_job
 from certsel.orchestrator.engine.runtime import LocalRuntime
 from certsel.workers.replay import DATA_DIR
@@ -32,10 +32,11 @@ JOBS = {
 }
 
 
-def _certificate(kind: str) -> dict:
+def _certificate(kind: str):
     cfg = parse_config(JOBS[kind])
     data = load_job_data(cfg)
-    return certificate(run_job(cfg, data, LocalRuntime(1)))
+    result = run_job(cfg, data, LocalRuntime(1))
+    return certificate_module.certificate(result), certificate_module._fields(result)
 
 
 @pytest.fixture(scope="module", params=list(JOBS))
@@ -47,12 +48,28 @@ def cert(request):
 
 
 def test_certificates_validate_against_the_models_and_the_json_schema(cert):
-    assert cert["schema_version"] == SCHEMA_VERSION
-    validate(cert)
-    jsonschema.validate(json.loads(json.dumps(cert)), json_schema())
+    typed, fields = cert
+    assert isinstance(typed, Selection) and typed.schema_version == SCHEMA_VERSION
+    # the typed certificate writes back exactly the fields it was built from (absent stays absent)
+    assert typed.as_json() == fields
+    assert Selection.model_validate(typed.as_json()) == typed
+    jsonschema.validate(json.loads(json.dumps(typed.as_json(), allow_nan=False)), json_schema())
+
+
+def test_reading_by_key_still_works_and_warns(cert):
+    typed, fields = cert
+    with pytest.warns(DeprecationWarning, match=r"by key \('certificate'\).*\.certificate"):
+        assert typed["certificate"] == fields["certificate"]
+    with pytest.warns(DeprecationWarning):
+        assert typed.get("claim", "none") == "none" and ("claim" in typed) is False
+    with pytest.warns(DeprecationWarning), pytest.raises(KeyError):
+        typed["surprise"]
+    with pytest.raises(ValueError):  # frozen: one certificate per job, as built
+        typed.selected = "someone else"
 
 
 def test_a_changed_file_is_rejected(cert):
+    cert = cert[0].as_json()
     schema = json_schema()
     for broken in ({**cert, "schema_version": SCHEMA_VERSION + 1}, {**cert, "surprise": 1},
                    {**cert, "candidates": [{**cert["candidates"][0], "status": "great"}]},

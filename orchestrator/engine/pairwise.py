@@ -29,7 +29,7 @@ from certsel.policies.kinds import PolicyInputs, PolicySettings
 from certsel.workers.contracts import ModelLosses
 
 from .pair_policies import PairPolicies, pair_policies
-from certsel.orchestrator.results.records import CandidateRecord, JobResult, Ranking, Resume, Status, totals
+from certsel.orchestrator.results.records import CandidateRecord, JobResult, Ranking, Resume, TopK, Status, totals
 
 
 def _mark_failed(records, dead: set, answers: dict[str, ModelLosses], names: list) -> dict:
@@ -221,17 +221,17 @@ def _result(plan, records, known, pairs, ii, jj, dead, rounds, pair_delta, tied)
     topk = None
     if pw.goal == "topk":
         in_, out = topk_status(better, pw.topk)
-        topk = {"k": pw.topk, "certified_in": [names[m] for m in np.flatnonzero(in_)],
-                "certified_out": [names[m] for m in np.flatnonzero(out)],
-                "undetermined": [names[m] for m in np.flatnonzero(~in_ & ~out)]}
+        topk = TopK(k=pw.topk, certified_in=[names[m] for m in np.flatnonzero(in_)],
+                    certified_out=[names[m] for m in np.flatnonzero(out)],
+                    undetermined=[names[m] for m in np.flatnonzero(~in_ & ~out)])
     for m, r in enumerate(records):
         if m not in dead:
-            won = better[m].sum() == K - 1 if topk is None else names[m] in topk["certified_in"]
+            won = better[m].sum() == K - 1 if topk is None else names[m] in topk.certified_in
             r.end(Status.CERTIFIED if won else Status.STOPPED,
                   f"{int(better[m].sum())} certified wins, {int(better[:, m].sum())} certified losses"
                   + (f", {len(ties_of[names[m]])} certified ties" if ties_of[names[m]] else ""))
     top = ([names[m] for m in range(K) if better[m].sum() == K - 1 and m not in dead] if topk is None
-           else [n for n in topk["certified_in"] if names.index(n) not in dead])
+           else [n for n in topk.certified_in if names.index(n) not in dead])
     ranking = Ranking(
         # what is certified: a partial order, the pairs whose sign was certified and the orders
         # they imply (valid together on the same simultaneous event)

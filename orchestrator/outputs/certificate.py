@@ -29,7 +29,7 @@ import numpy as np
 from certsel._version import __version__
 
 from .gpu import gpu_block
-from .selection_schema import SCHEMA_VERSION
+from .selection_schema import SCHEMA_VERSION, Selection, parse
 from certsel.policies import select
 from certsel.policies.kinds import BettingTestKind, CerEvalKind, JudgeStratifiedKind, SeqKind
 
@@ -104,8 +104,14 @@ def _guarantee(result: JobResult) -> str:
                    "of delta over groups or refits.")
 
 
-def certificate(result: JobResult) -> dict:
-    """The machine-readable certificate: what was chosen, on what evidence, at what cost."""
+def certificate(result: JobResult) -> Selection:
+    """The certificate: what was chosen, on what evidence, at what cost, checked against the
+    published schema (``as_json()`` is selection.json)."""
+    return parse(_fields(result))
+
+
+def _fields(result: JobResult) -> dict:
+    """The certificate's fields, as :class:`Selection` takes them."""
     cfg = result.cfg
     K = len(result.records)
     sel = result.selected_record
@@ -115,9 +121,9 @@ def certificate(result: JobResult) -> dict:
     rk = result.ranking
     if pairwise and rk.topk is not None:
         t = rk.topk
-        statement = (f"the {t['k']} best models include {', '.join(t['certified_in']) or 'none certified'} and exclude "
-                     f"{', '.join(t['certified_out']) or 'none certified'}"
-                     + (f"; undetermined: {', '.join(t['undetermined'])}" if t["undetermined"] else "")
+        statement = (f"the {t.k} best models include {', '.join(t.certified_in) or 'none certified'} and exclude "
+                     f"{', '.join(t.certified_out) or 'none certified'}"
+                     + (f"; undetermined: {', '.join(t.undetermined)}" if t.undetermined else "")
                      + f", simultaneously with probability >= {1 - cfg.delta:g}" + _ties_words(rk))
     elif sel is None and pairwise:
         statement = (f"no model is certified better than all {K - 1} others; the {rk.pairs_certified} certified "
@@ -229,7 +235,7 @@ def certificate(result: JobResult) -> dict:
     return out
 
 
-def certificate_of(result: JobResult) -> dict:
+def certificate_of(result: JobResult) -> Selection:
     """The job's certificate, built the first time it is asked for and kept on the result:
     every output of one job (selection.json, MLflow, the terminal, the Python API) shows the
     same one."""

@@ -8,6 +8,7 @@ optional field does not change it. Readers should check it.
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,7 +21,33 @@ SCHEMA_ID = f"https://certsel.dev/schemas/selection-{SCHEMA_VERSION}.json"
 
 
 class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A part of the certificate: read by attribute (``cert.evidence.upper_bound``).
+
+    Reading it by string key (``cert["evidence"]``) still works for one release, for code
+    written when :func:`certsel.run` returned the certificate as a dict; it warns."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __getitem__(self, key: str):
+        _warn_key(key)
+        if key not in type(self).model_fields:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default=None):
+        _warn_key(key)
+        value = getattr(self, key, None) if key in type(self).model_fields else None
+        return default if value is None else value
+
+    def __contains__(self, key: str) -> bool:
+        _warn_key(key)
+        return key in self.model_fields_set and getattr(self, key) is not None
+
+
+def _warn_key(key: str) -> None:
+    warnings.warn(f"reading the certificate by key ({key!r}) is deprecated and goes in the next release: "
+                  f"read the attribute (.{key}); as_json() gives the dict of selection.json",
+                  DeprecationWarning, stacklevel=3)
 
 
 class Counts(_Doc):
@@ -291,11 +318,17 @@ class Selection(_Doc):
     candidates: list[Candidate]
     ranking: Ranking | None = None  # the engine's own dataclass: one definition of its fields
 
+    def as_json(self) -> dict:
+        """The dict written to selection.json: the fields the job set (a field that does not
+        apply to the job is absent, as before), in the order above; floats as they are, so
+        ``json.dumps(..., allow_nan=False)`` refuses a non-finite one rather than writing null."""
+        return self.model_dump(mode="python", exclude_unset=True)
 
-def validate(cert: dict) -> dict:
-    """``cert`` checked against :class:`Selection` (a ``ValueError`` naming the field otherwise)."""
-    Selection.model_validate(cert)
-    return cert
+
+def parse(cert: dict) -> Selection:
+    """A certificate's dict (selection.json, or as built) as a :class:`Selection`: checked
+    against the schema (a ``ValueError`` naming the field otherwise)."""
+    return Selection.model_validate(cert)
 
 
 def json_schema() -> dict:

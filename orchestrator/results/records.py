@@ -10,6 +10,7 @@ import dataclasses
 import pathlib
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
@@ -160,6 +161,17 @@ class Recovered:
 
 
 @dataclass(frozen=True)
+class TopK:
+    """A top-k ranking's certified set: the models certified among the ``k`` best, those
+    certified outside them, and the rest."""
+
+    k: int
+    certified_in: list[str]
+    certified_out: list[str]
+    undetermined: list[str]
+
+
+@dataclass(frozen=True)
 class Ranking:
     """What a pairwise ranking certified. ``better[a]`` lists the models ``a`` is certified
     better than, directly or through certified pairs (``better_direct``: by its own pair);
@@ -188,7 +200,7 @@ class Ranking:
     rank_intervals: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     # the certified weak order: each group certified better than every later group (by rank intervals)
     rank_groups: list[list[str]] = dataclasses.field(default_factory=list)
-    topk: dict | None = None  # goal topk: k, certified_in, certified_out, undetermined
+    topk: TopK | None = None  # goal topk
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -222,7 +234,7 @@ class JobResult:
     files: list[pathlib.Path] = dataclasses.field(default_factory=list)  # what was written there
     # the certificate, built once when the job has ended (outputs.certificate.certificate_of): the
     # file, the MLflow runs and the terminal show the same one, down to its timestamp
-    certificate: dict | None = dataclasses.field(default=None, repr=False)
+    certificate: Any = dataclasses.field(default=None, repr=False)  # outputs.selection_schema.Selection
 
     @property
     def selected_record(self) -> CandidateRecord | None:
