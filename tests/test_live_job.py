@@ -168,7 +168,7 @@ def test_recovery_against_a_reference_model(ray_session, tmp_path):
     (r s_ref - s + 1)/(1 + r) with score = 1 - loss, human and judge alike; the statement is a
     recovery of the reference, its bounds the ones the risk bounds imply (r + 1 - (1 + r) U,
     >= r exactly for the certified), recomputed here from the label log."""
-    from certsel.orchestrator.outputs.recovery import from_risk_bound
+    from certsel.orchestrator.engine.recovery import from_risk_bound
     from certsel.policies.recovery import Recovery
 
     r = 0.5

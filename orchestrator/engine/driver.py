@@ -29,6 +29,7 @@ from certsel.orchestrator.engine.hosts import HostPool, assign
 from certsel.orchestrator.engine.servers import AllAtOnce
 from certsel.orchestrator.inputs.jobdata import JobData
 from certsel.orchestrator.inputs.sources import source_of
+from .derived import derive
 from .pairwise import PairwiseRounds
 from .plan import JobPlan
 from certsel.orchestrator.results.records import CandidateRecord, JobResult, Resume, dump_records, load_records
@@ -132,4 +133,4 @@ def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n
     res.gpu = schedule.usage()
     if collect_labels:
         res.labels = pool.labels(names)
-    return res
+    return derive(res)

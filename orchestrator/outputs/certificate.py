@@ -24,21 +24,18 @@ import dataclasses
 import datetime as _dt
 import math
 
-import numpy as np
 
 from certsel._version import __version__
 
 from .gpu import gpu_block
 from .selection_schema import SCHEMA_VERSION, Selection, parse
-from certsel.policies import select
 from certsel.policies.kinds import BettingTestKind, CerEvalKind, JudgeStratifiedKind, SeqKind
 
-from certsel.orchestrator.results.records import JobResult
+from certsel.orchestrator.results.records import JobResult, RecoveryRow
 from certsel.orchestrator.inputs.sources import source_of
 
 from .numbers import _round, bound_text, round_down, round_up, share_text  # noqa: F401  (re-exported)
 from .cells import efficiency_cell, judge_cell, rank_text, tie_counts  # noqa: F401  (re-exported)
-from .recovery import recovery_rows
 from . import aggregate as _aggregate
 
 
@@ -138,20 +135,20 @@ def _fields(result: JobResult) -> dict:
         statement = (f"R({sel.name}) <= {bound_text(sel.joint_bound, cfg.alpha)} with probability >= "
                      f"{1 - cfg.delta:g}, {proc.joint_words(cfg.alpha, len(in_set), K)} ({result.level})"
                      + _nominal(cfg))
-    recovery = recovery_rows(result)
+    recovery = None if result.recovery is None else [_recovery_dict(x) for x in result.recovery]
+    if cfg.recovery is not None and recovery is None:
+        raise ValueError("a recovery statement needs the job's label log (collect_labels)")
     per_task = None if result.data.aggregate is None else _aggregate.task_rows(result)
     if per_task is not None and sel is not None and recovery is None:
         statement += f"; {_aggregate.aggregate_words(result)}"
     if recovery is not None and sel is not None:
-        statement = (f"recovery({sel.name}) >= {share_text(recovery[sel.index].simultaneous_lower_bound)} of "
+        statement = (f"recovery({sel.name}) >= {share_text(recovery[sel.index]['simultaneous_lower_bound'])} of "
                      f"{cfg.recovery_reference!r} with probability >= {1 - cfg.delta:g}, simultaneously for the "
                      f"{len(in_set)} certified of {K} candidates ({recovery_claim_words(cfg)} for each; "
                      f"{result.level})")
-    ci_delta = float(proc.candidate_deltas(cfg.delta, K).min())
+    ci_delta = result.ci_delta
     guarantee = _guarantee(result)
-    # the level each candidate's decision was taken at (and, for e-values, the threshold 1/level)
-    levels = (proc.decision_deltas(cfg.delta, np.array([r.max_log_e for r in result.records])) if cfg.policy.is_testing
-              else proc.candidate_deltas(cfg.delta, K))
+    levels = result.levels  # the level each candidate's decision was taken at (e-values: threshold 1/level)
 
     def cand(r):
         row = {
@@ -174,7 +171,7 @@ def _fields(result: JobResult) -> dict:
         if r.judge is not None:
             row["judge"] = {k: (_round(v, 4) if isinstance(v, float) else v) for k, v in r.judge.items()}
         if recovery is not None:
-            row["recovery"] = recovery[r.index].as_dict()
+            row["recovery"] = recovery[r.index]
         if per_task is not None:
             row["tasks"] = per_task[r.index]
         return row
@@ -253,6 +250,13 @@ def _ties_words(rk) -> str:
             f"{groups}")
 
 
+def _recovery_dict(x: RecoveryRow) -> dict:
+    """A candidate's recovery figures as the certificate states them: lower bounds rounded down."""
+    return {"estimate": _round(x.estimate), "lower_bound": round_down(x.lower_bound),
+            "simultaneous_lower_bound": round_down(x.simultaneous_lower_bound),
+            "on_full_table": _round(x.on_full_table), "labels": x.labels}
+
+
 def _recovery_claim(cfg) -> dict:
     """What a recovery job certifies and the risk test it runs as."""
     return {"kind": "recovery", "at_least": cfg.recovery.at_least, "reference": cfg.recovery_reference,
@@ -304,28 +308,3 @@ def _sorted_rows(cfg, rows: list) -> list:
         return rows
     sign = -1.0 if cfg.objective.goal == "maximize" else 1.0
     return sorted(rows, key=lambda r: (sign * r["objective"], r["position"]))
-
-
-def selected_by_budget(result: JobResult, budgets) -> list:
-    """What the job would have selected with a smaller per-candidate budget b (human labels),
-    recomputed from the recorded evidence (each run's evidence up to b is a prefix of it)."""
-    cfg, objective = result.cfg, result.data.objective
-    proc = cfg.proc
-    if objective is None or proc.ranking:
-        return [None] * len(budgets)
-    key = -objective if cfg.objective and cfg.objective.goal == "maximize" else objective
-    out = []
-    for b in budgets:
-        if any(r.path for r in result.records):
-            max_log_e = np.array([max([0.0] + r.path[:b]) for r in result.records])
-            cert = proc.certified(max_log_e, cfg.delta)
-        else:
-            ok = np.array([r.status == "certified" and 0 < r.certified_at <= b for r in result.records])
-            cert = proc.certified_by_decisions(ok)
-        k = int(select(cert, key))
-        out.append(None if k < 0 else float(objective[k]))
-    return out
-
-
-
-

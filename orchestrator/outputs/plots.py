@@ -13,8 +13,9 @@ import pathlib
 import numpy as np
 
 
-from .certificate import selected_by_budget
 from certsel.orchestrator.results.records import JobResult
+
+from .selection_schema import Selection
 
 _FONT = 8
 
@@ -38,49 +39,49 @@ def _save(fig, path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def bounds_plot(result: JobResult, cert: dict, path: pathlib.Path) -> pathlib.Path | None:
+def bounds_plot(result: JobResult, cert: Selection, path: pathlib.Path) -> pathlib.Path | None:
     """Each candidate's own one-sided upper bound on R (a bar from its estimate, at the level of
     its own test), against alpha: the certified ones end left of the alpha line."""
-    if cert.get("claim"):
+    if cert.claim:
         return _recovery_bounds_plot(cert, path)
-    rows = [c for c in cert["candidates"] if c.get("upper_bound") is not None and c["labels_human"] > 0]
+    rows = [c for c in cert.candidates if c.upper_bound is not None and c.labels_human > 0]
     if not rows:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, max(2.5, 0.22 * len(rows) + 1.2)))
     y = np.arange(len(rows))[::-1]
     for yi, c in zip(y, rows, strict=True):
-        color = "#1f6f3f" if c["certified"] else "#9a3b3b"
-        lo = c["estimate"] if c.get("estimate") is not None and math.isfinite(c["estimate"]) else 0.0
+        color = "#1f6f3f" if c.certified else "#9a3b3b"
+        lo = c.estimate if c.estimate is not None and math.isfinite(c.estimate) else 0.0
         lo = max(lo, 0.0)  # R is in [0, 1]: an estimate below 0 (a judge-corrected mean can be) is drawn from 0
-        ax.plot([min(lo, c["upper_bound"]), c["upper_bound"]], [yi, yi], color=color, lw=3 if c["selected"] else 1.8)
-        ax.plot([c["upper_bound"]], [yi], "|", color=color, ms=9, mew=2)
+        ax.plot([min(lo, c.upper_bound), c.upper_bound], [yi, yi], color=color, lw=3 if c.selected else 1.8)
+        ax.plot([c.upper_bound], [yi], "|", color=color, ms=9, mew=2)
     ax.axvline(result.cfg.alpha, color="k", ls="--", lw=1, label=f"alpha = {result.cfg.alpha:g}")
-    ax.set_xlim(0.0, min(1.0, 1.1 * max(result.cfg.alpha, *(c["upper_bound"] for c in rows))))  # within R's range
-    ax.set_yticks(y, [c["candidate"] + ("  (selected)" if c["selected"] else "") for c in rows], fontsize=_FONT)
+    ax.set_xlim(0.0, min(1.0, 1.1 * max(result.cfg.alpha, *(c.upper_bound for c in rows))))  # within R's range
+    ax.set_yticks(y, [c.candidate + ("  (selected)" if c.selected else "") for c in rows], fontsize=_FONT)
     ax.set_xlabel("risk R: estimate to its own test's upper bound (green: certified R <= alpha)")
     ax.set_title("each candidate's own one-sided bound (per-candidate level) against alpha")
     ax.legend(loc="lower right", fontsize=_FONT)
     return _save(fig, path)
 
 
-def _recovery_bounds_plot(cert: dict, path: pathlib.Path) -> pathlib.Path | None:
+def _recovery_bounds_plot(cert: Selection, path: pathlib.Path) -> pathlib.Path | None:
     """A recovery job's bounds: each candidate's own lower bound on its recovery (a bar down
     from its estimate) against r: the certified ones end right of the r line."""
-    rows = [c for c in cert["candidates"] if c["recovery"]["lower_bound"] is not None and c["labels_human"] > 0]
+    rows = [c for c in cert.candidates if c.recovery.lower_bound is not None and c.labels_human > 0]
     if not rows:
         return None
-    claim, plt = cert["claim"], _plt()
+    claim, plt = cert.claim, _plt()
     fig, ax = plt.subplots(figsize=(7.5, max(2.5, 0.22 * len(rows) + 1.2)))
     y = np.arange(len(rows))[::-1]
     for yi, c in zip(y, rows, strict=True):
-        rec, color = c["recovery"], "#1f6f3f" if c["certified"] else "#9a3b3b"
-        hi = rec["estimate"] if rec["estimate"] is not None else rec["lower_bound"]
-        ax.plot([rec["lower_bound"], max(hi, rec["lower_bound"])], [yi, yi], color=color, lw=3 if c["selected"] else 1.8)
-        ax.plot([rec["lower_bound"]], [yi], "|", color=color, ms=9, mew=2)
-    ax.axvline(claim["at_least"], color="k", ls="--", lw=1, label=f"r = {claim['at_least']:g}")
-    ax.set_yticks(y, [c["candidate"] + ("  (selected)" if c["selected"] else "") for c in rows], fontsize=_FONT)
-    ax.set_xlabel(f"recovery of {claim['reference']!r}: its own test's lower bound to the estimate "
+        rec, color = c.recovery, "#1f6f3f" if c.certified else "#9a3b3b"
+        hi = rec.estimate if rec.estimate is not None else rec.lower_bound
+        ax.plot([rec.lower_bound, max(hi, rec.lower_bound)], [yi, yi], color=color, lw=3 if c.selected else 1.8)
+        ax.plot([rec.lower_bound], [yi], "|", color=color, ms=9, mew=2)
+    ax.axvline(claim.at_least, color="k", ls="--", lw=1, label=f"r = {claim.at_least:g}")
+    ax.set_yticks(y, [c.candidate + ("  (selected)" if c.selected else "") for c in rows], fontsize=_FONT)
+    ax.set_xlabel(f"recovery of {claim.reference!r}: its own test's lower bound to the estimate "
                   "(green: certified >= r)")
     ax.set_title("each candidate's own one-sided recovery bound (per-candidate level) against r")
     ax.legend(loc="lower left", fontsize=_FONT)
@@ -101,8 +102,8 @@ def evalue_plot(result: JobResult, path: pathlib.Path) -> pathlib.Path | None:
         style = "-" if r.name in result.certified else ":"
         ax.plot(np.arange(1, e.size + 1), e, style, lw=2.5 if r.name == result.selected else 0.9,
                 label=f"{r.name} (selected)" if r.name == result.selected else None)
-    level = float(np.max(proc.log_thresholds(cfg.delta, np.zeros(K, dtype=bool))))
-    ax.axhline(math.exp(level), color="k", lw=1, label=f"threshold: {proc.threshold_words(cfg.delta, K)}")
+    # the strictest threshold any candidate was held to (the engine's decision levels)
+    ax.axhline(1.0 / min(result.levels), color="k", lw=1, label=f"threshold: {proc.threshold_words(cfg.delta, K)}")
     ax.set_yscale("log")
     ax.set_xlabel("human labels")
     ax.set_ylabel("e-value (log axis)")
@@ -114,12 +115,9 @@ def evalue_plot(result: JobResult, path: pathlib.Path) -> pathlib.Path | None:
 def budget_plot(result: JobResult, path: pathlib.Path) -> pathlib.Path | None:
     """The objective of what the job would have selected with a smaller per-candidate budget."""
     cfg = result.cfg
-    if cfg.proc.ranking or result.data.objective is None:
+    if not result.budget_curve:
         return None
-    budgets = list(range(cfg.budget.batch, cfg.budget.n + 1, cfg.budget.batch))
-    if budgets and budgets[-1] != cfg.budget.n:
-        budgets.append(cfg.budget.n)
-    sel = selected_by_budget(result, budgets)
+    budgets, sel = zip(*result.budget_curve, strict=True)  # the engine's (engine/derived.py)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.2))
     ax.step(budgets, [np.nan if s is None else s for s in sel], where="post")
@@ -129,19 +127,19 @@ def budget_plot(result: JobResult, path: pathlib.Path) -> pathlib.Path | None:
     return _save(fig, path)
 
 
-def ranking_plot(cert: dict, path: pathlib.Path) -> pathlib.Path | None:
+def ranking_plot(cert: Selection, path: pathlib.Path) -> pathlib.Path | None:
     """A ranking's certified pairs as a matrix: row better than column, worse, or undecided."""
-    rk = cert.get("ranking")
+    rk = cert.ranking
     if rk is None:
         return None
     plt = _plt()
     from matplotlib.colors import ListedColormap
 
-    names = rk["order"]
+    names = rk.order
     K = len(names)
     pos = {m: k for k, m in enumerate(names)}
     grid = np.full((K, K), 1)  # 1 undecided, 2 row better, 0 row worse, 3 the diagonal
-    for a, worse in rk["better"].items():
+    for a, worse in rk.better.items():
         for b in worse:
             grid[pos[a], pos[b]], grid[pos[b], pos[a]] = 2, 0
     np.fill_diagonal(grid, 3)
@@ -149,15 +147,15 @@ def ranking_plot(cert: dict, path: pathlib.Path) -> pathlib.Path | None:
     ax.imshow(grid, cmap=ListedColormap(["#c96a6a", "#e6e6e6", "#5f9e6e", "white"]), vmin=0, vmax=3)
     short = [m if len(m) <= 28 else m[:26] + "…" for m in names]
     ax.set_xticks(range(K), short, rotation=60, ha="right", fontsize=_FONT)
-    ax.set_yticks(range(K), [s + (" *" if m in rk.get("possible_winners", ()) else "") for s, m in
+    ax.set_yticks(range(K), [s + (" *" if m in rk.possible_winners else "") for s, m in
                              zip(short, names, strict=True)], fontsize=_FONT)
     ax.set_title("row vs column: green = row certified better, red = worse, grey = undecided\n"
                  "(* possible winner: no model certified better)")
     return _save(fig, path)
 
 
-def write_plots(result: JobResult, cert: dict, outdir: pathlib.Path) -> list[pathlib.Path]:
-    made = [bounds_plot(result, cert, outdir / "bounds.png") if "ranking" not in cert else None,
+def write_plots(result: JobResult, cert: Selection, outdir: pathlib.Path) -> list[pathlib.Path]:
+    made = [bounds_plot(result, cert, outdir / "bounds.png") if cert.ranking is None else None,
             evalue_plot(result, outdir / "evalue_paths.png"), budget_plot(result, outdir / "selected_vs_budget.png"),
             ranking_plot(cert, outdir / "ranking.png")]
     return [p for p in made if p is not None]

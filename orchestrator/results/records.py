@@ -161,6 +161,18 @@ class Recovered:
 
 
 @dataclass(frozen=True)
+class RecoveryRow:
+    """A recovery job's figures for one candidate, unrounded (None: no statement); see
+    :mod:`certsel.orchestrator.engine.recovery`."""
+
+    estimate: float | None
+    lower_bound: float | None
+    simultaneous_lower_bound: float | None
+    on_full_table: float | None
+    labels: int
+
+
+@dataclass(frozen=True)
 class TopK:
     """A top-k ranking's certified set: the models certified among the ``k`` best, those
     certified outside them, and the rest."""
@@ -232,6 +244,13 @@ class JobResult:
     tracking: dict[str, str] | None = None
     output_dir: pathlib.Path | None = None  # the folder with report.html, selection.json, labels.parquet
     files: list[pathlib.Path] = dataclasses.field(default_factory=list)  # what was written there
+    # statistics of the final evidence, computed once by the engine when the job ends
+    # (engine/derived.py), so that no output recomputes one:
+    levels: list[float] | None = None  # each candidate's decision level (its e-value's threshold is 1 / level)
+    ci_delta: float | None = None  # the level of the candidates' two-sided intervals (1 - ci_delta)
+    recovery: list[RecoveryRow] | None = None  # a recovery job: every candidate's recovery figures
+    # what the job would have selected with a smaller per-candidate budget: (human labels, its objective)
+    budget_curve: list[tuple[int, float | None]] | None = None
     # the certificate, built once when the job has ended (outputs.certificate.certificate_of): the
     # file, the MLflow runs and the terminal show the same one, down to its timestamp
     certificate: Any = dataclasses.field(default=None, repr=False)  # outputs.selection_schema.Selection

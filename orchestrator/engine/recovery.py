@@ -2,8 +2,9 @@
 
 A recovery job runs as the risk job it compiles to (:class:`~certsel.policies.recovery.Recovery`:
 the losses (r s_ref - s + 1) / (1 + r) at alpha = 1 / (1 + r)), so its decisions, e-values and
-family-wise guarantee are the risk job's. This module restates them as recoveries, each number
-from the labels the job bought (the label log, in purchase order):
+family-wise guarantee are the risk job's. This module restates them as recoveries (the engine
+computes them once when the job ends: ``JobResult.recovery``), each number from the labels the
+job bought (the label log, in purchase order):
 
 * **estimate**: the ratio of the mean scores over the candidate's human-labelled items;
 * **lower_bound** at the level of the candidate's decision: for R-Eval on a table,
@@ -21,31 +22,12 @@ from the labels the job bought (the label log, in purchase order):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from certsel.policies.recovery import recovery_decision_bound
 
-from certsel.orchestrator.results.records import JobResult
+from certsel.orchestrator.results.records import JobResult, RecoveryRow
 
-from .numbers import _round, round_down
-
-
-@dataclass(frozen=True)
-class RecoveryRow:
-    """One candidate's recovery figures (None: no statement)."""
-
-    estimate: float | None
-    lower_bound: float | None
-    simultaneous_lower_bound: float | None
-    on_full_table: float | None
-    labels: int
-
-    def as_dict(self) -> dict:
-        return {"estimate": _round(self.estimate), "lower_bound": round_down(self.lower_bound),
-                "simultaneous_lower_bound": round_down(self.simultaneous_lower_bound),
-                "on_full_table": _round(self.on_full_table), "labels": self.labels}
 
 
 def human_items(result: JobResult, name: str, t: int) -> np.ndarray:
