@@ -18,6 +18,7 @@ as the command line.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import pathlib
 from dataclasses import dataclass, field

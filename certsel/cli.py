@@ -19,9 +19,13 @@ import pathlib
 import shlex
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from certsel._version import __version__
 from certsel.errors import CertselError, first_line
+
+if TYPE_CHECKING:
+    from certsel.orchestrator.outputs.selection_schema import Selection, TasksSelection
 
 JUDGES = {"best": "loss_judge_best", "med": "loss_judge_med", "bad": "loss_judge_bad"}
 
@@ -166,17 +170,16 @@ def _betting_spec(text: str):
     return spec
 
 
-def _select(args) -> dict:
+def _select(args) -> Selection:
     """``certsel select``: the engine on one recorded table, in this process (a preset of
     ``certsel run``: the in-process runtime, the replay source, every candidate to its whole
     budget in one batch, no tracking or job folder). The flags become a job config, so the
-    numbers are those ``certsel run`` prints for the same job."""
-    import numpy as np
-
+    numbers are those ``certsel run`` prints for the same job: its certificate, whose view
+    the command prints (and whose selection.json ``--json`` writes)."""
     from certsel.config import parse_config
-    from certsel.orchestrator.inputs.jobdata import fingerprint
-    from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.engine.driver import LocalRuntime, run_job
+    from certsel.orchestrator.inputs.sources import load_job_data
+    from certsel.orchestrator.outputs.certificate import certificate_of
     from certsel.policies import get_strategy
     from certsel.policies._validation import check_level
     from certsel.policies.procedures import get_procedure
@@ -233,77 +236,35 @@ def _select(args) -> dict:
         "budget": {"n": args.n, "r": args.r, "batch": args.n}, "scheduling": {"mode": "full"},
     }, source="certsel select")
     data = load_job_data(cfg)
-    res = run_job(cfg, data, LocalRuntime(), collect_labels=False)
-    # the largest e-value along each path (E_0 = 1 left out) and the labels at its first
-    # crossing of the candidate's decision level (delta/K under Bonferroni, step-down under Holm)
-    max_log_e = np.array([max(r.path) if r.path else 0.0 for r in res.records])
-    levels = proc.decision_deltas(args.delta, max_log_e)
-    first = [next((i + 1 for i, v in enumerate(r.path) if v >= -np.log(lv)), 0)
-             for r, lv in zip(res.records, levels)]
-    ci_delta = float(proc.candidate_deltas(args.delta, len(res.records)).min())
-    rows = [
-        {
-            "candidate": r.name,
-            "objective": float(r.objective),
-            "max_evalue": float(np.exp(max_log_e[k])),
-            "labels_to_certify": int(first[k]),
-            "level": float(levels[k]),
-            "ci": [float(r.ci[0]), float(r.ci[1])],
-            "certified": r.name in res.certified,
-            "risk_on_full_table": float(r.true_risk),
-        }
-        for k, r in enumerate(res.records)
-    ]
-    sel = next((k for k, r in enumerate(rows) if r["candidate"] == res.selected), -1)
-    table = data.table
-    return {
-        "selected": rows[sel]["candidate"] if sel >= 0 else None,
-        "selected_index": sel,
-        "certificate": (
-            f"R({rows[sel]['candidate']}) <= {args.alpha} with probability >= {1 - args.delta:g} "
-            f"(family-wise over {len(rows)} candidates, {args.procedure})"
-            if sel >= 0
-            else "no candidate certified"
-        ),
-        "certified_set": [r["candidate"] for r in rows if r["certified"]],
-        "procedure": args.procedure,
-        "alpha": args.alpha,
-        "delta": args.delta,
-        "scheme": args.scheme,
-        "betting": strategy.describe(),
-        "labels": {"human_per_candidate": args.n, "judge_per_candidate": args.r * args.n},
-        "seed": args.seed,
-        "ci_level": 1 - ci_delta,
-        "data": {"path": str(args.data), "sha256_16": fingerprint(args.data), "judge": table.judge_column,
-                 "objective": args.objective_col, "order": order},
-        "candidates": rows,
-    }
+    # the job's own certificate: what `certsel run` would write for the same job, printed as a table
+    return certificate_of(run_job(cfg, data, LocalRuntime(), collect_labels=False))
 
 
-def _print_report(report: dict, quiet: bool) -> None:
+def _print_report(cert: Selection, quiet: bool) -> None:
+    """``certsel select``'s table: a view of the job's certificate (the same numbers as its
+    selection.json, which ``--json`` writes)."""
     from certsel.terminal import Column, render_table
 
     console = _console()
-    obj = report["data"]["objective"]
+    obj, p, ev = cert.objective.column, cert.procedure, cert.evidence
     if not quiet:
         cols = [Column("candidate"), Column(obj, 2), Column("e-value"), Column("labels to certify", 1),
-                Column(f"two-sided interval ({report['ci_level']:g})", 3), Column("certified"),
+                Column("two-sided interval" + ("" if ev is None else f" ({ev.ci_level:g})"), 3), Column("certified"),
                 Column("R (full table)", 4)]
-        rows = [[r["candidate"] + (" *" if k == report["selected_index"] else ""), f"{r['objective']:g}",
-                 f"{r['max_evalue']:.3g}", str(r["labels_to_certify"] or "-"), f"[{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]",
-                 "yes" if r["certified"] else "no", f"{r['risk_on_full_table']:.4f}"]
-                for k, r in enumerate(report["candidates"])]
-        title = (f"{report['scheme']} / {report['betting']} / {report['procedure']}  alpha={report['alpha']} "
-                 f"delta={report['delta']}")
-        render_table(console, title, cols, rows, [k == report["selected_index"] for k in range(len(rows))])
-    if report["selected"] is None:
+        rows = [[c.candidate + (" *" if c.selected else ""), f"{c.objective:g}",
+                 "" if c.e_value is None else f"{c.e_value:.3g}", str(c.certified_at_labels or "-"),
+                 "" if c.ci is None else f"[{c.ci[0]:.3f}, {c.ci[1]:.3f}]", "yes" if c.certified else "no",
+                 "" if c.risk_on_full_table is None else f"{c.risk_on_full_table:.4f}"]
+                for c in cert.candidates]
+        title = f"{cert.policy.kind} / {cert.policy.betting} / {p.name}  alpha={p.alpha:g} delta={p.delta:g}"
+        render_table(console, title, cols, rows, [c.selected for c in cert.candidates])
+    if cert.selected is None:
         console.print("selected: none (no candidate certified)", markup=False)
     else:
-        r = report["candidates"][report["selected_index"]]
-        console.print(f"selected: {report['selected']} ({obj} {r['objective']:g}) — {report['certificate']}",
+        console.print(f"selected: {cert.selected} ({obj} {cert.selected_objective:g}) — {cert.certificate}",
                       markup=False)
-        console.print(f"labels: {report['labels']['human_per_candidate']} human + "
-                      f"{report['labels']['judge_per_candidate']} judge per candidate", markup=False)
+        n, r = cert.labels.budget["n"], cert.labels.budget.get("r", 0)
+        console.print(f"labels: {n} human + {r * n} judge per candidate", markup=False)
 
 
 def _console(stderr: bool = False):
@@ -427,7 +388,7 @@ def _run_tasks(args, cfg, console, machine: bool, on_job) -> int:
     return 0 if all(o.result.evaluated for o in res.tasks) else 1
 
 
-def _emit(args, console, machine: bool, cert: dict, **where) -> None:
+def _emit(args, console, machine: bool, cert: Selection | TasksSelection, **where) -> None:
     """A finished job's certificate: to ``--json``, and formatted on stdout or as the table."""
     from certsel.terminal import format_job, print_job
 
@@ -439,9 +400,9 @@ def _emit(args, console, machine: bool, cert: dict, **where) -> None:
         print_job(console, cert, args.quiet, **where)
 
 
-def _failures(cert: dict) -> str:
+def _failures(cert: Selection) -> str:
     """Why the candidates ended, for the one-line error when none could be evaluated."""
-    reasons = list(dict.fromkeys(c["reason"] or c["status"] for c in cert["candidates"]))
+    reasons = list(dict.fromkeys(c.reason or c.status for c in cert.candidates))
     return "; ".join(reasons[:2]) + (f"; and {len(reasons) - 2} more" if len(reasons) > 2 else "")
 
 
@@ -597,6 +558,16 @@ def _show(args) -> int:
         from certsel.orchestrator.outputs.tracking import load_certificate
 
         cert = load_certificate(args.run_id, args.tracking_uri)
+    from certsel.orchestrator.outputs.selection_schema import parse_any
+
+    from pydantic import ValidationError
+
+    try:
+        cert = parse_any(cert)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ValueError(f"{args.run_id}: its selection.json does not match certsel's schema at "
+                         f"{'.'.join(map(str, err['loc'])) or 'the top'}: {err['msg']}") from None
     fmt = "json" if args.json else args.format
     if fmt != "table":
         print(format_job(cert, fmt))
@@ -691,15 +662,13 @@ def main(argv=None) -> int:
             print(f"certsel: error: job failed: {exc.__class__.__name__}: {first_line(exc, '')}", file=sys.stderr)
             return 1
     try:
-        report = _select(args)
+        cert = _select(args)
     except ValueError as exc:
         print(f"certsel: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        import numpy as np
-
-        args.json.write_text(json.dumps(report, indent=2, default=lambda o: np.asarray(o).tolist()))
-    _print_report(report, args.quiet)
+        args.json.write_text(json.dumps(cert.as_json(), indent=2, allow_nan=False))
+    _print_report(cert, args.quiet)
     return 0
 
 

@@ -12,10 +12,14 @@ import csv
 import io
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from certsel.orchestrator.outputs.gpu import gpu_line
 from certsel.orchestrator.outputs.cells import efficiency_cell, headline, judge_cell, rank_text, tie_counts
 from certsel.orchestrator.outputs.numbers import bound_text, share_text
+
+if TYPE_CHECKING:  # the schema imports pydantic: only where a certificate is parsed
+    from certsel.orchestrator.outputs.selection_schema import Costs, Evidence, Selection, TasksSelection
 
 FORMATS = ("table", "json", "csv", "markdown")
 
@@ -29,16 +33,16 @@ class Column:
     keep: int = 0
 
 
-def _selection_columns(cert: dict) -> tuple[list[Column], list[list[str]], list[bool]]:
+def _selection_columns(cert: Selection) -> tuple[list[Column], list[list[str]], list[bool]]:
     """The per-candidate table: the simultaneous bound (what the certificate is about) first, then
     the bound of the candidate's own test at its level, the two-sided interval as a secondary
     column; the judge's agreement when there is one."""
-    alpha = cert["procedure"]["alpha"]
-    cands = cert["candidates"]
-    testing = any(c.get("e_value") is not None for c in cands)
-    judged = any(c.get("judge") for c in cands)
-    recovery = cert.get("claim") is not None
-    levels = {c["level"] for c in cands if c.get("upper_bound") is not None}
+    alpha = cert.procedure.alpha
+    cands = cert.candidates
+    testing = any(c.e_value is not None for c in cands)
+    judged = any(c.judge is not None for c in cands)
+    recovery = cert.claim is not None
+    levels = {c.level for c in cands if c.upper_bound is not None}
     # one name per quantity (docs/glossary.md): these are selection.json's simultaneous_bound and upper_bound
     own = "upper bound" + (f" (level {next(iter(levels)):.3g})" if len(levels) == 1 else " @ level")
     if recovery:  # the same columns, stated as recoveries (shares of the reference's score)
@@ -50,67 +54,67 @@ def _selection_columns(cert: dict) -> tuple[list[Column], list[list[str]], list[
             Column("recovery estimate" if recovery else "estimate", 5),
             Column("recovery on table" if recovery else "two-sided interval", 7), Column("human", 1),
             *([Column("to certify / min", 6)] if testing else []), *([Column("judge agrees (kappa)", 6)] if judged else [])]
-    tasks = [t["name"] for t in cert["aggregate"]["tasks"]] if cert.get("aggregate") else []
+    tasks = [t.name for t in cert.aggregate.tasks] if cert.aggregate is not None else []
     if tasks:  # an aggregate: the human labels its test drew from each task, after the total
         cols.insert(cols.index(next(c for c in cols if c.name == "human")) + 1, Column("by task: " + " / ".join(tasks), 2))
     rows = []
     for c in cands:
-        ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {bound_text(c['ci'][1])}]"
-        ub = bound_text(c.get("upper_bound"), alpha)
-        joint, est = bound_text(c.get("simultaneous_bound"), alpha), "" if c.get("estimate") is None else f"{c['estimate']:.3f}"
+        ci = "" if c.ci is None else f"[{c.ci[0]:.3f}, {bound_text(c.ci[1])}]"
+        ub = bound_text(c.upper_bound, alpha)
+        joint, est = bound_text(c.simultaneous_bound, alpha), "" if c.estimate is None else f"{c.estimate:.3f}"
         if recovery:
-            rec = c["recovery"]
-            ub, joint = share_text(rec["lower_bound"]), share_text(rec["simultaneous_lower_bound"])
-            est = "" if rec["estimate"] is None else f"{rec['estimate']:.1%}"
-            ci = "" if rec["on_full_table"] is None else f"{rec['on_full_table']:.1%}"
+            rec = c.recovery
+            ub, joint = share_text(rec.lower_bound), share_text(rec.simultaneous_lower_bound)
+            est = "" if rec.estimate is None else f"{rec.estimate:.1%}"
+            ci = "" if rec.on_full_table is None else f"{rec.on_full_table:.1%}"
         if ub and len(levels) > 1:
-            ub += f" @ {c['level']:.3g}"
-        row = [c["candidate"] + (" *" if c["selected"] else ""), "" if c["objective"] is None else f"{c['objective']:g}",
-               c["status"], "yes" if c["certified"] else "no"]
+            ub += f" @ {c.level:.3g}"
+        row = [c.candidate + (" *" if c.selected else ""), "" if c.objective is None else f"{c.objective:g}",
+               c.status, "yes" if c.certified else "no"]
         if testing:
-            row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g} / {c.get('threshold', 0):.3g}")
-        row += [joint, ub, est, ci, str(c["labels_human"])]
+            row.append("" if c.e_value is None else f"{c.e_value:.3g} / {c.threshold:.3g}")
+        row += [joint, ub, est, ci, str(c.labels_human)]
         if tasks:
-            row.append(" / ".join(str(c["tasks"][t]["labels_human"]) for t in tasks))
+            row.append(" / ".join(str(c.tasks[t].labels_human) for t in tasks))
         if testing:
             row.append(efficiency_cell(c))
         if judged:
-            row.append(judge_cell(c.get("judge")))
+            row.append(judge_cell(c.judge))
         rows.append(row)
-    return cols, rows, [c["selected"] for c in cands]
+    return cols, rows, [c.selected for c in cands]
 
 
-def _ranking_columns(cert: dict) -> tuple[list[Column], list[list[str]], list[bool]]:
+def _ranking_columns(cert: Selection) -> tuple[list[Column], list[list[str]], list[bool]]:
     """A ranking as the partial order it certifies: per model its certified wins and losses."""
-    rk = cert["ranking"]
-    eps = rk.get("epsilon")
+    rk = cert.ranking
+    eps = rk.epsilon
     cols = [Column("model"), Column("rank (certified)"), Column("better than"), Column("worse than"),
             *([Column(f"tied (< {eps:g})")] if eps is not None else []), Column("possible winner", 1),
             Column("mean loss", 2), Column("items", 1), Column("Copeland (uncertified)", 3)]
-    worse = {m: sum(m in b for b in rk["better"].values()) for m in rk["order"]}
+    worse = {m: sum(m in b for b in rk.better.values()) for m in rk.order}
     ties = tie_counts(rk)
-    by_name = {c["candidate"]: c for c in cert["candidates"]}
+    by_name = {c.candidate: c for c in cert.candidates}
     rows = []
-    for m in rk["order"]:
+    for m in rk.order:
         c = by_name[m]
-        rows.append([m, rank_text(rk, m), str(len(rk["better"][m])), str(worse[m]),
+        rows.append([m, rank_text(rk, m), str(len(rk.better[m])), str(worse[m]),
                      *([str(ties[m])] if eps is not None else []),
-                     "yes" if m in rk.get("possible_winners", ()) else "",
-                     "" if c.get("estimate") is None else f"{c['estimate']:.3f}", str(c["labels_human"]),
-                     f"{rk['score'][m]:+d}"])
+                     "yes" if m in rk.possible_winners else "",
+                     "" if c.estimate is None else f"{c.estimate:.3f}", str(c.labels_human),
+                     f"{rk.score[m]:+d}"])
     return cols, rows, [False] * len(rows)
 
 
-def table_parts(cert: dict):
+def table_parts(cert: Selection):
     """(title, columns, rows, bold) of a job's table."""
-    p = cert["procedure"]
-    if "ranking" in cert:
-        rk = cert["ranking"]
-        title = (f"{cert['job']}: {cert['policy']['kind']} / {p['level']} "
-                 f"({rk['pairs_certified']} of {rk['pairs']} pair orders certified)")
+    p = cert.procedure
+    if cert.ranking is not None:
+        rk = cert.ranking
+        title = (f"{cert.job}: {cert.policy.kind} / {p.level} "
+                 f"({rk.pairs_certified} of {rk.pairs} pair orders certified)")
         return (title, *_ranking_columns(cert))
-    target = cert["claim"]["words"] if cert.get("claim") else f"alpha={p['alpha']:g}"
-    return (f"{cert['job']}: {cert['policy']['kind']} / {p['level']}, {target}", *_selection_columns(cert))
+    target = cert.claim.words if cert.claim is not None else f"alpha={p.alpha:g}"
+    return (f"{cert.job}: {cert.policy.kind} / {p.level}, {target}", *_selection_columns(cert))
 
 
 def fit_columns(cols: list[Column], rows: list[list[str]], width: int | None) -> list[int]:
@@ -164,25 +168,27 @@ CSV_FIELDS = ("candidate", "objective", "status", "certified", "selected", "e_va
               "cost", "reason")
 
 
-def candidate_records(cert: dict) -> list[dict]:
+def candidate_records(cert: Selection) -> list[dict]:
     """One flat dict per candidate (the CSV's rows and ``Result.to_frame()``)."""
     out = []
-    for c in cert["candidates"]:
-        row = {k: c.get(k) for k in CSV_FIELDS if k not in ("ci_low", "ci_high")}
-        row["ci_low"], row["ci_high"] = (None, None) if c.get("ci") is None else tuple(c["ci"])
+    for c in cert.candidates:
+        row = {k: getattr(c, k) for k in CSV_FIELDS if k not in ("ci_low", "ci_high")}
+        row["ci_low"], row["ci_high"] = (None, None) if c.ci is None else tuple(c.ci)
         row = {k: row[k] for k in CSV_FIELDS}
-        for task, fig in (c.get("tasks") or {}).items():  # an aggregate: its per-task figures
-            row.update({f"{task}_{k}": v for k, v in fig.items()})
+        for task, fig in (c.tasks or {}).items():  # an aggregate: its per-task figures
+            row.update({f"{task}_{k}": v for k, v in fig.as_json().items()})
         out.append(row)
     return out
 
 
-def format_job(cert: dict, fmt: str) -> str:
+def format_job(cert: Selection | TasksSelection, fmt: str) -> str:
     """The job's certificate as ``json`` (selection.json), ``csv`` (one row per candidate)
     or ``markdown`` (the table and the certificate sentence)."""
     if fmt == "json":
-        return json.dumps(cert, indent=2)
-    if cert.get("kind") == "multi-task":
+        return json.dumps(cert.as_json(), indent=2, allow_nan=False)
+    from certsel.orchestrator.outputs.selection_schema import TasksSelection
+
+    if isinstance(cert, TasksSelection):
         return _format_tasks(cert, fmt)
     if fmt == "csv":
         buf = io.StringIO()
@@ -196,7 +202,7 @@ def format_job(cert: dict, fmt: str) -> str:
         lines = [f"**{title}**", "", "| " + " | ".join(c.name for c in cols) + " |",
                  "|" + "|".join("---" for _ in cols) + "|"]
         lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in r) + " |" for r in rows]
-        lines += ["", f"{headline(cert)} — {cert['certificate']}"]
+        lines += ["", f"{headline(cert)} — {cert.certificate}"]
         return "\n".join(lines)
     raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
 
@@ -216,16 +222,16 @@ RECOVERY_LEGEND = ("simultaneous lower bound: on E[score] / E[reference score] f
                    "recovery losses. Names: docs/glossary.md.")
 
 
-def recovery_evidence_line(ev: dict) -> str:
+def recovery_evidence_line(ev: Evidence) -> str:
     """The selected candidate's own evidence in a recovery job, one labelled line each."""
-    rec = ev["recovery"]
-    lines = [f"  lower bound: recovery >= {share_text(rec['lower_bound'])} (its own test, one-sided, at level "
-             f"{ev['level']:.3g}; not adjusted for the selection)"]
-    if ev.get("e_value") is not None:
-        lines.append(f"  e-value: {ev['e_value']:.3g} (threshold {ev['threshold']:.3g})")
-    if rec["estimate"] is not None:
-        lines.append(f"  estimate: {rec['estimate']:.1%} (mean score / mean reference score over its "
-                     f"{rec['labels']} labelled items)")
+    rec = ev.recovery
+    lines = [f"  lower bound: recovery >= {share_text(rec.lower_bound)} (its own test, one-sided, at level "
+             f"{ev.level:.3g}; not adjusted for the selection)"]
+    if ev.e_value is not None:
+        lines.append(f"  e-value: {ev.e_value:.3g} (threshold {ev.threshold:.3g})")
+    if rec.estimate is not None:
+        lines.append(f"  estimate: {rec.estimate:.1%} (mean score / mean reference score over its "
+                     f"{rec.labels} labelled items)")
     return "\n".join(["evidence:", *lines])
 
 
@@ -234,28 +240,28 @@ def _saved(fraction: float) -> str:
     return f"{fraction:.0%} saved" if fraction >= 0 else f"{-fraction:.0%} over: pairs drew different items"
 
 
-def cost_line(costs: dict) -> str:
+def cost_line(costs: Costs) -> str:
     """The spend in the user's unit: "cost: 1,432.5 USD (human 1,400, generation 12.5, judge 20) of 7,800 at full budget"."""
-    s, u = costs["spent"], costs["unit"]
-    parts = ", ".join(f"{k} {s[k]:,.4g}" for k in ("human", "generation", "judge") if s[k])
-    return f"cost: {s['total']:,.6g} {u}" + (f" ({parts})" if parts else "") + \
-        f" of {costs['full_budget']['total']:,.6g} {u} at full budget"
+    s, u = costs.spent, costs.unit
+    parts = ", ".join(f"{k} {getattr(s, k):,.4g}" for k in ("human", "generation", "judge") if getattr(s, k))
+    return f"cost: {s.total:,.6g} {u}" + (f" ({parts})" if parts else "") + \
+        f" of {costs.full_budget.total:,.6g} {u} at full budget"
 
 
-def evidence_line(ev: dict, alpha: float) -> str:
+def evidence_line(ev: Evidence, alpha: float) -> str:
     """The selected candidate's own evidence, one labelled line per number, each with the
     level it has (the names of docs/glossary.md)."""
-    lines = [f"  upper bound: R <= {bound_text(ev['upper_bound'], alpha)} (its own test, one-sided, at level "
-             f"{ev['level']:.3g}; not adjusted for the selection)"]
-    if ev.get("e_value") is not None:
-        lines.append(f"  e-value: {ev['e_value']:.3g} (threshold {ev['threshold']:.3g})")
-    lines.append(f"  estimate: {ev['estimate']:.3f} ({ev['estimate_note']})")
-    if ev.get("certified_at_labels"):
-        lines.append(f"  human labels: certified after {ev['certified_at_labels']}, {ev['labels_human']} bought"
-                     + (f"; any test would need about {ev['labels_minimum_estimate']:.0f} on average (estimated "
-                        "from its labels)" if ev.get("labels_minimum_estimate") else ""))
+    lines = [f"  upper bound: R <= {bound_text(ev.upper_bound, alpha)} (its own test, one-sided, at level "
+             f"{ev.level:.3g}; not adjusted for the selection)"]
+    if ev.e_value is not None:
+        lines.append(f"  e-value: {ev.e_value:.3g} (threshold {ev.threshold:.3g})")
+    lines.append(f"  estimate: {ev.estimate:.3f} ({ev.estimate_note})")
+    if ev.certified_at_labels:
+        lines.append(f"  human labels: certified after {ev.certified_at_labels}, {ev.labels_human} bought"
+                     + (f"; any test would need about {ev.labels_minimum_estimate:.0f} on average (estimated "
+                        "from its labels)" if ev.labels_minimum_estimate else ""))
     else:
-        lines.append(f"  human labels: {ev['labels_human']}")
+        lines.append(f"  human labels: {ev.labels_human}")
     return "\n".join(["evidence:", *lines])
 
 
@@ -263,7 +269,7 @@ TASK_FIELDS = ["candidate", "task", "certified", "selected", "combined_e_value",
                "upper_bound", "recovery_lower_bound", "level", "estimate", "labels_human", "labels_judge"]
 
 
-def _format_tasks(cert: dict, fmt: str) -> str:
+def _format_tasks(cert: TasksSelection, fmt: str) -> str:
     """A multi-task certificate as csv (one row per candidate and task) or markdown."""
     from certsel.orchestrator.outputs.tasks import markdown
 
@@ -274,34 +280,34 @@ def _format_tasks(cert: dict, fmt: str) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=TASK_FIELDS, lineterminator="\n")
     w.writeheader()
-    for c in cert["candidates"]:
-        for task, r in c["tasks"].items():
-            row = {"candidate": c["candidate"], "task": task, "certified": c["certified"], "selected": c["selected"],
-                   "combined_e_value": c["e_value"], "threshold": c["threshold"],
-                   "recovery_lower_bound": (r.get("recovery") or {}).get("lower_bound"),
-                   **{k: r.get(k) for k in ("status", "e_value", "upper_bound", "level", "estimate", "labels_human",
-                                            "labels_judge")}}
+    for c in cert.candidates:
+        for task, r in c.tasks.items():
+            row = {"candidate": c.candidate, "task": task, "certified": c.certified, "selected": c.selected,
+                   "combined_e_value": c.e_value, "threshold": c.threshold,
+                   "recovery_lower_bound": None if r.recovery is None else r.recovery.lower_bound,
+                   **{k: getattr(r, k) for k in ("status", "e_value", "upper_bound", "level", "estimate",
+                                                 "labels_human", "labels_judge")}}
             w.writerow({k: "" if v is None else v for k, v in row.items()})
     return buf.getvalue().rstrip("\n")
 
 
-def print_tasks(console, cert: dict, quiet: bool, tracking=None, output_dir=None) -> None:
+def print_tasks(console, cert: TasksSelection, quiet: bool, tracking=None, output_dir=None) -> None:
     """A multi-task job: a row per candidate with its evidence on every task, then the certificate."""
     from certsel.orchestrator.outputs.tasks import table_rows
 
     if not quiet:
         head, rows = table_rows(cert)
         cols = [Column(h, 0 if k < 4 else (3 if h.endswith("labels") else 1)) for k, h in enumerate(head)]
-        render_table(console, f"{cert['job']}: {cert['policy']['kind']} / {cert['procedure']['level']}, "
-                              f"{len(cert['tasks'])} tasks", cols, rows, [c["selected"] for c in cert["candidates"]])
-        for t in cert["tasks"]:
-            console.print(f"task {t['name']}: {t['target']}, {len(t['certified_on_its_own'])} certified on its own, "
-                          f"{t['labels']['human']} human labels" + (f" (report: {t['output']}/report.html)"
-                                                                      if t["output"] else ""), markup=False)
-    console.print(f"{headline(cert)} — {cert['certificate']}", markup=False)
-    lab = cert["labels"]
-    console.print(f"labels over all tasks: {lab['spent']['human']} human of {lab['full_budget']['human']}, "
-                  f"{lab['spent']['judge']} judge of {lab['full_budget']['judge']}", markup=False)
+        render_table(console, f"{cert.job}: {cert.policy.kind} / {cert.procedure.level}, "
+                              f"{len(cert.tasks)} tasks", cols, rows, [c.selected for c in cert.candidates])
+        for t in cert.tasks:
+            console.print(f"task {t.name}: {t.target}, {len(t.certified_on_its_own)} certified on its own, "
+                          f"{t.labels.human} human labels" + (f" (report: {t.output}/report.html)"
+                                                                      if t.output else ""), markup=False)
+    console.print(f"{headline(cert)} — {cert.certificate}", markup=False)
+    lab = cert.labels
+    console.print(f"labels over all tasks: {lab.spent.human} human of {lab.full_budget.human}, "
+                  f"{lab.spent.judge} judge of {lab.full_budget.judge}", markup=False)
     if output_dir is not None:
         console.print(f"report: {output_dir / 'report.html'}  (selection.json beside it; each task's own report "
                       "is listed above)", markup=False, soft_wrap=True)
@@ -310,50 +316,52 @@ def print_tasks(console, cert: dict, quiet: bool, tracking=None, output_dir=None
                       "nested under it)", markup=False)
 
 
-def print_job(console, cert: dict, quiet: bool, run_id=None, tracking=None, output_dir=None) -> None:
+def print_job(console, cert: Selection | TasksSelection, quiet: bool, run_id=None, tracking=None, output_dir=None) -> None:
     """The job's table, its certificate and where its outputs are, for people."""
-    if cert.get("kind") == "multi-task":
+    from certsel.orchestrator.outputs.selection_schema import TasksSelection
+
+    if isinstance(cert, TasksSelection):
         print_tasks(console, cert, quiet, tracking, output_dir)
         return
     if not quiet:
         render_table(console, *table_parts(cert))
-        if "ranking" in cert:
+        if cert.ranking is not None:
             console.print("possible winners (no other model is certified better): "
-                          + ", ".join(cert["ranking"].get("possible_winners", [])), markup=False)
+                          + ", ".join(cert.ranking.possible_winners), markup=False)
         else:
-            legend = RECOVERY_LEGEND if cert.get("claim") else BOUNDS_LEGEND
-            console.print(legend.format(conf=1 - cert["procedure"]["delta"],
-                                        r=(cert.get("claim") or {}).get("at_least", 0)), markup=False)
-    for c in cert["candidates"]:
-        if c["status"] in ("source failed", "worker lost"):
-            console.print(f"{c['candidate']}: not certified ({c['reason']})", markup=False)
-    console.print(f"{headline(cert)} — {cert['certificate']}", markup=False)
-    if cert.get("aggregate"):
-        agg = cert["aggregate"]
-        console.print(f"aggregate: one test on the {cert['data']['items']} stacked items of "
-                      f"{len(agg['tasks'])} tasks, losses scaled so that their mean is R / M (M = {agg['unit']:.4g}; "
-                      f"tested at alpha / M = {agg['policy_alpha']:.4g})", markup=False)
-    ev = cert.get("evidence")
-    if ev and ev.get("recovery") is not None:
+            legend = RECOVERY_LEGEND if cert.claim is not None else BOUNDS_LEGEND
+            console.print(legend.format(conf=1 - cert.procedure.delta,
+                                        r=0 if cert.claim is None else cert.claim.at_least), markup=False)
+    for c in cert.candidates:
+        if c.status in ("source failed", "worker lost"):
+            console.print(f"{c.candidate}: not certified ({c.reason})", markup=False)
+    console.print(f"{headline(cert)} — {cert.certificate}", markup=False)
+    if cert.aggregate is not None:
+        agg = cert.aggregate
+        console.print(f"aggregate: one test on the {cert.data.items} stacked items of "
+                      f"{len(agg.tasks)} tasks, losses scaled so that their mean is R / M (M = {agg.unit:.4g}; "
+                      f"tested at alpha / M = {agg.policy_alpha:.4g})", markup=False)
+    ev = cert.evidence
+    if ev is not None and ev.recovery is not None:
         console.print(recovery_evidence_line(ev), markup=False)
-    elif ev and ev.get("upper_bound") is not None:
-        console.print(evidence_line(ev, cert["procedure"]["alpha"]), markup=False)
-    lab = cert["labels"]
+    elif ev is not None and ev.upper_bound is not None:
+        console.print(evidence_line(ev, cert.procedure.alpha), markup=False)
+    lab = cert.labels
     console.print("labels: " + ", ".join(
-        f"{lab['spent'][k]} {k} of {lab['full_budget'][k]} ({_saved(lab['saved_fraction'][k])})"
-        for k in ("human", "judge", "requests") if lab["full_budget"][k]), markup=False)
-    if cert.get("costs"):
-        console.print(cost_line(cert["costs"]), markup=False)
-    if cert.get("gpu"):
-        console.print(gpu_line(cert["gpu"]), markup=False)
-    if cert.get("resume"):
-        r = cert["resume"]
-        console.print(f"resumed from round {r['from_round']}: {r['steps_from_snapshots']} candidate steps from "
-                      f"snapshots, {r['steps_replayed']} replayed from the label log, no label bought twice")
-    if cert.get("recovered") and cert["recovered"]["hosts"]:
-        r = cert["recovered"]
-        console.print(f"workers rebuilt after a crash: {r['hosts']} ({r['steps_from_snapshots']} candidate steps "
-                      f"from snapshots, {r['steps_replayed']} replayed from the label log)")
+        f"{getattr(lab.spent, k)} {k} of {getattr(lab.full_budget, k)} ({_saved(getattr(lab.saved_fraction, k))})"
+        for k in ("human", "judge", "requests") if getattr(lab.full_budget, k)), markup=False)
+    if cert.costs is not None:
+        console.print(cost_line(cert.costs), markup=False)
+    if cert.gpu is not None:
+        console.print(gpu_line(cert.gpu), markup=False)
+    if cert.resume is not None:
+        r = cert.resume
+        console.print(f"resumed from round {r.from_round}: {r.steps_from_snapshots} candidate steps from "
+                      f"snapshots, {r.steps_replayed} replayed from the label log, no label bought twice")
+    if cert.recovered is not None and cert.recovered.hosts:
+        r = cert.recovered
+        console.print(f"workers rebuilt after a crash: {r.hosts} ({r.steps_from_snapshots} candidate steps "
+                      f"from snapshots, {r.steps_replayed} replayed from the label log)")
     if output_dir is not None:
         console.print(f"report: {output_dir / 'report.html'}  (selection.json and labels.parquet beside it)",
                       markup=False, soft_wrap=True)

@@ -40,7 +40,7 @@ def test_run_on_a_dataframe_matches_the_job_file_run(tmp_path, ray_session, fram
     assert [r["e_value"] for r in res.rows] == [r["e_value"] for r in ref.rows]
     assert res.certificate.startswith(f"R({res.selected}) <= ")
     # the override merged into budget (n and r kept)
-    assert res.selection["labels"]["budget"]["n"] == 200 and res.selection["labels"]["budget"]["batch"] == 20
+    assert res.selection.labels.budget["n"] == 200 and res.selection.labels.budget["batch"] == 20
     # outputs where the Result says, the report among them; the in-memory table stored once
     assert res.output_dir == tmp_path / "jobs" / res.job_id and res.report.is_file()
     assert {p.name for p in res.files} >= {"report.html", "selection.json", "labels.parquet"}
@@ -50,7 +50,9 @@ def test_run_on_a_dataframe_matches_the_job_file_run(tmp_path, ray_session, fram
     df = res.to_frame()
     assert list(df.index) == FRONTIER and df.loc[res.selected, "selected"]
     assert set(df.columns) >= {"status", "certified", "e_value", "simultaneous_bound", "labels_human"}
-    assert res.to_dict() == res.selection and res.to_dict() is not res.selection
+    # the typed certificate and selection.json's dict (a fresh one each time)
+    assert res.to_dict() == res.selection.as_json() == json.loads((res.output_dir / "selection.json").read_text())
+    assert res.to_dict() is not res.to_dict() and res.selection.evidence.simultaneous_bound <= 0.1
     # tracked in MLflow under the run id it returns
     run = MlflowClient(f"sqlite:///{tmp_path}/store.db").get_run(res.run_id)
     assert run.data.tags["certsel.selected"] == res.selected

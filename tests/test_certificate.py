@@ -93,7 +93,7 @@ def test_every_bound_agrees_with_the_certificate(tmp_path, ray_session, procedur
     # one certificate per job, built when it ended: the file, the parent run's artifact and the
     # result the terminal and the Python API print are the same, down to the second it was made
     assert certificate_of(result) is result.certificate is certificate_of(result)
-    assert cert == load_certificate(run_id, cfg.tracking.uri) == json.loads(json.dumps(result.certificate))
+    assert cert == load_certificate(run_id, cfg.tracking.uri) == json.loads(json.dumps(result.certificate.as_json()))
 
 
 @pytest.mark.integration
@@ -130,6 +130,7 @@ def test_the_spend_in_the_users_unit(tmp_path, ray_session):
     """With costs: the spend per candidate and in total, by kind, equals the label counters at
     the prices (generations: the requests that were not judge calls), in selection.json, in
     the CLI's line and as MLflow metrics."""
+    from certsel.orchestrator.outputs.selection_schema import parse
     from certsel.terminal import cost_line
 
     costs = {"human": 0.5, "generation": 0.002, "judge": 0.004, "unit": "USD"}
@@ -145,7 +146,7 @@ def test_the_spend_in_the_users_unit(tmp_path, ray_session):
     assert c["spent"]["human"] == pytest.approx(0.5 * spent["human"])
     assert sum(row["cost"] for row in cert["candidates"]) == pytest.approx(total, abs=1e-4)
     assert c["full_budget"]["total"] > c["spent"]["total"]
-    assert cost_line(c).startswith(f"cost: {total:,.6g} USD (human")
+    assert cost_line(parse(cert).costs).startswith(f"cost: {total:,.6g} USD (human")
     run = MlflowClient(cfg.tracking.uri).get_run(run_id)
     assert run.data.metrics["cost_total"] == pytest.approx(total) and run.data.tags["certsel.cost_unit"] == "USD"
     assert "cost: total (USD)" in (tmp_path / "report" / "report.md").read_text()

@@ -1,12 +1,16 @@
 """The ``certsel`` console script, run as a user would (a real subprocess)."""
 
 import json
+import math
 import pathlib
 import shutil
 import subprocess
 import sys
 
 import pytest
+
+from certsel.orchestrator.outputs.numbers import round_down, round_up
+from certsel.orchestrator.outputs.selection_schema import Selection
 
 pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
 
@@ -23,18 +27,21 @@ def test_select_on_bundled_triviaqa(tmp_path):
     p = run("select", "--n", "150", "--r", "3", "--betting", "wsr", "--json", str(out))
     assert p.returncode == 0, p.stderr
     assert "selected:" in p.stdout
-    cert = json.loads(out.read_text())
+    cert = json.loads(out.read_text())  # the job's certificate: selection.json's schema
+    Selection.model_validate(cert)
     assert len(cert["candidates"]) == 48
-    sel = cert["candidates"][cert["selected_index"]]
+    sel = next(c for c in cert["candidates"] if c["selected"])
     assert sel["certified"] and cert["selected"] == sel["candidate"]
     # FST: the certified set is a prefix of the bitwidth order, and the selection is its end
     flags = [c["certified"] for c in cert["candidates"]]
     k = flags.index(False)
     assert all(flags[:k]) and not any(flags[k:])
-    assert cert["selected_index"] == k - 1
-    assert sel["max_evalue"] >= 1 / cert["delta"]
+    assert cert["candidates"][k - 1] is sel
+    assert sel["log_e_value"] >= math.log(1 / cert["procedure"]["delta"]) and sel["e_value"] >= sel["threshold"]
     assert all(c["ci"][0] <= c["ci"][1] for c in cert["candidates"])
-    assert cert["data"]["sha256_16"] and cert["labels"]["judge_per_candidate"] == 450
+    assert cert["data"]["sha256_16"] and cert["labels"]["budget"]["r"] * cert["labels"]["budget"]["n"] == 450
+    said = " ".join(p.stdout.split())  # the console wraps long lines
+    assert f"selected: {sel['candidate']} (avg_bitwidth" in said and cert["certificate"] in said
 
 
 def test_select_takes_betting_parameters(tmp_path):
@@ -46,9 +53,9 @@ def test_select_takes_betting_parameters(tmp_path):
         p = run("select", "--n", "150", "--betting", betting, "--json", str(out), "--quiet")
         assert p.returncode == 0, p.stderr
         got[betting] = json.loads(out.read_text())
-    assert got["up"]["betting"] == "up" and got["up:prior=exact"]["betting"] == "up(prior=exact)"
-    assert [c["max_evalue"] for c in got["up"]["candidates"]] != [c["max_evalue"] for c in
-                                                                    got["up:prior=exact"]["candidates"]]
+    assert got["up"]["policy"]["betting"] == "up" and got["up:prior=exact"]["policy"]["betting"] == "up(prior=exact)"
+    assert [c["log_e_value"] for c in got["up"]["candidates"]] != [c["log_e_value"] for c in
+                                                                     got["up:prior=exact"]["candidates"]]
 
 
 def test_select_reads_the_prompt_table_with_column_options_at_bonferroni_levels(tmp_path):
@@ -58,15 +65,15 @@ def test_select_reads_the_prompt_table_with_column_options_at_bonferroni_levels(
             "--alpha", "0.3", "--n", "150", "--procedure", "bonferroni", "--json", str(out))
     assert p.returncode == 0, p.stderr
     cert = json.loads(out.read_text())
-    K, delta = len(cert["candidates"]), cert["delta"]
-    assert K == 100 and cert["data"]["objective"] == "prompt_len" and cert["data"]["order"] is None
+    K, delta = len(cert["candidates"]), cert["procedure"]["delta"]
+    assert K == 100 and cert["objective"]["column"] == "prompt_len" and cert["procedure"]["name"] == "bonferroni"
     # the thresholds `certsel run` uses: each candidate at delta / K, its interval at that level
     assert all(c["level"] == pytest.approx(delta / K) for c in cert["candidates"])
-    assert cert["ci_level"] == pytest.approx(1 - delta / K)
+    assert cert["evidence"]["ci_level"] == pytest.approx(1 - delta / K)
     for c in cert["candidates"]:
-        assert c["certified"] == (c["max_evalue"] >= K / delta)
-        assert (c["labels_to_certify"] > 0) == c["certified"]
-    sel = cert["candidates"][cert["selected_index"]]
+        assert c["certified"] == (c["log_e_value"] >= math.log(K / delta))
+        assert (c["certified_at_labels"] is not None) == c["certified"]
+    sel = next(c for c in cert["candidates"] if c["selected"])
     assert sel["objective"] == min(c["objective"] for c in cert["candidates"] if c["certified"])
     bad = run("select", "--data", str(data), "--objective-col", "bits")
     assert bad.returncode == 2 and "missing column 'bits' (named by --objective-col" in bad.stderr
@@ -116,18 +123,25 @@ def test_select_runs_the_engine_and_equals_the_vectorised_reference(tmp_path, fl
     p = run("select", *flags, "--json", str(out), "--quiet")
     assert p.returncode == 0, p.stderr
     cert = json.loads(out.read_text())
+    rows = sorted(cert["candidates"], key=lambda c: c["position"])  # the table's order
     kw = dict(n=300, seed=0, alpha=0.1, scheme="r-autoeval+", betting="up", observation="split") | ref
     table = load_loss_table(DEFAULT_TABLE, order=kw.pop("order", "rank"))
     direct = replicated_selection(table, r=3, reps=1, delta=0.1, **kw)
     ci_delta = float(get_procedure(kw["procedure"]).candidate_deltas(0.1, table.candidates.size).min())
     low, high = candidate_intervals(direct, delta=ci_delta, scheme=kw["scheme"], betting=kw["betting"])
-    assert [c["candidate"] for c in cert["candidates"]] == table.candidates.tolist()
-    for k, c in enumerate(cert["candidates"]):
-        assert c["max_evalue"] == float(direct.max_evalue[0, k])
-        assert c["labels_to_certify"] == int(direct.labels_to_certify[0, k])
-        assert c["level"] == float(direct.levels[0, k])
-        assert c["ci"] == [float(low[0, k]), float(high[0, k])]
+    assert [c["candidate"] for c in rows] == table.candidates.tolist()
+    for k, c in enumerate(rows):  # the certificate's numbers are the reference's, rounded as documented
+        assert c["log_e_value"] == pytest.approx(max(math.log(float(direct.max_evalue[0, k])), 0.0), abs=1e-6)
         assert c["certified"] == bool(direct.certified[0, k])
+        if not c["certified"]:
+            assert c["certified_at_labels"] is None
+        elif kw["procedure"] == "holm":  # certified at the step-down threshold in force then: at least as strict
+            assert int(direct.labels_to_certify[0, k]) <= c["certified_at_labels"] <= kw["n"]  # as the final level
+        else:
+            assert c["certified_at_labels"] == int(direct.labels_to_certify[0, k])
+        assert c["level"] == round(float(direct.levels[0, k]), 8)
+        assert c["ci"] == [round_down(float(low[0, k])), round_up(float(high[0, k]))]
     sel = int(direct.selected[0])
     assert cert["selected"] == (table.candidates[sel] if sel >= 0 else None)
-    assert cert["ci_level"] == 1 - ci_delta
+    if cert["evidence"] is not None:
+        assert cert["evidence"]["ci_level"] == 1 - ci_delta

@@ -13,6 +13,7 @@ import pytest
 from certsel.config import load_config
 from certsel.orchestrator.outputs.cells import GLOSSARY
 from certsel.orchestrator.commands.job import execute
+from certsel.orchestrator.outputs.selection_schema import parse
 from certsel.terminal import format_job, print_job
 from mlflow.tracking import MlflowClient
 from rich.console import Console
@@ -35,10 +36,10 @@ def job(tmp_path_factory):
 def test_every_output_uses_the_glossary_names(job):
     result, run_id, cert, tmp = job
     console = Console(record=True, width=400)
-    print_job(console, cert, quiet=False)
+    print_job(console, parse(cert), quiet=False)
     terminal = console.export_text()
     report = (tmp / "out" / "report.html").read_text()
-    header = next(csv.reader(io.StringIO(format_job(cert, "csv"))))
+    header = next(csv.reader(io.StringIO(format_job(parse(cert), "csv"))))
     row = next(c for c in cert["candidates"] if c["certified"])
     client = MlflowClient(result.tracking["uri"])
     kid = next(r for r in client.search_runs([result.tracking["experiment_id"]],

@@ -80,10 +80,12 @@ def test_ties_topk_and_rank_intervals_through_ray_and_mlflow(tmp_path, ray_sessi
     assert top_cert["certificate"].startswith("the 3 best models include")
     # every output leads with the top set, not "selected: none"
     from certsel.orchestrator.outputs.cells import headline
+    from certsel.orchestrator.outputs.selection_schema import parse
     from certsel.terminal import print_job
     from rich.console import Console
 
     inside = top.ranking.topk.certified_in
+    top_cert = parse(top_cert)  # the file, typed as the outputs read it
     head = headline(top_cert)
     assert inside and head.startswith("top-3: " + ", ".join(inside))  # the certified top set, first
     console = Console(record=True, width=300)

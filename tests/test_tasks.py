@@ -12,6 +12,7 @@ import pytest
 from certsel.config import ConfigError, parse_config
 from certsel.errors import InputError
 from certsel.orchestrator.inputs.tasks import load_tasks
+from certsel.orchestrator.outputs.selection_schema import TasksSelection
 from certsel.orchestrator.results.tasks import intersection_union
 from certsel.policies.procedures import get_procedure
 from certsel.workers.replay import DATA_DIR
@@ -130,7 +131,14 @@ def test_a_candidate_failing_one_task_is_not_certified(tmp_path, ray_session):
     assert res.selected == min(res.certified, key=lambda n: objective[n])
     assert cert["candidates"][0]["tasks"]["sum"]["labels_human"] == by_task["sum"][res.names[0]]["labels_human"]
     assert cert["labels"]["spent"]["human"] == sum(o["labels"]["spent"]["human"] for o in own.values())
-    assert tasks_certificate(res)["certificate"] == cert["certificate"]
+    # one typed certificate per job (built once), written as the file; a changed file is refused
+    typed = tasks_certificate(res)
+    assert typed is tasks_certificate(res) and typed.as_json() == cert and TasksSelection.model_validate(cert) == typed
+    for broken in ({**cert, "surprise": 1}, {**cert, "kind": "one-task"},
+                   {**cert, "candidates": [{**cert["candidates"][0], "certified": "maybe"}]},
+                   {k: v for k, v in cert.items() if k != "guarantee"}):
+        with pytest.raises(ValueError):
+            TasksSelection.model_validate(broken)
     assert "meets the target of every task (sentiment: R <= 0.2; sum: R <= 0.15)" in cert["certificate"]
     page = (tmp_path / "out" / "report.html").read_text()
     assert "<td>1167</td>" in page and "<td>4950</td>" in page

@@ -127,7 +127,7 @@ def test_artifacts_and_certificate_read_back(job):
                              filter_string=f"tags.mlflow.parentRunId = '{run_id}'", max_results=1)[0]
     assert load_certificate(kid.info.run_id, uri)["selected"] == cert["selected"]
     fresh = certificate(result)
-    assert fresh["candidates"] == cert["candidates"]
+    assert fresh.as_json()["candidates"] == cert["candidates"]
 
 
 def _bounds_agree(cert, alpha):

@@ -12,6 +12,11 @@ projection, not a measurement: a cached rerun, which measured no request, has no
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .selection_schema import Gpu
+
 
 def _r(x: float) -> float:
     return round(float(x), 3)
@@ -67,36 +72,36 @@ def _full_budget_estimate(result, use) -> float | None:
     return per_label * (result.full["human"] + result.full["judge"]) + shared + load_per_start * len(use.servers)
 
 
-def gpu_line(block: dict) -> str:
+def gpu_line(block: Gpu) -> str:
     """One terminal line: the GPU time used, its parts, and the full-budget estimate."""
     def h(sec):
         return f"{sec / 3600:.3g} GPU-h" if sec >= 360 else f"{sec:.0f} GPU-s"
 
-    if not block["server_starts"]:  # a cached rerun: nothing to measure
+    if not block.server_starts:  # a cached rerun: nothing to measure
         return "servers: none started (every request was answered from the response cache)"
-    if not any(s["gpus"] for s in block["servers"]):  # servers that hold no GPU (the CPU build)
-        parts = [sum(s[k] for s in block["servers"]) for k in ("load_s", "busy_s", "idle_s")]
-        return (f"servers: no GPUs; up {block['server_seconds']:.0f} s in all ({parts[0]:.0f} s loading, "
-                f"{parts[1]:.0f} s generating, {parts[2]:.0f} s idle; {block['server_starts']} starts, at most "
-                f"{block['max_servers_up']} up at once)")
-    line = (f"GPU: {h(block['gpu_seconds'])} ({h(block['load_gpu_seconds'])} loading, "
-            f"{h(block['busy_gpu_seconds'])} generating, {h(block['idle_gpu_seconds'])} idle; "
-            f"{block['server_starts']} server starts, at most {block['max_servers_up']} up at once)")
-    if block["full_budget_estimate_gpu_seconds"] is not None:
-        line += (f", against about {h(block['full_budget_estimate_gpu_seconds'])} for every candidate to its budget "
-                 f"at the measured rates ({block['saved_fraction_estimate']:.0%} saved)")
-    if block.get("cost"):
-        line += f"; {block['cost']['spent']:.4g} {block['cost']['unit']} at {block['cost']['gpu_hour']:g} per GPU-hour"
+    if not any(s.gpus for s in block.servers):  # servers that hold no GPU (the CPU build)
+        parts = [sum(getattr(s, k) for s in block.servers) for k in ("load_s", "busy_s", "idle_s")]
+        return (f"servers: no GPUs; up {block.server_seconds:.0f} s in all ({parts[0]:.0f} s loading, "
+                f"{parts[1]:.0f} s generating, {parts[2]:.0f} s idle; {block.server_starts} starts, at most "
+                f"{block.max_servers_up} up at once)")
+    line = (f"GPU: {h(block.gpu_seconds)} ({h(block.load_gpu_seconds)} loading, "
+            f"{h(block.busy_gpu_seconds)} generating, {h(block.idle_gpu_seconds)} idle; "
+            f"{block.server_starts} server starts, at most {block.max_servers_up} up at once)")
+    if block.full_budget_estimate_gpu_seconds is not None:
+        line += (f", against about {h(block.full_budget_estimate_gpu_seconds)} for every candidate to its budget "
+                 f"at the measured rates ({block.saved_fraction_estimate:.0%} saved)")
+    if block.cost is not None:
+        line += f"; {block.cost.spent:.4g} {block.cost.unit} at {block.cost.gpu_hour:g} per GPU-hour"
     return line
 
 
-def gpu_metrics(block: dict | None) -> dict:
+def gpu_metrics(block: Gpu | None) -> dict:
     """The parent run's MLflow metrics."""
     if block is None:
         return {}
     keys = ("gpu_seconds", "busy_gpu_seconds", "load_gpu_seconds", "idle_gpu_seconds", "server_starts",
             "max_servers_up", "full_budget_estimate_gpu_seconds", "saved_fraction_estimate")
-    out = {(k if k.startswith("gpu") else f"gpu_{k}"): block[k] for k in keys if block[k] is not None}
-    if block.get("cost"):
-        out["cost_gpu"] = block["cost"]["spent"]
+    out = {(k if k.startswith("gpu") else f"gpu_{k}"): getattr(block, k) for k in keys if getattr(block, k) is not None}
+    if block.cost is not None:
+        out["cost_gpu"] = block.cost.spent
     return out

@@ -20,6 +20,7 @@ from certsel.policies.kinds import Family, get_policy_kind
 from .cells import efficiency_cell, headline, judge_cell, rank_text, tie_counts
 from .certificate import bound_text, certificate_of, share_text
 from .plots import write_plots
+from .selection_schema import Claim, Evidence, Selection
 from certsel.orchestrator.results.records import JobResult
 
 __all__ = ["certificate", "write_report"]
@@ -59,243 +60,243 @@ RECOVERY_NOTE = ("Recovery is E[score] / E[reference score]; the job certifies r
                  "score on the candidate's labelled items; recovery on table: the same on every item of the table.")
 
 
-def _bounds_note(cert: dict) -> str:
-    conf = 1 - cert["procedure"]["delta"]
-    claim = cert.get("claim")
-    return RECOVERY_NOTE.format(r=claim["at_least"], conf=conf) if claim else BOUNDS_NOTE.format(conf=conf)
+def _bounds_note(cert: Selection) -> str:
+    conf = 1 - cert.procedure.delta
+    claim = cert.claim
+    return RECOVERY_NOTE.format(r=claim.at_least, conf=conf) if claim else BOUNDS_NOTE.format(conf=conf)
 
 
 def _fmt(x, spec: str = ".3f") -> str:
     return "" if x is None else format(x, spec)
 
 
-def _summary(cert: dict) -> tuple[str, list[str]]:
+def _summary(cert: Selection) -> tuple[str, list[str]]:
     """The summary box: a headline and its supporting lines (plain text)."""
-    sel, p = cert["selected"], cert["procedure"]
-    if "ranking" in cert:
-        rk = cert["ranking"]
+    sel, p = cert.selected, cert.procedure
+    if cert.ranking is not None:
+        rk = cert.ranking
         head = (f"Best model: {sel}" if sel else "No model is certified better than all others")
-        if rk.get("topk"):  # a top-k ranking leads with its top set
+        if rk.topk is not None:  # a top-k ranking leads with its top set
             head = headline(cert).replace("top-", "Top ", 1)
-        lines = [f"{rk['pairs_certified']} of {rk['pairs']} pair orders certified; all of them hold together with "
-                 f"probability >= {1 - p['delta']:g}.",
-                 "Possible winners (no model certified better): " + ", ".join(rk.get("possible_winners", []))]
+        lines = [f"{rk.pairs_certified} of {rk.pairs} pair orders certified; all of them hold together with "
+                 f"probability >= {1 - p.delta:g}.",
+                 "Possible winners (no model certified better): " + ", ".join(rk.possible_winners)]
         return head, lines
-    claim = cert.get("claim")
+    claim = cert.claim
     if sel is None:
-        target = claim["words"] if claim else f"R <= {p['alpha']:g}"
-        return "Nothing certified", [f"No candidate was certified {target} at {1 - p['delta']:g} "
+        target = claim.words if claim else f"R <= {p.alpha:g}"
+        return "Nothing certified", [f"No candidate was certified {target} at {1 - p.delta:g} "
                                      "confidence within its budget."]
-    ev = cert["evidence"] or {}
+    ev = cert.evidence
     if claim:
         return _recovery_summary(cert, claim, ev)
-    head = (f"Deploy {sel}: R <= {bound_text(ev.get('simultaneous_bound'), p['alpha'])} at {1 - p['delta']:g} "
+    head = (f"Deploy {sel}: R <= {bound_text(ev.simultaneous_bound, p.alpha)} at {1 - p.delta:g} "
             "confidence")
     lines = []
-    if ev.get("upper_bound") is not None:
-        lines.append(f"upper bound: R <= {bound_text(ev['upper_bound'], p['alpha'])} (its own test, one-sided, at level "
-                     f"{_fmt(ev.get('level'), '.3g')}; a per-candidate statement, not adjusted for the selection)")
-    lines.append(f"estimate {_fmt(ev.get('estimate'))}: {ev.get('estimate_note', '')}")
+    if ev.upper_bound is not None:
+        lines.append(f"upper bound: R <= {bound_text(ev.upper_bound, p.alpha)} (its own test, one-sided, at level "
+                     f"{_fmt(ev.level, '.3g')}; a per-candidate statement, not adjusted for the selection)")
+    lines.append(f"estimate {_fmt(ev.estimate)}: {ev.estimate_note}")
     return head, lines + _evidence_tail(cert, ev)
 
 
-def _evidence_tail(cert: dict, ev: dict) -> list[str]:
+def _evidence_tail(cert: Selection, ev: Evidence) -> list[str]:
     """The summary's last lines, a risk's or a recovery's alike: the e-value and the objective."""
     lines = []
-    if ev.get("e_value") is not None:
-        lines.append(f"e-value {ev['e_value']:.3g} against the threshold {ev['threshold']:.3g} it had to reach "
-                     f"(certified after {ev.get('certified_at_labels')} human labels, {ev.get('labels_human')} bought)")
-    if cert.get("selected_objective") is not None and cert.get("objective"):
-        lines.append(f"{cert['objective']['column']} = {cert['selected_objective']:g} "
-                     f"({cert['objective']['goal']}, among the {len(cert['certified_set'])} certified)")
+    if ev.e_value is not None:
+        lines.append(f"e-value {ev.e_value:.3g} against the threshold {ev.threshold:.3g} it had to reach "
+                     f"(certified after {ev.certified_at_labels} human labels, {ev.labels_human} bought)")
+    if cert.selected_objective is not None and cert.objective is not None:
+        lines.append(f"{cert.objective.column} = {cert.selected_objective:g} "
+                     f"({cert.objective.goal}, among the {len(cert.certified_set)} certified)")
     return lines
 
 
-def _recovery_summary(cert: dict, claim: dict, ev: dict) -> tuple[str, list[str]]:
+def _recovery_summary(cert: Selection, claim: Claim, ev: Evidence) -> tuple[str, list[str]]:
     """A recovery job's summary: the same evidence, as shares of the reference's score."""
-    rec, conf = ev["recovery"], 1 - cert["procedure"]["delta"]
-    head = (f"Deploy {cert['selected']}: recovery >= {share_text(rec['simultaneous_lower_bound'])} of "
-            f"{claim['reference']!r} at {conf:g} confidence")
+    rec, conf = ev.recovery, 1 - cert.procedure.delta
+    head = (f"Deploy {cert.selected}: recovery >= {share_text(rec.simultaneous_lower_bound)} of "
+            f"{claim.reference!r} at {conf:g} confidence")
     lines = []
-    if rec.get("lower_bound") is not None:
-        lines.append(f"lower bound: recovery >= {share_text(rec['lower_bound'])} (its own test, one-sided, at level "
-                     f"{_fmt(ev.get('level'), '.3g')}; a per-candidate statement, not adjusted for the selection)")
-    if rec.get("estimate") is not None:
-        lines.append(f"estimate {rec['estimate']:.1%}: mean score / mean reference score over its {rec['labels']} "
+    if rec.lower_bound is not None:
+        lines.append(f"lower bound: recovery >= {share_text(rec.lower_bound)} (its own test, one-sided, at level "
+                     f"{_fmt(ev.level, '.3g')}; a per-candidate statement, not adjusted for the selection)")
+    if rec.estimate is not None:
+        lines.append(f"estimate {rec.estimate:.1%}: mean score / mean reference score over its {rec.labels} "
                      "labelled items")
     return head, lines + _evidence_tail(cert, ev)
 
 
-def _rows(cert: dict) -> list[list[str]]:
+def _rows(cert: Selection) -> list[list[str]]:
     """The candidate table (testing and estimation jobs) or the model table (rankings)."""
-    if "ranking" in cert:
-        rk = cert["ranking"]
-        by = {c["candidate"]: c for c in cert["candidates"]}
-        worse = {m: sum(m in b for b in rk["better"].values()) for m in rk["order"]}
-        eps, ties = rk.get("epsilon"), tie_counts(rk)
+    if cert.ranking is not None:
+        rk = cert.ranking
+        by = {c.candidate: c for c in cert.candidates}
+        worse = {m: sum(m in b for b in rk.better.values()) for m in rk.order}
+        eps, ties = rk.epsilon, tie_counts(rk)
         out = [["model", "certified rank", "certified better than", "certified worse than",
                 *([f"certified tied (< {eps:g})"] if eps is not None else []), "possible winner",
                 "mean loss of its labelled items", "items", "Copeland (uncertified)"]]
-        for m in rk["order"]:
-            out.append([m, rank_text(rk, m), str(len(rk["better"][m])), str(worse[m]),
+        for m in rk.order:
+            out.append([m, rank_text(rk, m), str(len(rk.better[m])), str(worse[m]),
                         *([str(ties[m])] if eps is not None else []),
-                        "yes" if m in rk.get("possible_winners", ()) else "",
-                        _fmt(by[m]["estimate"]), str(by[m]["labels_human"]), f"{rk['score'][m]:+d}"])
+                        "yes" if m in rk.possible_winners else "",
+                        _fmt(by[m].estimate), str(by[m].labels_human), f"{rk.score[m]:+d}"])
         return out
-    testing = any(c.get("e_value") is not None for c in cert["candidates"])
-    judged = any(c.get("judge") for c in cert["candidates"])
-    alpha = cert["procedure"]["alpha"]
+    testing = any(c.e_value is not None for c in cert.candidates)
+    judged = any(c.judge is not None for c in cert.candidates)
+    alpha = cert.procedure.alpha
     # one level for every candidate (FST, Bonferroni) goes in the header: a column less to scroll
-    levels = {c["level"] for c in cert["candidates"] if c.get("upper_bound") is not None}
+    levels = {c.level for c in cert.candidates if c.upper_bound is not None}
     one_level = len(levels) <= 1
     own_head = f"upper bound (level {next(iter(levels)):.3g})" if len(levels) == 1 else "upper bound"
     out = [["candidate", "objective", "status", "in set", "simultaneous bound", own_head, *([] if one_level else ["level"]),
             "estimate", *(["e-value / threshold"] if testing else []), "two-sided interval", "human",
             *(["to certify / min"] if testing else []), "judge", "requests",
             *(["judge agrees (kappa)"] if judged else []), "note"]]
-    recovery = cert.get("claim") is not None
+    recovery = cert.claim is not None
     if recovery:  # the same columns, stated as shares of the reference's score
         out[0][4:6] = ["simultaneous lower bound", own_head.replace("upper bound", "lower bound")]
         out[0][out[0].index("estimate")] = "recovery estimate"
         out[0][out[0].index("two-sided interval")] = "recovery on table"
-    for c in cert["candidates"]:
-        own = c.get("upper_bound")
-        joint, own_text, est = bound_text(c.get("simultaneous_bound"), alpha), bound_text(own, alpha), _fmt(c.get("estimate"))
-        ci = "" if c["ci"] is None else f"[{c['ci'][0]:.3f}, {bound_text(c['ci'][1])}]"
+    for c in cert.candidates:
+        own = c.upper_bound
+        joint, own_text, est = bound_text(c.simultaneous_bound, alpha), bound_text(own, alpha), _fmt(c.estimate)
+        ci = "" if c.ci is None else f"[{c.ci[0]:.3f}, {bound_text(c.ci[1])}]"
         if recovery:
-            rec = c["recovery"]
-            joint, own_text = share_text(rec["simultaneous_lower_bound"]), share_text(rec["lower_bound"])
-            est = "" if rec["estimate"] is None else f"{rec['estimate']:.1%}"
-            ci = "" if rec["on_full_table"] is None else f"{rec['on_full_table']:.1%}"
-        row = [c["candidate"], "" if c["objective"] is None else f"{c['objective']:g}", c["status"],
-               "yes" if c["certified"] else "no", joint, own_text,
-               *([] if one_level else ["" if own is None else f"{c['level']:.3g}"]), est]
+            rec = c.recovery
+            joint, own_text = share_text(rec.simultaneous_lower_bound), share_text(rec.lower_bound)
+            est = "" if rec.estimate is None else f"{rec.estimate:.1%}"
+            ci = "" if rec.on_full_table is None else f"{rec.on_full_table:.1%}"
+        row = [c.candidate, "" if c.objective is None else f"{c.objective:g}", c.status,
+               "yes" if c.certified else "no", joint, own_text,
+               *([] if one_level else ["" if own is None else f"{c.level:.3g}"]), est]
         if testing:
-            row.append("" if c.get("e_value") is None else f"{c['e_value']:.3g} / {c['threshold']:.3g}")
-        row += [ci, str(c["labels_human"])]
+            row.append("" if c.e_value is None else f"{c.e_value:.3g} / {c.threshold:.3g}")
+        row += [ci, str(c.labels_human)]
         if testing:
             row.append(efficiency_cell(c))
-        row += [str(c["labels_judge"]), str(c["requests"])]
+        row += [str(c.labels_judge), str(c.requests)]
         if judged:
-            row.append(judge_cell(c.get("judge")))
-        row.append((c.get("reason") or "").replace("|", "/"))
+            row.append(judge_cell(c.judge))
+        row.append((c.reason or "").replace("|", "/"))
         out.append(row)
     return out
 
 
-def _policy_words(cert: dict) -> str:
+def _policy_words(cert: Selection) -> str:
     """The policy in words: its betting strategy only where bets exist (the testing policies)."""
-    pol = cert["policy"]
-    kind = get_policy_kind(pol["kind"])
+    pol = cert.policy
+    kind = get_policy_kind(pol.kind)
     if kind.family is Family.ESTIMATION:
-        return pol["kind"] + (f" (partition: {pol['partition']})" if "partition" in kind.takes else "")
-    return f"{pol['kind']} ({pol['betting']} betting)"
+        return pol.kind + (f" (partition: {pol.partition})" if "partition" in kind.takes else "")
+    return f"{pol.kind} ({pol.betting} betting)"
 
 
-def _pair_rows(cert: dict) -> list[list[str]]:
+def _pair_rows(cert: Selection) -> list[list[str]]:
     """A ranking's pairs: the certified order (if any), the anytime interval on the difference
     of the two models' mean losses over the test set, and the items the pair used."""
-    rk = cert["ranking"]
+    rk = cert.ranking
     out = [["pair (A - B)", "certified", "interval on R(A) - R(B)", "items"]]
-    for pair, (lo, hi) in rk["difference_intervals"].items():
+    for pair, (lo, hi) in rk.difference_intervals.items():
         a, b = pair.split(" - ", 1)
-        direct = rk.get("better_direct", rk["better"])
+        direct = rk.better_direct
         verdict = (f"{a} better" if b in direct.get(a, ()) else f"{b} better" if a in direct.get(b, ())
-                   else f"{a} better (implied)" if b in rk["better"].get(a, ())
-                   else f"{b} better (implied)" if a in rk["better"].get(b, ())
-                   else f"tied within {rk['epsilon']:g}" if f"{a} ~ {b}" in rk.get("tied", ()) else "undecided")
-        out.append([pair, verdict, f"[{lo:+.3f}, {hi:+.3f}]", str(rk["items_per_pair"].get(f"{a} vs {b}", ""))])
+                   else f"{a} better (implied)" if b in rk.better.get(a, ())
+                   else f"{b} better (implied)" if a in rk.better.get(b, ())
+                   else f"tied within {rk.epsilon:g}" if f"{a} ~ {b}" in rk.tied else "undecided")
+        out.append([pair, verdict, f"[{lo:+.3f}, {hi:+.3f}]", str(rk.items_per_pair.get(f"{a} vs {b}", ""))])
     return out
 
 
-def _incidents(cert: dict) -> list[str]:
+def _incidents(cert: Selection) -> list[str]:
     """Candidates that ended for a reason other than their evidence (a label source that
     failed for good, a worker lost too often): not certified, and said so."""
-    return [f"{c['candidate']}: not certified ({c['reason']})" for c in cert["candidates"]
-            if c["status"] in ("source failed", "worker lost")]
+    return [f"{c.candidate}: not certified ({c.reason})" for c in cert.candidates
+            if c.status in ("source failed", "worker lost")]
 
 
-def _labels_table(cert: dict) -> list[list[str]]:
+def _labels_table(cert: Selection) -> list[list[str]]:
     """Labels bought against the full budget, and with ``costs:`` the spend in the user's unit."""
-    lab = cert["labels"]
+    lab = cert.labels
     rows = [["labels", "spent", "full budget", "saved"]] + [
-        [k, str(lab["spent"][k]), str(lab["full_budget"][k]), f"{lab['saved_fraction'][k]:.1%}"]
-        for k in ("human", "judge", "requests") if lab["full_budget"][k]]
-    costs = cert.get("costs")
-    if costs:
-        s, f, u = costs["spent"], costs["full_budget"], costs["unit"]
+        [k, str(getattr(lab.spent, k)), str(getattr(lab.full_budget, k)), f"{getattr(lab.saved_fraction, k):.1%}"]
+        for k in ("human", "judge", "requests") if getattr(lab.full_budget, k)]
+    costs = cert.costs
+    if costs is not None:
+        s, f, u = costs.spent.model_dump(), costs.full_budget.model_dump(), costs.unit
         rows += [[f"cost: {k} ({u})", f"{s[k]:,.6g}", f"{f[k]:,.6g}", f"{1 - s[k] / f[k]:.1%}" if f[k] else ""]
                  for k in ("human", "generation", "judge", "total") if f[k]]
     return rows
 
 
-def _gpu_tables(cert: dict) -> list[list[list[str]]]:
+def _gpu_tables(cert: Selection) -> list[list[list[str]]]:
     """The job's own model servers (``live.serve``): GPU time used against every candidate to
     its budget, then each server's starts, waits, loads, generation and idle seconds, then
     each candidate's share; no tables for a job without servers of its own."""
-    g = cert.get("gpu")
-    if not g:
+    g = cert.gpu
+    if g is None:
         return []
 
     def s(x):
         return "" if x is None else f"{x:,.1f}"
 
-    full = g["full_budget_estimate_gpu_seconds"]
+    full = g.full_budget_estimate_gpu_seconds
     summary = [["GPU time", "GPU-seconds", "GPU-hours"],
-               ["used", s(g["gpu_seconds"]), f"{g['gpu_hours']:.4g}"],
-               ["of which loading", s(g["load_gpu_seconds"]), f"{g['load_gpu_seconds'] / 3600:.4g}"],
-               ["of which generating", s(g["busy_gpu_seconds"]), f"{g['busy_gpu_seconds'] / 3600:.4g}"],
-               ["of which idle", s(g["idle_gpu_seconds"]), f"{g['idle_gpu_seconds'] / 3600:.4g}"]]
-    if full is not None and g["saved_fraction_estimate"] is not None:  # servers with no GPU: nothing to project
+               ["used", s(g.gpu_seconds), f"{g.gpu_hours:.4g}"],
+               ["of which loading", s(g.load_gpu_seconds), f"{g.load_gpu_seconds / 3600:.4g}"],
+               ["of which generating", s(g.busy_gpu_seconds), f"{g.busy_gpu_seconds / 3600:.4g}"],
+               ["of which idle", s(g.idle_gpu_seconds), f"{g.idle_gpu_seconds / 3600:.4g}"]]
+    if full is not None and g.saved_fraction_estimate is not None:  # servers with no GPU: nothing to project
         summary.append([f"every candidate to its budget (estimate at the measured rates; "
-                        f"{g['saved_fraction_estimate']:.0%} saved)", s(full), f"{full / 3600:.4g}"])
-    if g.get("cost"):
-        c = g["cost"]
-        summary.append([f"cost ({c['unit']}, {c['gpu_hour']:g} per GPU-hour)", f"{c['spent']:,.4g}",
-                        "" if c["full_budget_estimate"] is None else f"budget: {c['full_budget_estimate']:,.4g}"])
+                        f"{g.saved_fraction_estimate:.0%} saved)", s(full), f"{full / 3600:.4g}"])
+    if g.cost is not None:
+        c = g.cost
+        summary.append([f"cost ({c.unit}, {c.gpu_hour:g} per GPU-hour)", f"{c.spent:,.4g}",
+                        "" if c.full_budget_estimate is None else f"budget: {c.full_budget_estimate:,.4g}"])
     servers = [["server", "GPUs", "starts", "waiting (s)", "loading (s)", "generating (s)", "idle (s)", "requests",
                 "GPU-seconds"]] + [
-        [v["name"], f"{v['gpus']:g}", str(v["starts"]), s(v["wait_s"]), s(v["load_s"]), s(v["busy_s"]), s(v["idle_s"]),
-         str(v["requests"]), s(v["gpu_s"])] for v in g["servers"]]
-    shares = [["generations for", "GPU-seconds"]] + [[k, s(v)] for k, v in g["candidates"].items()] + [
-        [f"the job ({k.removeprefix('job:')}, before the rounds)", s(v)] for k, v in g["shared"].items()]
+        [v.name, f"{v.gpus:g}", str(v.starts), s(v.wait_s), s(v.load_s), s(v.busy_s), s(v.idle_s),
+         str(v.requests), s(v.gpu_s)] for v in g.servers]
+    shares = [["generations for", "GPU-seconds"]] + [[k, s(v)] for k, v in g.candidates.items()] + [
+        [f"the job ({k.removeprefix('job:')}, before the rounds)", s(v)] for k, v in g.shared.items()]
     return [summary, servers, shares]
 
 
-def _task_tables(cert: dict) -> list[list[list[str]]]:
+def _task_tables(cert: Selection) -> list[list[list[str]]]:
     """An aggregate job's tasks (weight, items, how their losses were scaled) and each
     candidate's figures on each task; no tables for other jobs."""
-    agg = cert.get("aggregate")
-    if not agg:
+    agg = cert.aggregate
+    if agg is None:
         return []
     tasks = [["task", "weight", "items", "loss scale in the stacked table", "table"]] + [
-        [t["name"], f"{t['weight']:.4g}", str(t["items"]), f"{t['factor']:.4g}", t["data"]] for t in agg["tasks"]]
-    names = [t["name"] for t in agg["tasks"]]
-    recovery = any("recovery_on_full_table" in c["tasks"][names[0]] for c in cert["candidates"])
+        [t.name, f"{t.weight:.4g}", str(t.items), f"{t.factor:.4g}", t.data] for t in agg.tasks]
+    names = [t.name for t in agg.tasks]
+    recovery = any("recovery_on_full_table" in c.tasks[names[0]].model_fields_set for c in cert.candidates)
     what = "recovery on table" if recovery else "R on table"
     per = [["candidate", *[f"{n}: {what} (human labels)" for n in names]]]
-    for c in cert["candidates"]:
+    for c in cert.candidates:
         cells = []
         for n in names:
-            f = c["tasks"][n]
-            v = f.get("recovery_on_full_table") if recovery else f["risk_on_full_table"]
-            cells.append(f"{'' if v is None else (f'{v:.1%}' if recovery else f'{v:.3f}')} ({f['labels_human']})")
-        per.append([c["candidate"] + (" *" if c["selected"] else ""), *cells])
+            f = c.tasks[n]
+            v = f.recovery_on_full_table if recovery else f.risk_on_full_table
+            cells.append(f"{'' if v is None else (f'{v:.1%}' if recovery else f'{v:.3f}')} ({f.labels_human})")
+        per.append([c.candidate + (" *" if c.selected else ""), *cells])
     return [tasks, per]
 
 
-def _markdown(cert: dict, plots) -> str:
+def _markdown(cert: Selection, plots) -> str:
     head, lines = _summary(cert)
-    p = cert["procedure"]
-    out = [f"# certsel: {cert['job']}", "", f"> **{head}**", *[f"> {x}  " for x in lines], "",
-           f"**Certificate:** {cert['certificate']}.", "", cert["guarantee"], "",
-           f"Policy {_policy_words(cert)}, delta = {p['delta']:g}"
-           + (f", alpha = {p['alpha']:g}" if "alpha" in p else "") + f", procedure: {p['level']}.", ""]
+    p = cert.procedure
+    out = [f"# certsel: {cert.job}", "", f"> **{head}**", *[f"> {x}  " for x in lines], "",
+           f"**Certificate:** {cert.certificate}.", "", cert.guarantee, "",
+           f"Policy {_policy_words(cert)}, delta = {p.delta:g}"
+           + (f", alpha = {p.alpha:g}" if p.alpha is not None else "") + f", procedure: {p.level}.", ""]
     for table in (_labels_table(cert), *_gpu_tables(cert), _rows(cert),
-                  *([_pair_rows(cert)] if "ranking" in cert else []), *_task_tables(cert)):
+                  *([_pair_rows(cert)] if cert.ranking is not None else []), *_task_tables(cert)):
         out += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
         out += ["| " + " | ".join(r) + " |" for r in table[1:]] + [""]
-    if "ranking" not in cert:
+    if cert.ranking is None:
         out += [_bounds_note(cert), ""]
     incidents = _incidents(cert)
     if incidents:
@@ -347,24 +348,24 @@ _GPU_WORDS = ("The job's own model servers: measured seconds times the GPUs each
               "job's measured rates, not a measurement.")
 
 
-def _html(cert: dict, plots) -> str:
+def _html(cert: Selection, plots) -> str:
     head, lines = _summary(cert)
-    p = cert["procedure"]
-    ranking = "ranking" in cert
+    p = cert.procedure
+    ranking = cert.ranking is not None
     if ranking:
-        classes = ["selected" if m == cert["selected"] else "" for m in cert["ranking"]["order"]]
+        classes = ["selected" if m == cert.selected else "" for m in cert.ranking.order]
     else:
-        classes = [" ".join(x for x in ("selected" if c["selected"] else "", "certified" if c["certified"] else "")
-                            if x) for c in cert["candidates"]]
+        classes = [" ".join(x for x in ("selected" if c.selected else "", "certified" if c.certified else "")
+                            if x) for c in cert.candidates]
     # embedded: the report is one file that opens anywhere (MLflow, a download, a mail)
     images = [(pathlib.Path(q).stem, base64.b64encode(pathlib.Path(q).read_bytes()).decode()) for q in plots]
     return _HTML.render(
-        job=cert["job"], css=_CSS, selected=cert["selected"], head=head, lines=lines,
-        certificate=cert["certificate"], guarantee=cert["guarantee"], policy=_policy_words(cert),
-        delta=f"{p['delta']:g}", alpha=f"{p['alpha']:g}" if "alpha" in p else None, level=p["level"],
+        job=cert.job, css=_CSS, selected=cert.selected, head=head, lines=lines,
+        certificate=cert.certificate, guarantee=cert.guarantee, policy=_policy_words(cert),
+        delta=f"{p.delta:g}", alpha=f"{p.alpha:g}" if p.alpha is not None else None, level=p.level,
         labels=_labels_table(cert), rows=_rows(cert), classes=classes, pairs=_pair_rows(cert) if ranking else None,
         bounds_note=_bounds_note(cert), incidents=_incidents(cert), images=images, tasks=_task_tables(cert),
-        aggregate_words=(cert.get("aggregate") or {}).get("words"), gpu=_gpu_tables(cert), gpu_words=_GPU_WORDS)
+        aggregate_words=None if cert.aggregate is None else cert.aggregate.words, gpu=_gpu_tables(cert), gpu_words=_GPU_WORDS)
 
 
 def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:

@@ -22,6 +22,7 @@ from certsel.orchestrator.results.tasks import MultiTaskResult, total_labels
 
 from .certificate import certificate_of, recovery_claim_words
 from .numbers import _round, bound_text, share_text
+from .selection_schema import TasksSelection
 
 KIND = "multi-task"
 
@@ -31,14 +32,22 @@ def target_words(cfg) -> str:
     return recovery_claim_words(cfg) if cfg.recovery is not None else f"R <= {cfg.alpha:g}"
 
 
-def tasks_certificate(res: MultiTaskResult) -> dict:
-    """The combined certificate (module docstring)."""
+def tasks_certificate(res: MultiTaskResult) -> TasksSelection:
+    """The combined certificate (module docstring), built once and kept on the result: every
+    output of the job shows the same one."""
+    if res.certificate is None:
+        res.certificate = TasksSelection.model_validate(_fields(res))
+    return res.certificate
+
+
+def _fields(res: MultiTaskResult) -> dict:
+    """The combined certificate's fields, as :class:`TasksSelection` takes them."""
     cfg, K = res.cfg, len(res.names)
     proc = cfg.proc
     per_task = []
     for o in res.tasks:
         cert = certificate_of(o.result)
-        per_task.append((o, {row["candidate"]: row for row in cert["candidates"]}, cert))
+        per_task.append((o, {row.candidate: row for row in cert.candidates}, cert))
     goals = "; ".join(f"{o.name}: {target_words(o.cfg)}" for o in res.tasks)
     if res.selected is None:
         statement = f"no candidate certified on every task ({goals})"
@@ -52,14 +61,14 @@ def tasks_certificate(res: MultiTaskResult) -> dict:
         row = {"candidate": name, "objective": None if res.objective is None else _round(res.objective[k]),
                "certified": name in res.certified, "selected": name == res.selected,
                "e_value": _round(math.exp(min(res.combined[k], 700)), 4), "log_e_value": _round(res.combined[k]),
-               "threshold": _round(1.0 / level, 4), "level": _round(level, 8), "tasks": {}}
+               "threshold": _round(1.0 / level, 4), "level": _round(level, 8), "tasks": (on_tasks := {})}
         for o, by, _ in per_task:
             r = by[name]
-            row["tasks"][o.name] = {
-                "status": r["status"], "e_value": r.get("e_value"), "log_e_value": r.get("log_e_value"),
-                "upper_bound": r.get("upper_bound"), "recovery": r.get("recovery"), "level": r["level"],
-                "estimate": r.get("estimate"), "labels_human": r["labels_human"], "labels_judge": r["labels_judge"],
-                "risk_on_full_table": r.get("risk_on_full_table")}
+            on_tasks[o.name] = {
+                "status": r.status, "e_value": r.e_value, "log_e_value": r.log_e_value,
+                "upper_bound": r.upper_bound, "recovery": None if r.recovery is None else r.recovery.as_json(),
+                "level": r.level, "estimate": r.estimate, "labels_human": r.labels_human,
+                "labels_judge": r.labels_judge, "risk_on_full_table": r.risk_on_full_table}
         rows.append(row)
     return {
         "kind": KIND, "certsel_version": __version__, "job": cfg.name,
@@ -86,40 +95,39 @@ def tasks_certificate(res: MultiTaskResult) -> dict:
     }
 
 
-def table_rows(cert: dict) -> tuple[list[str], list[list[str]]]:
+def table_rows(cert: TasksSelection) -> tuple[list[str], list[list[str]]]:
     """The per-candidate table with a column group per task (CLI, report, markdown)."""
-    tasks = [t["name"] for t in cert["tasks"]]
+    tasks = [t.name for t in cert.tasks]
     head = ["candidate", "objective", "certified", "combined e-value / threshold"]
-    for t in cert["tasks"]:
-        head += [f"{t['name']}: e-value", f"{t['name']}: upper bound ({t['target']})", f"{t['name']}: labels"]
+    for t in cert.tasks:
+        head += [f"{t.name}: e-value", f"{t.name}: upper bound ({t.target})", f"{t.name}: labels"]
     out = []
-    for c in cert["candidates"]:
-        row = [c["candidate"] + (" *" if c["selected"] else ""), "" if c["objective"] is None else f"{c['objective']:g}",
-               "yes" if c["certified"] else "no", f"{c['e_value']:.3g} / {c['threshold']:.3g}"]
-        for t, name in zip(cert["tasks"], tasks, strict=True):
-            r = c["tasks"][name]
-            rec = r.get("recovery")
-            own = (share_text(rec["lower_bound"]) if rec is not None
-                   else bound_text(r.get("upper_bound"), t["alpha"]))
-            row += ["" if r.get("e_value") is None else f"{r['e_value']:.3g}", own, str(r["labels_human"])]
+    for c in cert.candidates:
+        row = [c.candidate + (" *" if c.selected else ""), "" if c.objective is None else f"{c.objective:g}",
+               "yes" if c.certified else "no", f"{c.e_value:.3g} / {c.threshold:.3g}"]
+        for t, name in zip(cert.tasks, tasks, strict=True):
+            r = c.tasks[name]
+            rec = r.recovery
+            own = share_text(rec.lower_bound) if rec is not None else bound_text(r.upper_bound, t.alpha)
+            row += ["" if r.e_value is None else f"{r.e_value:.3g}", own, str(r.labels_human)]
         out.append(row)
     return head, out
 
 
-def markdown(cert: dict) -> str:
+def markdown(cert: TasksSelection) -> str:
     head, rows = table_rows(cert)
-    lab = cert["labels"]
-    lines = [f"# certsel: {cert['job']} ({len(cert['tasks'])} tasks)", "",
-             f"> **{'Deploy ' + cert['selected'] if cert['selected'] else 'Nothing certified on every task'}**", "",
-             f"**Certificate:** {cert['certificate']}.", "", cert["guarantee"], "",
+    lab = cert.labels
+    lines = [f"# certsel: {cert.job} ({len(cert.tasks)} tasks)", "",
+             f"> **{'Deploy ' + cert.selected if cert.selected else 'Nothing certified on every task'}**", "",
+             f"**Certificate:** {cert.certificate}.", "", cert.guarantee, "",
              "| task | target | items | certified on its own | human labels | report |", "|---|---|---|---|---|---|"]
-    for t in cert["tasks"]:
-        lines.append(f"| {t['name']} | {t['target']} | {t['items']} | {len(t['certified_on_its_own'])} | "
-                     f"{t['labels']['human']} | {t['output'] or ''} |")
+    for t in cert.tasks:
+        lines.append(f"| {t.name} | {t.target} | {t.items} | {len(t.certified_on_its_own)} | "
+                     f"{t.labels.human} | {t.output or ''} |")
     lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(cell.replace("|", "/") for cell in r) + " |" for r in rows]
-    lines += ["", f"Labels: {lab['spent']['human']} human of {lab['full_budget']['human']}, "
-                  f"{lab['spent']['judge']} judge of {lab['full_budget']['judge']} over all tasks."]
+    lines += ["", f"Labels: {lab.spent.human} human of {lab.full_budget.human}, "
+                  f"{lab.spent.judge} judge of {lab.full_budget.judge} over all tasks."]
     return "\n".join(lines) + "\n"
 
 
@@ -133,7 +141,7 @@ tr.selected td{background:#fff3c4} .wide{overflow-x:auto}</style></head><body>
 <div class="box"><b>{{ headline }}</b><br>{{ cert.certificate }}.</div>
 <p class="muted">{{ cert.guarantee }}</p>
 <h2>Tasks</h2><table><tr><th>task</th><th>target</th><th>items</th><th>certified on its own</th><th>human labels</th>
-<th>its report</th></tr>{% for t in cert.tasks %}<tr><td>{{ t.name }}</td><td>{{ t.target }}</td><td>{{ t['items'] }}</td>
+<th>its report</th></tr>{% for t in cert.tasks %}<tr><td>{{ t.name }}</td><td>{{ t.target }}</td><td>{{ t.items }}</td>
 <td>{{ t.certified_on_its_own|length }}</td><td>{{ t.labels.human }}</td><td>{% if t.output %}<a href="{{ t.output }}/report.html">
 {{ t.output }}/report.html</a>{% endif %}</td></tr>{% endfor %}</table>
 <h2>Candidates</h2><div class="wide"><table><tr>{% for h in head %}<th>{{ h }}</th>{% endfor %}</tr>
@@ -144,10 +152,10 @@ human of {{ cert.labels.full_budget.human }}.</p></body></html>
 """)
 
 
-def html(cert: dict) -> str:
+def html(cert: TasksSelection) -> str:
     head, rows = table_rows(cert)
-    headline = f"Deploy {cert['selected']}" if cert["selected"] else "Nothing certified on every task"
-    return _HTML.render(cert=cert, head=head, rows=list(zip(rows, cert["candidates"], strict=True)), headline=headline)
+    headline = f"Deploy {cert.selected}" if cert.selected else "Nothing certified on every task"
+    return _HTML.render(cert=cert, head=head, rows=list(zip(rows, cert.candidates, strict=True)), headline=headline)
 
 
 def write_tasks_report(res: MultiTaskResult, folder) -> list[pathlib.Path]:
@@ -156,7 +164,7 @@ def write_tasks_report(res: MultiTaskResult, folder) -> list[pathlib.Path]:
     folder.mkdir(parents=True, exist_ok=True)
     cert = tasks_certificate(res)
     files = [folder / "selection.json", folder / "report.md", folder / "report.html"]
-    files[0].write_text(json.dumps(cert, indent=2))
+    files[0].write_text(json.dumps(cert.as_json(), indent=2, allow_nan=False))
     files[1].write_text(markdown(cert))
     files[2].write_text(html(cert))
     return files
@@ -191,11 +199,11 @@ class TasksTracker:
 
         cert = tasks_certificate(res)
         now = int(_dt.datetime.now().timestamp() * 1000)
-        metrics = {"n_certified": len(res.certified), **{f"labels_{k}": v for k, v in cert["labels"]["spent"].items()}}
-        for t in cert["tasks"]:
-            metrics[f"{t['name']}.n_certified_on_its_own"] = len(t["certified_on_its_own"])
-            metrics[f"{t['name']}.labels_human"] = t["labels"]["human"]
-        note = f"**Selected: {res.selected or 'none'}.** {cert['certificate']}.\n\n{cert['guarantee']}"
+        metrics = {"n_certified": len(res.certified), **{f"labels_{k}": v for k, v in cert.labels.spent}}
+        for t in cert.tasks:
+            metrics[f"{t.name}.n_certified_on_its_own"] = len(t.certified_on_its_own)
+            metrics[f"{t.name}.labels_human"] = t.labels.human
+        note = f"**Selected: {res.selected or 'none'}.** {cert.certificate}.\n\n{cert.guarantee}"
         self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
                               tags=[RunTag("certsel.selected", str(res.selected)), RunTag(NOTE, note)])
         with tempfile.TemporaryDirectory() as tmp:

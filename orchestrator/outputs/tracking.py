@@ -33,6 +33,7 @@ from certsel.home import home, tracking_uri
 from .cells import headline
 from .certificate import bound_text, certificate_of, share_text
 from .gpu import gpu_metrics
+from .selection_schema import Candidate
 
 PARENT_TAG = "mlflow.parentRunId"
 log = logging.getLogger(__name__)
@@ -313,8 +314,8 @@ class JobTracker:
         self._writer.shutdown()
         in_set = set(result.certified)
         whole = certificate_of(result)
-        cert = {c["candidate"]: c for c in whole["candidates"]}
-        gpu_by = (whole.get("gpu") or {}).get("candidates", {})
+        cert = {c.candidate: c for c in whole.candidates}
+        gpu_by = {} if whole.gpu is None else whole.gpu.candidates
         for r in result.records:
             tags = [RunTag("status", r.status), RunTag("certified", str(r.name in in_set).lower()),
                     RunTag("selected", str(r.name == result.selected).lower()),
@@ -324,13 +325,13 @@ class JobTracker:
             row = cert[r.name]
             final = {"labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests,
                      "certified": float(r.name in in_set), "selected": float(r.name == result.selected),
-                     "level": row["level"]}
-            if row.get("cost") is not None:
-                final["cost"] = row["cost"]
+                     "level": row.level}
+            if row.cost is not None:
+                final["cost"] = row.cost
             if r.name in gpu_by:  # the GPU-seconds of its generations (live.serve)
                 final["gpu_seconds"] = gpu_by[r.name]
-            if row.get("threshold") is not None:  # e-values: the threshold, and its log next to log_evalue
-                final.update(threshold=row["threshold"], log_threshold=math.log(row["threshold"]))
+            if row.threshold is not None:  # e-values: the threshold, and its log next to log_evalue
+                final.update(threshold=row.threshold, log_threshold=math.log(row.threshold))
             if r.ci is not None:
                 final.update(final_ci_low=r.ci[0], final_ci_high=r.ci[1])
             if r.upper_bound is not None:
@@ -341,14 +342,14 @@ class JobTracker:
                 final.update({f"judge_{k}": v for k, v in r.judge.items() if k != "items" and v is not None})
             if r.path:
                 final["final_max_log_evalue"] = r.max_log_e
-            rec = row.get("recovery") or {}
+            rec = {} if row.recovery is None else row.recovery.as_json()
             for key in ("lower_bound", "simultaneous_lower_bound", "estimate", "on_full_table"):
                 if rec.get(key) is not None:  # a recovery job: its statement's numbers, as shares
                     final[f"recovery_{key}"] = rec[key]
             if result.ranking is not None and r.name in result.ranking.rank_intervals:
                 final["rank_best"], final["rank_worst"] = result.ranking.rank_intervals[r.name]
-            for task, fig in (row.get("tasks") or {}).items():  # an aggregate: its figures on each task
-                final.update({f"{task}_{k}": v for k, v in fig.items() if v is not None})
+            for task, fig in (row.tasks or {}).items():  # an aggregate: its figures on each task
+                final.update({f"{task}_{k}": v for k, v in fig.as_json().items() if v is not None})
             c.log_batch(self.child[r.name], tags=tags,
                         metrics=[Metric(k, float(v), now, r.t) for k, v in final.items()])
             c.set_terminated(self.child[r.name], "FINISHED")
@@ -365,7 +366,7 @@ class JobTracker:
         sel = result.selected_record
         if sel is not None and sel.objective is not None:
             metrics["selected_objective"] = sel.objective
-        metrics.update(gpu_metrics(whole.get("gpu")))
+        metrics.update(gpu_metrics(whole.gpu))
         if result.cfg.costs is not None:  # the spend in the user's unit (tag certsel.cost_unit)
             spent = result.cfg.costs.of(result.spent["human"], result.spent["judge"], result.spent["requests"])
             metrics.update({f"cost_{k}": v for k, v in spent.items()})
@@ -493,48 +494,49 @@ def log_audit(cfg, result, files) -> str:
 def _job_note(result) -> str:
     """The parent run's description: the certificate and what it cost."""
     cert = certificate_of(result)
-    lab = cert["labels"]
-    saved = ", ".join(f"{lab['spent'][k]} {k} of {lab['full_budget'][k]} ({lab['saved_fraction'][k]:.0%} saved)"
-                      for k in ("human", "judge") if lab["full_budget"][k])
-    return (f"**Selected: {cert['selected'] or 'none'}.** {cert['certificate']}.\n\n{cert['guarantee']}\n\n"
-            f"Labels: {saved}. Procedure: {cert['procedure']['level']}. Details: artifacts report.html, "
+    lab = cert.labels
+    saved = ", ".join(f"{getattr(lab.spent, k)} {k} of {getattr(lab.full_budget, k)} "
+                      f"({getattr(lab.saved_fraction, k):.0%} saved)"
+                      for k in ("human", "judge") if getattr(lab.full_budget, k))
+    return (f"**Selected: {cert.selected or 'none'}.** {cert.certificate}.\n\n{cert.guarantee}\n\n"
+            f"Labels: {saved}. Procedure: {cert.procedure.level}. Details: artifacts report.html, "
             "selection.json.")
 
 
-def _candidate_note(result, row: dict) -> str:
+def _candidate_note(result, row: Candidate) -> str:
     """A candidate run's description: its status and the numbers it was decided on."""
-    bits = [f"**{row['candidate']}: {row['status']}**" + (" (selected)" if row["selected"] else "")
-            + ("; in the certified set" if row["certified"] else "; not in the certified set")]
-    rec, cfg = row.get("recovery"), result.cfg
+    bits = [f"**{row.candidate}: {row.status}**" + (" (selected)" if row.selected else "")
+            + ("; in the certified set" if row.certified else "; not in the certified set")]
+    rec, cfg = row.recovery, result.cfg
     if rec is not None:
-        if rec.get("simultaneous_lower_bound") is not None:
-            bits.append(f"recovery >= {share_text(rec['simultaneous_lower_bound'])} of {cfg.recovery_reference!r} "
+        if rec.simultaneous_lower_bound is not None:
+            bits.append(f"recovery >= {share_text(rec.simultaneous_lower_bound)} of {cfg.recovery_reference!r} "
                         f"together with every other candidate's simultaneous bound, with probability >= {1 - cfg.delta:g}")
-        if rec.get("lower_bound") is not None:
-            bits.append(f"lower bound: recovery >= {share_text(rec['lower_bound'])} (its own test, one-sided, at level "
-                        f"{row['level']:.3g}; not adjusted for the selection)")
-        if rec.get("estimate") is not None:
-            bits.append(f"estimate {rec['estimate']:.1%} on its {rec['labels']} labelled items")
+        if rec.lower_bound is not None:
+            bits.append(f"lower bound: recovery >= {share_text(rec.lower_bound)} (its own test, one-sided, at level "
+                        f"{row.level:.3g}; not adjusted for the selection)")
+        if rec.estimate is not None:
+            bits.append(f"estimate {rec.estimate:.1%} on its {rec.labels} labelled items")
     elif result.ranking is not None:  # a ranking: the model's certified rank interval and ties
-        lo, hi = result.ranking.rank_intervals.get(row["candidate"], (None, None))
+        lo, hi = result.ranking.rank_intervals.get(row.candidate, (None, None))
         if lo is not None:
             bits.append(f"certified rank {lo}" + ("" if lo == hi else f" to {hi}") + f" of {len(result.records)}, "
                         f"together with every other model's, with probability >= {1 - cfg.delta:g}")
-        ties = [p for p in result.ranking.tied if row["candidate"] in p.split(" ~ ")]
+        ties = [p for p in result.ranking.tied if row.candidate in p.split(" ~ ")]
         if ties:
             bits.append(f"tied within {result.ranking.epsilon:g} with "
-                        + ", ".join(x for p in ties for x in p.split(" ~ ") if x != row["candidate"]))
+                        + ", ".join(x for p in ties for x in p.split(" ~ ") if x != row.candidate))
     elif not result.cfg.proc.ranking:
         alpha = result.cfg.alpha
-        if row.get("simultaneous_bound") is not None:
-            bits.append(f"R <= {bound_text(row['simultaneous_bound'], alpha)} together with every other candidate's "
+        if row.simultaneous_bound is not None:
+            bits.append(f"R <= {bound_text(row.simultaneous_bound, alpha)} together with every other candidate's "
                         f"simultaneous bound, with probability >= {1 - result.cfg.delta:g} (alpha = {alpha:g})")
-        if row.get("upper_bound") is not None:
-            bits.append(f"upper bound: R <= {bound_text(row['upper_bound'], alpha)} (its own test, one-sided, at level "
-                        f"{row['level']:.3g}; not adjusted for the selection)")
-    if row.get("e_value") is not None:
-        bits.append(f"e-value {row['e_value']:.3g} against the threshold {row['threshold']:.3g}")
-    if row.get("reason"):
-        bits.append(row["reason"])
-    bits.append(f"{row['labels_human']} human labels")
+        if row.upper_bound is not None:
+            bits.append(f"upper bound: R <= {bound_text(row.upper_bound, alpha)} (its own test, one-sided, at level "
+                        f"{row.level:.3g}; not adjusted for the selection)")
+    if row.e_value is not None:
+        bits.append(f"e-value {row.e_value:.3g} against the threshold {row.threshold:.3g}")
+    if row.reason:
+        bits.append(row.reason)
+    bits.append(f"{row.labels_human} human labels")
     return ". ".join(bits) + "."

@@ -58,6 +58,8 @@ class MultiTaskResult:
     tracking: dict | None = None
     output_dir: pathlib.Path | None = None
     files: list[pathlib.Path] = field(default_factory=list)
+    # the combined certificate, built once (outputs.tasks.tasks_certificate): every output shows the same one
+    certificate: object = field(default=None, repr=False)
 
 
 def intersection_union(log_e: np.ndarray, procedure: Procedure, delta: float) -> tuple[np.ndarray, np.ndarray]:
