@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from certsel.orchestrator.outputs import selection_schema
-from certsel.orchestrator.results.records import Ranking, TopK
+from certsel.orchestrator.results.ranking import Ranking, TopK
 
 pytestmark = pytest.mark.unit
 

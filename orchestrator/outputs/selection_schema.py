@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from certsel.orchestrator.results.records import Ranking
+from certsel.orchestrator.results.ranking import Ranking
 
 # 2: the ``gpu`` block (the job's own model servers' GPU time) and ``costs.prices.gpu_hour``
 SCHEMA_VERSION = 2
