@@ -258,3 +258,32 @@ def test_the_audit_plot_names_its_candidates_and_keeps_its_whole_title():
     title = fig._suptitle.get_text().replace("\n", " ")
     assert title == result.summary()  # wrapped, never cut
     plt.close(fig)
+
+
+@pytest.mark.unit
+def test_repetitions_with_job_seeds_replay_the_jobs_own_draws():
+    """betting_repetitions(seeds=...) draws, in repetition i, the items a job with seed
+    seeds[i] labels: its max log e-values equal the engine's for that job (every candidate to
+    its whole budget), and two tasks sharing a seed, as a multi-task job's do, share the
+    order (the multi-task audit replays that coupling)."""
+    from certsel.orchestrator.audit.job import betting_repetitions
+    from certsel.orchestrator.audit.tasks import task_repetitions
+    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
+
+    data_path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "data" / "prompts_sentiment.parquet"
+    raw = {"data": {"path": str(data_path), "judge": "loss_judge_icl5"}, "alpha": 0.3, "delta": 0.1,
+           "candidates": ["prompt_000", "prompt_004", "prompt_008"], "policy": {"kind": "r-autoeval+"},
+           "procedure": "bonferroni", "objective": {"column": "prompt_len"},
+           "budget": {"n": 60, "r": 2, "batch": 60}, "scheduling": {"mode": "full"}}
+    seeds = np.array([3, 11])
+    cfg = parse_config(raw)
+    data = load_job_data(cfg)
+    audited = betting_repetitions(cfg, data.table, data.table.true_risk, 2, None, seeds=seeds)[0]
+    for i, s in enumerate(seeds):
+        res = run_job(parse_config({**raw, "seed": int(s)}), data, LocalRuntime(1), collect_labels=False)
+        np.testing.assert_allclose(np.maximum(audited[i], 0.0), [max(r.max_log_e, 0.0) for r in res.records],
+                                   atol=1e-9)
+    twice = [task_repetitions(cfg, data, seeds) for _ in range(2)]
+    np.testing.assert_array_equal(twice[0], twice[1])
+    other = task_repetitions(cfg, data, seeds + 1)
+    assert not np.array_equal(other, twice[0])

@@ -49,6 +49,7 @@ from certsel.policies.autoeval import (
     running_mean,
 )
 from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
+from certsel.workers.replay import item_order
 
 from .base import BUDGET_GRID, AuditResult, clopper_pearson, failure_cells, job_features, overall_cells, repeat
 from .pairwise import pairwise_audit
@@ -148,11 +149,14 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     return AuditResult(cfg, reps, rows, overall)
 
 
-def betting_repetitions(cfg: RunConfig, table, truth, reps: int, rng, progress=None, chunk: int = 50):
+def betting_repetitions(cfg: RunConfig, table, truth, reps: int, rng, progress=None, chunk: int = 50,
+                        seeds=None):
     """R-Eval / R-AutoEval(+) repeated on ``reps`` random orders, vectorised over chunks of
     repetitions and candidates: max log E (reps, K), labels to the first crossing of the
     candidate's level, whether the two-sided interval missed ``truth``, and the estimates on
-    the budget grid."""
+    the budget grid. With ``seeds`` (reps,), repetition i draws the order a job with seed
+    ``seeds[i]`` draws (:func:`~certsel.workers.replay.item_order`): jobs that share a seed,
+    as a multi-task job's tasks do, are replayed with the same coupling."""
     K, I = table.human.shape
     n, rhos = cfg.budget.n, cfg.policy.policy_kind.rhos
     levels = cfg.proc.candidate_deltas(cfg.delta, K)
@@ -164,7 +168,8 @@ def betting_repetitions(cfg: RunConfig, table, truth, reps: int, rng, progress=N
     est, classical = [], []
     for start in range(0, reps, chunk):
         m = min(chunk, reps - start)
-        orders = _orders(rng, m, I, n * (1 + r))
+        orders = (_orders(rng, m, I, n * (1 + r)) if seeds is None
+                  else np.stack([item_order(I, int(x))[: n * (1 + r)] for x in seeds[start : start + m]]))
         log_e, e, c, t_grid, obs = _testing_chunk(cfg, table.human, table.judge if r else None, orders, n, r, rhos)
         hit = log_e >= thresholds[:, None]
         max_log_e[start : start + m] = log_e.max(axis=-1)

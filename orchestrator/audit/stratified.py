@@ -63,9 +63,10 @@ def grid(n: int) -> np.ndarray:
     return np.unique(np.linspace(1, n, BUDGET_GRID).round().astype(int))
 
 
-def stratified_repetitions(cfg, table, truth, reps: int, rng, progress, workers: int):
-    """``reps`` repetitions: (max log E, first crossing, missed, estimates, classical, grid)."""
-    seeds = [int(x) for x in rng.integers(2**31, size=reps)]
+def stratified_repetitions(cfg, table, truth, reps: int, rng, progress, workers: int, seeds=None):
+    """``reps`` repetitions: (max log E, first crossing, missed, estimates, classical, grid);
+    repetition i runs as a job with seed ``seeds[i]`` (drawn from ``rng`` when not given)."""
+    seeds = [int(x) for x in (rng.integers(2**31, size=reps) if seeds is None else seeds)]
     got = repeat(stratified_once, [(cfg, table, truth, s) for s in seeds], workers, progress)
     out = tuple(np.stack([g[i] for g in got]) for i in range(5))
     return (*out, grid(min(cfg.budget.n, table.human.shape[1])))

@@ -1,7 +1,9 @@
 """``certsel audit`` of a multi-task job: does the intersection-union certificate keep delta?
 
-Each task's policy is repeated on its own table (independent random orders per task, as the
-tasks' jobs draw them), the combined evidence of a candidate is the smallest of its tasks' max
+Each task's policy is repeated on its own table. The tasks' jobs share the job's seed, so
+their item orders are coupled (tables of the same size are labelled in the same order); each
+repetition draws one seed and runs every task with it, so the audit replays that coupling
+rather than independent orders per task. The combined evidence of a candidate is the smallest of its tasks' max
 log e-values (:func:`~certsel.orchestrator.results.tasks.intersection_union`), and the procedure
 runs on it. A candidate is a null when it misses the target of at least one task on that
 task's whole table; the family-wise failure is a repetition whose certified set holds a null.
@@ -49,13 +51,14 @@ class TasksAudit:
                 f"(99% CP upper {ov['failure_upper']:.4f}); {str(ov['verdict']).upper()}")
 
 
-def task_repetitions(cfg: RunConfig, data, reps: int, rng, progress=None) -> np.ndarray:
-    """max log E (reps, K) of one task's policy on its table."""
-    table, kind = data.table, cfg.policy.policy_kind
+def task_repetitions(cfg: RunConfig, data, seeds: np.ndarray, progress=None) -> np.ndarray:
+    """max log E (reps, K) of one task's policy on its table, repetition i as its job would run
+    with seed ``seeds[i]``."""
+    table, kind, reps = data.table, cfg.policy.policy_kind, len(seeds)
     if isinstance(kind, JudgeStratifiedKind):
-        return stratified_repetitions(cfg, table, table.true_risk, reps, rng, progress, 1)[0]
+        return stratified_repetitions(cfg, table, table.true_risk, reps, None, progress, 1, seeds=seeds)[0]
     if isinstance(kind, BettingTestKind):
-        return betting_repetitions(cfg, table, table.true_risk, reps, rng, progress)[0]
+        return betting_repetitions(cfg, table, table.true_risk, reps, None, progress, seeds=seeds)[0]
     raise InputError(f"certsel audit: no repetitions for policy.kind {kind.name!r} in a multi-task job")
 
 
@@ -65,11 +68,11 @@ def audit_tasks(cfg: RunConfig, cfgs: list[RunConfig], datas: list, *, reps: int
     if reps < 10:
         raise ValueError(f"--reps must be at least 10, got {reps}")
     names = datas[0].names
-    rngs = np.random.default_rng(seed).spawn(len(cfgs))
+    seeds = np.random.default_rng(seed).integers(2**31, size=reps)  # one job seed per repetition, for every task
     log_e, truths, alphas = [], [], []
-    for tc, d, rng in zip(cfgs, datas, rngs, strict=True):
+    for tc, d in zip(cfgs, datas, strict=True):
         pos = [d.names.index(n) for n in names]  # the first task's candidate order
-        log_e.append(task_repetitions(tc, d, reps, rng, progress)[:, pos])
+        log_e.append(task_repetitions(tc, d, seeds, progress)[:, pos])
         truths.append(d.table.true_risk[pos])
         alphas.append(tc.alpha)
     proc = cfg.proc

@@ -224,9 +224,11 @@ def _labels_table(cert: Selection) -> list[list[str]]:
         for k in ("human", "judge", "requests") if getattr(lab.full_budget, k)]
     costs = cert.costs
     if costs is not None:
-        s, f, u = costs.spent.model_dump(), costs.full_budget.model_dump(), costs.unit
-        rows += [[f"cost: {k} ({u})", f"{s[k]:,.6g}", f"{f[k]:,.6g}", f"{1 - s[k] / f[k]:.1%}" if f[k] else ""]
-                 for k in ("human", "generation", "judge", "total") if f[k]]
+        u = costs.unit
+        for k in ("human", "generation", "judge", "total"):
+            s, f = getattr(costs.spent, k), getattr(costs.full_budget, k)
+            if f:
+                rows.append([f"cost: {k} ({u})", f"{s:,.6g}", f"{f:,.6g}", f"{1 - s / f:.1%}"])
     return rows
 
 
