@@ -134,7 +134,13 @@ def test_report_gpu_section():
     """The report's GPU tables: the estimate row only where there is an estimate (a server
     holding no GPU projects 0 GPU-seconds: no saved fraction, no row), every server and
     candidate listed."""
-    from certsel.orchestrator.outputs.report import _gpu_tables
+    from types import SimpleNamespace
+
+    from certsel.orchestrator.outputs.report import _gpu_tables as tables
+    from certsel.orchestrator.outputs.selection_schema import Gpu
+
+    def _gpu_tables(cert):  # the report reads the typed certificate: only its gpu block matters here
+        return tables(SimpleNamespace(gpu=None if cert["gpu"] is None else Gpu.model_validate(cert["gpu"])))
 
     assert _gpu_tables({"gpu": None}) == []
     summary, servers, shares = _gpu_tables({"gpu": _block(0.0, 0.0, None)})
