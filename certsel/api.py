@@ -22,9 +22,13 @@ import copy
 import hashlib
 import pathlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from certsel.home import jobs_dir
 from certsel.errors import InputError, as_input_errors
+
+if TYPE_CHECKING:  # the schema imports pydantic: not at `import certsel`
+    from certsel.orchestrator.outputs.selection_schema import Selection, TasksSelection
 
 __all__ = ["Result", "audit", "run"]
 
@@ -36,9 +40,9 @@ class Result:
     selected: str | None
     certificate: str  # the certified statement, in words
     certified: list[str]  # the certified set of the multiple-testing procedure
-    # the certificate, typed (orchestrator.outputs.selection_schema.Selection; a multi-task job's:
-    # orchestrator.outputs.tasks.TasksSelection); to_dict() gives selection.json's dict
-    selection: object = field(repr=False)
+    # the certificate, typed: orchestrator.outputs.selection_schema.Selection (a multi-task job's:
+    # TasksSelection, from the same module), read by attribute; to_dict() gives selection.json's dict
+    selection: Selection | TasksSelection = field(repr=False)
     job_id: str | None = None  # certsel run --resume JOB_ID (durable jobs)
     run_id: str | None = None  # the MLflow parent run (tracked jobs)
     output_dir: pathlib.Path | None = None

@@ -546,34 +546,50 @@ def _schema(args) -> int:
 def _show(args) -> int:
     from certsel.terminal import format_job, print_job
 
-    cert = None
+    found, where = None, f"{args.run_id}: its selection.json"
     if args.tracking_uri is None:  # the job's own folder first: a file on disk, no MLflow client
         from certsel.home import jobs_dir
         from certsel.orchestrator.engine.state import find_certificate
 
         found = find_certificate(jobs_dir(), args.run_id)
         if found is not None:
-            cert = json.loads(found.read_text())
-    if cert is None:
+            where = str(found)  # the file itself, named in any error about it
+            try:
+                raw = json.loads(found.read_text())
+            except ValueError as exc:  # not JSON (a file cut short, edited by hand)
+                raise ValueError(f"{where} is not JSON ({exc})") from None
+    if found is None:
         from certsel.orchestrator.outputs.tracking import load_certificate
 
-        cert = load_certificate(args.run_id, args.tracking_uri)
-    from certsel.orchestrator.outputs.selection_schema import parse_any
-
-    from pydantic import ValidationError
-
-    try:
-        cert = parse_any(cert)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ValueError(f"{args.run_id}: its selection.json does not match certsel's schema at "
-                         f"{'.'.join(map(str, err['loc'])) or 'the top'}: {err['msg']}") from None
+        try:
+            raw = load_certificate(args.run_id, args.tracking_uri)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where} is not JSON ({exc})") from None
+    cert = _typed_certificate(raw, where)
     fmt = "json" if args.json else args.format
     if fmt != "table":
         print(format_job(cert, fmt))
     else:
         print_job(_console(), cert, False)
     return 0
+
+
+def _typed_certificate(raw, where: str) -> Selection | TasksSelection:
+    """A selection.json file's content as the typed certificate (a multi-task job's or one
+    job's), or a one-line ``ValueError`` naming the file (``where``) and the first field that
+    does not match the schema."""
+    from pydantic import ValidationError
+
+    from certsel.orchestrator.outputs.selection_schema import parse_any
+
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} is not a certificate (a JSON {type(raw).__name__}, not an object)")
+    try:
+        return parse_any(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ValueError(f"{where} does not match certsel's schema at "
+                         f"{'.'.join(map(str, err['loc'])) or 'the top'}: {err['msg']}") from None
 
 
 def _lm_eval_table(args) -> int:

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from certsel.orchestrator.outputs.numbers import round_down, round_up
@@ -105,6 +106,8 @@ def test_bad_input_is_one_line_and_nonzero(args, message):
 
 @pytest.mark.parametrize("flags, ref", [
     ([], dict(procedure="fst", betting="up")),
+    # in the names' order the sequence fails early: the later candidates pass their own tests, out of the set
+    (["--order-col", "none", "--n", "150"], dict(procedure="fst", n=150, order=None)),
     (["--procedure", "bonferroni", "--betting", "wsr", "--seed", "3", "--n", "150"],
      dict(procedure="bonferroni", betting="wsr", seed=3, n=150)),
     (["--procedure", "holm", "--scheme", "r-eval", "--observation", "paper", "--order-col", "none", "--alpha", "0.12"],
@@ -114,34 +117,102 @@ def test_select_runs_the_engine_and_equals_the_vectorised_reference(tmp_path, fl
     """``certsel select`` is the engine on one table (in-process runtime, replay source, one
     batch per candidate); the vectorised replications (``replicated_selection``, what the
     command ran before it became a preset, and what the paper reproductions use) draw the
-    same items, so every number it prints is theirs to the last bit."""
+    same items, so every number of its certificate (``--json``: selection.json) is theirs, rounded
+    as the certificate documents (bounds outward to 6 decimals, levels to 8)."""
     from certsel.orchestrator.engine.replicated import candidate_intervals, replicated_selection
+    from certsel.policies import log_evalue_paths, scheme_rhos
     from certsel.policies.procedures import get_procedure
     from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
 
     out = tmp_path / "cert.json"
     p = run("select", *flags, "--json", str(out), "--quiet")
     assert p.returncode == 0, p.stderr
-    cert = json.loads(out.read_text())
+    cert = json.loads(out.read_text())  # selection.json's schema
+    Selection.model_validate(cert)
     rows = sorted(cert["candidates"], key=lambda c: c["position"])  # the table's order
     kw = dict(n=300, seed=0, alpha=0.1, scheme="r-autoeval+", betting="up", observation="split") | ref
     table = load_loss_table(DEFAULT_TABLE, order=kw.pop("order", "rank"))
     direct = replicated_selection(table, r=3, reps=1, delta=0.1, **kw)
-    ci_delta = float(get_procedure(kw["procedure"]).candidate_deltas(0.1, table.candidates.size).min())
+    proc = get_procedure(kw["procedure"])
+    K = table.candidates.size
+    ci_delta = float(proc.candidate_deltas(0.1, K).min())
     low, high = candidate_intervals(direct, delta=ci_delta, scheme=kw["scheme"], betting=kw["betting"])
+    # the labels at which the engine certified: the first crossing of the threshold in force when it
+    # certified (the reference counts against the final level; Holm's step-down is stricter before)
+    paths = log_evalue_paths(*direct.samples, alpha=kw["alpha"], delta=0.1, rhos=scheme_rhos(kw["scheme"]),
+                             betting=kw["betting"], observation=kw["observation"])[0]
+    np.testing.assert_allclose(paths.max(axis=-1), np.log(direct.max_evalue[0]), rtol=0, atol=1e-12)
+    in_force, passed = np.full(K, np.nan), np.zeros(K, dtype=bool)
+    while True:  # the engine's passes over one round (every candidate's whole budget in one batch)
+        th = proc.log_thresholds(0.1, passed)
+        new = ~passed & (paths.max(axis=-1) >= th)
+        if not new.any():
+            break
+        in_force[new], passed = th[new], passed | new
     assert [c["candidate"] for c in rows] == table.candidates.tolist()
+    assert sum(c["certified"] for c in rows) == int(direct.certified[0].sum()) > 0
     for k, c in enumerate(rows):  # the certificate's numbers are the reference's, rounded as documented
         assert c["log_e_value"] == pytest.approx(max(math.log(float(direct.max_evalue[0, k])), 0.0), abs=1e-6)
         assert c["certified"] == bool(direct.certified[0, k])
-        if not c["certified"]:
-            assert c["certified_at_labels"] is None
-        elif kw["procedure"] == "holm":  # certified at the step-down threshold in force then: at least as strict
-            assert int(direct.labels_to_certify[0, k]) <= c["certified_at_labels"] <= kw["n"]  # as the final level
-        else:
-            assert c["certified_at_labels"] == int(direct.labels_to_certify[0, k])
         assert c["level"] == round(float(direct.levels[0, k]), 8)
+        assert c["threshold"] == round(1 / float(direct.levels[0, k]), 4)
         assert c["ci"] == [round_down(float(low[0, k])), round_up(float(high[0, k]))]
+        # a candidate that passed its own test is stated with its labels, in the set or not (fst: out of the
+        # set after an earlier failure, its status says so); one that never passed has none
+        assert (c["certified_at_labels"] is not None) == bool(passed[k]) >= c["certified"]
+        assert c["status"] == ("certified" if c["certified"] else "stopped" if passed[k] else "not certified")
+        if passed[k]:
+            assert c["certified_at_labels"] == int(np.flatnonzero(paths[k] >= in_force[k])[0]) + 1
+        if kw["procedure"] == "holm" and c["certified"]:  # never fewer labels than at the final level
+            assert int(direct.labels_to_certify[0, k]) <= c["certified_at_labels"] <= kw["n"]
+        elif kw["procedure"] != "holm":  # one fixed level: the reference's first crossings exactly
+            assert c["certified_at_labels"] == (int(direct.labels_to_certify[0, k]) or None)
     sel = int(direct.selected[0])
     assert cert["selected"] == (table.candidates[sel] if sel >= 0 else None)
+    assert cert["certified_set"] == [n for n, ok in zip(table.candidates, direct.certified[0]) if ok]
+    assert (cert["evidence"] is None) == (sel < 0)
     if cert["evidence"] is not None:
         assert cert["evidence"]["ci_level"] == 1 - ci_delta
+        assert cert["evidence"]["ci"] == rows[sel]["ci"] and cert["evidence"]["log_e_value"] == rows[sel]["log_e_value"]
+
+
+def test_show_renders_a_job_folder_certificate_and_refuses_one_off_the_schema(tmp_path):
+    """``certsel show`` types the file it reads (a job's selection.json here, from its folder in
+    certsel's home) before rendering it: the same certificate back in every format, and a file
+    that does not validate is one line naming the file and the field, exit 2."""
+    out = tmp_path / "cert.json"
+    p = run("select", "--n", "50", "--json", str(out), "--quiet")
+    assert p.returncode == 0, p.stderr
+    good = json.loads(out.read_text())
+    home, job_id = tmp_path / "home", "0f1e2d3c4b5a69788796a5b4"
+    folder = home / "jobs" / job_id
+    folder.mkdir(parents=True)
+    (folder / "job.json").write_text(json.dumps({"job_id": job_id}))
+    path = folder / "selection.json"
+
+    def show(text, *fmt):
+        path.write_text(text)
+        return run("show", job_id[:6], "--home", str(home), *fmt)
+
+    s = show(json.dumps(good), "--format", "json")
+    assert s.returncode == 0, s.stderr
+    assert json.loads(s.stdout) == good  # what was set, and only that, as the file has it
+    s = run("show", job_id[:6], "--home", str(home), "--format", "csv")
+    assert s.returncode == 0 and len(s.stdout.splitlines()) == 1 + len(good["candidates"]), s.stderr
+    s = run("show", job_id[:6], "--home", str(home))
+    said = " ".join(s.stdout.split())
+    assert s.returncode == 0 and f"selected: {good['selected']} — {good['certificate']}" in said, s.stderr
+    cand = dict(good["candidates"][0], e_value="large")
+    for text, match in [
+        (json.dumps({k: v for k, v in good.items() if k != "procedure"}), "schema at procedure: Field required"),
+        (json.dumps(dict(good, schema_version=1)), "schema at schema_version: "),
+        (json.dumps(dict(good, candidates=[cand, *good["candidates"][1:]])), "schema at candidates.0.e_value: "),
+        (json.dumps(dict(good, verdict="yes")), "schema at verdict: Extra inputs are not permitted"),
+        (json.dumps(good)[:-10], "is not JSON"),
+        (json.dumps([good]), "is not a certificate (a JSON list, not an object)"),
+    ]:
+        s = show(text)
+        assert s.returncode == 2, (match, s.returncode, s.stderr)
+        lines = s.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"certsel: error: {path}"), s.stderr
+        assert match in lines[0] and s.stdout == "", lines[0]

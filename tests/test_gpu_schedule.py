@@ -169,15 +169,15 @@ def test_six_candidates_on_two_gpus(tmp_path, procedure, fst_on_two):
     judge = next(s for s in small.gpu.servers if s.name == "judge")
     assert judge.requests == 180 and small.gpu.job_gpu_s["judge"] == pytest.approx(judge.busy_s)
     # what the certificate, the terminal and MLflow say
-    block = certificate(small)["gpu"]
-    assert block["gpu_seconds"] == pytest.approx(small.gpu.gpu_s, abs=1e-3) and block["max_servers_up"] <= 2
-    assert block["full_budget_estimate_gpu_seconds"] > block["gpu_seconds"]  # every candidate to 60 labels
-    assert gpu_line(block).startswith("GPU: ") and f"{block['server_starts']} server starts" in gpu_line(block)
+    block = certificate(small).gpu
+    assert block.gpu_seconds == pytest.approx(small.gpu.gpu_s, abs=1e-3) and block.max_servers_up <= 2
+    assert block.full_budget_estimate_gpu_seconds > block.gpu_seconds  # every candidate to 60 labels
+    assert gpu_line(block).startswith("GPU: ") and f"{block.server_starts} server starts" in gpu_line(block)
     page = (small.output_dir / "report.html").read_text()  # the report's GPU section: the same figures
-    assert "<h2>GPU time</h2>" in page and f"{block['gpu_seconds']:,.1f}" in page
-    assert all(f"<td>{s['name']}</td>" in page for s in block["servers"])
+    assert "<h2>GPU time</h2>" in page and f"{block.gpu_seconds:,.1f}" in page
+    assert all(f"<td>{s.name}</td>" in page for s in block.servers)
     metrics = MlflowClient(small.tracking["uri"]).get_run(small.tracking["run_id"]).data.metrics
-    assert metrics["gpu_seconds"] == pytest.approx(block["gpu_seconds"]) and metrics["gpu_server_starts"] == len(starts)
+    assert metrics["gpu_seconds"] == pytest.approx(block.gpu_seconds) and metrics["gpu_server_starts"] == len(starts)
 
 
 def test_pairwise_ranking_on_two_gpus(tmp_path):

@@ -151,6 +151,22 @@ class SchedulingConfig(Strict):
     # labels its evidence so far says it still needs (between budget.min_batch and budget.batch), so that
     # it does not buy a whole round past its decision; "fixed": budget.batch for every candidate
     rounds: Literal["predicted", "fixed"] = "predicted"
+    # FST: where the sequence starts. "top": its first config; "pilot": a judge-only pilot on
+    # pilot_items items of its own random draws estimates the frontier, and the sequence starts
+    # pilot_margin configs before it (toward the heavier ones); the configs before the start are
+    # not tested (policies/pilot.py says why the guarantee is unchanged)
+    start: Literal["top", "pilot"] = "top"
+    pilot_items: int = Field(200, ge=1, description="start: pilot: items the judge labels for each config")
+    pilot_margin: int = Field(2, ge=0, description="start: pilot: configs before the estimated frontier")
+
+    def stated(self) -> dict:
+        """The keys as a certificate states them: the pilot's only when the job starts from one."""
+        return self.model_dump(exclude=None if self.start == "pilot" else set(PILOT_KEYS))
+
+
+# the scheduling keys a job states only when it starts from a pilot (its certificate and its
+# identity are otherwise those of a job written before the keys existed)
+PILOT_KEYS = ("start", "pilot_items", "pilot_margin")
 
 
 class PairwiseConfig(Strict):
@@ -513,6 +529,13 @@ class RunConfig(Strict):
             allowed = ", ".join(repr(n) for n, p in PROCEDURES.items() if p.allows_prune)
             raise ValueError(f"scheduling.prune applies to procedure {allowed} only (elsewhere it could change the "
                              "selection, or the procedure already stops what cannot matter)")
+        if self.scheduling.start == "pilot":
+            if not proc.needs_order:
+                raise ValueError(f"scheduling.start: pilot starts a fixed sequence (procedure 'fst'), not "
+                                 f"{self.procedure!r}")
+            if self.data is None or self.data.judge is None or self.recovery is not None or self.tasks:
+                raise ValueError("scheduling.start: pilot needs a replay job with a judge column (data.judge): the "
+                                 "pilot reads the judge's losses (live jobs, recovery and multi-task jobs: not yet)")
         if proc.needs_objective and self.objective is None:
             raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
         if not proc.ranking and self.pairwise != PairwiseConfig():  # options set for a procedure that ignores them

@@ -106,6 +106,11 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     n = cfg.budget.n
     testing = cfg.policy.is_testing
     levels = proc.candidate_deltas(cfg.delta, K)  # each candidate's own level, as the job runs it
+    if cfg.scheduling.start == "pilot":
+        if not isinstance(kind, BettingTestKind):
+            raise InputError(f"certsel audit: scheduling.start: pilot is audited for r-eval, r-autoeval and "
+                             f"r-autoeval+, not {kind.name!r}")
+        return _pilot_audit(cfg, data, reps, rng, progress, chunk)
     if isinstance(kind, JudgeStratifiedKind):
         max_log_e, first, missed, est, classical, t_grid = stratified_repetitions(cfg, table, truth, reps, rng,
                                                                                   progress, workers)
@@ -123,8 +128,36 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     else:  # a registered testing kind with no vectorised repetition here
         raise InputError(f"certsel audit: no repetitions for policy.kind {kind.name!r} (it audits r-eval, "
                          "r-autoeval, r-autoeval+, judge-stratified and every estimation kind)")
+    return _result(cfg, names, truth, levels, certified, fam, first, missed, est, classical, t_grid, reps)
+
+
+def _pilot_audit(cfg: RunConfig, data, reps: int, rng, progress, chunk: int) -> AuditResult:
+    """A fixed sequence that starts from a pilot, repeated as its job runs: repetition i is the
+    job with seed i's draws (the pilot's stream and the tests' item order both follow from the
+    seed), its sequence from that repetition's start; a config before the start is not tested."""
+    from certsel.policies.pilot import pilot_items, pilot_start
+
+    table, names, truth = data.table, data.names, data.table.true_risk
+    K, I = table.human.shape
+    proc = cfg.proc
+    seeds = rng.integers(2**31, size=reps)
+    starts = np.array([pilot_start(table.judge[:, pilot_items(I, cfg.scheduling.pilot_items, int(s))], cfg.alpha,
+                                   cfg.scheduling.pilot_margin)[0] for s in seeds])
+    tested = np.arange(K)[None, :] >= starts[:, None]  # (reps, K)
+    max_log_e, first, missed, est, classical, t_grid = betting_repetitions(cfg, table, truth, reps, None, progress,
+                                                                           chunk, seeds=seeds)
+    levels = proc.candidate_deltas(cfg.delta, K)
+    certified = (max_log_e >= -np.log(levels)) & tested
+    # the sequence from each repetition's start: the configs before it pass through the prefix rule
+    fam = proc.certified(np.where(tested, np.minimum(max_log_e, 700), 700.0), cfg.delta) & tested
+    return _result(cfg, names, truth, levels, certified, fam, first, missed, est, classical, t_grid, reps)
+
+
+def _result(cfg, names, truth, levels, certified, fam, first, missed, est, classical, t_grid, reps) -> AuditResult:
+    """The audit's rows (per candidate) and overall figures from its repetitions."""
+    testing = cfg.policy.is_testing
     rows = []
-    for k in range(K):
+    for k in range(len(names)):
         h0 = bool(truth[k] > cfg.alpha)
         if testing:
             fails = int(certified[:, k].sum()) if h0 else 0

@@ -20,6 +20,7 @@ from certsel.config import RunConfig
 from certsel.errors import InputError, first_line, job_error
 
 from certsel.orchestrator.engine.driver import run_job
+from certsel.orchestrator.engine.pilot import start_from_pilot
 from certsel.orchestrator.engine.runtime import RayRuntime
 from certsel.orchestrator.engine.servers import FleetSchedule
 from certsel.orchestrator.engine.state import JobState, config_fingerprint
@@ -68,6 +69,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
     if data is None:
         with clock.stage(LOADING):
             data = load_job_data(cfg)
+    data = start_from_pilot(cfg, data)  # before the runs are created: they are the tested configs
     try:
         note = feasibility_warning(data.policy_config(cfg), len(data.names), data.n_items)
     except Exception as exc:  # advisory only: a user strategy that fails here fails in the job too, tracked

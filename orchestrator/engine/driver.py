@@ -31,6 +31,7 @@ from certsel.orchestrator.inputs.jobdata import JobData
 from certsel.orchestrator.inputs.sources import source_of
 from .derived import derive
 from .pairwise import PairwiseRounds
+from .pilot import start_from_pilot
 from .plan import JobPlan
 from certsel.orchestrator.results.records import CandidateRecord, JobResult, Resume, dump_records, load_records
 from certsel.orchestrator.engine.runtime import HostLost, LocalRuntime, RayRuntime, Runtime, RuntimeProblem
@@ -111,6 +112,7 @@ def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n
     fits, and measures the servers' GPU time (``result.gpu``).
     """
     t0 = time.perf_counter()
+    data = start_from_pilot(cfg, data)  # scheduling.start: pilot (a no-op when execute already ran it)
     plan = JobPlan(cfg, data, None if job_dir is None else str(job_dir))
     names = data.names
     n_hosts = runtime.default_hosts(len(names)) if n_hosts is None else n_hosts
@@ -133,4 +135,8 @@ def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n
     res.gpu = schedule.usage()
     if collect_labels:
         res.labels = pool.labels(names)
+    if data.pilot is not None:  # the pilot's judge labels are part of what the job bought: each a
+        # target generation and a judge call, as every judge label is counted
+        res.spent = {**res.spent, "judge": res.spent["judge"] + data.pilot.judge_labels,
+                     "requests": res.spent["requests"] + 2 * data.pilot.judge_labels}
     return derive(res)

@@ -54,7 +54,12 @@ class StateProblem(InputError):
 def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
     """What makes two runs the same job: the configuration that decides labels and
     statistics (not where it is tracked, run or named) and the data's content."""
-    body = cfg.model_dump(mode="json", exclude={"name", "tracking", "ray", "state"})
+    from certsel.config.schema import PILOT_KEYS  # here: certsel show reads job folders without the config
+
+    # the pilot's keys only when the job starts from one: jobs from before they existed keep their identity
+    pilot = set() if cfg.scheduling.start == "pilot" else set(PILOT_KEYS)
+    body = cfg.model_dump(mode="json", exclude={"name": True, "tracking": True, "ray": True, "state": True,
+                                                "scheduling": pilot})
     canon = json.dumps({"config": body, "data": data_fingerprint}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()[:24]
 

@@ -53,6 +53,20 @@ class RecoveryScores:
 
 
 @dataclass(frozen=True)
+class PilotStart:
+    """Where a fixed sequence started (``scheduling.start: pilot``, policies/pilot.py): the
+    configs before ``start`` were not tested; ``estimates`` are the piloted configs' mean judge
+    losses on the pilot's ``items`` items, which cost ``judge_labels`` judge labels."""
+
+    start: str
+    skipped: tuple[str, ...]
+    items: int
+    margin: int
+    estimates: dict[str, float]
+    judge_labels: int
+
+
+@dataclass(frozen=True)
 class JobData:
     """The candidates of a job (in testing order for FST) and what labels them: a recorded
     loss table (replay), live candidates with their items, or a user function (python)."""
@@ -70,6 +84,7 @@ class JobData:
     unit: float = 1.0
     aggregate: object = None  # an aggregate job's Aggregate (how its table was stacked)
     servers: str | None = None  # live.serve: the name of the job's server fleet (a Ray actor)
+    pilot: PilotStart | None = None  # scheduling.start: pilot: where the sequence starts (engine/pilot.py)
 
     def policy_config(self, cfg: RunConfig) -> RunConfig:
         """``cfg`` as the policies see it: alpha in the units of the losses they are given

@@ -135,6 +135,9 @@ def _fields(result: JobResult) -> dict:
         statement = (f"R({sel.name}) <= {bound_text(sel.joint_bound, cfg.alpha)} with probability >= "
                      f"{1 - cfg.delta:g}, {proc.joint_words(cfg.alpha, len(in_set), K)} ({result.level})"
                      + _nominal(cfg))
+        if result.data.pilot is not None:
+            statement += (f"; the sequence ran from {result.data.pilot.start} (a judge-only pilot's start: the "
+                          f"{len(result.data.pilot.skipped)} configs before it were not tested)")
     recovery = None if result.recovery is None else [_recovery_dict(x) for x in result.recovery]
     if cfg.recovery is not None and recovery is None:
         raise ValueError("a recovery statement needs the job's label log (collect_labels)")
@@ -217,7 +220,7 @@ def _fields(result: JobResult) -> dict:
                    "budget": _budget(cfg), "rounds": result.rounds},
         "costs": None if cfg.costs is None else _costs(cfg, result),
         "gpu": gpu_block(result),
-        "scheduling": cfg.scheduling.model_dump(),
+        "scheduling": cfg.scheduling.stated(),
         "data": {"path": cfg.data_path, "sha256_16": result.data.fingerprint, "items": result.data.n_items,
                  **({"judge": cfg.judge_name} if _uses_judge(cfg) else {})},
         "seed": cfg.seed,
@@ -229,7 +232,20 @@ def _fields(result: JobResult) -> dict:
     }
     if result.ranking is not None:
         out["ranking"] = result.ranking.as_dict()
+    if result.data.pilot is not None:
+        out["pilot"] = _pilot(result.data.pilot)
     return out
+
+
+def _pilot(p) -> dict:
+    """Where the fixed sequence started, and why the configs before it have no statement."""
+    return {"start": p.start, "skipped": list(p.skipped), "items": p.items, "margin": p.margin,
+            "estimates": {k: _round(v) for k, v in p.estimates.items()}, "judge_labels": p.judge_labels,
+            "note": (f"the sequence ran from {p.start}, {p.margin} config(s) before the frontier a judge-only pilot "
+                     f"estimated on {p.items} items of its own random draws; the {len(p.skipped)} config(s) before it "
+                     "were not tested and the certificate says nothing about them. The start depends only on the "
+                     "pilot's draws, independent of the tests' own, so the sequence is fixed before its tests and "
+                     "fixed-sequence testing keeps its level")}
 
 
 def certificate_of(result: JobResult) -> Selection:

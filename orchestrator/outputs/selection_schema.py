@@ -289,6 +289,18 @@ class Gpu(_Doc):
     cost: GpuCost | None = None
 
 
+class Pilot(_Doc):
+    """Where a fixed sequence started (``scheduling.start: pilot``)."""
+
+    start: str = Field(description="the first config tested")
+    skipped: list[str] = Field(description="the configs before it, in the sequence's order: not tested, no statement")
+    items: int = Field(ge=1, description="pilot items: the judge labelled each piloted config on these")
+    margin: int = Field(ge=0, description="configs before the pilot's estimated frontier the sequence started")
+    estimates: dict[str, float] = Field(description="each piloted config's mean judge loss on the pilot items")
+    judge_labels: int = Field(ge=0, description="the pilot's judge labels (counted in labels.spent)")
+    note: str
+
+
 class Selection(_Doc):
     """One job's certificate (``selection.json``)."""
 
@@ -323,6 +335,8 @@ class Selection(_Doc):
     seconds: float
     candidates: list[Candidate]
     ranking: Ranking | None = None  # the engine's own dataclass: one definition of its fields
+    pilot: Pilot | None = Field(None, description="a fixed sequence started from a judge-only pilot (absent: from "
+                                                  "its first config)")
 
 
 def parse(cert: dict) -> Selection:

@@ -1,0 +1,65 @@
+"""Whole-job human labels of a fixed sequence that starts from a judge-only pilot
+(``scheduling.start: pilot``) against the same job run from the top, on the quantization
+example (48 MX configs, TriviaQA) and each of its judges, over several seeds.
+
+Per judge and seed: R-Eval from the top (no judge: the baseline the issue names), R-AutoEval+
+from the top, and R-AutoEval+ from the pilot's start; the selection and its true risk on the
+whole table (<= alpha in every run, else the run is flagged), human labels, judge labels (the
+pilot's included). Prints one table row per judge and policy, with the ratio of human labels
+to R-Eval's from the top, measured in this run.
+
+    python benchmarks/pilot_start.py --seeds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import time
+
+import numpy as np
+
+from certsel.config import load_config
+from certsel.orchestrator.engine.driver import LocalRuntime, run_job
+from certsel.orchestrator.inputs.sources import load_job_data
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "quantization.yaml"
+RUNS = {"r-eval, from the top": ["policy.kind=r-eval"],
+        "r-autoeval+, from the top": [],
+        "r-autoeval+, pilot start": ["scheduling.start=pilot"]}
+
+
+def one(judge: str, sets: list[str], seed: int) -> dict:
+    cfg = load_config(EXAMPLE, [f"data.judge={judge}", f"seed={seed}", *sets])
+    data = load_job_data(cfg)
+    res = run_job(cfg, data, LocalRuntime(1), collect_labels=False)
+    truth = dict(zip(res.data.names, res.data.true_risk, strict=True))
+    return {"selected": res.selected, "true": None if res.selected is None else float(truth[res.selected]),
+            "human": res.spent["human"], "judge": res.spent["judge"], "alpha": cfg.alpha,
+            "start": None if res.data.pilot is None else res.data.pilot.start}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--judges", nargs="+", default=["loss_judge_best", "loss_judge_med", "loss_judge_bad"])
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    print("| judge | policy | human labels (mean) | x R-Eval from the top | judge labels (mean) | "
+          "selected = top run's | true R of the selection <= alpha |")
+    print("|---|---|---|---|---|---|---|")
+    for judge in args.judges:
+        got = {name: [one(judge, sets, s) for s in range(args.seeds)] for name, sets in RUNS.items()}
+        base = np.mean([g["human"] for g in got["r-eval, from the top"]])
+        ref = [g["selected"] for g in got["r-autoeval+, from the top"]]
+        for name, runs in got.items():
+            human = np.mean([g["human"] for g in runs])
+            same = sum(g["selected"] == r for g, r in zip(runs, ref, strict=True))
+            valid = sum(g["true"] is None or g["true"] <= g["alpha"] for g in runs)
+            print(f"| {judge} | {name} | {human:,.0f} | {human / base:.3f} | "
+                  f"{np.mean([g['judge'] for g in runs]):,.0f} | {same}/{len(runs)} | {valid}/{len(runs)} |")
+    print(f"\n{args.seeds} seeds per judge and policy; {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
