@@ -58,3 +58,15 @@ def pilot_start(judge: np.ndarray, alpha: float, margin: int) -> tuple[int, np.n
     passing = np.cumprod(est <= alpha).astype(bool)  # the leading configs the judge puts within alpha
     frontier = int(passing.sum())  # how many lead the sequence; the frontier is the last of them
     return max(0, frontier - 1 - int(margin)), est
+
+
+def run_pilot(judge: np.ndarray, alpha: float, items: int, margin: int, seed: int) -> tuple[int, np.ndarray, int]:
+    """The pilot as a job with ``seed`` runs it, on the judge's losses of every config (K, I)
+    in testing order: (the start, the piloted configs' estimates, the pilot items drawn). The
+    pilot goes down the sequence and stops at the first config it puts above alpha, so only
+    those configs' estimates (and judge labels) are part of it."""
+    drawn = pilot_items(judge.shape[1], items, seed)
+    start, est = pilot_start(judge[:, drawn], alpha, margin)
+    beyond = np.flatnonzero(est > alpha)
+    piloted = est.size if beyond.size == 0 else int(beyond[0]) + 1
+    return start, est[:piloted], int(drawn.size)

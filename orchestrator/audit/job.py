@@ -135,14 +135,14 @@ def _pilot_audit(cfg: RunConfig, data, reps: int, rng, progress, chunk: int) -> 
     """A fixed sequence that starts from a pilot, repeated as its job runs: repetition i is the
     job with seed i's draws (the pilot's stream and the tests' item order both follow from the
     seed), its sequence from that repetition's start; a config before the start is not tested."""
-    from certsel.policies.pilot import pilot_items, pilot_start
+    from certsel.policies.pilot import run_pilot
 
     table, names, truth = data.table, data.names, data.table.true_risk
-    K, I = table.human.shape
+    K = table.human.shape[0]
     proc = cfg.proc
     seeds = rng.integers(2**31, size=reps)
-    starts = np.array([pilot_start(table.judge[:, pilot_items(I, cfg.scheduling.pilot_items, int(s))], cfg.alpha,
-                                   cfg.scheduling.pilot_margin)[0] for s in seeds])
+    starts = np.array([run_pilot(table.judge, cfg.alpha, cfg.scheduling.pilot_items, cfg.scheduling.pilot_margin,
+                                 int(s))[0] for s in seeds])  # the pilot of the job with that seed
     tested = np.arange(K)[None, :] >= starts[:, None]  # (reps, K)
     max_log_e, first, missed, est, classical, t_grid = betting_repetitions(cfg, table, truth, reps, None, progress,
                                                                            chunk, seeds=seeds)

@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 
 from certsel.config import RunConfig
-from certsel.policies.pilot import pilot_items, pilot_start
+from certsel.policies.pilot import run_pilot
 
 from certsel.orchestrator.inputs.jobdata import JobData, PilotStart, _subset
 
@@ -23,14 +23,11 @@ def start_from_pilot(cfg: RunConfig, data: JobData) -> JobData:
     table = data.table
     if table is None or table.judge is None:
         raise ValueError("scheduling.start: pilot needs the judge's losses (a replay table with data.judge)")
-    items = pilot_items(table.items.size, cfg.scheduling.pilot_items, cfg.seed)
-    start, est = pilot_start(table.judge[:, items], data.policy_config(cfg).alpha, cfg.scheduling.pilot_margin)
+    start, est, items = run_pilot(table.judge, data.policy_config(cfg).alpha, cfg.scheduling.pilot_items,
+                                  cfg.scheduling.pilot_margin, cfg.seed)
     names = data.names
-    # the pilot runs down the sequence and stops at the first config the judge puts above alpha
-    beyond = np.flatnonzero(est > data.policy_config(cfg).alpha)
-    piloted = len(names) if beyond.size == 0 else int(beyond[0]) + 1
-    pilot = PilotStart(start=names[start], skipped=tuple(names[:start]), items=int(items.size),
+    pilot = PilotStart(start=names[start], skipped=tuple(names[:start]), items=items,
                        margin=cfg.scheduling.pilot_margin,
-                       estimates={n: float(e) for n, e in zip(names[:piloted], est[:piloted], strict=True)},
-                       judge_labels=int(items.size) * piloted)
+                       estimates={n: float(e) for n, e in zip(names, est, strict=False)},
+                       judge_labels=items * est.size)
     return dataclasses.replace(data, table=_subset(table, np.arange(start, len(names))), pilot=pilot)
