@@ -34,6 +34,7 @@ from ._validation import (
 )
 from .betting import BetContext, BettingState, BettingStrategy, get_strategy
 from .bounds import MIN_RANGE, inverted_upper_bound
+from .population import TableDraws
 
 DEFAULT_RHOS = np.linspace(0.0, 1.0, 10)
 SCHEMES = {
@@ -68,7 +69,8 @@ class EffectiveObservations:
     mean (so x + b = q), ``tops`` (..., S, n), the denominator of each step's bet, and
     ``cap_target`` (S,), the target at which that denominator is taken (module docstring of
     :mod:`certsel.policies.bounds`); ``judge_sum``/``judge_count`` (batch shape) carry the
-    judge labels seen, for a test that continues with more labels.
+    judge labels seen, for a test that continues with more labels. ``draws`` (sampling without
+    replacement from a finite table only) are the table's streams after these observations.
     """
 
     q: np.ndarray
@@ -81,6 +83,7 @@ class EffectiveObservations:
     cap_target: np.ndarray | None = None
     judge_sum: np.ndarray | None = None
     judge_count: int = 0
+    draws: TableDraws | None = None
 
     @property
     def split(self) -> bool:
@@ -102,6 +105,7 @@ def effective_observations(
     loss_bounds=(0.0, 1.0),
     observation: str = "paper",
     judge_seen=None,
+    population: int | TableDraws | None = None,
 ) -> EffectiveObservations:
     """Eq. (10): ``q_{s,i} = rho_s mean(judge on unlabelled block i) + human_i - rho_s judge_i``.
 
@@ -117,6 +121,13 @@ def effective_observations(
     product (1 - lambda (x - a))(1 - lambda b) with a common lambda has mean <= 1, and its
     largest bet is 1/(hi - lo + rho (c_i - lo)) instead of 1/(M_s - alpha). ``judge_seen`` =
     (sum, count) of the judge labels of earlier steps continues c for a test fed in batches.
+
+    ``population`` (the size of a finite table, or its :class:`~certsel.policies.population.TableDraws`
+    continued from earlier steps): the items are drawn without replacement from that table, the
+    human ones and the judge-only ones in independent random orders, and every loss enters
+    through its stream's finite-population transform, so each observation's conditional mean
+    is the table's mean human loss exactly (docs/statistics.md, "Sampling without
+    replacement"). The judge-only losses must then be exactly r per human label.
     """
     bounds = check_bounds(loss_bounds)
     rhos = check_rhos(rhos)
@@ -124,11 +135,14 @@ def effective_observations(
     h = check_losses(human, "human", bounds)
     n = h.shape[-1]
     width = bounds[1] - bounds[0]
+    draws = _table_draws(population, h.shape[:-1])
     if np.all(rhos == 0.0) and judge_labeled is None and judge_unlabeled is None:
-        q = np.broadcast_to(h[..., None, :], h.shape[:-1] + (rhos.size, n)).copy()
+        wor = None if draws is None else _drawn(draws, bounds, h)
+        hq = h if wor is None else wor.h.y
+        q = np.broadcast_to(hq[..., None, :], h.shape[:-1] + (rhos.size, n)).copy()
         obs = EffectiveObservations(q=q, lower=bounds[0] - rhos * width, upper=bounds[1] + rhos * width, r=0,
-                                    loss_bounds=bounds)
-        return _split(obs, h, None, None, rhos, judge_seen) if observation == "split" else obs
+                                    loss_bounds=bounds, draws=None if wor is None else wor.after)
+        return _split(obs, h, None, None, rhos, judge_seen, wor) if observation == "split" else obs
     if judge_labeled is None or judge_unlabeled is None:
         raise ValueError("judge_labeled and judge_unlabeled are required when some rho > 0")
     jl = check_losses(judge_labeled, "judge_labeled", bounds)
@@ -149,15 +163,52 @@ def effective_observations(
         )
     r = N // n
     blocks = ju[..., : r * n].reshape(ju.shape[:-1] + (n, r))
-    correction = blocks.mean(axis=-1) - jl  # (..., n)
-    q = h[..., None, :] + rhos[:, None] * correction[..., None, :]
+    wor = None
+    if draws is not None:
+        if N != r * n:
+            raise ValueError(f"sampling without replacement takes exactly r judge-only losses per human label; "
+                             f"got {N} for {n} human labels")
+        wor = _drawn(draws, bounds, h, jl, ju, r)
+        correction = wor.g.y.reshape(blocks.shape).mean(axis=-1) - wor.j.y
+        hq = wor.h.y
+    else:
+        correction = blocks.mean(axis=-1) - jl  # (..., n)
+        hq = h
+    q = hq[..., None, :] + rhos[:, None] * correction[..., None, :]
     obs = EffectiveObservations(q=q, lower=bounds[0] - rhos * width, upper=bounds[1] + rhos * width, r=r,
-                                loss_bounds=bounds)
-    return _split(obs, h, jl, blocks, rhos, judge_seen) if observation == "split" else obs
+                                loss_bounds=bounds, draws=None if wor is None else wor.after)
+    return _split(obs, h, jl, blocks, rhos, judge_seen, wor) if observation == "split" else obs
 
 
-def _split(obs: EffectiveObservations, h, jl, blocks, rhos, judge_seen) -> EffectiveObservations:
-    """The split form of ``obs`` (see :func:`effective_observations`)."""
+@dataclasses.dataclass(frozen=True)
+class _Drawn:
+    """One call's draws through the table's streams (human, judge on them, judge-only)."""
+
+    h: object
+    j: object
+    g: object
+    after: TableDraws
+
+
+def _table_draws(population, batch) -> TableDraws | None:
+    if population is None or isinstance(population, TableDraws):
+        return population
+    return TableDraws.start(check_positive_int(population, "population"), batch)
+
+
+def _drawn(draws: TableDraws, bounds, h, jl=None, ju=None, r: int = 0) -> _Drawn:
+    dh = draws.human.draw(h, bounds)
+    if jl is None:
+        return _Drawn(dh, None, None, dataclasses.replace(draws, human=dh.after))
+    dj = draws.judge.draw(jl, bounds)
+    dg = draws.judge_only.draw(ju, bounds)
+    return _Drawn(dh, dj, dg, TableDraws(draws.size, dh.after, dj.after, dg.after))
+
+
+def _split(obs: EffectiveObservations, h, jl, blocks, rhos, judge_seen, wor: _Drawn | None = None) -> EffectiveObservations:
+    """The split form of ``obs`` (see :func:`effective_observations`); with ``wor`` the losses
+    enter through their finite-population transforms (the predictable judge mean c stays the
+    mean of the judge labels themselves) and each step's largest bet through its known range."""
     lo, hi = obs.loss_bounds
     batch, n = h.shape[:-1], h.shape[-1]
     prior_sum, prior_count = (0.5 * (lo + hi), 1) if judge_seen is None else judge_seen
@@ -173,14 +224,35 @@ def _split(obs: EffectiveObservations, h, jl, blocks, rhos, judge_seen) -> Effec
     rho = rhos[:, None]
     jbar = c if blocks is None else blocks.mean(axis=-1)
     j = c if jl is None else jl
-    x = h[..., None, :] - rho * (j - c)[..., None, :]
-    b = rho * (jbar - c)[..., None, :]
-    # a bet that keeps both factors >= 0 at every target >= lo: 1 / (hi - lo + rho (c - lo)); R-Eval's single
-    # factor keeps the classic 1 / (hi - target), rescaled with the target
-    tops = np.where(rhos[:, None] > 0, hi - lo + rho * (c[..., None, :] - lo), hi)
+    if wor is None:
+        x = h[..., None, :] - rho * (j - c)[..., None, :]
+        b = rho * (jbar - c)[..., None, :]
+        # a bet that keeps both factors >= 0 at every target >= lo: 1 / (hi - lo + rho (c - lo)); R-Eval's single
+        # factor keeps the classic 1 / (hi - target), rescaled with the target
+        tops = np.where(rhos[:, None] > 0, hi - lo + rho * (c[..., None, :] - lo), hi)
+    else:
+        x, b, tops = _split_drawn(wor, c, rho, lo, blocks)
     cap_target = np.where(rhos > 0, lo, np.inf)
     return dataclasses.replace(obs, parts=np.stack([x, b], axis=-1), tops=tops, cap_target=cap_target,
                                judge_sum=prior_sum + step_sum.sum(axis=-1), judge_count=prior_count + per_step * n)
+
+
+def _split_drawn(wor: _Drawn, c, rho, lo, blocks):
+    """The split factors of draws without replacement: x = Y^h - rho (Y^j - c), b = rho (mean of
+    the block's Y^g - c), and the smallest top that keeps both factors >= 0 at every target
+    >= lo (the i.i.d. form's 1 + rho c when nothing is known about the pool): each Y lies in a
+    range known before its draw."""
+    hy, hh = wor.h.y[..., None, :], wor.h.high[..., None, :]
+    if wor.j is None:  # R-Eval: one factor, its top the human stream's
+        return hy + 0.0 * rho, np.zeros(hy.shape[:-2] + rho.shape[:1] + hy.shape[-1:]), hh + 0.0 * rho
+    cc = c[..., None, :]
+    x = hy - rho * (wor.j.y[..., None, :] - cc)
+    g = wor.g.y.reshape(blocks.shape).mean(axis=-1)[..., None, :]
+    b = rho * (g - cc)
+    x_top = hh - rho * (wor.j.low[..., None, :] - cc)
+    b_top = rho * (wor.g.high.reshape(blocks.shape).max(axis=-1)[..., None, :] - cc)
+    # rho = 0 rows are R-Eval's factor (cap taken at the target: the top of Y^h); rho > 0 rows cap at lo
+    return x, b, np.where(rho > 0, np.maximum(x_top, lo + b_top), hh)
 
 
 def component_log_evalues(
@@ -337,10 +409,10 @@ def check_horizon(horizon, n: int) -> int:
 
 
 def _prepare(human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon,
-             observation: str = "paper"):
+             observation: str = "paper", population: int | None = None):
     """Validated effective observations, mixture weights, strategy and horizon for one call."""
     obs = effective_observations(human, judge_labeled, judge_unlabeled, rhos=rhos, loss_bounds=loss_bounds,
-                                 observation=observation)
+                                 observation=observation, population=population)
     w = check_weights(weights, obs.q.shape[-2])
     return obs, w, get_strategy(betting), check_horizon(horizon, obs.q.shape[-1])
 
@@ -359,6 +431,7 @@ def log_evalue_paths(
     horizon: int | None = None,
     bet_bound: str = "target",
     observation: str = "paper",
+    population: int | None = None,
 ) -> np.ndarray:
     """log E_1..E_n of the R-AutoEval+ e-process for H0: R > alpha vs H1: R <= alpha.
 
@@ -374,7 +447,7 @@ def log_evalue_paths(
     if bet_bound == "range" and observation == "split":
         raise ValueError("bet_bound 'range' (intervals) takes the paper observation")
     obs, w, betting, horizon = _prepare(
-        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, observation
+        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, observation, population
     )
     comps = component_log_evalues(obs, alpha, delta=delta, betting=betting, horizon=horizon,
                                   ci_scale=bet_bound == "range")
@@ -411,6 +484,10 @@ def evalue_path(human, judge_labeled=None, judge_unlabeled=None, *, alpha: float
     observation : ``"paper"`` (eq. 10, one factor per label, bets up to 1/(M_s - alpha)) or
         ``"split"`` (two factors sharing each bet, whose largest bet does not pay for the
         judge-only mean's range: :func:`effective_observations`).
+    population : the number of items of a finite table the labels are drawn from without
+        replacement (human and judge-only items in independent random orders): the test is
+        then of the table's mean, exactly (:mod:`certsel.policies.population`). Default None:
+        i.i.d. draws, a test of the risk of the distribution they come from.
     """
     h = np.asarray(human, dtype=np.float64)
     if h.ndim != 1:
@@ -451,7 +528,7 @@ def test_from_log_evalues(log_e: np.ndarray, delta: float) -> TestResult:
 
 def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, delta: float, rhos=DEFAULT_RHOS,
                            betting: str | dict | BettingStrategy = "up", loss_bounds=(0.0, 1.0), weights=None,
-                           horizon: int | None = None) -> np.ndarray:
+                           horizon: int | None = None, population: int | None = None) -> np.ndarray:
     """Anytime-valid upper confidence bound on R at level 1 - delta (App. D.5), with the
     betting strategy's :meth:`~certsel.policies.betting.BettingStrategy.interval_strategy`.
 
@@ -465,7 +542,7 @@ def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, d
     """
     delta = check_level(delta, "delta")
     obs, w, betting, horizon = _prepare(
-        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon
+        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, population=population
     )
     if not betting.monotone_in_target:
         raise ValueError(f"betting {betting.name!r} bets depend on the target, so its rejected targets need not "
@@ -501,7 +578,7 @@ def _bisect_upper(obs, w, betting, horizon, *, level) -> np.ndarray:
 def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, level: float, delta: float,
                          alpha: float, rhos=DEFAULT_RHOS, betting: str | dict | BettingStrategy = "up",
                          loss_bounds=(0.0, 1.0), weights=None, horizon: int | None = None, max_log_evalue=None,
-                         n_used=None, observation: str = "paper") -> np.ndarray:
+                         n_used=None, observation: str = "paper", population: int | None = None) -> np.ndarray:
     """The one-sided upper bound that inverts the test of H0: R > alpha itself, at ``level``.
 
     It inverts a family of tests fixed in advance that contains the test itself at alpha
@@ -524,7 +601,7 @@ def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, lev
     bounds = check_bounds(loss_bounds)
     alpha = check_target(alpha, bounds)
     obs, w, strategy, horizon = _prepare(human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting,
-                                         horizon, observation)
+                                         horizon, observation, population)
     u = decision_fractions(obs, alpha, delta=delta, betting=strategy, horizon=horizon)
     rejected = None if max_log_evalue is None else np.asarray(max_log_evalue, dtype=np.float64) >= -np.log(level)
     S, n = obs.q.shape[-2:]
@@ -558,7 +635,7 @@ def _rows_of(obs: EffectiveObservations, rows, points: int) -> EffectiveObservat
         return None if x is None else np.broadcast_to(x.reshape((-1,) + tail)[rows], (points, len(rows)) + tail)
 
     return dataclasses.replace(obs, q=pick(obs.q, (S, n)), parts=pick(obs.parts, (S, n, 2)),
-                               tops=pick(obs.tops, (S, n)), judge_sum=None)
+                               tops=pick(obs.tops, (S, n)), judge_sum=None, draws=None)
 
 
 def lower_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, loss_bounds=(0.0, 1.0), **kwargs):

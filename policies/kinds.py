@@ -75,6 +75,7 @@ class PolicySettings:
     betting: BettingStrategy | None = None
     r: int = 0
     observation: str = "split"
+    population: int | None = None  # a betting test's finite table (sampling without replacement), or None: i.i.d.
     radius: str = "betting"
     partition: str = "embeddings"
     ci_delta: float | None = None
@@ -142,7 +143,7 @@ class BettingTestKind(PolicyKind):
 
     family = Family.TESTING
     labels = Labels.ORDER
-    takes = frozenset({"observation"})
+    takes = frozenset({"observation", "sampling"})
 
     def __init__(self, name: str, rhos):
         self.name, self.rhos = name, np.asarray(rhos, dtype=np.float64)
@@ -153,7 +154,7 @@ class BettingTestKind(PolicyKind):
     def build(self, settings: PolicySettings, inputs: PolicyInputs) -> SequentialTest:
         return SequentialTest(alpha=settings.alpha, delta=settings.delta, horizon=len(inputs.human_items),
                               rhos=self.rhos, betting=settings.betting, r=max(settings.r, 1),
-                              observation=settings.observation)
+                              observation=settings.observation, population=settings.population)
 
 
 class JudgeStratifiedKind(PolicyKind):

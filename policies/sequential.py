@@ -35,6 +35,7 @@ from .autoeval import (
     test_from_log_evalues,
 )
 from .betting import BettingState, BettingStrategy, get_strategy
+from .population import TableDraws
 
 _FORMAT = 4
 
@@ -51,7 +52,9 @@ class SequentialTest:
     (:func:`~certsel.policies.betting.get_strategy`); ``self.strategy`` is the object and
     ``self.betting`` its name. ``observation`` is ``"paper"`` (eq. 10) or ``"split"``
     (:func:`~certsel.policies.autoeval.effective_observations`), whose running judge mean is
-    part of the state.
+    part of the state. ``population`` (a finite table's size) makes it the test of the table's
+    mean under sampling without replacement (:mod:`certsel.policies.population`), whose
+    streams are part of the state too.
     """
 
     def __init__(
@@ -67,8 +70,10 @@ class SequentialTest:
         loss_bounds=(0.0, 1.0),
         weights=None,
         observation: str = "paper",
+        population: int | None = None,
     ):
         self.observation = check_observation(observation)
+        self.population = None if population is None else check_positive_int(population, "population")
         self.loss_bounds = check_bounds(loss_bounds)
         self.alpha = check_target(alpha, self.loss_bounds)
         self.delta = check_level(delta, "delta")
@@ -89,6 +94,7 @@ class SequentialTest:
         self._judge_sum = np.full(self.batch_shape, 0.5 * sum(self.loss_bounds))
         self._judge_count = 1
         self._state = BettingState()
+        self._draws = None if self.population is None else TableDraws.start(self.population, self.batch_shape)
 
     # -- feeding -----------------------------------------------------------------------
     def update(self, human, judge_labeled=None, judge_unlabeled=None) -> np.ndarray:
@@ -107,7 +113,9 @@ class SequentialTest:
         else:
             judge_labeled = judge_unlabeled = None
         obs = effective_observations(h, judge_labeled, judge_unlabeled, rhos=self.rhos, loss_bounds=self.loss_bounds,
-                                     observation=self.observation, judge_seen=(self._judge_sum, self._judge_count))
+                                     observation=self.observation, judge_seen=(self._judge_sum, self._judge_count),
+                                     population=self._draws)
+        self._draws = obs.draws
         if obs.split:
             self._judge_sum, self._judge_count = np.asarray(obs.judge_sum, dtype=np.float64), obs.judge_count
         path, self._state = component_log_evalues(obs, self.alpha, delta=self.delta, betting=self.strategy,
@@ -165,7 +173,7 @@ class SequentialTest:
     # -- batching ----------------------------------------------------------------------
     def _key(self) -> tuple:
         return (self.alpha, self.delta, self.horizon, self.strategy, self.r, self.loss_bounds, self.rhos.tobytes(),
-                self.weights.tobytes(), self.observation)
+                self.weights.tobytes(), self.observation, self.population)
 
     def _like(self, batch_shape) -> SequentialTest:
         """An empty test with this (already validated) configuration and another batch shape."""
@@ -194,6 +202,7 @@ class SequentialTest:
         out._est_sum = np.stack([t._est_sum for t in tests])
         out._judge_sum = np.stack([t._judge_sum for t in tests])
         out._judge_count = first._judge_count
+        out._draws = None if first._draws is None else TableDraws.stack(t._draws for t in tests)
         return out
 
     def split(self) -> list[SequentialTest]:
@@ -211,6 +220,7 @@ class SequentialTest:
             t._est_sum = np.array(self._est_sum[i])
             t._judge_sum = np.array(self._judge_sum[i])
             t._judge_count = self._judge_count
+            t._draws = None if self._draws is None else self._draws.element(i)
             parts.append(t)
         return parts
 
@@ -219,7 +229,7 @@ class SequentialTest:
         """Everything needed to continue exactly: configuration and state, as plain values
         and numpy arrays (picklable, or storable with ``np.savez``)."""
         st = self._state
-        return {
+        out = {
             "format": _FORMAT,
             "config": {
                 "batch_shape": self.batch_shape, "alpha": self.alpha, "delta": self.delta,
@@ -235,6 +245,10 @@ class SequentialTest:
             "judge_sum": self._judge_sum.copy(),
             "judge_count": self._judge_count,
         }
+        if self._draws is not None:  # i.i.d. tests keep the snapshot they always had
+            out["config"]["population"] = self.population
+            out["draws"] = self._draws.to_dict()
+        return out
 
     @classmethod
     def from_state_dict(cls, state: dict, strategy: BettingStrategy | None = None) -> SequentialTest:
@@ -256,4 +270,6 @@ class SequentialTest:
         test._est_sum = np.array(state["est_sum"], dtype=np.float64)
         test._judge_sum = np.array(state["judge_sum"], dtype=np.float64)
         test._judge_count = int(state["judge_count"])
+        draws = state.get("draws")  # absent from the snapshots of i.i.d. tests written before it existed
+        test._draws = None if draws is None else TableDraws.from_dict(draws)
         return test

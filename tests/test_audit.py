@@ -261,18 +261,21 @@ def test_the_audit_plot_names_its_candidates_and_keeps_its_whole_title():
 
 
 @pytest.mark.unit
-def test_repetitions_with_job_seeds_replay_the_jobs_own_draws():
+@pytest.mark.parametrize("sampling", ["iid", "without-replacement"])
+def test_repetitions_with_job_seeds_replay_the_jobs_own_draws(sampling):
     """betting_repetitions(seeds=...) draws, in repetition i, the items a job with seed
     seeds[i] labels: its max log e-values equal the engine's for that job (every candidate to
     its whole budget), and two tasks sharing a seed, as a multi-task job's do, share the
-    order (the multi-task audit replays that coupling)."""
+    order (the multi-task audit replays that coupling). Without replacement too: the
+    judge-only items' own order and the finite-population observations are the engine's."""
     from certsel.orchestrator.audit.job import betting_repetitions
     from certsel.orchestrator.audit.tasks import task_repetitions
     from certsel.orchestrator.engine.driver import LocalRuntime, run_job
 
     data_path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "data" / "prompts_sentiment.parquet"
     raw = {"data": {"path": str(data_path), "judge": "loss_judge_icl5"}, "alpha": 0.3, "delta": 0.1,
-           "candidates": ["prompt_000", "prompt_004", "prompt_008"], "policy": {"kind": "r-autoeval+"},
+           "candidates": ["prompt_000", "prompt_004", "prompt_008"],
+           "policy": {"kind": "r-autoeval+", "sampling": sampling},
            "procedure": "bonferroni", "objective": {"column": "prompt_len"},
            "budget": {"n": 60, "r": 2, "batch": 60}, "scheduling": {"mode": "full"}}
     seeds = np.array([3, 11])

@@ -16,6 +16,7 @@ a loss outside [0, 1] would void the certificate.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -37,15 +38,41 @@ def _quiet() -> None:
 
 
 def load_task(task: str, include_path: str | None):
-    """lm-eval's task object (from its registry, or a task config under ``include_path``)."""
+    """lm-eval's task object (from its registry, or a task config under ``include_path``).
+
+    A task under ``include_path`` is looked up there alone first: indexing lm-eval's whole
+    registry takes about 10 s, paid by the driver and by every candidate's worker. Only a task
+    not found there, or one whose config needs the registry (an ``include:`` of a built-in
+    template), goes through the full index, which also gives the errors."""
     _quiet()
     from lm_eval.tasks import TaskManager
 
-    manager = TaskManager(include_path=include_path) if include_path else TaskManager()
+    if include_path:
+        loaded = None
+        try:
+            own = TaskManager(include_path=include_path, include_defaults=False)
+            if task in own.all_tasks:
+                loaded = own.load([task])
+        except Exception:  # noqa: BLE001 -- the config needs the registry: the full index decides
+            loaded = None
+        if loaded is not None and loaded["tasks"].get(task) is not None:
+            return _one_task(loaded, task)
+    manager = _full_index(include_path)
     if task not in manager.all_tasks:
         where = f" or under {include_path}" if include_path else ""
         raise ValueError(f"labels.task: unknown lm-eval task {task!r} (not in lm-eval's registry{where})")
-    loaded = manager.load([task])
+    return _one_task(manager.load([task]), task)
+
+
+@functools.lru_cache(maxsize=4)
+def _full_index(include_path: str | None):
+    """lm-eval's whole task index (built once per process: the driver asks for it more than once)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=include_path) if include_path else TaskManager()
+
+
+def _one_task(loaded: dict, task: str):
     obj = loaded["tasks"].get(task)
     if obj is None or loaded.get("groups") or not hasattr(obj, "eval_docs"):
         raise ValueError(f"labels.task: {task!r} is a group of lm-eval tasks; give one task")

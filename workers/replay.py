@@ -152,6 +152,24 @@ def item_order(n_items: int, seed, reps: int | None = None) -> np.ndarray:
     return perm[0] if reps is None else perm
 
 
+# the judge-only items' own order under sampling without replacement: a stream of the job seed
+JUDGE_ORDER_STREAM = 0x4A0D
+
+
+def label_orders(n_items: int, seed, n: int, r: int, without_replacement: bool = False):
+    """(human items (n,), judge-only items (r n,)) of a betting test in the job's seeded order.
+
+    i.i.d. (the papers' protocol): the first n items of the order get human labels and the next
+    r n judge labels only, all distinct. Without replacement: the judge-only items are the first
+    r n of an order of their own (independent of the human order; an item may be in both), so
+    that each stream is a uniform draw from the whole table (docs/statistics.md, "Sampling
+    without replacement")."""
+    order = item_order(n_items, seed)
+    if not without_replacement:
+        return order[:n], order[n : n + r * n]
+    return order[:n], item_order(n_items, [int(seed), JUDGE_ORDER_STREAM])[: r * n]
+
+
 def sample_replications(table: LossTable, reps: int, n: int, N: int, *, seed: int = 0):
     """The paper's protocol, vectorised over replications: per replication one random
     permutation of the items (shared by all candidates, as the items are), the first n get

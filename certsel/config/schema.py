@@ -31,6 +31,10 @@ class PolicyConfig(Strict):
     # R-Eval / R-AutoEval(+): "split" (two factors sharing each bet, so the largest bet does not pay for the
     # judge-only mean's range; docs/statistics.md) or "paper" (eq. 10 of R-AutoEval+, one factor)
     observation: Literal["split", "paper"] = "split"
+    # R-Eval / R-AutoEval(+): "iid" certifies the risk of the distribution the items come from (the papers'
+    # setting); "without-replacement" certifies the mean over the finite table's items exactly, the
+    # judge-only items in an order of their own (docs/statistics.md, "Sampling without replacement")
+    sampling: Literal["iid", "without-replacement"] = "iid"
     # Cer-Eval's groups: 1-NN on item embeddings (Algorithm 2), or strata of the judge's loss
     partition: Literal["embeddings", "judge"] = "embeddings"
 
@@ -77,10 +81,15 @@ class PolicyConfig(Strict):
     def needs_features(self) -> bool:
         return self.policy_kind.needs_features(self.partition)
 
+    @property
+    def without_replacement(self) -> bool:
+        """A betting test of the finite table's mean (``sampling: without-replacement``)."""
+        return self.sampling == "without-replacement"
+
     @model_validator(mode="after")
     def _options_apply(self):
         kind = self.policy_kind
-        for key, default in (("partition", "embeddings"), ("observation", "split")):
+        for key, default in (("partition", "embeddings"), ("observation", "split"), ("sampling", "iid")):
             if getattr(self, key) != default and key not in kind.takes:
                 takers = [n for n, k in POLICY_KINDS.items() if key in k.takes]
                 raise ValueError(f"policy.{key} {getattr(self, key)!r} applies to policy.kind "
@@ -486,6 +495,9 @@ class RunConfig(Strict):
         if not self.policy.is_testing:
             raise ValueError(f"recovery: needs a testing policy ({', '.join(kinds_of(Family.TESTING))}), not "
                              f"{self.policy.kind!r}")
+        if self.policy.without_replacement:  # its bounds invert R-Eval over the recovery ratio: i.i.d. only so far
+            raise ValueError("recovery: policy.sampling 'without-replacement' is not available for recovery jobs; "
+                             "use the default 'iid'")
         if get_procedure(self.procedure).ranking:
             raise ValueError(f"recovery: certifies candidates against a reference; procedure {self.procedure!r} "
                              "ranks them against each other")

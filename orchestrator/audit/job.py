@@ -49,7 +49,7 @@ from certsel.policies.autoeval import (
     running_mean,
 )
 from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
-from certsel.workers.replay import item_order
+from certsel.workers.replay import label_orders
 
 from .base import BUDGET_GRID, AuditResult, clopper_pearson, failure_cells, job_features, overall_cells, repeat
 from .pairwise import pairwise_audit
@@ -71,7 +71,8 @@ def _testing_chunk(cfg, human, judge, orders, n, r, rhos):
     if judge is not None and np.any(rhos != 0):
         jl = judge[:, orders[:, :n]].transpose(1, 0, 2)
         ju = judge[:, orders[:, n : n * (1 + r)]].transpose(1, 0, 2)
-    obs = effective_observations(h, jl, ju, rhos=rhos, observation=cfg.policy.observation)
+    obs = effective_observations(h, jl, ju, rhos=rhos, observation=cfg.policy.observation,
+                                 population=human.shape[1] if cfg.policy.without_replacement else None)
     w0 = np.full(rhos.size, 1.0 / rhos.size)
     kw = dict(delta=cfg.delta, betting=cfg.policy.strategy, horizon=n)
     comps = component_log_evalues(obs, cfg.alpha, ci_scale=False, **kw)  # (reps, K, S, n)
@@ -188,12 +189,13 @@ def betting_repetitions(cfg: RunConfig, table, truth, reps: int, rng, progress=N
     repetitions and candidates: max log E (reps, K), labels to the first crossing of the
     candidate's level, whether the two-sided interval missed ``truth``, and the estimates on
     the budget grid. With ``seeds`` (reps,), repetition i draws the order a job with seed
-    ``seeds[i]`` draws (:func:`~certsel.workers.replay.item_order`): jobs that share a seed,
+    ``seeds[i]`` draws (:func:`~certsel.workers.replay.label_orders`): jobs that share a seed,
     as a multi-task job's tasks do, are replayed with the same coupling."""
     K, I = table.human.shape
     n, rhos = cfg.budget.n, cfg.policy.policy_kind.rhos
     levels = cfg.proc.candidate_deltas(cfg.delta, K)
     r = cfg.budget.r if cfg.policy.uses_judge else 0
+    wor = cfg.policy.without_replacement
     thresholds = -np.log(levels)
     max_log_e = np.empty((reps, K))
     first = np.empty((reps, K), dtype=np.int64)
@@ -201,8 +203,12 @@ def betting_repetitions(cfg: RunConfig, table, truth, reps: int, rng, progress=N
     est, classical = [], []
     for start in range(0, reps, chunk):
         m = min(chunk, reps - start)
-        orders = (_orders(rng, m, I, n * (1 + r)) if seeds is None
-                  else np.stack([item_order(I, int(x))[: n * (1 + r)] for x in seeds[start : start + m]]))
+        if seeds is not None:  # the orders jobs with these seeds draw: human items, then judge-only items
+            orders = np.stack([np.concatenate(label_orders(I, int(x), n, r, wor)) for x in seeds[start : start + m]])
+        elif wor:  # the judge-only items in an order of their own
+            orders = np.concatenate([_orders(rng, m, I, n), _orders(rng, m, I, r * n)], axis=1)
+        else:
+            orders = _orders(rng, m, I, n * (1 + r))
         log_e, e, c, t_grid, obs = _testing_chunk(cfg, table.human, table.judge if r else None, orders, n, r, rhos)
         hit = log_e >= thresholds[:, None]
         max_log_e[start : start + m] = log_e.max(axis=-1)

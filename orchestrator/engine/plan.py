@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from certsel.config import RunConfig
 from certsel.policies.kinds import PolicySettings
 from certsel.workers.contracts import CandidateSpec, JobArrays
-from certsel.workers.replay import item_order
+from certsel.workers.replay import label_orders
 
 from certsel.orchestrator.inputs.jobdata import JobData
 from certsel.orchestrator.inputs.sources import source_of
@@ -54,10 +54,12 @@ class JobPlan:
         if self.procedure.ranking:  # label servers: the pairwise comparisons live in the driver
             kind, settings = None, [None] * K
         elif self.testing:
-            order = item_order(I, cfg.seed)
+            wor = pol.without_replacement
+            order = label_orders(I, cfg.seed, n, r, wor)
             kind = pol.policy_kind
             settings = [PolicySettings(alpha=alpha, delta=cfg.delta, budget=n, seed=(cfg.seed, k),
-                                       betting=pol.strategy, r=r, observation=pol.observation, ci_delta=float(deltas[k]),
+                                       betting=pol.strategy, r=r, observation=pol.observation,
+                                       population=I if wor else None, ci_delta=float(deltas[k]),
                                        intervals=cfg.tracking.intervals, futility=cfg.scheduling.futility)
                         for k in range(K)]
         else:
@@ -65,8 +67,8 @@ class JobPlan:
             kind = pol.policy_kind
             settings = [PolicySettings(alpha=alpha, delta=float(deltas[k]), budget=n, seed=(cfg.seed, k),
                                        radius=pol.radius, partition=pol.partition) for k in range(K)]
-        self.arrays = JobArrays(human_items=None if order is None else order[:n],
-                                judge_items=None if order is None else order[n : n + r * n], features=features,
+        self.arrays = JobArrays(human_items=None if order is None else order[0],
+                                judge_items=None if order is None else order[1], features=features,
                                 items=self.data.items if cfg.live is not None else ())
         every = cfg.state.snapshot_every if self.job_dir is not None else None
         self.specs = [CandidateSpec(nm, self._source(k, with_judge), kind, settings[k], self.job_dir, every)

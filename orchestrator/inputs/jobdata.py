@@ -221,8 +221,16 @@ def listed(cfg: RunConfig, cands, where: str) -> tuple:
 
 
 def check_size(cfg: RunConfig, n_items: int, where: str) -> None:
-    """Testing policies label n human items and r*n judge-only items, all distinct."""
-    need = cfg.budget.n * (1 + (cfg.budget.r if cfg.policy.uses_judge else 0))
+    """Testing policies label n human items and r*n judge-only items, all distinct (i.i.d.), or
+    each from its own order over the table (without replacement: n and r*n at most the items)."""
+    r = cfg.budget.r if cfg.policy.uses_judge else 0
+    if cfg.policy.is_testing and cfg.policy.without_replacement:
+        if max(cfg.budget.n, r * cfg.budget.n) > n_items:
+            raise ValueError(f"budget: sampling without replacement draws n = {cfg.budget.n} human and r*n = "
+                             f"{r * cfg.budget.n} judge-only items from {where}, which has {n_items} "
+                             f"(the largest budget.n that fits is {n_items // max(r, 1)})")
+        return
+    need = cfg.budget.n * (1 + r)
     if cfg.policy.is_testing and need > n_items:
         largest = n_items // (1 + (cfg.budget.r if cfg.policy.uses_judge else 0))
         raise ValueError(f"budget: n*(1+r) = {need} items needed per candidate but {where} has {n_items} "

@@ -14,11 +14,13 @@ import dataclasses
 import logging
 import os
 
+import numpy as np
+
 from certsel.config import RunConfig
 from certsel.errors import InputError, first_line
 from certsel.workers.contracts import SourceError
 from certsel.workers.live import LiveSpec
-from certsel.workers.replay import item_order
+from certsel.workers.replay import label_orders
 
 from .jobdata import JobData, load_live
 from .source_kind import Provides, ServerFleet, SourceKind
@@ -27,12 +29,16 @@ log = logging.getLogger("certsel.job")
 
 
 def reference_items(cfg: RunConfig, n_items: int):
-    """The items whose reference answers a job will need: the seeded order's first
-    n (1 + r) items for R-Eval/R-AutoEval(+), which label exactly those; every item for the
-    policies that choose items as they go (judge-stratified, Seq, Cer-Eval, pairwise)."""
+    """The items whose reference answers a job will need: the human and judge-only items of
+    R-Eval/R-AutoEval(+) (:func:`~certsel.workers.replay.label_orders`), which label exactly
+    those; every item for the policies that choose items as they go (judge-stratified, Seq,
+    Cer-Eval, pairwise)."""
     if cfg.policy.is_testing and not cfg.policy.judge_first and not cfg.proc.ranking:
         r = cfg.budget.r if cfg.policy.uses_judge else 0
-        return item_order(n_items, cfg.seed)[: min(n_items, cfg.budget.n * (1 + r))]
+        human, judge = label_orders(n_items, cfg.seed, cfg.budget.n, r, cfg.policy.without_replacement)
+        if not cfg.policy.without_replacement:
+            return np.concatenate([human, judge])  # the order's first n (1 + r) items, in order
+        return np.unique(np.concatenate([human, judge]))
     return range(n_items)
 
 

@@ -80,6 +80,13 @@ def _guarantee(result: JobResult) -> str:
                 "judge's loss, and each candidate's e-process bets on an observation whose conditional mean is R "
                 "exactly, for any strata, allocation and controls fixed from past labels, so the statement holds "
                 "at any stopping time by Ville's inequality. A bad judge costs labels, never validity.")
+    if cfg.policy.is_testing and cfg.policy.without_replacement:
+        source = source_of(cfg).items_words(n_items)
+        first = stacked or (f"R is a candidate's mean {loss} over {source}: a finite population, which the job labels "
+                            "in a random order without replacement (the judge-only items in an order of their own).")
+        return (f"{first} Each candidate's e-process bets on finite-population observations whose conditional "
+                "mean is R exactly, so it is a test supermartingale under R > alpha and the statement holds at any "
+                "stopping time by Ville's inequality. A bad judge costs labels, never validity.")
     if cfg.policy.is_testing:
         source = source_of(cfg).items_words(n_items)
         first = stacked or (f"R is a candidate's risk: its mean {loss} over {source}, which the job labels in a random "

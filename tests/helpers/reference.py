@@ -317,3 +317,69 @@ def reference_split_evalue_path(human, judge_labeled, judge_unlabeled, *, alpha,
         judge_sum += float(judge_labeled[i]) + sum(block)
         judge_count += 1 + r
     return np.array(path)
+
+
+def reference_wor_split_evalue_path(human, judge_labeled, judge_unlabeled, *, alpha, rhos, prior, population,
+                                    loss_bounds=(0.0, 1.0)):
+    """:func:`reference_split_evalue_path` for draws without replacement from a table of
+    ``population`` items, literally: before each draw of a stream with k - 1 earlier values of
+    sum S, the value v enters as Y = (S + (N - k + 1) v) / N, known to lie in [(S + (N - k + 1)
+    lo) / N, (S + (N - k + 1) hi) / N]. The human losses and the judge's losses on them are
+    one stream each (same draws), the judge-only losses another (their own order). Then
+    x = Y^h - rho (Y^j - c), b = rho (mean of the block's Y^g - c), and the bet's denominator is
+    the largest value either factor can take above the target: top(Y^h) - alpha for rho = 0,
+    max(top(Y^h) - rho (bottom(Y^j) - c) - lo, rho (max top(Y^g) - c)) for rho > 0."""
+    lo, hi = loss_bounds
+    N = float(population)
+    n = len(human)
+    r = len(judge_unlabeled) // n
+    S = len(rhos)
+    priors = [prior_of(prior, rho) for rho in rhos]
+    wealth = [np.array(pr[1], dtype=float) for pr in priors]
+    w0 = [1.0 / S] * S
+    E_s = [1.0] * S
+    w = list(w0)
+    judge_sum, judge_count = 0.5 * (lo + hi), 1
+    sum_h = sum_j = sum_g = 0.0
+    drawn_g = 0
+    E, path = 1.0, []
+    for i in range(n):
+        c = judge_sum / judge_count
+        left = N - i  # N - k + 1 with k = i + 1
+        yh = (sum_h + left * float(human[i])) / N
+        top_h = (sum_h + left * hi) / N
+        yj = (sum_j + left * float(judge_labeled[i])) / N if r else c
+        bottom_j = (sum_j + left * lo) / N if r else c
+        ys, tops_g = [], []
+        for k in range(r * i, r * (i + 1)):
+            v = float(judge_unlabeled[k])
+            ys.append((sum_g + (N - drawn_g) * v) / N)
+            tops_g.append((sum_g + (N - drawn_g) * hi) / N)
+            sum_g += v
+            drawn_g += 1
+        gbar = sum(ys) / r if r else c
+        e_s = []
+        for s, rho in enumerate(rhos):
+            x = yh - rho * (yj - c)
+            b = rho * (gbar - c)
+            if rho > 0:
+                d = max(top_h - rho * (bottom_j - c) - lo, rho * (max(tops_g) - c))
+            else:
+                d = max(top_h - alpha, 1e-9)
+            ya, yb = (x - alpha) / d, b / d
+            nodes = priors[s][0]
+            u = float(np.sum(nodes * wealth[s]) / np.sum(wealth[s]))
+            e = (1 - u * ya) * (1 - u * yb)
+            wealth[s] = wealth[s] * (1 - nodes * ya) * (1 - nodes * yb)
+            E_s[s] *= e
+            e_s.append(e)
+        E *= sum(w[s] * e_s[s] for s in range(S))
+        total = sum(w0[s] * E_s[s] for s in range(S))
+        w = [w0[s] * E_s[s] / total for s in range(S)]
+        path.append(E)
+        sum_h += float(human[i])
+        if r:
+            sum_j += float(judge_labeled[i])
+            judge_sum += float(judge_labeled[i]) + sum(float(judge_unlabeled[k]) for k in range(r * i, r * (i + 1)))
+            judge_count += 1 + r
+    return np.array(path)

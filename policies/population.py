@@ -1,0 +1,146 @@
+"""Sampling without replacement from a finite table: observations whose conditional mean is
+the table's mean, exactly (Waudby-Smith & Ramdas, "Confidence sequences for sampling without
+replacement", NeurIPS 2020, arXiv:2006.04347).
+
+A stream draws items of a table of ``size`` N one at a time, uniformly among those it has not
+drawn. Before its k-th draw the stream has seen k - 1 values with sum S_{k-1}; the N - k + 1
+items left have mean (N mu - S_{k-1}) / (N - k + 1), so
+
+    Y_k = (S_{k-1} + (N - k + 1) v_k) / N
+
+has E[Y_k | past] = mu, the mean of all N values, whatever happened before. Y_k lies in
+[(S_{k-1} + (N - k + 1) lo) / N, (S_{k-1} + (N - k + 1) hi) / N], a range known before the
+draw that closes on mu as the table runs out (at k = N, Y_N = mu). A test or a confidence
+sequence that needs only "conditional mean mu, predictable range" (the betting tests of
+:mod:`certsel.policies.autoeval`, the confidence sequences of :mod:`certsel.policies.confseq`)
+is then exact for the table's mean instead of for the risk of a distribution the items were
+drawn from. With one value per item (k <= N) the transform is a reweighting of the draws,
+so nothing else changes.
+
+:class:`Stream` is one such stream's running count and sum, so a test fed in batches (or
+restored from a checkpoint) continues exactly; it is vectorised over leading batch axes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from ._validation import check_positive_int
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A stream's transformed draws ``y`` (..., t) with the range [``low``, ``high``] each
+    was known to lie in before it was drawn, and the stream after them."""
+
+    y: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    after: "Stream"
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Draws without replacement from a table of ``size`` items: ``count`` drawn so far and
+    the ``total`` of their values (one per batch element)."""
+
+    size: int
+    count: int = 0
+    total: np.ndarray | float = 0.0
+
+    def __post_init__(self):
+        check_positive_int(self.size, "population size")
+        if not 0 <= int(self.count) <= self.size:
+            raise ValueError(f"a stream of a {self.size}-item table cannot have drawn {self.count} items")
+
+    @property
+    def left(self) -> int:
+        return self.size - int(self.count)
+
+    def draw(self, values, bounds: tuple[float, float]) -> Drawn:
+        """Y_k for the next t draws ``values`` (..., t) with values in ``bounds``; one-line
+        error when the table has fewer than t items left."""
+        v = np.asarray(values, dtype=np.float64)
+        t = v.shape[-1]
+        if t > self.left:
+            raise ValueError(f"{t} more draws without replacement from a {self.size}-item table that has "
+                             f"{self.left} left")
+        lo, hi = bounds
+        N = float(self.size)
+        before = np.asarray(self.total, dtype=np.float64)[..., None] + np.cumsum(v, axis=-1) - v  # S_{k-1}
+        remaining = N - (self.count + np.arange(t, dtype=np.float64))  # N - k + 1
+        y = (before + remaining * v) / N
+        low = (before + remaining * lo) / N
+        high = (before + remaining * hi) / N
+        total = np.asarray(self.total, dtype=np.float64) + v.sum(axis=-1)
+        return Drawn(y, low, high, Stream(self.size, int(self.count) + t, total))
+
+
+@dataclass(frozen=True)
+class TableDraws:
+    """The streams of a test on a finite table of ``size`` items (see the module docstring):
+
+    * ``human``: the human-labelled items, in the job's random order;
+    * ``judge``: the judge's losses on those same items (the same draws, so its count is
+      ``human``'s): the paired difference h - rho j of step k transforms as Y^h_k - rho Y^j_k;
+    * ``judge_only``: the judge-only items of R-AutoEval+, drawn by a random order of their
+      own over the whole table, independent of the human order (an item may be in both).
+
+    Independent orders are what make the split observation's two factors independent given
+    the past, as in the i.i.d. argument; judge-only items taken from the items the human
+    order has not reached would leave a pool whose human mean is unknown."""
+
+    size: int
+    human: Stream
+    judge: Stream
+    judge_only: Stream
+
+    @classmethod
+    def start(cls, size: int, batch_shape=()) -> "TableDraws":
+        zero = np.zeros(tuple(batch_shape))
+        return cls(int(size), Stream(size, 0, zero), Stream(size, 0, zero), Stream(size, 0, zero))
+
+    @staticmethod
+    def stack(parts) -> "TableDraws":
+        """One batch (k,) from k single-element draws with the same counts (a host's stacked tests)."""
+        parts = list(parts)
+        size = parts[0].size
+
+        def cat(name):
+            first = getattr(parts[0], name)
+            if any(getattr(p, name).count != first.count for p in parts):
+                raise ValueError("stacked tests must have drawn the same number of items")
+            return Stream(size, first.count, np.stack([np.asarray(getattr(p, name).total) for p in parts]))
+
+        if any(p.size != size for p in parts):
+            raise ValueError("stacked tests must draw from tables of one size")
+        return TableDraws(size, cat("human"), cat("judge"), cat("judge_only"))
+
+    def element(self, i: int) -> "TableDraws":
+        """Batch element ``i`` of a 1-D batch."""
+        return TableDraws(self.size, *(Stream(self.size, s.count, np.array(np.asarray(s.total)[i]))
+                                       for s in (self.human, self.judge, self.judge_only)))
+
+    def to_dict(self) -> dict:
+        return {"size": self.size, **{name: {"count": int(s.count), "total": np.asarray(s.total).copy()}
+                                      for name, s in (("human", self.human), ("judge", self.judge),
+                                                      ("judge_only", self.judge_only))}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TableDraws":
+        size = int(d["size"])
+        return cls(size, *(Stream(size, int(d[k]["count"]), np.asarray(d[k]["total"], dtype=np.float64))
+                           for k in ("human", "judge", "judge_only")))
+
+
+class Sampling(str, Enum):
+    """How a betting test's items are drawn, and so what it certifies (docs/statistics.md,
+    "Sampling without replacement"): ``iid``, the risk of the distribution the items come from
+    (the papers' setting); ``without-replacement``, the mean of the finite table they are
+    drawn from, exactly, with judge-only items in an order of their own."""
+
+    IID = "iid"
+    WITHOUT_REPLACEMENT = "without-replacement"
