@@ -99,38 +99,13 @@ def bootstrap_orders(losses: np.ndarray, truth: np.ndarray, m: int, seed: int, B
 
 
 def oracle_limit(losses: np.ndarray, delta: float, epsilon: float | None) -> np.ndarray:
-    """A lower bound on each model's evaluations in a full ranking, for an oracle test.
-
-    The oracle knows each pair's per-item standard deviation s of the difference and decides
-    the pair after n items once z s sqrt((N - n) / ((N - 1) n)) (the normal bound for the mean of
-    n items drawn without replacement from N, at the pair's level z = z_(delta / 2P)) falls
-    below its margin: |Delta| to order it, epsilon - |Delta| to tie it. A pair with no model
-    strictly between its two (in particular an exact tie) cannot be ordered through others, so it
-    must be decided itself; a model is labelled at least as far as its furthest such pair.
-    Any valid test needs about this much or more (a normal approximation of the limit)."""
-    from scipy.stats import norm
+    """A lower bound on each model's evaluations in a full ranking, for an oracle test that knows
+    every pair's moments on the table (:func:`certsel.orchestrator.engine.oracle.ranking_need`,
+    each pair at its level per direction delta / (K (K - 1)))."""
+    from certsel.orchestrator.engine.oracle import ranking_need, table_moments
 
     K, N = losses.shape
-    z = norm.isf(delta / (K * (K - 1)))
-    mean = losses.mean(axis=1)
-    n = np.arange(1, N + 1)
-    half_width = np.sqrt((N - n) / ((N - 1) * n))  # times z s
-
-    def items(margin: float, s: float) -> int:
-        ok = z * s * half_width <= margin
-        return int(n[np.argmax(ok)]) if margin > 0 and ok.any() else N
-
-    need = np.zeros(K, dtype=np.int64)
-    for a in range(K):
-        for b in range(a + 1, K):
-            lo, hi = sorted((mean[a], mean[b]))
-            if lo < hi and np.any((mean > lo) & (mean < hi)):
-                continue  # could be implied through a model in between
-            d = losses[a] - losses[b]
-            gap, s = abs(d.mean()), d.std()
-            m = min(items(gap, s), items(epsilon - gap, s) if epsilon and gap < epsilon else N)
-            need[a], need[b] = max(need[a], m), max(need[b], m)
-    return need
+    return ranking_need(*table_moments(losses), N, delta / (K * (K - 1)), epsilon)
 
 
 def summarise(rows: list[dict]) -> dict:

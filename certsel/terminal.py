@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from certsel.orchestrator.outputs.gpu import gpu_line
-from certsel.orchestrator.outputs.cells import efficiency_cell, headline, judge_cell, rank_text, tie_counts
+from certsel.orchestrator.outputs.cells import efficiency_cell, headline, judge_cell, oracle_line, rank_text, tie_counts
 from certsel.orchestrator.outputs.numbers import bound_text, share_text
 
 if TYPE_CHECKING:  # the schema imports pydantic: only where a certificate is parsed
@@ -350,6 +350,8 @@ def print_job(console, cert: Selection | TasksSelection, quiet: bool, run_id=Non
     console.print("labels: " + ", ".join(
         f"{getattr(lab.spent, k)} {k} of {getattr(lab.full_budget, k)} ({_saved(getattr(lab.saved_fraction, k))})"
         for k in ("human", "judge", "requests") if getattr(lab.full_budget, k)), markup=False)
+    if lab.oracle is not None:
+        console.print(oracle_line(lab.oracle), markup=False)
     if cert.costs is not None:
         console.print(cost_line(cert.costs), markup=False)
     if cert.gpu is not None:

@@ -9,7 +9,9 @@ that the certificate, the report and the plots only format them (no output recom
 * ``recovery``: a recovery job's figures (:mod:`.recovery`; needs the label log);
 * ``budget_curve``: what the job would have selected with a smaller per-candidate budget,
   recomputed from the recorded evidence (each candidate's evidence up to b labels is a prefix
-  of what it recorded).
+  of what it recorded);
+* ``oracle``: the human labels the job used against an estimate of the fewest an oracle
+  would need for what it certified (:func:`oracle_estimate`).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import numpy as np
 
 from certsel.policies import select
 
-from certsel.orchestrator.results.records import JobResult, Status
+from certsel.orchestrator.results.records import JobResult, OracleEstimate, Status
 
+from .oracle import labelled_moments, ranking_need
 from .recovery import recovery_rows
 
 
@@ -34,7 +37,48 @@ def derive(result: JobResult) -> JobResult:
     if cfg.recovery is not None and result.labels is not None:
         result.recovery = recovery_rows(result)
     result.budget_curve = budget_curve(result)
+    result.oracle = oracle_estimate(result)
     return result
+
+
+def oracle_estimate(result: JobResult) -> OracleEstimate | None:
+    """The job's human labels against the fewest an oracle would need for what it certified.
+
+    An oracle that knows every candidate's risk tests only the candidates it will certify
+    (under a fixed sequence it must still test each of them: the certified set is a prefix)
+    and spends on each the fewest labels any level test can need on average, log(1/level) /
+    KL_inf (with a judge, the prediction-powered floor): each certified candidate's
+    ``label_minimum``, estimated from its own labels at its decision level
+    (:mod:`certsel.policies.limits`). The sum is an estimate (plug-in risks), not a bound;
+    None for a ranking, an estimation policy, or a job that certified nothing (the oracle
+    would spend nothing)."""
+    cfg = result.cfg
+    if cfg.proc.ranking:
+        return _ranking_oracle(result)
+    if not cfg.policy.is_testing:
+        return None
+    mins = [r.label_minimum for r in result.records if r.name in set(result.certified)]
+    if not mins or any(m is None for m in mins):
+        return None
+    return OracleEstimate(labels=int(sum(r.n_human for r in result.records)), oracle=float(sum(mins)),
+                          candidates=len(mins))
+
+
+def _ranking_oracle(result: JobResult) -> OracleEstimate | None:
+    """A full ranking (``pairwise.goal: ranking``): the model evaluations an oracle would need
+    (:func:`~.oracle.ranking_need`, each pair at the job's level per direction, with the job's
+    epsilon), its pair moments estimated from the job's own labels; None for the other goals
+    or without the label log."""
+    rk = result.ranking
+    if rk is None or rk.goal != "ranking" or result.labels is None:
+        return None
+    rows = [result.labels.get(r.name) for r in result.records]
+    if any(x is None for x in rows):
+        return None
+    labels = [(x.item[x.role == "human"], x.loss[x.role == "human"]) for x in rows]
+    need = ranking_need(*labelled_moments(labels), result.data.n_items, rk.pair_delta_per_direction, rk.epsilon)
+    return OracleEstimate(labels=int(sum(r.n_human for r in result.records)), oracle=float(need.sum()),
+                          candidates=len(rows), basis="ranking")
 
 
 def budgets(cfg) -> list[int]:

@@ -13,6 +13,20 @@ def efficiency_cell(row) -> str:
     return f"{row.certified_at_labels} / {row.labels_minimum_estimate:.0f}"
 
 
+def oracle_line(oracle) -> str:
+    """The job's human labels against the oracle's estimate (a certificate's ``labels.oracle``):
+    "labels used / oracle estimate: 1,457 / 612 = 2.38x (...)"; blank without one."""
+    if oracle is None:
+        return ""
+    n = oracle.candidates
+    why = ("what an oracle that knew each pair's mean difference and spread would evaluate for a full ranking of the "
+           f"{n} models, estimated from their labels" if oracle.basis == "ranking" else
+           f"an oracle that knew every risk would label only the {n} certified candidate{'s' if n != 1 else ''}, each "
+           "with the fewest labels any test needs, estimated from its labels")
+    return (f"labels used / oracle estimate: {oracle.labels:,} / {oracle.oracle_estimate:,.0f} = {oracle.ratio:.2f}x "
+            f"({why})")
+
+
 def judge_cell(judge) -> str:
     """A candidate's judge agreement for tables: "97% (0.85)" (agreement, Cohen's kappa)."""
     if judge is None:

@@ -224,7 +224,8 @@ def _fields(result: JobResult) -> dict:
         "objective": None if cfg.objective is None else cfg.objective.model_dump(),
         "labels": {"spent": result.spent, "full_budget": result.full,
                    "saved_fraction": {k: _round(v, 4) for k, v in saved.items()},
-                   "budget": _budget(cfg), "rounds": result.rounds},
+                   "budget": _budget(cfg), "rounds": result.rounds,
+                   **({} if result.oracle is None else {"oracle": _oracle(result.oracle)})},
         "costs": None if cfg.costs is None else _costs(cfg, result),
         "gpu": gpu_block(result),
         "scheduling": cfg.scheduling.stated(),
@@ -242,6 +243,21 @@ def _fields(result: JobResult) -> dict:
     if result.data.pilot is not None:
         out["pilot"] = _pilot(result.data.pilot)
     return out
+
+
+def _oracle(o) -> dict:
+    """Labels used against the oracle's estimate (engine/derived.py), rounded for the file."""
+    if o.basis == "ranking":
+        note = ("an oracle that knew each pair's mean difference and spread would decide each pair that no model "
+                "between them can decide, with the normal bound for sampling without replacement at the pair's level "
+                "(a model labelled as far as its furthest such pair), moments estimated from the job's labels: a "
+                "plug-in estimate, not a bound")
+    else:
+        note = ("an oracle that knew every risk would test only the certified candidates, each with the fewest labels "
+                "any level test needs on average (log(1/level) / KL_inf, or the prediction-powered floor with a "
+                "judge), estimated from their own labels: a plug-in estimate, not a bound")
+    return {"labels": o.labels, "oracle_estimate": _round(o.oracle, 1), "ratio": _round(o.ratio, 3),
+            "candidates": o.candidates, "basis": o.basis, "note": note}
 
 
 def _pilot(p) -> dict:

@@ -17,7 +17,7 @@ import numpy as np
 
 from certsel.policies.kinds import Family, get_policy_kind
 
-from .cells import efficiency_cell, headline, judge_cell, rank_text, tie_counts
+from .cells import efficiency_cell, headline, judge_cell, oracle_line, rank_text, tie_counts
 from .certificate import bound_text, certificate_of, share_text
 from .plots import write_plots
 from .selection_schema import Claim, Evidence, Selection
@@ -294,10 +294,13 @@ def _markdown(cert: Selection, plots) -> str:
            f"**Certificate:** {cert.certificate}.", "", cert.guarantee, "",
            f"Policy {_policy_words(cert)}, delta = {p.delta:g}"
            + (f", alpha = {p.alpha:g}" if p.alpha is not None else "") + f", procedure: {p.level}.", ""]
-    for table in (_labels_table(cert), *_gpu_tables(cert), _rows(cert),
+    labels = _labels_table(cert)
+    for table in (labels, *_gpu_tables(cert), _rows(cert),
                   *([_pair_rows(cert)] if cert.ranking is not None else []), *_task_tables(cert)):
         out += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
         out += ["| " + " | ".join(r) + " |" for r in table[1:]] + [""]
+        if table is labels and cert.labels.oracle is not None:
+            out += [oracle_line(cert.labels.oracle), ""]
     if cert.ranking is None:
         out += [_bounds_note(cert), ""]
     incidents = _incidents(cert)
@@ -320,7 +323,7 @@ _HTML = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True
 <p><b>Certificate:</b> {{ certificate }}.</p>
 <p class="muted">{{ guarantee }}</p>
 <p class="muted">Policy {{ policy }}, delta = {{ delta }}{% if alpha %}, alpha = {{ alpha }}{% endif %}, procedure: {{ level }}.</p>
-<h2>Labels</h2>{{ table(labels) }}
+<h2>Labels</h2>{{ table(labels) }}{% if labels_note %}<p class="muted">{{ labels_note }}</p>{% endif %}
 {% if gpu %}
 <h2>GPU time</h2><p class="muted">{{ gpu_words }}</p>
 {{ table(gpu[0]) }}<div class="wide">{{ table(gpu[1]) }}</div>{{ table(gpu[2]) }}
@@ -365,7 +368,7 @@ def _html(cert: Selection, plots) -> str:
         job=cert.job, css=_CSS, selected=cert.selected, head=head, lines=lines,
         certificate=cert.certificate, guarantee=cert.guarantee, policy=_policy_words(cert),
         delta=f"{p.delta:g}", alpha=f"{p.alpha:g}" if p.alpha is not None else None, level=p.level,
-        labels=_labels_table(cert), rows=_rows(cert), classes=classes, pairs=_pair_rows(cert) if ranking else None,
+        labels=_labels_table(cert), labels_note=oracle_line(cert.labels.oracle), rows=_rows(cert), classes=classes, pairs=_pair_rows(cert) if ranking else None,
         bounds_note=_bounds_note(cert), incidents=_incidents(cert), images=images, tasks=_task_tables(cert),
         aggregate_words=None if cert.aggregate is None else cert.aggregate.words, gpu=_gpu_tables(cert), gpu_words=_GPU_WORDS)
 

@@ -68,6 +68,20 @@ class Saved(_Doc):
     requests: float
 
 
+class Oracle(_Doc):
+    """The job's human labels against an oracle's estimated need (testing procedures)."""
+
+    labels: int = Field(ge=0, description="human labels the job bought, every candidate")
+    oracle_estimate: float = Field(gt=0, description="the fewest an oracle would need on average for what the job "
+                                                     "certified (see basis)")
+    ratio: float = Field(gt=0, description="labels / oracle_estimate")
+    candidates: int = Field(ge=1, description="the candidates the estimate counts")
+    basis: Literal["certified", "ranking"] = Field(description="certified: the certified candidates' fewest labels "
+                                                               "any test needs; ranking: a full ranking's evaluations "
+                                                               "for an oracle that knows each pair's moments")
+    note: str
+
+
 class Labels(_Doc):
     spent: Counts
     full_budget: Counts = Field(description="what every candidate run to its whole budget would have bought")
@@ -75,6 +89,8 @@ class Labels(_Doc):
                                               "different items")
     budget: dict[str, int | float | None] = Field(description="the job's budget keys (n, r, batch, ...)")
     rounds: int = Field(ge=0)
+    oracle: Oracle | None = Field(None, description="labels used against an oracle's estimate (absent: a ranking, an "
+                                                    "estimation policy, or nothing certified)")
 
 
 class Procedure(_Doc):

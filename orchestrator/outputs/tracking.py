@@ -367,6 +367,9 @@ class JobTracker:
         if sel is not None and sel.objective is not None:
             metrics["selected_objective"] = sel.objective
         metrics.update(gpu_metrics(whole.gpu))
+        if whole.labels.oracle is not None:  # labels used against an oracle's estimate (engine/derived.py)
+            metrics.update(oracle_estimate_labels=whole.labels.oracle.oracle_estimate,
+                           labels_over_oracle=whole.labels.oracle.ratio)
         if result.cfg.costs is not None:  # the spend in the user's unit (tag certsel.cost_unit)
             spent = result.cfg.costs.of(result.spent["human"], result.spent["judge"], result.spent["requests"])
             metrics.update({f"cost_{k}": v for k, v in spent.items()})

@@ -174,6 +174,21 @@ class RecoveryRow:
     labels: int
 
 
+@dataclass(frozen=True)
+class OracleEstimate:
+    """The job's human labels against an estimate of the fewest a level-delta oracle would
+    need for what the job certified (:func:`~certsel.orchestrator.engine.derived.oracle_estimate`)."""
+
+    labels: int  # human labels the job bought, every candidate
+    oracle: float  # the fewest any test would need for the certified candidates, estimated from their labels
+    candidates: int  # the candidates the estimate counts: the certified ones, or every model of a ranking
+    basis: str = "certified"  # "certified": the certified candidates' minimums; "ranking": a full ranking's
+
+    @property
+    def ratio(self) -> float:
+        return self.labels / self.oracle
+
+
 @dataclass
 class JobResult:
     """Everything the certificate, the report and the tracker need."""
@@ -207,6 +222,7 @@ class JobResult:
     recovery: list[RecoveryRow] | None = None  # a recovery job: every candidate's recovery figures
     # what the job would have selected with a smaller per-candidate budget: (human labels, its objective)
     budget_curve: list[tuple[int, float | None]] | None = None
+    oracle: OracleEstimate | None = None  # labels used against an oracle's estimate (testing procedures)
     # the certificate, built once when the job has ended (outputs.certificate.certificate_of): the
     # file, the MLflow runs and the terminal show the same one, down to its timestamp
     certificate: Any = dataclasses.field(default=None, repr=False)  # outputs.selection_schema.Selection

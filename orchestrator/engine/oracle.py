@@ -1,0 +1,66 @@
+"""What an oracle would spend on a full ranking: the yardstick of ``labels.oracle`` for a
+ranking job and of ``benchmarks/ranking_ties.py``.
+
+The oracle knows each pair's per-item standard deviation s of the loss difference and decides
+the pair after n of the N items once z s sqrt((N - n) / ((N - 1) n)) -- the normal bound for the
+mean of n items drawn without replacement from N, at the pair's level z = z_(level) -- falls
+below its margin: |Delta| to order it, epsilon - |Delta| to tie it. A pair with no model
+strictly between its two (in particular an exact tie) cannot be ordered through others, so it
+must be decided itself; a model is labelled at least as far as its furthest such pair. Any
+valid test needs about this much or more (a normal approximation of the limit, which an
+anytime-valid test pays more than).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import norm
+
+
+def ranking_need(means: np.ndarray, gaps: np.ndarray, sds: np.ndarray, n_items: int, level: float,
+                 epsilon: float | None) -> np.ndarray:
+    """Items each model needs for a full ranking (K,): ``means`` (K,) the models' mean losses,
+    ``gaps`` and ``sds`` (K, K) each pair's |mean difference| and per-item standard deviation
+    of the difference, ``level`` each pair's one-sided level (per direction)."""
+    K = means.size
+    z = norm.isf(level)
+    n = np.arange(1, n_items + 1)
+    half_width = np.sqrt((n_items - n) / max(n_items - 1, 1) / n)  # times z s
+
+    def items(margin: float, s: float) -> int:
+        ok = z * s * half_width <= margin
+        return int(n[np.argmax(ok)]) if margin > 0 and ok.any() else n_items
+
+    need = np.zeros(K, dtype=np.int64)
+    for a in range(K):
+        for b in range(a + 1, K):
+            lo, hi = sorted((means[a], means[b]))
+            if lo < hi and np.any((means > lo) & (means < hi)):
+                continue  # could be implied through a model in between
+            gap, s = gaps[a, b], sds[a, b]
+            m = min(items(gap, s), items(epsilon - gap, s) if epsilon and gap < epsilon else n_items)
+            need[a], need[b] = max(need[a], m), max(need[b], m)
+    return need
+
+
+def table_moments(losses: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(means, gaps, sds) of a whole loss table (K, N): what an oracle knows."""
+    d = losses[:, None, :] - losses[None, :, :]
+    return losses.mean(axis=1), np.abs(d.mean(axis=-1)), d.std(axis=-1)
+
+
+def labelled_moments(labels: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(means, gaps, sds) estimated from each model's labels, a list of (items, losses): each
+    model's mean over its own labels, each pair's moments over the items both labelled (a
+    pair with fewer than two shared items counts as undecided: gap 0, sd 0.5)."""
+    K = len(labels)
+    means = np.array([float(loss.mean()) if loss.size else np.nan for _, loss in labels])
+    gaps, sds = np.zeros((K, K)), np.full((K, K), 0.5)
+    for a in range(K):
+        for b in range(a + 1, K):
+            common, ia, ib = np.intersect1d(labels[a][0], labels[b][0], return_indices=True)
+            if common.size >= 2:
+                d = labels[a][1][ia] - labels[b][1][ib]
+                gaps[a, b] = gaps[b, a] = abs(float(d.mean()))
+                sds[a, b] = sds[b, a] = float(d.std())
+    return means, gaps, sds
