@@ -8,13 +8,22 @@ whole table (<= alpha in every run, else the run is flagged), human labels, judg
 pilot's included). Prints one table row per judge and policy, with the ratio of human labels
 to R-Eval's from the top, measured in this run.
 
+``--fwer REPS``: the family-wise error of the pilot-started sequence at its least favourable
+case (tests/helpers/boundary.py: configs well within alpha, then the first null at alpha +
+1/items, where the pilot's start lands; no margin), by ``certsel audit``, which replays the
+pilot's own draws and the job's in every repetition: the share of repetitions that certified a
+null, with its 99% Clopper-Pearson interval, against delta.
+
     python benchmarks/pilot_start.py --seeds 10
+    python benchmarks/pilot_start.py --fwer 1000
 """
 
 from __future__ import annotations
 
 import argparse
 import pathlib
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -23,7 +32,9 @@ from certsel.config import load_config
 from certsel.orchestrator.engine.driver import LocalRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "quantization.yaml"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "quantization.yaml"
+sys.path.insert(0, str(ROOT / "tests"))  # the boundary table shared with tests/test_pilot_start.py
 RUNS = {"r-eval, from the top": ["policy.kind=r-eval"],
         "r-autoeval+, from the top": [],
         "r-autoeval+, pilot start": ["scheduling.start=pilot"]}
@@ -39,11 +50,34 @@ def one(judge: str, sets: list[str], seed: int) -> dict:
             "start": None if res.data.pilot is None else res.data.pilot.start}
 
 
+def familywise(reps: int) -> None:
+    from certsel.config import parse_config
+    from certsel.orchestrator.audit.base import clopper_pearson
+    from certsel.orchestrator.audit.job import audit
+    from helpers.boundary import boundary_job, boundary_table
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "boundary.parquet"
+        boundary_table(path)
+        cfg = parse_config(boundary_job(path))
+        res = audit(cfg, load_job_data(cfg), reps=reps, seed=2026, workers=1)
+    rate = res.overall["familywise_failure"]
+    lo, hi = clopper_pearson(round(rate * reps), reps, 0.99)
+    print(f"pilot-started FST at its boundary: family-wise failure {rate:.4f} over {reps} repetitions "
+          f"(one-sided 99% Clopper-Pearson bounds {lo:.4f} and {hi:.4f}; delta {cfg.delta}); configs certified per run "
+          f"{res.overall['mean_certified']:.2f}; {time.perf_counter() - t0:.0f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--judges", nargs="+", default=["loss_judge_best", "loss_judge_med", "loss_judge_bad"])
+    ap.add_argument("--fwer", type=int, default=None, metavar="REPS")
     args = ap.parse_args()
+    if args.fwer:
+        familywise(args.fwer)
+        return
     t0 = time.perf_counter()
     print("| judge | policy | human labels (mean) | x R-Eval from the top | judge labels (mean) | "
           "selected = top run's | true R of the selection <= alpha |")

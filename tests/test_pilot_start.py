@@ -5,9 +5,6 @@ at the boundary (the first null right after the frontier the pilot estimates).""
 
 import json
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from certsel.config import ConfigError, load_config, parse_config
@@ -17,6 +14,7 @@ from certsel.orchestrator.engine.driver import LocalRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.orchestrator.outputs.certificate import certificate
 from certsel.orchestrator.outputs.selection_schema import Selection
+from helpers.boundary import boundary_job, boundary_table
 
 EXAMPLE = "examples/quantization.yaml"
 
@@ -56,36 +54,15 @@ def test_a_pilot_the_job_cannot_run_is_refused(sets, message):
         load_config(EXAMPLE, sets)
 
 
-def _boundary_table(tmp_path, risks, seed=0, items=3000):
-    """Bernoulli human losses at the given risks (exactly, on the table) and a judge that
-    agrees with the human on 90% of items."""
-    rng = np.random.default_rng(seed)
-    K = len(risks)
-    human = np.zeros((K, items))
-    for k, r in enumerate(risks):
-        human[k, rng.choice(items, size=int(round(r * items)), replace=False)] = 1.0
-    judge = np.where(rng.random(human.shape) < 0.9, human, 1.0 - human)
-    names = [f"c{k}" for k in range(K)]
-    path = tmp_path / "boundary.parquet"
-    pq.write_table(pa.table({"candidate": np.repeat(names, items), "item": np.tile(np.arange(items), K),
-                             "loss_human": human.ravel(), "loss_judge": judge.ravel(), "rank": np.repeat(np.arange(K), items),
-                             "size": np.repeat(np.arange(K, 0, -1).astype(float), items)}), path)
-    return path, names
-
-
 @pytest.mark.integration
 def test_the_familywise_error_at_the_boundary_stays_below_delta(tmp_path):
     """The least favourable case for the pilot's start: the first null (R just above alpha)
     sits right after configs well within alpha, where the pilot's start lands; the audit
     replays the pilot in every repetition, and the family-wise failure must stay within delta
     (checked against a 99% Clopper-Pearson bound: not shown to exceed it)."""
-    risks = [0.02, 0.04, 0.06, 0.08, 0.1, 0.1, 0.2, 0.3]  # c4 and c5 sit at alpha + 1/items
-    path, names = _boundary_table(tmp_path, risks)
-    cfg = parse_config({"data": {"path": str(path), "judge": "loss_judge", "order": "rank"},
-                        "objective": {"column": "size"}, "alpha": 0.1 - 1e-9, "delta": 0.1,
-                        "policy": {"kind": "r-autoeval+"}, "procedure": "fst",
-                        "budget": {"n": 600, "r": 2, "batch": 50},
-                        "scheduling": {"start": "pilot", "pilot_items": 200, "pilot_margin": 0}})
+    path = tmp_path / "boundary.parquet"
+    boundary_table(path)
+    cfg = parse_config(boundary_job(path))
     data = load_job_data(cfg)
     reps = 400
     res = audit(cfg, data, reps=reps, seed=5, workers=1)

@@ -192,7 +192,39 @@ def test_a_job_drawn_without_replacement_certifies_the_tables_mean():
         assert max(log_e.max(), 0.0) == pytest.approx(max(rec.max_log_e, 0.0), abs=1e-9)
     cert = certificate(res)
     assert "a finite population" in cert.guarantee and "conditional mean is R exactly" in cert.guarantee
+    assert cert.policy.sampling == "without-replacement" and cert.as_json()["policy"]["sampling"] == cert.policy.sampling
     assert res.certified  # not vacuous
+
+
+def test_sampling_enters_a_jobs_identity_only_when_it_is_not_iid():
+    """Job folders from before policy.sampling existed keep their identity (resume finds them):
+    the i.i.d. default is left out of the fingerprint, as it is out of the certificate."""
+    import hashlib
+    import json
+
+    from certsel.config import parse_config
+    from certsel.config.schema import PILOT_KEYS
+    from certsel.orchestrator.engine.state import config_fingerprint
+
+    iid = parse_config({**_raw(), "policy": {"kind": "r-autoeval+"}})
+    body = iid.model_dump(mode="json", exclude={"name": True, "tracking": True, "ray": True, "state": True})
+    for key in PILOT_KEYS:  # the keys a job without a pilot leaves out, as before
+        body["scheduling"].pop(key)
+    body["policy"].pop("sampling")
+    canon = json.dumps({"config": body, "data": "d"}, sort_keys=True, separators=(",", ":"))
+    assert config_fingerprint(iid, "d") == hashlib.sha256(canon.encode()).hexdigest()[:24]
+    assert config_fingerprint(parse_config(_raw()), "d") != config_fingerprint(iid, "d")
+    assert "sampling" not in certificate_policy(iid)
+
+
+def certificate_policy(cfg) -> dict:
+    """The certificate's policy block of a tiny job on ``cfg``."""
+    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
+    from certsel.orchestrator.inputs.sources import load_job_data
+    from certsel.orchestrator.outputs.certificate import certificate
+
+    small = cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"n": 20, "batch": 20})})
+    return certificate(run_job(small, load_job_data(small), LocalRuntime(1), collect_labels=False)).as_json()["policy"]
 
 
 @pytest.mark.parametrize("change, message", [

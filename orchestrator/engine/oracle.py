@@ -14,7 +14,6 @@ anytime-valid test pays more than).
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import norm
 
 
 def ranking_need(means: np.ndarray, gaps: np.ndarray, sds: np.ndarray, n_items: int, level: float,
@@ -22,6 +21,8 @@ def ranking_need(means: np.ndarray, gaps: np.ndarray, sds: np.ndarray, n_items: 
     """Items each model needs for a full ranking (K,): ``means`` (K,) the models' mean losses,
     ``gaps`` and ``sds`` (K, K) each pair's |mean difference| and per-item standard deviation
     of the difference, ``level`` each pair's one-sided level (per direction)."""
+    from scipy.stats import norm  # here: the driver imports this module, and scipy.stats costs a CLI start 0.3 s
+
     K = means.size
     z = norm.isf(level)
     n = np.arange(1, n_items + 1)

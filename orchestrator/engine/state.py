@@ -58,8 +58,10 @@ def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
 
     # the pilot's keys only when the job starts from one: jobs from before they existed keep their identity
     pilot = set() if cfg.scheduling.start == "pilot" else set(PILOT_KEYS)
+    # likewise policy.sampling only when it is not the i.i.d. default
+    sampling = set() if cfg.policy.sampling != "iid" else {"sampling"}
     body = cfg.model_dump(mode="json", exclude={"name": True, "tracking": True, "ray": True, "state": True,
-                                                "scheduling": pilot})
+                                                "scheduling": pilot, "policy": sampling})
     canon = json.dumps({"config": body, "data": data_fingerprint}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()[:24]
 

@@ -190,7 +190,8 @@ def _policy_words(cert: Selection) -> str:
     kind = get_policy_kind(pol.kind)
     if kind.family is Family.ESTIMATION:
         return pol.kind + (f" (partition: {pol.partition})" if "partition" in kind.takes else "")
-    return f"{pol.kind} ({pol.betting} betting)"
+    drawn = ", sampling without replacement" if pol.sampling == "without-replacement" else ""
+    return f"{pol.kind} ({pol.betting} betting{drawn})"
 
 
 def _pair_rows(cert: Selection) -> list[list[str]]:

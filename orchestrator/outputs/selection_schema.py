@@ -106,6 +106,8 @@ class Policy(_Doc):
     betting: str
     radius: str
     partition: str
+    sampling: Literal["without-replacement"] | None = Field(
+        None, description="a betting test of the table's mean under sampling without replacement (absent: i.i.d.)")
 
 
 class Objective(_Doc):
