@@ -275,6 +275,36 @@ def hedged_capital_bounds_loop(y, a, b, v, *, delta, bet_level, cap=0.5, known_l
     return np.array(rows)
 
 
+class _SplitMixture:
+    """The per-step part both split loops share, literally: each rho's UP bet is the posterior
+    mean of its node fractions, each node's wealth moves by (1 - u_k y_a)(1 - u_k y_b), and the
+    rho components are mixed with the weight update (13)."""
+
+    def __init__(self, rhos, prior):
+        self.priors = [prior_of(prior, rho) for rho in rhos]
+        self.wealth = [np.array(pr[1], dtype=float) for pr in self.priors]
+        self.S = len(rhos)
+        self.w0 = [1.0 / self.S] * self.S
+        self.w = list(self.w0)
+        self.E_s = [1.0] * self.S
+        self.E = 1.0
+
+    def step(self, units) -> float:
+        """``units``: one (y_a, y_b) per rho, the step's two factors in units of its largest bet."""
+        e_s = []
+        for s, (ya, yb) in enumerate(units):
+            nodes = self.priors[s][0]
+            u = float(np.sum(nodes * self.wealth[s]) / np.sum(self.wealth[s]))
+            e = (1 - u * ya) * (1 - u * yb)
+            self.wealth[s] = self.wealth[s] * (1 - nodes * ya) * (1 - nodes * yb)
+            self.E_s[s] *= e
+            e_s.append(e)
+        self.E *= sum(self.w[s] * e_s[s] for s in range(self.S))
+        total = sum(self.w0[s] * self.E_s[s] for s in range(self.S))
+        self.w = [self.w0[s] * self.E_s[s] / total for s in range(self.S)]
+        return self.E
+
+
 def reference_split_evalue_path(human, judge_labeled, judge_unlabeled, *, alpha, rhos, prior, loss_bounds=(0.0, 1.0)):
     """E_1..E_n of R-AutoEval+ with the split observation, literally: for every rho and step i,
     c_i is the mean of every judge label of the steps before i with one pseudo-label at the
@@ -286,34 +316,20 @@ def reference_split_evalue_path(human, judge_labeled, judge_unlabeled, *, alpha,
     lo, hi = loss_bounds
     n = len(human)
     r = len(judge_unlabeled) // n
-    S = len(rhos)
-    priors = [prior_of(prior, rho) for rho in rhos]
-    wealth = [np.array(pr[1], dtype=float) for pr in priors]
-    w0 = [1.0 / S] * S
-    E_s = [1.0] * S
-    w = list(w0)
+    mix = _SplitMixture(rhos, prior)
     judge_sum, judge_count = 0.5 * (lo + hi), 1
-    E, path = 1.0, []
+    path = []
     for i in range(n):
         c = judge_sum / judge_count
         block = [float(judge_unlabeled[k]) for k in range(r * i, r * (i + 1))]
         jbar = sum(block) / r
-        e_s = []
-        for s, rho in enumerate(rhos):
+        units = []
+        for rho in rhos:
             x = float(human[i]) - rho * float(judge_labeled[i]) + rho * c
             b = rho * (jbar - c)
             d = (hi - lo + rho * (c - lo)) if rho > 0 else (hi - alpha)
-            ya, yb = (x - alpha) / d, b / d
-            nodes = priors[s][0]
-            u = float(np.sum(nodes * wealth[s]) / np.sum(wealth[s]))
-            e = (1 - u * ya) * (1 - u * yb)
-            wealth[s] = wealth[s] * (1 - nodes * ya) * (1 - nodes * yb)
-            E_s[s] *= e
-            e_s.append(e)
-        E *= sum(w[s] * e_s[s] for s in range(S))
-        total = sum(w0[s] * E_s[s] for s in range(S))
-        w = [w0[s] * E_s[s] / total for s in range(S)]
-        path.append(E)
+            units.append(((x - alpha) / d, b / d))
+        path.append(mix.step(units))
         judge_sum += float(judge_labeled[i]) + sum(block)
         judge_count += 1 + r
     return np.array(path)
@@ -333,16 +349,11 @@ def reference_wor_split_evalue_path(human, judge_labeled, judge_unlabeled, *, al
     N = float(population)
     n = len(human)
     r = len(judge_unlabeled) // n
-    S = len(rhos)
-    priors = [prior_of(prior, rho) for rho in rhos]
-    wealth = [np.array(pr[1], dtype=float) for pr in priors]
-    w0 = [1.0 / S] * S
-    E_s = [1.0] * S
-    w = list(w0)
+    mix = _SplitMixture(rhos, prior)
     judge_sum, judge_count = 0.5 * (lo + hi), 1
     sum_h = sum_j = sum_g = 0.0
     drawn_g = 0
-    E, path = 1.0, []
+    path = []
     for i in range(n):
         c = judge_sum / judge_count
         left = N - i  # N - k + 1 with k = i + 1
@@ -358,25 +369,16 @@ def reference_wor_split_evalue_path(human, judge_labeled, judge_unlabeled, *, al
             sum_g += v
             drawn_g += 1
         gbar = sum(ys) / r if r else c
-        e_s = []
-        for s, rho in enumerate(rhos):
+        units = []
+        for rho in rhos:
             x = yh - rho * (yj - c)
             b = rho * (gbar - c)
             if rho > 0:
                 d = max(top_h - rho * (bottom_j - c) - lo, rho * (max(tops_g) - c))
             else:
                 d = max(top_h - alpha, 1e-9)
-            ya, yb = (x - alpha) / d, b / d
-            nodes = priors[s][0]
-            u = float(np.sum(nodes * wealth[s]) / np.sum(wealth[s]))
-            e = (1 - u * ya) * (1 - u * yb)
-            wealth[s] = wealth[s] * (1 - nodes * ya) * (1 - nodes * yb)
-            E_s[s] *= e
-            e_s.append(e)
-        E *= sum(w[s] * e_s[s] for s in range(S))
-        total = sum(w0[s] * E_s[s] for s in range(S))
-        w = [w0[s] * E_s[s] / total for s in range(S)]
-        path.append(E)
+            units.append(((x - alpha) / d, b / d))
+        path.append(mix.step(units))
         sum_h += float(human[i])
         if r:
             sum_j += float(judge_labeled[i])
