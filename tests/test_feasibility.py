@@ -32,3 +32,18 @@ def test_estimation_policies_and_the_test_set_size():
                                                               "budget.n=100"])
     need = int(feasibility_warning(tiny, 2, 805).split("budget.n = ")[-1].split()[0])
     assert 100 < need <= 805
+
+
+def test_without_replacement_a_small_table_is_enough():
+    """R-Eval at alpha = 0.01 needs more than 229 zero losses drawn i.i.d. (log 10 / -log 0.99
+    for the best constant bet); from a 150-item table without replacement the items left soon
+    cannot lift the mean to alpha, so the table itself is enough, and the smallest budget named
+    fits in it."""
+    sets = ["policy.kind=r-eval", "alpha=0.01", "budget.n=150"]
+    iid = load_config(EXAMPLES / "quantization.yaml", sets)
+    assert int(feasibility_warning(iid, 1, 150).split("budget.n = ")[-1].split()[0]) >= 229
+    wor = load_config(EXAMPLES / "quantization.yaml", [*sets, "policy.sampling=without-replacement"])
+    assert feasibility_warning(wor, 1, 150) is None
+    short = load_config(EXAMPLES / "quantization.yaml", [*sets[:2], "budget.n=5", "policy.sampling=without-replacement"])
+    need = int(feasibility_warning(short, 1, 150).split("budget.n = ")[-1].split()[0])
+    assert 5 < need <= 150 and _testing_reaches(short, 0.1, need, 150) and not _testing_reaches(short, 0.1, need - 1, 150)

@@ -32,10 +32,13 @@ def _testing_reaches(cfg: RunConfig, level: float, n: int, n_items: int | None =
     if not isinstance(kind, BettingTestKind):
         return True
     r = cfg.budget.r if cfg.policy.uses_judge else 0
+    # without replacement the test knows the items left (a table all drawn is its mean): it reaches sooner
+    population = n_items if cfg.policy.without_replacement and n_items else None
     zeros = np.zeros(n)
     jl, ju = (zeros, np.zeros(r * n)) if r else (None, None)
     log_e = log_evalue_paths(zeros, jl, ju, alpha=cfg.alpha, delta=cfg.delta, rhos=kind.rhos,
-                             betting=cfg.policy.strategy, horizon=n, observation=cfg.policy.observation)
+                             betting=cfg.policy.strategy, horizon=n, observation=cfg.policy.observation,
+                             population=population)
     return bool(log_e.max() >= -np.log(level))
 
 
@@ -81,6 +84,8 @@ def feasibility_warning(cfg: RunConfig, n_candidates: int, n_items: int) -> str 
             return _testing_reaches(cfg, level, m, n_items)
 
         cap = n_items if cfg.policy.policy_kind.labels is Labels.CHOSEN else MAX_N
+        if cfg.policy.without_replacement:  # n human and r n judge-only draws from the table
+            cap = n_items // max(cfg.budget.r if cfg.policy.uses_judge else 0, 1)
     else:
         def reaches(m):
             return _estimation_reaches(cfg, level, m, n_items)
