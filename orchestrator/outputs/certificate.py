@@ -94,7 +94,8 @@ def _guarantee(result: JobResult) -> str:
         return (f"{first} Each candidate's e-process is a test supermartingale under R > alpha for "
                 "i.i.d. draws, so the statement holds at any stopping time by Ville's inequality; drawing without "
                 "replacement from a finite set has been at least as safe in every audit (certsel audit), though "
-                "that is measured, not proved. A bad judge costs labels, never validity.")
+                "that is measured, not proved (policy.sampling: without-replacement makes the statement about the "
+                "set's mean exact). A bad judge costs labels, never validity.")
     what = (f"R is a candidate's mean {loss} over the {n_items} items of the test set (a finite population: with "
             "every item labelled the interval is R itself). Its intervals and decisions are ")
     if cfg.policy.radius == "paper":
