@@ -34,7 +34,7 @@ from ._validation import (
 )
 from .betting import BetContext, BettingState, BettingStrategy, get_strategy
 from .bounds import MIN_RANGE, inverted_upper_bound
-from .population import TableDraws
+from .population import Drawn, TableDraws
 
 DEFAULT_RHOS = np.linspace(0.0, 1.0, 10)
 SCHEMES = {
@@ -184,9 +184,9 @@ def effective_observations(
 class _Drawn:
     """One call's draws through the table's streams (human, judge on them, judge-only)."""
 
-    h: object
-    j: object
-    g: object
+    h: Drawn
+    j: Drawn | None
+    g: Drawn | None
     after: TableDraws
 
 
@@ -244,7 +244,8 @@ def _split_drawn(wor: _Drawn, c, rho, lo, blocks):
     range known before its draw."""
     hy, hh = wor.h.y[..., None, :], wor.h.high[..., None, :]
     if wor.j is None:  # R-Eval: one factor, its top the human stream's
-        return hy + 0.0 * rho, np.zeros(hy.shape[:-2] + rho.shape[:1] + hy.shape[-1:]), hh + 0.0 * rho
+        shape = hy.shape[:-2] + (rho.shape[0], hy.shape[-1])
+        return np.broadcast_to(hy, shape).copy(), np.zeros(shape), np.broadcast_to(hh, shape).copy()
     cc = c[..., None, :]
     x = hy - rho * (wor.j.y[..., None, :] - cc)
     g = wor.g.y.reshape(blocks.shape).mean(axis=-1)[..., None, :]
