@@ -4,11 +4,13 @@ ranking job and of ``benchmarks/ranking_ties.py``.
 The oracle knows each pair's per-item standard deviation s of the loss difference and decides
 the pair after n of the N items once z s sqrt((N - n) / ((N - 1) n)) -- the normal bound for the
 mean of n items drawn without replacement from N, at the pair's level z = z_(level) -- falls
-below its margin: |Delta| to order it, epsilon - |Delta| to tie it. A pair with no model
-strictly between its two (in particular an exact tie) cannot be ordered through others, so it
-must be decided itself; a model is labelled at least as far as its furthest such pair. Any
-valid test needs about this much or more (a normal approximation of the limit, which an
-anytime-valid test pays more than).
+below its margin: |Delta| to order it, epsilon - |Delta| to tie it. Settling a pair (a, b) takes
+model a into one decision of its own: the pair itself (ordered or tied, whichever is cheaper),
+or, for an order implied through a chain a < c < ... < b, a's order with the chain's first model
+c, which lies strictly between a and b. A tie is never implied, and an order with a model c that
+is tied to a costs what ordering that near-tie costs, so a model's need is, over its pairs, the
+cheapest of these ways, and at least its furthest such pair. Any valid test needs about this
+much or more (a normal approximation of the limit, which an anytime-valid test pays more than).
 """
 
 from __future__ import annotations
@@ -26,22 +28,25 @@ def ranking_need(means: np.ndarray, gaps: np.ndarray, sds: np.ndarray, n_items: 
     K = means.size
     z = norm.isf(level)
     n = np.arange(1, n_items + 1)
-    half_width = np.sqrt((n_items - n) / max(n_items - 1, 1) / n)  # times z s
+    half_width = z * np.sqrt((n_items - n) / max(n_items - 1, 1) / n)  # times s
 
-    def items(margin: float, s: float) -> int:
-        ok = z * s * half_width <= margin
-        return int(n[np.argmax(ok)]) if margin > 0 and ok.any() else n_items
+    def items(margin: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Items until z s half_width <= margin, elementwise (n_items where never)."""
+        ok = half_width[None, :] * s.reshape(-1, 1) <= margin.reshape(-1, 1)
+        ok &= margin.reshape(-1, 1) > 0
+        return np.where(ok.any(axis=1), n[np.argmax(ok, axis=1)], n_items).reshape(margin.shape)
 
-    need = np.zeros(K, dtype=np.int64)
-    for a in range(K):
-        for b in range(a + 1, K):
-            lo, hi = sorted((means[a], means[b]))
-            if lo < hi and np.any((means > lo) & (means < hi)):
-                continue  # could be implied through a model in between
-            gap, s = gaps[a, b], sds[a, b]
-            m = min(items(gap, s), items(epsilon - gap, s) if epsilon and gap < epsilon else n_items)
-            need[a], need[b] = max(need[a], m), max(need[b], m)
-    return need
+    distinct = means[:, None] != means[None, :]
+    order = np.where(distinct, items(gaps, sds), n_items)  # an exact tie is never ordered
+    tie = items(np.maximum(epsilon - gaps, 0.0), sds) if epsilon else np.full_like(order, n_items)
+    direct = np.minimum(order, tie)
+    lo, hi = np.minimum(means[:, None], means[None, :]), np.maximum(means[:, None], means[None, :])
+    between = (means[None, None, :] > lo[:, :, None]) & (means[None, None, :] < hi[:, :, None])  # [a, b, c]
+    # a's cheapest first step of an implied order a < c < ... < b: its order with c
+    via = np.where(between, order[:, None, :], n_items + 1).min(axis=2)
+    settle = np.minimum(direct, via)
+    np.fill_diagonal(settle, 0)
+    return settle.max(axis=1).astype(np.int64)
 
 
 def table_moments(losses: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
