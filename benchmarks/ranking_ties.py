@@ -26,7 +26,12 @@ mean loss, and an order asserted when two intervals are disjoint (what "Rank (UB
 no multiplicity correction. Reported: asserted orders per run, wrong ones, and the runs with a
 wrong one.
 
-    python benchmarks/ranking_ties.py --shuffles 200 [--workers 2] [--tables alpaca,sim40]
+Each design runs with the pair tests' bets of ``--bets`` (``pairwise.bet``): ``plug-in`` (Seq's
+own, what every ranking used before the margin bet) and ``margin`` (sized for the order or tie a
+pair is closest to deciding, the default), on the same shuffles, so the two are compared in one
+run.
+
+    python benchmarks/ranking_ties.py --shuffles 200 [--workers 2] [--tables alpaca,sim40] [--bets plug-in,margin]
 """
 
 from __future__ import annotations
@@ -49,11 +54,11 @@ from pairwise_goals import simulated_table  # noqa: E402
 DELTA = 0.05
 
 
-def make_config(table: str, path: str, goal: str, epsilon: float | None, topk: int | None):
+def make_config(table: str, path: str, goal: str, epsilon: float | None, topk: int | None, bet: str | None = None):
     from certsel.config import parse_config
 
     pairwise = {"goal": goal, **({} if epsilon is None else {"epsilon": epsilon}),
-                **({} if topk is None else {"topk": topk})}
+                **({} if topk is None else {"topk": topk}), **({} if bet is None else {"bet": bet})}
     return parse_config({"name": f"{table}-{goal}", "data": {"path": path, "candidate": "model", "human": "loss"},
                          "policy": {"kind": "seq", "radius": "betting"}, "procedure": "pairwise", "delta": DELTA,
                          "pairwise": pairwise, "budget": {"n": 805, "batch": 25}, "tracking": {"intervals": "none"}})
@@ -64,8 +69,8 @@ def one_run(args) -> dict:
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.engine.driver import LocalRuntime, run_job
 
-    table, path, goal, epsilon, topk, seed = args
-    cfg = make_config(table, path, goal, epsilon, topk).model_copy(update={"seed": seed})
+    table, path, goal, epsilon, topk, seed, bet = args
+    cfg = make_config(table, path, goal, epsilon, topk, bet).model_copy(update={"seed": seed})
     data = load_job_data(cfg)
     res = run_job(cfg, data, LocalRuntime(1), collect_labels=False)
     rk, names = res.ranking, data.names
@@ -128,6 +133,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tables", default="alpaca,sim40")
     ap.add_argument("--epsilons", default="0.02,0.05")
     ap.add_argument("--designs", default="", help="indices of the designs to run (default: all)")
+    ap.add_argument("--bets", default="plug-in,margin", help="pairwise.bet values to compare")
     args = ap.parse_args(argv)
     import pyarrow.parquet as pq
 
@@ -141,39 +147,42 @@ def main(argv=None) -> int:
             designs = [designs[int(i)] for i in args.designs.split(",")]
         print(f"{args.shuffles} shuffles per row, Seq pair policies, delta = {DELTA} over all pairs, "
               "budget = the whole test set\n")
-        print("| table | goal | epsilon | model evaluations (saved) | full ranking | orders + ties (of pairs) | "
+        print("| table | goal | epsilon | bet | model evaluations (saved) | full ranking | orders + ties (of pairs) | "
               "wrong orders | false ties | runs with either (99% CP upper) | rank intervals cover | top-3 right / "
               "decided |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        bets = args.bets.split(",")
         per_model, saved = {}, {}
         with mp.get_context("spawn").Pool(args.workers) as pool:
             for key in args.tables.split(","):
                 name, path = tables[key]
-                for goal, eps, k in designs:
+                for (goal, eps, k), bet in ((d, b) for d in designs for b in bets):
                     t = time.perf_counter()
-                    rows = pool.map(one_run, [(key, path, goal, eps, k, s) for s in range(args.shuffles)])
+                    rows = pool.map(one_run, [(key, path, goal, eps, k, s, bet) for s in range(args.shuffles)])
                     s = summarise(rows)
                     if goal == "ranking":
-                        saved[(key, eps)] = 1 - s["evals"] / s["full"]
-                    if goal == "ranking" and eps == epsilons[0] or key not in per_model:
+                        saved[(key, eps, bet)] = s["evals"]
+                    if goal == "ranking" and eps == epsilons[0] and bet == bets[-1] or key not in per_model:
                         per_model[key] = s["per_model"]
-                    print(f"| {name} | {goal}{'' if k is None else f' (k = {k})'} | {eps or '-'} | {s['evals']:.0f} of "
+                    print(f"| {name} | {goal}{'' if k is None else f' (k = {k})'} | {eps or '-'} | {bet} | {s['evals']:.0f} of "
                           f"{s['full']} ({1 - s['evals'] / s['full']:.0%}) | {s['complete']:.0%} | {s['orders']:.1f} + "
                           f"{s['ties']:.1f} of {s['pairs']} | {s['wrong']} | {s['false_ties']} | {s['failure']:.3f} "
                           f"({_cp_upper(round(s['failure'] * s['n']), s['n']):.3f}) | {s['covered']:.3f} | "
                           + (f"{s['topk_ok']:.3f} / {s['topk_decided']:.0%}" if "topk_ok" in s else "-")
                           + f" |  <!-- {time.perf_counter() - t:.0f} s -->", flush=True)
-        print("\nThe oracle limit (oracle_limit): model evaluations a full ranking needs at least\n")
-        print("| table | epsilon | oracle's evaluations (saved at most) | certsel's saving |")
-        print("|---|---|---|---|")
+        print("\nThe oracle limit (oracle_limit): model evaluations a full ranking needs at least, and certsel's "
+              "evaluations against it\n")
+        print("| table | epsilon | oracle's evaluations (saved at most) | "
+              + " | ".join(f"certsel, {b} (x oracle)" for b in bets) + " |")
+        print("|---|---|---|" + "---|" * len(bets))
         for key in args.tables.split(","):
             name, path = tables[key]
             losses = pq.read_table(path).to_pandas().pivot(index="model", columns="item", values="loss").to_numpy()
             for eps in (None, *epsilons):
-                need = oracle_limit(losses, DELTA, eps)
-                got = saved.get((key, eps))
-                print(f"| {name} | {eps or '-'} | {need.sum()} of {losses.size} ({1 - need.sum() / losses.size:.0%}) | "
-                      f"{'-' if got is None else f'{got:.0%}'} |", flush=True)
+                need = oracle_limit(losses, DELTA, eps).sum()
+                cells = [saved.get((key, eps, b)) for b in bets]
+                print(f"| {name} | {eps or '-'} | {need} of {losses.size} ({1 - need / losses.size:.0%}) | "
+                      + " | ".join("-" if c is None else f"{c:.0f} ({c / need:.3f}x)" for c in cells) + " |", flush=True)
         print(f"\nArena-style bootstrap ranks at certsel's evaluations per model (ranking, epsilon = {epsilons[0]}):\n")
         print("| table | items per model | asserted orders per run | wrong asserted orders per run | runs with a wrong "
               "order |")

@@ -26,10 +26,13 @@ certsel keeps two levels at once: one-sided bounds at ``delta`` (threshold decis
 as "R <= alpha") and the two-sided interval at ``delta`` (each end at delta/2). Both read
 the same two capital processes against the thresholds 1/delta and 2/delta.
 
-Bet size: the predictable plug-in of WSR with inverse-variance weights,
+Bet size: by default the predictable plug-in of WSR with inverse-variance weights,
 l_s = sqrt(2 log(1/alpha_bet) / (I_s log(1 + s))) / v_s, where v_s is the caller's
 prediction of Var(Y_s | past) (any positive predictable number keeps validity) and
-I_s = sum_{r<=s} 1/v_r. With a constant v this is WSR's lambda_t^PrPl.
+I_s = sum_{r<=s} 1/v_r. With a constant v this is WSR's lambda_t^PrPl. A caller may instead
+give its own sizes, one per gambler (``bets``: l+_s for K+, l-_s for K-, each >= 0 and fixed
+before Y_s is seen, e.g. :class:`~certsel.policies.bets.MarginBet`); the argument above is the
+same, since it asks of l_s only that it be predictable, non-negative and the same for every m.
 
 Numerics: the capital is kept on a grid of candidate means covering the current two-sided
 interval. A bound is reported at a grid point that was rejected (the true bound lies
@@ -70,8 +73,9 @@ def _rows(x, B: int, name: str) -> np.ndarray:
     return a
 
 
-def _capital_increments(grid, y, a, b, lam, cap):
-    """log factors of K+ and K- for grid (B, 1, G) against observations (B, T, 1)."""
+def _capital_increments(grid, y, a, b, lam, lam_m, cap):
+    """log factors of K+ and K- for grid (B, 1, G) against observations (B, T, 1), with the
+    bet sizes ``lam`` of K+ and ``lam_m`` of K- (B, T, 1)."""
     shape = np.broadcast_shapes(np.shape(grid), np.shape(y))
     dy = y - grid
     gap = grid - a  # the bet on "above m" is capped at c / (m - a) where m > a
@@ -83,7 +87,7 @@ def _capital_increments(grid, y, a, b, lam, cap):
     np.subtract(b, grid, out=gap)  # the bet on "below m" is capped at c / (b - m) where m < b
     bet2 = np.full(shape, np.inf)
     np.divide(cap, gap, out=bet2, where=gap > 0)
-    np.minimum(bet2, lam, out=bet2)
+    np.minimum(bet2, lam_m, out=bet2)
     bet2 *= dy
     np.negative(bet2, out=bet2)
     inc_m = np.log1p(bet2, out=bet2)
@@ -118,11 +122,12 @@ def _upper_index(rejected: np.ndarray) -> np.ndarray:
 class _Chunk:
     """The observations of one :meth:`BettingCS.update` call and how far each row has got."""
 
-    def __init__(self, y, a, b, v, klo, khi):
+    def __init__(self, y, a, b, v, klo, khi, bets=None):
         self.y, self.a, self.b, self.v, self.klo, self.khi = y, a, b, v, klo, khi
+        self.given = bets  # (2, B, T): the caller's sizes of K+ and K-, or None (the plug-in)
         B, T = y.shape
         self.pos = np.zeros(B, dtype=np.int64)  # next observation of each row
-        self.lam = np.zeros((B, T))
+        self.lam = np.zeros((2, B, T))  # the sizes used, K+ then K-
         self.bounds = np.zeros((B, T, 4))
 
 
@@ -187,15 +192,15 @@ class BettingCS:
         return self._lower[:, 1].copy(), self._upper[:, 1].copy()
 
     def history(self) -> np.ndarray:
-        """(4, n_seq, t): the observations, their ranges and the bet sizes, in order."""
+        """(5, n_seq, t): the observations, their ranges and the bet sizes of K+ and K-, in order."""
         if not self._hist:
-            return np.zeros((4, self.n_seq, 0))
+            return np.zeros((5, self.n_seq, 0))
         if len(self._hist) > 1:
             self._hist = [np.concatenate(self._hist, axis=2)]
         return self._hist[0]
 
     # -- feeding -------------------------------------------------------------------------
-    def update(self, y, a, b, v, *, known_lo=None, known_hi=None, path: bool = False):
+    def update(self, y, a, b, v, *, known_lo=None, known_hi=None, path: bool = False, bets=None):
         """Consume T observations per sequence, in order (arrays (n_seq, T), or (T,) for one sequence).
 
         ``a``/``b`` are the ranges fixed before each draw, ``v`` the predicted variances (> 0).
@@ -203,7 +208,9 @@ class BettingCS:
         certain after each observation (e.g. from the labelled part of a finite test set);
         the confidence sequence is intersected with them. With ``path=True`` returns the
         bounds after every observation, shape (n_seq, T, 4): one-sided lower, one-sided
-        upper, two-sided lower, two-sided upper.
+        upper, two-sided lower, two-sided upper. ``bets`` (optional, (2, n_seq, T)): the
+        caller's bet sizes of K+ and K- for each observation, fixed before it was drawn
+        (default: the plug-in of the module docstring).
 
         The result does not depend on how observations are split into calls or on which
         sequences share a call: sums run in observation order and each sequence's grid is
@@ -223,33 +230,43 @@ class BettingCS:
         khi = np.full((B, T), np.inf) if known_hi is None else _rows(known_hi, B, "known_hi")
         if klo.shape != y.shape or khi.shape != y.shape:
             raise ValueError("known_lo and known_hi must have the shape of y")
+        if bets is not None:
+            bets = np.asarray(bets, dtype=np.float64)
+            if bets.shape != (2,) + y.shape:
+                raise ValueError(f"bets must have shape (2, {B}, {T}), got {bets.shape}")
+            if not np.all(np.isfinite(bets)) or np.any(bets < 0.0):
+                raise ValueError("bet sizes must be finite and non-negative")
         y = np.minimum(np.maximum(y, a), b)  # only float rounding remains after the check above
-        return self.feed(y, a, b, v, klo, khi, path)
+        return self.feed(y, a, b, v, klo, khi, path, bets)
 
-    def feed(self, y, a, b, v, klo, khi, path: bool = False):
+    def feed(self, y, a, b, v, klo, khi, path: bool = False, bets=None):
         """:meth:`update` without its input checks, for callers that build valid (n_seq, T)
-        arrays themselves (every observation inside its range, v > 0)."""
+        arrays themselves (every observation inside its range, v > 0, bets >= 0)."""
         B, T = y.shape
         if B == 1 and T == 1:
+            given = None if bets is None else (float(bets[0, 0, 0]), float(bets[1, 0, 0]))
             out = self._advance_one(float(y[0, 0]), float(a[0, 0]), float(b[0, 0]), float(v[0, 0]),
-                                    float(klo[0, 0]), float(khi[0, 0]))
+                                    float(klo[0, 0]), float(khi[0, 0]), given)
             return out[None, None, :] if path else None
-        chunk = _Chunk(y, a, b, v, klo, khi)
+        chunk = _Chunk(y, a, b, v, klo, khi, bets)
         rows = np.arange(B)
         while rows.size:  # each pass feeds every row up to its next grid rebuild
             rows = self._advance(chunk, rows)
         self.t += T
-        self._hist.append(np.stack([y, a, b, chunk.lam]))
+        self._hist.append(np.concatenate([np.stack([y, a, b]), chunk.lam]))
         return chunk.bounds if path else None
 
-    def _advance_one(self, y, a, b, v, klo, khi) -> np.ndarray:
+    def _advance_one(self, y, a, b, v, klo, khi, given=None) -> np.ndarray:
         """:meth:`_advance` for one sequence and one observation, with the same arithmetic
         (the tests check the two agree bit for bit) and a fraction of its overhead."""
         info = np.cumsum(np.array([self._info[0], 1.0 / v]))[1]
         s = np.float64(self._count[0] + 1)
-        lam = np.sqrt(2.0 * math.log(1.0 / self.bet_level) / (info * np.log1p(s))) / v
+        if given is None:
+            lam = lam_m = np.sqrt(2.0 * math.log(1.0 / self.bet_level) / (info * np.log1p(s))) / v
+        else:
+            lam, lam_m = given
         g = self._grid[0]
-        inc_p, inc_m = _capital_increments(g, y, a, b, lam, self.cap)
+        inc_p, inc_m = _capital_increments(g, y, a, b, lam, lam_m, self.cap)
         cum_p = self._logp[0] + inc_p
         cum_m = self._logm[0] + inc_m
         G = g.size
@@ -268,7 +285,7 @@ class BettingCS:
         self._lower[0] = out[0::2]
         self._upper[0] = out[1::2]
         self.t += 1
-        self._hist.append(np.array([y, a, b, lam]).reshape(4, 1, 1))
+        self._hist.append(np.array([y, a, b, lam, lam_m]).reshape(5, 1, 1))
         if self._needs_regrid(out[2:3, None], out[3:4, None], self._grid)[0, 0]:
             self._regrid(np.array([0]))
         return out
@@ -282,23 +299,28 @@ class BettingCS:
         s0 = int(start.min())
         L = T - s0
         idx = start[:, None] + np.arange(L)[None, :]
+        given = () if c.given is None else (c.given[0], c.given[1])
         if np.all(start == s0):  # the usual case: every row at the same place
             live = np.ones((rows.size, L), dtype=bool)
             every = rows.size == c.y.shape[0]
-            y, a, b, v, klo, khi = (x[:, s0:] if every else x[rows, s0:] for x in (c.y, c.a, c.b, c.v, c.klo, c.khi))
+            y, a, b, v, klo, khi, *sizes = (x[:, s0:] if every else x[rows, s0:]
+                                            for x in (c.y, c.a, c.b, c.v, c.klo, c.khi, *given))
         else:
             live = idx < T
             idx = np.minimum(idx, T - 1)
-            y, a, b, v, klo, khi = (np.take_along_axis(x[rows], idx, axis=1)
-                                    for x in (c.y, c.a, c.b, c.v, c.klo, c.khi))
+            y, a, b, v, klo, khi, *sizes = (np.take_along_axis(x[rows], idx, axis=1)
+                                            for x in (c.y, c.a, c.b, c.v, c.klo, c.khi, *given))
         # running sums start from the stored totals so that they round as one-by-one updates do
         inv = np.where(live, 1.0 / v, 0.0)
         info = np.cumsum(np.concatenate([self._info[rows, None], inv], axis=1), axis=1)[:, 1:]
         s = (self._count[rows, None] + np.cumsum(live, axis=1)).astype(np.float64)
-        lam = np.where(live, np.sqrt(2.0 * math.log(1.0 / self.bet_level) / (info * np.log1p(s))) / v, 0.0)
+        if sizes:
+            lam, lam_m = (np.where(live, x, 0.0) for x in sizes)
+        else:
+            lam = lam_m = np.where(live, np.sqrt(2.0 * math.log(1.0 / self.bet_level) / (info * np.log1p(s))) / v, 0.0)
         grid = self._grid[rows][:, None, :]
         inc_p, inc_m = _capital_increments(grid, y[:, :, None], a[:, :, None], b[:, :, None], lam[:, :, None],
-                                           self.cap)
+                                           lam_m[:, :, None], self.cap)
         cum_p = _running_sums(self._logp[rows], inc_p)
         cum_m = _running_sums(self._logm[rows], inc_m)
         g = self._grid[rows]
@@ -325,7 +347,8 @@ class BettingCS:
         self._upper[rows] = bounds[r_, stop][:, 1::2]
         fed = np.arange(L)[None, :] <= stop[:, None]
         rr, tt = np.nonzero(fed)
-        c.lam[rows[rr], idx[rr, tt]] = lam[rr, tt]
+        c.lam[0, rows[rr], idx[rr, tt]] = lam[rr, tt]
+        c.lam[1, rows[rr], idx[rr, tt]] = lam_m[rr, tt]
         c.bounds[rows[rr], idx[rr, tt]] = bounds[rr, tt]
         c.pos[rows] = start + stop + 1
         if has.any():
@@ -350,7 +373,8 @@ class BettingCS:
             sel = rows[upto == u]
             hist = stored[:, sel]
             if u > 0:
-                part = np.stack([chunk.y[sel, :u], chunk.a[sel, :u], chunk.b[sel, :u], chunk.lam[sel, :u]])
+                part = np.stack([chunk.y[sel, :u], chunk.a[sel, :u], chunk.b[sel, :u], chunk.lam[0, sel, :u],
+                                 chunk.lam[1, sel, :u]])
                 hist = np.concatenate([hist, part], axis=2)
             lo, hi = self._lower[sel, 1], self._upper[sel, 1]
             grid = lo[:, None] + (hi - lo)[:, None] * np.linspace(0.0, 1.0, G)[None, :]
@@ -361,8 +385,8 @@ class BettingCS:
             for r0 in range(0, sel.size, block):  # rows are independent; time runs in fixed steps
                 r1 = min(sel.size, r0 + block)
                 for s in range(0, T, _REGRID_STEP):
-                    y, a, b, lam = (h[r0:r1, s:s + _REGRID_STEP, None] for h in hist)
-                    inc_p, inc_m = _capital_increments(grid[r0:r1, None, :], y, a, b, lam, self.cap)
+                    y, a, b, lam, lam_m = (h[r0:r1, s:s + _REGRID_STEP, None] for h in hist)
+                    inc_p, inc_m = _capital_increments(grid[r0:r1, None, :], y, a, b, lam, lam_m, self.cap)
                     logp[r0:r1] += inc_p.sum(axis=1)
                     logm[r0:r1] += inc_m.sum(axis=1)
             self._grid[sel], self._logp[sel], self._logm[sel] = grid, logp, logm
@@ -403,7 +427,10 @@ class BettingCS:
         cs._count = np.array(state["count"], dtype=np.int64).reshape(cs.n_seq)
         for name in ("info", "grid", "logp", "logm", "lower", "upper"):
             setattr(cs, "_" + name, np.array(state[name], dtype=np.float64))
-        h = np.array(state["history"], dtype=np.float64).reshape(4, cs.n_seq, -1)
+        h = np.array(state["history"], dtype=np.float64)
+        if h.shape[0] == 4:  # written when both gamblers always bet the same size: y, a, b, lam
+            h = np.concatenate([h, h[3:4]])
+        h = h.reshape(5, cs.n_seq, -1)
         cs._hist = [h] if h.shape[2] else []
         cs.regrids = int(state["regrids"])
         return cs

@@ -127,10 +127,15 @@ class PolicyKind:
         built from the same settings."""
         return type(policy).from_state_dict(state)
 
-    def build_bank(self, settings: PolicySettings, n_items: int, n_runs: int) -> Any:
+    def banks(self, radius: str) -> bool:
+        """Whether :meth:`build_bank` builds a bank with ``radius`` (and so takes a bet)."""
+        return False
+
+    def build_bank(self, settings: PolicySettings, n_items: int, n_runs: int, bet=None) -> Any:
         """``n_runs`` policies with the same settings and no judge, on one shared order, as
         one vectorised object whose rows equal :meth:`build`'s policies (a ranking's pairs),
-        or None where the kind has none (the default: one object per run)."""
+        or None where the kind has none (the default: one object per run). ``bet`` (a
+        :class:`~certsel.policies.bets.MarginBet`) replaces the policies' own bets."""
         return None
 
     def __repr__(self) -> str:
@@ -188,11 +193,14 @@ class SeqKind(PolicyKind):
         return Seq(inputs.n_items, delta=settings.delta, threshold=settings.alpha, radius=settings.radius,
                    seed=settings.seed, strict=settings.strict)
 
-    def build_bank(self, settings: PolicySettings, n_items: int, n_runs: int) -> SeqBank | None:
-        if settings.radius != "betting":
+    def banks(self, radius: str) -> bool:
+        return radius == "betting"
+
+    def build_bank(self, settings: PolicySettings, n_items: int, n_runs: int, bet=None) -> SeqBank | None:
+        if not self.banks(settings.radius):
             return None
         return SeqBank(n_items, n_runs, delta=settings.delta, threshold=settings.alpha, seed=settings.seed,
-                       strict=settings.strict)
+                       strict=settings.strict, bet=bet)
 
 
 class CerEvalKind(PolicyKind):

@@ -14,6 +14,10 @@ is split with :meth:`BettingCS.take`.
 
 The guarantee is each run's own (Seq's, see :mod:`certsel.policies.stratified`): sharing the
 order couples the runs' errors, which the ranking's Bonferroni split over pairs allows.
+
+With ``bet`` (a :class:`~certsel.policies.bets.MarginBet`) the runs bet for the claims they stop
+on instead of Seq's plug-in: same order, designs and observations, other (equally valid)
+capital processes, so the rows are no longer Seq's number for number.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import check_level, check_positive_int
-from .confseq import BettingCS
+from .bets import MarginBet
+from .confseq import BET_CAP, BettingCS
 from .stratified import DEFAULT_FLOOR, draw_observations, group_queues, one_group_design, shrunk_moments
 
 _FORMAT = 1
@@ -38,12 +43,13 @@ class SeqBank:
     """
 
     def __init__(self, n_items: int, n_runs: int, *, delta: float, threshold: float, seed=None,
-                 strict: bool = False):
+                 strict: bool = False, bet: MarginBet | None = None):
         self.n_items = check_positive_int(n_items, "n_items")
         self.n_runs = check_positive_int(n_runs, "n_runs")
         self.delta = check_level(delta, "delta")
         self.threshold = float(threshold)
         self.strict = bool(strict)
+        self.bet = bet
         N, B = self.n_items, self.n_runs
         # Seq's order: one group, its queue shuffled once by the policy's generator
         self.order = group_queues(np.zeros(N, dtype=np.int64), 1, np.zeros(N, dtype=np.int8),
@@ -53,8 +59,9 @@ class SeqBank:
         self._sum = np.zeros(B)  # the labels' running sum in draw order (the observations' S_t)
         self._bounds = np.tile(np.array([0.0, 1.0, 0.0, 1.0]), (B, 1))
         # tuned for what stops a run: a one-sided bound against the threshold (as Seq does)
+        cap = BET_CAP if bet is None else bet.cap
         self._cohorts: list[tuple[np.ndarray, BettingCS]] = [(np.arange(B), BettingCS(B, delta=self.delta,
-                                                                                      bet_level=self.delta))]
+                                                                                      bet_level=self.delta, cap=cap))]
 
     # -- reading -------------------------------------------------------------------------
     @property
@@ -112,11 +119,14 @@ class SeqBank:
         sizes = float(self.n_items - n0) - np.arange(T, dtype=np.float64)
         design = one_group_design(sizes[None, :], mean[:, None], var[:, None], self.n_items, pi)
         y, lo, hi, v, klo, khi, _, total = draw_observations(x, design, self._sum[rows], n0, self.n_items)
+        bets = None
+        if self.bet is not None:  # sized from the labels before this batch (predictable)
+            bets = np.stack(self.bet.sizes(mean, np.sqrt(var / (self._moments[0, rows] + 1.0)), v))
         at_of = np.empty(self.n_runs, dtype=np.int64)
         at_of[rows] = np.arange(rows.size)
         for sub, cs in self._split(rows):
             at = at_of[sub]
-            cs.feed(y[at], lo[at], hi[at], v[at], klo[at], khi[at])
+            cs.feed(y[at], lo[at], hi[at], v[at], klo[at], khi[at], bets=None if bets is None else bets[:, at])
             lo2, hi2 = cs.interval
             self._bounds[sub] = np.column_stack([cs.lower, cs.upper, lo2, hi2])
         self._sum[rows] = total
@@ -151,14 +161,19 @@ class SeqBank:
         return {"format": _FORMAT, "n_items": self.n_items, "n_runs": self.n_runs, "delta": self.delta,
                 "threshold": self.threshold, "strict": self.strict, "order": self.order.copy(), "n": self._n.copy(),
                 "moments": self._moments.copy(), "sum": self._sum.copy(), "bounds": self._bounds.copy(),
-                "cohorts": [{"rows": m.copy(), "cs": cs.state_dict()} for m, cs in self._cohorts]}
+                "cohorts": [{"rows": m.copy(), "cs": cs.state_dict()} for m, cs in self._cohorts],
+                **({} if self.bet is None else {"bet": {"claims": [list(c) for c in self.bet.claims],
+                                                        "cap": self.bet.cap}})}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> SeqBank:
         if state.get("format") != _FORMAT:
             raise ValueError(f"unsupported SeqBank state format {state.get('format')!r}")
+        bet = state.get("bet")
         bank = cls(int(state["n_items"]), int(state["n_runs"]), delta=state["delta"], threshold=state["threshold"],
-                   strict=state["strict"])
+                   strict=state["strict"],
+                   bet=None if bet is None else MarginBet(tuple((float(lo), float(hi)) for lo, hi in bet["claims"]),
+                                                          float(bet["cap"])))
         bank.order = np.asarray(state["order"], dtype=np.int64).copy()
         bank._n = np.asarray(state["n"], dtype=np.int64).copy()
         bank._moments = np.array(state["moments"], dtype=np.float64).reshape(3, bank.n_runs)

@@ -107,6 +107,8 @@ def test_ties_end_pairs_in_every_goal_but_all():
      "pairwise.topk must be below the number of models \\(4\\)"),
     (["procedure=bonferroni", "policy.kind=r-eval", "pairwise.epsilon=0.02", "objective.column=loss"],
      "pairwise: options of a ranking"),
+    (["pairwise.bet=margin", "policy.kind=cer-eval"], "pairwise.bet 'margin' needs pair policies that take a bet"),
+    (["pairwise.bet=kelly"], "pairwise.bet"),
 ])
 def test_ranking_mistakes_are_one_line_errors(sets, message):
     with pytest.raises(ConfigError, match=message) as err:
@@ -211,7 +213,10 @@ def seq_per_pair():
     class SeqPerPair(SeqKind):
         name = "seq-per-pair"
 
-        def build_bank(self, settings, n_items, n_runs):
+        def banks(self, radius):
+            return False
+
+        def build_bank(self, settings, n_items, n_runs, bet=None):
             return None
 
     register_policy_kind(SeqPerPair())
@@ -222,15 +227,16 @@ def seq_per_pair():
 @pytest.mark.parametrize("sets", [["pairwise.epsilon=0.02"], ["pairwise.goal=topk", "pairwise.topk=3",
                                                              "pairwise.epsilon=0.05"], ["pairwise.goal=best"]])
 def test_banked_pairs_equal_one_policy_per_pair(seq_per_pair, sets):
-    """Seq's pairs run as one vectorised bank: the ranking, the labels and every record's
-    rounds are those of one Seq object per pair, number for number."""
+    """Seq's pairs run as one vectorised bank: with Seq's own bet (pairwise.bet: plug-in) the
+    ranking, the labels and every record's rounds are those of one Seq object per pair, number
+    for number."""
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.engine.driver import LocalRuntime, run_job
     import dataclasses
 
     out = []
     for kind in ("seq", seq_per_pair):
-        cfg = load_config(EXAMPLE, [f"policy.kind={kind}", "tracking.intervals=none", *sets])
+        cfg = load_config(EXAMPLE, [f"policy.kind={kind}", "tracking.intervals=none", "pairwise.bet=plug-in", *sets])
         res = run_job(cfg, load_job_data(cfg), LocalRuntime(1), collect_labels=False)
         out.append((dataclasses.asdict(res.ranking), res.spent, [r.rounds for r in res.records],
                     [r.status for r in res.records]))
@@ -256,3 +262,36 @@ def test_pair_checkpoints_restore_in_their_own_form():
             bank.restore(saved)
     with pytest.raises(ValueError, match="as a bank; this job runs one policy per pair"):
         pairs.restore(bank.state_dict())
+
+
+def test_pair_rounds_are_sized_from_their_bounds():
+    """A pair asks for about n (h / m)^2 - n more items, h its bounds' half-width and m the
+    margin of the claim it is closest to, between the smallest round and the batch."""
+    from certsel.orchestrator.engine.pairwise import pair_round_sizes
+    from certsel.policies.bets import pair_claims
+
+    bounds = np.array([[0.0, 1.0], [0.46, 0.54], [0.52, 0.60], [0.50, 0.58], [0.44, 0.56], [0.30, 0.70]])
+    n = np.array([0, 100, 100, 400, 100, 100])
+    got = pair_round_sizes(bounds, n, pair_claims(0.1), batch=25, smallest=5)
+    # no labels: a whole batch; centre 1/2, h = 0.04 against the tie's margin 0.05: the smallest
+    # round; "> 1/2" 0.06 away with h = 0.04 (the tie's margin is -0.01): the smallest round;
+    # h = m = 0.04: the smallest round; h = 0.06 against the tie's 0.05: 100 (0.06 / 0.05)^2 - 100
+    # = 44 -> the batch; h = 0.2: the batch
+    assert got.tolist() == [25, 5, 5, 5, 25, 25]
+    # centre 0.498, h = 0.05, the tie's margin 0.048: 100 (0.05 / 0.048)^2 - 100 = 8.5 -> 9
+    mid = pair_round_sizes(np.array([[0.448, 0.548]]), np.array([100]), pair_claims(0.1), batch=25, smallest=5)
+    assert mid.tolist() == [9]
+
+
+def test_fixed_rounds_give_every_pair_the_batch():
+    from certsel.orchestrator.inputs.sources import load_job_data
+    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
+
+    out = {}
+    for rounds in ("fixed", "predicted"):
+        cfg = load_config(EXAMPLE, ["policy.kind=seq", "pairwise.epsilon=0.05", "tracking.intervals=none",
+                                    f"scheduling.rounds={rounds}"])
+        res = run_job(cfg, load_job_data(cfg), LocalRuntime(1), collect_labels=False)
+        out[rounds] = res.ranking.items_per_pair
+    assert all(n % 25 == 0 or n == 805 for n in out["fixed"].values())
+    assert any(n % 25 for n in out["predicted"].values())  # some pair stopped between batches

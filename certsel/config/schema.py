@@ -156,9 +156,10 @@ class SchedulingConfig(Strict):
     # by a second e-process on the mirrored losses; it never certifies, so the family-wise error
     # is unchanged, and a candidate with R < alpha is stopped with probability <= futility
     futility: float | None = Field(None, gt=0, lt=1)
-    # rounds (testing policies): "predicted" gives a candidate close to its threshold a round of about the
-    # labels its evidence so far says it still needs (between budget.min_batch and budget.batch), so that
-    # it does not buy a whole round past its decision; "fixed": budget.batch for every candidate
+    # rounds (testing policies, and a ranking's pairs): "predicted" gives a candidate close to its threshold
+    # (a pair close to an order or a tie) a round of about the labels its evidence so far says it still
+    # needs (between budget.min_batch and budget.batch), so that it does not buy a whole round past its
+    # decision; "fixed": budget.batch for every candidate (pair)
     rounds: Literal["predicted", "fixed"] = "predicted"
     # FST: where the sequence starts. "top": its first config; "pilot": a judge-only pilot on
     # pilot_items items of its own random draws estimates the frontier, and the sequence starts
@@ -189,6 +190,11 @@ class PairwiseConfig(Strict):
     goal: Literal["ranking", "best", "topk", "all"] = "ranking"
     topk: int | None = Field(None, ge=1, description="goal topk: how many of the best to certify")
     epsilon: float | None = Field(None, description="a pair closer than this (in loss units) can be certified tied")
+    # None: bets sized for the pair's claims where the pair policies take them (Seq with the betting
+    # radius), the policy's own elsewhere; "plug-in": Seq's own bet (WSR's predictable plug-in)
+    bet: Literal["margin", "plug-in"] | None = Field(
+        None, description="the pair tests' bets: 'margin' (sized for the order or tie each pair is closest to "
+                          "deciding) or 'plug-in' (Seq's own); default: margin where the policy takes it")
 
     @field_validator("epsilon")
     @classmethod
@@ -552,6 +558,9 @@ class RunConfig(Strict):
             raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
         if not proc.ranking and self.pairwise != PairwiseConfig():  # options set for a procedure that ignores them
             raise ValueError(f"pairwise: options of a ranking (procedure 'pairwise'), not of {self.procedure!r}")
+        if proc.ranking and self.pairwise.bet == "margin" and not self.policy.policy_kind.banks(self.policy.radius):
+            raise ValueError(f"pairwise.bet 'margin' needs pair policies that take a bet (policy.kind 'seq' with radius "
+                             f"'betting'), not policy.kind {self.policy.kind!r} with radius {self.policy.radius!r}")
         if proc.ranking and self.pairwise.topk is not None:
             models = self.candidates or self.order
             if models is not None and self.pairwise.topk >= len(models):

@@ -109,8 +109,9 @@ class BankedPairs:
     def feed(self, fed: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
         pairs = np.fromiter(fed, dtype=np.int64, count=len(fed))
         n = self.bank.n_labeled[pairs]
-        for at in np.unique(n):  # one cohort per starting point (in a ranking's rounds: one)
-            rows = pairs[n == at]
+        length = np.array([len(fed[int(p)][1]) for p in pairs], dtype=np.int64)
+        for at, size in set(zip(n.tolist(), length.tolist())):  # rows that start and end together
+            rows = pairs[(n == at) & (length == size)]
             self.bank.feed(rows, np.stack([fed[int(p)][1] for p in rows]))
 
     def state_dict(self) -> dict:
@@ -122,10 +123,11 @@ class BankedPairs:
         return BankedPairs(SeqBank.from_state_dict(state["bank"]))
 
 
-def pair_policies(kind: PolicyKind, settings: PolicySettings, inputs: list[PolicyInputs]) -> PairPolicies:
+def pair_policies(kind: PolicyKind, settings: PolicySettings, inputs: list[PolicyInputs], bet=None) -> PairPolicies:
     """The P pair policies of ``kind``: a bank where the kind builds one for these settings
-    (:meth:`~certsel.policies.kinds.PolicyKind.build_bank`), else one object per pair."""
-    bank = kind.build_bank(settings, inputs[0].n_items, len(inputs))
+    (:meth:`~certsel.policies.kinds.PolicyKind.build_bank`), betting ``bet`` if given, else
+    one object per pair."""
+    bank = kind.build_bank(settings, inputs[0].n_items, len(inputs), bet)
     if bank is not None:
         return BankedPairs(bank)
     return PolicyList(kind, [kind.build(settings, x) for x in inputs])

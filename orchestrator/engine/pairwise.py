@@ -25,6 +25,7 @@ from certsel.policies.comparison import (
     tied_pairs,
     topk_status,
 )
+from certsel.policies.bets import MarginBet, pair_claims
 from certsel.policies.kinds import PolicyInputs, PolicySettings
 from certsel.workers.contracts import ModelLosses
 
@@ -91,7 +92,7 @@ class PairwiseRounds:
                                   radius=cfg.policy.radius, partition=cfg.policy.partition, strict=True)
         self.pairs: PairPolicies = pair_policies(self.kind_of_policy, settings, [PolicyInputs(
             I, features=data.features, judge_scores=scores[p] if scores[p] is not None else np.full(I, 0.5))
-            for p in range(P)])
+            for p in range(P)], pair_bet(cfg))
         self.known = [dict() for _ in range(K)]  # item -> loss, per model
         self.tied = np.zeros(P, dtype=bool)  # pairs certified tied within pairwise.epsilon
 
@@ -105,6 +106,15 @@ class PairwiseRounds:
         which = which[~self.tied[which] & (self.pairs.n_labeled[which] > 0)]
         b = self.pairs.bounds()[which]
         self.tied[which] = tied_pairs(b[:, 0], b[:, 1], eps)
+
+    def _round_sizes(self, which: np.ndarray) -> np.ndarray:
+        """The next round of each pair in ``which``: ``budget.batch``, or with
+        ``scheduling.rounds: predicted`` about the items its bounds say it still needs."""
+        cfg = self.plan.cfg
+        if cfg.scheduling.rounds != "predicted":
+            return np.full(which.size, cfg.budget.batch)
+        return pair_round_sizes(self.pairs.bounds()[which], self.pairs.n_labeled[which],
+                                pair_claims(cfg.pairwise.epsilon), cfg.budget.batch, cfg.budget.smallest_round)
 
     def restore(self, saved: dict) -> Resume:
         """The pair policies and the losses they saw, as they were (the pairs live here)."""
@@ -128,7 +138,8 @@ class PairwiseRounds:
         open_pairs = np.flatnonzero(_open(self.plan, pairs, ii, jj, dead, self.tied, cap))
         if not open_pairs.size:
             return None
-        asks = {int(p): pairs.next_items(int(p), int(min(cfg.budget.batch, cap - n[p]))) for p in open_pairs}
+        sizes = self._round_sizes(open_pairs)
+        asks = {int(p): pairs.next_items(int(p), int(min(sizes[k], cap - n[p]))) for k, p in enumerate(open_pairs)}
         asked = [[] for _ in names]  # every model's items over its open pairs (mostly the same ones)
         for p, items in asks.items():
             asked[ii[p]].append(items)
@@ -155,6 +166,33 @@ class PairwiseRounds:
     def result(self, rounds: int) -> JobResult:
         return _result(self.plan, self.records, self.known, self.pairs, self.ii, self.jj, self.dead, rounds,
                        self.pair_delta, self.tied)
+
+
+def pair_round_sizes(bounds: np.ndarray, n: np.ndarray, claims, batch: int, smallest: int) -> np.ndarray:
+    """Items each pair asks for next: about what its one-sided bounds (``bounds[:, :2]``, on u)
+    say it still needs to make the claim among ``claims`` it is closest to, between ``smallest``
+    and ``batch``; ``batch`` before any label. The half-width h = (U - L) / 2 of n items
+    shrinks about as 1 / sqrt(n) (faster without replacement, so the guess errs long), and a
+    claim whose nearer end lies m from the centre needs h <= m: n (h / m)^2 items in all.
+    Rounds sized from a pair's own past keep its guarantee (the bounds hold at any stopping
+    time), as the testing candidates' predicted rounds do."""
+    lo, hi = bounds[:, 0], bounds[:, 1]
+    mid, half = (lo + hi) / 2.0, np.maximum((hi - lo) / 2.0, 0.0)
+    ends = np.array(claims, dtype=np.float64)  # (claims, 2)
+    margin = np.minimum(mid[:, None] - ends[None, :, 0], ends[None, :, 1] - mid[:, None])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        total = np.where(margin > 0, n[:, None] * (half[:, None] / margin) ** 2, np.inf).min(axis=1)
+    need = np.ceil(np.nan_to_num(total - n, nan=batch, posinf=batch))
+    return np.where(n > 0, np.clip(need, min(smallest, batch), batch), batch).astype(np.int64)
+
+
+def pair_bet(cfg) -> MarginBet | None:
+    """The pair tests' bet (``pairwise.bet``): sized for the claims a pair stops on -- an order
+    either way, a tie within epsilon -- where the pair policies take a bet and the job did not
+    ask for the policy's own (``plug-in``)."""
+    if cfg.pairwise.bet == "plug-in" or not cfg.policy.policy_kind.banks(cfg.policy.radius):
+        return None
+    return MarginBet(pair_claims(cfg.pairwise.epsilon))
 
 
 def _direct(K, pairs: PairPolicies, ii, jj) -> np.ndarray:

@@ -60,8 +60,10 @@ def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
     pilot = set() if cfg.scheduling.start == "pilot" else set(PILOT_KEYS)
     # likewise policy.sampling only when it is not the i.i.d. default
     sampling = set() if cfg.policy.sampling != "iid" else {"sampling"}
+    # and pairwise.bet only when set (None: the pair policies' default bet)
+    bet = set() if cfg.pairwise.bet is not None else {"bet"}
     body = cfg.model_dump(mode="json", exclude={"name": True, "tracking": True, "ray": True, "state": True,
-                                                "scheduling": pilot, "policy": sampling})
+                                                "scheduling": pilot, "policy": sampling, "pairwise": bet})
     canon = json.dumps({"config": body, "data": data_fingerprint}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()[:24]
 
