@@ -19,7 +19,8 @@ import sys
 import time
 
 from certsel.config import load_config
-from certsel.orchestrator.audit.job import audit, write_audit
+from certsel.orchestrator.audit.job import write_audit
+from certsel.orchestrator.commands.audit import audit
 from certsel.orchestrator.inputs.sources import load_job_data
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from certsel.config import load_config
-from certsel.orchestrator.audit.job import audit
+from certsel.orchestrator.commands.audit import audit
 from certsel.orchestrator.outputs.certificate import certificate
 from certsel.orchestrator.engine.driver import run_job
 from certsel.orchestrator.inputs.sources import load_job_data

@@ -178,7 +178,8 @@ def audit(job=None, data=None, *, reps: int = 1000, seed: int = 0, workers: int 
     return the :class:`~certsel.orchestrator.audit.base.AuditResult` (failure rates with
     their Clopper-Pearson bounds, coverage, FT-Eval); ``output`` also writes audit.json,
     audit.md and audit.png there."""
-    from certsel.orchestrator.audit.job import audit as run_audit, write_audit
+    from certsel.orchestrator.audit.job import write_audit
+    from certsel.orchestrator.commands.audit import audit as run_audit
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.outputs.paths import output_dir
 

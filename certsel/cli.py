@@ -410,7 +410,8 @@ def _audit(args) -> int:
     import tempfile
 
     from certsel.config import load_config
-    from certsel.orchestrator.audit.job import audit, write_audit
+    from certsel.orchestrator.audit.job import write_audit
+    from certsel.orchestrator.commands.audit import audit
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.outputs.tracking import log_audit, precheck
 

@@ -182,55 +182,116 @@ def test_audit_rejects_live_jobs(tmp_path):
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "needs a replay job" in p.stderr
 
 
-def test_pairwise_audit_repeats_the_ranking_as_the_job_runs_it():
-    """A pairwise job is audited as its ranking: each repetition's pairs equal the pair
-    policies run directly (delta/(2P) per direction), wrong orders are counted against the
+def test_pairwise_audit_replays_the_job():
+    """A pairwise job is audited as its ranking: each repetition is the job itself with the
+    repetition's seed (its schedule, bets and epsilon), its claims are counted against the
     table's means, and the result does not depend on the number of worker processes."""
-    from certsel.orchestrator.audit.job import _ranking_once
-    from certsel.policies import Seq
+    from certsel.orchestrator.audit.pairwise import claims_checked
+    from certsel.orchestrator.commands.audit import audit as ranking_audit
+    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
 
     raw = {"data": {"path": str(EXAMPLES / "data" / "alpacaeval_preferences.parquet"), "candidate": "model",
                     "human": "loss"},
            "candidates": ["FuseChat-Llama-3.2-1B-Instruct", "claude", "claude-2", "gpt4_gamed"],
-           "policy": {"kind": "seq"}, "procedure": "pairwise", "delta": 0.05, "budget": {"n": 300, "batch": 25}}
+           "policy": {"kind": "seq"}, "procedure": "pairwise", "delta": 0.05, "budget": {"n": 300, "batch": 25},
+           "pairwise": {"epsilon": 0.05}, "tracking": {"intervals": "none"}}
     cfg = parse_config(raw)
     data = load_job_data(cfg)
-    t = data.table
-    per, evaluations = _ranking_once((cfg, t.human, None, None, 17))
-    ii, jj = np.triu_indices(4, 1)
-    used = [set() for _ in range(4)]
-    for p in range(6):
-        u = (t.human[ii[p]] - t.human[jj[p]] + 1) / 2
-        pol = Seq(t.human.shape[1], delta=0.05 / 6 / 2, threshold=0.5, seed=17, strict=True)
-        while not pol.done and pol.n_labeled < 300:
-            items = pol.next_items(min(25, 300 - pol.n_labeled))
-            pol.update(items, u[items])
-        assert per[3, p] == pol.n_labeled and per[1, p] == (pol.decision != 0)
-        used[ii[p]].update(pol.labeled_items.tolist())
-        used[jj[p]].update(pol.labeled_items.tolist())
-    assert evaluations == sum(len(s) for s in used)
-    one = audit(cfg, data, reps=12, seed=3, workers=1)
-    two = audit(cfg, data, reps=12, seed=3, workers=2)
+    one = ranking_audit(cfg, data, reps=12, seed=3, workers=1)
+    two = ranking_audit(cfg, data, reps=12, seed=3, workers=2)
     assert one.rows == two.rows and one.overall == two.overall
+    seeds = np.random.default_rng(3).integers(2**31, size=12)
+    runs = [run_job(cfg.model_copy(update={"seed": int(sd)}), data, LocalRuntime(1), collect_labels=False)
+            for sd in seeds]
+    truth = data.table.true_risk
+    per = np.stack([claims_checked(r.ranking, data.names, truth)[0] for r in runs])
+    assert [r["ordered"] for r in one.rows] == per[:, 0].mean(axis=0).tolist()
+    assert [r["tied"] for r in one.rows] == per[:, 2].mean(axis=0).tolist()
+    assert one.overall["mean_tied"] == np.mean([r.ranking.pairs_tied for r in runs]) > 0  # claude ~ claude-2
+    assert one.overall["evaluations_mean"] == np.mean([sum(c.n_human for c in r.records) for r in runs])
     assert one.unit == "pair" and len(one.rows) == 6 and one.overall["verdict"] == "inconclusive"
     assert one.overall["reps_to_confirm"] > 12  # 12 repetitions cannot confirm delta = 0.05
-    assert one.overall["familywise_failure"] == 0.0
+    assert one.overall["familywise_failure"] == 0.0 and one.overall["epsilon"] == 0.05
     assert "pairwise seq ranking of 4 models" in one.summary() and "| pair |" in one.table()
+    with pytest.raises(ValueError, match="a ranking is audited by replaying the job's rounds"):
+        audit(cfg, data, reps=12)
+
+
+def test_every_kind_of_printed_claim_is_checked():
+    """A made-up ranking of four models (true means 0.1, 0.2, 0.2, 0.5) with one claim of each
+    kind wrong: the audit's check names each."""
+    from certsel.orchestrator.audit.pairwise import claims_checked
+    from certsel.orchestrator.results.ranking import Ranking, TopK
+
+    names, truth = ["a", "b", "c", "d"], np.array([0.1, 0.2, 0.2, 0.5])
+
+    def ranking(**kw):
+        base = dict(better={"a": ["d"], "b": [], "c": [], "d": []}, better_direct={}, possible_winners=[], goal="ranking",
+                    order=names, score={}, score_meaning="", pairs_certified=1, pairs_certified_directly=1, pairs=6,
+                    pair_delta=0.01, pair_delta_per_direction=0.005, items_per_pair={"a vs b": 10},
+                    difference_intervals={"a - d": [-0.5, -0.3]}, epsilon=0.05, tied=["b ~ c"],
+                    rank_intervals={"a": [1, 1], "b": [2, 3], "c": [2, 3], "d": [4, 4]},
+                    rank_groups=[["a"], ["b", "c"], ["d"]])
+        return Ranking(**{**base, **kw})
+
+    right, extra = claims_checked(ranking(), names, truth)
+    assert right[0].tolist() == [0, 0, 1, 0, 0, 0] and right[1].sum() == 0  # a < d, in order
+    assert right[2].tolist() == [0, 0, 0, 1, 0, 0] and right[3].sum() == 0  # b ~ c, exactly tied
+    assert right[4, 0] == 10 and right[5, 2] == 1  # a - d = -0.4 lies in [-0.5, -0.3]
+    assert not any(extra["interval_missed"].values()) and not extra["group_wrong"] and not extra["topk_wrong"]
+    wrong, extra = claims_checked(ranking(better={"a": [], "b": ["c"], "c": [], "d": []}, tied=["a ~ b"],
+                                          difference_intervals={"a - d": [-0.3, -0.1]},
+                                          rank_intervals={"a": [2, 4], "b": [2, 2], "c": [2, 3], "d": [4, 4]},
+                                          rank_groups=[["a", "b"], ["c"], ["d"]],
+                                          topk=TopK(k=1, certified_in=["b"], certified_out=["a"], undetermined=[])),
+                                  names, truth)
+    assert wrong[1].tolist() == [0, 0, 0, 1, 0, 0]  # b better than c: an exact tie, so wrong
+    assert wrong[3].tolist() == [1, 0, 0, 0, 0, 0]  # a ~ b within 0.05: they are 0.1 apart
+    assert wrong[5, 2] == 0  # -0.4 is outside [-0.3, -0.1]
+    assert extra["interval_missed"] == {"a": True, "b": False, "c": False, "d": False}
+    assert extra["group_wrong"] and extra["topk_wrong"]
 
 
 @pytest.mark.slow
-def test_the_bundled_ranking_example_orders_no_pair_wrongly():
-    """The ranking example as it ships (12 models, 66 pairs, delta = 0.05), audited as a
-    ranking: its overall result is the ranking's (any wrong certified order in a
-    repetition), at most delta; docs/reliability.md has the 200-repetition table."""
-    from certsel.config import load_config
+def test_a_tie_at_the_boundary_is_audited_within_delta():
+    """Three models 0.05 apart on a 1,000-item table, with epsilon = 0.05: every tie the ranking
+    could claim is false (|Delta| = epsilon exactly), the boundary of the tie's test. Audited
+    over 200 repetitions, false ties and wrong orders stay within delta (99% Clopper-Pearson),
+    and so does each pair's rate within its level's bound."""
+    import tempfile
 
-    cfg = load_config(EXAMPLES / "alpacaeval_ranking.yaml", ["policy.kind=seq"])
-    res = audit(cfg, load_job_data(cfg), reps=24, seed=5, workers=2)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from certsel.orchestrator.commands.audit import audit as ranking_audit
+
+    n = 1000
+    rng = np.random.default_rng(5)
+    base = (rng.random(n) < 0.5).astype(float)
+    flip = rng.permutation(n)
+
+    def shifted(k):  # base with k of its 0 losses turned to 1: a difference of k / n exactly
+        x = base.copy()
+        x[flip[base[flip] == 0][:k]] = 1.0
+        return x
+
+    losses = {"a": base, "b": shifted(50), "c": shifted(100)}
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "t.parquet"
+        pq.write_table(pa.table({"model": np.repeat(list(losses), n), "item": np.tile(np.arange(n), len(losses)),
+                                 "loss": np.concatenate(list(losses.values()))}), path)
+        cfg = parse_config({"data": {"path": str(path), "candidate": "model", "human": "loss"},
+                            "policy": {"kind": "seq"}, "procedure": "pairwise", "delta": 0.1,
+                            "pairwise": {"goal": "ranking", "epsilon": 0.05}, "budget": {"n": n, "batch": 50},
+                            "tracking": {"intervals": "none"}})
+        data = load_job_data(cfg)
+        assert np.diff(data.table.true_risk).tolist() == pytest.approx([0.05, 0.05])
+        res = ranking_audit(cfg, data, reps=200, seed=1, workers=2)
     o = res.overall
-    assert o["procedure"] == "pairwise" and res.unit == "pair" and len(res.rows) == 66
-    assert o["wrong_order_rate"] == o["familywise_failure"] <= cfg.delta and o["verdict"] != "failed"
-    assert 0 < o["saved_fraction"] < 1 and o["mean_certified"] > 30
+    assert clopper_pearson(round(o["familywise_failure"] * 200), 200, 0.99)[0] <= cfg.delta
+    assert o["verdict"] != "failed" and all(r["verdict"] != "failed" for r in res.rows)
+    assert o["mean_certified"] >= 1  # a vs c, 0.1 apart, is ordered: the job is not idle
+    assert "false tie" in res.table()
 
 
 def test_the_audit_plot_names_its_candidates_and_keeps_its_whole_title():

@@ -265,22 +265,24 @@ def test_pair_checkpoints_restore_in_their_own_form():
 
 
 def test_pair_rounds_are_sized_from_their_bounds():
-    """A pair asks for about n (h / m)^2 - n more items, h its bounds' half-width and m the
-    margin of the claim it is closest to, between the smallest round and the batch."""
+    """A pair asks for about what its bounds say it still needs: with half-width h after n of N
+    items and the margin m of the claim it is closest to, the n' with (N - n') / n' =
+    (m / h)^2 (N - n) / n, less n, between the smallest round and the batch."""
     from certsel.orchestrator.engine.pairwise import pair_round_sizes
     from certsel.policies.bets import pair_claims
 
     bounds = np.array([[0.0, 1.0], [0.46, 0.54], [0.52, 0.60], [0.50, 0.58], [0.44, 0.56], [0.30, 0.70]])
     n = np.array([0, 100, 100, 400, 100, 100])
-    got = pair_round_sizes(bounds, n, pair_claims(0.1), batch=25, smallest=5)
-    # no labels: a whole batch; centre 1/2, h = 0.04 against the tie's margin 0.05: the smallest
-    # round; "> 1/2" 0.06 away with h = 0.04 (the tie's margin is -0.01): the smallest round;
-    # h = m = 0.04: the smallest round; h = 0.06 against the tie's 0.05: 100 (0.06 / 0.05)^2 - 100
-    # = 44 -> the batch; h = 0.2: the batch
+    got = pair_round_sizes(bounds, n, pair_claims(0.1), batch=25, smallest=5, n_items=1000)
+    # no labels: a whole batch; centre 1/2, h = 0.04, the tie's margin 0.05: n' = 1000 / (1 +
+    # 1.5625 * 9) = 66 < 100, the smallest round; "> 1/2" 0.06 away, h = 0.04: n' = 47, the
+    # smallest round; h = m = 0.04 at n = 400: n' = 400, the smallest round; h = 0.06 against the
+    # tie's 0.05: n' = 1000 / (1 + 6.25) = 138, 38 more -> the batch; h = 0.2: the batch
     assert got.tolist() == [25, 5, 5, 5, 25, 25]
-    # centre 0.498, h = 0.05, the tie's margin 0.048: 100 (0.05 / 0.048)^2 - 100 = 8.5 -> 9
-    mid = pair_round_sizes(np.array([[0.448, 0.548]]), np.array([100]), pair_claims(0.1), batch=25, smallest=5)
-    assert mid.tolist() == [9]
+    # centre 0.498, h = 0.05, the tie's margin 0.048: n' = 1000 / (1 + 0.9216 * 9) = 107.6 -> 8
+    mid = pair_round_sizes(np.array([[0.448, 0.548]]), np.array([100]), pair_claims(0.1), batch=25, smallest=5,
+                           n_items=1000)
+    assert mid.tolist() == [8]
 
 
 def test_fixed_rounds_give_every_pair_the_batch():
@@ -295,3 +297,18 @@ def test_fixed_rounds_give_every_pair_the_batch():
         out[rounds] = res.ranking.items_per_pair
     assert all(n % 25 == 0 or n == 805 for n in out["fixed"].values())
     assert any(n % 25 for n in out["predicted"].values())  # some pair stopped between batches
+
+
+def test_the_pair_bet_enters_a_jobs_identity_only_when_set():
+    """Ranking folders from before pairwise.bet keep their identity; a job that names a bet is
+    another job."""
+    from certsel.orchestrator.engine.state import config_fingerprint
+    from certsel.orchestrator.engine.pairwise import pair_bet
+
+    default = load_config(EXAMPLE, ["policy.kind=seq"])
+    assert "bet" not in default.model_dump(mode="json", exclude={"pairwise": {"bet"}})["pairwise"]
+    plug = load_config(EXAMPLE, ["policy.kind=seq", "pairwise.bet=plug-in"])
+    margin = load_config(EXAMPLE, ["policy.kind=seq", "pairwise.bet=margin"])
+    assert len({config_fingerprint(c, "d") for c in (default, plug, margin)}) == 3
+    assert pair_bet(default) == pair_bet(margin) and pair_bet(plug) is None
+    assert pair_bet(load_config(EXAMPLE, [])) is None  # Cer-Eval's pairs: one policy each, their own bets

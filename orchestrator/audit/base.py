@@ -118,26 +118,33 @@ class AuditResult:
         return "\n".join(lines)
 
     def _pair_table(self) -> str:
-        head = ["pair", "true difference", "level", "wrong order", "99% CP upper", "verdict", "decided",
-                "interval coverage", "items mean (q10/q50/q90)"]
+        head = ["pair", "true difference", "level", "ordered", "wrong order", "tied", "false tie",
+                "wrong claim 99% CP upper", "verdict", "interval coverage", "items mean (q10/q50/q90)"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in self.rows:
             q = r["labels_q"]
-            cells = [r["candidate"], f"{r['true_risk']:+.4f}", f"{r['level']:.3g}", _pct(r["failure"]),
-                     _pct(r["failure_upper"]), r["verdict"], _pct(r["power"]), _pct(r["coverage"]),
-                     f"{r['labels_mean']:.1f} ({q[0]:.0f}/{q[1]:.0f}/{q[2]:.0f})"]
+            cells = [r["candidate"], f"{r['true_risk']:+.4f}", f"{r['level']:.3g}", _pct(r["ordered"]),
+                     _pct(r["wrong_order"]), _pct(r["tied"]), _pct(r["false_tie"]), _pct(r["failure_upper"]),
+                     r["verdict"], _pct(r["coverage"]), f"{r['labels_mean']:.1f} ({q[0]:.0f}/{q[1]:.0f}/{q[2]:.0f})"]
             lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", "| model | true rank | rank interval covers it | miss 99% CP upper |", "|---|---|---|---|"]
+        lines += [f"| {m['model']} | {m['true_rank']} | {m['coverage']:.3f} | {m['upper']:.3f} |"
+                  for m in self.overall["rank_intervals"]]
         return "\n".join(lines)
 
     def summary(self) -> str:
         o = self.overall
         if self.unit == "pair":
             worst = max(r["failure"] for r in self.rows)
-            return (f"pairwise {self.cfg.policy.kind} ranking of {o['models']} models, "
-                    f"delta = {self.cfg.delta:g} over {o['pairs']} pairs ({o['pair_delta']:.3g} per direction), "
-                    f"{self.reps} repetitions: worst per-pair wrong-order rate {worst:.3f}, family-wise failure "
-                    f"(any wrong order) {o['familywise_failure']:.3f} (99% CP upper {o['failure_upper']:.3f}), "
-                    f"{o['mean_certified']:.1f} orders certified on average, "
+            eps = "" if o["epsilon"] is None else f", epsilon = {o['epsilon']:g}"
+            return (f"pairwise {self.cfg.policy.kind} ranking of {o['models']} models (goal {o['goal']}{eps}), "
+                    f"delta = {self.cfg.delta:g} over {o['pairs']} pairs ({o['pair_delta']:.3g} each), "
+                    f"{self.reps} repetitions: worst per-pair rate of a wrong order or false tie {worst:.3f}; "
+                    f"repetitions with a wrong order {o['wrong_order_rate']:.3f}, a false tie "
+                    f"{o['false_tie_rate']:.3f}, a rank interval missing {o['rank_interval_miss_rate']:.3f}, a wrong "
+                    f"rank group {o['rank_group_error_rate']:.3f}; family-wise failure (any wrong claim) "
+                    f"{o['familywise_failure']:.3f} (99% CP upper {o['failure_upper']:.3f}); "
+                    f"{o['mean_certified']:.1f} orders and {o['mean_tied']:.1f} ties certified on average, "
                     f"{o['evaluations_mean']:.0f} of {o['evaluations_full']} model evaluations; "
                     + self.verdict_words())
         worst = max((r["failure"] for r in self.rows if r["failure"] is not None), default=0.0)

@@ -23,9 +23,11 @@ Overall: the family-wise failure rate of the job's procedure (FST / Bonferroni /
 per-repetition e-values): any candidate with true R > alpha in the certified set, with its
 verdict against delta, which is the audit's verdict (failed also when any row failed).
 
-A pairwise job is audited as the ranking it is: every pair's policy repeated as the job
-runs it, a certified order counted wrong when the table's mean losses disagree (an exact
-tie included), and the family-wise failure is a repetition with any wrong order.
+A pairwise job is audited as the ranking it is: the job itself replayed on the table with a
+fresh seed per repetition (its schedule, bets, goal and epsilon), and every claim it prints
+checked against the table's means: each certified order (an exact tie makes any order
+wrong), each tie within epsilon, each rank interval and rank group, and a top-k set; the
+family-wise failure is a repetition with any wrong claim (:mod:`.pairwise`).
 
 Testing policies are vectorised over repetitions and candidates (chunks of repetitions);
 estimation policies run one repetition at a time (their item choices are adaptive).
@@ -54,7 +56,6 @@ from certsel.workers.replay import label_orders
 from .base import BUDGET_GRID, AuditResult, clopper_pearson, failure_cells, job_features, overall_cells, repeat
 from .pairwise import pairwise_audit
 from .stratified import stratified_repetitions
-from .pairwise import ranking_once as _ranking_once  # noqa: F401  (the tests call one repetition)
 
 __all__ = ["AuditResult", "audit", "clopper_pearson", "write_audit"]
 
@@ -85,11 +86,13 @@ def _testing_chunk(cfg, human, judge, orders, n, r, rhos):
 
 
 def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int = 50, progress=None,
-          workers: int | None = None) -> AuditResult:
+          workers: int | None = None, ranking_replay=None) -> AuditResult:
     """Repeat ``cfg``'s policy ``reps`` times on its replay table (see the module docstring).
 
     Seq / Cer-Eval repetitions (and a ranking's) run in ``workers`` processes (default: one
-    per CPU); the result is the same for any number of workers."""
+    per CPU); the result is the same for any number of workers. A ranking is repeated by
+    ``ranking_replay`` (the engine's :func:`~certsel.orchestrator.engine.replay.replay_ranking`,
+    which :func:`certsel.orchestrator.commands.audit.audit` passes)."""
     table = data.table
     if table is None:
         raise ValueError("certsel audit needs a replay job (a data: section with recorded losses and ground truth)")
@@ -103,7 +106,10 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     workers = max(1, (os.cpu_count() or 1) if workers is None else int(workers))
     proc = cfg.proc
     if proc.ranking:
-        return pairwise_audit(cfg, table, names, reps, rng, progress, workers)
+        if ranking_replay is None:
+            raise ValueError("a ranking is audited by replaying the job's rounds: use "
+                             "certsel.orchestrator.commands.audit.audit, which passes the engine's replay")
+        return pairwise_audit(cfg, data, reps, rng, progress, workers, ranking_replay)
     n = cfg.budget.n
     testing = cfg.policy.is_testing
     levels = proc.candidate_deltas(cfg.delta, K)  # each candidate's own level, as the job runs it

@@ -1,103 +1,126 @@
-"""``certsel audit`` of a pairwise job: the ranking repeated as the job runs it.
+"""``certsel audit`` of a pairwise job: the ranking replayed as the job runs it, every printed
+claim checked against the table.
 
-Every repetition runs the pairs in rounds, each round advancing the pairs that the job's
-goal (``pairwise.goal``) still needs; a certified order is wrong when the table's mean
-losses disagree (an exact tie included), and the family-wise failure is a repetition with
-any wrong order.
+Each repetition is the job itself with a fresh seed (item order): the engine's rounds, the
+pairs' bets and round sizes, the goal and ``pairwise.epsilon``, handed in by the command as
+``replay`` (:func:`~certsel.orchestrator.engine.replay.replay_ranking`). Its result is checked
+claim by claim against the full table's mean losses (the truth of a replay job):
+
+* an **order** "A better than B" (certified directly or implied) is wrong when R(A) >= R(B),
+  an exact tie included;
+* a **tie** "A ~ B within epsilon" is false when |R(A) - R(B)| >= epsilon;
+* a **rank interval** [lo, hi] misses when the model's true rank (1 + the models with a
+  strictly lower mean) lies outside it;
+* a **rank group** is wrong when a model of an earlier group does not have a strictly lower
+  mean than every model of a later group;
+* a **top-k** claim is wrong when a certified-in model has fewer than K - k models with a
+  strictly higher mean, or a certified-out model fewer than k with a strictly lower one.
+
+Per pair the audit reports how often it was ordered, wrongly ordered, tied and falsely tied,
+against the pair's level delta / P (a wrong order or a false tie needs one of the pair's two
+one-sided bounds, each at delta / (2P), to miss); per model the rank interval's coverage. The
+family-wise failure -- a repetition with any wrong claim of any kind -- is what the job's
+guarantee bounds by delta.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from certsel.policies.comparison import better_matrix, implied_orders, pairs_needed, sign_policy_delta
-from certsel.policies.kinds import PolicyInputs, PolicySettings
+from .base import AuditResult, clopper_pearson, failure_cells, overall_cells, repeat
 
-from .base import AuditResult, failure_cells, job_features, overall_cells, repeat
+_ORDERED, _WRONG, _TIED, _FALSE_TIE, _ITEMS, _COVERED = range(6)
 
-def ranking_once(job) -> tuple:
-    """One repetition of a pairwise job's ranking, in rounds as the job runs it (module level:
-    it runs in worker processes): each round the pairs the goal still needs
-    (``pairwise.goal``) advance by one batch. Returns per pair (wrong order, decided,
-    interval ever missed, items used) and the number of model evaluations (a model's items
-    counted once across its pairs)."""
-    cfg, human, features, scores, seed = job
-    K, I = human.shape
+
+def claims_checked(ranking, names: list[str], truth: np.ndarray) -> tuple[np.ndarray, dict]:
+    """One repetition's claims against ``truth`` (each model's mean loss on the table): per
+    pair (i < j in ``names`` order) the rows ordered, wrongly ordered, tied, falsely tied,
+    items used and difference interval covering, shape (6, P); and per repetition the rank
+    intervals' and groups' and top-k's misses."""
+    K = len(names)
+    at = {m: k for k, m in enumerate(names)}
+    ii, jj = np.triu_indices(K, 1)
+    pair_of = {(a, b): p for p, (a, b) in enumerate(zip(ii.tolist(), jj.tolist(), strict=True))}
+    out = np.zeros((6, ii.size), dtype=np.int64)
+    for a, beaten in ranking.better.items():
+        for b in beaten:
+            p = pair_of[tuple(sorted((at[a], at[b])))]
+            out[_ORDERED, p] = 1
+            out[_WRONG, p] |= int(truth[at[a]] >= truth[at[b]])
+    eps = ranking.epsilon
+    for claim in ranking.tied:
+        a, b = claim.split(" ~ ")
+        p = pair_of[tuple(sorted((at[a], at[b])))]
+        out[_TIED, p] = 1
+        out[_FALSE_TIE, p] = int(abs(truth[at[a]] - truth[at[b]]) >= eps)
+    for key, n in ranking.items_per_pair.items():
+        a, b = key.split(" vs ")
+        out[_ITEMS, pair_of[tuple(sorted((at[a], at[b])))]] = n
+    for key, (lo, hi) in ranking.difference_intervals.items():
+        a, b = key.split(" - ")
+        d = truth[at[a]] - truth[at[b]]
+        out[_COVERED, pair_of[tuple(sorted((at[a], at[b])))]] = int(lo - 1e-12 <= d <= hi + 1e-12)
+    rank = {m: 1 + int(np.sum(truth < truth[at[m]])) for m in names}
+    interval_missed = {m: not (lo <= rank[m] <= hi) for m, (lo, hi) in ranking.rank_intervals.items()}
+    groups = ranking.rank_groups
+    group_wrong = any(truth[at[a]] >= truth[at[b]] for g, first in enumerate(groups) for later in groups[g + 1:]
+                      for a in first for b in later)
+    topk_wrong = False
+    if ranking.topk is not None:
+        # "in": at least K - k models certified worse; "out": at least k certified better
+        k = ranking.topk.k
+        topk_wrong = (any(np.sum(truth > truth[at[m]]) < K - k for m in ranking.topk.certified_in)
+                      or any(np.sum(truth < truth[at[m]]) < k for m in ranking.topk.certified_out))
+    return out, {"interval_missed": interval_missed, "group_wrong": group_wrong, "topk_wrong": topk_wrong}
+
+
+def pairwise_audit(cfg, data, reps, rng, progress, workers: int, replay) -> AuditResult:
+    """The ranking job replayed ``reps`` times (one seed each) and its claims checked (see the
+    module docstring)."""
+    table, names = data.table, data.names
+    truth = np.asarray(table.true_risk, dtype=np.float64)
+    K = len(names)
     ii, jj = np.triu_indices(K, 1)
     P = ii.size
-    pair_delta = sign_policy_delta(cfg.delta / P, cfg.policy.radius)
-    n = min(cfg.budget.n, I)
-    truth = human.mean(axis=1)
-    us = [(human[ii[p]] - human[jj[p]] + 1.0) / 2.0 for p in range(P)]
-    settings = PolicySettings(alpha=0.5, delta=pair_delta, budget=I, seed=seed, radius=cfg.policy.radius,
-                              partition=cfg.policy.partition, strict=True)
-    pols = [cfg.policy.policy_kind.build(settings, PolicyInputs(
-                I, features=features, judge_scores=None if scores is None else scores[p])) for p in range(P)]
-    missed = np.zeros(P, dtype=bool)
-    while True:
-        direct = better_matrix(K, ii, jj, [q.decision == -1 for q in pols], [q.decision == 1 for q in pols])
-        needed = pairs_needed(cfg.pairwise.goal, implied_orders(direct), ii, jj)
-        open_ = [p for p in range(P) if needed[p] and not pols[p].done and pols[p].n_labeled < n]
-        if not open_:
-            break
-        for p in open_:
-            items = pols[p].next_items(min(cfg.budget.batch, n - pols[p].n_labeled))
-            pols[p].update(items, us[p][items])
-            lo, hi = pols[p].ci
-            mu = float(us[p].mean())
-            missed[p] |= not (lo - 1e-12 <= mu <= hi + 1e-12)
-    out = np.zeros((4, P), dtype=np.int64)
-    items_of = [set() for _ in range(K)]
-    for p, pol in enumerate(pols):
-        d = pol.decision  # -1: model ii has the lower risk, +1: model jj
-        diff = truth[ii[p]] - truth[jj[p]]
-        out[:, p] = ((d == -1 and diff >= 0) or (d == 1 and diff <= 0), d != 0, missed[p], pol.n_labeled)
-        items_of[ii[p]].update(pol.labeled_items.tolist())
-        items_of[jj[p]].update(pol.labeled_items.tolist())
-    return out, sum(len(x) for x in items_of)
-
-
-def pairwise_audit(cfg, table, names, reps, rng, progress, workers: int = 1) -> AuditResult:
-    """The ranking repeated ``reps`` times as a pairwise job runs it: every pair's Seq /
-    Cer-Eval policy on u = (loss_i - loss_j + 1)/2 with threshold 1/2 at delta/(2P) per
-    direction, stopped at a certified sign or the budget. A certified order is wrong when
-    the table's mean losses say otherwise (ties included); the family-wise failure is a
-    repetition with any wrong order, the guarantee being <= delta."""
-    K, I = table.human.shape
-    ii, jj = np.triu_indices(K, 1)
-    P = ii.size
-    pair_delta = sign_policy_delta(cfg.delta / P, cfg.policy.radius)
-    n = min(cfg.budget.n, I)
-    diff = table.human.mean(axis=1)[ii] - table.human.mean(axis=1)[jj]
-    features = job_features(cfg, table)
-    scores = None
-    if cfg.policy.partition == "judge":
-        scores = [(table.judge[ii[p]] - table.judge[jj[p]] + 1.0) / 2.0 for p in range(P)]
     seeds = [int(x) for x in rng.integers(2**31, size=reps)]
-    got = repeat(ranking_once, [(cfg, table.human, features, scores, sd) for sd in seeds], workers, progress)
-    per = np.stack([g[0] for g in got])  # (reps, 4, P)
-    wrong, decided, missed, used = (per[:, i] for i in range(4))
-    wrong, decided, missed = wrong.astype(bool), decided.astype(bool), missed.astype(bool)
-    evaluations = np.array([g[1] for g in got])
+    got = repeat(replay, [(cfg, data, sd) for sd in seeds], workers, progress)
+    checked = [claims_checked(rk, names, truth) for rk, _ in got]
+    per = np.stack([c[0] for c in checked])  # (reps, 6, P)
+    ordered, wrong, tied, false_tie, used, covered = (per[:, i] for i in range(6))
+    wrong_claim = (wrong + false_tie) > 0
+    evaluations = np.array([sum(h) for _, h in got])
+    missed = np.array([[c[1]["interval_missed"].get(m, False) for m in names] for c in checked])
+    group_wrong = np.array([c[1]["group_wrong"] for c in checked])
+    topk_wrong = np.array([c[1]["topk_wrong"] for c in checked])
+    diff = truth[ii] - truth[jj]
     rows = []
     for p in range(P):
         rows.append({
             "candidate": f"{names[ii[p]]} vs {names[jj[p]]}", "true_risk": float(diff[p]), "h0": bool(diff[p] == 0),
-            # a pair's wrong order has probability <= delta/P (both directions of its sign)
-            **failure_cells(int(wrong[:, p].sum()), reps, cfg.delta / P),
-            "power": float(decided[:, p].mean()), "coverage": float(1 - missed[:, p].mean()),
+            # a wrong order or a false tie of one pair has probability <= delta / P
+            **failure_cells(int(wrong_claim[:, p].sum()), reps, cfg.delta / P),
+            "ordered": float(ordered[:, p].mean()), "wrong_order": float(wrong[:, p].mean()),
+            "tied": float(tied[:, p].mean()), "false_tie": float(false_tie[:, p].mean()),
+            "power": float(((ordered[:, p] + tied[:, p]) > 0).mean()), "coverage": float(covered[:, p].mean()),
             "labels_mean": float(used[:, p].mean()),
             "labels_q": [float(x) for x in np.quantile(used[:, p], [0.1, 0.5, 0.9])],
             "ft_margin": None, "ft_pass": None, "rmse": None, "bias": None, "t_p": None,
         })
-    fam = wrong.any(axis=1)
+    fam = wrong_claim.any(axis=1) | missed.any(axis=1) | group_wrong | topk_wrong
     k_fail = int(fam.sum())
-    overall = {"procedure": cfg.procedure, **overall_cells(k_fail, reps, cfg.delta, rows),
-               "mean_certified": float(decided.sum(axis=1).mean()), "pairs": P, "models": K, "pair_delta": pair_delta,
-               "evaluations_mean": float(evaluations.mean()), "evaluations_full": int(K * n),
-               "saved_fraction": float(1 - evaluations.mean() / (K * n)),
-               "wrong_order_rate": k_fail / reps,  # repetitions with any wrong certified order
-               "interval_misses": int(missed.sum()), "budget_grid": []}
+    rank = [1 + int(np.sum(truth < truth[k])) for k in range(K)]
+    overall = {
+        "procedure": cfg.procedure, **overall_cells(k_fail, reps, cfg.delta, rows), "goal": cfg.pairwise.goal,
+        "epsilon": cfg.pairwise.epsilon, "mean_certified": float(ordered.sum(axis=1).mean()),
+        "mean_tied": float(tied.sum(axis=1).mean()), "pairs": P, "models": K, "pair_delta": cfg.delta / P,
+        "evaluations_mean": float(evaluations.mean()), "evaluations_full": int(K * min(cfg.budget.n, table.human.shape[1])),
+        "saved_fraction": float(1 - evaluations.mean() / (K * min(cfg.budget.n, table.human.shape[1]))),
+        "wrong_order_rate": float(wrong.any(axis=1).mean()),  # repetitions with any wrong certified order
+        "false_tie_rate": float(false_tie.any(axis=1).mean()),
+        "rank_interval_miss_rate": float(missed.any(axis=1).mean()),
+        "rank_group_error_rate": float(group_wrong.mean()), "topk_error_rate": float(topk_wrong.mean()),
+        "rank_intervals": [{"model": names[k], "true_rank": rank[k], "coverage": float(1 - missed[:, k].mean()),
+                            "upper": clopper_pearson(int(missed[:, k].sum()), reps)[1]} for k in range(K)],
+        "interval_misses": int((1 - covered).sum()), "budget_grid": [],
+    }
     return AuditResult(cfg, reps, rows, overall, unit="pair")
-
-

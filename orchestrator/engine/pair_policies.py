@@ -110,7 +110,7 @@ class BankedPairs:
         pairs = np.fromiter(fed, dtype=np.int64, count=len(fed))
         n = self.bank.n_labeled[pairs]
         length = np.array([len(fed[int(p)][1]) for p in pairs], dtype=np.int64)
-        for at, size in set(zip(n.tolist(), length.tolist())):  # rows that start and end together
+        for at, size in sorted(set(zip(n.tolist(), length.tolist()))):  # rows that start and end together
             rows = pairs[(n == at) & (length == size)]
             self.bank.feed(rows, np.stack([fed[int(p)][1] for p in rows]))
 

@@ -114,7 +114,8 @@ class PairwiseRounds:
         if cfg.scheduling.rounds != "predicted":
             return np.full(which.size, cfg.budget.batch)
         return pair_round_sizes(self.pairs.bounds()[which], self.pairs.n_labeled[which],
-                                pair_claims(cfg.pairwise.epsilon), cfg.budget.batch, cfg.budget.smallest_round)
+                                pair_claims(cfg.pairwise.epsilon), cfg.budget.batch, cfg.budget.smallest_round,
+                                self.plan.data.n_items)
 
     def restore(self, saved: dict) -> Resume:
         """The pair policies and the losses they saw, as they were (the pairs live here)."""
@@ -168,20 +169,24 @@ class PairwiseRounds:
                        self.pair_delta, self.tied)
 
 
-def pair_round_sizes(bounds: np.ndarray, n: np.ndarray, claims, batch: int, smallest: int) -> np.ndarray:
+def pair_round_sizes(bounds: np.ndarray, n: np.ndarray, claims, batch: int, smallest: int,
+                     n_items: int) -> np.ndarray:
     """Items each pair asks for next: about what its one-sided bounds (``bounds[:, :2]``, on u)
     say it still needs to make the claim among ``claims`` it is closest to, between ``smallest``
-    and ``batch``; ``batch`` before any label. The half-width h = (U - L) / 2 of n items
-    shrinks about as 1 / sqrt(n) (faster without replacement, so the guess errs long), and a
-    claim whose nearer end lies m from the centre needs h <= m: n (h / m)^2 items in all.
-    Rounds sized from a pair's own past keep its guarantee (the bounds hold at any stopping
-    time), as the testing candidates' predicted rounds do."""
+    and ``batch``; ``batch`` before any label. The half-width h = (U - L) / 2 after n of the
+    N = ``n_items`` items shrinks about as sqrt((N - n) / (N n)) (sampling without
+    replacement), and a claim whose nearer end lies m from the centre needs h <= m: the n' with
+    (N - n') / n' = (m / h)^2 (N - n) / n. Rounds sized from a pair's own past keep its
+    guarantee (the bounds hold at any stopping time), as the testing candidates' predicted
+    rounds do."""
     lo, hi = bounds[:, 0], bounds[:, 1]
     mid, half = (lo + hi) / 2.0, np.maximum((hi - lo) / 2.0, 0.0)
     ends = np.array(claims, dtype=np.float64)  # (claims, 2)
     margin = np.minimum(mid[:, None] - ends[None, :, 0], ends[None, :, 1] - mid[:, None])
+    N = float(n_items)
     with np.errstate(divide="ignore", invalid="ignore"):
-        total = np.where(margin > 0, n[:, None] * (half[:, None] / margin) ** 2, np.inf).min(axis=1)
+        ratio = (margin / half[:, None]) ** 2 * ((N - n) / np.maximum(n, 1))[:, None]
+        total = np.where(margin > 0, N / (1.0 + ratio), np.inf).min(axis=1)
     need = np.ceil(np.nan_to_num(total - n, nan=batch, posinf=batch))
     return np.where(n > 0, np.clip(need, min(smallest, batch), batch), batch).astype(np.int64)
 

@@ -1,0 +1,14 @@
+"""``certsel audit`` as the command runs it: the audit layer's repetitions, with the engine's
+replay of a ranking job for pairwise jobs (the audit repeats what the job does, schedule,
+bets and epsilon included, so it needs the engine's rounds; the two layers do not import
+each other, so the command joins them)."""
+
+from __future__ import annotations
+
+from certsel.orchestrator.audit.job import audit as _audit
+from certsel.orchestrator.engine.replay import replay_ranking
+
+
+def audit(cfg, data, **kwargs):
+    """:func:`certsel.orchestrator.audit.job.audit` with the engine's ranking replay."""
+    return _audit(cfg, data, ranking_replay=replay_ranking, **kwargs)
