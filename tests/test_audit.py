@@ -260,26 +260,12 @@ def test_a_tie_at_the_boundary_is_audited_within_delta():
     and so does each pair's rate within its level's bound."""
     import tempfile
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     from certsel.orchestrator.commands.audit import audit as ranking_audit
+    from helpers.boundary import shifted_table
 
     n = 1000
-    rng = np.random.default_rng(5)
-    base = (rng.random(n) < 0.5).astype(float)
-    flip = rng.permutation(n)
-
-    def shifted(k):  # base with k of its 0 losses turned to 1: a difference of k / n exactly
-        x = base.copy()
-        x[flip[base[flip] == 0][:k]] = 1.0
-        return x
-
-    losses = {"a": base, "b": shifted(50), "c": shifted(100)}
-
     with tempfile.TemporaryDirectory() as tmp:
-        path = pathlib.Path(tmp) / "t.parquet"
-        pq.write_table(pa.table({"model": np.repeat(list(losses), n), "item": np.tile(np.arange(n), len(losses)),
-                                 "loss": np.concatenate(list(losses.values()))}), path)
+        path = shifted_table(pathlib.Path(tmp) / "t.parquet", {"b": 50, "c": 100}, n)
         cfg = parse_config({"data": {"path": str(path), "candidate": "model", "human": "loss"},
                             "policy": {"kind": "seq"}, "procedure": "pairwise", "delta": 0.1,
                             "pairwise": {"goal": "ranking", "epsilon": 0.05}, "budget": {"n": n, "batch": 50},
@@ -292,6 +278,23 @@ def test_a_tie_at_the_boundary_is_audited_within_delta():
     assert o["verdict"] != "failed" and all(r["verdict"] != "failed" for r in res.rows)
     assert o["mean_certified"] >= 1  # a vs c, 0.1 apart, is ordered: the job is not idle
     assert "false tie" in res.table()
+
+
+@pytest.mark.slow
+def test_the_bundled_ranking_example_orders_no_pair_wrongly():
+    """The ranking example as it ships (12 models, 66 pairs, delta = 0.05, Cer-Eval pairs
+    here replaced by Seq's), audited as the ranking: no wrong claim of any kind in a
+    repetition beyond delta; docs/reliability.md has the 200-repetition table."""
+    from certsel.config import load_config
+    from certsel.orchestrator.commands.audit import audit as ranking_audit
+
+    cfg = load_config(EXAMPLES / "alpacaeval_ranking.yaml", ["policy.kind=seq", "pairwise.epsilon=0.05"])
+    res = ranking_audit(cfg, load_job_data(cfg), reps=24, seed=5, workers=2)
+    o = res.overall
+    assert o["procedure"] == "pairwise" and res.unit == "pair" and len(res.rows) == 66
+    assert o["familywise_failure"] <= cfg.delta and o["verdict"] != "failed"
+    assert o["wrong_order_rate"] == o["false_tie_rate"] == o["rank_interval_miss_rate"] == 0
+    assert 0 < o["saved_fraction"] < 1 and o["mean_certified"] > 30 and o["mean_tied"] > 15
 
 
 def test_the_audit_plot_names_its_candidates_and_keeps_its_whole_title():

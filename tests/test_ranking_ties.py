@@ -134,26 +134,13 @@ def test_false_ties_and_wrong_orders_stay_below_delta_at_the_boundary():
     from certsel.orchestrator.audit.base import clopper_pearson
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.engine.driver import LocalRuntime, run_job
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from helpers.boundary import shifted_table
     import tempfile
     import pathlib
 
     n = 1000
-    rng = np.random.default_rng(5)
-    base = (rng.random(n) < 0.5).astype(float)
-    flip = rng.permutation(n)
-
-    def shifted(k):  # base with k of its 0 losses turned to 1: a difference of k / n exactly
-        x = base.copy()
-        x[flip[base[flip] == 0][:k]] = 1.0
-        return x
-
-    losses = {"a": base, "b": shifted(51), "c": shifted(102), "d": shifted(300)}
     with tempfile.TemporaryDirectory() as tmp:
-        path = pathlib.Path(tmp) / "t.parquet"
-        pq.write_table(pa.table({"model": np.repeat(list(losses), n), "item": np.tile(np.arange(n), len(losses)),
-                                 "loss": np.concatenate(list(losses.values()))}), path)
+        path = shifted_table(pathlib.Path(tmp) / "t.parquet", {"b": 51, "c": 102, "d": 300}, n)
         cfg = parse_config({"data": {"path": str(path), "candidate": "model", "human": "loss"},
                             "policy": {"kind": "seq"}, "procedure": "pairwise", "delta": 0.1,
                             "pairwise": {"goal": "ranking", "epsilon": 0.05}, "budget": {"n": n, "batch": 50},

@@ -333,17 +333,21 @@ def _audit_figure(result: AuditResult, plt):
     level = np.array([np.nan if r["failure"] is None else r["level"] for r in rows])  # where a failure can occur
     title = textwrap.wrap(result.summary(), 150)
     fig, axes = plt.subplots(1, 2, figsize=(12, 1.6 + 0.24 * len(rows) + 0.16 * len(title)), sharey=True)
-    axes[0].barh(y, fail, color="tab:red", label="failure rate (true R > alpha: certified anyway)")
+    pairs = result.unit == "pair"
+    axes[0].barh(y, fail, color="tab:red", label="rate of a wrong order or a false tie" if pairs
+                 else "failure rate (true R > alpha: certified anyway)")
     axes[0].scatter(upper, y, marker="|", color="k", s=120, label="99% Clopper-Pearson upper bound", zorder=3)
     axes[0].scatter(level, y, marker="d", color="tab:blue", s=18, label="its level", zorder=3)
     axes[0].axvline(result.cfg.delta, color="tab:blue", ls="--", lw=1, label=f"delta = {result.cfg.delta:g}")
-    axes[0].set_xlabel(f"failure rate over {result.reps} repetitions (blank: R <= alpha, nothing to fail)")
+    axes[0].set_xlabel(f"wrong claims over {result.reps} repetitions" if pairs else
+                       f"failure rate over {result.reps} repetitions (blank: R <= alpha, nothing to fail)")
     axes[0].set_yticks(y, names, fontsize=8 if len(rows) <= 30 else 6)
     axes[0].legend(fontsize=7, loc="best")
     axes[1].barh(y, [r["coverage"] for r in rows], color="tab:green")
     axes[1].axvline(1 - result.cfg.delta, color="tab:blue", ls="--", lw=1, label=f"1 - delta = {1 - result.cfg.delta:g}")
     axes[1].set_xlim(min(0.8, 1 - 2 * result.cfg.delta), 1.0)
-    axes[1].set_xlabel("anytime interval coverage of the true R")
+    axes[1].set_xlabel("the difference interval's coverage of the true difference" if pairs
+                       else "anytime interval coverage of the true R")
     axes[1].legend(fontsize=7, loc="best")
     fig.suptitle("\n".join(title), fontsize=8, x=0.01, ha="left")
     fig.tight_layout()

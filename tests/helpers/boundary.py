@@ -37,3 +37,20 @@ def boundary_job(path) -> dict:
             "policy": {"kind": "r-autoeval+"}, "procedure": "fst",
             "budget": {"n": 600, "r": 2, "batch": 50},
             "scheduling": {"start": "pilot", "pilot_items": 200, "pilot_margin": 0}}
+
+
+def shifted_table(path, shifts: dict, n: int = 1000, seed: int = 5):
+    """Write a ranking table to ``path``: model "a" has 0/1 losses with mean about 1/2, and each
+    other model of ``shifts`` (name -> k) is "a" with k of its 0 losses turned to 1, so that its
+    mean is exactly k / n above a's (a tie claim's boundary when k / n = epsilon)."""
+    rng = np.random.default_rng(seed)
+    base = (rng.random(n) < 0.5).astype(float)
+    flip = rng.permutation(n)
+    losses = {"a": base}
+    for name, k in shifts.items():
+        x = base.copy()
+        x[flip[base[flip] == 0][:k]] = 1.0
+        losses[name] = x
+    pq.write_table(pa.table({"model": np.repeat(list(losses), n), "item": np.tile(np.arange(n), len(losses)),
+                             "loss": np.concatenate(list(losses.values()))}), path)
+    return path
