@@ -164,7 +164,9 @@ def test_pairwise_ranking_equals_direct_pair_policies(ray_session):
     raw = {"data": {"path": str(DATA_DIR / "alpacaeval_preferences.parquet"), "candidate": "model", "human": "loss"},
            "candidates": ["FuseChat-Llama-3.2-1B-Instruct", "claude", "gpt4_gamed", "vicuna-13b"],
            "policy": {"kind": "seq"}, "procedure": "pairwise", "delta": 0.05,
-           "budget": {"n": 805, "batch": 25}, "seed": 2}
+           "budget": {"n": 805, "batch": 25}, "seed": 2,
+           # Seq's own bet and whole batches: the pairs are then literal Seq objects fed 25 at a time
+           "pairwise": {"bet": "plug-in"}, "scheduling": {"rounds": "fixed"}}
     cfg = parse_config(raw)
     data = load_job_data(cfg)
     rt = RayRuntime(max_actors=2)

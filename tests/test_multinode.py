@@ -199,7 +199,8 @@ def test_node_with_a_served_model_removed_mid_run(tmp_path, caplog):
         (tmp_path / "ref").mkdir()
         (tmp_path / "lost").mkdir()
         ref, _ = execute(load_config(_served_job(tmp_path / "ref", 0.0)))
-        cfg = load_config(_served_job(tmp_path / "lost", 0.03))
+        # slow enough (0.1 s a request) that the job is still running when node A goes, under load too
+        cfg = load_config(_served_job(tmp_path / "lost", 0.1))
         out = {}
         thread = threading.Thread(target=lambda: out.update(res=execute(cfg)[0]))
         thread.start()
