@@ -270,7 +270,7 @@ def test_ctrl_c_prints_the_resume_command(tmp_path):
     command resumes the job (its labels are not bought again) and finishes."""
     with adder_server() as (url, srv):
         path = write_job(tmp_path, url)
-        srv.delay = 0.1  # the job must still be running 3 s in, on a loaded machine too
+        srv.delay = 0.5  # the job must still be running 3 s in, on a loaded machine too
         proc = subprocess.Popen([*CERTSEL, "run", "job.yaml", "--no-progress", "--set", "seed=3"], cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         first = proc.stdout.readline()
