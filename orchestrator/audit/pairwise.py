@@ -40,26 +40,30 @@ def claims_checked(ranking, names: list[str], truth: np.ndarray) -> tuple[np.nda
     K = len(names)
     at = {m: k for k, m in enumerate(names)}
     ii, jj = np.triu_indices(K, 1)
-    pair_of = {(a, b): p for p, (a, b) in enumerate(zip(ii.tolist(), jj.tolist(), strict=True))}
+    index = {(a, b): p for p, (a, b) in enumerate(zip(ii.tolist(), jj.tolist(), strict=True))}
+
+    def pair_of(a: str, b: str) -> int:  # the pair of two model names, in either order
+        return index[tuple(sorted((at[a], at[b])))]
+
     out = np.zeros((6, ii.size), dtype=np.int64)
     for a, beaten in ranking.better.items():
         for b in beaten:
-            p = pair_of[tuple(sorted((at[a], at[b])))]
+            p = pair_of(a, b)
             out[_ORDERED, p] = 1
             out[_WRONG, p] |= int(truth[at[a]] >= truth[at[b]])
     eps = ranking.epsilon
     for claim in ranking.tied:
         a, b = claim.split(" ~ ")
-        p = pair_of[tuple(sorted((at[a], at[b])))]
+        p = pair_of(a, b)
         out[_TIED, p] = 1
         out[_FALSE_TIE, p] = int(abs(truth[at[a]] - truth[at[b]]) >= eps)
     for key, n in ranking.items_per_pair.items():
         a, b = key.split(" vs ")
-        out[_ITEMS, pair_of[tuple(sorted((at[a], at[b])))]] = n
+        out[_ITEMS, pair_of(a, b)] = n
     for key, (lo, hi) in ranking.difference_intervals.items():
         a, b = key.split(" - ")
         d = truth[at[a]] - truth[at[b]]
-        out[_COVERED, pair_of[tuple(sorted((at[a], at[b])))]] = int(lo - 1e-12 <= d <= hi + 1e-12)
+        out[_COVERED, pair_of(a, b)] = int(lo - 1e-12 <= d <= hi + 1e-12)
     rank = {m: 1 + int(np.sum(truth < truth[at[m]])) for m in names}
     interval_missed = {m: not (lo <= rank[m] <= hi) for m, (lo, hi) in ranking.rank_intervals.items()}
     groups = ranking.rank_groups
