@@ -21,8 +21,8 @@ from scipy.sparse.csgraph import connected_components
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # package -> its folder, in layer order (top first); "certsel" holds cli.py, api.py, terminal.py, config/, errors.py
 FOLDERS = {"certsel.orchestrator": "orchestrator", "certsel.workers": "workers", "certsel.policies": "policies"}
-# the front ends (the command line, the Python API, terminal output) sit on top
-RANK = {"certsel.cli": 0, "certsel.api": 0, "certsel.terminal": 0, "certsel._version": 3, "certsel.orchestrator": 1, "certsel.config": 2, "certsel.workers": 2,
+# the front ends (the command line, the Python API, inspect-ai managers, terminal output) sit on top
+RANK = {"certsel.cli": 0, "certsel.api": 0, "certsel.inspect": 0, "certsel.terminal": 0, "certsel._version": 3, "certsel.orchestrator": 1, "certsel.config": 2, "certsel.workers": 2,
         "certsel.errors": 3, "certsel.home": 3, "certsel.policies": 3}
 # orchestrator's sub-packages in layer order (top first); siblings of one rank do not import each other
 SUB_RANK = {"commands": 0, "outputs": 1, "audit": 1, "engine": 1, "results": 2, "inputs": 3}

@@ -1,0 +1,74 @@
+"""What ``CertifiedStopping.complete_task`` returns, and inspect saves in the log as
+``results.early_stopping.metadata``: the certificate of one task, as plain JSON values."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class SampleCounts:
+    """Where the task's samples went."""
+
+    total: int  # the task's samples (N)
+    scheduled: int  # samples inspect started
+    scored: int  # samples whose every epoch was scored and given to the test, in schedule order
+    at_decision: int  # samples the test had seen when the stop was decided
+    in_flight_at_stop: int  # started before the stop, scored after it (their cost is counted)
+    skipped: int  # samples never started (their early stops are in the log's summary)
+    skipped_runs: int  # sample-epochs stopped early (what inspect lists in early_stops)
+    unfinished: int  # started but not given to the test (an epoch stopped, an error, an earlier one missing)
+
+
+@dataclass(frozen=True)
+class InspectCertificate:
+    """One task's certificate: "the mean score is at least T", with probability >= 1 - delta."""
+
+    task: str
+    model: str
+    candidate: str | None
+    scorer: str
+    at_least: float
+    delta: float
+    certified: bool
+    status: str  # certified, futile, budget, not needed, refused, not certified
+    reason: str
+    log_e_value: float  # log of the running maximum of the e-process
+    threshold: float  # the e-value that certifies (1/delta, or the procedure's)
+    lower_bound: float  # one-sided lower bound on the mean score at 1 - delta (>= T exactly when certified)
+    estimate: float  # the mean score of the samples scored
+    futility_log_e_value: float | None
+    futility: float | None
+    samples: SampleCounts
+    epochs: int
+    sampling: str  # without-replacement: the mean over the task's samples; iid: the expected score
+    betting: str
+    exact: bool  # every sample was scored: the mean is known exactly, and so is the decision
+
+    @property
+    def claim(self) -> str:
+        what = ("the mean score over the task's samples" if self.sampling == "without-replacement"
+                else "the expected score of a sample from the task's distribution")
+        epochs = f" (each sample's mean over {self.epochs} epochs)" if self.epochs > 1 else ""
+        return f"{what}{epochs}, {self.scorer}, is at least {self.at_least:g}"
+
+    @property
+    def e_value(self) -> float:
+        return math.exp(min(self.log_e_value, 700.0))
+
+    def words(self) -> str:
+        """One line for a terminal."""
+        head = (f"certified: {self.claim}" if self.certified else f"{self.status}: not certified that {self.claim}")
+        how = "exactly (every sample scored)" if self.exact else f"with probability >= {1 - self.delta:g}"
+        return (f"{head} {how}; lower bound {self.lower_bound:.4f}, e-value {self.e_value:.4g} "
+                f"(needs {self.threshold:.4g}); {self.samples.scored} of {self.samples.total} samples scored, "
+                f"{self.samples.skipped} skipped")
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["claim"] = self.claim
+        out["e_value"] = self.e_value
+        out["words"] = self.words()
+        # JSON has no NaN: an estimate without samples is null
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}

@@ -1,0 +1,66 @@
+"""Samples in the order inspect scheduled them, released to the test only as a complete prefix.
+
+inspect runs several samples at once and they finish out of order: long answers finish last
+and are more often wrong, so a test fed in completion order would see the easy samples first
+and certify too early. The order in which samples are *scheduled* is the dataset's shuffled
+order (up to the slots that free up, which depend only on samples scheduled before), so a
+:class:`ScheduleLedger` keeps that order and releases a sample's value only when it and every
+sample scheduled before it are complete.
+
+Epochs are combined per sample: its value is the mean over its epochs (inspect's default
+reducer), and it takes the position of its first epoch's scheduling. The sample is then the
+unit drawn at random, and its epoch mean is one number per sample, so the without-replacement
+argument for samples applies unchanged (see docs/inspect.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class ScheduleLedger:
+    """The schedule order of a task's samples and their per-epoch values."""
+
+    def __init__(self, ids, epochs: int):
+        self.ids = list(ids)
+        self.known = set(self.ids)
+        self.epochs = int(epochs)
+        self.order: list = []  # sample ids in the order of their first scheduling
+        self.position: dict = {}
+        self.values: dict = {}  # id -> {epoch: value}
+        self.released = 0  # samples given to the test so far (a prefix of ``order``)
+
+    def schedule(self, id) -> None:
+        if id not in self.known:
+            raise ValueError(f"sample {id!r} was scheduled but is not one of the task's samples")
+        if id not in self.position:
+            self.position[id] = len(self.order)
+            self.order.append(id)
+
+    def is_scheduled(self, id) -> bool:
+        return id in self.position
+
+    def complete(self, id, epoch: int, value: float) -> None:
+        if id not in self.position:
+            raise ValueError(f"sample {id!r} completed without being scheduled")
+        self.values.setdefault(id, {})[int(epoch)] = float(value)  # a re-run replaces its epoch's value
+
+    def done(self, id) -> bool:
+        return len(self.values.get(id, ())) == self.epochs
+
+    def release(self) -> np.ndarray:
+        """The epoch means of the samples newly complete at the front of the order."""
+        out = []
+        while self.released < len(self.order) and self.done(self.order[self.released]):
+            out.append(np.mean(list(self.values[self.order[self.released]].values())))
+            self.released += 1
+        return np.asarray(out, dtype=np.float64)
+
+    @property
+    def scheduled(self) -> int:
+        return len(self.order)
+
+    @property
+    def pending(self) -> int:
+        """Samples scheduled but not yet released (running, or waiting for an earlier one)."""
+        return len(self.order) - self.released

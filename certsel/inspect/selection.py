@@ -1,0 +1,269 @@
+"""``CertifiedSelection``: one multiple-testing procedure over the tasks of several models or
+prompt variants that inspect runs in one ``eval()``.
+
+Every candidate's task gets its own manager (:meth:`CertifiedSelection.member`), because
+inspect calls a manager's ``complete_sample`` without saying which task the sample belongs
+to. The members' tests run at the procedure's levels (``policies/procedures.py``: fixed
+sequence at delta each, Bonferroni at delta/K, Holm stepping down from delta/K), and the
+selection decides for all of them after every score: a member stops once it is certified,
+futile, or no longer needed (under a fixed sequence, every candidate after one that failed).
+At the end the procedure runs on the members' final evidence, as in a certsel job, and the
+selection (the certified candidate with the best objective, or the end of the certified
+prefix) comes with bounds that hold together for every candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from certsel.errors import InputError
+from certsel.policies.procedures import PROCEDURES, CandidateView
+
+from .certificate import InspectCertificate
+from .stopping import CertifiedStopping, SetupError, StopReason
+
+_FAILED = (StopReason.FUTILE, StopReason.REFUSED)
+
+
+@dataclass(frozen=True)
+class CandidateResult:
+    name: str
+    certified: bool
+    joint_lower_bound: float | None  # the mean-score bound that holds together with the others' (None: no statement)
+    certificate: dict  # the member's own certificate at its decision level
+
+
+@dataclass(frozen=True)
+class SelectionResult:
+    """The selection and its certificate."""
+
+    procedure: str  # the procedure and its levels, in words
+    at_least: float
+    delta: float
+    selected: str | None
+    certified: list
+    candidates: list  # CandidateResult per candidate, in the given order
+    samples_run: int  # samples started over all candidates (the ones still running at a stop included)
+    samples_full: int  # every candidate on every sample
+    statement: str
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["saved"] = 1.0 - self.samples_run / self.samples_full if self.samples_full else 0.0
+        return out
+
+
+class _Member(CertifiedStopping):
+    """A candidate's manager: its levels and decisions come from the selection."""
+
+    def __init__(self, selection: "CertifiedSelection", name: str, **kw):
+        super().__init__(**kw)
+        self.selection, self.candidate = selection, name
+
+    @property
+    def index(self) -> int:
+        return self.selection.names.index(self.candidate)
+
+    def test_level(self) -> float:
+        return float(self.selection.levels()[self.index])
+
+    def log_threshold(self) -> float:
+        return float(self.selection.log_thresholds()[self.index])
+
+    def decision_level(self) -> float:
+        return float(self.selection.decision_levels()[self.index])
+
+    def check_task(self, size: int) -> None:
+        self.selection.register(self.candidate, size)
+
+    async def start_task(self, task, samples, epochs: int) -> str:
+        name = await super().start_task(task, samples, epochs)
+        pending = self.selection.pending.pop(self.candidate, None)
+        if pending is not None:
+            self.stop(StopReason.NOT_NEEDED, pending)
+        return name
+
+    def decide(self) -> None:
+        self.selection.update()
+
+    def finished(self) -> None:
+        self.selection.update()
+        self.selection.member_finished()
+
+
+class CertifiedSelection:
+    """Certified selection among ``candidates`` (names, in the procedure's order) inside inspect.
+
+    ``procedure``: ``"fst"`` (fixed sequence, in the given order), ``"bonferroni"`` or
+    ``"holm"``. ``objective``: a number per candidate (its cost, size, latency), and ``goal``
+    whether smaller (``"minimize"``) or larger is better; the selected candidate is the
+    certified one with the best objective. Without one, a fixed sequence selects the end of its
+    certified prefix and the others the certified candidate with the highest joint lower bound.
+    ``out``: a path the selection's JSON is written to once every candidate's task is done;
+    ``mlflow``: a tracking URI to log it to (``experiment`` names the MLflow experiment). The
+    other parameters are :class:`CertifiedStopping`'s, shared by every candidate.
+    """
+
+    def __init__(self, candidates, at_least: float | None = None, *, alpha: float | None = None, delta: float = 0.05,
+                 procedure: str = "fst", objective: dict | None = None, goal: str = "minimize", out=None,
+                 mlflow: str | None = None, experiment: str = "certsel-inspect", **kw):
+        self.names = [str(c) for c in candidates]
+        if not self.names or len(set(self.names)) != len(self.names):
+            raise InputError("candidates must be a non-empty list of distinct names")
+        try:
+            self.proc = PROCEDURES.lookup(procedure)
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        if not self.proc.testing or self.proc.ranking:
+            raise InputError(f"procedure {procedure!r} does not test a claim per candidate; use fst, bonferroni or holm")
+        if objective is not None:
+            missing = [n for n in self.names if n not in objective]
+            if missing:
+                raise InputError(f"objective has no value for {', '.join(missing)}")
+            if goal not in ("minimize", "maximize"):
+                raise InputError(f"goal must be minimize or maximize, got {goal!r}")
+        self.objective, self.goal = objective, goal
+        self.out, self.mlflow, self.experiment = out, mlflow, experiment
+        self.members = {n: _Member(self, n, at_least=at_least, alpha=alpha, delta=delta, **kw) for n in self.names}
+        first = self.members[self.names[0]]
+        self.at_least, self.alpha, self.delta = first.at_least, first.alpha, first.delta
+        self.size: int | None = None
+        self.sizes: dict = {}
+        self.pending: dict = {}  # candidates stopped before their task started
+        self.result: SelectionResult | None = None
+        self.mlflow_run: str | None = None
+
+    def member(self, name: str) -> CertifiedStopping:
+        """The early-stopping manager of candidate ``name``'s task."""
+        if name not in self.members:
+            raise InputError(f"unknown candidate {name!r}; the candidates are: {', '.join(self.names)}")
+        return self.members[name]
+
+    # -- levels ----------------------------------------------------------------------------------
+    @property
+    def K(self) -> int:
+        return len(self.names)
+
+    def levels(self) -> np.ndarray:
+        return self.proc.candidate_deltas(self.delta, self.K)
+
+    def _certified_mask(self) -> np.ndarray:
+        return np.array([m.run is not None and m.run.stop is StopReason.CERTIFIED for m in self._all()])
+
+    def log_thresholds(self) -> np.ndarray:
+        return self.proc.log_thresholds(self.delta, self._certified_mask())
+
+    def evidence(self) -> np.ndarray:
+        """Each candidate's running-maximum log e-value, +inf / -inf where every sample was scored
+        and the exact mean passed / failed (the exact p-value is 0 or 1), 0 before its task runs."""
+        out = np.zeros(self.K)
+        for k, m in enumerate(self._all()):
+            if m.run is not None:
+                exact = m.exact_pass()
+                out[k] = float(m.run.test.max_log_evalue) if exact is None else (math.inf if exact else -math.inf)
+        return out
+
+    def decision_levels(self) -> np.ndarray:
+        return self.proc.decision_deltas(self.delta, self.evidence())
+
+    def _all(self):
+        return [self.members[n] for n in self.names]
+
+    def register(self, name: str, size: int) -> None:
+        first = next(iter(self.sizes.items()), None)
+        if first is not None and first[1] != size:
+            raise SetupError(f"candidate {name!r} has {size} samples but {first[0]!r} has {first[1]}; every "
+                             "candidate of a CertifiedSelection must run the same samples")
+        self.sizes[name] = size
+
+    # -- decisions -------------------------------------------------------------------------------
+    def update(self) -> None:
+        """Certify, declare futile or stop members until nothing changes."""
+        changed = True
+        while changed:
+            changed = False
+            thresholds = self.log_thresholds()
+            for k, m in enumerate(self._all()):
+                run = m.run
+                if run is None or run.stop is not None:
+                    continue
+                exact = m.exact_pass()
+                if exact is True or (exact is None and float(run.test.max_log_evalue) >= thresholds[k]):
+                    m.stop(StopReason.CERTIFIED, f"mean score >= {self.at_least:g} certified at the procedure's "
+                                                 f"threshold after {run.ledger.released} samples")
+                    changed = True
+                elif m.futile_now():
+                    m.stop(StopReason.FUTILE, f"mean score <= {self.at_least:g} certified (futility) after "
+                                              f"{run.ledger.released} samples")
+                    changed = True
+            for stop in self.proc.after_settle(self._views()):
+                m = self.members[stop.name]
+                if m.run is None:
+                    self.pending.setdefault(stop.name, stop.reason)
+                elif m.run.stop is None:
+                    m.stop(StopReason.NOT_NEEDED, stop.reason)
+                    changed = True
+
+    def _views(self) -> list:
+        views = []
+        for m in self._all():
+            run = m.run
+            failed = run is not None and ((run.stop in _FAILED) or (run.done and run.stop is not StopReason.CERTIFIED
+                                                                     and m.exact_pass() is not True))
+            finished = m.candidate in self.pending or (run is not None and (run.stop is not None or run.done))
+            views.append(CandidateView(m.candidate, finished=finished, failed=failed))
+        return views
+
+    def member_finished(self) -> None:
+        if all(m.run is not None and m.run.done for m in self._all()):
+            self.result = self.finish()
+
+    # -- the result -------------------------------------------------------------------------------
+    def finish(self) -> SelectionResult:
+        """The procedure on the final evidence, the joint bounds and the selection."""
+        evidence = self.evidence()
+        certified = self.proc.certified(evidence, self.delta)
+        levels = self.decision_levels()
+        joint = self.proc.joint_levels(self.delta, certified)
+        own = np.array([np.nan if np.isnan(lv) else 1.0 - m.lower_bound(float(lv)) for m, lv in zip(self._all(), joint)])
+        bounds = self.proc.simultaneous_bounds(self.delta, self.alpha, certified, own)
+        cands = []
+        for k, m in enumerate(self._all()):
+            cert: InspectCertificate = m.make_certificate(float(levels[k]))
+            m.certificate = cert
+            cands.append(CandidateResult(m.candidate, bool(certified[k]),
+                                         None if np.isnan(bounds[k]) else float(1.0 - bounds[k]), cert.to_dict()))
+        chosen = self._select(certified, bounds)
+        run = sum(m.run.ledger.scheduled * m.run.epochs for m in self._all())
+        full = sum(m.run.size * m.run.epochs for m in self._all())
+        names = [self.names[k] for k in np.flatnonzero(certified)]
+        statement = (f"with probability >= {1 - self.delta:g}, every certified candidate's mean score is at least "
+                     f"{self.at_least:g} ({self.proc.level(self.delta, self.K)}); "
+                     + (f"selected {chosen}" if chosen else "nothing certified, nothing selected"))
+        result = SelectionResult(procedure=self.proc.level(self.delta, self.K), at_least=self.at_least,
+                                 delta=self.delta, selected=chosen, certified=names, candidates=cands,
+                                 samples_run=int(run), samples_full=int(full), statement=statement)
+        if self.out is not None:
+            path = pathlib.Path(self.out)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(result.to_dict(), indent=2))
+        if self.mlflow is not None:
+            from certsel.orchestrator.outputs.tracking import log_inspect_selection
+            self.mlflow_run = log_inspect_selection(result.to_dict(), self.mlflow, self.experiment)
+        return result
+
+    def _select(self, certified: np.ndarray, bounds: np.ndarray) -> str | None:
+        idx = np.flatnonzero(certified)
+        if idx.size == 0:
+            return None
+        if self.objective is not None:
+            key = np.array([float(self.objective[self.names[k]]) for k in idx])
+            return self.names[idx[int(np.argmin(key if self.goal == "minimize" else -key))]]
+        if self.proc.needs_order:
+            return self.names[idx[-1]]
+        return self.names[idx[int(np.argmin(bounds[idx]))]]  # the highest joint lower bound on the mean score

@@ -1,0 +1,313 @@
+"""``CertifiedStopping``: an inspect-ai ``EarlyStopping`` manager that stops a task once its mean
+score is certified to be at least T (or certified to be at most T, the futility stop).
+
+The test is certsel's R-Eval betting test (``certsel.policies.SequentialTest``) on the loss
+1 - score against alpha = 1 - T. By default it is the exact test for the mean over the task's
+N samples under sampling without replacement (``policies/population.py``): inspect runs the
+samples in a shuffled order, so the samples it has run are a uniformly random subset, drawn one
+at a time. With ``sampling="iid"`` it is the test of the expected score of a sample drawn from
+the distribution the dataset was drawn from.
+
+Why inspect's concurrency keeps the guarantee: see :mod:`certsel.inspect.schedule`. A stop is a
+stopping time of the schedule-ordered scores, and Ville's inequality covers every such time;
+samples still running at the stop are scored and fed in their schedule order too, which only
+looks at the same e-process at a later stopping time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from certsel.errors import InputError
+from certsel.policies import SequentialTest
+from certsel.policies._validation import check_level
+from certsel.policies.autoeval import decision_upper_bound, scheme_rhos
+from certsel.policies.betting import get_strategy
+from certsel.policies.population import Sampling
+
+from .certificate import InspectCertificate, SampleCounts
+from .schedule import ScheduleLedger
+from .scores import ScoreError, ScoreReader
+
+R_EVAL = scheme_rhos("r-eval")
+
+
+class SetupError(InputError):
+    """A task the manager cannot certify as set up (one line, raised before any sample runs)."""
+
+
+class StopReason(str, Enum):
+    CERTIFIED = "certified"
+    FUTILE = "futile"
+    BUDGET = "budget"
+    NOT_NEEDED = "not needed"
+    REFUSED = "refused"
+
+
+def check_claim(at_least, alpha) -> float:
+    """The target T in (0, 1) from ``at_least=T`` or ``alpha=`` (a risk, T = 1 - alpha)."""
+    if (at_least is None) == (alpha is None):
+        raise InputError("give exactly one of at_least= (a mean score) and alpha= (a risk, 1 - score)")
+    name, value = ("at_least", at_least) if at_least is not None else ("alpha", alpha)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < float(value) < 1.0:
+        raise InputError(f"{name} must be a number strictly between 0 and 1, got {value!r}")
+    return float(at_least) if at_least is not None else 1.0 - float(alpha)
+
+
+@dataclass
+class _Run:
+    """One task's run: its samples, the tests and what the manager decided."""
+
+    task: str
+    model: str
+    eval_id: str
+    size: int
+    epochs: int
+    reader: ScoreReader
+    ledger: ScheduleLedger
+    test: SequentialTest
+    futility: SequentialTest | None
+    horizon: int
+    losses: list
+    stop: StopReason | None = None
+    why: str = ""
+    decided_at: int = 0  # samples released to the test when the stop was decided
+    scheduled_at_stop: int = 0
+    skipped: set | None = None
+    skipped_runs: int = 0
+    budget_hit: bool = False
+    done: bool = False
+
+
+class CertifiedStopping:
+    """An inspect-ai early-stopping manager that certifies "mean score >= T".
+
+    Parameters
+    ----------
+    at_least : T in (0, 1), the mean score to certify; or ``alpha`` for a risk <= alpha with the
+        loss 1 - score (the same claim with T = 1 - alpha).
+    delta : the certificate's error probability.
+    scorer, key : the scorer whose score is tested (default: the task's first) and, for a
+        dict-valued score, the key. Values go through inspect's value-to-float (C/I/P/N, yes/no,
+        numbers in [0, 1]); anything else is refused, never counted as 0.
+    betting : certsel's betting strategy (``"up"``, ``"wsr"``, ``"ons"`` or an object).
+    futility : delta_f of the futility stop (the mirrored test of "mean score <= T"), None: off.
+    budget : the most samples to run (default: all of the task's samples).
+    sampling : ``"without-replacement"`` (the mean over the task's samples, exact) or ``"iid"``.
+    """
+
+    def __init__(self, at_least: float | None = None, *, alpha: float | None = None, delta: float = 0.05,
+                 scorer: str | None = None, key: str | None = None, betting="up", futility: float | None = 0.05,
+                 budget: int | None = None, sampling: str = "without-replacement"):
+        self.at_least = check_claim(at_least, alpha)
+        self.alpha = 1.0 - self.at_least
+        self.delta = _level(delta, "delta")
+        self.futility = None if futility is None else _level(futility, "futility")
+        try:
+            self.strategy = get_strategy(betting)
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise InputError(f"budget must be a positive number of samples, got {budget!r}")
+        self.budget = budget
+        try:
+            self.sampling = Sampling(sampling)
+        except ValueError:
+            raise InputError(f"sampling must be one of {', '.join(s.value for s in Sampling)}, got {sampling!r}") from None
+        self.reader = ScoreReader(scorer, key)
+        self.run: _Run | None = None
+        self.certificate: InspectCertificate | None = None
+        self.candidate: str | None = None  # its name in a CertifiedSelection
+
+    # -- the level and the thresholds (a CertifiedSelection's member overrides these) ---------
+    def test_level(self) -> float:
+        """The level the test's bets are sized for."""
+        return self.delta
+
+    def log_threshold(self) -> float:
+        """log of the e-value that certifies now."""
+        return math.log(1.0 / self.delta)
+
+    def decision_level(self) -> float:
+        """The level the final decision and its bound are stated at."""
+        return self.delta
+
+    def check_task(self, size: int) -> None:
+        """Refuse a task before it runs (a selection checks the members' sizes)."""
+
+    def decide(self) -> None:
+        """Stop the task once its test settles (a selection decides for all its members)."""
+        run = self.run
+        if run.stop is not None:
+            return
+        if self.certified_now():
+            self.stop(StopReason.CERTIFIED, f"mean score >= {self.at_least:g} certified after {run.ledger.released} "
+                                            f"samples")
+        elif self.futile_now():
+            self.stop(StopReason.FUTILE, f"mean score <= {self.at_least:g} certified (futility) after "
+                                         f"{run.ledger.released} samples")
+
+    # -- inspect's EarlyStopping protocol --------------------------------------------------------
+    async def start_task(self, task, samples, epochs: int) -> str:
+        if self.run is not None and not self.run.done:
+            raise SetupError(f"this CertifiedStopping is already running task {self.run.task!r} "
+                             f"({self.run.model}); give every task its own (CertifiedSelection.member for several)")
+        if not getattr(task.dataset, "shuffled", False):
+            raise SetupError("the task's samples are not shuffled, so the first ones are not a random subset: "
+                             "pass sample_shuffle=True to eval() (or Task(dataset=dataset.shuffle()))")
+        if task.config.log_samples is False:
+            raise SetupError("inspect consults an early-stopping manager only when it logs samples: "
+                             "drop log_samples=False (or --no-log-samples)")
+        reducers = [getattr(r, "name", r) for r in (task.config.epochs_reducer or [])]
+        if any(r != "mean" for r in reducers):
+            raise SetupError(f"the task reduces epochs with {', '.join(map(str, reducers))}; certsel certifies the "
+                             "mean over epochs, so use the default reducer 'mean'")
+        reader = self.reader.resolve(task.scorers)
+        size = len(samples)
+        if size < 1:
+            raise SetupError("the task has no samples")
+        ids = [s.id for s in samples]
+        if any(i is None for i in ids) or len(set(ids)) != size:
+            raise SetupError("every sample needs its own id for the certificate to follow it")
+        self.check_task(size)
+        if self.budget is not None and self.budget > size:
+            raise SetupError(f"budget {self.budget} is more than the task's {size} samples")
+        horizon = self.budget or size
+        population = size if self.sampling is Sampling.WITHOUT_REPLACEMENT else None
+        kw = dict(horizon=horizon, rhos=R_EVAL, betting=self.strategy, population=population)
+        test = SequentialTest(alpha=self.alpha, delta=self.test_level(), **kw)
+        fut = None if self.futility is None else SequentialTest(alpha=self.at_least, delta=self.futility, **kw)
+        self.run = _Run(task=task.task, model=str(task.model), eval_id=task.eval_id, size=size, epochs=int(epochs),
+                        reader=reader, ledger=ScheduleLedger(ids, epochs), test=test, futility=fut, horizon=horizon,
+                        losses=[], skipped=set())
+        self.certificate = None
+        return "certsel"
+
+    async def schedule_sample(self, id, epoch: int):
+        from inspect_ai.util import EarlyStop
+
+        run = self.run
+        new = not run.ledger.is_scheduled(id)
+        if run.stop is None and new and self.budget is not None and run.ledger.scheduled >= self.budget:
+            run.budget_hit = True
+            return self._skip(EarlyStop, id, epoch, f"budget of {self.budget} samples reached")
+        if run.stop is not None:
+            return self._skip(EarlyStop, id, epoch, f"{run.stop.value}: {run.why}")
+        run.ledger.schedule(id)
+        return None
+
+    async def complete_sample(self, id, epoch: int, scores) -> None:
+        run = self.run
+        try:
+            value = run.reader.read(scores, f"sample {id!r}, epoch {epoch}")
+        except ScoreError as err:
+            # no silent 0: the run stops, the certificate says why, and the task fails with the line
+            self.stop(StopReason.REFUSED, str(err))
+            raise
+        run.ledger.complete(id, epoch, value)
+        fresh = run.ledger.release()
+        if fresh.size:
+            losses = 1.0 - fresh
+            run.losses.extend(losses.tolist())
+            run.test.update(losses)
+            if run.futility is not None:
+                run.futility.update(fresh)
+            self.decide()
+
+    async def complete_task(self) -> dict:
+        run = self.run
+        run.done = True
+        self.certificate = self.make_certificate()
+        self.finished()
+        return self.certificate.to_dict()
+
+    def finished(self) -> None:
+        """Called once the task is complete (a selection's member reports to it)."""
+
+    # -- decisions ---------------------------------------------------------------------------------
+    def certified_now(self) -> bool:
+        return float(self.run.test.max_log_evalue) >= self.log_threshold() or self.exact_pass() is True
+
+    def futile_now(self) -> bool:
+        fut = self.run.futility
+        return (fut is not None and float(fut.max_log_evalue) >= math.log(1.0 / self.futility)) \
+            or self.exact_pass() is False
+
+    def exact_pass(self) -> bool | None:
+        """With every sample scored and sampling without replacement the mean is known exactly:
+        whether it is >= T (None while it is not known)."""
+        run = self.run
+        if self.sampling is not Sampling.WITHOUT_REPLACEMENT or run.ledger.released < run.size:
+            return None
+        return bool(np.mean(run.losses) <= self.alpha)
+
+    def stop(self, reason: StopReason, why: str) -> None:
+        run = self.run
+        if run.stop is None:
+            run.stop, run.why = reason, why
+            run.decided_at, run.scheduled_at_stop = run.ledger.released, run.ledger.scheduled
+
+    def _skip(self, early_stop, id, epoch, why: str):
+        run = self.run
+        run.skipped_runs += 1
+        if not run.ledger.is_scheduled(id):
+            run.skipped.add(id)
+        return early_stop(id=id, epoch=epoch, reason=why, metadata={"manager": "certsel"})
+
+    # -- the certificate ------------------------------------------------------------------------------
+    def lower_bound(self, level: float) -> float:
+        """The one-sided lower bound on the mean score at 1 - ``level`` that inverts the test
+        itself (it is >= T exactly when the test certified at ``level``); the exact mean when
+        every sample was scored without replacement."""
+        run = self.run
+        exact = self.exact_pass()
+        if exact is not None:
+            return float(1.0 - np.mean(run.losses))
+        if not run.losses:
+            return 0.0
+        u = decision_upper_bound(np.asarray(run.losses), level=level, delta=self.test_level(), alpha=self.alpha,
+                                 rhos=R_EVAL, betting=self.strategy, horizon=run.horizon,
+                                 max_log_evalue=run.test.max_log_evalue, population=run.test.population)
+        return float(1.0 - u)
+
+    def make_certificate(self, level: float | None = None) -> InspectCertificate:
+        run = self.run
+        level = self.decision_level() if level is None else level
+        exact = self.exact_pass()
+        log_e = float(run.test.max_log_evalue)
+        certified = exact if exact is not None else log_e >= math.log(1.0 / level)
+        if certified:
+            status = StopReason.CERTIFIED
+        elif run.stop in (StopReason.FUTILE, StopReason.REFUSED, StopReason.NOT_NEEDED):
+            status = run.stop
+        elif run.budget_hit:
+            status = StopReason.BUDGET
+        else:
+            status = None
+        bound = self.lower_bound(level)
+        counts = SampleCounts(total=run.size, scheduled=run.ledger.scheduled, scored=run.ledger.released,
+                              at_decision=run.decided_at if run.stop is not None else run.ledger.released,
+                              in_flight_at_stop=(run.scheduled_at_stop - run.decided_at) if run.stop else 0,
+                              skipped=len(run.skipped), skipped_runs=run.skipped_runs,
+                              unfinished=run.ledger.pending)
+        fut = run.futility
+        return InspectCertificate(
+            task=run.task, model=run.model, candidate=self.candidate, scorer=run.reader.words,
+            at_least=self.at_least, delta=level, certified=bool(certified),
+            status=status.value if status is not None else "not certified", reason=run.why,
+            log_e_value=log_e, threshold=1.0 / level, lower_bound=bound,
+            estimate=float(1.0 - np.mean(run.losses)) if run.losses else float("nan"),
+            futility_log_e_value=None if fut is None else float(fut.max_log_evalue), futility=self.futility,
+            samples=counts, epochs=run.epochs, sampling=self.sampling.value, betting=self.strategy.name,
+            exact=exact is not None)
+
+
+def _level(value, name: str) -> float:
+    try:
+        return check_level(value, name)
+    except (TypeError, ValueError) as err:
+        raise InputError(str(err)) from None

@@ -1,0 +1,250 @@
+"""certsel.inspect.CertifiedStopping inside the real inspect-ai: tasks whose samples have known
+scores stop early with a certificate that certsel's own functions reproduce from the log."""
+
+import math
+
+import numpy as np
+import pytest
+from inspect_ai.log import read_eval_log
+from inspect_ai.scorer import match
+
+from certsel.errors import InputError
+from certsel.inspect import CertifiedSelection, CertifiedStopping
+from certsel.inspect.schedule import ScheduleLedger
+from certsel.inspect.scores import ScoreError, ScoreReader, score_value
+from certsel.policies import log_evalue_paths
+from certsel.policies.autoeval import decision_upper_bound
+from helpers.inspect_tasks import run, task
+
+pytestmark = pytest.mark.integration
+
+
+def scores_in_schedule_order(log):
+    """The scored samples' epoch means in the shuffled order the log records (inspect schedules
+    samples in its dataset's order), as certsel's independent recomputation reads them."""
+    values = {}
+    for s in log.samples:
+        v = s.scores["recorded_score"].value
+        values.setdefault(s.id, []).append(float(v))
+    return [float(np.mean(values[i])) for i in log.eval.dataset.sample_ids if i in values]
+
+
+def recompute(log, cert: dict, delta: float):
+    """certsel's functional test on the log's scores, in schedule order: (max log e, bound)."""
+    n = cert["samples"]["scored"]
+    losses = 1.0 - np.asarray(scores_in_schedule_order(log)[:n])
+    N = cert["samples"]["total"]
+    alpha = 1.0 - cert["at_least"]
+    kw = dict(rhos=[0.0], betting="up", horizon=N, population=N)
+    log_e = log_evalue_paths(losses, alpha=alpha, delta=delta, **kw)
+    bound = 1.0 - decision_upper_bound(losses, level=delta, delta=delta, alpha=alpha, **kw)
+    return float(log_e.max()), float(bound), losses
+
+
+def test_a_task_stops_early_and_its_log_carries_the_certificate_certsel_recomputes(tmp_path):
+    rng = np.random.default_rng(1)
+    scores = (rng.random(300) < 0.92).astype(float)
+    manager = CertifiedStopping(at_least=0.75, delta=0.05)
+    [log] = run(task(scores, manager, delays=0.004 + 0.02 * (1 - scores)), tmp_path)
+    assert log.status == "success"
+    log = read_eval_log(log.location)  # what a reader of the file gets
+    summary = log.results.early_stopping
+    cert = summary.metadata
+    assert summary.manager == "certsel"
+    assert cert["certified"] and cert["status"] == "certified" and not cert["exact"]
+    counts = cert["samples"]
+    assert counts["scheduled"] < 150 and counts["skipped"] == 300 - counts["scheduled"]
+    # every sample that never ran is in the log's early-stopping summary, and nothing else
+    ran = {s.id for s in log.samples}
+    stopped = {e.id for e in summary.early_stops}
+    assert stopped == set(range(300)) - ran and len(summary.early_stops) == counts["skipped_runs"]
+    assert all(e.reason.startswith("certified") for e in summary.early_stops)
+    # the samples ran in the log's shuffled order: the first `scheduled` of it
+    assert ran == set(log.eval.dataset.sample_ids[: counts["scheduled"]])
+    # the certificate is certsel's own computation on the same scores in the same order
+    max_log_e, bound, losses = recompute(log, cert, 0.05)
+    assert cert["log_e_value"] == pytest.approx(max_log_e, abs=1e-9)
+    assert cert["lower_bound"] == pytest.approx(bound, abs=1e-9) and bound >= 0.75
+    assert max_log_e >= math.log(20)
+    first = int(np.argmax(log_evalue_paths(losses, alpha=0.25, delta=0.05, rhos=[0.0], horizon=300,
+                                           population=300) >= math.log(20))) + 1
+    # the stop was decided when the first certifying sample reached the test (with any released with it)
+    assert first <= counts["at_decision"] < first + 8
+    assert counts["scored"] == counts["at_decision"] + counts["in_flight_at_stop"]
+    assert cert["estimate"] == pytest.approx(1.0 - losses.mean())
+    assert manager.certificate.words().startswith("certified: the mean score over the task's samples")
+
+
+def test_a_weak_model_stops_for_futility_and_claims_nothing(tmp_path):
+    rng = np.random.default_rng(2)
+    scores = (rng.random(300) < 0.5).astype(float)
+    manager = CertifiedStopping(at_least=0.75, delta=0.05, futility=0.05)
+    [log] = run(task(scores, manager), tmp_path)
+    cert = log.results.early_stopping.metadata
+    assert not cert["certified"] and cert["status"] == "futile"
+    assert cert["samples"]["scheduled"] < 100
+    assert cert["lower_bound"] < 0.75
+    assert cert["futility_log_e_value"] >= math.log(20)
+
+
+def test_every_sample_scored_gives_the_exact_mean(tmp_path):
+    # 40 samples with mean 0.8: no test certifies >= 0.78 at delta 0.001 before the end, but with
+    # every sample scored the mean is known exactly (and 0.7 of 40 is not >= 0.78)
+    good = np.r_[np.ones(32), np.zeros(8)]
+    bad = np.r_[np.ones(28), np.zeros(12)]
+    managers = [CertifiedStopping(at_least=0.78, delta=0.001, futility=None) for _ in range(2)]
+    logs = run([task(good, managers[0], name="good"), task(bad, managers[1], name="bad")], tmp_path)
+    a, b = (log.results.early_stopping.metadata for log in logs)
+    assert a["exact"] and a["certified"] and a["lower_bound"] == pytest.approx(0.8) and a["samples"]["skipped"] == 0
+    assert b["exact"] and not b["certified"] and b["lower_bound"] == pytest.approx(0.7)
+
+
+def test_epochs_are_combined_per_sample(tmp_path):
+    rng = np.random.default_rng(3)
+    per_epoch = (rng.random((200, 2)) < 0.93).astype(float)
+    manager = CertifiedStopping(at_least=0.7, delta=0.05)
+    [log] = run(task(per_epoch.tolist(), manager, epochs=2), tmp_path)
+    cert = log.results.early_stopping.metadata
+    assert cert["certified"] and cert["epochs"] == 2
+    # inspect runs every first epoch before any second: the stop comes in the second pass
+    assert cert["samples"]["scored"] >= 1
+    max_log_e, _, losses = recompute(log, cert, 0.05)
+    order = log.eval.dataset.sample_ids
+    expect = 1.0 - per_epoch[order[: len(losses)]].mean(axis=1)
+    np.testing.assert_allclose(losses, expect)
+    assert cert["log_e_value"] == pytest.approx(max_log_e, abs=1e-9)
+    assert "each sample's mean over 2 epochs" in cert["claim"]
+
+
+def test_a_budget_caps_the_samples_run(tmp_path):
+    scores = np.r_[np.ones(150), np.zeros(150)]  # mean 0.5: never certified at 0.6
+    manager = CertifiedStopping(at_least=0.6, delta=0.05, budget=40, futility=None)
+    [log] = run(task(scores, manager), tmp_path)
+    cert = log.results.early_stopping.metadata
+    assert cert["samples"]["scheduled"] == 40 and cert["samples"]["skipped"] == 260
+    assert cert["status"] == "budget" and not cert["certified"]
+
+
+def test_match_scores_go_through_inspects_value_to_float(tmp_path):
+    scores = np.ones(120)
+    manager = CertifiedStopping(at_least=0.5, delta=0.05, scorer="match")
+    [log] = run(task(scores, manager, scorer_=match()), tmp_path)
+    cert = log.results.early_stopping.metadata
+    assert cert["certified"] and cert["scorer"] == "scorer 'match'"
+
+
+# -- bad input: one line each, before any sample runs -------------------------------------------
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(at_least=1.0), "at_least must be a number strictly between 0 and 1"),
+    (dict(at_least=0.0), "at_least must be a number strictly between 0 and 1"),
+    (dict(alpha=1.5), "alpha must be a number strictly between 0 and 1"),
+    (dict(at_least=0.5, alpha=0.5), "exactly one of at_least"),
+    (dict(at_least=0.5, delta=0), "delta must be in (0, 1)"),
+    (dict(at_least=0.5, betting="kelly"), "betting must be one of up, wsr, ons"),
+    (dict(at_least=0.5, budget=0), "budget must be a positive number"),
+    (dict(at_least=0.5, sampling="bootstrap"), "sampling must be one of"),
+])
+def test_bad_settings_are_refused_when_the_manager_is_made(kw, words):
+    with pytest.raises(InputError) as err:
+        CertifiedStopping(**kw)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def _refused(log, words):
+    assert log.status == "error"
+    assert words in log.error.message and "\n" not in log.error.message.strip()
+
+
+def test_setup_mistakes_fail_the_task_before_any_sample_runs(tmp_path):
+    scores = np.ones(30)
+    logs = run([
+        task(scores, CertifiedStopping(at_least=0.5, scorer="accuracy"), name="unknown_scorer"),
+        task(scores, CertifiedStopping(at_least=0.5), shuffle=None, name="unshuffled"),
+        task(scores, CertifiedStopping(at_least=0.5, budget=31), name="budget"),
+    ], tmp_path)
+    _refused(logs[0], "unknown scorer 'accuracy'; the task's scorers are: recorded_score")
+    _refused(logs[1], "the task's samples are not shuffled")
+    _refused(logs[1], "sample_shuffle=True")
+    _refused(logs[2], "budget 31 is more than the task's 30 samples")
+    for log in logs:
+        assert not log.samples  # nothing ran
+
+
+def test_sample_logging_off_is_refused(tmp_path):
+    [log] = run(task(np.ones(20), CertifiedStopping(at_least=0.5)), tmp_path, log_samples=False)
+    _refused(log, "drop log_samples=False")
+
+
+def test_a_score_that_is_not_a_number_stops_the_run_and_says_so(tmp_path):
+    manager = CertifiedStopping(at_least=0.5)
+    [log] = run(task(["maybe"] * 30, manager), tmp_path)
+    _refused(log, "score 'maybe' is not a number or one of C/I/P/N")
+    assert manager.run.stop.value == "refused"
+
+
+def test_one_manager_cannot_serve_two_tasks_at_once(tmp_path):
+    shared = CertifiedStopping(at_least=0.5)
+    logs = run([task(np.ones(30), shared, name="a", delays=np.full(30, 0.01)),
+                task(np.ones(30), shared, name="b")], tmp_path, max_tasks=2)
+    errors = [log for log in logs if log.status == "error"]
+    assert len(errors) == 1
+    _refused(errors[0], "this CertifiedStopping is already running task")
+
+
+def test_a_selection_refuses_candidates_of_different_sizes(tmp_path):
+    sel = CertifiedSelection(["a", "b"], at_least=0.5, procedure="bonferroni")
+    logs = run([task(np.ones(30), sel.member("a"), name="a"), task(np.ones(40), sel.member("b"), name="b")],
+               tmp_path, max_tasks=1)
+    _refused(logs[1], "candidate 'b' has 40 samples but 'a' has 30")
+
+
+# -- the pieces, without inspect running ----------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_the_ledger_releases_samples_in_schedule_order_not_completion_order():
+    ledger = ScheduleLedger(["a", "b", "c", "d"], epochs=2)
+    for i in "abcd":
+        ledger.schedule(i)
+    ledger.complete("c", 1, 1.0)
+    ledger.complete("c", 2, 0.0)
+    ledger.complete("b", 1, 1.0)
+    assert ledger.release().size == 0  # a has not finished: nothing after it counts yet
+    ledger.complete("a", 1, 1.0)
+    ledger.complete("a", 2, 1.0)
+    np.testing.assert_array_equal(ledger.release(), [1.0])  # b still lacks its second epoch
+    ledger.complete("b", 2, 0.0)
+    np.testing.assert_array_equal(ledger.release(), [0.5, 0.5])  # b, then c: epoch means
+    assert ledger.pending == 1 and ledger.released == 3
+    with pytest.raises(ValueError, match="not one of the task's samples"):
+        ledger.schedule("z")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("value, expect", [("C", 1.0), ("I", 0.0), ("P", 0.5), ("N", 0.0), (True, 1.0),
+                                           ("yes", 1.0), ("0.25", 0.25), (0.75, 0.75), (1, 1.0)])
+def test_scores_convert_like_inspect(value, expect):
+    assert score_value(value, "sample 1") == expect
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("value, words", [("maybe", "is not a number"), ([1, 0], "is not a number"),
+                                          ({"a": 1}, "is not a number"), (float("nan"), "is not a number"),
+                                          (1.5, "outside [0, 1]"), ("-0.1", "outside [0, 1]")])
+def test_scores_inspect_would_turn_into_zero_are_refused(value, words):
+    with pytest.raises(ScoreError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        score_value(value, "sample 1")
+
+
+@pytest.mark.unit
+def test_a_dict_valued_scorer_needs_a_key():
+    class Scorer:
+        def __init__(self, name, metrics):
+            self.name, self.metrics = name, metrics
+
+    keyed = [Scorer("rubric", {"clarity": [], "accuracy": []})]
+    with pytest.raises(ScoreError, match="gives a score per key .accuracy, clarity.; choose one with key="):
+        ScoreReader().resolve(keyed)
+    assert ScoreReader(key="accuracy").resolve(keyed) == ScoreReader("rubric", "accuracy")
