@@ -36,7 +36,8 @@ class InspectCertificate:
     reason: str
     log_e_value: float  # log of the running maximum of the e-process
     threshold: float  # the e-value that certifies (1/delta, or the procedure's)
-    lower_bound: float  # one-sided lower bound on the mean score at 1 - delta (>= T exactly when certified)
+    lower_bound: float | None  # one-sided lower bound on the mean score at 1 - delta (>= T exactly when
+    # certified); in a selection the joint bound, None where the procedure states none
     estimate: float  # the mean score of the samples scored
     futility_log_e_value: float | None
     futility: float | None
@@ -45,6 +46,8 @@ class InspectCertificate:
     sampling: str  # without-replacement: the mean over the task's samples; iid: the expected score
     betting: str
     exact: bool  # every sample was scored: the mean is known exactly, and so is the decision
+    procedure: str | None = None  # a selection's procedure and levels, None for a task on its own
+    final: bool = True  # False for a selection's member whose selection still waits for other tasks
 
     @property
     def claim(self) -> str:
@@ -61,7 +64,10 @@ class InspectCertificate:
         """One line for a terminal."""
         head = (f"certified: {self.claim}" if self.certified else f"{self.status}: not certified that {self.claim}")
         how = "exactly (every sample scored)" if self.exact else f"with probability >= {1 - self.delta:g}"
-        return (f"{head} {how}; lower bound {self.lower_bound:.4f}, e-value {self.e_value:.4g} "
+        if self.procedure:
+            how += f" ({self.procedure}{'' if self.final else '; other candidates still running'})"
+        bound = "no bound stated" if self.lower_bound is None else f"lower bound {self.lower_bound:.4f}"
+        return (f"{head} {how}; {bound}, e-value {self.e_value:.4g} "
                 f"(needs {self.threshold:.4g}); {self.samples.scored} of {self.samples.total} samples scored, "
                 f"{self.samples.skipped} skipped")
 

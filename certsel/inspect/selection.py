@@ -81,6 +81,21 @@ class _Member(CertifiedStopping):
     def check_task(self, size: int) -> None:
         self.selection.register(self.candidate, size)
 
+    def statement(self):
+        certified, levels, lower = self.selection.joint()
+        k = self.index
+        return float(levels[k]), bool(certified[k]), None if np.isnan(lower[k]) else float(lower[k])
+
+    def not_certified_why(self) -> str:
+        return (f"{self.run.why}, but {self.selection.proc.level(self.delta, self.selection.K)} does not certify it "
+                f"on the evidence of all candidates")
+
+    def procedure_words(self) -> str:
+        return self.selection.proc.level(self.delta, self.selection.K)
+
+    def final(self) -> bool:
+        return self.selection.all_done
+
     async def start_task(self, task, samples, epochs: int) -> str:
         name = await super().start_task(task, samples, epochs)
         pending = self.selection.pending.pop(self.candidate, None)
@@ -194,8 +209,8 @@ class CertifiedSelection:
                     continue
                 exact = m.exact_pass()
                 if exact is True or (exact is None and float(run.test.max_log_evalue) >= thresholds[k]):
-                    m.stop(StopReason.CERTIFIED, f"mean score >= {self.at_least:g} certified at the procedure's "
-                                                 f"threshold after {run.ledger.released} samples")
+                    m.stop(StopReason.CERTIFIED, f"its test of mean score >= {self.at_least:g} reached the "
+                                                 f"procedure's threshold after {run.ledger.released} samples")
                     changed = True
                 elif m.futile_now():
                     m.stop(StopReason.FUTILE, f"mean score <= {self.at_least:g} certified (futility) after "
@@ -220,26 +235,37 @@ class CertifiedSelection:
         return views
 
     def member_finished(self) -> None:
-        if all(m.run is not None and m.run.done for m in self._all()):
+        if self.all_done:
             self.result = self.finish()
 
     # -- the result -------------------------------------------------------------------------------
-    def finish(self) -> SelectionResult:
-        """The procedure on the final evidence, the joint bounds and the selection."""
+    def joint(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """On the evidence so far: the procedure's certified set, each candidate's decision
+        level, and the lower bounds on the mean scores that hold together with probability
+        >= 1 - delta (NaN: no statement), agreeing with the certified set."""
         evidence = self.evidence()
         certified = self.proc.certified(evidence, self.delta)
-        levels = self.decision_levels()
+        levels = self.proc.decision_deltas(self.delta, evidence)
         joint = self.proc.joint_levels(self.delta, certified)
-        own = np.array([np.nan if np.isnan(lv) else 1.0 - m.lower_bound(float(lv)) for m, lv in zip(self._all(), joint)])
+        own = np.array([np.nan if np.isnan(lv) or m.run is None else 1.0 - m.lower_bound(float(lv))
+                        for m, lv in zip(self._all(), joint)])
         bounds = self.proc.simultaneous_bounds(self.delta, self.alpha, certified, own)
+        return certified, levels, 1.0 - bounds
+
+    @property
+    def all_done(self) -> bool:
+        return all(m.run is not None and m.run.done for m in self._all())
+
+    def finish(self) -> SelectionResult:
+        """The procedure on the final evidence, the joint bounds and the selection."""
+        certified, _, lower = self.joint()
         cands = []
         for k, m in enumerate(self._all()):
-            cert: InspectCertificate = m.make_certificate(float(levels[k]))
-            m.certificate = cert
+            m.certificate = m.make_certificate()
             cands.append(CandidateResult(m.candidate, bool(certified[k]),
-                                         None if np.isnan(bounds[k]) else float(1.0 - bounds[k]), cert.to_dict()))
-        chosen = self._select(certified, bounds)
-        run = sum(m.run.ledger.scheduled * m.run.epochs for m in self._all())
+                                         None if np.isnan(lower[k]) else float(lower[k]), m.certificate.to_dict()))
+        chosen = self._select(certified, lower)
+        run = sum(m.run.ledger.scheduled * m.run.epochs for m in self._all())  # a started sample runs every epoch
         full = sum(m.run.size * m.run.epochs for m in self._all())
         names = [self.names[k] for k in np.flatnonzero(certified)]
         statement = (f"with probability >= {1 - self.delta:g}, every certified candidate's mean score is at least "
@@ -257,7 +283,7 @@ class CertifiedSelection:
             self.mlflow_run = log_inspect_selection(result.to_dict(), self.mlflow, self.experiment)
         return result
 
-    def _select(self, certified: np.ndarray, bounds: np.ndarray) -> str | None:
+    def _select(self, certified: np.ndarray, lower: np.ndarray) -> str | None:
         idx = np.flatnonzero(certified)
         if idx.size == 0:
             return None
@@ -266,4 +292,4 @@ class CertifiedSelection:
             return self.names[idx[int(np.argmin(key if self.goal == "minimize" else -key))]]
         if self.proc.needs_order:
             return self.names[idx[-1]]
-        return self.names[idx[int(np.argmin(bounds[idx]))]]  # the highest joint lower bound on the mean score
+        return self.names[idx[int(np.argmax(lower[idx]))]]  # the highest joint lower bound on the mean score

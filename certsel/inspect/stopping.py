@@ -274,12 +274,19 @@ class CertifiedStopping:
                                  max_log_evalue=run.test.max_log_evalue, population=run.test.population)
         return float(1.0 - u)
 
-    def make_certificate(self, level: float | None = None) -> InspectCertificate:
-        run = self.run
-        level = self.decision_level() if level is None else level
+    def statement(self) -> tuple[float, bool, float | None]:
+        """(level, certified, lower bound on the mean score) of the claim, agreeing with each
+        other: the bound is >= T exactly when certified. A selection's member states the
+        procedure's decision and its joint bound instead."""
         exact = self.exact_pass()
-        log_e = float(run.test.max_log_evalue)
-        certified = exact if exact is not None else log_e >= math.log(1.0 / level)
+        level = self.decision_level()
+        certified = exact if exact is not None else float(self.run.test.max_log_evalue) >= math.log(1.0 / level)
+        return level, bool(certified), self.lower_bound(level)
+
+    def make_certificate(self) -> InspectCertificate:
+        run = self.run
+        level, certified, bound = self.statement()
+        exact = self.exact_pass()
         if certified:
             status = StopReason.CERTIFIED
         elif run.stop in (StopReason.FUTILE, StopReason.REFUSED, StopReason.NOT_NEEDED):
@@ -288,7 +295,7 @@ class CertifiedStopping:
             status = StopReason.BUDGET
         else:
             status = None
-        bound = self.lower_bound(level)
+        why = run.why if status is not None or run.stop is not StopReason.CERTIFIED else self.not_certified_why()
         counts = SampleCounts(total=run.size, scheduled=run.ledger.scheduled, scored=run.ledger.released,
                               at_decision=run.decided_at if run.stop is not None else run.ledger.released,
                               in_flight_at_stop=(run.scheduled_at_stop - run.decided_at) if run.stop else 0,
@@ -297,13 +304,24 @@ class CertifiedStopping:
         fut = run.futility
         return InspectCertificate(
             task=run.task, model=run.model, candidate=self.candidate, scorer=run.reader.words,
-            at_least=self.at_least, delta=level, certified=bool(certified),
-            status=status.value if status is not None else "not certified", reason=run.why,
-            log_e_value=log_e, threshold=1.0 / level, lower_bound=bound,
+            at_least=self.at_least, delta=level, certified=certified,
+            status=status.value if status is not None else "not certified", reason=why,
+            log_e_value=float(run.test.max_log_evalue), threshold=1.0 / level, lower_bound=bound,
             estimate=float(1.0 - np.mean(run.losses)) if run.losses else float("nan"),
             futility_log_e_value=None if fut is None else float(fut.max_log_evalue), futility=self.futility,
             samples=counts, epochs=run.epochs, sampling=self.sampling.value, betting=self.strategy.name,
-            exact=exact is not None)
+            exact=exact is not None, procedure=self.procedure_words(), final=self.final())
+
+    def not_certified_why(self) -> str:
+        """Why a run that passed its own test is not certified (a selection's procedure)."""
+        return self.run.why
+
+    def procedure_words(self) -> str | None:
+        return None
+
+    def final(self) -> bool:
+        """Whether the certificate can no longer change (a selection's waits for every member)."""
+        return True
 
 
 def _level(value, name: str) -> float:
