@@ -120,6 +120,13 @@ def _build_parser() -> argparse.ArgumentParser:
     lm.add_argument("--reference", default=None, metavar="NAME",
                     help="a run to compare with: adds score_reference and loss_drop (for recovery or drop jobs)")
     lm.add_argument("--out", required=True, type=pathlib.Path, help="the table to write (.parquet, .csv or .jsonl)")
+    it = sub.add_parser("inspect-table", help="pair inspect-ai logs (one per model or prompt) into a loss table")
+    it.add_argument("logs", nargs="+", type=pathlib.Path, metavar="LOG_DIR_OR_FILE",
+                    help="inspect logs (.eval or .json) or folders of them; the order given is the table's rank, "
+                         "the fixed sequence of procedure fst")
+    it.add_argument("--scorer", default=None, help="the scorer whose score is used (default: the task's first)")
+    it.add_argument("--key", default=None, help="the key of a dict-valued score")
+    it.add_argument("--out", required=True, type=pathlib.Path, help="the table to write (.parquet, .csv or .jsonl)")
     s = sub.add_parser("select", help="certified selection on a recorded loss table")
     s.add_argument("--data", type=pathlib.Path, default=None,
                    help="loss table: Parquet, CSV or JSON Lines (default: the bundled TriviaQA table)")
@@ -608,17 +615,7 @@ def _lm_eval_table(args) -> int:
         runs[name] = folder
     fmt = table_format(args.out)  # an unknown suffix fails before anything is read
     table, info = lm_eval_table(runs, args.task, metric=args.metric, flt=args.filter, reference=args.reference)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "Parquet":
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, args.out)
-    elif fmt in ("CSV", "TSV"):
-        from pyarrow import csv
-
-        csv.write_csv(table, args.out, csv.WriteOptions(delimiter="\t" if fmt == "TSV" else ","))
-    else:
-        args.out.write_text("\n".join(json.dumps(r) for r in table.to_pylist()) + "\n")
+    _write_table(table, args.out, fmt)
     way = "higher is better" if info["higher_is_better"] else "lower is better: score = 1 - metric"
     print(f"wrote {args.out}: {len(info['runs'])} runs x {info['documents']} documents of {info['task']!r}, metric "
           f"{info['metric']!r} ({way}), filter {info['filter']!r}")
@@ -627,6 +624,34 @@ def _lm_eval_table(args) -> int:
         job += (f"; or a recovery job: data: {{path: {args.out}, score: score, reference: score_reference, "
                 f"order: rank}}, recovery: {{at_least: 0.95, reference_name: {info['reference']}}}")
     print(f"certify with {job}")
+    return 0
+
+
+def _write_table(table, out: pathlib.Path, fmt: str) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "Parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, out)
+    elif fmt in ("CSV", "TSV"):
+        from pyarrow import csv
+
+        csv.write_csv(table, out, csv.WriteOptions(delimiter="\t" if fmt == "TSV" else ","))
+    else:
+        out.write_text("\n".join(json.dumps(r) for r in table.to_pylist()) + "\n")
+
+
+def _inspect_table(args) -> int:
+    """``certsel inspect-table``: inspect-ai logs of several models or prompts as a loss table."""
+    from certsel.inspect.logs import inspect_table
+    from certsel.workers.tables import table_format
+
+    fmt = table_format(args.out)  # an unknown suffix fails before anything is read
+    table, info = inspect_table(args.logs, scorer=args.scorer, key=args.key)
+    _write_table(table, args.out, fmt)
+    print(f"wrote {args.out}: {len(info['candidates'])} candidates ({', '.join(info['candidates'])}) x "
+          f"{info['samples']} samples, {info['scorer']}, score = mean over epochs {info['epochs']}")
+    print(f"certify with data: {{path: {args.out}, human: loss, order: rank}}")
     return 0
 
 
@@ -657,7 +682,7 @@ def main(argv=None) -> int:
 
         os.environ[HOME_ENV] = str(args.home.expanduser().absolute())
     commands = {"run": _run, "show": _show, "audit": _audit, "plan": _plan, "jobs": _jobs, "schema": _schema,
-                "lm-eval-table": _lm_eval_table}
+                "lm-eval-table": _lm_eval_table, "inspect-table": _inspect_table}
     if args.command in commands:
         try:
             return commands[args.command](args)

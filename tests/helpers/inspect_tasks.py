@@ -83,3 +83,60 @@ def boundary_scores(n: int, mean_score: float, rng) -> np.ndarray:
     out = np.zeros(n)
     out[rng.permutation(n)[:k]] = 1.0
     return out
+
+
+class CompletionLedger:
+    """A ledger that releases samples in the order they *complete* (epochs = 1): what a manager
+    that skipped certsel's schedule ordering would feed its test. For the experiments only."""
+
+    def __init__(self, inner):
+        self.inner, self.queue = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def complete(self, id, epoch, value):
+        self.inner.complete(id, epoch, value)
+        self.queue.append(float(value))
+
+    def release(self):
+        out, self.queue = np.asarray(self.queue, dtype=np.float64), []
+        self.inner.released += out.size
+        return out
+
+
+def completion_order(manager):
+    """Make ``manager`` (a CertifiedStopping) feed its test in completion order."""
+    start = manager.start_task
+
+    async def start_task(task, samples, epochs):
+        name = await start(task, samples, epochs)
+        manager.run.ledger = CompletionLedger(manager.run.ledger)
+        return name
+
+    manager.start_task = start_task
+    return manager
+
+
+def boundary_runs(reps: int, log_dir, *, n: int = 100, correct: int = 69, at_least: float = 0.7, delta: float = 0.1,
+                  order: str = "schedule", seed: int = 0, slow: float = 0.04, fast: float = 0.001,
+                  max_samples: int = 10, max_tasks: int = 16):
+    """``reps`` inspect runs of a task whose mean score is ``correct / n`` (just below
+    ``at_least``), each with its own shuffle; wrong answers take ``slow`` seconds and right ones
+    ``fast``, so completion order runs ahead on the right answers. Returns the certificates."""
+    from certsel.inspect import CertifiedStopping
+
+    scores = np.r_[np.ones(correct), np.zeros(n - correct)]
+    delays = np.where(scores == 1, fast, slow)
+    managers, tasks = [], []
+    for k in range(reps):
+        m = CertifiedStopping(at_least=at_least, delta=delta, futility=None)
+        if order == "completion":
+            completion_order(m)
+        managers.append(m)
+        tasks.append(task(scores, m, delays=delays, shuffle=seed + k, name=f"boundary_{k}"))
+    logs = run(tasks, log_dir, max_samples=max_samples, max_tasks=max_tasks)
+    bad = [log.error.message for log in logs if log.status != "success"]
+    if bad:
+        raise RuntimeError(bad[0])
+    return [m.certificate for m in managers]
