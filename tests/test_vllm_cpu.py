@@ -17,6 +17,7 @@ R-AutoEval+ with Bonferroni.
 import json
 import os
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -350,3 +351,39 @@ def test_pairwise_judge_on_vllm(shared_url, tmp_path, soft):
         assert set(judged.tolist()) <= {0.0, 0.5, 1.0}
     distinct = sum(1 if a == b else 2 for a, b in zip(cand, ref, strict=True))
     assert src.judge_client.stats.sent == distinct  # both orders, each request once, none asked again
+
+
+def test_inspect_task_on_vllm_stops_early_with_a_certificate(shared_url, tmp_path):
+    """An inspect-ai task (single-digit additions, inspect's own ``generate`` and ``match``) on
+    SmolLM2 served by the CPU vLLM, through inspect's vllm provider: certsel's manager stops
+    it early, and the certificate in the log is certsel's test on the log's scores."""
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.log import read_eval_log
+    from inspect_ai.model import GenerateConfig, get_model
+    from inspect_ai.scorer import match
+    from inspect_ai.solver import generate
+
+    from certsel.inspect import CertifiedStopping
+    from certsel.policies import log_evalue_paths
+
+    url, served = shared_url
+    data = MemoryDataset([Sample(id=f"{a}+{b}", input=f"What is {a}+{b}? Reply with the number only.",
+                                 target=str(a + b)) for a in range(1, 10) for b in range(1, 10)])
+    data.shuffle(seed=0)
+    manager = CertifiedStopping(at_least=0.2, delta=0.1, futility=0.1)
+    model = get_model(f"vllm/{served}", base_url=f"{url}/v1", api_key="none",
+                      config=GenerateConfig(temperature=0.0, max_tokens=8))
+    [log] = eval(Task(dataset=data, solver=generate(), scorer=match(numeric=True), early_stopping=manager),
+                 model=model, max_samples=4, display="none", log_dir=str(tmp_path))
+    assert log.status == "success", log.error
+    log = read_eval_log(log.location)
+    cert = log.results.early_stopping.metadata
+    assert cert["status"] in ("certified", "futile") and cert["samples"]["skipped"] > 0
+    assert len(log.results.early_stopping.early_stops) == cert["samples"]["skipped_runs"]
+    by_id = {s.id: 1.0 if s.scores["match"].value == "C" else 0.0 for s in log.samples}
+    n = cert["samples"]["scored"]
+    losses = 1.0 - np.array([by_id[i] for i in log.eval.dataset.sample_ids[:n]])
+    log_e = log_evalue_paths(losses, alpha=0.8, delta=0.1, rhos=[0.0], horizon=81, population=81)
+    assert cert["log_e_value"] == pytest.approx(float(log_e.max()), abs=1e-9)
+    print(cert["words"])  # for docs/inspect.md (pytest -s)

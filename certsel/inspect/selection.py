@@ -190,6 +190,8 @@ class CertifiedSelection:
         return [self.members[n] for n in self.names]
 
     def register(self, name: str, size: int) -> None:
+        if self.result is not None:
+            raise SetupError("this CertifiedSelection has finished its selection; make a new one for another eval")
         first = next(iter(self.sizes.items()), None)
         if first is not None and first[1] != size:
             raise SetupError(f"candidate {name!r} has {size} samples but {first[0]!r} has {first[1]}; every "

@@ -208,6 +208,13 @@ class CertifiedStopping:
             # no silent 0: the run stops, the certificate says why, and the task fails with the line
             self.stop(StopReason.REFUSED, str(err))
             raise
+        if not run.ledger.is_scheduled(id):
+            # inspect reports samples it reuses from an earlier log (eval_retry) without asking
+            # the manager first: their place in the random order is unknown
+            err = SetupError(f"sample {id!r} was scored without being scheduled (reused from an earlier log?); "
+                             "certsel cannot place it in the random order: run the task afresh")
+            self.stop(StopReason.REFUSED, str(err))
+            raise err
         run.ledger.complete(id, epoch, value)
         fresh = run.ledger.release()
         if fresh.size:
