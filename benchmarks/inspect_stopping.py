@@ -21,7 +21,11 @@ order and stops at the first sample where it decides:
 It reports the samples each rule used and how often it claimed "mean >= T": for true means
 below T every claim is false. Both numbers are over the same shuffles for every rule.
 
-    python benchmarks/inspect_stopping.py [--inspect-reps 300] [--reps 2000]
+Part 3, judge-assisted testing through inspect: the expensive scorer's calls with R-Eval
+(the expensive scorer on every sample) and with R-AutoEval+ (a cheap judge scorer on every
+sample, the expensive one on one in four), for judges of three agreement rates.
+
+    python benchmarks/inspect_stopping.py [--inspect-reps 300] [--reps 2000] [--judge-reps 40]
 """
 
 from __future__ import annotations
@@ -129,15 +133,58 @@ def rules(reps: int, N: int, at_least: float, rng) -> None:
     print()
 
 
+def judge_assisted(reps: int) -> None:
+    """Expensive-scorer calls with and without a cheap judge scorer, through inspect."""
+    from inspect_ai import Task
+
+    from certsel.inspect import CertifiedStopping
+    from helpers.inspect_tasks import Counted, judged_dataset, recorded_answer, recorded_judge, recorded_score, run
+
+    N, T = 600, 0.75
+    print(f"## Judge-assisted testing through inspect: {reps} shuffles, {N} samples of mean 0.9, claim >= {T} at "
+          "delta = 0.05\n")
+    print("| judge agrees on | test | expensive-scorer calls (mean) | samples run (mean) | certified |")
+    print("|---|---|---|---|---|")
+    rng = np.random.default_rng(1)
+    human = (rng.random(N) < 0.9).astype(float)
+    for agree in (0.95, 0.85, 0.7):
+        judge = np.where(rng.random(N) < agree, human, 1 - human)
+        for mode in ("R-Eval (expensive scorer only)", "R-AutoEval+ (judge, ratio 3)"):
+            managers, counters, tasks = [], [], []
+            for k in range(reps):
+                if mode.startswith("R-Eval"):
+                    m = CertifiedStopping(at_least=T, delta=0.05, sampling="iid")
+                    c = Counted(recorded_score())
+                    scorers = [m.gate(c, name="recorded_score")]  # gated, but every sample is labelled
+                else:
+                    m = CertifiedStopping(at_least=T, delta=0.05, judge="recorded_judge", ratio=3)
+                    c = Counted(recorded_score())
+                    scorers = [m.gate(c, name="recorded_score"), recorded_judge()]
+                managers.append(m)
+                counters.append(c)
+                tasks.append(Task(dataset=judged_dataset(human, judge, shuffle=k), solver=recorded_answer(),
+                                  scorer=scorers, early_stopping=m, name=f"judged_{k}"))
+            with tempfile.TemporaryDirectory() as tmp:
+                run(tasks, tmp, max_tasks=16)
+            calls = np.mean([len(c.ids) for c in counters])
+            used = np.mean([m.certificate.samples.scheduled for m in managers])
+            cert = np.mean([m.certificate.certified for m in managers])
+            print(f"| {agree:.2f} | {mode} | {calls:.1f} | {used:.1f} | {cert:.2f} |")
+    print()
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inspect-reps", type=int, default=300)
     ap.add_argument("--reps", type=int, default=2000)
+    ap.add_argument("--judge-reps", type=int, default=40)
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     t0 = time.time()
     rules(args.reps, args.n, 0.7, np.random.default_rng(args.seed))
+    if args.judge_reps:
+        judge_assisted(args.judge_reps)
     if args.inspect_reps:
         through_inspect(args.inspect_reps)
     print(f"total {time.time() - t0:.0f} s")

@@ -14,7 +14,8 @@ from certsel.inspect.schedule import ScheduleLedger
 from certsel.inspect.scores import ScoreError, ScoreReader, score_value
 from certsel.policies import log_evalue_paths
 from certsel.policies.autoeval import decision_upper_bound
-from helpers.inspect_tasks import run, task
+from helpers.inspect_tasks import (Counted, judged_dataset, recorded_answer, recorded_judge, recorded_score, run,
+                                   task)
 
 pytestmark = pytest.mark.integration
 
@@ -131,6 +132,60 @@ def test_match_scores_go_through_inspects_value_to_float(tmp_path):
     [log] = run(task(scores, manager, scorer_=match()), tmp_path)
     cert = log.results.early_stopping.metadata
     assert cert["certified"] and cert["scorer"] == "scorer 'match'"
+
+
+def judged_task(manager, human, judge, counted=None):
+    from inspect_ai import Task
+
+    counted = counted or Counted(recorded_score())
+    return Task(dataset=judged_dataset(human, judge), solver=recorded_answer(), early_stopping=manager,
+                scorer=[manager.gate(counted, name="recorded_score"), recorded_judge()])
+
+
+def test_a_cheap_scorer_as_judge_runs_the_expensive_one_only_where_a_label_is_needed(tmp_path):
+    from certsel.policies import scheme_rhos
+
+    rng = np.random.default_rng(5)
+    human = (rng.random(600) < 0.9).astype(float)
+    judge = np.where(rng.random(600) < 0.9, human, 1 - human)  # agrees on 90% of the samples
+    manager = CertifiedStopping(at_least=0.75, delta=0.05, judge="recorded_judge", ratio=3)
+    counted = Counted(recorded_score())
+    [log] = run(judged_task(manager, human, judge, counted), tmp_path)
+    assert log.status == "success", log.error
+    cert = log.results.early_stopping.metadata
+    assert cert["certified"] and cert["sampling"] == "iid" and cert["judge"]["ratio"] == 3
+    order = log.eval.dataset.sample_ids[: cert["samples"]["scheduled"]]
+    labelled = order[::4]  # one in every ratio + 1, by schedule position
+    assert sorted(counted.ids) == sorted(labelled)  # the expensive scorer ran there and nowhere else
+    marks = {s.id: (s.scores["recorded_score"].metadata or {}).get("certsel") for s in log.samples}
+    assert all((marks[i] is None) == (k % 4 == 0) for k, i in enumerate(order))
+    # certsel's own R-AutoEval+ on the same blocks, in schedule order
+    b = cert["judge"]["labels"]
+    rows = np.asarray(order[: 4 * b]).reshape(b, 4)
+    h, jl, ju = human[rows[:, 0]], judge[rows[:, 0]], judge[rows[:, 1:]].reshape(-1)
+    kw = dict(rhos=scheme_rhos("r-autoeval+"), horizon=150, observation="split")
+    log_e = log_evalue_paths(1 - h, 1 - jl, 1 - ju, alpha=0.25, delta=0.05, **kw)
+    assert cert["log_e_value"] == pytest.approx(float(log_e.max()), abs=1e-9)
+    bound = 1 - decision_upper_bound(1 - h, 1 - jl, 1 - ju, level=0.05, delta=0.05, alpha=0.25,
+                                     max_log_evalue=log_e.max(), **kw)
+    assert cert["lower_bound"] == pytest.approx(float(bound), abs=1e-9) and bound >= 0.75
+    assert cert["judge"]["judge_only"] == 3 * b and cert["judge"]["agreement"] == pytest.approx(np.mean(h == jl))
+    metric = next(s for s in log.results.scores if s.name == "recorded_score").metrics["labelled_mean"]
+    assert metric.value == pytest.approx(np.mean(human[labelled]))  # inspect's metric skips the unlabelled
+
+
+def test_judge_mistakes_are_refused_before_any_sample_runs(tmp_path):
+    ones = np.ones(40)
+    plain = CertifiedStopping(at_least=0.5, judge="recorded_judge")
+    same = CertifiedStopping(at_least=0.5, scorer="recorded_judge", judge="recorded_judge")
+    logs = run([task(ones, plain, name="ungated", scorer_=[recorded_score(), recorded_judge()]),
+                judged_task(same, ones, ones)], tmp_path)
+    _refused(logs[0], "scorer 'recorded_score' would run on every sample: wrap it with this manager's gate()")
+    _refused(logs[1], "the judge and the scored label are the same scorer 'recorded_judge'")
+    with pytest.raises(InputError, match="judge-assisted testing is the i.i.d. test"):
+        CertifiedStopping(at_least=0.5, judge="j", sampling="without-replacement")
+    with pytest.raises(InputError, match="ratio must be a positive number"):
+        CertifiedStopping(at_least=0.5, judge="j", ratio=0)
 
 
 # -- bad input: one line each, before any sample runs -------------------------------------------

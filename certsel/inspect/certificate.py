@@ -48,6 +48,7 @@ class InspectCertificate:
     exact: bool  # every sample was scored: the mean is known exactly, and so is the decision
     procedure: str | None = None  # a selection's procedure and levels, None for a task on its own
     final: bool = True  # False for a selection's member whose selection still waits for other tasks
+    judge: dict | None = None  # judge-assisted testing: the judge scorer, ratio, labels and judge-only samples used
 
     @property
     def claim(self) -> str:

@@ -43,7 +43,8 @@ class ScheduleLedger:
     def complete(self, id, epoch: int, value: float) -> None:
         if id not in self.position:
             raise ValueError(f"sample {id!r} completed without being scheduled")
-        self.values.setdefault(id, {})[int(epoch)] = float(value)  # a re-run replaces its epoch's value
+        # a re-run replaces its epoch's value; a value is a number, or (label, judge) with a judge
+        self.values.setdefault(id, {})[int(epoch)] = np.asarray(value, dtype=np.float64)
 
     def done(self, id) -> bool:
         return len(self.values.get(id, ())) == self.epochs
@@ -52,7 +53,7 @@ class ScheduleLedger:
         """The epoch means of the samples newly complete at the front of the order."""
         out = []
         while self.released < len(self.order) and self.done(self.order[self.released]):
-            out.append(np.mean(list(self.values[self.order[self.released]].values())))
+            out.append(np.mean(np.stack(list(self.values[self.order[self.released]].values())), axis=0))
             self.released += 1
         return np.asarray(out, dtype=np.float64)
 

@@ -34,6 +34,8 @@ from .schedule import ScheduleLedger
 from .scores import ScoreError, ScoreReader
 
 R_EVAL = scheme_rhos("r-eval")
+R_AUTOEVAL_PLUS = scheme_rhos("r-autoeval+")
+NOT_LABELLED = "not labelled"  # the gated scorer's metadata on a sample that needs no label
 
 
 class SetupError(InputError):
@@ -72,7 +74,8 @@ class _Run:
     test: SequentialTest
     futility: SequentialTest | None
     horizon: int
-    losses: list
+    losses: list  # human losses given to the test (1 - score), in schedule order
+    judge: "JudgeFeed | None" = None
     stop: StopReason | None = None
     why: str = ""
     decided_at: int = 0  # samples released to the test when the stop was decided
@@ -97,12 +100,18 @@ class CertifiedStopping:
     betting : certsel's betting strategy (``"up"``, ``"wsr"``, ``"ons"`` or an object).
     futility : delta_f of the futility stop (the mirrored test of "mean score <= T"), None: off.
     budget : the most samples to run (default: all of the task's samples).
-    sampling : ``"without-replacement"`` (the mean over the task's samples, exact) or ``"iid"``.
+    sampling : ``"without-replacement"`` (the mean over the task's samples, exact) or ``"iid"``;
+        default: without replacement, or iid with a judge.
+    judge, ratio : judge-assisted testing (R-AutoEval+): ``judge`` names a cheap scorer of the
+        task that scores every sample; ``scorer`` is the expensive one, wrapped with
+        :meth:`gate` so that it runs only on the samples whose label the test needs: one in every
+        ``ratio + 1`` in schedule order, the others judge-only (Algorithm 1's r = ``ratio``).
     """
 
     def __init__(self, at_least: float | None = None, *, alpha: float | None = None, delta: float = 0.05,
                  scorer: str | None = None, key: str | None = None, betting="up", futility: float | None = 0.05,
-                 budget: int | None = None, sampling: str = "without-replacement"):
+                 budget: int | None = None, sampling: str | None = None, judge: str | None = None,
+                 ratio: int = 3):
         self.at_least = check_claim(at_least, alpha)
         self.alpha = 1.0 - self.at_least
         self.delta = _level(delta, "delta")
@@ -114,10 +123,21 @@ class CertifiedStopping:
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
             raise InputError(f"budget must be a positive number of samples, got {budget!r}")
         self.budget = budget
+        if sampling is None:
+            sampling = Sampling.IID if judge is not None else Sampling.WITHOUT_REPLACEMENT
         try:
             self.sampling = Sampling(sampling)
         except ValueError:
             raise InputError(f"sampling must be one of {', '.join(s.value for s in Sampling)}, got {sampling!r}") from None
+        if judge is not None and self.sampling is not Sampling.IID:
+            # the finite-table form needs the judge-only items in an order of their own (docs/statistics.md);
+            # one shuffled order split into labelled and judge-only samples is not that
+            raise InputError("judge-assisted testing is the i.i.d. test: leave sampling unset or pass sampling='iid'")
+        if isinstance(ratio, bool) or not isinstance(ratio, int) or ratio < 1:
+            raise InputError(f"ratio must be a positive number of judge-only samples per label, got {ratio!r}")
+        self.judge_reader = None if judge is None else ScoreReader(judge)
+        self.ratio = ratio
+        self.gated: set = set()  # names of the scorers made by gate()
         self.reader = ScoreReader(scorer, key)
         self.run: _Run | None = None
         self.certificate: InspectCertificate | None = None
@@ -167,6 +187,14 @@ class CertifiedStopping:
             raise SetupError(f"the task reduces epochs with {', '.join(map(str, reducers))}; certsel certifies the "
                              "mean over epochs, so use the default reducer 'mean'")
         reader = self.reader.resolve(task.scorers)
+        judge = None
+        if self.judge_reader is not None:
+            judge = self.judge_reader.resolve(task.scorers)
+            if judge.scorer == reader.scorer:
+                raise SetupError(f"the judge and the scored label are the same scorer {reader.scorer!r}")
+            if reader.scorer not in self.gated:
+                raise SetupError(f"scorer {reader.scorer!r} would run on every sample: wrap it with this manager's "
+                                 "gate() so that it runs only where the test needs a label")
         size = len(samples)
         if size < 1:
             raise SetupError("the task has no samples")
@@ -179,11 +207,15 @@ class CertifiedStopping:
         horizon = self.budget or size
         population = size if self.sampling is Sampling.WITHOUT_REPLACEMENT else None
         kw = dict(horizon=horizon, rhos=R_EVAL, betting=self.strategy, population=population)
+        if judge is not None:  # R-AutoEval+: horizon in labels, one label per ratio + 1 samples
+            horizon = max(1, horizon // (self.ratio + 1))
+            kw = dict(horizon=horizon, rhos=R_AUTOEVAL_PLUS, betting=self.strategy, r=self.ratio,
+                      observation="split")
         test = SequentialTest(alpha=self.alpha, delta=self.test_level(), **kw)
         fut = None if self.futility is None else SequentialTest(alpha=self.at_least, delta=self.futility, **kw)
         self.run = _Run(task=task.task, model=str(task.model), eval_id=task.eval_id, size=size, epochs=int(epochs),
                         reader=reader, ledger=ScheduleLedger(ids, epochs), test=test, futility=fut, horizon=horizon,
-                        losses=[], skipped=set())
+                        losses=[], skipped=set(), judge=None if judge is None else JudgeFeed(judge, self.ratio))
         self.certificate = None
         return "certsel"
 
@@ -203,7 +235,7 @@ class CertifiedStopping:
     async def complete_sample(self, id, epoch: int, scores) -> None:
         run = self.run
         try:
-            value = run.reader.read(scores, f"sample {id!r}, epoch {epoch}")
+            value = self._read(id, epoch, scores)
         except ScoreError as err:
             # no silent 0: the run stops, the certificate says why, and the task fails with the line
             self.stop(StopReason.REFUSED, str(err))
@@ -217,13 +249,76 @@ class CertifiedStopping:
             raise err
         run.ledger.complete(id, epoch, value)
         fresh = run.ledger.release()
-        if fresh.size:
+        if run.judge is not None:
+            fresh = run.judge.blocks(fresh)
+        if fresh is not None and len(fresh):
+            self._feed(fresh)
+            self.decide()
+
+    def _read(self, id, epoch: int, scores):
+        """A sample-epoch's score: a number, or (label or NaN, judge) in judge-assisted testing."""
+        run = self.run
+        where = f"sample {id!r}, epoch {epoch}"
+        if run.judge is None:
+            return run.reader.read(scores, where)
+        judge = run.judge.reader.read(scores, where)
+        labelled = self.needs_label(id)
+        given = scores.get(run.reader.scorer)
+        skipped = given is not None and (given.score.metadata or {}).get("certsel") == NOT_LABELLED
+        if labelled == skipped:
+            raise ScoreError(f"{where}: the gated scorer {run.reader.scorer!r} "
+                             f"{'skipped' if skipped else 'scored'} a sample the test "
+                             f"{'needs' if labelled else 'does not need'}; is it gated by another manager?")
+        return (run.reader.read(scores, where) if labelled else np.nan, judge)
+
+    def _feed(self, fresh) -> None:
+        run = self.run
+        if run.judge is None:
             losses = 1.0 - fresh
             run.losses.extend(losses.tolist())
             run.test.update(losses)
             if run.futility is not None:
                 run.futility.update(fresh)
-            self.decide()
+            return
+        h, jl, ju = fresh
+        run.losses.extend((1.0 - h).tolist())
+        run.judge.fed(h, jl, ju)
+        run.test.update(1.0 - h, 1.0 - jl, 1.0 - ju)
+        if run.futility is not None:  # mirrored: the scores against T
+            run.futility.update(h, jl, ju)
+
+    # -- judge-assisted testing ----------------------------------------------------------------------
+    def needs_label(self, id) -> bool:
+        """Whether the test needs sample ``id``'s label (one in every ratio + 1 samples, by its
+        position in the schedule order); every sample without a judge."""
+        run = self.run
+        if run is None or run.judge is None:
+            return True
+        return run.ledger.position[id] % (self.ratio + 1) == 0
+
+    def gate(self, scorer, name: str | None = None):
+        """``scorer`` (an inspect Scorer) made to run only on the samples whose label the test
+        needs; on the others it returns a score marked "not labelled" (value 0, ignored by its
+        metric). ``name``: the gated scorer's name in the task (default: the scorer's own)."""
+        from inspect_ai._util.registry import registry_unqualified_name
+        from inspect_ai.scorer import Score
+        from inspect_ai.scorer import scorer as register
+
+        name = name or registry_unqualified_name(scorer)
+        self.gated.add(name)
+        manager = self
+
+        @register(metrics=[labelled_mean()], name=name)
+        def gated():
+            async def score(state, target):
+                if not manager.needs_label(state.sample_id):
+                    return Score(value=0, explanation="certsel: the test needs no label for this sample",
+                                 metadata={"certsel": NOT_LABELLED})
+                return await scorer(state, target)
+
+            return score
+
+        return gated()
 
     async def complete_task(self) -> dict:
         run = self.run
@@ -276,9 +371,13 @@ class CertifiedStopping:
             return float(1.0 - np.mean(run.losses))
         if not run.losses:
             return 0.0
-        u = decision_upper_bound(np.asarray(run.losses), level=level, delta=self.test_level(), alpha=self.alpha,
-                                 rhos=R_EVAL, betting=self.strategy, horizon=run.horizon,
-                                 max_log_evalue=run.test.max_log_evalue, population=run.test.population)
+        kw = dict(level=level, delta=self.test_level(), alpha=self.alpha, betting=self.strategy, horizon=run.horizon,
+                  max_log_evalue=run.test.max_log_evalue)
+        if run.judge is not None:
+            h, jl, ju = run.judge.all()
+            u = decision_upper_bound(1.0 - h, 1.0 - jl, 1.0 - ju, rhos=R_AUTOEVAL_PLUS, observation="split", **kw)
+        else:
+            u = decision_upper_bound(np.asarray(run.losses), rhos=R_EVAL, population=run.test.population, **kw)
         return float(1.0 - u)
 
     def statement(self) -> tuple[float, bool, float | None]:
@@ -317,7 +416,8 @@ class CertifiedStopping:
             estimate=float(1.0 - np.mean(run.losses)) if run.losses else float("nan"),
             futility_log_e_value=None if fut is None else float(fut.max_log_evalue), futility=self.futility,
             samples=counts, epochs=run.epochs, sampling=self.sampling.value, betting=self.strategy.name,
-            exact=exact is not None, procedure=self.procedure_words(), final=self.final())
+            exact=exact is not None, procedure=self.procedure_words(), final=self.final(),
+            judge=None if run.judge is None else run.judge.summary())
 
     def not_certified_why(self) -> str:
         """Why a run that passed its own test is not certified (a selection's procedure)."""
@@ -329,6 +429,60 @@ class CertifiedStopping:
     def final(self) -> bool:
         """Whether the certificate can no longer change (a selection's waits for every member)."""
         return True
+
+
+class JudgeFeed:
+    """Judge-assisted testing's blocks: released samples, in schedule order, grouped as one
+    labelled sample and ``ratio`` judge-only ones (Algorithm 1 with r = ratio)."""
+
+    def __init__(self, reader: ScoreReader, ratio: int):
+        self.reader, self.ratio = reader, ratio
+        self.pending = np.zeros((0, 2))
+        self.h, self.jl, self.ju = [], [], []
+
+    def blocks(self, released) -> tuple | None:
+        """(labels, their judge scores, judge-only scores) of the blocks now complete."""
+        if len(released):
+            self.pending = np.concatenate([self.pending, np.asarray(released, dtype=np.float64).reshape(-1, 2)])
+        b = len(self.pending) // (self.ratio + 1)
+        if b == 0:
+            return None
+        rows, self.pending = self.pending[: b * (self.ratio + 1)], self.pending[b * (self.ratio + 1):]
+        rows = rows.reshape(b, self.ratio + 1, 2)
+        return rows[:, 0, 0], rows[:, 0, 1], rows[:, 1:, 1].reshape(-1)
+
+    def fed(self, h, jl, ju) -> None:
+        self.h.extend(h.tolist())
+        self.jl.extend(jl.tolist())
+        self.ju.extend(ju.tolist())
+
+    def all(self):
+        return np.asarray(self.h), np.asarray(self.jl), np.asarray(self.ju)
+
+    def summary(self) -> dict:
+        h, jl, ju = self.all()
+        return {"scorer": self.reader.words, "ratio": self.ratio, "labels": len(h), "judge_only": len(ju),
+                "agreement": None if not len(h) else float(np.mean(np.abs(h - jl) < 1e-12))}
+
+
+def labelled_mean():
+    """The mean of a gated scorer's values over the samples it labelled (inspect metric)."""
+    from inspect_ai.scorer import SampleScore, metric, value_to_float
+
+    @metric(name="labelled_mean")
+    def _labelled_mean():
+        to_float = value_to_float()
+
+        def compute(scores) -> float:
+            vals = [to_float(s.score.value) for s in scores if (s.score.metadata or {}).get("certsel") != NOT_LABELLED]
+            return float(np.mean(vals)) if vals else float("nan")
+
+        # inspect reads the annotation to pass SampleScores (this module's annotations are strings)
+        compute.__annotations__ = {"scores": list[SampleScore], "return": float}
+
+        return compute
+
+    return _labelled_mean()
 
 
 def _level(value, name: str) -> float:

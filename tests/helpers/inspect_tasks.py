@@ -140,3 +140,33 @@ def boundary_runs(reps: int, log_dir, *, n: int = 100, correct: int = 69, at_lea
     if bad:
         raise RuntimeError(bad[0])
     return [m.certificate for m in managers]
+
+
+@scorer(metrics=[mean()])
+def recorded_judge():
+    """The sample's recorded judge score (metadata "judge"): the cheap scorer."""
+
+    async def score(state, target):
+        return Score(value=state.metadata["judge"])
+
+    return score
+
+
+class Counted:
+    """Wraps a scorer and counts the samples it scored (the expensive scorer's bill)."""
+
+    def __init__(self, inner):
+        self.inner, self.ids = inner, []
+
+    async def __call__(self, state, target):
+        self.ids.append(state.sample_id)
+        return await self.inner(state, target)
+
+
+def judged_dataset(human, judge, shuffle: int = 0) -> MemoryDataset:
+    samples = [Sample(input=f"question {i}", target=f"answer {i}", id=i,
+                      metadata={"scores": float(h), "judge": float(j), "delay": 0.0})
+               for i, (h, j) in enumerate(zip(human, judge))]
+    data = MemoryDataset(samples)
+    data.shuffle(seed=shuffle)
+    return data
