@@ -24,7 +24,6 @@ import numpy as np
 from certsel.errors import InputError
 from certsel.policies.procedures import PROCEDURES, CandidateView
 
-from .certificate import InspectCertificate
 from .stopping import CertifiedStopping, SetupError, StopReason
 
 _FAILED = (StopReason.FUTILE, StopReason.REFUSED)
