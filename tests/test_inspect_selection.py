@@ -49,15 +49,15 @@ def test_fixed_sequence_selects_the_end_of_the_certified_prefix_and_stops_the_re
     r = sel.result
     assert r.certified == ["m1", "m2"] and r.selected == "m2"
     c = {c.name: c for c in r.candidates}
-    assert c["m3"].certificate["status"] == "futile"
+    assert c["m3"].certificate.status == "futile"
     # after m3 failed m4 cannot join the prefix: it was stopped then, or had passed its own test before
     m4 = c["m4"].certificate
-    assert not m4["certified"] and m4["status"] in ("not needed", "not certified")
-    assert "after m3 failed" in m4["reason"] or "fixed-sequence" in m4["reason"]
+    assert not m4.certified and m4.status in ("not needed", "not certified")
+    assert "after m3 failed" in m4.reason or "fixed-sequence" in m4.reason
     # the joint statement: T for the prefix, m3's own bound at delta, nothing after it
     assert c["m1"].joint_lower_bound == c["m2"].joint_lower_bound == 0.8
     assert c["m3"].joint_lower_bound < 0.8 and c["m4"].joint_lower_bound is None
-    assert m4["lower_bound"] is None and m4["final"] and m4["procedure"].startswith("fixed-sequence")
+    assert m4.lower_bound is None and m4.final and m4.procedure.startswith("fixed-sequence")
     for m in ("m1", "m2", "m3"):
         assert logs[m].results.early_stopping.metadata["log_e_value"] == pytest.approx(own_evidence(logs[m], 0.05),
                                                                                        abs=1e-9)
@@ -80,7 +80,7 @@ def test_bonferroni_certifies_every_good_model_at_delta_over_k_and_logs_to_mlflo
     level = 0.05 / 4
     for c in r.candidates:
         evidence = own_evidence(logs[c.name], level)
-        assert c.certificate["log_e_value"] == pytest.approx(evidence, abs=1e-9)
+        assert c.certificate.log_e_value == pytest.approx(evidence, abs=1e-9)
         assert c.certified == (evidence >= math.log(1 / level))
         # Bonferroni's joint bounds are the candidates' own bounds at delta/K, agreeing with the decisions
         assert (c.joint_lower_bound >= 0.8) == c.certified

@@ -303,3 +303,40 @@ def test_a_dict_valued_scorer_needs_a_key():
     with pytest.raises(ScoreError, match="gives a score per key .accuracy, clarity.; choose one with key="):
         ScoreReader().resolve(keyed)
     assert ScoreReader(key="accuracy").resolve(keyed) == ScoreReader("rubric", "accuracy")
+
+
+def test_an_errored_sample_holds_the_test_at_its_place(tmp_path):
+    # sample 5 of the shuffled order raises; with fail_on_error=False the task goes on, but no
+    # sample after it reaches the test (its failure may be related to its score)
+    from inspect_ai import Task
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.solver import solver
+
+    data = MemoryDataset([Sample(input=f"q{i}", target=f"a{i}", id=i, metadata={"scores": 1.0}) for i in range(60)])
+    data.shuffle(seed=0)
+    broken = data[5].id
+
+    @solver
+    def flaky():
+        async def solve(state, generate):
+            if state.sample_id == broken:
+                raise RuntimeError("the model server went away")
+            from inspect_ai.model import ModelOutput
+            state.output = ModelOutput.from_content("m", state.target.text)
+            return state
+
+        return solve
+
+    manager = CertifiedStopping(at_least=0.5, delta=0.001, futility=None)
+    [log] = run(Task(dataset=data, solver=flaky(), scorer=recorded_score(), early_stopping=manager), tmp_path,
+                fail_on_error=False)
+    cert = log.results.early_stopping.metadata
+    assert cert["samples"]["scored"] == 5 and cert["samples"]["unfinished"] == cert["samples"]["scheduled"] - 5
+    assert not cert["certified"]
+
+
+def test_a_reducer_other_than_mean_is_refused(tmp_path):
+    from inspect_ai import Epochs
+
+    [log] = run(task(np.ones(20), CertifiedStopping(at_least=0.5), epochs=Epochs(2, "max")), tmp_path)
+    _refused(log, "certsel certifies the mean over epochs, so use the default reducer 'mean'")

@@ -24,6 +24,7 @@ import numpy as np
 from certsel.errors import InputError
 from certsel.policies.procedures import PROCEDURES, CandidateView
 
+from .certificate import InspectCertificate
 from .stopping import CertifiedStopping, SetupError, StopReason
 
 _FAILED = (StopReason.FUTILE, StopReason.REFUSED)
@@ -34,7 +35,7 @@ class CandidateResult:
     name: str
     certified: bool
     joint_lower_bound: float | None  # the mean-score bound that holds together with the others' (None: no statement)
-    certificate: dict  # the member's own certificate at its decision level
+    certificate: InspectCertificate  # the member's certificate: the procedure's decision and joint bound
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class SelectionResult:
 
     def to_dict(self) -> dict:
         out = asdict(self)
+        out["candidates"] = [{"name": c.name, "certified": c.certified, "joint_lower_bound": c.joint_lower_bound,
+                              "certificate": c.certificate.to_dict()} for c in self.candidates]
         out["saved"] = 1.0 - self.samples_run / self.samples_full if self.samples_full else 0.0
         return out
 
@@ -264,7 +267,7 @@ class CertifiedSelection:
         for k, m in enumerate(self._all()):
             m.certificate = m.make_certificate()
             cands.append(CandidateResult(m.candidate, bool(certified[k]),
-                                         None if np.isnan(lower[k]) else float(lower[k]), m.certificate.to_dict()))
+                                         None if np.isnan(lower[k]) else float(lower[k]), m.certificate))
         chosen = self._select(certified, lower)
         run = sum(m.run.ledger.scheduled * m.run.epochs for m in self._all())  # a started sample runs every epoch
         full = sum(m.run.size * m.run.epochs for m in self._all())
@@ -280,8 +283,8 @@ class CertifiedSelection:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(result.to_dict(), indent=2))
         if self.mlflow is not None:
-            from certsel.orchestrator.outputs.tracking import log_inspect_selection
-            self.mlflow_run = log_inspect_selection(result.to_dict(), self.mlflow, self.experiment)
+            from .tracking import log_selection
+            self.mlflow_run = log_selection(result, self.mlflow, self.experiment)
         return result
 
     def _select(self, certified: np.ndarray, lower: np.ndarray) -> str | None:

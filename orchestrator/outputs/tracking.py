@@ -544,39 +544,3 @@ def _candidate_note(result, row: Candidate) -> str:
     bits.append(f"{row.labels_human} human labels")
     return ". ".join(bits) + "."
 
-
-def log_inspect_selection(result: dict, uri: str | None, experiment: str) -> str:
-    """One MLflow run for a selection made inside inspect-ai (``certsel.inspect``): the claim
-    and the procedure as params, per-candidate metrics (step = candidate position), the
-    selection as a tag and ``selection.json`` as an artifact."""
-    from mlflow.entities import Metric, Param
-
-    client, uri = client_for(uri)
-    exp = experiment_id(client, uri, experiment)
-    run = client.create_run(exp, run_name=f"inspect selection: {result['selected'] or 'none'}",
-                            tags={"certsel.kind": "inspect-selection", "certsel.version": __version__,
-                                  NOTE: result["statement"]})
-    rid = run.info.run_id
-    try:
-        params = {"procedure": result["procedure"], "at_least": result["at_least"], "delta": result["delta"],
-                  "n_candidates": len(result["candidates"]), "selected": result["selected"] or "none",
-                  "certified": ", ".join(result["certified"]) or "none"}
-        now = int(time.time() * 1000)
-        metrics = [Metric("samples_run", float(result["samples_run"]), now, 0),
-                   Metric("samples_full", float(result["samples_full"]), now, 0),
-                   Metric("samples_saved_percent", 100.0 * float(result["saved"]), now, 0)]
-        for i, c in enumerate(result["candidates"]):
-            cert = c["certificate"]
-            metrics += [Metric("candidate_samples_scored", float(cert["samples"]["scored"]), now, i),
-                        Metric("candidate_log_evalue", float(cert["log_e_value"]), now, i),
-                        Metric("candidate_certified", float(c["certified"]), now, i)]
-            if c["joint_lower_bound"] is not None:
-                metrics.append(Metric("candidate_joint_lower_bound", float(c["joint_lower_bound"]), now, i))
-        client.log_batch(rid, params=[Param(k, str(v)) for k, v in params.items()], metrics=metrics)
-        client.log_dict(rid, result, "selection.json")
-        client.set_tag(rid, "certsel.selected", result["selected"] or "none")
-        client.set_terminated(rid, "FINISHED")
-    except BaseException:
-        client.set_terminated(rid, "FAILED")
-        raise
-    return rid
