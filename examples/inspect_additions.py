@@ -61,7 +61,7 @@ def one_task(args) -> None:
     else:
         solver_ = generate()
         model = get_model(args.model, base_url=args.base_url, api_key="none",
-                          config=GenerateConfig(temperature=0.0, max_tokens=8))
+                          config=GenerateConfig(temperature=0.0, max_tokens=16))
     [log] = eval(Task(dataset=questions(), solver=solver_, scorer=match(numeric=True), early_stopping=manager),
                  model=model, max_samples=8, display="none", log_dir=args.logs)
     print(manager.certificate.words())
