@@ -340,3 +340,63 @@ def test_a_reducer_other_than_mean_is_refused(tmp_path):
 
     [log] = run(task(np.ones(20), CertifiedStopping(at_least=0.5), epochs=Epochs(2, "max")), tmp_path)
     _refused(log, "certsel certifies the mean over epochs, so use the default reducer 'mean'")
+
+
+def test_samples_sorted_after_the_shuffle_are_refused(tmp_path):
+    # inspect keeps the "shuffled" flag through dataset.sort(), whose default key is the input length
+    from inspect_ai import Task
+    from inspect_ai.dataset import MemoryDataset, Sample
+
+    data = MemoryDataset([Sample(input="q" * (1 + i % 37), target="a", id=i, metadata={"scores": 1.0})
+                          for i in range(100)])
+    data.shuffle(seed=0)
+    data.sort()
+    [log] = run(Task(dataset=data, solver=recorded_answer(), scorer=recorded_score(),
+                     early_stopping=CertifiedStopping(at_least=0.5)), tmp_path)
+    _refused(log, "the task's samples are in order of input length (sorted after shuffling?)")
+
+
+@pytest.mark.unit
+def test_the_sort_check_spares_shuffled_and_equal_lengths():
+    from types import SimpleNamespace
+
+    from certsel.inspect.stopping import sorted_by_length
+
+    def samples(lengths):
+        return [SimpleNamespace(input="x" * n) for n in lengths]
+
+    rng = np.random.default_rng(0)
+    assert sorted_by_length(samples(sorted(rng.integers(1, 50, 100))))
+    assert not sorted_by_length(samples(rng.integers(1, 50, 100)))
+    assert not sorted_by_length(samples([7] * 100))  # a stable sort keeps a shuffle of equal lengths
+    assert not sorted_by_length(samples([3, 5, 8]))  # 1 in 6 random orders is sorted: no evidence
+
+
+@pytest.mark.unit
+def test_the_reason_follows_the_final_status_and_a_certified_bound_is_at_least_t():
+    from certsel.inspect.schedule import ScheduleLedger
+    from certsel.inspect.scores import ScoreReader
+    from certsel.inspect.stopping import StopReason, _Run
+    from certsel.policies import SequentialTest
+
+    # a stop for certification, then every sample scored with the exact mean below T
+    m = CertifiedStopping(at_least=0.7, futility=None)
+    ledger = ScheduleLedger(list(range(12)), 1)
+    for i in range(12):
+        ledger.schedule(i)
+    ledger.released = 12
+    test = SequentialTest(alpha=0.3, delta=0.05, horizon=12, rhos=[0.0], population=12)
+    m.run = _Run(task="t", model="m", eval_id="e", size=12, epochs=1, reader=ScoreReader("s"), ledger=ledger,
+                 test=test, futility=None, horizon=12, losses=[0.0] * 8 + [1.0] * 4, skipped=set())
+    m.run.stop, m.run.why = StopReason.CERTIFIED, "mean score >= 0.7 certified after 5 samples"
+    cert = m.make_certificate()
+    assert not cert.certified and cert.exact and cert.status == "not certified"
+    assert cert.reason.startswith("every sample scored: the mean score is 0.666667, below 0.7")
+    # an exact mean of exactly T: 1 - (1 - 0.1) is one ulp below 0.1, the certified bound is not
+    m = CertifiedStopping(at_least=0.1, futility=None)
+    m.run = _Run(task="t", model="m", eval_id="e", size=10, epochs=1, reader=ScoreReader("s"), ledger=ledger,
+                 test=SequentialTest(alpha=0.9, delta=0.05, horizon=10, rhos=[0.0], population=10), futility=None,
+                 horizon=10, losses=[0.0] + [1.0] * 9, skipped=set())
+    m.run.size, ledger.released = 10, 10
+    cert = m.make_certificate()
+    assert cert.certified and cert.lower_bound >= 0.1

@@ -15,7 +15,7 @@ class SampleCounts:
     scheduled: int  # samples inspect started
     scored: int  # samples whose every epoch was scored and given to the test, in schedule order
     at_decision: int  # samples the test had seen when the stop was decided
-    in_flight_at_stop: int  # started before the stop, scored after it (their cost is counted)
+    in_flight_at_stop: int  # started before the stop, not yet seen by the test then (their cost is counted)
     skipped: int  # samples never started (their early stops are in the log's summary)
     skipped_runs: int  # sample-epochs stopped early (what inspect lists in early_stops)
     unfinished: int  # started but not given to the test (an epoch stopped, an error, an earlier one missing)

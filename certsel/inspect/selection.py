@@ -170,7 +170,9 @@ class CertifiedSelection:
         return self.proc.candidate_deltas(self.delta, self.K)
 
     def _certified_mask(self) -> np.ndarray:
-        return np.array([m.run is not None and m.run.stop is StopReason.CERTIFIED for m in self._all()])
+        # the procedure on the evidence now (not the stops so far): an exact comparison that fails
+        # after a member was stopped as certified takes back what it lowered Holm's thresholds by
+        return self.proc.certified(self.evidence(), self.delta)
 
     def log_thresholds(self) -> np.ndarray:
         return self.proc.log_thresholds(self.delta, self._certified_mask())
@@ -212,7 +214,9 @@ class CertifiedSelection:
                 if run is None or run.stop is not None:
                     continue
                 exact = m.exact_pass()
-                if exact is True or (exact is None and float(run.test.max_log_evalue) >= thresholds[k]):
+                if exact is False:
+                    continue  # every sample scored and below T: nothing left to stop
+                if exact is True or float(run.test.max_log_evalue) >= thresholds[k]:
                     m.stop(StopReason.CERTIFIED, f"its test of mean score >= {self.at_least:g} reached the "
                                                  f"procedure's threshold after {run.ledger.released} samples")
                     changed = True
@@ -254,7 +258,9 @@ class CertifiedSelection:
         own = np.array([np.nan if np.isnan(lv) or m.run is None else 1.0 - m.lower_bound(float(lv))
                         for m, lv in zip(self._all(), joint)])
         bounds = self.proc.simultaneous_bounds(self.delta, self.alpha, certified, own)
-        return certified, levels, 1.0 - bounds
+        # 1 - (1 - T) can fall one ulp below T: a certified candidate's bound is at least T
+        lower = 1.0 - bounds
+        return certified, levels, np.where(certified, np.maximum(lower, self.at_least), lower)
 
     @property
     def all_done(self) -> bool:

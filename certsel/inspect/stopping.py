@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
+from scipy.special import gammaln
 
 from certsel.errors import InputError
 from certsel.policies import SequentialTest
@@ -149,8 +150,8 @@ class CertifiedStopping:
         return self.delta
 
     def log_threshold(self) -> float:
-        """log of the e-value that certifies now."""
-        return math.log(1.0 / self.delta)
+        """log of the e-value that certifies now (-log(level): the form the bound is seeded with)."""
+        return float(-np.log(self.delta))
 
     def decision_level(self) -> float:
         """The level the final decision and its bound are stated at."""
@@ -162,7 +163,7 @@ class CertifiedStopping:
     def decide(self) -> None:
         """Stop the task once its test settles (a selection decides for all its members)."""
         run = self.run
-        if run.stop is not None:
+        if run.stop is not None or self.exact_pass() is not None:  # every sample scored: nothing left to stop
             return
         if self.certified_now():
             self.stop(StopReason.CERTIFIED, f"mean score >= {self.at_least:g} certified after {run.ledger.released} "
@@ -178,7 +179,11 @@ class CertifiedStopping:
                              f"({self.run.model}); give every task its own (CertifiedSelection.member for several)")
         if not getattr(task.dataset, "shuffled", False):
             raise SetupError("the task's samples are not shuffled, so the first ones are not a random subset: "
-                             "pass sample_shuffle=True to eval() (or Task(dataset=dataset.shuffle()))")
+                             "pass sample_shuffle=True to eval() (or call dataset.shuffle() before Task(dataset=dataset))")
+        if sorted_by_length(samples):
+            # inspect keeps a dataset's "shuffled" flag through dataset.sort(), whose default key is the input length
+            raise SetupError("the task's samples are in order of input length (sorted after shuffling?), so the "
+                             "first ones are not a random subset: do not sort the dataset after shuffling it")
         if task.config.log_samples is False:
             raise SetupError("inspect consults an early-stopping manager only when it logs samples: "
                              "drop log_samples=False (or --no-log-samples)")
@@ -316,12 +321,11 @@ class CertifiedStopping:
 
     # -- decisions ---------------------------------------------------------------------------------
     def certified_now(self) -> bool:
-        return float(self.run.test.max_log_evalue) >= self.log_threshold() or self.exact_pass() is True
+        return float(self.run.test.max_log_evalue) >= self.log_threshold()
 
     def futile_now(self) -> bool:
         fut = self.run.futility
-        return (fut is not None and float(fut.max_log_evalue) >= math.log(1.0 / self.futility)) \
-            or self.exact_pass() is False
+        return fut is not None and float(fut.max_log_evalue) >= float(-np.log(self.futility))
 
     def exact_pass(self) -> bool | None:
         """With every sample scored and sampling without replacement the mean is known exactly:
@@ -370,8 +374,10 @@ class CertifiedStopping:
         procedure's decision and its joint bound instead."""
         exact = self.exact_pass()
         level = self.decision_level()
-        certified = exact if exact is not None else float(self.run.test.max_log_evalue) >= math.log(1.0 / level)
-        return level, bool(certified), self.lower_bound(level)
+        certified = exact if exact is not None else float(self.run.test.max_log_evalue) >= float(-np.log(level))
+        bound = self.lower_bound(level)
+        # 1 - (1 - T) can fall one ulp below T: the bound of a certified claim is at least T
+        return level, bool(certified), max(bound, self.at_least) if certified else bound
 
     def make_certificate(self) -> InspectCertificate:
         run = self.run
@@ -385,7 +391,16 @@ class CertifiedStopping:
             status = StopReason.BUDGET
         else:
             status = None
-        why = run.why if status is not None or run.stop is not StopReason.CERTIFIED else self.not_certified_why()
+        if exact is not None:
+            mean = 1.0 - float(np.mean(run.losses))
+            why = (f"every sample scored: the mean score is {mean:.6g}, "
+                   f"{'at least' if certified else 'below'} {self.at_least:g}")
+        elif status is run.stop:
+            why = run.why
+        elif run.stop is StopReason.CERTIFIED:
+            why = self.not_certified_why()
+        else:
+            why = run.why or "no decision before the task ended"
         counts = SampleCounts(total=run.size, scheduled=run.ledger.scheduled, scored=run.ledger.released,
                               at_decision=run.decided_at if run.stop is not None else run.ledger.released,
                               in_flight_at_stop=(run.scheduled_at_stop - run.decided_at) if run.stop else 0,
@@ -413,6 +428,25 @@ class CertifiedStopping:
     def final(self) -> bool:
         """Whether the certificate can no longer change (a selection's waits for every member)."""
         return True
+
+
+def _text_length(sample) -> int:
+    inp = sample.input
+    if isinstance(inp, str):
+        return len(inp)
+    return sum(len(str(getattr(m, "text", m))) for m in inp)
+
+
+def sorted_by_length(samples, odds: float = 1e-6) -> bool:
+    """Whether the samples' input lengths are in non-decreasing order although a random order
+    would be so with probability below ``odds`` (prod(count_l!) / N!): a dataset sorted after
+    it was shuffled. Equal lengths throughout are not a sort (a stable sort keeps the shuffle)."""
+    lengths = np.array([_text_length(s) for s in samples])
+    if lengths.size < 2 or np.any(np.diff(lengths) < 0):
+        return False
+    _, counts = np.unique(lengths, return_counts=True)
+    log_p = float(np.sum(gammaln(counts + 1)) - gammaln(lengths.size + 1))
+    return log_p < math.log(odds)
 
 
 def _level(value, name: str) -> float:
