@@ -386,7 +386,7 @@ def test_the_reason_follows_the_final_status_and_a_certified_bound_is_at_least_t
         ledger.schedule(i)
     ledger.released = 12
     test = SequentialTest(alpha=0.3, delta=0.05, horizon=12, rhos=[0.0], population=12)
-    m.run = _Run(task="t", model="m", eval_id="e", size=12, epochs=1, reader=ScoreReader("s"), ledger=ledger,
+    m.run = _Run(task="t", model="m", size=12, epochs=1, reader=ScoreReader("s"), ledger=ledger,
                  test=test, futility=None, horizon=12, losses=[0.0] * 8 + [1.0] * 4, skipped=set())
     m.run.stop, m.run.why = StopReason.CERTIFIED, "mean score >= 0.7 certified after 5 samples"
     cert = m.make_certificate()
@@ -394,7 +394,7 @@ def test_the_reason_follows_the_final_status_and_a_certified_bound_is_at_least_t
     assert cert.reason.startswith("every sample scored: the mean score is 0.666667, below 0.7")
     # an exact mean of exactly T: 1 - (1 - 0.1) is one ulp below 0.1, the certified bound is not
     m = CertifiedStopping(at_least=0.1, futility=None)
-    m.run = _Run(task="t", model="m", eval_id="e", size=10, epochs=1, reader=ScoreReader("s"), ledger=ledger,
+    m.run = _Run(task="t", model="m", size=10, epochs=1, reader=ScoreReader("s"), ledger=ledger,
                  test=SequentialTest(alpha=0.9, delta=0.05, horizon=10, rhos=[0.0], population=10), futility=None,
                  horizon=10, losses=[0.0] + [1.0] * 9, skipped=set())
     m.run.size, ledger.released = 10, 10

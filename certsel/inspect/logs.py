@@ -70,16 +70,11 @@ def _scores(path, log, reader: ScoreReader) -> dict:
     reader = reader.resolve(log.eval.scorers or [])
     values = defaultdict(list)
     for s in log.samples:
-        scores = {k: _Scored(v) for k, v in (s.scores or {}).items()}
-        values[s.id].append(reader.read(scores, f"{path.name}: sample {s.id!r}, epoch {s.epoch}"))
+        where = f"{path.name}: sample {s.id!r}, epoch {s.epoch}"
+        if reader.scorer not in (s.scores or {}):
+            raise InputError(f"{where}: no score from scorer {reader.scorer!r}")
+        values[s.id].append(reader.value(s.scores[reader.scorer], where))
     return {i: float(np.mean(v)) for i, v in values.items()}
-
-
-class _Scored:
-    """A log's ``Score`` in the shape a manager sees (``SampleScore.score``)."""
-
-    def __init__(self, score):
-        self.score = score
 
 
 def _names(logs) -> list[str]:

@@ -75,7 +75,11 @@ class ScoreReader:
         """The number of one sample's scores (``{scorer: SampleScore}``)."""
         if self.scorer not in scores:
             raise ScoreError(f"{where}: no score from scorer {self.scorer!r} (it gave {', '.join(scores) or 'none'})")
-        value = scores[self.scorer].score.value
+        return self.value(scores[self.scorer].score, where)
+
+    def value(self, score, where: str) -> float:
+        """The number of one ``Score`` of this scorer (the key's value of a dict-valued one)."""
+        value = score.value
         if self.key is not None:
             if not isinstance(value, dict) or self.key not in value:
                 raise ScoreError(f"{where}: scorer {self.scorer!r} gave no value for key {self.key!r}")

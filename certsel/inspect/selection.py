@@ -84,7 +84,7 @@ class _Member(CertifiedStopping):
         self.selection.register(self.candidate, size)
 
     def statement(self):
-        certified, levels, lower = self.selection.joint()
+        certified, levels, lower = self.selection.final_joint or self.selection.joint()
         k = self.index
         return float(levels[k]), bool(certified[k]), None if np.isnan(lower[k]) else float(lower[k])
 
@@ -153,6 +153,7 @@ class CertifiedSelection:
         self.sizes: dict = {}
         self.pending: dict = {}  # candidates stopped before their task started
         self.result: SelectionResult | None = None
+        self.final_joint: tuple | None = None  # joint() on the final evidence, computed once for every member
         self.mlflow_run: str | None = None
 
     def member(self, name: str) -> CertifiedStopping:
@@ -268,7 +269,8 @@ class CertifiedSelection:
 
     def finish(self) -> SelectionResult:
         """The procedure on the final evidence, the joint bounds and the selection."""
-        certified, _, lower = self.joint()
+        self.final_joint = self.joint()
+        certified, _, lower = self.final_joint
         cands = []
         for k, m in enumerate(self._all()):
             m.certificate = m.make_certificate()

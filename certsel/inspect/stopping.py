@@ -17,7 +17,7 @@ looks at the same e-process at a later stopping time.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
@@ -67,7 +67,6 @@ class _Run:
 
     task: str
     model: str
-    eval_id: str
     size: int
     epochs: int
     reader: ScoreReader
@@ -81,7 +80,7 @@ class _Run:
     why: str = ""
     decided_at: int = 0  # samples released to the test when the stop was decided
     scheduled_at_stop: int = 0
-    skipped: set | None = None
+    skipped: set = field(default_factory=set)  # samples never started
     skipped_runs: int = 0
     budget_hit: bool = False
     done: bool = False
@@ -218,9 +217,9 @@ class CertifiedStopping:
                       observation="split")
         test = SequentialTest(alpha=self.alpha, delta=self.test_level(), **kw)
         fut = None if self.futility is None else SequentialTest(alpha=self.at_least, delta=self.futility, **kw)
-        self.run = _Run(task=task.task, model=str(task.model), eval_id=task.eval_id, size=size, epochs=int(epochs),
+        self.run = _Run(task=task.task, model=str(task.model), size=size, epochs=int(epochs),
                         reader=reader, ledger=ScheduleLedger(ids, epochs), test=test, futility=fut, horizon=horizon,
-                        losses=[], skipped=set(), judge=None if judge is None else JudgeFeed(judge, self.ratio))
+                        losses=[], judge=None if judge is None else JudgeFeed(judge, self.ratio))
         self.certificate = None
         return "certsel"
 
@@ -395,12 +394,12 @@ class CertifiedStopping:
             mean = 1.0 - float(np.mean(run.losses))
             why = (f"every sample scored: the mean score is {mean:.6g}, "
                    f"{'at least' if certified else 'below'} {self.at_least:g}")
-        elif status is run.stop:
+        elif run.stop is None:
+            why = f"budget of {self.budget} samples reached" if run.budget_hit else "no decision before the task ended"
+        elif status is run.stop or run.stop is not StopReason.CERTIFIED:
             why = run.why
-        elif run.stop is StopReason.CERTIFIED:
+        else:  # its own test passed, the procedure over all candidates did not certify it
             why = self.not_certified_why()
-        else:
-            why = run.why or "no decision before the task ended"
         counts = SampleCounts(total=run.size, scheduled=run.ledger.scheduled, scored=run.ledger.released,
                               at_decision=run.decided_at if run.stop is not None else run.ledger.released,
                               in_flight_at_stop=(run.scheduled_at_stop - run.decided_at) if run.stop else 0,
