@@ -30,7 +30,9 @@ from .candidate import (
     step_together,
     upper_bounds_together,
 )
-from .contracts import CandidateSpec, HostRequest, JobArrays, LabelRows, ModelLosses, Snapshot, SourceError
+from .contracts import (CandidateSpec, HostRequest, JobArrays, Journaled, LabelRows, ModelLosses, QueuedSource, QueueReport,
+                        Snapshot,
+                        SourceError)
 from .labellog import LabelLog, LoggedSource, log_path
 
 
@@ -42,7 +44,10 @@ def build_candidate(spec: CandidateSpec, arrays: JobArrays, rows=(None, None)):
     sources, its ``rows`` (human, judge) of the loss table."""
     source = spec.source.build(arrays, rows)
     if spec.job_dir is not None:  # a durable label log: labels survive crashes, never bought twice
-        source = LoggedSource(source, LabelLog(log_path(spec.job_dir, spec.name), spec.name))
+        log = LabelLog(log_path(spec.job_dir, spec.name), spec.name)
+        if isinstance(source, Journaled):  # its own records (an annotation queue's) beside the labels
+            source.attach(log)
+        source = LoggedSource(source, log)
     if spec.policy is None:
         return LabelServer(spec.name, source)
     return policy_candidate(spec.name, source, spec.policy, spec.settings, arrays)
@@ -125,14 +130,16 @@ class CandidateHost:
             snaps = step_together(cands, b) if key[0] == "t" else [guarded_step(cands[0], b)]
             out.update(zip(members, snaps, strict=True))
         for n in names:
-            self.history[n].append(self.candidates[n].t - before[n])
-            self._maybe_snapshot(n)
+            used = self.candidates[n].t - before[n]
+            if used or not out[n].waiting:  # a step that only waited for people is no step
+                self.history[n].append(used)
+                self._maybe_snapshot(n)
         return [out[n] for n in names]
 
     def _maybe_snapshot(self, name: str) -> None:
         c, every = self.candidates[name], self.snapshot_every.get(name)
         if every and isinstance(c.source, LoggedSource) and not isinstance(c, LabelServer) \
-                and len(self.history[name]) % every == 0:
+                and not c.holds_unlabelled and len(self.history[name]) % every == 0:
             # with the log rows it had used: its label counters resume from there
             c.source.log.write_snapshot(self.history[name], {"candidate": c.state_dict(), "log_used": c.source.used})
 
@@ -174,6 +181,18 @@ class CandidateHost:
             except SourceError as err:
                 out[n] = ModelLosses(error=first_line(err, limit=300))
         return out
+
+    def queued(self, name: str) -> QueuedSource | None:
+        """The candidate's label source when it is an annotation queue (under its log)."""
+        source = self.candidates[name].source
+        source = source.source if isinstance(source, LoggedSource) else source
+        return source if isinstance(source, QueuedSource) else None
+
+    def withdraw(self, names: list[str]) -> dict[str, QueueReport]:
+        """Settled candidates: their queues take back the tasks nobody started and say what
+        they did (by name; queues only)."""
+        self._have(names)
+        return {n: q.withdraw() for n in names if (q := self.queued(n)) is not None}
 
     def labels(self, names: list[str]) -> dict:
         """The label log of each candidate: item indices, roles and losses, in purchase order."""

@@ -24,13 +24,34 @@ from certsel.policies import SequentialTest, confidence_interval, decision_upper
 from certsel.policies.kinds import Family, JudgeUse, Labels, PolicyInputs, PolicyKind, PolicySettings
 from certsel.policies.limits import label_limit, ppi_limit
 
-from .contracts import JobArrays, LabelSource, Snapshot, SourceError
+from .contracts import JobArrays, LabelSource, LabelsPending, Snapshot, SourceError
 
 
 class _Candidate:
     def __init__(self, name: str, source: LabelSource):
         self.name = name
         self.source = source
+        self.waiting = 0  # answers its source awaits from people (LabelsPending)
+        # items a policy that chooses them has drawn and waits for (an annotation queue): kept
+        # for the next step, since drawing again would draw others
+        self.asked: np.ndarray | None = None
+
+    @property
+    def holds_unlabelled(self) -> bool:
+        """Whether its policy has drawn items whose labels have not come yet (no snapshot now:
+        a restored policy would draw them again)."""
+        return self.asked is not None
+
+    def labels_for(self, items) -> np.ndarray:
+        """The human labels of ``items``, all of them or :class:`LabelsPending` (the count
+        awaited is kept for the snapshot)."""
+        try:
+            h = self.source.human(items)
+        except LabelsPending as pending:
+            self.waiting = pending.waiting
+            raise
+        self.waiting = 0
+        return h
 
     def failed(self, err: Exception) -> Snapshot:
         """The snapshot of a candidate whose label source failed (its state is unchanged:
@@ -42,7 +63,7 @@ class _Candidate:
     def counters(self) -> Snapshot:
         """What the candidate bought so far."""
         return Snapshot(self.name, n_human=self.source.human_labels, n_judge=self.source.judge_labels,
-                        requests=self.source.requests)
+                        requests=self.source.requests, waiting=self.waiting)
 
 
 class TestingCandidate(_Candidate):
@@ -162,7 +183,13 @@ class TestingCandidate(_Candidate):
         if b <= 0:
             return None
         items = self.human_items[t : t + b]
-        h = self.source.human(items)
+        try:
+            h = self.labels_for(items)
+        except LabelsPending as pending:  # labels in order: the answered prefix goes on now
+            if pending.ready <= 0:
+                raise
+            b, items = min(pending.ready, b), items[: min(pending.ready, b)]
+            h = self.source.human(items)
         jl = ju = None
         if self.test.uses_judge:
             jl = self.source.judge(items)
@@ -214,7 +241,10 @@ class TestingCandidate(_Candidate):
         return self.snapshot(path, numbers)
 
     def step(self, batch: int) -> Snapshot:
-        got = self.fetch(batch)
+        return self.absorb(self.fetch(batch))
+
+    def absorb(self, got) -> Snapshot:
+        """The test (and its futility mirror) updated with labels :meth:`fetch` returned."""
         if got is None:
             return self.snapshot()
         if self.futility is not None:
@@ -273,10 +303,13 @@ class EstimationCandidate(_Candidate):
 
     def step(self, batch: int) -> Snapshot:
         b = min(int(batch), self.n - self.t)
-        if b > 0 and not self.policy.done:
+        if self.asked is None and b > 0 and not self.policy.done:
             items = self.policy.next_items(b)
-            if items.size:
-                self.policy.update(items, self.source.human(items))
+            self.asked = items if items.size else None
+        if self.asked is not None:
+            h = self.labels_for(self.asked)  # LabelsPending: the drawn items wait for the next step
+            items, self.asked = self.asked, None
+            self.policy.update(items, h)
         return self.snapshot()
 
     def snapshot(self) -> Snapshot:
@@ -311,6 +344,8 @@ def guarded_step(c, batch: int) -> Snapshot:
         return c.step(batch)
     except SourceError as err:
         return c.failed(err)
+    except LabelsPending:  # people have not answered yet: nothing changed, the snapshot says so
+        return c.snapshot()
 
 
 def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
@@ -323,16 +358,23 @@ def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
     t, n = cands[0].t, cands[0].n
     if len(cands) == 1 or any(c.t != t or c.n != n for c in cands):
         return [guarded_step(c, batch) for c in cands]
-    got, failed = [], {}
+    got, apart = [], {}
     for c in cands:
         try:
             got.append(c.fetch(batch))
         except SourceError as err:  # this candidate's source failed for good; the others go on
-            failed[c.name] = c.failed(err)
+            apart[c.name] = c.failed(err)
             got.append(None)
-    ok = [(c, g) for c, g in zip(cands, got, strict=True) if c.name not in failed]
-    done = dict(zip([c.name for c, _ in ok], _update_together(ok), strict=True))
-    return [failed.get(c.name) or done[c.name] for c in cands]
+        except LabelsPending:  # nothing answered yet: it waits, the others go on
+            apart[c.name] = c.snapshot()
+            got.append(None)
+    ok = [(c, g) for c, g in zip(cands, got, strict=True) if c.name not in apart]
+    full = [(c, g) for c, g in ok if g is None or g[0].size == min(batch, n - t)]
+    for c, g in ok:  # part of the batch answered (a queue of people): updated on its own
+        if not any(c is f for f, _ in full):
+            apart[c.name] = c.absorb(g)
+    done = dict(zip([c.name for c, _ in full], _update_together(full), strict=True))
+    return [apart.get(c.name) or done[c.name] for c in cands]
 
 
 def _update_together(fetched: list[tuple[TestingCandidate, tuple | None]]) -> list[Snapshot]:
@@ -468,10 +510,14 @@ class ChosenTestingCandidate(_Candidate):
         return None if not np.isfinite(limit) else float(limit)
 
     def step(self, batch: int) -> Snapshot:
-        items = self.test.next_items(batch)
-        if items.size == 0:
-            return self.snapshot()
-        path = self.test.update(items, self.source.human(items))
+        if self.asked is None:
+            items = self.test.next_items(batch)
+            if items.size == 0:
+                return self.snapshot()
+            self.asked = items
+        h = self.labels_for(self.asked)  # LabelsPending: the drawn items wait for the next step
+        items, self.asked = self.asked, None
+        path = self.test.update(items, h)
         return self.snapshot(path)
 
     def snapshot(self, path=None) -> Snapshot:

@@ -45,6 +45,80 @@ class SourceError(CertselError):
         self.status = status
 
 
+class LabelsPending(Exception):  # noqa: N818  (a state, not an error: people have not answered yet)
+    """Labels a source has asked people for and does not hold yet (an annotation queue such
+    as :mod:`certsel.workers.label_studio`): not a failure. ``ready`` leading items of the
+    request have their labels (``losses``, in the order asked), the others do not;
+    ``waiting`` is how many answers the source is waiting for. A candidate takes the ready
+    prefix when its policy allows (labels in the job's order) and otherwise waits whole;
+    asking again later is free (requests are idempotent)."""
+
+    def __init__(self, ready: int, waiting: int, losses=None):
+        super().__init__(f"{waiting} answer(s) awaited; the first {ready} item(s) of the request are labelled")
+        self.ready, self.waiting = int(ready), int(waiting)
+        self.losses = np.zeros(0) if losses is None else np.asarray(losses, dtype=np.float64)
+
+
+@dataclass
+class QueueReport:
+    """What a source that asks people (an annotation queue) did for one candidate: tasks put
+    in front of annotators and taken back, the annotations that saved, the valid answers the
+    test used and those it did not (they came after its decision, or for an item beyond
+    where it stopped: recorded, never used), the answers refused (outside the declared
+    choices), and the annotators' agreement (Krippendorff's alpha, mean pairwise Cohen's
+    kappa; None when no item has two answers)."""
+
+    tasks_imported: int = 0
+    tasks_withdrawn: int = 0
+    annotations_saved: int = 0
+    annotations_used: int = 0
+    annotations_unused: int = 0
+    annotations_refused: int = 0
+    waiting: int = 0
+    annotators: int = 0
+    agreement: dict | None = None
+
+
+@runtime_checkable
+class QueuedSource(Protocol):
+    """A label source that puts items in front of people and takes back those nobody has
+    started once its candidate is settled (:meth:`withdraw`, which may be called again: it
+    then looks for late answers and withdraws what is left); it returns what the queue did."""
+
+    def withdraw(self) -> QueueReport: ...
+
+
+class Journal(Protocol):
+    """Durable records a label source keeps beside its labels (the label log's ``journal``
+    table, :class:`~certsel.workers.labellog.LabelLog`): ``record`` commits one (key -> JSON
+    body, a later one with the same key replacing it) before it returns."""
+
+    def record(self, key: str, body: dict) -> None: ...
+
+    def records(self) -> dict[str, dict]: ...
+
+
+class MemoryJournal:
+    """A :class:`Journal` in memory (a job without a durable log)."""
+
+    def __init__(self):
+        self._rows: dict[str, dict] = {}
+
+    def record(self, key: str, body: dict) -> None:
+        self._rows[key] = dict(body)
+
+    def records(self) -> dict[str, dict]:
+        return dict(self._rows)
+
+
+@runtime_checkable
+class Journaled(Protocol):
+    """A label source with records of its own to keep durable (an annotation queue's tasks
+    and every annotation it has seen): the worker hands it the candidate's label-log journal."""
+
+    def attach(self, journal: Journal) -> None: ...
+
+
 @runtime_checkable
 class LabelSource(Protocol):
     """Losses of one candidate on the items a policy asks for.
@@ -143,6 +217,8 @@ class Snapshot:
     decision: int | None = None
     error: str | None = None
     restored_steps: int = 0
+    waiting: int = 0  # answers the candidate's label source awaits from people (LabelsPending)
+    queue: QueueReport | None = None  # an annotation queue's account (final snapshots, QueuedSource)
 
     def in_units(self, unit: float) -> Snapshot:
         """The snapshot with its risk numbers (estimate, interval, bounds) multiplied by
@@ -275,6 +351,16 @@ class LabelRows:
         if t is not None and items.size < t:
             raise ValueError(f"the label log has {items.size} human labels, the policy used {t}")
         return items if t is None else items[:t]
+
+
+@dataclass(frozen=True, eq=False)
+class Withdraw:
+    """Settled candidates: their queued sources take back the items nobody has started."""
+
+    names: list[str]
+
+    def run(self, host) -> dict[str, QueueReport]:
+        return host.withdraw(self.names)
 
 
 @dataclass(frozen=True, eq=False)

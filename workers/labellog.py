@@ -40,7 +40,7 @@ import numpy as np
 
 from certsel.errors import first_line
 
-from .contracts import LabelRows
+from .contracts import LabelRows, LabelsPending
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,7 @@ class LabelLog:
                          "unique (role, item))")
         self._db.execute("create table if not exists snapshots (steps integer primary key, batches text not null, "
                          "state blob not null)")
+        self._db.execute("create table if not exists journal (key text primary key, body text not null)")
         row = self._db.execute("select value from meta where key = 'candidate'").fetchone()
         if row is None:
             self._db.execute("insert into meta values ('candidate', ?)", (candidate,))
@@ -226,6 +227,16 @@ class LabelLog:
                             first_line(exc))
         return None
 
+    def record(self, key: str, body: dict) -> None:
+        """A label source's own durable record (:class:`~certsel.workers.contracts.Journal`),
+        committed (fsync'd) before this returns."""
+        with self._db:
+            self._db.execute("begin immediate")
+            self._db.execute("insert or replace into journal values (?, ?)", (str(key), json.dumps(body)))
+
+    def records(self) -> dict[str, dict]:
+        return {k: json.loads(b) for k, b in self._db.execute("select key, body from journal order by rowid")}
+
     def close(self) -> None:
         self._db.close()
 
@@ -264,7 +275,13 @@ class LoggedSource:
         missing = [i for i in wanted if log.row_of(role, i) is None]
         if missing:
             before = self.source.requests
-            losses = getattr(self.source, role)(np.array(missing, dtype=np.int64))
+            try:
+                losses = getattr(self.source, role)(np.array(missing, dtype=np.int64))
+            except LabelsPending as pending:  # people answered part of it: that part is committed first
+                got = missing[: pending.ready]
+                log.append(role, got, pending.losses[: len(got)], self.source.requests - before)
+                ready = next((k for k, i in enumerate(items.tolist()) if log.row_of(role, i) is None), items.size)
+                raise LabelsPending(ready, pending.waiting) from None
             log.append(role, missing, losses, self.source.requests - before)
         rows = np.array([log.row_of(role, i) for i in items.tolist()], dtype=np.int64)
         if rows.size:

@@ -31,8 +31,10 @@ from certsel.workers.contracts import (
     ModelLosses,
     Rebuild,
     Restore,
+    QueueReport,
     Snapshot,
     Step,
+    Withdraw,
 )
 
 from certsel.orchestrator.results.records import Recovered, Resume, Status
@@ -158,6 +160,14 @@ class HostPool:
             calls.setdefault(self.home[nm], {})[nm] = items
         out = {}
         for part in self.call({h: Losses(c, role) for h, c in calls.items()}).values():
+            out.update(part)
+        return out
+
+    def withdraw(self, names) -> dict[str, QueueReport]:
+        """Settled candidates' annotation queues take back what nobody started; what each
+        queue did, by name (candidates without a queue are left out)."""
+        out = {}
+        for part in self.call({h: Withdraw(nms) for h, nms in self.by_host(names).items()}).values():
             out.update(part)
         return out
 

@@ -36,6 +36,8 @@ class JobPlan:
         names = self.data.names
         K, I = len(names), self.data.n_items
         self.procedure = cfg.proc
+        # an annotation queue (people label): seconds between looks while every candidate waits
+        self.poll = source_of(cfg).queue_poll(cfg)
         self.testing = cfg.policy.is_testing
         self.uses_judge = cfg.policy.uses_judge
         # judge strata (Cer-Eval's, the judge-stratified test): the judge on every item first

@@ -34,6 +34,7 @@ data (e.g. FST's frontier) without touching validity, and:
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -293,17 +294,35 @@ class SelectionRounds:
         sizes = round_sizes(active, sched.log_thresholds(), batch, cfg.budget.smallest_round) \
             if plan.testing and cfg.scheduling.rounds == "predicted" else {r.name: batch for r in active}
         by_name = self.pool.step(sizes)
+        moved = []
         for r in active:
             if r.name not in by_name:
                 continue  # its host was lost too often: already marked
+            before = r.t
             r.apply(by_name[r.name].in_units(plan.data.unit))
-            r.rounds.append(r.round_row())
+            if r.t > before or not r.waiting:  # a round that only waited for people is no step
+                r.rounds.append(r.round_row())
+                moved.append(r)
+        open_before = {r.name for r in self.records if not r.finished}
         sched.settle()
-        return active
+        if plan.poll is not None:
+            self.withdraw([r for r in self.records if r.finished and r.name in open_before])
+            if not moved and any(r.waiting for r in active):
+                time.sleep(plan.poll)  # every candidate waits for people: look again later
+        return moved
+
+    def withdraw(self, records: list[CandidateRecord]) -> None:
+        """Settled candidates' annotation queues take back the tasks nobody started."""
+        if records:
+            by_name = {r.name: r for r in records}
+            for name, report in self.pool.withdraw(list(by_name)).items():
+                by_name[name].queue = report
 
     def result(self, rounds: int) -> JobResult:
         """The procedure on the final evidence, the bounds, and the selection by objective."""
         plan, records, cfg, names = self.plan, self.records, self.plan.cfg, self.plan.data.names
+        if plan.poll is not None:  # every queue, once more: late answers recorded, the rest withdrawn
+            self.withdraw(records)
         certified_mask = final_certified(plan, records)
         final_bounds(plan, self.pool, records, certified_mask)
         reconcile(plan, records, certified_mask)

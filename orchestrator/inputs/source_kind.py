@@ -57,6 +57,12 @@ class SourceKind:
         leaves no half-written run). Returns the config and data the job runs with."""
         return cfg, data
 
+    def queue_poll(self, cfg: RunConfig) -> float | None:
+        """Seconds between looks at a source that asks people for labels (an annotation
+        queue: a candidate's step may then wait for answers, and settled candidates' queues
+        are withdrawn); None, the default: labels come when asked."""
+        return None
+
     def server_needs(self, specs: list, prefetched: set[str]) -> dict[str, set[str]]:
         """Which of the fleet's servers each candidate (by name) needs up while it is labelled,
         from its :class:`~certsel.workers.contracts.CandidateSpec`; none by default."""

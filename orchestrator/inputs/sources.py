@@ -36,6 +36,7 @@ from .live_kind import LiveKind
 from .tasks import load_aggregate
 from .source_kind import BUILT_IN, SOURCE_KINDS, Provides, SourceKind, get_source_kind, register_source_kind
 from . import lm_eval_kind  # noqa: F401  (registers the lm-eval source kind; lm-eval itself loads when used)
+from . import label_studio_kind  # noqa: F401  (registers the label-studio source kind)
 
 
 class ReplayKind(SourceKind):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from certsel.config import RunConfig
-from certsel.workers.contracts import LabelRows, Snapshot
+from certsel.workers.contracts import LabelRows, QueueReport, Snapshot
 from certsel.workers.gpu_time import FleetUsage
 
 from certsel.orchestrator.inputs.jobdata import JobData
@@ -89,6 +89,8 @@ class CandidateRecord:
     rho_weights: list | None = None
     certified_at: int = 0  # human labels when certification was observed (0: never)
     rounds: list = field(default_factory=list)  # per-round rows for tracking
+    waiting: int = 0  # answers its label source awaits from people (an annotation queue)
+    queue: QueueReport | None = None  # what its annotation queue did (imported, withdrawn, agreement)
 
     @property
     def finished(self) -> bool:
@@ -117,6 +119,7 @@ class CandidateRecord:
             self.rho_weights = snap.rho_weights
         if snap.decision is not None:
             self.decision = snap.decision
+        self.waiting = snap.waiting
         if self.status is Status.PENDING:
             self.status = Status.RUNNING
         if snap.error:  # its label source failed for good: not certified, the others go on
@@ -264,3 +267,5 @@ def load_records(records, saved: list[dict]) -> None:
             setattr(r, k, v)
         r.status = Status(d["status"])
         r.path = np.asarray(d["path"]).tolist()
+        if isinstance(d.get("queue"), dict):
+            r.queue = QueueReport(**d["queue"])

@@ -1,0 +1,302 @@
+"""Human labels from people in Label Studio: :class:`LabelStudioSpec` and :class:`LabelStudioSource`.
+
+One source per candidate; every candidate of a job shares one Label Studio project, each
+task carrying an opaque key (``data.certsel``), never the candidate's name.
+
+**Only what the test still needs.** A policy asks for items; the source puts a task in front
+of the annotators only for items asked for and, for a policy that labels in the job's seeded
+order, the next items of that order, never more than ``queue`` unanswered tasks at once (and
+never beyond the candidate's budget). Answers are polled task by task. Until an item has
+``annotators_per_item`` valid answers its label is pending: the source raises
+:class:`~certsel.workers.contracts.LabelsPending` with the answered prefix of the request,
+which a policy in order consumes at once. Items reach the test in the order the policy asked
+for them, never in the order people answer, so a fast answer to an easy item cannot jump the
+queue (the order is what makes the test valid; see ``docs/annotators.md``).
+
+**Withdrawing.** Once the candidate is settled (:meth:`withdraw`), its tasks that nobody has
+touched (no annotation, skip or draft) are deleted: they leave every annotator's queue. Tasks
+someone has started stay; answers that arrive after the decision are recorded as unused and
+never reach the finished test.
+
+**Durable.** Every task imported and every annotation seen is committed to the candidate's
+journal (the label log, :class:`~certsel.workers.labellog.LabelLog`) before its loss can reach
+the policy, so a job stopped while it waits and started again (hours later) imports no task
+twice and counts no annotation twice. The project itself is the ground truth for what was
+imported: the job's preparation maps every task's key back to its candidate and item.
+
+**Refused answers.** Label Studio's server accepts any annotation. One certsel cannot map to a
+loss (:class:`~certsel.workers.annotations.Refusal`) is recorded with its reason and does not
+count: the item waits for a valid answer. Skips (``was_cancelled``) are recorded too.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from certsel.errors import first_line
+
+from .annotations import COMBINE, AnswerScale, Refusal, agreement
+from .contracts import Journal, LabelsPending, MemoryJournal, QueueReport, SourceError
+from .label_studio_client import LabelStudioClient, LabelStudioError, token_from
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LabelStudioSpec:
+    """One candidate's Label Studio source as the workers receive it (the token is read from
+    ``token_env`` in the worker, never shipped). ``tasks``: the candidate's tasks already in
+    the project, item -> task id (a resumed job); ``payload[i]``: the task data of item i;
+    ``keys[i]``: its opaque key; ``judge``: recorded judge losses (or None); ``ordered``: the
+    policy labels in the job's seeded order (the queue may then run ahead of it)."""
+
+    candidate: str
+    url: str
+    token_env: str
+    project: int
+    scale: AnswerScale
+    per_item: int
+    combine: str
+    queue: int
+    ordered: bool
+    payload: tuple
+    keys: tuple
+    judge: tuple | None = None
+    tasks: dict = field(default_factory=dict)
+    kind = "label-studio"
+
+    def build(self, arrays, rows) -> LabelStudioSource:
+        order = arrays.human_items if self.ordered and arrays.human_items is not None else None
+        try:
+            client = LabelStudioClient(self.url, token_from(self.token_env))
+        except LabelStudioError as err:
+            raise SourceError(str(err)) from None
+        return LabelStudioSource(self, client, order=order)
+
+
+class LabelStudioSource:
+    """Labels of one candidate from annotators in Label Studio (see the module docstring)."""
+
+    def __init__(self, spec: LabelStudioSpec, client: LabelStudioClient, order=None):
+        self.spec, self.client = spec, client
+        self.k, self.combine = int(spec.per_item), COMBINE[spec.combine]
+        self.order = None if order is None else np.asarray(order, dtype=np.int64)
+        self._pos = None if self.order is None else {int(i): p for p, i in enumerate(self.order.tolist())}
+        self.journal: Journal = MemoryJournal()
+        self.tasks: dict[int, int] = {}  # item -> live task id
+        self.ever_imported: set[int] = set()  # task ids ever imported
+        self.withdrawn: set[int] = set()  # task ids certsel deleted
+        self.seen: dict[int, dict] = {}  # annotation id -> its record
+        self._answers: dict[int, list[dict]] = {}  # item -> its valid answers, by annotation id
+        self.settled = False
+        self._used: set[int] = set()  # items whose loss the policy has been given
+        self.requests = 0  # annotations behind the labels given (people's work)
+        self._judge_given: set[int] = set()
+        self._load(spec.tasks, {})
+
+    # -- state ----------------------------------------------------------------------------------
+    def attach(self, journal: Journal) -> None:
+        """Take up the durable records of an earlier run of this job (and write to them)."""
+        self.journal = journal
+        self._load(self.spec.tasks, journal.records())
+
+    def _load(self, tasks: dict, records: dict) -> None:
+        self.tasks = {int(i): int(t) for i, t in tasks.items()}
+        self.ever_imported = set(self.tasks.values())
+        for key, body in records.items():
+            kind, _, ident = key.partition("/")
+            if kind == "task":
+                self.ever_imported.add(int(ident))
+                if body.get("withdrawn"):
+                    self.withdrawn.add(int(ident))
+                    if self.tasks.get(int(body["item"])) == int(ident):
+                        del self.tasks[int(body["item"])]
+            elif kind == "annotation":
+                self._remember(body)
+            elif kind == "settled":
+                self.settled = True
+            elif kind == "used":
+                self._used.update(int(i) for i in body["items"])
+        self.requests = sum(len(self._valid(i)) for i in self._used)
+
+    def _remember(self, rec: dict) -> None:
+        self.seen[int(rec["id"])] = rec
+        if rec["status"] == "valid":
+            mine = self._answers.setdefault(int(rec["item"]), [])
+            mine.append(rec)
+            mine.sort(key=lambda a: a["id"])
+
+    def _valid(self, item: int) -> list[dict]:
+        """The valid answers that make the item's loss: the first ``k`` by annotation id."""
+        return self._answers.get(item, [])[: self.k]
+
+    def _complete(self, item: int) -> bool:
+        return len(self._valid(item)) >= self.k
+
+    def _loss(self, item: int) -> float:
+        return float(self.combine(np.array([a["loss"] for a in self._valid(item)], dtype=np.float64)))
+
+    # -- the LabelSource contract --------------------------------------------------------------
+    @property
+    def n_items(self) -> int:
+        return len(self.spec.payload)
+
+    @property
+    def human_labels(self) -> int:
+        return len(self._used)
+
+    @property
+    def judge_labels(self) -> int:
+        return len(self._judge_given)
+
+    def human(self, items) -> np.ndarray:
+        items = [int(i) for i in np.asarray(items, dtype=np.int64).tolist()]
+        try:
+            if not self.settled:
+                self._top_up(items)
+            self._poll([self.tasks[i] for i in items if i in self.tasks and not self._complete(i)])
+        except LabelStudioError as err:
+            raise SourceError(f"{self.spec.candidate}: {err}") from None
+        ready = next((k for k, i in enumerate(items) if not self._complete(i)), len(items))
+        losses = np.array([self._loss(i) for i in items[:ready]], dtype=np.float64)
+        new = [i for i in items[:ready] if i not in self._used]
+        if new:  # durable before the policy can see them (the label log commits the losses next)
+            self.journal.record(f"used/{len(self._used)}", {"items": new})
+            self._used.update(new)
+            self.requests += sum(len(self._valid(i)) for i in new)
+        if ready == len(items):
+            return losses
+        raise LabelsPending(ready, self.awaited(), losses)
+
+    def judge(self, items) -> np.ndarray:
+        if self.spec.judge is None:
+            raise ValueError("this Label Studio source has no judge (labels.judge column)")
+        items = np.asarray(items, dtype=np.int64)
+        self._judge_given.update(items.tolist())
+        return np.asarray(self.spec.judge, dtype=np.float64)[items]
+
+    def awaited(self) -> int:
+        """Valid answers still awaited on the candidate's live tasks."""
+        return sum(self.k - len(self._valid(i)) for i in self.tasks if not self._complete(i))
+
+    # -- the queue -----------------------------------------------------------------------------
+    def _top_up(self, items: list[int]) -> None:
+        """Import tasks for the items asked for and, in order, the next ones, up to ``queue``
+        unanswered tasks."""
+        want = [i for i in items if i not in self.tasks and not self._complete(i)]
+        if self.order is not None and items and all(i in self._pos for i in items):
+            start = max(self._pos[i] for i in items) + 1
+            want += [i for i in self.order[start:].tolist() if i not in self.tasks]
+        room = self.spec.queue - sum(1 for i in self.tasks if not self._complete(i))
+        new = list(dict.fromkeys(want))[: max(room, 0)]
+        if new:
+            self._import(new)
+
+    def _import(self, items: list[int]) -> None:
+        data = [dict(self.spec.payload[i], certsel=self.spec.keys[i]) for i in items]
+        try:
+            ids = self.client.import_tasks(self.spec.project, data)
+        except LabelStudioError as err:
+            if err.status is not None:
+                raise
+            # no answer: the tasks may have been created; look before importing again
+            found = self._find(items)
+            missing = [i for i in items if i not in found]
+            ids_found = [found[i] for i in items if i in found]
+            self._note_tasks([i for i in items if i in found], ids_found)
+            if not missing:
+                return
+            items, ids = missing, self.client.import_tasks(self.spec.project,
+                                                            [d for d, i in zip(data, items, strict=True) if i in missing])
+        self._note_tasks(items, ids)
+
+    def _find(self, items: list[int]) -> dict[int, int]:
+        key_item = {self.spec.keys[i]: i for i in items}
+        return {key_item[t["data"]["certsel"]]: int(t["id"]) for t in self.client.tasks(self.spec.project)
+                if isinstance(t.get("data"), dict) and t["data"].get("certsel") in key_item}
+
+    def _note_tasks(self, items: list[int], ids: list[int]) -> None:
+        for i, t in zip(items, ids, strict=True):
+            self.journal.record(f"task/{t}", {"item": i, "withdrawn": False})
+            self.tasks[i] = t
+            self.ever_imported.add(t)
+
+    def _poll(self, task_ids: list[int]) -> None:
+        """Record every new annotation of these tasks (a task deleted by hand in Label Studio
+        is imported again while its item is still needed)."""
+        item_of = {t: i for i, t in self.tasks.items()}
+        for t in task_ids:
+            got = self.client.annotations(t)
+            if got is None:  # gone (deleted in Label Studio): the item needs a task again
+                i = item_of[t]
+                log.warning("%s: task %d of item %d was deleted in Label Studio", self.spec.candidate, t, i)
+                self.journal.record(f"task/{t}", {"item": i, "withdrawn": True, "by": "label-studio"})
+                del self.tasks[i]
+                if not self.settled:
+                    self._import([i])
+                continue
+            for a in got:
+                aid = int(a["id"])
+                if aid not in self.seen:
+                    self._see(item_of[t], t, a)
+
+    def _see(self, item: int, task: int, a: dict) -> None:
+        rec = {"id": int(a["id"]), "item": item, "task": task, "annotator": a.get("completed_by"),
+               "late": self.settled}
+        if a.get("was_cancelled"):
+            rec.update(status="skipped")
+        else:
+            try:
+                ans = self.spec.scale.answer(a.get("result"))
+                rec.update(status="valid", answer=ans, loss=self.spec.scale.losses[ans])
+            except Refusal as why:
+                rec.update(status="refused", reason=first_line(why, limit=200))
+                log.warning("%s: annotation %d of task %d refused: %s", self.spec.candidate, rec["id"], task,
+                            rec["reason"])
+        self.journal.record(f"annotation/{rec['id']}", rec)
+        self._remember(rec)
+
+    # -- settling --------------------------------------------------------------------------------
+    def withdraw(self) -> QueueReport:
+        """The candidate is settled: record what has come in, delete the tasks nobody has
+        touched, and say what the queue did (safe to call again)."""
+        try:
+            if not self.settled:
+                self.journal.record("settled/", {})
+            self.settled = True
+            open_ = [t for i, t in self.tasks.items() if not self._complete(i)]
+            self._poll(open_)
+            untouched = []
+            for i, t in list(self.tasks.items()):
+                if self._complete(i) or any(a["task"] == t for a in self.seen.values()):
+                    continue
+                task = self.client.task(t)
+                if task is None or task.get("total_annotations") or task.get("cancelled_annotations") \
+                        or task.get("drafts"):
+                    continue  # someone has started it: it stays, its answers are recorded
+                untouched.append((i, t))
+            if untouched:
+                self.client.delete_tasks(self.spec.project, [t for _, t in untouched])
+                for i, t in untouched:
+                    self.journal.record(f"task/{t}", {"item": i, "withdrawn": True})
+                    self.withdrawn.add(t)
+                    del self.tasks[i]
+        except LabelStudioError as err:
+            log.warning("%s: withdrawing from Label Studio failed: %s", self.spec.candidate, first_line(err))
+        return self.report()
+
+    def report(self) -> QueueReport:
+        valid = [a for a in self.seen.values() if a["status"] == "valid"]
+        used_ids = {a["id"] for i in self._used for a in self._valid(i)}
+        answers = [(a["item"], a["annotator"], a["answer"]) for a in valid]
+        return QueueReport(
+            tasks_imported=len(self.ever_imported), tasks_withdrawn=len(self.withdrawn),
+            annotations_saved=self.k * len(self.withdrawn), annotations_used=len(used_ids),
+            annotations_unused=sum(1 for a in valid if a["id"] not in used_ids),
+            annotations_refused=sum(1 for a in self.seen.values() if a["status"] == "refused"),
+            waiting=0 if self.settled else self.awaited(),
+            annotators=len({a["annotator"] for a in self.seen.values()}),
+            agreement=agreement(answers, self.spec.scale))
