@@ -308,6 +308,9 @@ def _progress(console, total: int):
         if line["t0"] is not None and 0 < settled < len(records):
             left = (time.monotonic() - line["t0"]) / settled * (len(records) - settled)
             line["rounds"] += f", ~{_duration(left)} left"  # at the pace candidates have settled so far
+        waiting = sum(r.waiting for r in records if not r.finished)
+        if waiting:  # labels from people (an annotation queue): the job holds nothing while it waits
+            line["rounds"] += f", waiting for {waiting} annotation{'s' if waiting > 1 else ''}"
         bar.update(task, completed=sum(r.n_human for r in records))
         show()
 

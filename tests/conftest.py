@@ -12,7 +12,7 @@ os.environ["CERTSEL_HOME"] = tempfile.mkdtemp(prefix="certsel-home-")
 from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
 
 
-TIERS = ("integration", "slow", "vllm", "multinode")
+TIERS = ("integration", "slow", "vllm", "multinode", "label_studio")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -32,6 +32,7 @@ count: the item waits for a valid answer. Skips (``was_cancelled``) are recorded
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,8 +78,26 @@ class LabelStudioSpec:
         return LabelStudioSource(self, client, order=order)
 
 
+def started_before(annotation: dict, task_created: str | None, slack: float = 1.0) -> bool:
+    """Whether an annotation was begun (its submit time less the seconds the annotator
+    spent, ``lead_time``, which Label Studio's page records) before its task was created."""
+    if not task_created or not annotation.get("created_at") or not annotation.get("lead_time"):
+        return False
+    try:
+        done = datetime.fromisoformat(str(annotation["created_at"]).replace("Z", "+00:00"))
+        made = datetime.fromisoformat(str(task_created).replace("Z", "+00:00"))
+        return (done - made).total_seconds() + slack < float(annotation["lead_time"])
+    except (TypeError, ValueError):
+        return False
+
+
 class LabelStudioSource:
-    """Labels of one candidate from annotators in Label Studio (see the module docstring)."""
+    """Labels of one candidate from annotators in Label Studio (see the module docstring).
+
+    Label Studio (on SQLite) reuses the id of a deleted task for the next one imported, and
+    with it the ids of annotations; so a task is known by its import record (``seq``, the
+    item and its key) and every read checks the task's key, and an annotation by (import
+    record, annotation id)."""
 
     def __init__(self, spec: LabelStudioSpec, client: LabelStudioClient, order=None):
         self.spec, self.client = spec, client
@@ -86,51 +105,63 @@ class LabelStudioSource:
         self.order = None if order is None else np.asarray(order, dtype=np.int64)
         self._pos = None if self.order is None else {int(i): p for p, i in enumerate(self.order.tolist())}
         self.journal: Journal = MemoryJournal()
-        self.tasks: dict[int, int] = {}  # item -> live task id
-        self.ever_imported: set[int] = set()  # task ids ever imported
-        self.withdrawn: set[int] = set()  # task ids certsel deleted
-        self.seen: dict[int, dict] = {}  # annotation id -> its record
-        self._answers: dict[int, list[dict]] = {}  # item -> its valid answers, by annotation id
         self.settled = False
-        self._used: set[int] = set()  # items whose loss the policy has been given
         self.requests = 0  # annotations behind the labels given (people's work)
         self._judge_given: set[int] = set()
-        self._load(spec.tasks, {})
+        self._load({})
 
     # -- state ----------------------------------------------------------------------------------
     def attach(self, journal: Journal) -> None:
         """Take up the durable records of an earlier run of this job (and write to them)."""
         self.journal = journal
-        self._load(self.spec.tasks, journal.records())
+        self._load(journal.records())
 
-    def _load(self, tasks: dict, records: dict) -> None:
-        self.tasks = {int(i): int(t) for i, t in tasks.items()}
-        self.ever_imported = set(self.tasks.values())
-        for key, body in records.items():
-            kind, _, ident = key.partition("/")
+    def _load(self, records: dict) -> None:
+        self.imports: dict[int, dict] = {}  # seq -> {item, task, withdrawn, gone}: every task imported
+        self.live: dict[int, int] = {}  # item -> seq of its task in the project now
+        self.seen: dict[tuple, dict] = {}  # (seq, annotation id) -> its record
+        self._answers: dict[int, list[dict]] = {}  # item -> its valid answers, in the order they were seen
+        self._used: set[int] = set()  # items whose loss the policy has been given
+        # annotations in the order they were first seen (the first k valid ones make the loss)
+        for key, body in sorted(records.items(), key=lambda kv: (kv[0].startswith("annotation/"), kv[1].get("n", 0))):
+            kind = key.partition("/")[0]
             if kind == "task":
-                self.ever_imported.add(int(ident))
-                if body.get("withdrawn"):
-                    self.withdrawn.add(int(ident))
-                    if self.tasks.get(int(body["item"])) == int(ident):
-                        del self.tasks[int(body["item"])]
+                self.imports[int(body["seq"])] = body
             elif kind == "annotation":
                 self._remember(body)
             elif kind == "settled":
                 self.settled = True
             elif kind == "used":
                 self._used.update(int(i) for i in body["items"])
+        now = {int(i): int(t) for i, t in self.spec.tasks.items()}  # in the project now (its keys checked)
+        for seq, rec in sorted(self.imports.items()):
+            if rec["withdrawn"] or rec.get("gone"):
+                continue
+            if now.get(rec["item"]) == rec["task"]:
+                self.live[rec["item"]] = seq
+            else:  # deleted while the job was away (by hand in Label Studio)
+                self._journal_task(dict(rec, gone=True))
+        for i, t in now.items():
+            if i not in self.live:  # imported by a run whose record did not reach the journal
+                self._new_task(i, t)
         self.requests = sum(len(self._valid(i)) for i in self._used)
 
+    def _journal_task(self, rec: dict) -> None:
+        self.journal.record(f"task/{rec['seq']}", rec)
+        self.imports[rec["seq"]] = rec
+
+    def _new_task(self, item: int, task: int) -> None:
+        seq = len(self.imports)
+        self._journal_task({"seq": seq, "item": item, "task": task, "key": self.spec.keys[item], "withdrawn": False})
+        self.live[item] = seq
+
     def _remember(self, rec: dict) -> None:
-        self.seen[int(rec["id"])] = rec
+        self.seen[(int(rec["seq"]), int(rec["id"]))] = rec
         if rec["status"] == "valid":
-            mine = self._answers.setdefault(int(rec["item"]), [])
-            mine.append(rec)
-            mine.sort(key=lambda a: a["id"])
+            self._answers.setdefault(int(rec["item"]), []).append(rec)
 
     def _valid(self, item: int) -> list[dict]:
-        """The valid answers that make the item's loss: the first ``k`` by annotation id."""
+        """The valid answers that make the item's loss: the first ``k`` seen."""
         return self._answers.get(item, [])[: self.k]
 
     def _complete(self, item: int) -> bool:
@@ -157,12 +188,14 @@ class LabelStudioSource:
         try:
             if not self.settled:
                 self._top_up(items)
-            self._poll([self.tasks[i] for i in items if i in self.tasks and not self._complete(i)])
+            self._poll([i for i in items if i in self.live and not self._complete(i)])
         except LabelStudioError as err:
             raise SourceError(f"{self.spec.candidate}: {err}") from None
         ready = next((k for k, i in enumerate(items) if not self._complete(i)), len(items))
+        if ready < len(items) and not self.spec.ordered:
+            ready = 0  # a policy that chose these items takes them all at once: nothing is given before
         losses = np.array([self._loss(i) for i in items[:ready]], dtype=np.float64)
-        new = [i for i in items[:ready] if i not in self._used]
+        new = [i for i in dict.fromkeys(items[:ready]) if i not in self._used]
         if new:  # durable before the policy can see them (the label log commits the losses next)
             self.journal.record(f"used/{len(self._used)}", {"items": new})
             self._used.update(new)
@@ -179,24 +212,26 @@ class LabelStudioSource:
         return np.asarray(self.spec.judge, dtype=np.float64)[items]
 
     def awaited(self) -> int:
-        """Valid answers still awaited on the candidate's live tasks."""
-        return sum(self.k - len(self._valid(i)) for i in self.tasks if not self._complete(i))
+        """Valid answers still awaited on the candidate's tasks in the project."""
+        return sum(self.k - len(self._valid(i)) for i in self.live if not self._complete(i))
 
     # -- the queue -----------------------------------------------------------------------------
     def _top_up(self, items: list[int]) -> None:
         """Import tasks for the items asked for and, in order, the next ones, up to ``queue``
         unanswered tasks."""
-        want = [i for i in items if i not in self.tasks and not self._complete(i)]
+        want = [i for i in items if i not in self.live and not self._complete(i)]
         if self.order is not None and items and all(i in self._pos for i in items):
             start = max(self._pos[i] for i in items) + 1
-            want += [i for i in self.order[start:].tolist() if i not in self.tasks]
-        room = self.spec.queue - sum(1 for i in self.tasks if not self._complete(i))
+            want += [i for i in self.order[start:].tolist() if i not in self.live and not self._complete(i)]
+        # tasks in the project whose label the test has not taken yet (answered or not): imports
+        # never run more than ``queue`` ahead of the labels used
+        room = self.spec.queue - sum(1 for i in self.live if i not in self._used)
         new = list(dict.fromkeys(want))[: max(room, 0)]
         if new:
             self._import(new)
 
     def _import(self, items: list[int]) -> None:
-        data = [dict(self.spec.payload[i], certsel=self.spec.keys[i]) for i in items]
+        data = [self._data(i) for i in items]
         try:
             ids = self.client.import_tasks(self.spec.project, data)
         except LabelStudioError as err:
@@ -204,59 +239,67 @@ class LabelStudioSource:
                 raise
             # no answer: the tasks may have been created; look before importing again
             found = self._find(items)
-            missing = [i for i in items if i not in found]
-            ids_found = [found[i] for i in items if i in found]
-            self._note_tasks([i for i in items if i in found], ids_found)
-            if not missing:
-                return
-            items, ids = missing, self.client.import_tasks(self.spec.project,
-                                                            [d for d, i in zip(data, items, strict=True) if i in missing])
-        self._note_tasks(items, ids)
+            for i in items:
+                if i in found:
+                    self._new_task(i, found[i])
+            items = [i for i in items if i not in found]
+            ids = self.client.import_tasks(self.spec.project, [self._data(i) for i in items])
+        for i, t in zip(items, ids, strict=True):
+            self._new_task(i, t)
+
+    def _data(self, item: int) -> dict:
+        return dict(self.spec.payload[item], certsel=self.spec.keys[item])
 
     def _find(self, items: list[int]) -> dict[int, int]:
         key_item = {self.spec.keys[i]: i for i in items}
         return {key_item[t["data"]["certsel"]]: int(t["id"]) for t in self.client.tasks(self.spec.project)
                 if isinstance(t.get("data"), dict) and t["data"].get("certsel") in key_item}
 
-    def _note_tasks(self, items: list[int], ids: list[int]) -> None:
-        for i, t in zip(items, ids, strict=True):
-            self.journal.record(f"task/{t}", {"item": i, "withdrawn": False})
-            self.tasks[i] = t
-            self.ever_imported.add(t)
+    def _fetch(self, item: int) -> dict | None:
+        """The item's task as the project holds it now, or None when it is gone (an id the
+        project reuses for another task counts as gone: its key differs)."""
+        rec = self.imports[self.live[item]]
+        task = self.client.task(rec["task"])
+        if task is None or (task.get("data") or {}).get("certsel") != self.spec.keys[item]:
+            return None
+        return task
 
-    def _poll(self, task_ids: list[int]) -> None:
-        """Record every new annotation of these tasks (a task deleted by hand in Label Studio
-        is imported again while its item is still needed)."""
-        item_of = {t: i for i, t in self.tasks.items()}
-        for t in task_ids:
-            got = self.client.annotations(t)
-            if got is None:  # gone (deleted in Label Studio): the item needs a task again
-                i = item_of[t]
-                log.warning("%s: task %d of item %d was deleted in Label Studio", self.spec.candidate, t, i)
-                self.journal.record(f"task/{t}", {"item": i, "withdrawn": True, "by": "label-studio"})
-                del self.tasks[i]
+    def _poll(self, items: list[int]) -> None:
+        """Record every new annotation of these items' tasks (a task deleted by hand in Label
+        Studio is imported again while its item is still needed)."""
+        for i in items:
+            task = self._fetch(i)
+            seq = self.live[i]
+            if task is None:  # gone (deleted in Label Studio): the item needs a task again
+                log.warning("%s: the task of item %d was deleted in Label Studio", self.spec.candidate, i)
+                self._journal_task(dict(self.imports[seq], gone=True))
+                del self.live[i]
                 if not self.settled:
                     self._import([i])
                 continue
-            for a in got:
-                aid = int(a["id"])
-                if aid not in self.seen:
-                    self._see(item_of[t], t, a)
+            for a in task.get("annotations") or []:
+                if (seq, int(a["id"])) not in self.seen:
+                    self._see(i, seq, a, task.get("created_at"))
 
-    def _see(self, item: int, task: int, a: dict) -> None:
-        rec = {"id": int(a["id"]), "item": item, "task": task, "annotator": a.get("completed_by"),
-               "late": self.settled}
+    def _see(self, item: int, seq: int, a: dict, task_created: str | None = None) -> None:
+        who = a.get("completed_by")
+        rec = {"n": len(self.seen), "seq": seq, "id": int(a["id"]), "item": item,
+               "annotator": who.get("id") if isinstance(who, dict) else who, "late": self.settled}
         if a.get("was_cancelled"):
             rec.update(status="skipped")
+        elif started_before(a, task_created):
+            # Label Studio on SQLite gives a deleted (withdrawn) task's id to the next task
+            # imported: an answer begun on the old task before this one existed is not about it
+            rec.update(status="refused", reason="begun before this task existed (on a withdrawn task with its id)")
         else:
             try:
                 ans = self.spec.scale.answer(a.get("result"))
                 rec.update(status="valid", answer=ans, loss=self.spec.scale.losses[ans])
             except Refusal as why:
                 rec.update(status="refused", reason=first_line(why, limit=200))
-                log.warning("%s: annotation %d of task %d refused: %s", self.spec.candidate, rec["id"], task,
+                log.warning("%s: annotation %d of item %d refused: %s", self.spec.candidate, rec["id"], item,
                             rec["reason"])
-        self.journal.record(f"annotation/{rec['id']}", rec)
+        self.journal.record(f"annotation/{seq}/{rec['id']}", rec)
         self._remember(rec)
 
     # -- settling --------------------------------------------------------------------------------
@@ -267,36 +310,33 @@ class LabelStudioSource:
             if not self.settled:
                 self.journal.record("settled/", {})
             self.settled = True
-            open_ = [t for i, t in self.tasks.items() if not self._complete(i)]
-            self._poll(open_)
+            self._poll([i for i in self.live if not self._complete(i)])
             untouched = []
-            for i, t in list(self.tasks.items()):
-                if self._complete(i) or any(a["task"] == t for a in self.seen.values()):
+            for i, seq in list(self.live.items()):
+                if self._complete(i) or any(key[0] == seq for key in self.seen):
                     continue
-                task = self.client.task(t)
-                if task is None or task.get("total_annotations") or task.get("cancelled_annotations") \
-                        or task.get("drafts"):
+                task = self._fetch(i)
+                if task is None or task.get("annotations") or task.get("total_annotations") \
+                        or task.get("cancelled_annotations") or task.get("drafts"):
                     continue  # someone has started it: it stays, its answers are recorded
-                untouched.append((i, t))
+                untouched.append(i)
             if untouched:
-                self.client.delete_tasks(self.spec.project, [t for _, t in untouched])
-                for i, t in untouched:
-                    self.journal.record(f"task/{t}", {"item": i, "withdrawn": True})
-                    self.withdrawn.add(t)
-                    del self.tasks[i]
+                self.client.delete_tasks(self.spec.project, [self.imports[self.live[i]]["task"] for i in untouched])
+                for i in untouched:
+                    self._journal_task(dict(self.imports[self.live.pop(i)], withdrawn=True))
         except LabelStudioError as err:
             log.warning("%s: withdrawing from Label Studio failed: %s", self.spec.candidate, first_line(err))
         return self.report()
 
     def report(self) -> QueueReport:
         valid = [a for a in self.seen.values() if a["status"] == "valid"]
-        used_ids = {a["id"] for i in self._used for a in self._valid(i)}
-        answers = [(a["item"], a["annotator"], a["answer"]) for a in valid]
+        used_ids = {(a["seq"], a["id"]) for i in self._used for a in self._valid(i)}
+        withdrawn = sum(1 for r in self.imports.values() if r["withdrawn"])
         return QueueReport(
-            tasks_imported=len(self.ever_imported), tasks_withdrawn=len(self.withdrawn),
-            annotations_saved=self.k * len(self.withdrawn), annotations_used=len(used_ids),
-            annotations_unused=sum(1 for a in valid if a["id"] not in used_ids),
+            tasks_imported=len(self.imports), tasks_withdrawn=withdrawn, annotations_saved=self.k * withdrawn,
+            annotations_used=len(used_ids),
+            annotations_unused=sum(1 for a in valid if (a["seq"], a["id"]) not in used_ids),
             annotations_refused=sum(1 for a in self.seen.values() if a["status"] == "refused"),
             waiting=0 if self.settled else self.awaited(),
             annotators=len({a["annotator"] for a in self.seen.values()}),
-            agreement=agreement(answers, self.spec.scale))
+            agreement=agreement([(a["item"], a["annotator"], a["answer"]) for a in valid], self.spec.scale))

@@ -277,6 +277,17 @@ class LabelStudioKind(SourceKind):
                                judge=ann.judge[c] if with_judge and ann.judge is not None else None,
                                tasks=dict(ann.tasks.get(c, {})))
 
+    def loss_words(self, cfg):
+        opts = self.settings(cfg)
+        scale = opts.scale
+        answers = ", ".join(f"{a} {x:g}" for a, x in scale.losses.items()) if scale.kind == "choices" else \
+            f"1 to {scale.scale} stars, " + ", ".join(f"{a}: {x:g}" for a, x in scale.losses.items())
+        who = "one annotator's loss" if opts.annotators_per_item == 1 else \
+            f"the {opts.combine} of {opts.annotators_per_item} annotators' losses"
+        saw = "; the annotators were shown the judge's loss" if opts.show_judge else \
+            "; the annotators were not shown the judge"
+        return f"loss as people judged it (per item: {who}, from their answers: {answers}{saw})"
+
     def items_words(self, n_items):
         return f"the {n_items} items of the outputs table, each labelled by people in Label Studio"
 

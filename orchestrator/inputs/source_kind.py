@@ -91,6 +91,10 @@ class SourceKind:
     def items_words(self, n_items: int) -> str:
         return f"the {n_items} items of the {self.name} source"
 
+    def loss_words(self, cfg: RunConfig) -> str | None:
+        """What one item's loss is, when the source defines it (None: "loss")."""
+        return None
+
 
 BUILT_IN = ("replay", "live", "python", "tasks")  # the job file's data, live, source and tasks sections
 

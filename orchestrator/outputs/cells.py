@@ -34,6 +34,23 @@ def judge_cell(judge) -> str:
     return f"{judge.agreement:.0%}" + ("" if judge.kappa is None else f" ({judge.kappa:.2f})")
 
 
+def tasks_cell(people) -> str:
+    """A candidate's annotation queue for tables: "24 / 2 (-2)" (tasks imported / withdrawn,
+    annotations saved)."""
+    if people is None:
+        return ""
+    return f"{people.tasks_imported} / {people.tasks_withdrawn} (-{people.annotations_saved})"
+
+
+def agreement_cell(people) -> str:
+    """The annotators' agreement for tables: "0.81 (0.79)" (Krippendorff's alpha, mean kappa)."""
+    agree = None if people is None else people.agreement
+    if not agree:
+        return ""
+    kappa = agree.get("cohen_kappa")
+    return f"{agree['krippendorff_alpha']:.2f}" + ("" if kappa is None else f" ({kappa:.2f})")
+
+
 def rank_text(rk, m: str) -> str:
     """A model's certified rank interval: "3" or "2-5" (blank for an older certificate)."""
     lo, hi = rk.rank_intervals.get(m, (None, None))

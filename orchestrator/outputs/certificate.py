@@ -55,6 +55,9 @@ def _loss_words(cfg) -> str:
         return (f"recovery loss (r s_ref - s + 1) / (1 + r) with r = {r:g} (s: the candidate's score, s_ref: the score "
                 f"of the reference {cfg.recovery_reference!r}; R <= 1 / (1 + r) = {cfg.alpha:.6g} exactly when the "
                 f"recovery E[s] / E[s_ref] is >= {r:g})")
+    own = source_of(cfg).loss_words(cfg)  # a source whose loss needs saying (people's verdicts)
+    if own is not None:
+        return own
     ref = None if cfg.live is None else cfg.live.reference
     if ref is None:
         return "loss"
@@ -181,6 +184,8 @@ def _fields(result: JobResult) -> dict:
             row["rho_weights"] = [_round(w, 4) for w in r.rho_weights]
         if r.judge is not None:
             row["judge"] = {k: (_round(v, 4) if isinstance(v, float) else v) for k, v in r.judge.items()}
+        if r.queue is not None:
+            row["annotators"] = dataclasses.asdict(r.queue)
         if recovery is not None:
             row["recovery"] = recovery[r.index]
         if per_task is not None:

@@ -17,7 +17,8 @@ import numpy as np
 
 from certsel.policies.kinds import Family, get_policy_kind
 
-from .cells import efficiency_cell, headline, judge_cell, oracle_line, rank_text, tie_counts
+from .cells import (agreement_cell, efficiency_cell, headline, judge_cell, oracle_line, rank_text, tasks_cell,
+                    tie_counts)
 from .certificate import bound_text, certificate_of, share_text
 from .plots import write_plots
 from .selection_schema import Claim, Evidence, Selection
@@ -145,6 +146,8 @@ def _rows(cert: Selection) -> list[list[str]]:
         return out
     testing = any(c.e_value is not None for c in cert.candidates)
     judged = any(c.judge is not None for c in cert.candidates)
+    people = any(c.annotators is not None for c in cert.candidates)  # labels from an annotation queue
+    agreed = any(c.annotators is not None and c.annotators.agreement for c in cert.candidates)
     alpha = cert.procedure.alpha
     # one level for every candidate (FST, Bonferroni) goes in the header: a column less to scroll
     levels = {c.level for c in cert.candidates if c.upper_bound is not None}
@@ -153,7 +156,9 @@ def _rows(cert: Selection) -> list[list[str]]:
     out = [["candidate", "objective", "status", "in set", "simultaneous bound", own_head, *([] if one_level else ["level"]),
             "estimate", *(["e-value / threshold"] if testing else []), "two-sided interval", "human",
             *(["to certify / min"] if testing else []), "judge", "requests",
-            *(["judge agrees (kappa)"] if judged else []), "note"]]
+            *(["judge agrees (kappa)"] if judged else []),
+            *(["tasks imported / withdrawn (annotations saved)"] if people else []),
+            *(["annotators agree: alpha (kappa)"] if agreed else []), "note"]]
     recovery = cert.claim is not None
     if recovery:  # the same columns, stated as shares of the reference's score
         out[0][4:6] = ["simultaneous lower bound", own_head.replace("upper bound", "lower bound")]
@@ -179,6 +184,10 @@ def _rows(cert: Selection) -> list[list[str]]:
         row += [str(c.labels_judge), str(c.requests)]
         if judged:
             row.append(judge_cell(c.judge))
+        if people:
+            row.append(tasks_cell(c.annotators))
+        if agreed:
+            row.append(agreement_cell(c.annotators))
         row.append((c.reason or "").replace("|", "/"))
         out.append(row)
     return out

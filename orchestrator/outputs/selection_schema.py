@@ -122,6 +122,22 @@ class Judge(_Doc):
     items: int
 
 
+class Annotators(_Doc):
+    """What a candidate's annotation queue did (labels from people, e.g. in Label Studio)."""
+
+    tasks_imported: int = Field(ge=0, description="tasks ever put in front of annotators")
+    tasks_withdrawn: int = Field(ge=0, description="tasks nobody had started, taken back once it was settled")
+    annotations_saved: int = Field(ge=0, description="annotations the withdrawn tasks would have needed")
+    annotations_used: int = Field(ge=0, description="valid answers behind the labels the test used")
+    annotations_unused: int = Field(ge=0, description="valid answers recorded but never used (after its decision, "
+                                                      "or beyond where it stopped)")
+    annotations_refused: int = Field(ge=0, description="answers outside the declared choices or scale (recorded)")
+    waiting: int = Field(ge=0, description="answers still awaited when the report was written")
+    annotators: int = Field(ge=0, description="people who answered")
+    agreement: dict | None = Field(description="Krippendorff's alpha and mean pairwise Cohen's kappa over the items "
+                                               "two or more people answered (None: no such item)")
+
+
 class RecoveryFigures(_Doc):
     """A recovery job's numbers for one candidate: E[s] / E[s_ref] (shares, 1 = the reference's score)."""
 
@@ -222,6 +238,7 @@ class Candidate(_Doc):
     threshold: float | None = None
     rho_weights: list[float] | None = None
     judge: Judge | None = None
+    annotators: Annotators | None = Field(None, description="labels from people: what the annotation queue did")
     cost: float | None = None
     position: int | None = None
     recovery: RecoveryFigures | None = None

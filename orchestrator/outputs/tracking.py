@@ -16,6 +16,7 @@ FAILED (KILLED on Ctrl-C), so no half-written run is ever left marked FINISHED.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -340,6 +341,11 @@ class JobTracker:
                 final["final_simultaneous_bound"] = r.joint_bound
             if r.judge is not None:
                 final.update({f"judge_{k}": v for k, v in r.judge.items() if k != "items" and v is not None})
+            if r.queue is not None:  # labels from people: what the annotation queue did
+                q = dataclasses.asdict(r.queue)
+                agree = q.pop("agreement") or {}
+                final.update({f"annotators_{k}": v for k, v in q.items()})
+                final.update({f"annotators_{k}": v for k, v in agree.items() if isinstance(v, float)})
             if r.path:
                 final["final_max_log_evalue"] = r.max_log_e
             rec = {} if row.recovery is None else row.recovery.as_json()
