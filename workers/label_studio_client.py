@@ -178,3 +178,13 @@ class LabelStudioClient:
                          params={"id": "delete_tasks", "project": int(project_id)},
                          json={"selectedItems": {"all": False, "included": [int(i) for i in task_ids]}})
         return int((got or {}).get("processed_items", len(task_ids)))
+
+    def create_webhook(self, project_id: int, url: str, headers: dict, actions: list[str]) -> int:
+        """A webhook of the project posting ``actions`` to ``url`` (without payloads); its id."""
+        got = self._send("POST", "/api/webhooks", "creating a webhook", json={
+            "project": int(project_id), "url": url, "headers": headers, "send_payload": False,
+            "send_for_all_actions": False, "actions": actions, "is_active": True})
+        return int(got["id"])
+
+    def delete_webhook(self, webhook_id: int) -> None:
+        self._send("DELETE", f"/api/webhooks/{int(webhook_id)}", "deleting a webhook")

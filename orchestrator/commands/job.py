@@ -153,6 +153,7 @@ def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, r
         raise
     finally:
         pool.shutdown(wait=True)  # a store still opening after a failure finishes first (it creates no run)
+        source_of(cfg).release(cfg, data)
         if servers is not None:
             servers.close()
         if runtime is not None:

@@ -36,8 +36,8 @@ class JobPlan:
         names = self.data.names
         K, I = len(names), self.data.n_items
         self.procedure = cfg.proc
-        # an annotation queue (people label): seconds between looks while every candidate waits
-        self.poll = source_of(cfg).queue_poll(cfg)
+        # an annotation queue (people label): the wait between looks while every candidate waits
+        self.waiter = source_of(cfg).queue_waiter(cfg, self.data)
         self.testing = cfg.policy.is_testing
         self.uses_judge = cfg.policy.uses_judge
         # judge strata (Cer-Eval's, the judge-stratified test): the judge on every item first

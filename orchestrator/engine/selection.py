@@ -34,7 +34,6 @@ data (e.g. FST's frontier) without touching validity, and:
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
@@ -305,10 +304,10 @@ class SelectionRounds:
                 moved.append(r)
         open_before = {r.name for r in self.records if not r.finished}
         sched.settle()
-        if plan.poll is not None:
+        if plan.waiter is not None:
             self.withdraw([r for r in self.records if r.finished and r.name in open_before])
             if not moved and any(r.waiting for r in active):
-                time.sleep(plan.poll)  # every candidate waits for people: look again later
+                plan.waiter.wait()  # every candidate waits for people: look again later (or when told)
         return moved
 
     def withdraw(self, records: list[CandidateRecord]) -> None:
@@ -321,7 +320,7 @@ class SelectionRounds:
     def result(self, rounds: int) -> JobResult:
         """The procedure on the final evidence, the bounds, and the selection by objective."""
         plan, records, cfg, names = self.plan, self.records, self.plan.cfg, self.plan.data.names
-        if plan.poll is not None:  # every queue, once more: late answers recorded, the rest withdrawn
+        if plan.waiter is not None:  # every queue, once more: late answers recorded, the rest withdrawn
             self.withdraw(records)
         certified_mask = final_certified(plan, records)
         final_bounds(plan, self.pool, records, certified_mask)

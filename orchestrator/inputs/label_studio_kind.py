@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import pathlib
 from dataclasses import dataclass
@@ -41,7 +42,10 @@ from certsel.workers.label_studio_source import LabelStudioSpec
 from certsel.workers.tables import read_table
 
 from .jobdata import JobData, fingerprint, listed
-from .source_kind import Provides, SourceKind, register_source_kind
+from .label_studio_hook import AnswerHook
+from .source_kind import Poll, Provides, SourceKind, register_source_kind
+
+log = logging.getLogger(__name__)
 
 
 class RatingScale(BaseModel):
@@ -71,6 +75,11 @@ class LabelStudioOptions(BaseModel):
     poll: float = Field(5.0, gt=0, le=3600)
     show_judge: bool = False  # show annotators the judge's loss (the certificate then says so)
     project: int | NewProject = NewProject()
+    # Label Studio calls certsel when an answer comes (the job then looks at once, not at the next
+    # poll): the address it can reach certsel at (port 0: any free one)
+    webhook: bool = False
+    webhook_host: str = "127.0.0.1"
+    webhook_port: int = Field(0, ge=0, le=65535)
     candidates: list[LiveCandidateRef] | None = None  # objectives (default: the outputs' candidates)
 
     @model_validator(mode="after")
@@ -110,6 +119,9 @@ class Annotation:
     answers: dict  # candidate -> tuple of answers by item
     judge: dict | None  # candidate -> tuple of judge losses
     tasks: dict  # candidate -> {item: task id}
+    poll: Poll | None = None  # the driver's wait between looks (prepared)
+    hook: AnswerHook | None = None  # the webhook's endpoint (labels.webhook)
+    webhook: int | None = None  # the webhook's id in Label Studio
 
     def keys(self, candidate: str) -> tuple:
         return tuple(task_key(self.marker, candidate, i) for i in range(len(self.payload)))
@@ -204,8 +216,23 @@ class LabelStudioKind(SourceKind):
         return Provides(opts.judge is not None, False, "labels.judge (a column of judge losses)",
                         "features (the label-studio source has none)")
 
-    def queue_poll(self, cfg):
-        return self.settings(cfg).poll
+    def queue_waiter(self, cfg, data):
+        return data.function.poll
+
+    def release(self, cfg, data):
+        """Delete the job's webhook and stop its endpoint (a failure is logged: the job's
+        outcome does not depend on it)."""
+        ann = data.function
+        if not isinstance(ann, Annotation) or ann.hook is None:
+            return
+        try:
+            opts = self.settings(cfg)
+            with LabelStudioClient(opts.url, token_from(opts.api_key_env)) as client:
+                client.delete_webhook(ann.webhook)
+        except LabelStudioError as err:
+            log.warning("could not delete the job's Label Studio webhook %s: %s", ann.webhook, err)
+        finally:
+            ann.hook.close()
 
     def load(self, cfg: RunConfig) -> JobData:
         opts = self.settings(cfg)
@@ -259,7 +286,17 @@ class LabelStudioKind(SourceKind):
                 if key in where:
                     c, i = where[key]
                     tasks[c].setdefault(i, int(t["id"]))
-        ann = dataclasses.replace(ann, marker=marker, project=project, tasks=tasks)
+            poll, hook, webhook = Poll(opts.poll), None, None
+            if opts.webhook:
+                hook = AnswerHook(poll, opts.webhook_host, opts.webhook_port)
+                try:
+                    webhook = client.create_webhook(project, hook.url, hook.headers,
+                                                    ["ANNOTATION_CREATED", "ANNOTATION_UPDATED"])
+                except BaseException:
+                    hook.close()
+                    raise
+        ann = dataclasses.replace(ann, marker=marker, project=project, tasks=tasks, poll=poll, hook=hook,
+                                  webhook=webhook)
         return cfg, dataclasses.replace(data, function=ann)
 
     def spec(self, cfg, data, k, with_judge):

@@ -10,6 +10,7 @@ engine call the hooks of every kind and know no kind's specifics.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -17,6 +18,24 @@ from pydantic import BaseModel, ValidationError
 
 from certsel.config import RunConfig
 from certsel.policies.registry import Registry
+
+
+class Poll:
+    """The driver's wait while every candidate waits for people: ``seconds`` between looks,
+    cut short by :meth:`wake` (a webhook saying an answer came)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = float(seconds)
+        self._event = threading.Event()
+        self.woken = 0  # waits cut short
+
+    def wake(self) -> None:
+        self._event.set()
+
+    def wait(self) -> None:
+        if self._event.wait(self.seconds):
+            self.woken += 1
+        self._event.clear()
 
 
 @dataclass(frozen=True)
@@ -57,11 +76,15 @@ class SourceKind:
         leaves no half-written run). Returns the config and data the job runs with."""
         return cfg, data
 
-    def queue_poll(self, cfg: RunConfig) -> float | None:
-        """Seconds between looks at a source that asks people for labels (an annotation
-        queue: a candidate's step may then wait for answers, and settled candidates' queues
-        are withdrawn); None, the default: labels come when asked."""
+    def queue_waiter(self, cfg: RunConfig, data: JobData) -> Poll | None:
+        """How the driver waits between looks at a source that asks people for labels (an
+        annotation queue: a candidate's step may then wait for answers, and settled
+        candidates' queues are withdrawn); None, the default: labels come when asked."""
         return None
+
+    def release(self, cfg: RunConfig, data: JobData) -> None:
+        """After the job (finished or not): let go of what :meth:`prepare` set up outside the
+        job's servers (a webhook, a listening socket); nothing by default."""
 
     def server_needs(self, specs: list, prefetched: set[str]) -> dict[str, set[str]]:
         """Which of the fleet's servers each candidate (by name) needs up while it is labelled,
