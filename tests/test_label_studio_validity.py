@@ -129,7 +129,7 @@ def test_late_annotations_are_recorded_unused_and_change_no_evidence(boundary, e
         assert r.final.annotations_used == r.report.annotations_used == r.t  # one annotator per item
         assert r.final.annotations_unused == r.valid_seen - r.t
         assert r.final.annotations_unused >= r.late
-        assert r.final.waiting == 0
+        assert r.final.answers_awaited == 0
         if r.server is not None:  # every answer the server holds is recorded (none lost, none twice)
             held = sum(len(task["annotations"]) for task in r.server.live.values())
             assert held == r.valid_seen

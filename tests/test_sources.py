@@ -139,7 +139,7 @@ def _job(tmp_path, source: dict, **over):
 
 def test_registry_errors_are_one_line(tmp_path, annotations):
     path, _ = annotations
-    with pytest.raises(InputError, match=r"labels.kind must be one of lm-eval, annotations-test, got 'nope'"):
+    with pytest.raises(InputError, match=r"labels.kind must be one of lm-eval, label-studio, annotations-test, got 'nope'"):
         load_job_data(_job(tmp_path, {"labels": {"kind": "nope"}}))
     with pytest.raises(InputError, match="labels.path: Field required"):
         load_job_data(_job(tmp_path, {"labels": {"kind": "annotations-test"}}))

@@ -74,7 +74,7 @@ class QueueReport:
     annotations_used: int = 0
     annotations_unused: int = 0
     annotations_refused: int = 0
-    waiting: int = 0
+    answers_awaited: int = 0
     annotators: int = 0
     agreement: dict | None = None
 

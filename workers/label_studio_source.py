@@ -337,6 +337,6 @@ class LabelStudioSource:
             annotations_used=len(used_ids),
             annotations_unused=sum(1 for a in valid if (a["seq"], a["id"]) not in used_ids),
             annotations_refused=sum(1 for a in self.seen.values() if a["status"] == "refused"),
-            waiting=0 if self.settled else self.awaited(),
+            answers_awaited=0 if self.settled else self.awaited(),
             annotators=len({a["annotator"] for a in self.seen.values()}),
             agreement=agreement([(a["item"], a["annotator"], a["answer"]) for a in valid], self.spec.scale))

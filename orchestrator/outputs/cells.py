@@ -35,11 +35,11 @@ def judge_cell(judge) -> str:
 
 
 def tasks_cell(people) -> str:
-    """A candidate's annotation queue for tables: "24 / 2 (-2)" (tasks imported / withdrawn,
-    annotations saved)."""
+    """A candidate's annotation queue for tables: "24 / 2 (2 saved)" (tasks imported /
+    withdrawn, and the annotations the withdrawn tasks would have needed)."""
     if people is None:
         return ""
-    return f"{people.tasks_imported} / {people.tasks_withdrawn} (-{people.annotations_saved})"
+    return f"{people.tasks_imported} / {people.tasks_withdrawn} ({people.annotations_saved} saved)"
 
 
 def agreement_cell(people) -> str:

@@ -157,7 +157,7 @@ def _rows(cert: Selection) -> list[list[str]]:
             "estimate", *(["e-value / threshold"] if testing else []), "two-sided interval", "human",
             *(["to certify / min"] if testing else []), "judge", "requests",
             *(["judge agrees (kappa)"] if judged else []),
-            *(["tasks imported / withdrawn (annotations saved)"] if people else []),
+            *(["annotation tasks: imported / withdrawn"] if people else []),
             *(["annotators agree: alpha (kappa)"] if agreed else []), "note"]]
     recovery = cert.claim is not None
     if recovery:  # the same columns, stated as shares of the reference's score

@@ -132,7 +132,7 @@ class Annotators(_Doc):
     annotations_unused: int = Field(ge=0, description="valid answers recorded but never used (after its decision, "
                                                       "or beyond where it stopped)")
     annotations_refused: int = Field(ge=0, description="answers outside the declared choices or scale (recorded)")
-    waiting: int = Field(ge=0, description="answers still awaited when the report was written")
+    answers_awaited: int = Field(ge=0, description="answers still awaited when the report was written")
     annotators: int = Field(ge=0, description="people who answered")
     agreement: dict | None = Field(description="Krippendorff's alpha and mean pairwise Cohen's kappa over the items "
                                                "two or more people answered (None: no such item)")
