@@ -26,6 +26,7 @@ import pytest
 import yaml
 from certsel.config import load_config
 from certsel.orchestrator.commands.job import execute
+from certsel.workers.annotations import AnswerScale, labelling_config
 from certsel.workers.labellog import LabelLog, log_path
 
 from helpers.label_studio import (ADMIN, Annotator, add_annotator, auth, job_dict, label_studio_server, true_loss,
@@ -79,6 +80,7 @@ def start_job(tmp_path, job):
             raise out["error"]
         return out["result"]
 
+    join.done = lambda: not th.is_alive()
     return join
 
 
@@ -268,6 +270,9 @@ def test_bad_input_is_one_line_and_exit_2_before_any_task_is_imported(server, tm
     wrong_choices = httpx.post(f"{url}/api/projects", headers=auth(token), json={
         "title": "other choices", "label_config": '<View><Text name="answer" value="$answer"/><Choices name="verdict" '
         'toName="answer"><Choice value="Yes"/><Choice value="No"/></Choices></View>'}).json()["id"]
+    overlap_one = httpx.post(f"{url}/api/projects", headers=auth(token), json={
+        "title": "one person per task", "maximum_annotations": 1, "label_config": labelling_config(
+            AnswerScale("verdict", "choices", CHOICES), instructions="?", reference=True, judge=False)}).json()["id"]
     dead = f"http://127.0.0.1:{free_port()}"
     cases = [
         Mistake("Label Studio unreachable", lambda f: bad_job(f, dead), f"cannot reach Label Studio at {dead}"),
@@ -282,13 +287,19 @@ def test_bad_input_is_one_line_and_exit_2_before_any_task_is_imported(server, tm
         Mistake("project that does not exist", lambda f: bad_job(f, url, project=99999), "has no project 99999"),
         Mistake("a loss outside [0, 1]", lambda f: bad_job(f, url, choices={"Correct": 0, "Wrong": 2}),
                 "the loss of choice 'Wrong' must lie in [0, 1]"),
+        Mistake("a project asking fewer people than the job needs",
+                lambda f: bad_job(f, url, project=overlap_one, annotators_per_item=2),
+                "asks 1 annotator(s) per task (maximum_annotations), the job annotators_per_item: 2"),
+        Mistake("an address that is not one", lambda f: bad_job(f, "http://[::1"), "not a usable Label Studio address"),
+        Mistake("star losses that do not fit the scale",
+                lambda f: bad_job(f, url, choices=None, rating={"scale": 5, "losses": [1, 0]}), "one per star"),
     ]
     for k, m in enumerate(cases):
         got = attempt(m, tmp_path / f"case{k}")
         assert got.status == 2 and got.lines == 1 and got.message.startswith("certsel: error: "), (m.what, got)
         assert m.expect in got.message, (m.what, got)
         assert got.left == [], (m.what, got)
-    for project in (plain, wrong_choices):  # nothing was imported
+    for project in (plain, wrong_choices, overlap_one):  # nothing was imported
         assert project_tasks(url, token, project) == []
     titles = [p["title"] for p in httpx.get(f"{url}/api/projects", headers=auth(token),
                                             params={"page_size": 100}).json()["results"]]
@@ -375,9 +386,10 @@ def test_clicks_on_the_labelling_page_become_certsel_labels(server, ray_session,
             try:
                 page.get_by_text(ANSWER).first.wait_for(timeout=15_000)
             except playwright.TimeoutError:
-                if job_done(tmp_path):
+                if join.done():
                     break
                 continue  # the job imports the next tasks once it has taken these labels
+            print(f"{time.monotonic() - t0:.1f} s: a task on the page", flush=True)
             while True:  # the stream: read the answer, click its verdict, submit, the next one loads
                 text = page.get_by_text(ANSWER).first.inner_text()
                 item, loss = ANSWER.search(text).groups()
@@ -394,10 +406,12 @@ def test_clicks_on_the_labelling_page_become_certsel_labels(server, ray_session,
                     page.get_by_text(ANSWER).first.wait_for(timeout=5_000)
                 except playwright.TimeoutError:
                     break  # no task left for now
-            if job_done(tmp_path):
+            if join.done():
                 break
         browser.close()
+    print(f"{time.monotonic() - t0:.1f} s: the browser is done", flush=True)
     result, _ = join()
+    print(f"{time.monotonic() - t0:.1f} s: the job is done", flush=True)
     r = result.records[0]
     assert str(r.status) == "certified" and 0 < r.t <= len(clicked)
     records, rows = journal(result, tmp_path, "good")
@@ -414,6 +428,3 @@ def test_clicks_on_the_labelling_page_become_certsel_labels(server, ray_session,
             shot(page, "annotators_report.png")
             browser.close()
 
-
-def job_done(tmp_path) -> bool:
-    return (tmp_path / "report" / "selection.json").exists()

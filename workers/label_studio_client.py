@@ -53,8 +53,11 @@ class LabelStudioClient:
 
     def __init__(self, url: str, token: str, *, timeout: float = 30.0, retries: int = 2):
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout,
-                                  headers={"Authorization": f"Token {token}", "Accept": "application/json"})
+        try:
+            self._http = httpx.Client(base_url=self.url, timeout=timeout,
+                                      headers={"Authorization": f"Token {token}", "Accept": "application/json"})
+        except httpx.InvalidURL as exc:
+            raise LabelStudioError(f"not a usable Label Studio address {self.url!r} ({exc})") from None
         self.retries = int(retries)
 
     def __repr__(self) -> str:  # never the token
@@ -73,6 +76,8 @@ class LabelStudioClient:
         def once():
             try:
                 resp = self._http.request(method, path, **kw)
+            except httpx.InvalidURL as exc:
+                raise LabelStudioError(f"not a usable Label Studio address {self.url!r} ({exc})") from None
             except httpx.TransportError as exc:
                 raise _Retry(f"cannot reach Label Studio at {self.url} ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0] if str(exc) else 'no answer'})") from None
@@ -188,3 +193,14 @@ class LabelStudioClient:
 
     def delete_webhook(self, webhook_id: int) -> None:
         self._send("DELETE", f"/api/webhooks/{int(webhook_id)}", "deleting a webhook")
+
+    def delete_annotation(self, annotation_id: int) -> None:
+        """Remove an annotation (its task goes back to the annotators' queue)."""
+        try:
+            self._send("DELETE", f"/api/annotations/{int(annotation_id)}", "deleting an annotation")
+        except LabelStudioError as err:
+            if err.status != 404:
+                raise
+
+    def webhooks(self, project_id: int) -> list[dict]:
+        return self._send("GET", "/api/webhooks", "listing webhooks", params={"project": int(project_id)}) or []

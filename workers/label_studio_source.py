@@ -202,7 +202,9 @@ class LabelStudioSource:
             self.requests += sum(len(self._valid(i)) for i in new)
         if ready == len(items):
             return losses
-        raise LabelsPending(ready, self.awaited(), losses)
+        # answers awaited on the project's tasks, and on items asked for that have no task yet
+        unasked = sum(self.k for i in dict.fromkeys(items) if i not in self.live and not self._complete(i))
+        raise LabelsPending(ready, self.awaited() + unasked, losses)
 
     def judge(self, items) -> np.ndarray:
         if self.spec.judge is None:
@@ -217,14 +219,18 @@ class LabelStudioSource:
 
     # -- the queue -----------------------------------------------------------------------------
     def _top_up(self, items: list[int]) -> None:
-        """Import tasks for the items asked for and, in order, the next ones, up to ``queue``
-        unanswered tasks."""
-        want = [i for i in items if i not in self.live and not self._complete(i)]
+        """Import tasks for the items asked for and, for a test in order, the next ones, up to
+        ``queue`` tasks whose labels it has not taken (answered or not): imports never run more
+        than ``queue`` ahead of the labels used. A policy that chose its items needs its whole
+        batch: it is imported whole (and nothing ahead, since nobody knows its next draw)."""
+        want = [i for i in dict.fromkeys(items) if i not in self.live and not self._complete(i)]
+        if not self.spec.ordered:
+            if want:
+                self._import(want)
+            return
         if self.order is not None and items and all(i in self._pos for i in items):
             start = max(self._pos[i] for i in items) + 1
             want += [i for i in self.order[start:].tolist() if i not in self.live and not self._complete(i)]
-        # tasks in the project whose label the test has not taken yet (answered or not): imports
-        # never run more than ``queue`` ahead of the labels used
         room = self.spec.queue - sum(1 for i in self.live if i not in self._used)
         new = list(dict.fromkeys(want))[: max(room, 0)]
         if new:
@@ -301,6 +307,14 @@ class LabelStudioSource:
                             rec["reason"])
         self.journal.record(f"annotation/{seq}/{rec['id']}", rec)
         self._remember(rec)
+        if rec["status"] == "refused" and not self.settled:
+            # recorded above; taken out of the project so that the task goes back to the queue
+            # (Label Studio counts it toward the task's annotators, and would ask nobody again)
+            try:
+                self.client.delete_annotation(rec["id"])
+            except LabelStudioError as err:
+                log.warning("%s: could not return refused annotation %d's task to the queue: %s",
+                            self.spec.candidate, rec["id"], first_line(err))
 
     # -- settling --------------------------------------------------------------------------------
     def withdraw(self) -> QueueReport:

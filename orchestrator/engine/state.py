@@ -26,7 +26,6 @@ at every stopping time, including the one at which the first driver died.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import logging
 import os
@@ -52,20 +51,11 @@ class StateProblem(InputError):
 
 
 def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
-    """What makes two runs the same job: the configuration that decides labels and
-    statistics (not where it is tracked, run or named) and the data's content."""
-    from certsel.config.schema import PILOT_KEYS  # here: certsel show reads job folders without the config
+    """What makes two runs the same job (:func:`certsel.config.identity.config_fingerprint`;
+    imported here when called: listing and showing jobs imports no configuration layer)."""
+    from certsel.config.identity import config_fingerprint as fingerprint
 
-    # the pilot's keys only when the job starts from one: jobs from before they existed keep their identity
-    pilot = set() if cfg.scheduling.start == "pilot" else set(PILOT_KEYS)
-    # likewise policy.sampling only when it is not the i.i.d. default
-    sampling = set() if cfg.policy.sampling != "iid" else {"sampling"}
-    # and pairwise.bet only when set (None: the pair policies' default bet)
-    bet = set() if cfg.pairwise.bet is not None else {"bet"}
-    body = cfg.model_dump(mode="json", exclude={"name": True, "tracking": True, "ray": True, "state": True,
-                                                "scheduling": pilot, "policy": sampling, "pairwise": bet})
-    canon = json.dumps({"config": body, "data": data_fingerprint}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canon.encode()).hexdigest()[:24]
+    return fingerprint(cfg, data_fingerprint)
 
 
 def _write_atomic(path: pathlib.Path, payload) -> None:

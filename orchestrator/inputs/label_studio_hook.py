@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from .source_kind import Poll
 
 HEADER = "X-Certsel-Hook"
+HOOK_PATH = "/answers"
 
 
 class AnswerHook:
@@ -29,8 +30,11 @@ class AnswerHook:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802  (http.server's name)
-                size = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(min(size, 1 << 20))
+                try:
+                    size = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    size = 0
+                self.rfile.read(max(0, min(size, 1 << 20)))
                 if not hmac.compare_digest(self.headers.get(HEADER, ""), hook.secret):
                     self.send_response(403)
                     self.end_headers()
@@ -51,7 +55,7 @@ class AnswerHook:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/answers"
+        return f"http://{self.host}:{self.port}{HOOK_PATH}"
 
     @property
     def headers(self) -> dict:

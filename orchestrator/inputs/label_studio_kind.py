@@ -35,6 +35,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from certsel.config import LiveCandidateRef, RunConfig
+from certsel.config.identity import config_fingerprint
+from certsel.errors import first_line
 from certsel.policies.kinds import Labels
 from certsel.workers.annotations import COMBINE, AnswerScale, control_of, data_keys, labelling_config
 from certsel.workers.label_studio_client import LabelStudioClient, LabelStudioError, token_from
@@ -42,7 +44,7 @@ from certsel.workers.label_studio_source import LabelStudioSpec
 from certsel.workers.tables import read_table
 
 from .jobdata import JobData, fingerprint, listed
-from .label_studio_hook import AnswerHook
+from .label_studio_hook import HEADER, HOOK_PATH, AnswerHook
 from .source_kind import Poll, Provides, SourceKind, register_source_kind
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,10 @@ class LabelStudioOptions(BaseModel):
             raise ValueError("give exactly one of choices (answer -> loss) or rating (a star scale)")
         if self.show_judge and self.judge is None:
             raise ValueError("show_judge needs judge (the outputs' column of judge losses)")
+        if self.webhook and self.webhook_host in ("0.0.0.0", "::", ""):
+            raise ValueError("webhook_host: the address Label Studio calls certsel at, not a wildcard like "
+                             f"{self.webhook_host!r}")
+        self.scale  # a rating's star losses, checked now  # noqa: B018
         return self
 
     @field_validator("choices")
@@ -146,6 +152,8 @@ def read_outputs(opts: LabelStudioOptions):
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (an outputs table has candidate, item, "
                          "question, answer, and optionally reference and a judge-loss column)")
     rows = table.to_pydict()
+    if not rows["item"]:
+        raise ValueError(f"{path}: the outputs table has no rows")
     cands = list(dict.fromkeys(str(c) for c in rows["candidate"]))
     items = list(dict.fromkeys(str(i) for i in rows["item"]))
     index = {i: k for k, i in enumerate(items)}
@@ -199,6 +207,13 @@ def check_server(opts: LabelStudioOptions, sends: set[str]) -> None:
             why = control_of(config, opts.scale)
             if why is not None:
                 raise LabelStudioError(f"Label Studio project {opts.project}: {why}")
+            # Label Studio hands a task to maximum_annotations people: fewer than the job needs and
+            # items never complete; more, and which answers count would depend on who is fastest
+            overlap = int(proj.get("maximum_annotations") or 1)
+            if overlap != opts.annotators_per_item:
+                raise LabelStudioError(f"Label Studio project {opts.project} asks {overlap} annotator(s) per task "
+                                       f"(maximum_annotations), the job annotators_per_item: "
+                                       f"{opts.annotators_per_item}; make them equal")
             unknown = sorted(data_keys(config) - sends)
             if unknown:
                 raise LabelStudioError(f"Label Studio project {opts.project}: its labelling config shows "
@@ -229,8 +244,8 @@ class LabelStudioKind(SourceKind):
             opts = self.settings(cfg)
             with LabelStudioClient(opts.url, token_from(opts.api_key_env)) as client:
                 client.delete_webhook(ann.webhook)
-        except LabelStudioError as err:
-            log.warning("could not delete the job's Label Studio webhook %s: %s", ann.webhook, err)
+        except Exception as err:  # noqa: BLE001  (cleanup: the job's outcome does not depend on it)
+            log.warning("could not delete the job's Label Studio webhook %s: %s", ann.webhook, first_line(err))
         finally:
             ann.hook.close()
 
@@ -262,8 +277,7 @@ class LabelStudioKind(SourceKind):
         and the tasks already in it, mapped back to candidates and items by their keys."""
         opts = self.settings(cfg)
         ann: Annotation = data.function
-        marker = hashlib.sha256(json.dumps([cfg.model_dump(mode="json"), data.fingerprint], sort_keys=True,
-                                           default=str).encode()).hexdigest()[:16]
+        marker = config_fingerprint(cfg, data.fingerprint)[:16]  # the job's identity, as its folder's
         with LabelStudioClient(opts.url, token_from(opts.api_key_env)) as client:
             if isinstance(opts.project, int):
                 project = opts.project
@@ -287,6 +301,9 @@ class LabelStudioKind(SourceKind):
                     c, i = where[key]
                     tasks[c].setdefault(i, int(t["id"]))
             poll, hook, webhook = Poll(opts.poll), None, None
+            for old in client.webhooks(project):  # an earlier run of a job killed before it could delete its own
+                if HEADER in (old.get("headers") or {}) and str(old.get("url", "")).endswith(HOOK_PATH):
+                    client.delete_webhook(old["id"])
             if opts.webhook:
                 hook = AnswerHook(poll, opts.webhook_host, opts.webhook_port)
                 try:
