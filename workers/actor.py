@@ -30,9 +30,8 @@ from .candidate import (
     step_together,
     upper_bounds_together,
 )
-from .contracts import (CandidateSpec, HostRequest, JobArrays, Journaled, LabelRows, ModelLosses, QueuedSource, QueueReport,
-                        Snapshot,
-                        SourceError)
+from .contracts import (CandidateSpec, HostRequest, JobArrays, Journaled, LabelRows, ModelLosses, QueuedSource,
+                        QueueReport, Snapshot, SourceError)
 from .labellog import LabelLog, LoggedSource, log_path
 
 

@@ -188,7 +188,7 @@ class TestingCandidate(_Candidate):
         except LabelsPending as pending:  # labels in order: the answered prefix goes on now
             if pending.ready <= 0:
                 raise
-            b, items = min(pending.ready, b), items[: min(pending.ready, b)]
+            b, items = pending.ready, items[: pending.ready]
             h = self.source.human(items)
         jl = ju = None
         if self.test.uses_judge:
@@ -371,7 +371,7 @@ def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
     ok = [(c, g) for c, g in zip(cands, got, strict=True) if c.name not in apart]
     full = [(c, g) for c, g in ok if g is None or g[0].size == min(batch, n - t)]
     for c, g in ok:  # part of the batch answered (a queue of people): updated on its own
-        if not any(c is f for f, _ in full):
+        if g is not None and g[0].size < min(batch, n - t):
             apart[c.name] = c.absorb(g)
     done = dict(zip([c.name for c, _ in full], _update_together(full), strict=True))
     return [apart.get(c.name) or done[c.name] for c in cands]

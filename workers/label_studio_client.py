@@ -13,7 +13,8 @@ The calls, and what the server answers (``deploy/label-studio/NOTES.md`` has the
 * ``POST /api/projects/{id}/import?return_task_ids=true``: a list of ``{"data": ...}``, the new
   task ids in order;
 * ``GET /api/tasks?project=&page=&page_size=`` (``{"total", "tasks"}``; a page past the end is
-  a 404), ``GET /api/tasks/{id}/annotations``;
+  a 404), ``GET /api/tasks/{id}`` (its data and annotations);
+* ``DELETE /api/annotations/{id}``, ``POST``/``GET``/``DELETE /api/webhooks``;
 * ``POST /api/dm/actions?id=delete_tasks&project=``: deletes tasks by id (they leave every
   annotator's queue at once).
 """
@@ -72,7 +73,9 @@ class LabelStudioClient:
     def __exit__(self, *exc):
         self.close()
 
-    def _send(self, method: str, path: str, what: str, ok=(200, 201, 204), **kw):
+    def _send(self, method: str, path: str, what: str, ok=(200, 201, 204), missing_ok: bool = False, **kw):
+        """The JSON answer of one call (retried on connection trouble and 5xx); with
+        ``missing_ok`` a 404 is None (a task or annotation that no longer exists)."""
         def once():
             try:
                 resp = self._http.request(method, path, **kw)
@@ -90,6 +93,8 @@ class LabelStudioClient:
                             retry=retry_if_exception_type(_Retry), reraise=True)(once)
         except _Retry as exc:
             raise LabelStudioError(str(exc)) from None
+        if missing_ok and resp.status_code == 404:
+            return None
         if resp.status_code not in ok:
             raise LabelStudioError(self._refusal(resp, what), resp.status_code)
         return resp.json() if resp.content else None
@@ -158,22 +163,9 @@ class LabelStudioClient:
                 return out
             page += 1
 
-    def annotations(self, task_id: int) -> list[dict] | None:
-        """The annotations of a task (None: the task no longer exists)."""
-        try:
-            return self._send("GET", f"/api/tasks/{int(task_id)}/annotations", "reading annotations")
-        except LabelStudioError as err:
-            if err.status == 404:
-                return None
-            raise
-
     def task(self, task_id: int) -> dict | None:
-        try:
-            return self._send("GET", f"/api/tasks/{int(task_id)}", "reading a task")
-        except LabelStudioError as err:
-            if err.status == 404:
-                return None
-            raise
+        """A task with its data and annotations (None: it no longer exists)."""
+        return self._send("GET", f"/api/tasks/{int(task_id)}", "reading a task", missing_ok=True)
 
     def delete_tasks(self, project_id: int, task_ids: list[int]) -> int:
         """Delete tasks (gone from every annotator's queue); how many the server deleted."""
@@ -196,11 +188,7 @@ class LabelStudioClient:
 
     def delete_annotation(self, annotation_id: int) -> None:
         """Remove an annotation (its task goes back to the annotators' queue)."""
-        try:
-            self._send("DELETE", f"/api/annotations/{int(annotation_id)}", "deleting an annotation")
-        except LabelStudioError as err:
-            if err.status != 404:
-                raise
+        self._send("DELETE", f"/api/annotations/{int(annotation_id)}", "deleting an annotation", missing_ok=True)
 
     def webhooks(self, project_id: int) -> list[dict]:
         return self._send("GET", "/api/webhooks", "listing webhooks", params={"project": int(project_id)}) or []

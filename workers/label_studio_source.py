@@ -325,9 +325,9 @@ class LabelStudioSource:
                 self.journal.record("settled/", {})
             self.settled = True
             self._poll([i for i in self.live if not self._complete(i)])
-            untouched = []
+            untouched, touched = [], {seq for seq, _ in self.seen}  # tasks with any answer, skip or refusal
             for i, seq in list(self.live.items()):
-                if self._complete(i) or any(key[0] == seq for key in self.seen):
+                if self._complete(i) or seq in touched:
                     continue
                 task = self._fetch(i)
                 if task is None or task.get("annotations") or task.get("total_annotations") \

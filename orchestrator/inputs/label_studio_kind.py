@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import math
 import pathlib
@@ -266,9 +265,8 @@ class LabelStudioKind(SourceKind):
             check_server(opts, sends)
         except LabelStudioError as err:
             raise ValueError(str(err)) from None
-        fp = fingerprint(opts.outputs) + ":" + hashlib.sha256(
-            json.dumps(opts.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:12]
-        return JobData(table=None, features=None, fingerprint=fp, live=chosen, n_source_items=len(payload),
+        # the outputs' content (the options are part of the job's configuration, in its identity already)
+        return JobData(table=None, features=None, fingerprint=fingerprint(opts.outputs), live=chosen, n_source_items=len(payload),
                        function=Annotation(marker="", project=None, payload=payload, answers=answers, judge=judge,
                                            tasks={}))
 
