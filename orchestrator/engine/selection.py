@@ -43,14 +43,37 @@ from certsel.policies.procedures import CandidateView, Procedure
 
 from certsel.orchestrator.results.records import CandidateRecord, JobResult, Resume, Status, totals
 
+from . import decisions
+from .decisions import Certify, Evidence, Rules, log_thresholds, settle
+
+
+def evidence(records: list[CandidateRecord]) -> tuple[Evidence, ...]:
+    """The frozen evidence the decision core decides on (it changes no record)."""
+    return tuple(Evidence(r.name, r.status, r.t, r.max_log_e, r.exhausted, r.max_log_futility, r.decision)
+                 for r in records)
+
 
 def views(records: list[CandidateRecord]) -> tuple[CandidateView, ...]:
     """The frozen views the procedure's hooks decide on (they change no record)."""
     return tuple(CandidateView(r.name, r.status.finished, r.status.test_failed) for r in records)
 
 
+def apply(records: list[CandidateRecord], decisions) -> None:
+    """The decision core's decisions (:mod:`.decisions`) applied to the records, in order."""
+    for d in decisions:
+        r = records[d.index]
+        if isinstance(d, Certify):
+            r.status = Status.CERTIFIED
+            r.certified_at = r.t if d.log_level is None else r.first_crossing(d.log_level)
+            if d.reason:
+                r.reason = d.reason
+        else:
+            r.end(d.status, d.reason)
+
+
 class Scheduler:
-    """Statuses and the next round's candidates for one procedure.
+    """Statuses and the next round's candidates for one procedure: the decision core's
+    :func:`~.decisions.settle` applied to the records after every round.
 
     ``testing``: e-value policies (thresholds on max log E from the procedure); otherwise
     estimation policies, whose own decision (+1/-1 against alpha at the level they were
@@ -66,67 +89,22 @@ class Scheduler:
         self.procedure = procedure
         self.testing, self.mode, self.lookahead = testing, mode, lookahead
         self.K = len(records)
-        # futility level delta_f of testing candidates (None: off); its stops never certify anything
-        self.futility_level = None if futility is None or not testing else math.log(1.0 / futility)
-        # pruning (procedures that allow it): objective keys, smaller is better; None disables it
-        self.prune_keys = None if prune_keys is None else [float(k) for k in prune_keys]
+        self.rules = Rules(procedure, delta, testing=testing, adaptive=mode == "adaptive", futility=futility,
+                           prune_keys=None if prune_keys is None else tuple(float(k) for k in prune_keys))
 
     # -- levels ------------------------------------------------------------------------
     def log_thresholds(self) -> np.ndarray:
         """The log e-value each candidate needs now, from the procedure and the evidence so far."""
         certified = np.array([r.status is Status.CERTIFIED for r in self.records], dtype=bool)
-        return self.procedure.log_thresholds(self.delta, certified)
+        return log_thresholds(self.rules, certified)
 
     def log_level(self) -> float:
         """The strictest e-value threshold now (what the reports draw)."""
         return float(np.max(self.log_thresholds()))
 
-    def _certify(self, r: CandidateRecord, log_level: float) -> bool:
-        """Certify ``r`` if its evidence passes its threshold now."""
-        if r.finished or r.status is Status.PENDING:
-            return False
-        if self.mode == "full" and self.testing and not r.exhausted:
-            return False  # the baseline: every candidate spends its whole budget
-        if self.testing and r.max_log_e >= log_level:
-            r.status, r.certified_at = Status.CERTIFIED, r.first_crossing(log_level)
-            return True
-        if not self.testing and r.decision == -1:
-            r.status, r.certified_at = Status.CERTIFIED, r.t
-            return True
-        return False
-
-    def _end(self, r: CandidateRecord) -> None:
-        """End ``r`` if it cannot be certified any more: R >= alpha certified, or its budget spent."""
-        if r.finished or r.status is Status.PENDING:
-            return
-        if not self.testing and r.decision == 1:
-            r.end(Status.ABOVE_ALPHA, "risk above alpha certified")
-        elif self.futility_level is not None and self.mode == "adaptive" and r.max_log_futility >= self.futility_level:
-            r.end(Status.FUTILE, f"R >= alpha certified at the futility level after {r.t} human labels")
-        elif r.exhausted:
-            r.end(Status.NOT_CERTIFIED, "budget spent")
-
     def settle(self) -> None:
-        """Update statuses after a round. Certifications come first, until none changes a
-        threshold (Holm: each one loosens the others'); only then do candidates whose
-        budget is spent end uncertified, at the thresholds the round reached."""
-        changed = True
-        while changed:
-            thresholds = self.log_thresholds()
-            changed = any([self._certify(r, float(thresholds[r.index])) for r in self.records])
-        for r in self.records:
-            self._end(r)
-        if self.prune_keys is not None and self.mode == "adaptive":
-            best = min((self.prune_keys[k] for k, r in enumerate(self.records) if r.status is Status.CERTIFIED),
-                       default=math.inf)
-            for k, r in enumerate(self.records):
-                if not r.finished and self.prune_keys[k] >= best:
-                    r.end(Status.STOPPED if r.status.running else Status.SKIPPED, "cannot improve the selection")
-        if self.mode == "adaptive":
-            by_name = {r.name: r for r in self.records}
-            for stop in self.procedure.after_settle(views(self.records)):
-                r = by_name[stop.name]
-                r.end(Status.STOPPED if r.status.running else Status.SKIPPED, stop.reason)
+        """Update statuses after a round (:func:`~.decisions.settle`)."""
+        apply(self.records, settle(evidence(self.records), self.rules))
 
     def active(self) -> list[CandidateRecord]:
         """The candidates to advance in the next round. Look-ahead (the candidates a fixed
@@ -169,25 +147,17 @@ def objective_key(cfg: RunConfig, data) -> np.ndarray | None:
 
 def final_certified(plan, records) -> np.ndarray:
     """The procedure applied to the final evidence (for e-values: the running maxima)."""
-    if plan.testing:
-        return plan.procedure.certified(np.array([r.max_log_e for r in records]), plan.cfg.delta)
-    return plan.procedure.certified_by_decisions(np.array([r.status is Status.CERTIFIED for r in records]))
+    return decisions.final_certified(evidence(records), rules_of(plan))
 
 
 def reconcile(plan, records, certified_mask) -> None:
-    """Statuses that agree with the final set. A candidate that ended at a stricter level
-    than the one the procedure finally reached (Holm: its budget ran out before others were
-    certified) is in the final set: it is certified, at that level. One that passed its own
-    test but is not in the set (FST after an earlier failure) says so."""
-    thresholds = None
-    if plan.testing:
-        thresholds = -np.log(plan.procedure.decision_deltas(plan.cfg.delta, np.array([r.max_log_e for r in records])))
-    for r, ok in zip(records, certified_mask, strict=True):
-        if ok and r.status is not Status.CERTIFIED:
-            r.status, r.reason = Status.CERTIFIED, "in the final set at the level the procedure reached"
-            r.certified_at = r.first_crossing(float(thresholds[r.index])) if thresholds is not None else r.t
-        elif r.status is Status.CERTIFIED and not ok:  # e.g. after an earlier failure in a fixed sequence
-            r.end(Status.STOPPED, "passed its own test but is not in the procedure's certified set")
+    """Statuses that agree with the final set (:func:`~.decisions.reconcile`)."""
+    apply(records, decisions.reconcile(evidence(records), rules_of(plan), certified_mask))
+
+
+def rules_of(plan) -> Rules:
+    """The rules the final decisions of ``plan``'s job are taken by."""
+    return Rules(plan.procedure, plan.cfg.delta, testing=plan.testing)
 
 
 def final_bounds(plan, pool, records, certified_mask) -> None:
@@ -196,12 +166,12 @@ def final_bounds(plan, pool, records, certified_mask) -> None:
     candidate's host computes its bounds at both levels; an estimation candidate's own bound
     (at its policy's level) is already in its record. Without intervals (``tracking.intervals:
     none``) only the procedure's family-wise statement remains: alpha for the certified."""
-    cfg, proc = plan.cfg, plan.procedure
+    cfg, proc, rules = plan.cfg, plan.procedure, rules_of(plan)
     K = len(records)
-    joint_levels = proc.joint_levels(cfg.delta, certified_mask)
+    joint_levels = decisions.bound_levels(rules, certified_mask)
     own = np.full(K, np.nan)
     if plan.testing and cfg.tracking.intervals != "none":
-        levels = proc.decision_deltas(cfg.delta, np.array([r.max_log_e for r in records]))
+        levels = decisions.decision_levels(evidence(records), rules)
         ran = [r for r in records if r.t > 0]
         asked = {r.name: [float(levels[r.index])] + ([] if np.isnan(joint_levels[r.index])
                                                      else [float(joint_levels[r.index])]) for r in ran}
@@ -220,7 +190,7 @@ def final_bounds(plan, pool, records, certified_mask) -> None:
         for r in records:  # a policy's bound is at its own level only
             if joint_levels[r.index] == deltas[r.index]:
                 own[r.index] = 1.0 if r.upper_bound is None else r.upper_bound
-    joint = proc.simultaneous_bounds(cfg.delta, cfg.alpha, certified_mask, own)
+    joint = decisions.joint_bounds(rules, cfg.alpha, certified_mask, own)
     for r in records:
         r.joint_bound = None if np.isnan(joint[r.index]) else float(joint[r.index])
 

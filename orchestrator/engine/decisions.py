@@ -1,0 +1,196 @@
+"""The decision core of a selection: pure functions from a frozen view of the evidence to decisions.
+
+Every front end that tests candidates under a multiple-testing procedure decides with these
+functions and nothing else: the engine's rounds (:class:`~.selection.Scheduler`) and
+``certsel.inspect``'s :class:`~certsel.inspect.CertifiedSelection` build an
+:class:`Evidence` per candidate, ask :func:`settle` (after every round or score) and the final
+functions (:func:`final_certified`, :func:`reconcile`, :func:`bound_levels`,
+:func:`joint_bounds`) when the candidates are done, and apply the decisions to their own
+records. A rule changed here changes every front end alike.
+
+Why deciding early keeps every guarantee is in :mod:`.selection`'s docstring: a certification
+is the running maximum of an e-process crossing its level, contained in the event "it ever
+crosses", which Ville's inequality bounds whatever schedule decided when to look.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from certsel.policies.procedures import CandidateView, Procedure
+
+from certsel.orchestrator.results.records import Status
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One candidate's evidence as the rules see it (a copy: deciding changes no record)."""
+
+    name: str
+    status: Status
+    labels: int = 0  # human labels its test has taken
+    max_log_e: float = 0.0  # running maximum of its log e-value (testing policies); +/-inf: known exactly
+    exhausted: bool = False  # its budget is spent: no more labels will come
+    max_log_futility: float = 0.0  # the futility test's evidence for R >= alpha (log, running max)
+    decision: int = 0  # an estimation policy's own: -1 R < alpha certified, +1 R > alpha certified
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What a selection decides by: its procedure at ``delta``, e-values (``testing``) or an
+    estimation policy's own decisions, and the early stops it allows.
+
+    ``adaptive``: candidates are settled as soon as their evidence allows (False: the
+    full-budget baseline, where a testing candidate is certified only once its budget is
+    spent and nothing is stopped early). ``futility``: delta_f of the futility stop (None:
+    off). ``prune_keys``: the objective as "smaller is better", to stop candidates that can no
+    longer improve the selection (None: off)."""
+
+    procedure: Procedure
+    delta: float
+    testing: bool = True
+    adaptive: bool = True
+    futility: float | None = None
+    prune_keys: tuple[float, ...] | None = None
+
+    @property
+    def futility_log_level(self) -> float | None:
+        return None if self.futility is None or not self.testing else math.log(1.0 / self.futility)
+
+
+class Certify(NamedTuple):
+    """Certify candidate ``index``: its evidence passed ``log_level`` (None for an estimation
+    policy's own decision); ``reason`` empty for a crossing seen while it ran."""
+
+    index: int
+    log_level: float | None
+    reason: str = ""
+
+
+class End(NamedTuple):
+    """End candidate ``index`` with ``status``, for ``reason``."""
+
+    index: int
+    status: Status
+    reason: str
+
+
+Decision = Certify | End
+
+
+def log_thresholds(rules: Rules, certified: np.ndarray) -> np.ndarray:
+    """The log e-value each candidate needs now, given the candidates certified so far."""
+    return rules.procedure.log_thresholds(rules.delta, certified)
+
+
+def views(statuses: Sequence[Status], names: Sequence[str]) -> tuple[CandidateView, ...]:
+    """The procedure hooks' views of candidates with these statuses."""
+    return tuple(CandidateView(n, s.finished, s.test_failed) for n, s in zip(names, statuses, strict=True))
+
+
+def settle(evidence: Sequence[Evidence], rules: Rules) -> list[Decision]:
+    """The decisions after new evidence, in the order they apply. Certifications come first,
+    until none changes a threshold (Holm: each one loosens the others'); only then do
+    candidates end that can no longer be certified (R >= alpha certified, the futility test,
+    the budget spent), at the thresholds reached; then those the selection no longer needs
+    (pruning by objective, the procedure's own stops, e.g. a fixed sequence after a failure)."""
+    status = [e.status for e in evidence]
+    out: list[Decision] = []
+
+    def end(k: int, new: Status, reason: str) -> None:
+        status[k] = new
+        out.append(End(k, new, reason))
+
+    changed = True
+    while changed:
+        thresholds = log_thresholds(rules, np.array([s is Status.CERTIFIED for s in status], dtype=bool))
+        changed = False
+        for k, e in enumerate(evidence):
+            hit = _certifies(e, status[k], float(thresholds[k]), rules)
+            if hit is not None:
+                status[k] = Status.CERTIFIED
+                out.append(hit._replace(index=k))
+                changed = True
+    for k, e in enumerate(evidence):
+        if status[k].finished or status[k] is Status.PENDING:
+            continue
+        if not rules.testing and e.decision == 1:
+            end(k, Status.ABOVE_ALPHA, "risk above alpha certified")
+        elif (rules.futility_log_level is not None and rules.adaptive
+              and e.max_log_futility >= rules.futility_log_level):
+            end(k, Status.FUTILE, f"R >= alpha certified at the futility level after {e.labels} human labels")
+        elif e.exhausted:
+            end(k, Status.NOT_CERTIFIED, "budget spent")
+    if not rules.adaptive:
+        return out
+    if rules.prune_keys is not None:
+        best = min((rules.prune_keys[k] for k, s in enumerate(status) if s is Status.CERTIFIED), default=math.inf)
+        for k, s in enumerate(status):
+            if not s.finished and rules.prune_keys[k] >= best:
+                end(k, Status.STOPPED if s.running else Status.SKIPPED, "cannot improve the selection")
+    index = {e.name: k for k, e in enumerate(evidence)}
+    for stop in rules.procedure.after_settle(views(status, [e.name for e in evidence])):
+        k = index[stop.name]
+        end(k, Status.STOPPED if status[k].running else Status.SKIPPED, stop.reason)
+    return out
+
+
+def _certifies(e: Evidence, status: Status, log_level: float, rules: Rules) -> Certify | None:
+    if status.finished or status is Status.PENDING:
+        return None
+    if not rules.adaptive and rules.testing and not e.exhausted:
+        return None  # the baseline: every candidate spends its whole budget
+    if rules.testing and e.max_log_e >= log_level:
+        return Certify(0, log_level)
+    if not rules.testing and e.decision == -1:
+        return Certify(0, None)
+    return None
+
+
+def final_certified(evidence: Sequence[Evidence], rules: Rules) -> np.ndarray:
+    """The procedure applied to the final evidence (for e-values: the running maxima)."""
+    if rules.testing:
+        return rules.procedure.certified(np.array([e.max_log_e for e in evidence]), rules.delta)
+    return rules.procedure.certified_by_decisions(np.array([e.status is Status.CERTIFIED for e in evidence]))
+
+
+def reconcile(evidence: Sequence[Evidence], rules: Rules, certified: np.ndarray) -> list[Decision]:
+    """Statuses that agree with the final set. A candidate that ended at a stricter level than
+    the one the procedure finally reached (Holm: its budget ran out before others were
+    certified) is in the final set: it is certified, at that level. One that passed its own
+    test but is not in the set (a fixed sequence after an earlier failure) says so."""
+    levels = decision_levels(evidence, rules)
+    out: list[Decision] = []
+    for k, (e, ok) in enumerate(zip(evidence, certified, strict=True)):
+        if ok and e.status is not Status.CERTIFIED:
+            log_level = float(-np.log(levels[k])) if rules.testing else None
+            out.append(Certify(k, log_level, "in the final set at the level the procedure reached"))
+        elif e.status is Status.CERTIFIED and not ok:
+            out.append(End(k, Status.STOPPED, "passed its own test but is not in the procedure's certified set"))
+    return out
+
+
+def decision_levels(evidence: Sequence[Evidence], rules: Rules) -> np.ndarray:
+    """Each candidate's decision level (its e-value's threshold is 1 / level): the procedure's
+    levels at the final e-values for a testing policy, the per-candidate levels otherwise."""
+    proc = rules.procedure
+    if rules.testing:
+        return proc.decision_deltas(rules.delta, np.array([e.max_log_e for e in evidence]))
+    return proc.candidate_deltas(rules.delta, len(evidence))
+
+
+def bound_levels(rules: Rules, certified: np.ndarray) -> np.ndarray:
+    """The level at which each candidate's own bound enters the simultaneous bounds (NaN: the
+    procedure states none for it)."""
+    return rules.procedure.joint_levels(rules.delta, certified)
+
+
+def joint_bounds(rules: Rules, alpha: float, certified: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """Bounds on every candidate's risk that hold together with probability >= 1 - delta, from
+    each one's own bound at its :func:`bound_levels` level (NaN: no statement); <= alpha
+    exactly for the certified set."""
+    return rules.procedure.simultaneous_bounds(rules.delta, alpha, certified, own)
