@@ -22,12 +22,17 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from certsel.errors import InputError
-from certsel.policies.procedures import PROCEDURES, CandidateView
+from certsel.orchestrator.engine import decisions
+from certsel.orchestrator.engine.decisions import Certify, Evidence, Rules
+from certsel.orchestrator.results.records import Status
+from certsel.policies.procedures import PROCEDURES
 
 from .certificate import InspectCertificate
 from .stopping import CertifiedStopping, SetupError, StopReason
 
-_FAILED = (StopReason.FUTILE, StopReason.REFUSED)
+# a member's stop as the decision core's status
+_STATUS = {StopReason.CERTIFIED: Status.CERTIFIED, StopReason.FUTILE: Status.FUTILE,
+           StopReason.REFUSED: Status.SOURCE_FAILED, StopReason.NOT_NEEDED: Status.STOPPED}
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,20 @@ class _Member(CertifiedStopping):
 
     def check_task(self, size: int) -> None:
         self.selection.register(self.candidate, size)
+
+    def evidence(self) -> Evidence:
+        """This member's evidence as the decision core reads it (see :meth:`CertifiedSelection.evidence`)."""
+        run = self.run
+        if run is None:
+            return Evidence(self.candidate, Status.SKIPPED if self.candidate in self.selection.pending
+                            else Status.PENDING)
+        exact = self.exact_pass()
+        log_e = float(run.test.max_log_evalue) if exact is None else (math.inf if exact else -math.inf)
+        status = Status.RUNNING if run.stop is None else _STATUS[run.stop]
+        if exact is False and status in (Status.RUNNING, Status.CERTIFIED):  # every sample scored: the mean says no
+            status = Status.NOT_CERTIFIED
+        fut = 0.0 if run.futility is None else float(run.futility.max_log_evalue)
+        return Evidence(self.candidate, status, run.ledger.released, log_e, run.done or exact is not None, fut)
 
     def statement(self):
         certified, levels, lower = self.selection.final_joint or self.selection.joint()
@@ -148,7 +167,7 @@ class CertifiedSelection:
         self.out, self.mlflow, self.experiment = out, mlflow, experiment
         self.members = {n: _Member(self, n, at_least=at_least, alpha=alpha, delta=delta, **kw) for n in self.names}
         first = self.members[self.names[0]]
-        self.at_least, self.alpha, self.delta = first.at_least, first.alpha, first.delta
+        self.at_least, self.alpha, self.delta, self.futility = first.at_least, first.alpha, first.delta, first.futility
         self.size: int | None = None
         self.sizes: dict = {}
         self.pending: dict = {}  # candidates stopped before their task started
@@ -170,26 +189,25 @@ class CertifiedSelection:
     def levels(self) -> np.ndarray:
         return self.proc.candidate_deltas(self.delta, self.K)
 
-    def _certified_mask(self) -> np.ndarray:
-        # the procedure on the evidence now (not the stops so far): an exact comparison that fails
-        # after a member was stopped as certified takes back what it lowered Holm's thresholds by
-        return self.proc.certified(self.evidence(), self.delta)
+    @property
+    def rules(self) -> Rules:
+        """What the selection decides by: the engine's rules (no pruning: the objective only
+        picks among the certified)."""
+        return Rules(self.proc, self.delta, testing=True, futility=self.futility)
 
     def log_thresholds(self) -> np.ndarray:
-        return self.proc.log_thresholds(self.delta, self._certified_mask())
+        statuses = [e.status for e in self.evidence()]
+        return decisions.log_thresholds(self.rules, np.array([s is Status.CERTIFIED for s in statuses], dtype=bool))
 
-    def evidence(self) -> np.ndarray:
-        """Each candidate's running-maximum log e-value, +inf / -inf where every sample was scored
-        and the exact mean passed / failed (the exact p-value is 0 or 1), 0 before its task runs."""
-        out = np.zeros(self.K)
-        for k, m in enumerate(self._all()):
-            if m.run is not None:
-                exact = m.exact_pass()
-                out[k] = float(m.run.test.max_log_evalue) if exact is None else (math.inf if exact else -math.inf)
-        return out
+    def evidence(self) -> tuple[Evidence, ...]:
+        """Each member's evidence as the decision core reads it: its running-maximum log e-value,
+        +inf / -inf where every sample was scored and the exact mean passed / failed (the exact
+        p-value is 0 or 1), 0 before its task runs; a task that ran all its samples is out of
+        budget."""
+        return tuple(m.evidence() for m in self._all())
 
     def decision_levels(self) -> np.ndarray:
-        return self.proc.decision_deltas(self.delta, self.evidence())
+        return decisions.decision_levels(self.evidence(), self.rules)
 
     def _all(self):
         return [self.members[n] for n in self.names]
@@ -205,43 +223,21 @@ class CertifiedSelection:
 
     # -- decisions -------------------------------------------------------------------------------
     def update(self) -> None:
-        """Certify, declare futile or stop members until nothing changes."""
-        changed = True
-        while changed:
-            changed = False
-            thresholds = self.log_thresholds()
-            for k, m in enumerate(self._all()):
-                run = m.run
-                if run is None or run.stop is not None:
-                    continue
-                exact = m.exact_pass()
-                if exact is False:
-                    continue  # every sample scored and below T: nothing left to stop
-                if exact is True or float(run.test.max_log_evalue) >= thresholds[k]:
-                    m.stop(StopReason.CERTIFIED, f"its test of mean score >= {self.at_least:g} reached the "
-                                                 f"procedure's threshold after {run.ledger.released} samples")
-                    changed = True
-                elif m.futile_now():
-                    m.stop(StopReason.FUTILE, f"mean score <= {self.at_least:g} certified (futility) after "
-                                              f"{run.ledger.released} samples")
-                    changed = True
-            for stop in self.proc.after_settle(self._views()):
-                m = self.members[stop.name]
+        """The decision core's decisions on the members' evidence now, applied as stops."""
+        for d in decisions.settle(self.evidence(), self.rules):
+            m = self._all()[d.index]
+            if isinstance(d, Certify):
+                m.stop(StopReason.CERTIFIED, f"its test of mean score >= {self.at_least:g} reached the "
+                                             f"procedure's threshold after {m.run.ledger.released} samples")
+            elif d.status is Status.FUTILE:
+                m.stop(StopReason.FUTILE, f"mean score <= {self.at_least:g} certified (futility) after "
+                                          f"{m.run.ledger.released} samples")
+            elif d.status in (Status.STOPPED, Status.SKIPPED):
                 if m.run is None:
-                    self.pending.setdefault(stop.name, stop.reason)
-                elif m.run.stop is None:
-                    m.stop(StopReason.NOT_NEEDED, stop.reason)
-                    changed = True
-
-    def _views(self) -> list:
-        views = []
-        for m in self._all():
-            run = m.run
-            failed = run is not None and ((run.stop in _FAILED) or (run.done and run.stop is not StopReason.CERTIFIED
-                                                                     and m.exact_pass() is not True))
-            finished = m.candidate in self.pending or (run is not None and (run.stop is not None or run.done))
-            views.append(CandidateView(m.candidate, finished=finished, failed=failed))
-        return views
+                    self.pending.setdefault(m.candidate, d.reason)
+                else:
+                    m.stop(StopReason.NOT_NEEDED, d.reason)
+            # NOT_CERTIFIED: every sample ran; the task ends by itself
 
     def member_finished(self) -> None:
         if self.all_done:
@@ -249,16 +245,16 @@ class CertifiedSelection:
 
     # -- the result -------------------------------------------------------------------------------
     def joint(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """On the evidence so far: the procedure's certified set, each candidate's decision
-        level, and the lower bounds on the mean scores that hold together with probability
-        >= 1 - delta (NaN: no statement), agreeing with the certified set."""
-        evidence = self.evidence()
-        certified = self.proc.certified(evidence, self.delta)
-        levels = self.proc.decision_deltas(self.delta, evidence)
-        joint = self.proc.joint_levels(self.delta, certified)
+        """On the evidence so far, by the decision core's final rules: the procedure's certified
+        set, each candidate's decision level, and the lower bounds on the mean scores that hold
+        together with probability >= 1 - delta (NaN: no statement), agreeing with the certified set."""
+        evidence, rules = self.evidence(), self.rules
+        certified = decisions.final_certified(evidence, rules)
+        levels = decisions.decision_levels(evidence, rules)
+        joint = decisions.bound_levels(rules, certified)
         own = np.array([np.nan if np.isnan(lv) or m.run is None else 1.0 - m.lower_bound(float(lv))
                         for m, lv in zip(self._all(), joint)])
-        bounds = self.proc.simultaneous_bounds(self.delta, self.alpha, certified, own)
+        bounds = decisions.joint_bounds(rules, self.alpha, certified, own)
         # 1 - (1 - T) can fall one ulp below T: a certified candidate's bound is at least T
         lower = 1.0 - bounds
         return certified, levels, np.where(certified, np.maximum(lower, self.at_least), lower)
