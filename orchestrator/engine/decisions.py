@@ -1,7 +1,8 @@
 """The decision core of a selection: pure functions from a frozen view of the evidence to decisions.
 
 Every front end that tests candidates under a multiple-testing procedure decides with these
-functions and nothing else: the engine's rounds (:class:`~.selection.Scheduler`) and
+functions and nothing else, and so does every front end that ranks models by their pairs
+(:class:`Pairs`, :func:`open_pairs`, :func:`new_ties`, :func:`ranking_outcome`): the engine's rounds (:class:`~.selection.Scheduler`) and
 ``certsel.inspect``'s :class:`~certsel.inspect.CertifiedSelection` build an
 :class:`Evidence` per candidate, ask :func:`settle` (after every round or score) and the final
 functions (:func:`final_certified`, :func:`reconcile`, :func:`bound_levels`,
@@ -21,8 +22,20 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from certsel.policies.comparison import (
+    better_matrix,
+    copeland,
+    implied_orders,
+    pairs_needed,
+    possible_winners,
+    rank_groups,
+    rank_intervals,
+    tied_pairs,
+    topk_status,
+)
 from certsel.policies.procedures import CandidateView, Procedure
 
+from certsel.orchestrator.results.ranking import Ranking, TopK
 from certsel.orchestrator.results.records import Status
 
 
@@ -194,3 +207,150 @@ def joint_bounds(rules: Rules, alpha: float, certified: np.ndarray, own: np.ndar
     each one's own bound at its :func:`bound_levels` level (NaN: no statement); <= alpha
     exactly for the certified set."""
     return rules.procedure.simultaneous_bounds(rules.delta, alpha, certified, own)
+
+
+# -- rankings -------------------------------------------------------------------------------------
+# A ranking's pairs (ii[p], jj[p]) are read as arrays: each pair's own decision (-1: the first
+# model's risk is lower, +1: higher, 0: open), its bounds on u = (loss_i - loss_j + 1) / 2, the
+# items it used, whether it is done and whether a tie within epsilon was certified; ``dead``
+# holds the models whose label source failed for good (their pairs end undecided).
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """A ranking's pair evidence, frozen (see the comment above)."""
+
+    names: tuple[str, ...]
+    ii: np.ndarray
+    jj: np.ndarray
+    decision: np.ndarray
+    bounds: np.ndarray  # (P, 4): one-sided lower and upper on u, then the two-sided interval
+    n_labeled: np.ndarray
+    done: np.ndarray
+    tied: np.ndarray
+    dead: frozenset = frozenset()
+
+    @property
+    def alive(self) -> np.ndarray:
+        return np.array([m not in self.dead for m in range(len(self.names))])
+
+
+@dataclass(frozen=True)
+class RankingRules:
+    """What a ranking decides by: its goal (``ranking``, ``best``, ``topk`` with ``topk``,
+    ``all``), the tie tolerance ``epsilon`` (None: no ties) and the most items a pair may use."""
+
+    goal: str
+    topk: int | None = None
+    epsilon: float | None = None
+    cap: int | None = None
+
+
+def direct_orders(pairs: Pairs) -> np.ndarray:
+    """The orders the pairs certified themselves (``better[a, b]``: a's risk certified lower)."""
+    return better_matrix(len(pairs.names), pairs.ii, pairs.jj, pairs.decision == -1, pairs.decision == 1)
+
+
+def needed_pairs(pairs: Pairs, rules: RankingRules) -> np.ndarray:
+    """The pairs the ranking's goal still needs, given the certified orders and ties."""
+    return pairs_needed(rules.goal, implied_orders(direct_orders(pairs)), pairs.ii, pairs.jj, pairs.alive,
+                        tied=pairs.tied, k=rules.topk)
+
+
+def open_pairs(pairs: Pairs, rules: RankingRules) -> np.ndarray:
+    """The pairs that take more items: needed, not done, under the cap, both models alive."""
+    alive = pairs.alive
+    cap = np.inf if rules.cap is None else rules.cap
+    return (needed_pairs(pairs, rules) & ~pairs.done & (pairs.n_labeled < cap) & alive[pairs.ii]
+            & alive[pairs.jj])
+
+
+def new_ties(pairs: Pairs, rules: RankingRules, which) -> np.ndarray:
+    """Among the pairs ``which``, those whose bounds now certify |R_i - R_j| < epsilon (a tie
+    stands once certified: the bounds hold at every step on the pair's event)."""
+    which = np.fromiter(which, dtype=np.int64)
+    if rules.epsilon is None:
+        return which[:0]
+    which = which[~pairs.tied[which] & (pairs.n_labeled[which] > 0)]
+    b = pairs.bounds[which]
+    return which[tied_pairs(b[:, 0], b[:, 1], rules.epsilon)]
+
+
+@dataclass(frozen=True)
+class RankingOutcome:
+    """What a ranking certified, and each model's end: (status, reason), None for a dead model."""
+
+    ranking: Ranking
+    top: list[str]  # the models certified best (goal topk: certified among the k best)
+    selected: str | None
+    ends: list[tuple[Status, str] | None]
+
+
+def ranking_outcome(pairs: Pairs, rules: RankingRules, pair_delta: float, pair_delta_per_direction: float
+                    ) -> RankingOutcome:
+    """The certified partial order, ties, rank intervals and top-k set of the pairs' final
+    evidence, and each model's status: certified when it is certified best (or among the k
+    best), stopped otherwise."""
+    names, ii, jj, dead = list(pairs.names), pairs.ii, pairs.jj, pairs.dead
+    K, P = len(names), ii.size
+    direct = direct_orders(pairs)
+    better = implied_orders(direct)  # certified directly or through certified pairs
+    tied = pairs.tied & ~(better[ii, jj] | better[jj, ii])  # an implied order says more than a tie
+    n_used = np.zeros((K, K), dtype=np.int64)
+    n_used[ii, jj] = n_used[jj, ii] = pairs.n_labeled
+    # the interval of the pair's own decisions: its one-sided bounds, each at the level a sign is
+    # certified at, so the interval excludes 0 exactly when an order is certified; together they
+    # hold at the pair's level delta/P (simultaneously over pairs at delta)
+    b = pairs.bounds
+    intervals = {f"{names[ii[p]]} - {names[jj[p]]}": [2 * float(b[p, 0]) - 1, 2 * float(b[p, 1]) - 1]
+                 for p in range(P)}  # on R(first) - R(second)
+    score, order = copeland(better)
+    best_rank, worst_rank = rank_intervals(better)
+    ties_of = {names[m]: [] for m in range(K)}
+    for p in np.flatnonzero(tied):
+        ties_of[names[ii[p]]].append(names[jj[p]])
+        ties_of[names[jj[p]]].append(names[ii[p]])
+    topk = None
+    if rules.goal == "topk":
+        in_, out = topk_status(better, rules.topk)
+        topk = TopK(k=rules.topk, certified_in=[names[m] for m in np.flatnonzero(in_)],
+                    certified_out=[names[m] for m in np.flatnonzero(out)],
+                    undetermined=[names[m] for m in np.flatnonzero(~in_ & ~out)])
+    ends: list[tuple[Status, str] | None] = []
+    for m in range(K):
+        if m in dead:
+            ends.append(None)
+            continue
+        won = better[m].sum() == K - 1 if topk is None else names[m] in topk.certified_in
+        ends.append((Status.CERTIFIED if won else Status.STOPPED,
+                     f"{int(better[m].sum())} certified wins, {int(better[:, m].sum())} certified losses"
+                     + (f", {len(ties_of[names[m]])} certified ties" if ties_of[names[m]] else "")))
+    top = ([names[m] for m in range(K) if better[m].sum() == K - 1 and m not in dead] if topk is None
+           else [n for n in topk.certified_in if names.index(n) not in dead])
+    ranking = Ranking(
+        # what is certified: a partial order, the pairs whose sign was certified and the orders
+        # they imply (valid together on the same simultaneous event)
+        better={names[a]: [names[c] for c in np.flatnonzero(better[a])] for a in range(K)},
+        better_direct={names[a]: [names[c] for c in np.flatnonzero(direct[a])] for a in range(K)},
+        possible_winners=[names[m] for m in np.flatnonzero(possible_winners(better)) if m not in dead],
+        goal=rules.goal,
+        # a way to list the models, not a certified rank: certified wins minus certified losses
+        order=[names[m] for m in order],
+        score={names[m]: int(score[m]) for m in range(K)},
+        score_meaning="Copeland score (certified wins minus certified losses); orders the list, is not certified",
+        pairs_certified=int(better.sum()),
+        pairs_certified_directly=int(direct.sum()),
+        pairs=P,
+        pair_delta=pair_delta,
+        pair_delta_per_direction=pair_delta_per_direction,
+        items_per_pair={f"{names[ii[p]]} vs {names[jj[p]]}": int(n_used[ii[p], jj[p]]) for p in range(P)},
+        difference_intervals=intervals,
+        epsilon=rules.epsilon,
+        tied=[f"{names[ii[p]]} ~ {names[jj[p]]}" for p in np.flatnonzero(tied)],
+        pairs_tied=int(tied.sum()),
+        rank_intervals={names[m]: [int(best_rank[m]), int(worst_rank[m])] for m in range(K)},
+        rank_groups=[[names[m] for m in g] for g in rank_groups(better)],
+        topk=topk,
+    )
+    selected = top[0] if top and topk is None else None  # a top-k set has no one selected model
+    return RankingOutcome(ranking, top, selected, ends)

@@ -13,24 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from certsel.policies.comparison import (
-    better_matrix,
-    copeland,
-    implied_orders,
-    pairs_needed,
-    possible_winners,
-    rank_groups,
-    rank_intervals,
-    sign_policy_delta,
-    tied_pairs,
-    topk_status,
-)
+from certsel.policies.comparison import implied_orders, sign_policy_delta
 from certsel.policies.bets import MarginBet, pair_claims
 from certsel.policies.kinds import PolicyInputs, PolicySettings
 from certsel.workers.contracts import ModelLosses
 
 from .pair_policies import PairPolicies, pair_policies
-from certsel.orchestrator.results.records import CandidateRecord, JobResult, Ranking, Resume, TopK, Status, totals
+from certsel.orchestrator.results.records import CandidateRecord, JobResult, Resume, Status, totals
+
+from . import decisions
+from .decisions import Pairs, RankingRules
 
 
 def _mark_failed(records, dead: set, answers: dict[str, ModelLosses], names: list) -> dict:
@@ -96,16 +88,18 @@ class PairwiseRounds:
         self.known = [dict() for _ in range(K)]  # item -> loss, per model
         self.tied = np.zeros(P, dtype=bool)  # pairs certified tied within pairwise.epsilon
 
+    @property
+    def rules(self) -> RankingRules:
+        pw = self.plan.cfg.pairwise
+        return RankingRules(pw.goal, pw.topk, pw.epsilon, self.cap)
+
+    def evidence(self) -> Pairs:
+        """The pairs' evidence now, as the decision core reads it."""
+        return pair_evidence(self.names, self.pairs, self.ii, self.jj, self.tied, self.dead)
+
     def _check_ties(self, which) -> None:
-        """Mark the pairs among ``which`` whose bounds now certify a tie. A tie stands once
-        certified: the bounds hold at every step on the pair's event, and the pair stops."""
-        eps = self.plan.cfg.pairwise.epsilon
-        if eps is None:
-            return
-        which = np.fromiter(which, dtype=np.int64)
-        which = which[~self.tied[which] & (self.pairs.n_labeled[which] > 0)]
-        b = self.pairs.bounds()[which]
-        self.tied[which] = tied_pairs(b[:, 0], b[:, 1], eps)
+        """Mark the pairs among ``which`` whose bounds now certify a tie (:func:`~.decisions.new_ties`)."""
+        self.tied[decisions.new_ties(self.evidence(), self.rules, which)] = True
 
     def _round_sizes(self, which: np.ndarray) -> np.ndarray:
         """The next round of each pair in ``which``: ``budget.batch``, or with
@@ -136,7 +130,7 @@ class PairwiseRounds:
         cfg, names, pairs, known, dead = self.plan.cfg, self.names, self.pairs, self.known, self.dead
         ii, jj, cap = self.ii, self.jj, self.cap
         n = pairs.n_labeled
-        open_pairs = np.flatnonzero(_open(self.plan, pairs, ii, jj, dead, self.tied, cap))
+        open_pairs = np.flatnonzero(decisions.open_pairs(self.evidence(), self.rules))
         if not open_pairs.size:
             return None
         sizes = self._round_sizes(open_pairs)
@@ -161,12 +155,26 @@ class PairwiseRounds:
             fed[p] = (items, (a - b + 1.0) / 2.0)
         pairs.feed(fed)
         self._check_ties(asks)
-        _fold(self.plan, self.records, known, pairs, ii, jj, cap, dead, self.tied)
+        _fold(self.plan, self.records, known, self.evidence(), self.rules)
         return self.records
 
     def result(self, rounds: int) -> JobResult:
-        return _result(self.plan, self.records, self.known, self.pairs, self.ii, self.jj, self.dead, rounds,
-                       self.pair_delta, self.tied)
+        plan, cfg = self.plan, self.plan.cfg
+        K = len(self.names)
+        out = decisions.ranking_outcome(self.evidence(), self.rules, plan.procedure.pair_delta(cfg.delta, K),
+                                        self.pair_delta)
+        for r, end in zip(self.records, out.ends, strict=True):
+            if end is not None:
+                r.end(*end)
+        level = plan.procedure.level(cfg.delta, K) + f" ({self.pair_delta:.4g} per direction)"
+        return JobResult(cfg, plan.data, self.records, out.top, out.selected, level, totals(self.records),
+                         plan.full_budget(), rounds, ranking=out.ranking)
+
+
+def pair_evidence(names, pairs: PairPolicies, ii, jj, tied, dead) -> Pairs:
+    """Pair policies' readouts as the decision core's frozen :class:`~.decisions.Pairs`."""
+    return Pairs(tuple(names), ii, jj, pairs.decision, pairs.bounds(), pairs.n_labeled, pairs.done, tied.copy(),
+                 frozenset(dead))
 
 
 def pair_round_sizes(bounds: np.ndarray, n: np.ndarray, claims, batch: int, smallest: int,
@@ -200,34 +208,12 @@ def pair_bet(cfg) -> MarginBet | None:
     return MarginBet(pair_claims(cfg.pairwise.epsilon))
 
 
-def _direct(K, pairs: PairPolicies, ii, jj) -> np.ndarray:
-    """The orders the pairs certified themselves."""
-    decision = pairs.decision
-    return better_matrix(K, ii, jj, decision == -1, decision == 1)
-
-
-def _needed(plan, pairs, ii, jj, dead, tied) -> np.ndarray:
-    """The pairs the job's goal still needs (``pairwise.goal``), given the certified orders
-    and ties."""
-    K = len(plan.data.names)
-    alive = np.array([m not in dead for m in range(K)])
-    pw = plan.cfg.pairwise
-    return pairs_needed(pw.goal, implied_orders(_direct(K, pairs, ii, jj)), ii, jj, alive, tied=tied, k=pw.topk)
-
-
-def _open(plan, pairs: PairPolicies, ii, jj, dead, tied, cap) -> np.ndarray:
-    """The pairs that run another round: needed, not done, under the cap, both models alive."""
-    alive = np.array([m not in dead for m in range(len(plan.data.names))])
-    return (_needed(plan, pairs, ii, jj, dead, tied) & ~pairs.done & (pairs.n_labeled < cap) & alive[ii]
-            & alive[jj])
-
-
-def _fold(plan, records, known, pairs, ii, jj, cap, dead, tied) -> None:
+def _fold(plan, records, known, pairs: Pairs, rules: RankingRules) -> None:
     """Counters, status and a metrics row for every model whose labels or pairs moved."""
     K, I = len(records), plan.data.n_items
-    better = implied_orders(_direct(K, pairs, ii, jj))
-    running = _open(plan, pairs, ii, jj, dead, tied, cap)
-    still = np.bincount(ii[running], minlength=K) + np.bincount(jj[running], minlength=K)
+    better = implied_orders(decisions.direct_orders(pairs))
+    running = decisions.open_pairs(pairs, rules)
+    still = np.bincount(pairs.ii[running], minlength=K) + np.bincount(pairs.jj[running], minlength=K)
     for m, r in enumerate(records):
         r.n_human = r.t = len(known[m])
         r.n_judge = I if plan.judge_strata else 0
@@ -238,69 +224,3 @@ def _fold(plan, records, known, pairs, ii, jj, cap, dead, tied) -> None:
         row = _model_row(r, int(better[m].sum()), int(better[:, m].sum()), int(still[m]))
         if not r.rounds or any(r.rounds[-1][k] != row[k] for k in ("step", *_CHANGES)):
             r.rounds.append(row)  # a row when its labels or its pairs' state changed
-
-
-def _result(plan, records, known, pairs, ii, jj, dead, rounds, pair_delta, tied) -> JobResult:
-    cfg, names = plan.cfg, plan.data.names
-    K, P = len(names), ii.size
-    pw = cfg.pairwise
-    direct = _direct(K, pairs, ii, jj)
-    better = implied_orders(direct)  # certified directly or through certified pairs
-    tied = tied & ~(better[ii, jj] | better[jj, ii])  # an implied order says more than a tie
-    n_used = np.zeros((K, K), dtype=np.int64)
-    n_used[ii, jj] = n_used[jj, ii] = pairs.n_labeled
-    # the interval of the pair's own decisions: its one-sided bounds, each at the level a sign is
-    # certified at, so the interval excludes 0 exactly when an order is certified; together they
-    # hold at the pair's level delta/P (simultaneously over pairs at delta)
-    b = pairs.bounds()
-    intervals = {f"{names[ii[p]]} - {names[jj[p]]}": [2 * float(b[p, 0]) - 1, 2 * float(b[p, 1]) - 1]
-                 for p in range(P)}  # on R(first) - R(second)
-    score, order = copeland(better)
-    best_rank, worst_rank = rank_intervals(better)
-    ties_of = {names[m]: [] for m in range(K)}
-    for p in np.flatnonzero(tied):
-        ties_of[names[ii[p]]].append(names[jj[p]])
-        ties_of[names[jj[p]]].append(names[ii[p]])
-    topk = None
-    if pw.goal == "topk":
-        in_, out = topk_status(better, pw.topk)
-        topk = TopK(k=pw.topk, certified_in=[names[m] for m in np.flatnonzero(in_)],
-                    certified_out=[names[m] for m in np.flatnonzero(out)],
-                    undetermined=[names[m] for m in np.flatnonzero(~in_ & ~out)])
-    for m, r in enumerate(records):
-        if m not in dead:
-            won = better[m].sum() == K - 1 if topk is None else names[m] in topk.certified_in
-            r.end(Status.CERTIFIED if won else Status.STOPPED,
-                  f"{int(better[m].sum())} certified wins, {int(better[:, m].sum())} certified losses"
-                  + (f", {len(ties_of[names[m]])} certified ties" if ties_of[names[m]] else ""))
-    top = ([names[m] for m in range(K) if better[m].sum() == K - 1 and m not in dead] if topk is None
-           else [n for n in topk.certified_in if names.index(n) not in dead])
-    ranking = Ranking(
-        # what is certified: a partial order, the pairs whose sign was certified and the orders
-        # they imply (valid together on the same simultaneous event)
-        better={names[a]: [names[b] for b in np.flatnonzero(better[a])] for a in range(K)},
-        better_direct={names[a]: [names[b] for b in np.flatnonzero(direct[a])] for a in range(K)},
-        possible_winners=[names[m] for m in np.flatnonzero(possible_winners(better)) if m not in dead],
-        goal=cfg.pairwise.goal,
-        # a way to list the models, not a certified rank: certified wins minus certified losses
-        order=[names[m] for m in order],
-        score={names[m]: int(score[m]) for m in range(K)},
-        score_meaning="Copeland score (certified wins minus certified losses); orders the list, is not certified",
-        pairs_certified=int(better.sum()),
-        pairs_certified_directly=int(direct.sum()),
-        pairs=P,
-        pair_delta=plan.procedure.pair_delta(cfg.delta, K),
-        pair_delta_per_direction=pair_delta,
-        items_per_pair={f"{names[ii[p]]} vs {names[jj[p]]}": int(n_used[ii[p], jj[p]]) for p in range(P)},
-        difference_intervals=intervals,
-        epsilon=pw.epsilon,
-        tied=[f"{names[ii[p]]} ~ {names[jj[p]]}" for p in np.flatnonzero(tied)],
-        pairs_tied=int(tied.sum()),
-        rank_intervals={names[m]: [int(best_rank[m]), int(worst_rank[m])] for m in range(K)},
-        rank_groups=[[names[m] for m in g] for g in rank_groups(better)],
-        topk=topk,
-    )
-    level = plan.procedure.level(cfg.delta, K) + f" ({pair_delta:.4g} per direction)"
-    selected = top[0] if top and topk is None else None  # a top-k set has no one selected model
-    return JobResult(cfg, plan.data, records, top, selected, level, totals(records), plan.full_budget(),
-                     rounds, ranking=ranking)
