@@ -176,20 +176,7 @@ class CertifiedStopping:
         if self.run is not None and not self.run.done:
             raise SetupError(f"this CertifiedStopping is already running task {self.run.task!r} "
                              f"({self.run.model}); give every task its own (CertifiedSelection.member for several)")
-        if not getattr(task.dataset, "shuffled", False):
-            raise SetupError("the task's samples are not shuffled, so the first ones are not a random subset: "
-                             "pass sample_shuffle=True to eval() (or call dataset.shuffle() before Task(dataset=dataset))")
-        if sorted_by_length(samples):
-            # inspect keeps a dataset's "shuffled" flag through dataset.sort(), whose default key is the input length
-            raise SetupError("the task's samples are in order of input length (sorted after shuffling?), so the "
-                             "first ones are not a random subset: do not sort the dataset after shuffling it")
-        if task.config.log_samples is False:
-            raise SetupError("inspect consults an early-stopping manager only when it logs samples: "
-                             "drop log_samples=False (or --no-log-samples)")
-        reducers = [getattr(r, "name", r) for r in (task.config.epochs_reducer or [])]
-        if any(r != "mean" for r in reducers):
-            raise SetupError(f"the task reduces epochs with {', '.join(map(str, reducers))}; certsel certifies the "
-                             "mean over epochs, so use the default reducer 'mean'")
+        check_samples(task, samples)
         reader = self.reader.resolve(task.scorers)
         judge = None
         if self.judge_reader is not None:
@@ -199,12 +186,8 @@ class CertifiedStopping:
             if reader.scorer not in self.gated:
                 raise SetupError(f"scorer {reader.scorer!r} would run on every sample: wrap it with this manager's "
                                  "gate() so that it runs only where the test needs a label")
-        size = len(samples)
-        if size < 1:
-            raise SetupError("the task has no samples")
         ids = [s.id for s in samples]
-        if any(i is None for i in ids) or len(set(ids)) != size:
-            raise SetupError("every sample needs its own id for the certificate to follow it")
+        size = len(ids)
         self.check_task(size)
         if self.budget is not None and self.budget > size:
             raise SetupError(f"budget {self.budget} is more than the task's {size} samples")
@@ -427,6 +410,32 @@ class CertifiedStopping:
     def final(self) -> bool:
         """Whether the certificate can no longer change (a selection's waits for every member)."""
         return True
+
+
+def check_samples(task, samples) -> None:
+    """Refuse, before any sample runs, a task whose first samples are not a uniformly random
+    subset in the order they run (not shuffled, or sorted after shuffling), whose samples the
+    manager cannot follow (no ids, repeated ids, none at all), or whose scores it would not see
+    or could not read as the mean over epochs."""
+    if not getattr(task.dataset, "shuffled", False):
+        raise SetupError("the task's samples are not shuffled, so the first ones are not a random subset: "
+                         "pass sample_shuffle=True to eval() (or call dataset.shuffle() before Task(dataset=dataset))")
+    if sorted_by_length(samples):
+        # inspect keeps a dataset's "shuffled" flag through dataset.sort(), whose default key is the input length
+        raise SetupError("the task's samples are in order of input length (sorted after shuffling?), so the "
+                         "first ones are not a random subset: do not sort the dataset after shuffling it")
+    if task.config.log_samples is False:
+        raise SetupError("inspect consults an early-stopping manager only when it logs samples: "
+                         "drop log_samples=False (or --no-log-samples)")
+    reducers = [getattr(r, "name", r) for r in (task.config.epochs_reducer or [])]
+    if any(r != "mean" for r in reducers):
+        raise SetupError(f"the task reduces epochs with {', '.join(map(str, reducers))}; certsel certifies the "
+                         "mean over epochs, so use the default reducer 'mean'")
+    if not samples:
+        raise SetupError("the task has no samples")
+    ids = [s.id for s in samples]
+    if any(i is None for i in ids) or len(set(ids)) != len(ids):
+        raise SetupError("every sample needs its own id for the certificate to follow it")
 
 
 def _text_length(sample) -> int:

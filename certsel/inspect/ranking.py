@@ -1,0 +1,319 @@
+"""``CertifiedRanking``: several models (or prompt variants) ranked by paired tests inside inspect-ai.
+
+Every model runs the same shuffled samples; each pair of models is compared on the paired
+difference of their scores, sample by sample, by the pair tests of a ``pairwise`` certsel job
+(Seq's betting sign tests at delta / P per pair, with the bet sized for the claims a pair stops
+on) and decided by the same core (:mod:`certsel.orchestrator.engine.decisions`): a pair stops
+once its order is certified, or with ``epsilon`` once |mean score difference| < epsilon is
+(a tie), or once the goal no longer needs it (``best``: pairs between two possible winners;
+``topk``: pairs that can still change the k best). A model's task stops when none of its pairs
+is open. The result is the ranking job's certificate: the certified partial order, ties, rank
+intervals and the top-k set, all holding together with probability >= 1 - delta.
+
+The pairs see the samples in one fixed order, the dataset's shuffled order (which the scores
+cannot influence), and a position is fed to every open pair at once when each model that is in
+an open pair has scored it: a round of the ``pairwise`` job with ``budget.batch: 1``. Models
+finish samples out of order and at different speeds; the pairs never see that, so the draws
+are a uniformly random order of the samples whatever inspect's concurrency does.
+
+Two ways to run it: one task over several models, ``eval(task, model=[...])`` with
+``Task(early_stopping=ranking)`` (the ranking tells the models apart by the task each call
+comes from), or one task per model with ``ranking.member(name)`` as its manager.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+
+import numpy as np
+
+from certsel.errors import InputError
+from certsel.orchestrator.engine import decisions
+from certsel.orchestrator.engine.decisions import Pairs, RankingRules
+from certsel.orchestrator.results.ranking import Ranking
+from certsel.policies.bets import MarginBet, pair_claims
+from certsel.policies.comparison import GOALS, sign_policy_delta
+from certsel.policies.kinds import POLICY_KINDS, PolicyInputs, PolicySettings
+from certsel.policies.procedures import PROCEDURES
+
+from .schedule import ScheduleLedger
+from .scores import ScoreError, ScoreReader
+from .stopping import SetupError, _level, check_samples
+
+_CURRENT = contextvars.ContextVar("certsel_ranking_model", default=None)
+
+
+@dataclass
+class _Model:
+    """One model's task: its samples' scores by id and what the ranking decided for it."""
+
+    name: str
+    task: str = ""
+    epochs: int = 1
+    reader: ScoreReader | None = None
+    ledger: ScheduleLedger | None = None  # schedule order and per-epoch scores
+    scored: dict | None = None  # sample id -> its epoch mean, once every epoch is scored
+    released: int = 0  # positions of the common order scored (a prefix)
+    stopped: str | None = None  # why its task stops scheduling samples (None: it runs)
+    at_stop: int = 0  # positions the pairs had used when it stopped
+    skipped: int = 0  # sample-epochs it was told not to run
+    done: bool = False
+    failure: str | None = None  # why its scores stopped short
+
+
+@dataclass(frozen=True)
+class RankingResult:
+    """What the ranking certified, with the samples it cost."""
+
+    ranking: Ranking
+    top: list  # the models certified best (goal topk: certified among the k best)
+    selected: str | None
+    statuses: dict  # model -> (status, reason)
+    samples_run: dict  # model -> samples it started
+    samples_full: int  # every model on every sample
+    positions: int  # positions of the common order the pairs used (the most any pair used)
+
+
+class _Member:
+    """A model's early-stopping manager (its task's calls go to the ranking, as that model)."""
+
+    def __init__(self, ranking: "CertifiedRanking", name: str):
+        self.ranking, self.name = ranking, name
+
+    async def start_task(self, task, samples, epochs: int) -> str:
+        return self.ranking._start(self.name, task, samples, epochs)
+
+    async def schedule_sample(self, id, epoch: int):
+        return self.ranking._schedule(self.name, id, epoch)
+
+    async def complete_sample(self, id, epoch: int, scores) -> None:
+        self.ranking._complete(self.name, id, epoch, scores)
+
+    async def complete_task(self) -> dict:
+        return self.ranking._complete_task(self.name)
+
+
+class CertifiedRanking:
+    """Certified pairwise ranking of ``models`` inside inspect (see the module docstring).
+
+    ``epsilon``: pairs whose mean scores are certified closer than this are tied (None: no ties);
+    ``goal``: ``"ranking"`` (the whole order), ``"best"``, ``"topk"`` (with ``topk``) or
+    ``"all"``; ``delta``: the error probability of the whole ranking; ``bet``: ``"margin"``
+    (bets sized for the claims a pair stops on) or ``"plug-in"`` (Seq's own); ``seed``: the pair
+    tests' seed (as a job's); ``scorer``, ``key``: the score ranked (default: the task's first
+    scorer); ``budget``: the most samples a pair uses (default: all)."""
+
+    def __init__(self, models, *, epsilon: float | None = None, delta: float = 0.05, goal: str = "ranking",
+                 topk: int | None = None, bet: str = "margin", seed: int = 0, scorer: str | None = None,
+                 key: str | None = None, budget: int | None = None):
+        self.names = [str(m) for m in models]
+        if len(self.names) < 2 or len(set(self.names)) != len(self.names):
+            raise InputError("models must be a list of at least two distinct names")
+        self.delta = _level(delta, "delta")
+        if goal not in GOALS:
+            raise InputError(f"goal must be one of {', '.join(GOALS)}, got {goal!r}")
+        if goal == "topk" and (isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk < len(self.names)):
+            raise InputError(f"goal 'topk' needs topk, a whole number from 1 to {len(self.names) - 1}, got {topk!r}")
+        if epsilon is not None and (isinstance(epsilon, bool) or not isinstance(epsilon, int | float)
+                                    or not 0.0 < float(epsilon) < 1.0):
+            raise InputError(f"epsilon must be a number strictly between 0 and 1, got {epsilon!r}")
+        if bet not in ("margin", "plug-in"):
+            raise InputError(f"bet must be 'margin' or 'plug-in', got {bet!r}")
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise InputError(f"budget must be a positive number of samples, got {budget!r}")
+        self.epsilon = None if epsilon is None else float(epsilon)
+        self.goal, self.topk, self.bet, self.seed, self.budget = goal, topk, bet, int(seed), budget
+        self.reader = ScoreReader(scorer, key)
+        self.proc = PROCEDURES.lookup("pairwise")
+        K = len(self.names)
+        self.ii, self.jj = np.triu_indices(K, 1)
+        self.pair_delta = self.proc.pair_delta(self.delta, K)
+        self.pair_delta_per_direction = sign_policy_delta(self.pair_delta, "betting")
+        self.models = {n: _Model(n) for n in self.names}
+        self.members = {n: _Member(self, n) for n in self.names}
+        self.order: list | None = None  # the common order: the dataset's shuffled sample ids
+        self.pairs = None
+        self.tied = np.zeros(self.ii.size, dtype=bool)
+        self.dead: set = set()  # models whose scores stopped short (their pairs end undecided)
+        self.result: RankingResult | None = None
+
+    # -- inspect's EarlyStopping protocol, for one task over several models ----------------------
+    def member(self, name: str) -> _Member:
+        """The early-stopping manager of model ``name``'s task (one task per model)."""
+        if name not in self.members:
+            raise InputError(f"unknown model {name!r}; the models are: {', '.join(self.names)}")
+        return self.members[name]
+
+    async def start_task(self, task, samples, epochs: int) -> str:
+        model = str(task.model)
+        name = self._name_of(model)
+        _CURRENT.set(name)  # the task's later calls run in this task's context: they are this model's
+        return self._start(name, task, samples, epochs)
+
+    async def schedule_sample(self, id, epoch: int):
+        return self._schedule(self._current(), id, epoch)
+
+    async def complete_sample(self, id, epoch: int, scores) -> None:
+        self._complete(self._current(), id, epoch, scores)
+
+    async def complete_task(self) -> dict:
+        return self._complete_task(self._current())
+
+    def _name_of(self, model: str) -> str:
+        """The ranking's name for inspect's model: the name itself, or its last path part."""
+        if model in self.models:
+            return model
+        short = [n for n in self.names if model.endswith("/" + n) or model.rsplit("/", 1)[-1] == n]
+        if len(short) != 1:
+            raise SetupError(f"model {model!r} is not one of the ranking's models ({', '.join(self.names)})")
+        return short[0]
+
+    def _current(self) -> str:
+        name = _CURRENT.get()
+        if name is None:
+            raise SetupError("a sample of a task the ranking did not start: give each task of the eval the ranking "
+                             "(or its member) as early_stopping")
+        return name
+
+    # -- the tasks -------------------------------------------------------------------------------
+    def _start(self, name: str, task, samples, epochs: int) -> str:
+        m = self.models[name]
+        if m.ledger is not None:
+            raise SetupError(f"model {name!r} has a task running already; each model runs one task of the ranking")
+        if self.result is not None:
+            raise SetupError("this CertifiedRanking has finished; make a new one for another eval")
+        check_samples(task, samples)
+        ids = [s.id for s in samples]
+        if self.order is None:
+            if self.budget is not None and self.budget > len(ids):
+                raise SetupError(f"budget {self.budget} is more than the task's {len(ids)} samples")
+            self.order = ids
+            self.position = {i: k for k, i in enumerate(ids)}
+            self.pairs = self._pair_policies(len(ids))
+        elif ids != self.order:
+            raise SetupError(f"model {name!r} runs other samples, or the same in another order, than the models "
+                             "before it: every model of a ranking runs one shuffled dataset (eval(task, "
+                             "model=[...]) does; for tasks of their own, give them the same dataset object)")
+        m.reader = self.reader.resolve(task.scorers)
+        m.task, m.epochs = task.task, int(epochs)
+        m.ledger, m.scored = ScheduleLedger(ids, epochs), {}
+        return "certsel"
+
+    def _pair_policies(self, n_items: int):
+        from certsel.orchestrator.engine.pair_policies import pair_policies
+
+        kind = POLICY_KINDS.lookup("seq")
+        settings = PolicySettings(alpha=0.5, delta=self.pair_delta_per_direction, budget=n_items, seed=self.seed,
+                                  radius="betting", strict=True)
+        bet = MarginBet(pair_claims(self.epsilon)) if self.bet == "margin" else None
+        return pair_policies(kind, settings, [PolicyInputs(n_items, judge_scores=np.full(n_items, 0.5))
+                                              for _ in range(self.ii.size)], bet)
+
+    @property
+    def cap(self) -> int:
+        return self.budget or len(self.order)
+
+    def _schedule(self, name: str, id, epoch: int):
+        from inspect_ai.util import EarlyStop
+
+        m = self.models[name]
+        if m.stopped is not None:
+            m.skipped += 1
+            return EarlyStop(id=id, epoch=epoch, reason=m.stopped, metadata={"manager": "certsel"})
+        m.ledger.schedule(id)
+        return None
+
+    def _complete(self, name: str, id, epoch: int, scores) -> None:
+        m = self.models[name]
+        where = f"model {name!r}, sample {id!r}, epoch {epoch}"
+        if not m.ledger.is_scheduled(id):
+            raise SetupError(f"{where} was scored without being scheduled (reused from an earlier log?); "
+                             "certsel cannot place it in the random order: run the task afresh")
+        try:
+            value = m.reader.read(scores, where)
+        except ScoreError as err:
+            self._fail(m, str(err))
+            raise
+        m.ledger.complete(id, epoch, value)
+        if m.ledger.done(id):
+            m.scored[id] = float(np.mean(np.stack(list(m.ledger.values[id].values()))))
+            while m.released < len(self.order) and self.order[m.released] in m.scored:
+                m.released += 1
+            self._advance()
+
+    def _complete_task(self, name: str) -> dict:
+        m = self.models[name]
+        m.done = True
+        if m.stopped is None and m.released < self.cap:  # samples errored or were cut: no more positions come
+            self._fail(m, f"its task ended after {m.released} of the {self.cap} samples the pairs may use")
+        self._stop(m, "its task ended")
+        if all(x.done for x in self.models.values()):
+            self.result = self._finish()
+        return self._summary(m)
+
+    # -- the pairs -------------------------------------------------------------------------------
+    @property
+    def rules(self) -> RankingRules:
+        return RankingRules(self.goal, self.topk, self.epsilon, self.cap)
+
+    def evidence(self) -> Pairs:
+        """The pairs' evidence now, as the decision core reads it."""
+        p = self.pairs
+        return Pairs(tuple(self.names), self.ii, self.jj, p.decision, p.bounds(), p.n_labeled, p.done,
+                     self.tied.copy(), frozenset(self.dead))
+
+    def _advance(self) -> None:
+        """Feed the pairs every position each model in an open pair has scored, one position at a
+        time to all open pairs at once (a round of a ``pairwise`` job with batch 1), then stop the
+        models none of whose pairs is open."""
+        names, ii, jj = self.names, self.ii, self.jj
+        while True:
+            ev = self.evidence()
+            open_ = np.flatnonzero(decisions.open_pairs(ev, self.rules))
+            if open_.size == 0:
+                break
+            involved = {names[k] for p in open_ for k in (ii[p], jj[p])}
+            at = int(ev.n_labeled[open_[0]])  # every open pair has used the same positions
+            if any(self.models[n].released <= at for n in involved):
+                break  # a model in an open pair has not scored this position yet
+            sample = self.order[at]
+            fed = {int(p): (np.array([at]), np.array([(self.models[names[jj[p]]].scored[sample]
+                                                       - self.models[names[ii[p]]].scored[sample] + 1.0) / 2.0]))
+                   for p in open_}
+            self.pairs.feed(fed)
+            self.tied[decisions.new_ties(self.evidence(), self.rules, fed)] = True
+        running = decisions.open_pairs(self.evidence(), self.rules)
+        still = set(ii[running].tolist()) | set(jj[running].tolist())
+        for k, n in enumerate(names):
+            m = self.models[n]
+            if m.stopped is None and m.ledger is not None and k not in still:
+                self._stop(m, "every pair it is in is settled")
+
+    def _fail(self, m: _Model, why: str) -> None:
+        """``m`` gives no more scores: its pairs end undecided, the others go on."""
+        self.dead.add(self.names.index(m.name))
+        m.failure = why
+        self._stop(m, why)
+        if self.pairs is not None:
+            self._advance()
+
+    def _stop(self, m: _Model, why: str) -> None:
+        if m.stopped is None:
+            m.stopped, m.at_stop = why, int(self.pairs.n_labeled.max(initial=0)) if self.pairs is not None else 0
+
+    # -- the result ------------------------------------------------------------------------------
+    def _finish(self) -> RankingResult:
+        out = decisions.ranking_outcome(self.evidence(), self.rules, self.pair_delta, self.pair_delta_per_direction)
+        statuses = {n: (("source failed", self.models[n].failure) if e is None else (str(e[0]), e[1]))
+                    for n, e in zip(self.names, out.ends, strict=True)}
+        runs = {n: self.models[n].ledger.scheduled for n in self.names}
+        return RankingResult(out.ranking, out.top, out.selected, statuses, runs,
+                             len(self.order) * len(self.names), int(self.pairs.n_labeled.max(initial=0)))
+
+    def _summary(self, m: _Model) -> dict:
+        """The task's early-stopping metadata: what the ranking did with this model."""
+        return {"model": m.name, "ranking": "certsel pairwise", "samples": len(self.order),
+                "scheduled": m.ledger.scheduled, "scored": len(m.scored), "skipped_runs": m.skipped,
+                "stopped": m.stopped, "positions_used_at_stop": m.at_stop,
+                "final": self.result is not None}
