@@ -26,6 +26,8 @@ it in a job file, and Ray ships it to the workers by value when it lives in user
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -160,6 +162,17 @@ class BettingTestKind(PolicyKind):
         return SequentialTest(alpha=settings.alpha, delta=settings.delta, horizon=len(inputs.human_items),
                               rhos=self.rhos, betting=settings.betting, r=max(settings.r, 1),
                               observation=settings.observation, population=settings.population)
+
+
+def with_futility(kind: PolicyKind, settings: PolicySettings, inputs: PolicyInputs):
+    """A testing kind's e-process and its futility test (None without ``settings.futility``):
+    the same kind on mirrored losses (1 - loss against 1 - alpha) at level delta_f, whose
+    crossing certifies R >= alpha. Every front end builds its tests here."""
+    futility = None
+    if settings.futility is not None:
+        futility = kind.build(dataclasses.replace(settings, alpha=1.0 - settings.alpha, delta=settings.futility),
+                              inputs)
+    return kind.build(settings, inputs), futility
 
 
 class JudgeStratifiedKind(PolicyKind):

@@ -41,7 +41,8 @@ def own_evidence(log, level):
     by_id = {s.id: float(s.scores["recorded_score"].value) for s in log.samples}
     n = cert["samples"]["scored"]
     losses = 1.0 - np.array([by_id[i] for i in log.eval.dataset.sample_ids[:n]])
-    return float(log_evalue_paths(losses, alpha=0.2, delta=level, rhos=[0.0], horizon=N, population=N).max())
+    return float(log_evalue_paths(losses, alpha=0.2, delta=level, rhos=[0.0], horizon=N, population=N,
+                                  observation="split").max())
 
 
 def test_fixed_sequence_selects_the_end_of_the_certified_prefix_and_stops_the_rest(scores, tmp_path):
@@ -79,7 +80,7 @@ def test_bonferroni_certifies_every_good_model_at_delta_over_k_and_logs_to_mlflo
     assert r.certified == ["m1", "m2", "m4"] and r.selected == "m4"  # the cheapest certified
     level = 0.05 / 4
     for c in r.candidates:
-        evidence = own_evidence(logs[c.name], level)
+        evidence = own_evidence(logs[c.name], 0.05)  # bets sized for the job's delta, as a certsel job's are
         assert c.certificate.log_e_value == pytest.approx(evidence, abs=1e-9)
         assert c.certified == (evidence >= math.log(1 / level))
         # Bonferroni's joint bounds are the candidates' own bounds at delta/K, agreeing with the decisions

@@ -36,7 +36,7 @@ def recompute(log, cert: dict, delta: float):
     losses = 1.0 - np.asarray(scores_in_schedule_order(log)[:n])
     N = cert["samples"]["total"]
     alpha = 1.0 - cert["at_least"]
-    kw = dict(rhos=[0.0], betting="up", horizon=N, population=N)
+    kw = dict(rhos=[0.0], betting="up", horizon=N, population=N, observation="split")  # as a certsel job tests
     log_e = log_evalue_paths(losses, alpha=alpha, delta=delta, **kw)
     bound = 1.0 - decision_upper_bound(losses, level=delta, delta=delta, alpha=alpha, **kw)
     return float(log_e.max()), float(bound), losses
@@ -68,7 +68,7 @@ def test_a_task_stops_early_and_its_log_carries_the_certificate_certsel_recomput
     assert cert["lower_bound"] == pytest.approx(bound, abs=1e-9) and bound >= 0.75
     assert max_log_e >= math.log(20)
     first = int(np.argmax(log_evalue_paths(losses, alpha=0.25, delta=0.05, rhos=[0.0], horizon=300,
-                                           population=300) >= math.log(20))) + 1
+                                           population=300, observation="split") >= math.log(20))) + 1
     # the stop was decided when the first certifying sample reached the test (with any released with it)
     assert first <= counts["at_decision"] < first + 8
     assert counts["scored"] == counts["at_decision"] + counts["in_flight_at_stop"]

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-import dataclasses
 
 from certsel.errors import first_line
 from certsel.policies import SequentialTest, confidence_interval, decision_upper_bound, judge_agreement
-from certsel.policies.kinds import Family, JudgeUse, Labels, PolicyInputs, PolicyKind, PolicySettings
+from certsel.policies.kinds import Family, JudgeUse, Labels, PolicyInputs, PolicyKind, PolicySettings, with_futility
 from certsel.policies.limits import label_limit, ppi_limit
 
 from .contracts import JobArrays, LabelSource, LabelsPending, Snapshot, SourceError
@@ -103,11 +102,8 @@ class TestingCandidate(_Candidate):
     @classmethod
     def from_kind(cls, name, source, kind: PolicyKind, settings: PolicySettings, inputs: PolicyInputs):
         """The kind's e-process on the job's shared order, and its mirrored futility test."""
-        futility = None
-        if settings.futility is not None:
-            futility = kind.build(dataclasses.replace(settings, alpha=1.0 - settings.alpha, delta=settings.futility),
-                                  inputs)
-        return cls(name, source, kind.build(settings, inputs), human_items=inputs.human_items,
+        test, futility = with_futility(kind, settings, inputs)
+        return cls(name, source, test, human_items=inputs.human_items,
                    judge_items=inputs.judge_items, ci_delta=settings.ci_delta, intervals=settings.intervals,
                    futility=futility)
 

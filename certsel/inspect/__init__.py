@@ -1,5 +1,6 @@
 """certsel inside inspect-ai: certified early stopping of a task (:class:`CertifiedStopping`),
-certified selection across the tasks of several models or prompts (:class:`CertifiedSelection`)
+certified selection across the tasks of several models or prompts (:class:`CertifiedSelection`),
+certified pairwise ranking of several models (:class:`CertifiedRanking`)
 and inspect logs as certsel tables (``certsel inspect-table``). See docs/inspect.md.
 
 inspect-ai is an optional dependency (``pip install certsel[inspect]``); it is imported only
@@ -7,8 +8,9 @@ when a manager meets a task.
 """
 
 from .certificate import InspectCertificate, SampleCounts
+from .ranking import CertifiedRanking, RankingResult
 from .scores import ScoreError
 from .selection import CandidateResult, CertifiedSelection, SelectionResult
 from .stopping import CertifiedStopping, SetupError, StopReason
 
-__all__ = ["CandidateResult", "CertifiedSelection", "CertifiedStopping", "SelectionResult", "InspectCertificate", "SampleCounts", "ScoreError", "SetupError", "StopReason"]
+__all__ = ["CandidateResult", "CertifiedRanking", "CertifiedSelection", "RankingResult", "CertifiedStopping", "SelectionResult", "InspectCertificate", "SampleCounts", "ScoreError", "SetupError", "StopReason"]

@@ -76,9 +76,6 @@ class _Member(CertifiedStopping):
     def index(self) -> int:
         return self.selection.names.index(self.candidate)
 
-    def test_level(self) -> float:
-        return float(self.selection.levels()[self.index])
-
     def log_threshold(self) -> float:
         return float(self.selection.log_thresholds()[self.index])
 

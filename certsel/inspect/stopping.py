@@ -26,7 +26,8 @@ from scipy.special import gammaln
 from certsel.errors import InputError
 from certsel.policies import SequentialTest
 from certsel.policies._validation import check_level
-from certsel.policies.autoeval import decision_upper_bound, scheme_rhos
+from certsel.policies.autoeval import decision_upper_bound
+from certsel.policies.kinds import POLICY_KINDS, PolicyInputs, PolicySettings, with_futility
 from certsel.policies.betting import get_strategy
 from certsel.policies.population import Sampling
 
@@ -35,8 +36,6 @@ from .judge import NOT_LABELLED, JudgeFeed, gated_scorer
 from .schedule import ScheduleLedger
 from .scores import ScoreError, ScoreReader
 
-R_EVAL = scheme_rhos("r-eval")
-R_AUTOEVAL_PLUS = scheme_rhos("r-autoeval+")
 
 
 class SetupError(InputError):
@@ -192,14 +191,15 @@ class CertifiedStopping:
         if self.budget is not None and self.budget > size:
             raise SetupError(f"budget {self.budget} is more than the task's {size} samples")
         horizon = self.budget or size
-        population = size if self.sampling is Sampling.WITHOUT_REPLACEMENT else None
-        kw = dict(horizon=horizon, rhos=R_EVAL, betting=self.strategy, population=population)
         if judge is not None:  # R-AutoEval+: horizon in labels, one label per ratio + 1 samples
             horizon = max(1, horizon // (self.ratio + 1))
-            kw = dict(horizon=horizon, rhos=R_AUTOEVAL_PLUS, betting=self.strategy, r=self.ratio,
-                      observation="split")
-        test = SequentialTest(alpha=self.alpha, delta=self.test_level(), **kw)
-        fut = None if self.futility is None else SequentialTest(alpha=self.at_least, delta=self.futility, **kw)
+        # the job's policy kind and settings, built as a certsel job builds them
+        kind = POLICY_KINDS.lookup("r-eval" if judge is None else "r-autoeval+")
+        settings = PolicySettings(alpha=self.alpha, delta=self.test_level(), budget=horizon, betting=self.strategy,
+                                  r=0 if judge is None else self.ratio, observation="split",
+                                  population=size if self.sampling is Sampling.WITHOUT_REPLACEMENT else None,
+                                  futility=self.futility)
+        test, fut = with_futility(kind, settings, PolicyInputs(size, human_items=np.arange(horizon)))
         self.run = _Run(task=task.task, model=str(task.model), size=size, epochs=int(epochs),
                         reader=reader, ledger=ScheduleLedger(ids, epochs), test=test, futility=fut, horizon=horizon,
                         losses=[], judge=None if judge is None else JudgeFeed(judge, self.ratio))
@@ -341,13 +341,15 @@ class CertifiedStopping:
             return float(1.0 - np.mean(run.losses))
         if not run.losses:
             return 0.0
-        kw = dict(level=level, delta=self.test_level(), alpha=self.alpha, betting=self.strategy, horizon=run.horizon,
-                  max_log_evalue=run.test.max_log_evalue)
+        test = run.test  # its own bets, seeded with its evidence, as a job's candidate inverts its test
+        kw = dict(level=level, delta=test.delta, alpha=test.alpha, rhos=test.rhos, betting=self.strategy,
+                  horizon=run.horizon, max_log_evalue=test.max_log_evalue, observation=test.observation,
+                  population=test.population)
         if run.judge is not None:
             h, jl, ju = run.judge.all()
-            u = decision_upper_bound(1.0 - h, 1.0 - jl, 1.0 - ju, rhos=R_AUTOEVAL_PLUS, observation="split", **kw)
+            u = decision_upper_bound(1.0 - h, 1.0 - jl, 1.0 - ju, **kw)
         else:
-            u = decision_upper_bound(np.asarray(run.losses), rhos=R_EVAL, population=run.test.population, **kw)
+            u = decision_upper_bound(np.asarray(run.losses), **kw)
         return float(1.0 - u)
 
     def statement(self) -> tuple[float, bool, float | None]:
