@@ -65,8 +65,11 @@ def test_fixed_sequence_selects_the_end_of_the_certified_prefix_and_stops_the_re
     # the savings against every model on every sample
     assert r.samples_full == 4 * N and r.samples_run < 0.4 * r.samples_full
     assert r.samples_run == sum(log.results.early_stopping.metadata["samples"]["scheduled"] for log in logs.values())
+    # the out file is the job's certificate, the one `certsel show JOB_ID` prints from its folder
     saved = json.loads((tmp_path / "selection.json").read_text())
-    assert saved["selected"] == "m2" and saved["saved"] == pytest.approx(1 - r.samples_run / r.samples_full)
+    assert saved == json.loads((sel.job.output_dir / "selection.json").read_text())
+    assert saved["selected"] == "m2" and saved["job_id"] == sel.job.job_id and saved["certified_set"] == ["m1", "m2"]
+    assert saved["labels"]["spent"]["human"] <= r.samples_run  # the samples the tests used, of those started
     assert "fixed-sequence" in r.statement and "selected m2" in r.statement
 
 
@@ -87,9 +90,14 @@ def test_bonferroni_certifies_every_good_model_at_delta_over_k_and_logs_to_mlflo
         assert (c.joint_lower_bound >= 0.8) == c.certified
     assert r.samples_run < r.samples_full
     client = MlflowClient(uri)
-    [mlrun] = client.search_runs([client.get_experiment_by_name("inspect-test").experiment_id])
+    # the job's run and one nested run per candidate, as every certsel job logs
+    [mlrun] = client.search_runs([client.get_experiment_by_name("inspect-test").experiment_id],
+                                 filter_string="tags.`certsel.kind` = 'job'")
+    assert mlrun.info.run_id == sel.mlflow_run == sel.job.tracking["run_id"]
     assert mlrun.data.tags["certsel.selected"] == "m4" and mlrun.info.status == "FINISHED"
-    assert mlrun.data.params["certified"] == "m1, m2, m4"
+    children = client.search_runs([mlrun.info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = '{mlrun.info.run_id}'")
+    assert sorted(c.data.tags["status"] for c in children) == ["certified"] * 3 + ["futile"]
     assert "selection.json" in [a.path for a in client.list_artifacts(mlrun.info.run_id)]
 
 

@@ -144,7 +144,8 @@ class CertifiedSelection:
 
     def __init__(self, candidates, at_least: float | None = None, *, alpha: float | None = None, delta: float = 0.05,
                  procedure: str = "fst", objective: dict | None = None, goal: str = "minimize", out=None,
-                 mlflow: str | None = None, experiment: str = "certsel-inspect", **kw):
+                 mlflow: str | None = None, experiment: str = "certsel-inspect", name: str = "inspect-selection",
+                 home=None, keep: bool = True, track: bool = True, **kw):
         self.names = [str(c) for c in candidates]
         if not self.names or len(set(self.names)) != len(self.names):
             raise InputError("candidates must be a non-empty list of distinct names")
@@ -161,7 +162,10 @@ class CertifiedSelection:
             if goal not in ("minimize", "maximize"):
                 raise InputError(f"goal must be minimize or maximize, got {goal!r}")
         self.objective, self.goal = objective, goal
+        self.procedure, self.name = procedure, name
         self.out, self.mlflow, self.experiment = out, mlflow, experiment
+        self.home, self.keep, self.track = home, keep, track
+        self.job = None  # the JobResult kept as a certsel job once every task is done
         self.members = {n: _Member(self, n, at_least=at_least, alpha=alpha, delta=delta, **kw) for n in self.names}
         first = self.members[self.names[0]]
         self.at_least, self.alpha, self.delta, self.futility = first.at_least, first.alpha, first.delta, first.futility
@@ -279,14 +283,42 @@ class CertifiedSelection:
         result = SelectionResult(procedure=self.proc.level(self.delta, self.K), at_least=self.at_least,
                                  delta=self.delta, selected=chosen, certified=names, candidates=cands,
                                  samples_run=int(run), samples_full=int(full), statement=statement)
-        if self.out is not None:
+        if self.keep:  # a certsel job like any other: its folder, certificate, report and MLflow run
+            from .job import write_selection
+
+            self.job = write_selection(self, self.final_joint, home=self.home, track=self.track)
+            self.mlflow_run = None if self.job.tracking is None else self.job.tracking["run_id"]
+        if self.out is not None:  # the certificate, as the job's selection.json holds it
+            from certsel.orchestrator.outputs.certificate import certificate_of
+
+            if self.job is None:
+                raise SetupError("out= writes the job's certificate: leave keep=True")
             path = pathlib.Path(self.out)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(result.to_dict(), indent=2))
-        if self.mlflow is not None:
-            from .tracking import log_selection
-            self.mlflow_run = log_selection(result, self.mlflow, self.experiment)
+            path.write_text(json.dumps(certificate_of(self.job).as_json(), indent=2, allow_nan=False))
         return result
+
+    # -- the job's view of the selection ---------------------------------------------------------
+    @property
+    def objective_column(self) -> str:
+        return "objective" if self.objective is not None else "mean_score_lower_bound"
+
+    @property
+    def objective_goal(self) -> str:
+        return self.goal if self.objective is not None else "maximize"
+
+    def objective_of(self, lower: np.ndarray) -> dict | None:
+        """The objective the job selects by: the one given, or (Bonferroni, Holm without one)
+        each candidate's joint lower bound on its mean score (0 where none is stated); a fixed
+        sequence without one selects the end of its certified prefix."""
+        if self.objective is not None:
+            return {n: float(self.objective[n]) for n in self.names}
+        if self.proc.needs_order:
+            return None
+        return {n: 0.0 if np.isnan(lower[k]) else float(lower[k]) for k, n in enumerate(self.names)}
+
+    def result_selected(self, certified: np.ndarray, lower: np.ndarray) -> str | None:
+        return self._select(certified, lower)
 
     def _select(self, certified: np.ndarray, lower: np.ndarray) -> str | None:
         idx = np.flatnonzero(certified)

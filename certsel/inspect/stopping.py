@@ -74,6 +74,7 @@ class _Run:
     futility: SequentialTest | None
     horizon: int
     losses: list  # human losses given to the test (1 - score), in schedule order
+    path: list = field(default_factory=list)  # the test's log e-value after each label
     judge: "JudgeFeed | None" = None
     stop: StopReason | None = None
     why: str = ""
@@ -263,14 +264,14 @@ class CertifiedStopping:
         if run.judge is None:
             losses = 1.0 - fresh
             run.losses.extend(losses.tolist())
-            run.test.update(losses)
+            run.path.extend(np.atleast_1d(run.test.update(losses)).tolist())
             if run.futility is not None:
                 run.futility.update(fresh)
             return
         h, jl, ju = fresh
         run.losses.extend((1.0 - h).tolist())
         run.judge.fed(h, jl, ju)
-        run.test.update(1.0 - h, 1.0 - jl, 1.0 - ju)
+        run.path.extend(np.atleast_1d(run.test.update(1.0 - h, 1.0 - jl, 1.0 - ju)).tolist())
         if run.futility is not None:  # mirrored: the scores against T
             run.futility.update(h, jl, ju)
 

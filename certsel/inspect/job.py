@@ -1,0 +1,181 @@
+"""A selection or ranking decided inside inspect-ai, kept as a certsel job like any other.
+
+When the last task of a :class:`~certsel.inspect.CertifiedSelection` or
+:class:`~certsel.inspect.CertifiedRanking` is done, its candidates' evidence becomes the
+engine's records and result (:class:`~certsel.orchestrator.results.records.JobResult`), and
+certsel's outputs write it: a folder under certsel's home (``jobs/JOB_ID``: ``selection.json``
+with the published ``Selection`` certificate, the report, ``scores.parquet`` with every score
+the tests used), listed by ``certsel jobs``, printed by ``certsel show JOB_ID``, and a run in
+the MLflow store's results view. The claim is about the loss 1 - score: R <= alpha with
+alpha = 1 - T is "mean score >= T".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import pathlib
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from certsel.workers.replay import LossTable
+
+SCORES = "scores.parquet"
+
+
+def scores_table(names: list, items: list, losses: dict, order: bool) -> pa.Table:
+    """The losses the tests used: one row per candidate and sample it scored, in the order the
+    test saw them (``position``)."""
+    rows = {"candidate": [], "item": [], "loss_human": [], "position": []}
+    if order:
+        rows["rank"] = []
+    for k, n in enumerate(names):
+        for pos, (item, loss) in enumerate(losses[n]):
+            rows["candidate"].append(n)
+            rows["item"].append(str(item))
+            rows["loss_human"].append(float(loss))
+            rows["position"].append(pos)
+            if order:
+                rows["rank"].append(k)
+    return pa.table(rows)
+
+
+def loss_table(names: list, items: list, losses: dict, objective: dict | None) -> LossTable:
+    """The candidates' losses as the engine's dense table over every sample of the task (NaN
+    where a candidate's task did not score the sample: the certificate states no full-table risk
+    for it)."""
+    index = {str(i): k for k, i in enumerate(items)}
+    human = np.full((len(names), len(items)), np.nan)
+    for k, n in enumerate(names):
+        for item, loss in losses[n]:
+            human[k, index[str(item)]] = loss
+    obj = None if objective is None else np.array([float(objective[n]) for n in names])
+    return LossTable(np.array(names), np.array([str(i) for i in items]), human, None, np.arange(len(names)), obj,
+                     None)
+
+
+def fingerprint(table: pa.Table, settings: dict) -> str:
+    """What makes two inspect decisions the same job: the scores the tests used and the settings."""
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
+    for col in table.columns:
+        h.update(np.asarray(col.to_numpy(zero_copy_only=False)).astype(str).tobytes())
+    return h.hexdigest()[:16]
+
+
+def write(build, table: pa.Table, settings: dict, *, home=None, track: bool = True):
+    """Keep what inspect decided as a certsel job: its folder (``home``: a jobs folder, default
+    certsel's) with ``table`` (the scores the tests used), its report and certificate, and its
+    MLflow run (``track``). ``build(path)`` makes the JobResult, its data at ``path``. Returns it
+    with ``job_id``, ``output_dir``, ``files`` and ``tracking`` set."""
+    from certsel.home import jobs_dir
+    from certsel.orchestrator.engine.state import JobState
+    from certsel.orchestrator.outputs.report import write_report
+    from certsel.orchestrator.outputs.tracking import JobTracker
+
+    started = time.time()
+    root = pathlib.Path(home) if home is not None else jobs_dir()
+    job = JobState.open(root, fingerprint(table, settings), auto=False)
+    tracker = None
+    try:
+        pq.write_table(table, job.dir / SCORES)
+        result = build(job.dir / SCORES)
+        job.update(name=result.cfg.name, front_end="inspect")
+        result.job_id = job.job_id
+        if track:
+            tracker = JobTracker(result.cfg.tracking.uri, result.cfg.tracking.experiment)
+            run_id = tracker.start(result.cfg, result.data, result.records, job=job, started=started)
+            result.tracking = {"uri": tracker.uri, "experiment_id": tracker.experiment_id, "run_id": run_id}
+            job.update(mlflow_runs=[run_id])
+        files = write_report(result, job.dir)
+        result.output_dir, result.files = job.dir, [job.dir / SCORES, *files]
+        if tracker is not None:
+            tracker.finish(result, files)
+        job.update(status="finished", finished=True, selected=result.selected, output=str(job.dir),
+                   mlflow_run=None if tracker is None else result.tracking["run_id"])
+        return result
+    except BaseException:
+        if tracker is not None:
+            tracker.fail()
+        job.update(status="failed")
+        raise
+    finally:
+        job.release()
+
+
+def selection_result(sel, final, path):
+    """A :class:`~certsel.inspect.CertifiedSelection`'s final evidence as the engine's result:
+    its members' records (statuses by the decision core, as the engine's are), the job's
+    configuration (R-Eval or R-AutoEval+ on the loss 1 - score at alpha = 1 - T) and data."""
+    from certsel.api import job_config
+    from certsel.orchestrator.engine import decisions
+    from certsel.orchestrator.engine.derived import derive
+    from certsel.orchestrator.engine.selection import apply
+    from certsel.orchestrator.inputs.jobdata import JobData
+    from certsel.orchestrator.results.records import CandidateRecord, JobResult, totals
+
+    certified, levels, lower = final
+    members = [sel.members[n] for n in sel.names]
+    first = members[0]
+    judge = first.run.judge is not None
+    objective = sel.objective_of(lower)
+    raw = {"name": sel.name, "data": {"path": str(path), **({"order": "rank"} if sel.proc.needs_order else {})},
+           "policy": {"kind": "r-autoeval+" if judge else "r-eval", "betting": first.strategy.name,
+                      "sampling": first.sampling.value},
+           "alpha": sel.alpha, "delta": sel.delta, "procedure": sel.procedure,
+           "budget": {"n": first.run.horizon, **({"r": first.ratio} if judge else {})},
+           "scheduling": {"futility": sel.futility},
+           "tracking": {"experiment": sel.experiment, **({"uri": sel.mlflow} if sel.mlflow else {})}}
+    if objective is not None:
+        raw["objective"] = {"column": sel.objective_column, "goal": sel.objective_goal}
+    cfg = job_config(raw)
+    items = list(first.run.ledger.ids)
+    losses = {m.candidate: list(zip(m.run.ledger.order, m.run.losses)) for m in members}
+    table = loss_table(sel.names, items, losses, objective)
+    data = JobData(table=table, features=None, fingerprint=fingerprint(scores_table(sel.names, items, losses,
+                                                                                    False), {}))
+    records = []
+    for k, m in enumerate(members):
+        run, ev = m.run, m.evidence()
+        n = len(run.losses)
+        judged = 0 if run.judge is None else int(run.judge.summary()["judge_only"])
+        r = CandidateRecord(m.candidate, k, None if objective is None else float(objective[m.candidate]),
+                            float(np.mean(run.losses)) if n == run.size else None)
+        r.status, r.reason = ev.status, run.why
+        r.n_human = r.t = n
+        r.n_judge, r.requests = judged, n + judged
+        r.exhausted = ev.exhausted
+        r.path = list(run.path)
+        r.log_e = r.path[-1] if r.path else 0.0
+        r.max_log_e = float(run.test.max_log_evalue)
+        r.max_log_futility = ev.max_log_futility
+        r.estimate = float(np.mean(run.losses)) if n else float("nan")
+        r.upper_bound = 1.0 - m.lower_bound(float(levels[k])) if n else 1.0
+        r.joint_bound = None if np.isnan(lower[k]) else 1.0 - float(lower[k])
+        r.certified_at = run.decided_at if ev.status is decisions.Status.CERTIFIED else 0
+        records.append(r)
+    evidence = tuple(m.evidence() for m in members)
+    apply(records, decisions.reconcile(evidence, sel.rules, certified))
+    for r in records:  # a stop taken on the exact mean of every sample
+        if r.status is decisions.Status.CERTIFIED and not r.certified_at:
+            r.certified_at = r.t
+    spent = totals(records)
+    full = {"human": sum(m.run.size for m in members), "judge": 0, "requests": sum(m.run.size for m in members)}
+    res = JobResult(cfg, data, records, [sel.names[k] for k in np.flatnonzero(certified)],
+                    sel.result_selected(certified, lower), sel.proc.level(sel.delta, sel.K), spent, full,
+                    rounds=max(r.t for r in records))
+    return derive(res)
+
+
+def write_selection(sel, final, *, home=None, track: bool = True):
+    """Keep a finished :class:`~certsel.inspect.CertifiedSelection` as a certsel job (:func:`write`)."""
+    members = [sel.members[n] for n in sel.names]
+    items = list(members[0].run.ledger.ids)
+    losses = {m.candidate: list(zip(m.run.ledger.order, m.run.losses)) for m in members}
+    table = scores_table(sel.names, items, losses, sel.proc.needs_order)
+    settings = {"front end": "inspect selection", "procedure": sel.procedure, "at_least": sel.at_least,
+                "delta": sel.delta, "objective": sel.objective, "names": sel.names}
+    return write(lambda path: selection_result(sel, final, path), table, settings, home=home, track=track)
