@@ -179,3 +179,47 @@ def write_selection(sel, final, *, home=None, track: bool = True):
     settings = {"front end": "inspect selection", "procedure": sel.procedure, "at_least": sel.at_least,
                 "delta": sel.delta, "objective": sel.objective, "names": sel.names}
     return write(lambda path: selection_result(sel, final, path), table, settings, home=home, track=track)
+
+
+def ranking_result(rk, path):
+    """A finished :class:`~certsel.inspect.CertifiedRanking` as the engine's result: a
+    ``pairwise`` job's configuration, each model's record (the samples its pairs used) and the
+    ranking the decision core certified."""
+    from certsel.api import job_config
+    from certsel.orchestrator.engine.derived import derive
+    from certsel.orchestrator.inputs.jobdata import JobData
+    from certsel.orchestrator.results.records import CandidateRecord, JobResult, Status, totals
+
+    out = rk.result
+    raw = {"name": rk.name, "data": {"path": str(path)}, "policy": {"kind": "seq"}, "procedure": "pairwise",
+           "delta": rk.delta, "seed": rk.seed, "budget": {"n": rk.cap},
+           "pairwise": {"goal": rk.goal, "topk": rk.topk, "epsilon": rk.epsilon, "bet": rk.bet},
+           "tracking": {"experiment": rk.experiment, **({"uri": rk.mlflow} if rk.mlflow else {})}}
+    cfg = job_config(raw)
+    losses = rk.used_losses()
+    table = loss_table(rk.names, rk.order, losses, None)
+    data = JobData(table=table, features=None, fingerprint=fingerprint(scores_table(rk.names, rk.order, losses,
+                                                                                    False), {}))
+    records = []
+    for k, n in enumerate(rk.names):
+        m, used = rk.models[n], [loss for _, loss in losses[n]]
+        scored = [1.0 - v for v in (m.scored or {}).values()]
+        r = CandidateRecord(n, k, None, float(np.mean(scored)) if len(scored) == len(rk.order) else None)
+        status, reason = out.statuses[n]
+        r.status, r.reason = Status(status), reason
+        r.n_human = r.t = r.requests = len(used)
+        r.estimate = float(np.mean(used)) if used else float("nan")
+        records.append(r)
+    level = rk.proc.level(rk.delta, len(rk.names)) + f" ({rk.pair_delta_per_direction:.4g} per direction)"
+    full = {"human": len(rk.order) * len(rk.names), "judge": 0, "requests": len(rk.order) * len(rk.names)}
+    res = JobResult(cfg, data, records, list(out.top), out.selected, level, totals(records), full,
+                    rounds=out.positions, ranking=out.ranking)
+    return derive(res)
+
+
+def write_ranking(rk, *, home=None, track: bool = True):
+    """Keep a finished :class:`~certsel.inspect.CertifiedRanking` as a certsel job (:func:`write`)."""
+    table = scores_table(rk.names, rk.order, rk.used_losses(), False)
+    settings = {"front end": "inspect ranking", "delta": rk.delta, "epsilon": rk.epsilon, "goal": rk.goal,
+                "topk": rk.topk, "bet": rk.bet, "seed": rk.seed, "names": rk.names}
+    return write(lambda path: ranking_result(rk, path), table, settings, home=home, track=track)

@@ -106,7 +106,9 @@ class CertifiedRanking:
 
     def __init__(self, models, *, epsilon: float | None = None, delta: float = 0.05, goal: str = "ranking",
                  topk: int | None = None, bet: str = "margin", seed: int = 0, scorer: str | None = None,
-                 key: str | None = None, budget: int | None = None):
+                 key: str | None = None, budget: int | None = None, name: str = "inspect-ranking",
+                 mlflow: str | None = None, experiment: str = "certsel-inspect", home=None, keep: bool = True,
+                 track: bool = True):
         self.names = [str(m) for m in models]
         if len(self.names) < 2 or len(set(self.names)) != len(self.names):
             raise InputError("models must be a list of at least two distinct names")
@@ -125,6 +127,9 @@ class CertifiedRanking:
         self.epsilon = None if epsilon is None else float(epsilon)
         self.goal, self.topk, self.bet, self.seed, self.budget = goal, topk, bet, int(seed), budget
         self.reader = ScoreReader(scorer, key)
+        self.name, self.mlflow, self.experiment = name, mlflow, experiment
+        self.home, self.keep, self.track = home, keep, track
+        self.job = None  # the JobResult kept as a certsel job once every task is done
         self.proc = PROCEDURES.lookup("pairwise")
         K = len(self.names)
         self.ii, self.jj = np.triu_indices(K, 1)
@@ -250,7 +255,22 @@ class CertifiedRanking:
         self._stop(m, "its task ended")
         if all(x.done for x in self.models.values()):
             self.result = self._finish()
+            if self.keep:  # a certsel job like any other: its folder, certificate, report and MLflow run
+                from .job import write_ranking
+
+                self.job = write_ranking(self, home=self.home, track=self.track)
         return self._summary(m)
+
+    def used_losses(self) -> dict:
+        """Each model's losses (1 - score) on the positions its pairs used, in the common order."""
+        n = self.pairs.n_labeled
+        out = {}
+        for k, name in enumerate(self.names):
+            mine = (self.ii == k) | (self.jj == k)
+            used = int(n[mine].max(initial=0))
+            scored = self.models[name].scored or {}
+            out[name] = [(i, 1.0 - scored[i]) for i in self.order[:used]]
+        return out
 
     # -- the pairs -------------------------------------------------------------------------------
     @property
@@ -316,4 +336,5 @@ class CertifiedRanking:
         return {"model": m.name, "ranking": "certsel pairwise", "samples": len(self.order),
                 "scheduled": m.ledger.scheduled, "scored": len(m.scored), "skipped_runs": m.skipped,
                 "stopped": m.stopped, "positions_used_at_stop": m.at_stop,
-                "final": self.result is not None}
+                "final": self.result is not None,
+                "job_id": None if self.job is None else self.job.job_id}
