@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from certsel import cli
 from certsel.errors import InputError
 from certsel.inspect import CertifiedSelection
 from certsel.policies import log_evalue_paths
@@ -45,7 +46,7 @@ def own_evidence(log, level):
                                   observation="split").max())
 
 
-def test_fixed_sequence_selects_the_end_of_the_certified_prefix_and_stops_the_rest(scores, tmp_path):
+def test_fixed_sequence_selects_the_end_of_the_certified_prefix_and_stops_the_rest(scores, tmp_path, capsys):
     sel, logs = select(scores, tmp_path, "fst")
     r = sel.result
     assert r.certified == ["m1", "m2"] and r.selected == "m2"
@@ -70,6 +71,9 @@ def test_fixed_sequence_selects_the_end_of_the_certified_prefix_and_stops_the_re
     assert saved == json.loads((sel.job.output_dir / "selection.json").read_text())
     assert saved["selected"] == "m2" and saved["job_id"] == sel.job.job_id and saved["certified_set"] == ["m1", "m2"]
     assert saved["labels"]["spent"]["human"] <= r.samples_run  # the samples the tests used, of those started
+    assert cli.main(["show", sel.job.job_id]) == 0
+    shown = capsys.readouterr().out
+    assert "selected: m2" in shown and "fixed-sequence" in shown
     assert "fixed-sequence" in r.statement and "selected m2" in r.statement
 
 
