@@ -86,7 +86,7 @@ def selection(args, procedure: str) -> None:
         print(f"  {c.name:8s} {cert.status:14s} scored {cert.samples.scored:3d} of {cert.samples.total}"
               f", joint lower bound {'-' if c.joint_lower_bound is None else format(c.joint_lower_bound, '.3f')}")
     print(f"  samples run: {r.samples_run} of {r.samples_full} ({100 * (1 - r.samples_run / r.samples_full):.0f}% "
-          f"saved); {args.logs}/selection-{procedure}.json\n")
+          f"saved); kept as a certsel job: certsel show {sel.job.job_id}\n")
 
 
 def main(argv=None) -> None:
