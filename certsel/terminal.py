@@ -11,110 +11,21 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from certsel.orchestrator.outputs.gpu import gpu_line
-from certsel.orchestrator.outputs.cells import efficiency_cell, headline, judge_cell, oracle_line, rank_text, tie_counts
-from certsel.orchestrator.outputs.numbers import bound_text, share_text
+from certsel.orchestrator.outputs.cells import headline, oracle_line
+from certsel.orchestrator.outputs.goals import Column, goal_of
 
 if TYPE_CHECKING:  # the schema imports pydantic: only where a certificate is parsed
-    from certsel.orchestrator.outputs.selection_schema import Costs, Evidence, Selection, TasksSelection
+    from certsel.orchestrator.outputs.selection_schema import Costs, Selection, TasksSelection
 
 FORMATS = ("table", "json", "csv", "markdown")
 
 
-@dataclass(frozen=True)
-class Column:
-    """A table column: ``keep`` 0 is never dropped; larger values are dropped first when the
-    terminal is too narrow."""
-
-    name: str
-    keep: int = 0
-
-
-def _selection_columns(cert: Selection) -> tuple[list[Column], list[list[str]], list[bool]]:
-    """The per-candidate table: the simultaneous bound (what the certificate is about) first, then
-    the bound of the candidate's own test at its level, the two-sided interval as a secondary
-    column; the judge's agreement when there is one."""
-    alpha = cert.procedure.alpha
-    cands = cert.candidates
-    testing = any(c.e_value is not None for c in cands)
-    judged = any(c.judge is not None for c in cands)
-    recovery = cert.claim is not None
-    levels = {c.level for c in cands if c.upper_bound is not None}
-    # one name per quantity (docs/glossary.md): these are selection.json's simultaneous_bound and upper_bound
-    own = "upper bound" + (f" (level {next(iter(levels)):.3g})" if len(levels) == 1 else " @ level")
-    if recovery:  # the same columns, stated as recoveries (shares of the reference's score)
-        own = "lower bound" + own[len("upper bound"):]
-    # "in set" repeats the status for most procedures: it goes last of the secondary columns
-    cols = [Column("candidate"), Column("objective", 2), Column("status"), Column("in set", 1),
-            *([Column("e-value / threshold", 3)] if testing else []),
-            Column("simultaneous lower bound" if recovery else "simultaneous bound"), Column(own, 4),
-            Column("recovery estimate" if recovery else "estimate", 5),
-            Column("recovery on table" if recovery else "two-sided interval", 7), Column("human", 1),
-            *([Column("to certify / min", 6)] if testing else []), *([Column("judge agrees (kappa)", 6)] if judged else [])]
-    tasks = [t.name for t in cert.aggregate.tasks] if cert.aggregate is not None else []
-    if tasks:  # an aggregate: the human labels its test drew from each task, after the total
-        cols.insert(cols.index(next(c for c in cols if c.name == "human")) + 1, Column("by task: " + " / ".join(tasks), 2))
-    rows = []
-    for c in cands:
-        ci = "" if c.ci is None else f"[{c.ci[0]:.3f}, {bound_text(c.ci[1])}]"
-        ub = bound_text(c.upper_bound, alpha)
-        joint, est = bound_text(c.simultaneous_bound, alpha), "" if c.estimate is None else f"{c.estimate:.3f}"
-        if recovery:
-            rec = c.recovery
-            ub, joint = share_text(rec.lower_bound), share_text(rec.simultaneous_lower_bound)
-            est = "" if rec.estimate is None else f"{rec.estimate:.1%}"
-            ci = "" if rec.on_full_table is None else f"{rec.on_full_table:.1%}"
-        if ub and len(levels) > 1:
-            ub += f" @ {c.level:.3g}"
-        row = [c.candidate + (" *" if c.selected else ""), "" if c.objective is None else f"{c.objective:g}",
-               c.status, "yes" if c.certified else "no"]
-        if testing:
-            row.append("" if c.e_value is None else f"{c.e_value:.3g} / {c.threshold:.3g}")
-        row += [joint, ub, est, ci, str(c.labels_human)]
-        if tasks:
-            row.append(" / ".join(str(c.tasks[t].labels_human) for t in tasks))
-        if testing:
-            row.append(efficiency_cell(c))
-        if judged:
-            row.append(judge_cell(c.judge))
-        rows.append(row)
-    return cols, rows, [c.selected for c in cands]
-
-
-def _ranking_columns(cert: Selection) -> tuple[list[Column], list[list[str]], list[bool]]:
-    """A ranking as the partial order it certifies: per model its certified wins and losses."""
-    rk = cert.ranking
-    eps = rk.epsilon
-    cols = [Column("model"), Column("rank (certified)"), Column("better than"), Column("worse than"),
-            *([Column(f"tied (< {eps:g})")] if eps is not None else []), Column("possible winner", 1),
-            Column("mean loss", 2), Column("items", 1), Column("Copeland (uncertified)", 3)]
-    worse = {m: sum(m in b for b in rk.better.values()) for m in rk.order}
-    ties = tie_counts(rk)
-    by_name = {c.candidate: c for c in cert.candidates}
-    rows = []
-    for m in rk.order:
-        c = by_name[m]
-        rows.append([m, rank_text(rk, m), str(len(rk.better[m])), str(worse[m]),
-                     *([str(ties[m])] if eps is not None else []),
-                     "yes" if m in rk.possible_winners else "",
-                     "" if c.estimate is None else f"{c.estimate:.3f}", str(c.labels_human),
-                     f"{rk.score[m]:+d}"])
-    return cols, rows, [False] * len(rows)
-
-
 def table_parts(cert: Selection):
-    """(title, columns, rows, bold) of a job's table."""
-    p = cert.procedure
-    if cert.ranking is not None:
-        rk = cert.ranking
-        title = (f"{cert.job}: {cert.policy.kind} / {p.level} "
-                 f"({rk.pairs_certified} of {rk.pairs} pair orders certified)")
-        return (title, *_ranking_columns(cert))
-    target = cert.claim.words if cert.claim is not None else f"alpha={p.alpha:g}"
-    return (f"{cert.job}: {cert.policy.kind} / {p.level}, {target}", *_selection_columns(cert))
+    """(title, columns, rows, bold) of a job's table, from its goal."""
+    return goal_of(cert).table(cert)
 
 
 def fit_columns(cols: list[Column], rows: list[list[str]], width: int | None) -> list[int]:
@@ -207,34 +118,6 @@ def format_job(cert: Selection | TasksSelection, fmt: str) -> str:
     raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
 
 
-BOUNDS_LEGEND = ("simultaneous bound: R <= it for every candidate at once, with probability >= {conf:g} (<= alpha "
-                 "exactly for the certified set; blank: no statement). upper bound: the one-sided bound that inverts "
-                 "the candidate's own test at the level of its decision; a per-candidate statement, not adjusted for "
-                 "the selection. to certify / min: human labels until certified against log(1/level) / KL_inf, the "
-                 "fewest any test would need on average, estimated from its own labels (a rough guide). Names: "
-                 "docs/glossary.md.")
-
-RECOVERY_LEGEND = ("simultaneous lower bound: on E[score] / E[reference score] for every candidate at once, with "
-                   "probability >= {conf:g} (>= {r:g} exactly for the certified set; blank: no statement). lower "
-                   "bound: the candidate's own test's bound at the level of its decision (R-Eval on a table: "
-                   "inverting its test; otherwise r + 1 - (1 + r) U from its risk bound U). recovery estimate: mean "
-                   "score / mean reference score on its labelled items. to certify / min: as for risks, on its "
-                   "recovery losses. Names: docs/glossary.md.")
-
-
-def recovery_evidence_line(ev: Evidence) -> str:
-    """The selected candidate's own evidence in a recovery job, one labelled line each."""
-    rec = ev.recovery
-    lines = [f"  lower bound: recovery >= {share_text(rec.lower_bound)} (its own test, one-sided, at level "
-             f"{ev.level:.3g}; not adjusted for the selection)"]
-    if ev.e_value is not None:
-        lines.append(f"  e-value: {ev.e_value:.3g} (threshold {ev.threshold:.3g})")
-    if rec.estimate is not None:
-        lines.append(f"  estimate: {rec.estimate:.1%} (mean score / mean reference score over its "
-                     f"{rec.labels} labelled items)")
-    return "\n".join(["evidence:", *lines])
-
-
 def _saved(fraction: float) -> str:
     """A saving in words; a ranking whose pairs drew different items can exceed its nominal budget."""
     return f"{fraction:.0%} saved" if fraction >= 0 else f"{-fraction:.0%} over: pairs drew different items"
@@ -246,23 +129,6 @@ def cost_line(costs: Costs) -> str:
     parts = ", ".join(f"{k} {getattr(s, k):,.4g}" for k in ("human", "generation", "judge") if getattr(s, k))
     return f"cost: {s.total:,.6g} {u}" + (f" ({parts})" if parts else "") + \
         f" of {costs.full_budget.total:,.6g} {u} at full budget"
-
-
-def evidence_line(ev: Evidence, alpha: float) -> str:
-    """The selected candidate's own evidence, one labelled line per number, each with the
-    level it has (the names of docs/glossary.md)."""
-    lines = [f"  upper bound: R <= {bound_text(ev.upper_bound, alpha)} (its own test, one-sided, at level "
-             f"{ev.level:.3g}; not adjusted for the selection)"]
-    if ev.e_value is not None:
-        lines.append(f"  e-value: {ev.e_value:.3g} (threshold {ev.threshold:.3g})")
-    lines.append(f"  estimate: {ev.estimate:.3f} ({ev.estimate_note})")
-    if ev.certified_at_labels:
-        lines.append(f"  human labels: certified after {ev.certified_at_labels}, {ev.labels_human} bought"
-                     + (f"; any test would need about {ev.labels_minimum_estimate:.0f} on average (estimated "
-                        "from its labels)" if ev.labels_minimum_estimate else ""))
-    else:
-        lines.append(f"  human labels: {ev.labels_human}")
-    return "\n".join(["evidence:", *lines])
 
 
 TASK_FIELDS = ["candidate", "task", "certified", "selected", "combined_e_value", "threshold", "status", "e_value",
@@ -323,29 +189,20 @@ def print_job(console, cert: Selection | TasksSelection, quiet: bool, run_id=Non
     if isinstance(cert, TasksSelection):
         print_tasks(console, cert, quiet, tracking, output_dir)
         return
+    goal = goal_of(cert)
     if not quiet:
-        render_table(console, *table_parts(cert))
-        if cert.ranking is not None:
-            console.print("possible winners (no other model is certified better): "
-                          + ", ".join(cert.ranking.possible_winners), markup=False)
-        else:
-            legend = RECOVERY_LEGEND if cert.claim is not None else BOUNDS_LEGEND
-            console.print(legend.format(conf=1 - cert.procedure.delta,
-                                        r=0 if cert.claim is None else cert.claim.at_least), markup=False)
+        render_table(console, *goal.table(cert))
+        for line in goal.after_table(cert):
+            console.print(line, markup=False)
     for c in cert.candidates:
         if c.status in ("source failed", "worker lost"):
             console.print(f"{c.candidate}: not certified ({c.reason})", markup=False)
     console.print(f"{headline(cert)} — {cert.certificate}", markup=False)
-    if cert.aggregate is not None:
-        agg = cert.aggregate
-        console.print(f"aggregate: one test on the {cert.data.items} stacked items of "
-                      f"{len(agg.tasks)} tasks, losses scaled so that their mean is R / M (M = {agg.unit:.4g}; "
-                      f"tested at alpha / M = {agg.policy_alpha:.4g})", markup=False)
-    ev = cert.evidence
-    if ev is not None and ev.recovery is not None:
-        console.print(recovery_evidence_line(ev), markup=False)
-    elif ev is not None and ev.upper_bound is not None:
-        console.print(evidence_line(ev, cert.procedure.alpha), markup=False)
+    for line in goal.after_headline(cert):
+        console.print(line, markup=False)
+    evidence = goal.evidence(cert)
+    if evidence is not None:
+        console.print(evidence, markup=False)
     lab = cert.labels
     console.print("labels: " + ", ".join(
         f"{getattr(lab.spent, k)} {k} of {getattr(lab.full_budget, k)} ({_saved(getattr(lab.saved_fraction, k))})"

@@ -17,11 +17,11 @@ import numpy as np
 
 from certsel.policies.kinds import Family, get_policy_kind
 
-from .cells import (agreement_cell, efficiency_cell, headline, judge_cell, oracle_line, rank_text, tasks_cell,
-                    tie_counts)
-from .certificate import bound_text, certificate_of, share_text
+from .cells import agreement_cell, oracle_line, tasks_cell
+from .certificate import certificate_of
+from .goals import goal_of
 from .plots import write_plots
-from .selection_schema import Claim, Evidence, Selection
+from .selection_schema import Selection
 from certsel.orchestrator.results.records import JobResult
 
 __all__ = ["certificate", "write_report"]
@@ -41,156 +41,18 @@ tr.certified td:nth-child(4){color:#1f6f3f} .wide{overflow-x:auto} img{max-width
 """
 
 
-BOUNDS_NOTE = ("Simultaneous bound: R is at most it for every candidate at once, with probability at least {conf:g} (at "
-               "most alpha exactly for the certified set; blank: no statement about that candidate). This is the "
-               "statement that keeps its level for the selected candidate, whatever made it the selected one. Upper "
-               "bound: the one-sided bound that inverts the candidate's own test, at the level of its decision "
-               "(level column); a per-candidate statement, not adjusted for the selection. The two-sided interval "
-               "is at the candidate's interval level, split over both sides. Upper bounds are rounded up. To "
-               "certify / min: human labels until certified against log(1/level) / KL_inf, the fewest any test "
-               "would need on average, estimated from the candidate's own labels (a rough guide: from few labels "
-               "taken until the evidence was strong it tends to be optimistic).")
+class _PeopleCells:
+    """The report's columns for labels from people (an annotation queue), after the judge's."""
 
+    def __init__(self, cert: Selection):
+        self.people = any(c.annotators is not None for c in cert.candidates)
+        self.agreed = any(c.annotators is not None and c.annotators.agreement for c in cert.candidates)
+        self.heads = [*(["annotation tasks: imported / withdrawn"] if self.people else []),
+                      *(["annotators agree: alpha (kappa)"] if self.agreed else [])]
 
-RECOVERY_NOTE = ("Recovery is E[score] / E[reference score]; the job certifies recovery >= {r:g} as the risk test of "
-                 "the losses (r s_ref - s + 1) / (1 + r) at alpha = 1 / (1 + r). Simultaneous lower bound: at least it for "
-                 "every candidate at once, with probability at least {conf:g} (at least r exactly for the certified "
-                 "set; blank: no statement). Lower bound: the bound of the candidate's own test at the level "
-                 "of its decision (R-Eval on a table inverts its test over r; a judge-assisted test or a live job "
-                 "carries its risk bound U over as r + 1 - (1 + r) U). Lower bounds are rounded down. Recovery estimate: mean score over mean reference "
-                 "score on the candidate's labelled items; recovery on table: the same on every item of the table.")
-
-
-def _bounds_note(cert: Selection) -> str:
-    conf = 1 - cert.procedure.delta
-    claim = cert.claim
-    return RECOVERY_NOTE.format(r=claim.at_least, conf=conf) if claim else BOUNDS_NOTE.format(conf=conf)
-
-
-def _fmt(x, spec: str = ".3f") -> str:
-    return "" if x is None else format(x, spec)
-
-
-def _summary(cert: Selection) -> tuple[str, list[str]]:
-    """The summary box: a headline and its supporting lines (plain text)."""
-    sel, p = cert.selected, cert.procedure
-    if cert.ranking is not None:
-        rk = cert.ranking
-        head = (f"Best model: {sel}" if sel else "No model is certified better than all others")
-        if rk.topk is not None:  # a top-k ranking leads with its top set
-            head = headline(cert).replace("top-", "Top ", 1)
-        lines = [f"{rk.pairs_certified} of {rk.pairs} pair orders certified; all of them hold together with "
-                 f"probability >= {1 - p.delta:g}.",
-                 "Possible winners (no model certified better): " + ", ".join(rk.possible_winners)]
-        return head, lines
-    claim = cert.claim
-    if sel is None:
-        target = claim.words if claim else f"R <= {p.alpha:g}"
-        return "Nothing certified", [f"No candidate was certified {target} at {1 - p.delta:g} "
-                                     "confidence within its budget."]
-    ev = cert.evidence
-    if claim:
-        return _recovery_summary(cert, claim, ev)
-    head = (f"Deploy {sel}: R <= {bound_text(ev.simultaneous_bound, p.alpha)} at {1 - p.delta:g} "
-            "confidence")
-    lines = []
-    if ev.upper_bound is not None:
-        lines.append(f"upper bound: R <= {bound_text(ev.upper_bound, p.alpha)} (its own test, one-sided, at level "
-                     f"{_fmt(ev.level, '.3g')}; a per-candidate statement, not adjusted for the selection)")
-    lines.append(f"estimate {_fmt(ev.estimate)}: {ev.estimate_note}")
-    return head, lines + _evidence_tail(cert, ev)
-
-
-def _evidence_tail(cert: Selection, ev: Evidence) -> list[str]:
-    """The summary's last lines, a risk's or a recovery's alike: the e-value and the objective."""
-    lines = []
-    if ev.e_value is not None:
-        lines.append(f"e-value {ev.e_value:.3g} against the threshold {ev.threshold:.3g} it had to reach "
-                     f"(certified after {ev.certified_at_labels} human labels, {ev.labels_human} bought)")
-    if cert.selected_objective is not None and cert.objective is not None:
-        lines.append(f"{cert.objective.column} = {cert.selected_objective:g} "
-                     f"({cert.objective.goal}, among the {len(cert.certified_set)} certified)")
-    return lines
-
-
-def _recovery_summary(cert: Selection, claim: Claim, ev: Evidence) -> tuple[str, list[str]]:
-    """A recovery job's summary: the same evidence, as shares of the reference's score."""
-    rec, conf = ev.recovery, 1 - cert.procedure.delta
-    head = (f"Deploy {cert.selected}: recovery >= {share_text(rec.simultaneous_lower_bound)} of "
-            f"{claim.reference!r} at {conf:g} confidence")
-    lines = []
-    if rec.lower_bound is not None:
-        lines.append(f"lower bound: recovery >= {share_text(rec.lower_bound)} (its own test, one-sided, at level "
-                     f"{_fmt(ev.level, '.3g')}; a per-candidate statement, not adjusted for the selection)")
-    if rec.estimate is not None:
-        lines.append(f"estimate {rec.estimate:.1%}: mean score / mean reference score over its {rec.labels} "
-                     "labelled items")
-    return head, lines + _evidence_tail(cert, ev)
-
-
-def _rows(cert: Selection) -> list[list[str]]:
-    """The candidate table (testing and estimation jobs) or the model table (rankings)."""
-    if cert.ranking is not None:
-        rk = cert.ranking
-        by = {c.candidate: c for c in cert.candidates}
-        worse = {m: sum(m in b for b in rk.better.values()) for m in rk.order}
-        eps, ties = rk.epsilon, tie_counts(rk)
-        out = [["model", "certified rank", "certified better than", "certified worse than",
-                *([f"certified tied (< {eps:g})"] if eps is not None else []), "possible winner",
-                "mean loss of its labelled items", "items", "Copeland (uncertified)"]]
-        for m in rk.order:
-            out.append([m, rank_text(rk, m), str(len(rk.better[m])), str(worse[m]),
-                        *([str(ties[m])] if eps is not None else []),
-                        "yes" if m in rk.possible_winners else "",
-                        _fmt(by[m].estimate), str(by[m].labels_human), f"{rk.score[m]:+d}"])
-        return out
-    testing = any(c.e_value is not None for c in cert.candidates)
-    judged = any(c.judge is not None for c in cert.candidates)
-    people = any(c.annotators is not None for c in cert.candidates)  # labels from an annotation queue
-    agreed = any(c.annotators is not None and c.annotators.agreement for c in cert.candidates)
-    alpha = cert.procedure.alpha
-    # one level for every candidate (FST, Bonferroni) goes in the header: a column less to scroll
-    levels = {c.level for c in cert.candidates if c.upper_bound is not None}
-    one_level = len(levels) <= 1
-    own_head = f"upper bound (level {next(iter(levels)):.3g})" if len(levels) == 1 else "upper bound"
-    out = [["candidate", "objective", "status", "in set", "simultaneous bound", own_head, *([] if one_level else ["level"]),
-            "estimate", *(["e-value / threshold"] if testing else []), "two-sided interval", "human",
-            *(["to certify / min"] if testing else []), "judge", "requests",
-            *(["judge agrees (kappa)"] if judged else []),
-            *(["annotation tasks: imported / withdrawn"] if people else []),
-            *(["annotators agree: alpha (kappa)"] if agreed else []), "note"]]
-    recovery = cert.claim is not None
-    if recovery:  # the same columns, stated as shares of the reference's score
-        out[0][4:6] = ["simultaneous lower bound", own_head.replace("upper bound", "lower bound")]
-        out[0][out[0].index("estimate")] = "recovery estimate"
-        out[0][out[0].index("two-sided interval")] = "recovery on table"
-    for c in cert.candidates:
-        own = c.upper_bound
-        joint, own_text, est = bound_text(c.simultaneous_bound, alpha), bound_text(own, alpha), _fmt(c.estimate)
-        ci = "" if c.ci is None else f"[{c.ci[0]:.3f}, {bound_text(c.ci[1])}]"
-        if recovery:
-            rec = c.recovery
-            joint, own_text = share_text(rec.simultaneous_lower_bound), share_text(rec.lower_bound)
-            est = "" if rec.estimate is None else f"{rec.estimate:.1%}"
-            ci = "" if rec.on_full_table is None else f"{rec.on_full_table:.1%}"
-        row = [c.candidate, "" if c.objective is None else f"{c.objective:g}", c.status,
-               "yes" if c.certified else "no", joint, own_text,
-               *([] if one_level else ["" if own is None else f"{c.level:.3g}"]), est]
-        if testing:
-            row.append("" if c.e_value is None else f"{c.e_value:.3g} / {c.threshold:.3g}")
-        row += [ci, str(c.labels_human)]
-        if testing:
-            row.append(efficiency_cell(c))
-        row += [str(c.labels_judge), str(c.requests)]
-        if judged:
-            row.append(judge_cell(c.judge))
-        if people:
-            row.append(tasks_cell(c.annotators))
-        if agreed:
-            row.append(agreement_cell(c.annotators))
-        row.append((c.reason or "").replace("|", "/"))
-        out.append(row)
-    return out
+    def __call__(self, c) -> list[str]:
+        return [*([tasks_cell(c.annotators)] if self.people else []),
+                *([agreement_cell(c.annotators)] if self.agreed else [])]
 
 
 def _policy_words(cert: Selection) -> str:
@@ -201,22 +63,6 @@ def _policy_words(cert: Selection) -> str:
         return pol.kind + (f" (partition: {pol.partition})" if "partition" in kind.takes else "")
     drawn = ", sampling without replacement" if pol.sampling == "without-replacement" else ""
     return f"{pol.kind} ({pol.betting} betting{drawn})"
-
-
-def _pair_rows(cert: Selection) -> list[list[str]]:
-    """A ranking's pairs: the certified order (if any), the anytime interval on the difference
-    of the two models' mean losses over the test set, and the items the pair used."""
-    rk = cert.ranking
-    out = [["pair (A - B)", "certified", "interval on R(A) - R(B)", "items"]]
-    for pair, (lo, hi) in rk.difference_intervals.items():
-        a, b = pair.split(" - ", 1)
-        direct = rk.better_direct
-        verdict = (f"{a} better" if b in direct.get(a, ()) else f"{b} better" if a in direct.get(b, ())
-                   else f"{a} better (implied)" if b in rk.better.get(a, ())
-                   else f"{b} better (implied)" if a in rk.better.get(b, ())
-                   else f"tied within {rk.epsilon:g}" if f"{a} ~ {b}" in rk.tied else "undecided")
-        out.append([pair, verdict, f"[{lo:+.3f}, {hi:+.3f}]", str(rk.items_per_pair.get(f"{a} vs {b}", ""))])
-    return out
 
 
 def _incidents(cert: Selection) -> list[str]:
@@ -275,44 +121,24 @@ def _gpu_tables(cert: Selection) -> list[list[list[str]]]:
     return [summary, servers, shares]
 
 
-def _task_tables(cert: Selection) -> list[list[list[str]]]:
-    """An aggregate job's tasks (weight, items, how their losses were scaled) and each
-    candidate's figures on each task; no tables for other jobs."""
-    agg = cert.aggregate
-    if agg is None:
-        return []
-    tasks = [["task", "weight", "items", "loss scale in the stacked table", "table"]] + [
-        [t.name, f"{t.weight:.4g}", str(t.items), f"{t.factor:.4g}", t.data] for t in agg.tasks]
-    names = [t.name for t in agg.tasks]
-    recovery = any("recovery_on_full_table" in c.tasks[names[0]].model_fields_set for c in cert.candidates)
-    what = "recovery on table" if recovery else "R on table"
-    per = [["candidate", *[f"{n}: {what} (human labels)" for n in names]]]
-    for c in cert.candidates:
-        cells = []
-        for n in names:
-            f = c.tasks[n]
-            v = f.recovery_on_full_table if recovery else f.risk_on_full_table
-            cells.append(f"{'' if v is None else (f'{v:.1%}' if recovery else f'{v:.3f}')} ({f.labels_human})")
-        per.append([c.candidate + (" *" if c.selected else ""), *cells])
-    return [tasks, per]
-
-
 def _markdown(cert: Selection, plots) -> str:
-    head, lines = _summary(cert)
+    goal = goal_of(cert)
+    head, lines = goal.summary(cert)
     p = cert.procedure
     out = [f"# certsel: {cert.job}", "", f"> **{head}**", *[f"> {x}  " for x in lines], "",
            f"**Certificate:** {cert.certificate}.", "", cert.guarantee, "",
            f"Policy {_policy_words(cert)}, delta = {p.delta:g}"
            + (f", alpha = {p.alpha:g}" if p.alpha is not None else "") + f", procedure: {p.level}.", ""]
     labels = _labels_table(cert)
-    for table in (labels, *_gpu_tables(cert), _rows(cert),
-                  *([_pair_rows(cert)] if cert.ranking is not None else []), *_task_tables(cert)):
+    sections = [t for part in goal.sections(cert) for t in part.tables]
+    for table in (labels, *_gpu_tables(cert), goal.rows(cert, _PeopleCells(cert)), *sections):
         out += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
         out += ["| " + " | ".join(r) + " |" for r in table[1:]] + [""]
         if table is labels and cert.labels.oracle is not None:
             out += [oracle_line(cert.labels.oracle), ""]
-    if cert.ranking is None:
-        out += [_bounds_note(cert), ""]
+    note = goal.note(cert)
+    if note is not None:
+        out += [note, ""]
     incidents = _incidents(cert)
     if incidents:
         out += ["**Ended without evidence:**", *[f"- {x}" for x in incidents], ""]
@@ -338,18 +164,13 @@ _HTML = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True
 <h2>GPU time</h2><p class="muted">{{ gpu_words }}</p>
 {{ table(gpu[0]) }}<div class="wide">{{ table(gpu[1]) }}</div>{{ table(gpu[2]) }}
 {% endif %}
-<h2>{{ 'Models' if pairs else 'Candidates' }}</h2>
+<h2>{{ table_heading }}</h2>
 <div class="wide">{{ table(rows, classes) }}</div>
-{% if pairs %}
-<h2>Pairs</h2><p class="muted">Each interval holds at every step with the pair's level; the orders shown as certified hold together with probability at least 1 - delta.</p>
-<div class="wide">{{ table(pairs) }}</div>
-{% else %}
-<p class="muted">{{ bounds_note }}</p>
-{% endif %}
-{% if tasks %}
-<h2>Tasks</h2><p class="muted">{{ aggregate_words }}: one test on the tasks' stacked items, each task's losses scaled so that the stacked mean is R / M.</p>
-{{ table(tasks[0]) }}<div class="wide">{{ table(tasks[1]) }}</div>
-{% endif %}
+{% if note %}<p class="muted">{{ note }}</p>{% endif %}
+{% for s in sections %}
+<h2>{{ s.heading }}</h2><p class="muted">{{ s.note }}</p>
+{% for t in s.tables %}<div class="wide">{{ table(t) }}</div>{% endfor %}
+{% endfor %}
 {% if incidents %}<h2>Ended without evidence</h2><ul>{% for x in incidents %}<li>{{ x }}</li>{% endfor %}</ul>{% endif %}
 <h2>Plots</h2>
 {% for name, data in images %}<img alt="{{ name }}" src="data:image/png;base64,{{ data }}">
@@ -364,23 +185,19 @@ _GPU_WORDS = ("The job's own model servers: measured seconds times the GPUs each
 
 
 def _html(cert: Selection, plots) -> str:
-    head, lines = _summary(cert)
+    goal = goal_of(cert)
+    head, lines = goal.summary(cert)
     p = cert.procedure
-    ranking = cert.ranking is not None
-    if ranking:
-        classes = ["selected" if m == cert.selected else "" for m in cert.ranking.order]
-    else:
-        classes = [" ".join(x for x in ("selected" if c.selected else "", "certified" if c.certified else "")
-                            if x) for c in cert.candidates]
     # embedded: the report is one file that opens anywhere (MLflow, a download, a mail)
     images = [(pathlib.Path(q).stem, base64.b64encode(pathlib.Path(q).read_bytes()).decode()) for q in plots]
     return _HTML.render(
         job=cert.job, css=_CSS, selected=cert.selected, head=head, lines=lines,
         certificate=cert.certificate, guarantee=cert.guarantee, policy=_policy_words(cert),
         delta=f"{p.delta:g}", alpha=f"{p.alpha:g}" if p.alpha is not None else None, level=p.level,
-        labels=_labels_table(cert), labels_note=oracle_line(cert.labels.oracle), rows=_rows(cert), classes=classes, pairs=_pair_rows(cert) if ranking else None,
-        bounds_note=_bounds_note(cert), incidents=_incidents(cert), images=images, tasks=_task_tables(cert),
-        aggregate_words=None if cert.aggregate is None else cert.aggregate.words, gpu=_gpu_tables(cert), gpu_words=_GPU_WORDS)
+        labels=_labels_table(cert), labels_note=oracle_line(cert.labels.oracle), table_heading=goal.table_heading,
+        rows=goal.rows(cert, _PeopleCells(cert)), classes=goal.classes(cert), note=goal.note(cert),
+        sections=goal.sections(cert), incidents=_incidents(cert), images=images, gpu=_gpu_tables(cert),
+        gpu_words=_GPU_WORDS)
 
 
 def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:

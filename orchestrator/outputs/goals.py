@@ -1,0 +1,424 @@
+"""What a job certifies, as its outputs present it: one object per goal, asked for its parts.
+
+A certificate (:class:`~.selection_schema.Selection`) states one of a few goals: a selection of
+candidates whose risk R is at most alpha (:class:`RiskSelection`), the same stated as a recovery
+against a reference model (:class:`RecoverySelection`), a pairwise ranking
+(:class:`RankingGoal`); an aggregate over stacked tasks adds its per-task parts to either
+selection (:class:`Aggregate`). :func:`goal_of` finds the goal once; the terminal
+(``certsel/terminal.py``) and the report (``report.py``) ask it for the headline's
+companions, the table, the legend, the summary box and the sections, and know no goal
+themselves. A new goal is a new class here.
+
+Pure formatting of the typed certificate, no heavy imports: ``certsel show`` starts at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .cells import efficiency_cell, judge_cell, rank_text, tie_counts
+from .numbers import bound_text, share_text
+
+
+@dataclass(frozen=True)
+class Column:
+    """A terminal table column: ``keep`` 0 is never dropped; larger values are dropped first when
+    the terminal is too narrow."""
+
+    name: str
+    keep: int = 0
+
+
+@dataclass(frozen=True)
+class Section:
+    """A part of the report after the candidates' table: a heading, a note and its tables."""
+
+    heading: str
+    note: str
+    tables: list = field(default_factory=list)
+
+
+def _fmt(x, spec: str = ".3f") -> str:
+    return "" if x is None else format(x, spec)
+
+
+BOUNDS_LEGEND = ("simultaneous bound: R <= it for every candidate at once, with probability >= {conf:g} (<= alpha "
+                 "exactly for the certified set; blank: no statement). upper bound: the one-sided bound that inverts "
+                 "the candidate's own test at the level of its decision; a per-candidate statement, not adjusted for "
+                 "the selection. to certify / min: human labels until certified against log(1/level) / KL_inf, the "
+                 "fewest any test would need on average, estimated from its own labels (a rough guide). Names: "
+                 "docs/glossary.md.")
+
+RECOVERY_LEGEND = ("simultaneous lower bound: on E[score] / E[reference score] for every candidate at once, with "
+                   "probability >= {conf:g} (>= {r:g} exactly for the certified set; blank: no statement). lower "
+                   "bound: the candidate's own test's bound at the level of its decision (R-Eval on a table: "
+                   "inverting its test; otherwise r + 1 - (1 + r) U from its risk bound U). recovery estimate: mean "
+                   "score / mean reference score on its labelled items. to certify / min: as for risks, on its "
+                   "recovery losses. Names: docs/glossary.md.")
+
+BOUNDS_NOTE = ("Simultaneous bound: R is at most it for every candidate at once, with probability at least {conf:g} (at "
+               "most alpha exactly for the certified set; blank: no statement about that candidate). This is the "
+               "statement that keeps its level for the selected candidate, whatever made it the selected one. Upper "
+               "bound: the one-sided bound that inverts the candidate's own test, at the level of its decision "
+               "(level column); a per-candidate statement, not adjusted for the selection. The two-sided interval "
+               "is at the candidate's interval level, split over both sides. Upper bounds are rounded up. To "
+               "certify / min: human labels until certified against log(1/level) / KL_inf, the fewest any test "
+               "would need on average, estimated from the candidate's own labels (a rough guide: from few labels "
+               "taken until the evidence was strong it tends to be optimistic).")
+
+RECOVERY_NOTE = ("Recovery is E[score] / E[reference score]; the job certifies recovery >= {r:g} as the risk test of "
+                 "the losses (r s_ref - s + 1) / (1 + r) at alpha = 1 / (1 + r). Simultaneous lower bound: at least it "
+                 "for every candidate at once, with probability at least {conf:g} (at least r exactly for the "
+                 "certified set; blank: no statement). Lower bound: the bound of the candidate's own test at the level "
+                 "of its decision (R-Eval on a table inverts its test over r; a judge-assisted test or a live job "
+                 "carries its risk bound U over as r + 1 - (1 + r) U). Lower bounds are rounded down. Recovery "
+                 "estimate: mean score over mean reference score on the candidate's labelled items; recovery on "
+                 "table: the same on every item of the table.")
+
+
+class RiskSelection:
+    """Candidates certified R <= alpha under a multiple-testing procedure, one selected among them."""
+
+    # the four bound columns' words (a recovery states the same quantities as shares)
+    joint_head, own_word, estimate_head, interval_head = "simultaneous bound", "upper bound", "estimate", \
+        "two-sided interval"
+
+    def target(self, cert) -> str:
+        return f"alpha={cert.procedure.alpha:g}"
+
+    def title(self, cert) -> str:
+        p = cert.procedure
+        return f"{cert.job}: {cert.policy.kind} / {p.level}, {self.target(cert)}"
+
+    def cells(self, c, alpha) -> tuple[str, str, str, str]:
+        """A candidate's simultaneous bound, own bound, estimate and interval, as the tables show them."""
+        ci = "" if c.ci is None else f"[{c.ci[0]:.3f}, {bound_text(c.ci[1])}]"
+        return bound_text(c.simultaneous_bound, alpha), bound_text(c.upper_bound, alpha), _fmt(c.estimate), ci
+
+    def extra_columns(self, cert) -> tuple[list[str], list[list[str]]]:
+        """Columns a goal adds after the human labels (an aggregate: labels by task): heads, cells per row."""
+        return [], [[] for _ in cert.candidates]
+
+    def table(self, cert) -> tuple[str, list[Column], list[list[str]], list[bool]]:
+        """The terminal's per-candidate table: the simultaneous bound (what the certificate is about)
+        first, then the candidate's own bound at its level, the two-sided interval as a secondary
+        column; the judge's agreement when there is one."""
+        alpha, cands = cert.procedure.alpha, cert.candidates
+        testing = any(c.e_value is not None for c in cands)
+        judged = any(c.judge is not None for c in cands)
+        levels = {c.level for c in cands if c.upper_bound is not None}
+        # one name per quantity (docs/glossary.md): selection.json's simultaneous_bound and upper_bound
+        own = self.own_word + (f" (level {next(iter(levels)):.3g})" if len(levels) == 1 else " @ level")
+        extra, extra_cells = self.extra_columns(cert)
+        # "in set" repeats the status for most procedures: it goes last of the secondary columns
+        cols = [Column("candidate"), Column("objective", 2), Column("status"), Column("in set", 1),
+                *([Column("e-value / threshold", 3)] if testing else []), Column(self.joint_head), Column(own, 4),
+                Column(self.estimate_head, 5), Column(self.interval_head, 7), Column("human", 1),
+                *[Column(x, 2) for x in extra], *([Column("to certify / min", 6)] if testing else []),
+                *([Column("judge agrees (kappa)", 6)] if judged else [])]
+        rows = []
+        for c, more in zip(cands, extra_cells, strict=True):
+            joint, ub, est, ci = self.cells(c, alpha)
+            if ub and len(levels) > 1:
+                ub += f" @ {c.level:.3g}"
+            row = [c.candidate + (" *" if c.selected else ""), "" if c.objective is None else f"{c.objective:g}",
+                   c.status, "yes" if c.certified else "no"]
+            if testing:
+                row.append("" if c.e_value is None else f"{c.e_value:.3g} / {c.threshold:.3g}")
+            row += [joint, ub, est, ci, str(c.labels_human), *more]
+            if testing:
+                row.append(efficiency_cell(c))
+            if judged:
+                row.append(judge_cell(c.judge))
+            rows.append(row)
+        return self.title(cert), cols, rows, [c.selected for c in cands]
+
+    def after_table(self, cert) -> list[str]:
+        """The terminal's lines under the table: what its bounds mean."""
+        return [BOUNDS_LEGEND.format(conf=1 - cert.procedure.delta)]
+
+    def after_headline(self, cert) -> list[str]:
+        return []
+
+    def evidence(self, cert) -> str | None:
+        """The selected candidate's own evidence, one labelled line per number, each with the level
+        it has (the names of docs/glossary.md)."""
+        ev = cert.evidence
+        if ev is None or ev.upper_bound is None:
+            return None
+        lines = [f"  upper bound: R <= {bound_text(ev.upper_bound, cert.procedure.alpha)} (its own test, one-sided, "
+                 f"at level {ev.level:.3g}; not adjusted for the selection)"]
+        if ev.e_value is not None:
+            lines.append(f"  e-value: {ev.e_value:.3g} (threshold {ev.threshold:.3g})")
+        lines.append(f"  estimate: {ev.estimate:.3f} ({ev.estimate_note})")
+        if ev.certified_at_labels:
+            lines.append(f"  human labels: certified after {ev.certified_at_labels}, {ev.labels_human} bought"
+                         + (f"; any test would need about {ev.labels_minimum_estimate:.0f} on average (estimated "
+                            "from its labels)" if ev.labels_minimum_estimate else ""))
+        else:
+            lines.append(f"  human labels: {ev.labels_human}")
+        return "\n".join(["evidence:", *lines])
+
+    # -- the report ------------------------------------------------------------------------------
+    def summary(self, cert) -> tuple[str, list[str]]:
+        """The report's summary box: a headline and its supporting lines (plain text)."""
+        sel, p = cert.selected, cert.procedure
+        if sel is None:
+            return "Nothing certified", [f"No candidate was certified {self.claim_words(cert)} at "
+                                         f"{1 - p.delta:g} confidence within its budget."]
+        head, lines = self.deploy(cert)
+        return head, lines + self._evidence_tail(cert)
+
+    def claim_words(self, cert) -> str:
+        return f"R <= {cert.procedure.alpha:g}"
+
+    def deploy(self, cert) -> tuple[str, list[str]]:
+        ev, p = cert.evidence, cert.procedure
+        head = f"Deploy {cert.selected}: R <= {bound_text(ev.simultaneous_bound, p.alpha)} at {1 - p.delta:g} confidence"
+        lines = []
+        if ev.upper_bound is not None:
+            lines.append(f"upper bound: R <= {bound_text(ev.upper_bound, p.alpha)} (its own test, one-sided, at level "
+                         f"{_fmt(ev.level, '.3g')}; a per-candidate statement, not adjusted for the selection)")
+        lines.append(f"estimate {_fmt(ev.estimate)}: {ev.estimate_note}")
+        return head, lines
+
+    def _evidence_tail(self, cert) -> list[str]:
+        """The summary's last lines, a risk's or a recovery's alike: the e-value and the objective."""
+        ev, lines = cert.evidence, []
+        if ev.e_value is not None:
+            lines.append(f"e-value {ev.e_value:.3g} against the threshold {ev.threshold:.3g} it had to reach "
+                         f"(certified after {ev.certified_at_labels} human labels, {ev.labels_human} bought)")
+        if cert.selected_objective is not None and cert.objective is not None:
+            lines.append(f"{cert.objective.column} = {cert.selected_objective:g} "
+                         f"({cert.objective.goal}, among the {len(cert.certified_set)} certified)")
+        return lines
+
+    def rows(self, cert, extra) -> list[list[str]]:
+        """The report's candidate table; ``extra(c)`` gives the source's cells after the judge's
+        (annotators), with their heads as ``extra.heads``."""
+        cands, alpha = cert.candidates, cert.procedure.alpha
+        testing = any(c.e_value is not None for c in cands)
+        judged = any(c.judge is not None for c in cands)
+        # one level for every candidate (FST, Bonferroni) goes in the header: a column less to scroll
+        levels = {c.level for c in cands if c.upper_bound is not None}
+        one_level = len(levels) <= 1
+        own_head = f"{self.own_word} (level {next(iter(levels)):.3g})" if len(levels) == 1 else self.own_word
+        out = [["candidate", "objective", "status", "in set", self.joint_head, own_head,
+                *([] if one_level else ["level"]), self.estimate_head, *(["e-value / threshold"] if testing else []),
+                self.interval_head, "human", *(["to certify / min"] if testing else []), "judge", "requests",
+                *(["judge agrees (kappa)"] if judged else []), *extra.heads, "note"]]
+        for c in cands:
+            joint, own_text, est, ci = self.cells(c, alpha)
+            row = [c.candidate, "" if c.objective is None else f"{c.objective:g}", c.status,
+                   "yes" if c.certified else "no", joint, own_text,
+                   *([] if one_level else ["" if c.upper_bound is None else f"{c.level:.3g}"]), est]
+            if testing:
+                row.append("" if c.e_value is None else f"{c.e_value:.3g} / {c.threshold:.3g}")
+            row += [ci, str(c.labels_human)]
+            if testing:
+                row.append(efficiency_cell(c))
+            row += [str(c.labels_judge), str(c.requests)]
+            if judged:
+                row.append(judge_cell(c.judge))
+            row += [*extra(c), (c.reason or "").replace("|", "/")]
+            out.append(row)
+        return out
+
+    def classes(self, cert) -> list[str]:
+        return [" ".join(x for x in ("selected" if c.selected else "", "certified" if c.certified else "") if x)
+                for c in cert.candidates]
+
+    def note(self, cert) -> str | None:
+        """What the report's bounds mean (under the candidates' table)."""
+        return BOUNDS_NOTE.format(conf=1 - cert.procedure.delta)
+
+    def sections(self, cert) -> list[Section]:
+        return []
+
+    table_heading = "Candidates"
+
+
+class RecoverySelection(RiskSelection):
+    """A selection certified as recovery >= r against a reference model: the same evidence, stated
+    as shares of the reference's score."""
+
+    joint_head, own_word, estimate_head, interval_head = "simultaneous lower bound", "lower bound", \
+        "recovery estimate", "recovery on table"
+
+    def target(self, cert) -> str:
+        return cert.claim.words
+
+    def claim_words(self, cert) -> str:
+        return cert.claim.words
+
+    def cells(self, c, alpha) -> tuple[str, str, str, str]:
+        rec = c.recovery
+        return (share_text(rec.simultaneous_lower_bound), share_text(rec.lower_bound),
+                "" if rec.estimate is None else f"{rec.estimate:.1%}",
+                "" if rec.on_full_table is None else f"{rec.on_full_table:.1%}")
+
+    def after_table(self, cert) -> list[str]:
+        return [RECOVERY_LEGEND.format(conf=1 - cert.procedure.delta, r=cert.claim.at_least)]
+
+    def evidence(self, cert) -> str | None:
+        """The selected candidate's own evidence in a recovery job, one labelled line each."""
+        ev = cert.evidence
+        if ev is None or ev.recovery is None:
+            return None
+        rec = ev.recovery
+        lines = [f"  lower bound: recovery >= {share_text(rec.lower_bound)} (its own test, one-sided, at level "
+                 f"{ev.level:.3g}; not adjusted for the selection)"]
+        if ev.e_value is not None:
+            lines.append(f"  e-value: {ev.e_value:.3g} (threshold {ev.threshold:.3g})")
+        if rec.estimate is not None:
+            lines.append(f"  estimate: {rec.estimate:.1%} (mean score / mean reference score over its "
+                         f"{rec.labels} labelled items)")
+        return "\n".join(["evidence:", *lines])
+
+    def deploy(self, cert) -> tuple[str, list[str]]:
+        ev, claim = cert.evidence, cert.claim
+        rec, conf = ev.recovery, 1 - cert.procedure.delta
+        head = (f"Deploy {cert.selected}: recovery >= {share_text(rec.simultaneous_lower_bound)} of "
+                f"{claim.reference!r} at {conf:g} confidence")
+        lines = []
+        if rec.lower_bound is not None:
+            lines.append(f"lower bound: recovery >= {share_text(rec.lower_bound)} (its own test, one-sided, at level "
+                         f"{_fmt(ev.level, '.3g')}; a per-candidate statement, not adjusted for the selection)")
+        if rec.estimate is not None:
+            lines.append(f"estimate {rec.estimate:.1%}: mean score / mean reference score over its {rec.labels} "
+                         "labelled items")
+        return head, lines
+
+    def note(self, cert) -> str | None:
+        return RECOVERY_NOTE.format(r=cert.claim.at_least, conf=1 - cert.procedure.delta)
+
+
+class Aggregate:
+    """A selection (of risks or recoveries) on the stacked items of several tasks: the goal it
+    wraps, plus each candidate's labels by task and the tasks' tables."""
+
+    def __init__(self, inner: RiskSelection):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def extra_columns(self, cert):
+        tasks = [t.name for t in cert.aggregate.tasks]
+        return (["by task: " + " / ".join(tasks)],
+                [[" / ".join(str(c.tasks[t].labels_human) for t in tasks)] for c in cert.candidates])
+
+    def table(self, cert):
+        return RiskSelection.table(self, cert)
+
+    def after_headline(self, cert) -> list[str]:
+        agg = cert.aggregate
+        return [f"aggregate: one test on the {cert.data.items} stacked items of {len(agg.tasks)} tasks, losses scaled "
+                f"so that their mean is R / M (M = {agg.unit:.4g}; tested at alpha / M = {agg.policy_alpha:.4g})"]
+
+    def sections(self, cert) -> list[Section]:
+        """The tasks (weight, items, how their losses were scaled) and each candidate's figures on each task."""
+        agg = cert.aggregate
+        tasks = [["task", "weight", "items", "loss scale in the stacked table", "table"]] + [
+            [t.name, f"{t.weight:.4g}", str(t.items), f"{t.factor:.4g}", t.data] for t in agg.tasks]
+        names = [t.name for t in agg.tasks]
+        recovery = any("recovery_on_full_table" in c.tasks[names[0]].model_fields_set for c in cert.candidates)
+        what = "recovery on table" if recovery else "R on table"
+        per = [["candidate", *[f"{n}: {what} (human labels)" for n in names]]]
+        for c in cert.candidates:
+            cells = []
+            for n in names:
+                f = c.tasks[n]
+                v = f.recovery_on_full_table if recovery else f.risk_on_full_table
+                cells.append(f"{'' if v is None else (f'{v:.1%}' if recovery else f'{v:.3f}')} ({f.labels_human})")
+            per.append([c.candidate + (" *" if c.selected else ""), *cells])
+        return [Section("Tasks", f"{agg.words}: one test on the tasks' stacked items, each task's losses scaled so "
+                                 "that the stacked mean is R / M.", [tasks, per])]
+
+
+class RankingGoal:
+    """A pairwise ranking: the partial order its pairs certified, with ties and rank intervals."""
+
+    table_heading = "Models"
+
+    def title(self, cert) -> str:
+        rk, p = cert.ranking, cert.procedure
+        return (f"{cert.job}: {cert.policy.kind} / {p.level} "
+                f"({rk.pairs_certified} of {rk.pairs} pair orders certified)")
+
+    def _model_rows(self, cert, heads: list[str]) -> list[list[str]]:
+        rk = cert.ranking
+        by = {c.candidate: c for c in cert.candidates}
+        worse = {m: sum(m in b for b in rk.better.values()) for m in rk.order}
+        eps, ties = rk.epsilon, tie_counts(rk)
+        return [[m, rank_text(rk, m), str(len(rk.better[m])), str(worse[m]),
+                 *([str(ties[m])] if eps is not None else []), "yes" if m in rk.possible_winners else "",
+                 _fmt(by[m].estimate), str(by[m].labels_human), f"{rk.score[m]:+d}"] for m in rk.order]
+
+    def table(self, cert):
+        """A ranking as the partial order it certifies: per model its certified wins and losses."""
+        eps = cert.ranking.epsilon
+        cols = [Column("model"), Column("rank (certified)"), Column("better than"), Column("worse than"),
+                *([Column(f"tied (< {eps:g})")] if eps is not None else []), Column("possible winner", 1),
+                Column("mean loss", 2), Column("items", 1), Column("Copeland (uncertified)", 3)]
+        rows = self._model_rows(cert, [])
+        return self.title(cert), cols, rows, [False] * len(rows)
+
+    def after_table(self, cert) -> list[str]:
+        return ["possible winners (no other model is certified better): " + ", ".join(cert.ranking.possible_winners)]
+
+    def after_headline(self, cert) -> list[str]:
+        return []
+
+    def evidence(self, cert) -> str | None:
+        return None
+
+    def summary(self, cert) -> tuple[str, list[str]]:
+        from .cells import headline
+
+        rk, sel = cert.ranking, cert.selected
+        head = f"Best model: {sel}" if sel else "No model is certified better than all others"
+        if rk.topk is not None:  # a top-k ranking leads with its top set
+            head = headline(cert).replace("top-", "Top ", 1)
+        return head, [f"{rk.pairs_certified} of {rk.pairs} pair orders certified; all of them hold together with "
+                      f"probability >= {1 - cert.procedure.delta:g}.",
+                      "Possible winners (no model certified better): " + ", ".join(rk.possible_winners)]
+
+    def rows(self, cert, extra) -> list[list[str]]:
+        eps = cert.ranking.epsilon
+        return [["model", "certified rank", "certified better than", "certified worse than",
+                 *([f"certified tied (< {eps:g})"] if eps is not None else []), "possible winner",
+                 "mean loss of its labelled items", "items", "Copeland (uncertified)"], *self._model_rows(cert, [])]
+
+    def classes(self, cert) -> list[str]:
+        return ["selected" if m == cert.selected else "" for m in cert.ranking.order]
+
+    def note(self, cert) -> str | None:
+        return None
+
+    def sections(self, cert) -> list[Section]:
+        """The pairs: the certified order (if any), the anytime interval on the difference of the two
+        models' mean losses over the test set, and the items the pair used."""
+        rk = cert.ranking
+        out = [["pair (A - B)", "certified", "interval on R(A) - R(B)", "items"]]
+        for pair, (lo, hi) in rk.difference_intervals.items():
+            a, b = pair.split(" - ", 1)
+            direct = rk.better_direct
+            verdict = (f"{a} better" if b in direct.get(a, ()) else f"{b} better" if a in direct.get(b, ())
+                       else f"{a} better (implied)" if b in rk.better.get(a, ())
+                       else f"{b} better (implied)" if a in rk.better.get(b, ())
+                       else f"tied within {rk.epsilon:g}" if f"{a} ~ {b}" in rk.tied else "undecided")
+            out.append([pair, verdict, f"[{lo:+.3f}, {hi:+.3f}]", str(rk.items_per_pair.get(f"{a} vs {b}", ""))])
+        return [Section("Pairs", "Each interval holds at every step with the pair's level; the orders shown as "
+                                 "certified hold together with probability at least 1 - delta.", [out])]
+
+
+RISK, RECOVERY, RANKING = RiskSelection(), RecoverySelection(), RankingGoal()
+
+
+def goal_of(cert):
+    """The goal a certificate states (the one place the outputs tell goals apart)."""
+    if cert.ranking is not None:
+        return RANKING
+    goal = RECOVERY if cert.claim is not None else RISK
+    return goal if cert.aggregate is None else Aggregate(goal)
