@@ -12,7 +12,6 @@ alpha = 1 - T is "mean score >= T".
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import pathlib

@@ -127,7 +127,7 @@ class PairwiseRounds:
                            "loss": np.fromiter(k.values(), dtype=np.float64, count=len(k))} for k in self.known]}
 
     def advance(self) -> list[CandidateRecord] | None:
-        cfg, names, pairs, known, dead = self.plan.cfg, self.names, self.pairs, self.known, self.dead
+        names, pairs, known, dead = self.names, self.pairs, self.known, self.dead
         ii, jj, cap = self.ii, self.jj, self.cap
         n = pairs.n_labeled
         open_pairs = np.flatnonzero(decisions.open_pairs(self.evidence(), self.rules))

@@ -33,7 +33,6 @@ data (e.g. FST's frontier) without touching validity, and:
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 

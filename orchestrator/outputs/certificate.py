@@ -31,47 +31,28 @@ from .gpu import gpu_block
 from .selection_schema import SCHEMA_VERSION, Selection, parse
 from certsel.policies.kinds import BettingTestKind, CerEvalKind, JudgeStratifiedKind, SeqKind
 
-from certsel.orchestrator.results.records import JobResult, RecoveryRow
+from certsel.orchestrator.results.records import JobResult
 from certsel.orchestrator.inputs.sources import source_of
 
 from .numbers import _round, bound_text, round_down, round_up, share_text  # noqa: F401  (re-exported)
 from .cells import efficiency_cell, judge_cell, rank_text, tie_counts  # noqa: F401  (re-exported)
-from . import aggregate as _aggregate
+from .goals import goal_for, goal_for_config
 
 
 BUILT_IN = (BettingTestKind, JudgeStratifiedKind, SeqKind, CerEvalKind)  # their wording is below
 
 def recovery_claim_words(cfg) -> str:
     """The claim a recovery job certifies, in words: "recovery >= 95% of 'score_fp_human'"."""
-    if cfg.aggregate is not None:  # the tasks' weighted scores: sum_t w_t E[s_t] / sum_t w_t E[s_ref,t]
-        return f"weighted recovery over the tasks >= {cfg.recovery.at_least * 100:g}% of {cfg.recovery_reference!r}"
-    return f"recovery >= {cfg.recovery.at_least * 100:g}% of {cfg.recovery_reference!r}"
-
-
-def _loss_words(cfg) -> str:
-    """What one item's loss is: the loss itself, or the drop against the reference model."""
-    if cfg.recovery is not None:
-        r = cfg.recovery.at_least
-        return (f"recovery loss (r s_ref - s + 1) / (1 + r) with r = {r:g} (s: the candidate's score, s_ref: the score "
-                f"of the reference {cfg.recovery_reference!r}; R <= 1 / (1 + r) = {cfg.alpha:.6g} exactly when the "
-                f"recovery E[s] / E[s_ref] is >= {r:g})")
-    own = source_of(cfg).loss_words(cfg)  # a source whose loss needs saying (people's verdicts)
-    if own is not None:
-        return own
-    ref = None if cfg.live is None else cfg.live.reference
-    if ref is None:
-        return "loss"
-    name = ref if isinstance(ref, str) else (ref.server or ref.model)
-    return (f"drop against the reference model {name!r} (per item: max(loss(candidate) - loss(reference), 0), "
-            "with score = 1 - loss)")
+    return goal_for_config(cfg).claim_words_of(cfg)
 
 
 def _guarantee(result: JobResult) -> str:
     """What R is and why the certificate holds, in words."""
     cfg, n_items = result.cfg, result.data.n_items
-    loss = _loss_words(cfg)
+    goal = goal_for(result)
+    loss = goal.loss_words(cfg)
     kind = cfg.policy.policy_kind
-    stacked = None if result.data.aggregate is None else _aggregate.subject(result, loss)
+    stacked = goal.subject(result, loss)
     if kind.guarantee is not None or not isinstance(kind, BUILT_IN):  # a kind registered by the user
         why = kind.guarantee or f"The statement holds by the argument of policy kind {kind.name!r} (its documentation)."
         first = stacked or f"R is a candidate's mean {loss} over the {n_items} items of the test set."
@@ -124,42 +105,9 @@ def _fields(result: JobResult) -> dict:
     K = len(result.records)
     sel = result.selected_record
     in_set = set(result.certified)
-    proc = cfg.proc
-    pairwise = proc.ranking
-    rk = result.ranking
-    if pairwise and rk.topk is not None:
-        t = rk.topk
-        statement = (f"the {t.k} best models include {', '.join(t.certified_in) or 'none certified'} and exclude "
-                     f"{', '.join(t.certified_out) or 'none certified'}"
-                     + (f"; undetermined: {', '.join(t.undetermined)}" if t.undetermined else "")
-                     + f", simultaneously with probability >= {1 - cfg.delta:g}" + _ties_words(rk))
-    elif sel is None and pairwise:
-        statement = (f"no model is certified better than all {K - 1} others; the {rk.pairs_certified} certified "
-                     f"of {rk.pairs} pair orders hold simultaneously with probability >= {1 - cfg.delta:g} "
-                     f"(possible winners: {', '.join(rk.possible_winners)})" + _ties_words(rk))
-    elif sel is None:
-        statement = "no candidate certified"
-    elif pairwise:
-        statement = (f"{sel.name} has a lower risk than each of the other {K - 1} models; every certified order "
-                     f"holds simultaneously with probability >= {1 - cfg.delta:g}" + _ties_words(rk))
-    else:
-        statement = (f"R({sel.name}) <= {bound_text(sel.joint_bound, cfg.alpha)} with probability >= "
-                     f"{1 - cfg.delta:g}, {proc.joint_words(cfg.alpha, len(in_set), K)} ({result.level})"
-                     + _nominal(cfg))
-        if result.data.pilot is not None:
-            statement += (f"; the sequence ran from {result.data.pilot.start} (a judge-only pilot's start: the "
-                          f"{len(result.data.pilot.skipped)} configs before it were not tested)")
-    recovery = None if result.recovery is None else [_recovery_dict(x) for x in result.recovery]
-    if cfg.recovery is not None and recovery is None:
-        raise ValueError("a recovery statement needs the job's label log (collect_labels)")
-    per_task = None if result.data.aggregate is None else _aggregate.task_rows(result)
-    if per_task is not None and sel is not None and recovery is None:
-        statement += f"; {_aggregate.aggregate_words(result)}"
-    if recovery is not None and sel is not None:
-        statement = (f"recovery({sel.name}) >= {share_text(recovery[sel.index]['simultaneous_lower_bound'])} of "
-                     f"{cfg.recovery_reference!r} with probability >= {1 - cfg.delta:g}, simultaneously for the "
-                     f"{len(in_set)} certified of {K} candidates ({recovery_claim_words(cfg)} for each; "
-                     f"{result.level})")
+    goal = goal_for(result)
+    statement = goal.statement(result)
+    extra = goal.candidate_fields(result)
     ci_delta = result.ci_delta
     guarantee = _guarantee(result)
     levels = result.levels  # the level each candidate's decision was taken at (e-values: threshold 1/level)
@@ -186,15 +134,12 @@ def _fields(result: JobResult) -> dict:
             row["judge"] = {k: (_round(v, 4) if isinstance(v, float) else v) for k, v in r.judge.items()}
         if r.queue is not None:
             row["annotators"] = dataclasses.asdict(r.queue)
-        if recovery is not None:
-            row["recovery"] = recovery[r.index]
-        if per_task is not None:
-            row["tasks"] = per_task[r.index]
+        row.update(extra[r.index])
         return row
 
     rows = [cand(r) for r in result.records]
     evidence = None
-    if sel is not None and not pairwise:
+    if sel is not None and goal.has_evidence:
         s = rows[sel.index]
         evidence = {k: s.get(k) for k in ("simultaneous_bound", "e_value", "threshold", "log_e_value", "upper_bound",
                                           "level", "ci", "estimate", "certified_at_labels", "labels_minimum_estimate",
@@ -204,8 +149,7 @@ def _fields(result: JobResult) -> dict:
                                      "fixed number of labels, not at this data-dependent stop"
                                      if cfg.policy.is_testing else "the midpoint of the two-sided interval")
         evidence["ci_level"] = 1 - ci_delta
-        if recovery is not None:
-            evidence["recovery"] = s["recovery"]
+        evidence.update(goal.evidence_fields(result, sel.index))
     saved = {k: (1 - result.spent[k] / result.full[k]) if result.full[k] else 0.0 for k in result.spent}
     if cfg.costs is not None:
         for r, row in zip(result.records, rows, strict=True):
@@ -218,13 +162,12 @@ def _fields(result: JobResult) -> dict:
         "selected": result.selected,
         "selected_objective": None if sel is None else sel.objective,
         "certificate": statement,
-        **({} if recovery is None else {"claim": _recovery_claim(cfg)}),
-        **({} if per_task is None else {"aggregate": _aggregate.claim(result)}),
+        **goal.top_fields(result),
         "guarantee": guarantee,
         "evidence": evidence,
         "certified_set": list(result.certified),
         "procedure": {"name": cfg.procedure, "delta": cfg.delta, "level": result.level, "candidates": K,
-                      **({} if pairwise else {"alpha": cfg.alpha})},
+                      **goal.procedure_fields(cfg)},
         "policy": {"kind": cfg.policy.kind, "betting": cfg.policy.strategy.describe(), "radius": cfg.policy.radius,
                    "partition": cfg.policy.partition,
                    **({"sampling": cfg.policy.sampling} if cfg.policy.without_replacement else {})},
@@ -243,28 +186,28 @@ def _fields(result: JobResult) -> dict:
         "resume": None if result.resume is None else dataclasses.asdict(result.resume),
         "recovered": None if result.recovered is None else dataclasses.asdict(result.recovered),
         "seconds": _round(result.seconds, 3),
-        "candidates": _sorted_rows(cfg, rows),
+        "candidates": _sorted_rows(cfg, rows, goal.by_objective(cfg)),
     }
-    if result.ranking is not None:
-        out["ranking"] = result.ranking.as_dict()
     if result.data.pilot is not None:
         out["pilot"] = _pilot(result.data.pilot)
     return out
 
 
-def _oracle(o) -> dict:
-    """Labels used against the oracle's estimate (engine/derived.py), rounded for the file."""
-    if o.basis == "ranking":
-        note = ("an oracle that knew each pair's mean difference and spread would decide each pair that no model "
+_ORACLE_NOTES = {
+    "ranking": ("an oracle that knew each pair's mean difference and spread would decide each pair that no model "
                 "between them can decide, with the normal bound for sampling without replacement at the pair's level "
                 "(a model labelled as far as its furthest such pair), moments estimated from the job's labels: a "
-                "plug-in estimate, not a bound")
-    else:
-        note = ("an oracle that knew every risk would test only the certified candidates, each with the fewest labels "
-                "any level test needs on average (log(1/level) / KL_inf, or the prediction-powered floor with a "
-                "judge), estimated from their own labels: a plug-in estimate, not a bound")
+                "plug-in estimate, not a bound"),
+    "certified": ("an oracle that knew every risk would test only the certified candidates, each with the fewest labels "
+                  "any level test needs on average (log(1/level) / KL_inf, or the prediction-powered floor with a "
+                  "judge), estimated from their own labels: a plug-in estimate, not a bound"),
+}
+
+
+def _oracle(o) -> dict:
+    """Labels used against the oracle's estimate (engine/derived.py), rounded for the file."""
     return {"labels": o.labels, "oracle_estimate": _round(o.oracle, 1), "ratio": _round(o.ratio, 3),
-            "candidates": o.candidates, "basis": o.basis, "note": note}
+            "candidates": o.candidates, "basis": o.basis, "note": _ORACLE_NOTES[o.basis]}
 
 
 def _pilot(p) -> dict:
@@ -287,31 +230,6 @@ def certificate_of(result: JobResult) -> Selection:
     return result.certificate
 
 
-def _ties_words(rk) -> str:
-    """A ranking's certified ties and groups, for its statement ('' without epsilon)."""
-    if rk.epsilon is None:
-        return ""
-    groups = " > ".join("{" + ", ".join(g) + "}" if len(g) > 1 else g[0] for g in rk.rank_groups)
-    return (f", as are the {rk.pairs_tied} ties |R(A) - R(B)| < {rk.epsilon:g}; certified groups, best first: "
-            f"{groups}")
-
-
-def _recovery_dict(x: RecoveryRow) -> dict:
-    """A candidate's recovery figures as the certificate states them: lower bounds rounded down."""
-    return {"estimate": _round(x.estimate), "lower_bound": round_down(x.lower_bound),
-            "simultaneous_lower_bound": round_down(x.simultaneous_lower_bound),
-            "on_full_table": _round(x.on_full_table), "labels": x.labels}
-
-
-def _recovery_claim(cfg) -> dict:
-    """What a recovery job certifies and the risk test it runs as."""
-    return {"kind": "recovery", "at_least": cfg.recovery.at_least, "reference": cfg.recovery_reference,
-            "words": recovery_claim_words(cfg), "risk_alpha": cfg.alpha,
-            "bound_note": ("lower bounds on E[s] / E[s_ref]: R-Eval on a table inverts its own test over r'; a "
-                           "judge-assisted test or a live job carries its risk bound U over as r + 1 - (1 + r) U "
-                           "(valid since E[s_ref] <= 1)")}
-
-
 def _costs(cfg, result: JobResult) -> dict:
     """The job's spend in the user's unit (``costs:``): by kind and in total, for what it
     bought and for every candidate run to its full budget."""
@@ -322,14 +240,6 @@ def _costs(cfg, result: JobResult) -> dict:
     return {"unit": c.unit, "prices": {"human": c.human, "generation": c.generation, "judge": c.judge,
                                        "gpu_hour": c.gpu_hour},
             "spent": spent, "full_budget": full}
-
-
-def _nominal(cfg) -> str:
-    """The caveat of a configuration whose stated level is nominal, not proved."""
-    if "partition" in cfg.policy.policy_kind.takes and cfg.policy.radius == "paper":
-        return ("; NOT EXACT: radius 'paper' with a partition fitted to the labels makes this level nominal "
-                "(use radius 'betting' for a proved one)")
-    return ""
 
 
 def _uses_judge(cfg) -> bool:
@@ -344,13 +254,12 @@ def _budget(cfg) -> dict:
     return b
 
 
-def _sorted_rows(cfg, rows: list) -> list:
-    """Candidates in the order the job uses them: its fixed sequence, or by objective
-    (best first) for procedures that select by objective; each row keeps its ``position``."""
+def _sorted_rows(cfg, rows: list, by_objective: bool) -> list:
+    """Candidates in the order the job uses them: its fixed sequence, or by objective (best first)
+    for procedures that select by objective; each row keeps its ``position``."""
     for k, row in enumerate(rows):
         row["position"] = k
-    proc = cfg.proc
-    if proc.needs_order or proc.ranking or cfg.objective is None or any(r["objective"] is None for r in rows):
+    if not by_objective or any(r["objective"] is None for r in rows):
         return rows
     sign = -1.0 if cfg.objective.goal == "maximize" else 1.0
     return sorted(rows, key=lambda r: (sign * r["objective"], r["position"]))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .cells import efficiency_cell, judge_cell, rank_text, tie_counts
-from .numbers import bound_text, share_text
+from .numbers import _round, bound_text, round_down, share_text
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,21 @@ RECOVERY_NOTE = ("Recovery is E[score] / E[reference score]; the job certifies r
                  "carries its risk bound U over as r + 1 - (1 + r) U). Lower bounds are rounded down. Recovery "
                  "estimate: mean score over mean reference score on the candidate's labelled items; recovery on "
                  "table: the same on every item of the table.")
+
+
+def recovery_dict(x) -> dict:
+    """A candidate's recovery figures as the certificate states them: lower bounds rounded down."""
+    return {"estimate": _round(x.estimate), "lower_bound": round_down(x.lower_bound),
+            "simultaneous_lower_bound": round_down(x.simultaneous_lower_bound),
+            "on_full_table": _round(x.on_full_table), "labels": x.labels}
+
+
+def nominal_words(cfg) -> str:
+    """The caveat of a configuration whose stated level is nominal, not proved."""
+    if "partition" in cfg.policy.policy_kind.takes and cfg.policy.radius == "paper":
+        return ("; NOT EXACT: radius 'paper' with a partition fitted to the labels makes this level nominal "
+                "(use radius 'betting' for a proved one)")
+    return ""
 
 
 class RiskSelection:
@@ -235,6 +250,89 @@ class RiskSelection:
     def sections(self, cert) -> list[Section]:
         return []
 
+    # -- the certificate (built from the job's result) ---------------------------------------------
+    states_own_words = False  # a recovery's statement replaces the risk statement, aggregate words included
+    on_table_word = "R on table"
+
+    def task_value(self, f) -> str:
+        return "" if f.risk_on_full_table is None else f"{f.risk_on_full_table:.3f}"
+
+    def statement(self, result) -> str:
+        """The certified statement in words."""
+        cfg, sel = result.cfg, result.selected_record
+        if sel is None:
+            return "no candidate certified"
+        out = (f"R({sel.name}) <= {bound_text(sel.joint_bound, cfg.alpha)} with probability >= {1 - cfg.delta:g}, "
+               f"{cfg.proc.joint_words(cfg.alpha, len(result.certified), len(result.records))} ({result.level})"
+               + nominal_words(cfg))
+        if result.data.pilot is not None:
+            out += (f"; the sequence ran from {result.data.pilot.start} (a judge-only pilot's start: the "
+                    f"{len(result.data.pilot.skipped)} configs before it were not tested)")
+        return out
+
+    def loss_words(self, cfg) -> str:
+        """What one item's loss is: the loss itself, a source's own words, or the drop against a reference model."""
+        from certsel.orchestrator.inputs.sources import source_of
+
+        own = source_of(cfg).loss_words(cfg)  # a source whose loss needs saying (people's verdicts)
+        if own is not None:
+            return own
+        ref = None if cfg.live is None else cfg.live.reference
+        if ref is None:
+            return "loss"
+        name = ref if isinstance(ref, str) else (ref.server or ref.model)
+        return (f"drop against the reference model {name!r} (per item: max(loss(candidate) - loss(reference), 0), "
+                "with score = 1 - loss)")
+
+    def subject(self, result, loss: str) -> str | None:
+        """The guarantee's first sentences when the goal says what R is itself (None: R is the mean loss)."""
+        return None
+
+    def top_fields(self, result) -> dict:
+        """Fields of selection.json this goal adds (a recovery's claim, an aggregate's, a ranking)."""
+        return {}
+
+    def candidate_fields(self, result) -> list[dict]:
+        """Per candidate, the fields this goal adds to its row."""
+        return [{} for _ in result.records]
+
+    def evidence_fields(self, result, index: int) -> dict:
+        return {}
+
+    has_evidence = True
+
+    def procedure_fields(self, cfg) -> dict:
+        return {"alpha": cfg.alpha}
+
+    def by_objective(self, cfg) -> bool:
+        """Whether the certificate lists the candidates by objective (best first) rather than in the
+        job's order: for procedures that select by objective."""
+        return not cfg.proc.needs_order and cfg.objective is not None
+
+    # -- MLflow ------------------------------------------------------------------------------------
+    def params(self, cfg, data) -> dict:
+        return {"alpha": cfg.alpha}
+
+    def note_target(self, cfg) -> str:
+        return f", alpha = {cfg.alpha:g}"
+
+    def candidate_metrics(self, result, row) -> dict:
+        return {}
+
+    def job_metrics(self, result) -> dict:
+        return {}
+
+    def candidate_note(self, result, row) -> list[str]:
+        """A candidate run's description: the numbers its statement holds."""
+        alpha, delta, bits = result.cfg.alpha, result.cfg.delta, []
+        if row.simultaneous_bound is not None:
+            bits.append(f"R <= {bound_text(row.simultaneous_bound, alpha)} together with every other candidate's "
+                        f"simultaneous bound, with probability >= {1 - delta:g} (alpha = {alpha:g})")
+        if row.upper_bound is not None:
+            bits.append(f"upper bound: R <= {bound_text(row.upper_bound, alpha)} (its own test, one-sided, at level "
+                        f"{row.level:.3g}; not adjusted for the selection)")
+        return bits
+
     table_heading = "Candidates"
 
 
@@ -292,48 +390,72 @@ class RecoverySelection(RiskSelection):
     def note(self, cert) -> str | None:
         return RECOVERY_NOTE.format(r=cert.claim.at_least, conf=1 - cert.procedure.delta)
 
+    # -- the certificate ---------------------------------------------------------------------------
+    states_own_words = True
+    on_table_word = "recovery on table"
 
-class Aggregate:
-    """A selection (of risks or recoveries) on the stacked items of several tasks: the goal it
-    wraps, plus each candidate's labels by task and the tasks' tables."""
+    def task_value(self, f) -> str:
+        return "" if f.recovery_on_full_table is None else f"{f.recovery_on_full_table:.1%}"
 
-    def __init__(self, inner: RiskSelection):
-        self.inner = inner
+    def claim_prefix(self) -> str:
+        return "recovery"
 
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    def claim_words_of(self, cfg) -> str:
+        """The claim in words: "recovery >= 95% of 'score_fp_human'"."""
+        return f"{self.claim_prefix()} >= {cfg.recovery.at_least * 100:g}% of {cfg.recovery_reference!r}"
 
-    def extra_columns(self, cert):
-        tasks = [t.name for t in cert.aggregate.tasks]
-        return (["by task: " + " / ".join(tasks)],
-                [[" / ".join(str(c.tasks[t].labels_human) for t in tasks)] for c in cert.candidates])
+    def statement(self, result) -> str:
+        cfg, sel = result.cfg, result.selected_record
+        if sel is None:
+            return "no candidate certified"
+        bound = round_down(result.recovery[sel.index].simultaneous_lower_bound)
+        return (f"recovery({sel.name}) >= {share_text(bound)} of {cfg.recovery_reference!r} with probability >= "
+                f"{1 - cfg.delta:g}, simultaneously for the {len(result.certified)} certified of {len(result.records)} "
+                f"candidates ({self.claim_words_of(cfg)} for each; {result.level})")
 
-    def table(self, cert):
-        return RiskSelection.table(self, cert)
+    def _rows(self, result) -> list[dict]:
+        if result.recovery is None:
+            raise ValueError("a recovery statement needs the job's label log (collect_labels)")
+        return [recovery_dict(x) for x in result.recovery]
 
-    def after_headline(self, cert) -> list[str]:
-        agg = cert.aggregate
-        return [f"aggregate: one test on the {cert.data.items} stacked items of {len(agg.tasks)} tasks, losses scaled "
-                f"so that their mean is R / M (M = {agg.unit:.4g}; tested at alpha / M = {agg.policy_alpha:.4g})"]
+    def loss_words(self, cfg) -> str:
+        r = cfg.recovery.at_least
+        return (f"recovery loss (r s_ref - s + 1) / (1 + r) with r = {r:g} (s: the candidate's score, s_ref: the score "
+                f"of the reference {cfg.recovery_reference!r}; R <= 1 / (1 + r) = {cfg.alpha:.6g} exactly when the "
+                f"recovery E[s] / E[s_ref] is >= {r:g})")
 
-    def sections(self, cert) -> list[Section]:
-        """The tasks (weight, items, how their losses were scaled) and each candidate's figures on each task."""
-        agg = cert.aggregate
-        tasks = [["task", "weight", "items", "loss scale in the stacked table", "table"]] + [
-            [t.name, f"{t.weight:.4g}", str(t.items), f"{t.factor:.4g}", t.data] for t in agg.tasks]
-        names = [t.name for t in agg.tasks]
-        recovery = any("recovery_on_full_table" in c.tasks[names[0]].model_fields_set for c in cert.candidates)
-        what = "recovery on table" if recovery else "R on table"
-        per = [["candidate", *[f"{n}: {what} (human labels)" for n in names]]]
-        for c in cert.candidates:
-            cells = []
-            for n in names:
-                f = c.tasks[n]
-                v = f.recovery_on_full_table if recovery else f.risk_on_full_table
-                cells.append(f"{'' if v is None else (f'{v:.1%}' if recovery else f'{v:.3f}')} ({f.labels_human})")
-            per.append([c.candidate + (" *" if c.selected else ""), *cells])
-        return [Section("Tasks", f"{agg.words}: one test on the tasks' stacked items, each task's losses scaled so "
-                                 "that the stacked mean is R / M.", [tasks, per])]
+    def top_fields(self, result) -> dict:
+        cfg = result.cfg
+        return {"claim": {"kind": "recovery", "at_least": cfg.recovery.at_least, "reference": cfg.recovery_reference,
+                          "words": self.claim_words_of(cfg), "risk_alpha": cfg.alpha,
+                          "bound_note": ("lower bounds on E[s] / E[s_ref]: R-Eval on a table inverts its own test over "
+                                         "r'; a judge-assisted test or a live job carries its risk bound U over as "
+                                         "r + 1 - (1 + r) U (valid since E[s_ref] <= 1)")}}
+
+    def candidate_fields(self, result) -> list[dict]:
+        return [{"recovery": x} for x in self._rows(result)]
+
+    def evidence_fields(self, result, index: int) -> dict:
+        return {"recovery": self._rows(result)[index]}
+
+    def candidate_metrics(self, result, row) -> dict:
+        rec = row.recovery.as_json()
+        # a recovery job: its statement's numbers, as shares
+        return {f"recovery_{k}": rec[k] for k in ("lower_bound", "simultaneous_lower_bound", "estimate",
+                                                  "on_full_table") if rec.get(k) is not None}
+
+    def candidate_note(self, result, row) -> list[str]:
+        rec, cfg, bits = row.recovery, result.cfg, []
+        if rec.simultaneous_lower_bound is not None:
+            bits.append(f"recovery >= {share_text(rec.simultaneous_lower_bound)} of {cfg.recovery_reference!r} "
+                        f"together with every other candidate's simultaneous bound, with probability >= "
+                        f"{1 - cfg.delta:g}")
+        if rec.lower_bound is not None:
+            bits.append(f"lower bound: recovery >= {share_text(rec.lower_bound)} (its own test, one-sided, at level "
+                        f"{row.level:.3g}; not adjusted for the selection)")
+        if rec.estimate is not None:
+            bits.append(f"estimate {rec.estimate:.1%} on its {rec.labels} labelled items")
+        return bits
 
 
 class RankingGoal:
@@ -412,13 +534,173 @@ class RankingGoal:
         return [Section("Pairs", "Each interval holds at every step with the pair's level; the orders shown as "
                                  "certified hold together with probability at least 1 - delta.", [out])]
 
+    # -- the certificate ---------------------------------------------------------------------------
+    has_evidence = False
 
-RISK, RECOVERY, RANKING = RiskSelection(), RecoverySelection(), RankingGoal()
+    def statement(self, result) -> str:
+        cfg, rk, sel, K = result.cfg, result.ranking, result.selected_record, len(result.records)
+        ties = _ties_words(rk)
+        if rk.topk is not None:
+            t = rk.topk
+            return (f"the {t.k} best models include {', '.join(t.certified_in) or 'none certified'} and exclude "
+                    f"{', '.join(t.certified_out) or 'none certified'}"
+                    + (f"; undetermined: {', '.join(t.undetermined)}" if t.undetermined else "")
+                    + f", simultaneously with probability >= {1 - cfg.delta:g}" + ties)
+        if sel is None:
+            return (f"no model is certified better than all {K - 1} others; the {rk.pairs_certified} certified "
+                    f"of {rk.pairs} pair orders hold simultaneously with probability >= {1 - cfg.delta:g} "
+                    f"(possible winners: {', '.join(rk.possible_winners)})" + ties)
+        return (f"{sel.name} has a lower risk than each of the other {K - 1} models; every certified order "
+                f"holds simultaneously with probability >= {1 - cfg.delta:g}" + ties)
+
+    def loss_words(self, cfg) -> str:
+        return RiskSelection.loss_words(self, cfg)
+
+    def subject(self, result, loss: str) -> str | None:
+        return None
+
+    def top_fields(self, result) -> dict:
+        return {"ranking": result.ranking.as_dict()}
+
+    def candidate_fields(self, result) -> list[dict]:
+        return [{} for _ in result.records]
+
+    def evidence_fields(self, result, index: int) -> dict:
+        return {}
+
+    def procedure_fields(self, cfg) -> dict:
+        return {}
+
+    def by_objective(self, cfg) -> bool:
+        return False
+
+    def params(self, cfg, data) -> dict:
+        return {}
+
+    def note_target(self, cfg) -> str:
+        return ""
+
+    def candidate_metrics(self, result, row) -> dict:
+        lo, hi = result.ranking.rank_intervals.get(row.candidate, (None, None))
+        return {} if lo is None else {"rank_best": lo, "rank_worst": hi}
+
+    def job_metrics(self, result) -> dict:
+        # how much of the order is certified: orders and ties
+        return {"pairs_certified": result.ranking.pairs_certified, "pairs_tied": result.ranking.pairs_tied}
+
+    def candidate_note(self, result, row) -> list[str]:
+        """The model's certified rank interval and ties."""
+        rk, bits = result.ranking, []
+        lo, hi = rk.rank_intervals.get(row.candidate, (None, None))
+        if lo is not None:
+            bits.append(f"certified rank {lo}" + ("" if lo == hi else f" to {hi}") + f" of {len(result.records)}, "
+                        f"together with every other model's, with probability >= {1 - result.cfg.delta:g}")
+        ties = [p for p in rk.tied if row.candidate in p.split(" ~ ")]
+        if ties:
+            bits.append(f"tied within {rk.epsilon:g} with "
+                        + ", ".join(x for p in ties for x in p.split(" ~ ") if x != row.candidate))
+        return bits
+
+
+def _ties_words(rk) -> str:
+    """A ranking's certified ties and groups, for its statement ('' without epsilon)."""
+    if rk.epsilon is None:
+        return ""
+    groups = " > ".join("{" + ", ".join(g) + "}" if len(g) > 1 else g[0] for g in rk.rank_groups)
+    return (f", as are the {rk.pairs_tied} ties |R(A) - R(B)| < {rk.epsilon:g}; certified groups, best first: "
+            f"{groups}")
+
+
+class _Stacked:
+    """A selection (of risks or recoveries) on the stacked items of several tasks (mixed into the
+    goal it stacks): each candidate's labels by task, the tasks' tables and the aggregate's words."""
+
+    def extra_columns(self, cert):
+        tasks = [t.name for t in cert.aggregate.tasks]
+        return (["by task: " + " / ".join(tasks)],
+                [[" / ".join(str(c.tasks[t].labels_human) for t in tasks)] for c in cert.candidates])
+
+    def after_headline(self, cert) -> list[str]:
+        agg = cert.aggregate
+        return [f"aggregate: one test on the {cert.data.items} stacked items of {len(agg.tasks)} tasks, losses scaled "
+                f"so that their mean is R / M (M = {agg.unit:.4g}; tested at alpha / M = {agg.policy_alpha:.4g})"]
+
+    def sections(self, cert) -> list[Section]:
+        """The tasks (weight, items, how their losses were scaled) and each candidate's figures on each task."""
+        agg = cert.aggregate
+        tasks = [["task", "weight", "items", "loss scale in the stacked table", "table"]] + [
+            [t.name, f"{t.weight:.4g}", str(t.items), f"{t.factor:.4g}", t.data] for t in agg.tasks]
+        names = [t.name for t in agg.tasks]
+        per = [["candidate", *[f"{n}: {self.on_table_word} (human labels)" for n in names]]]
+        for c in cert.candidates:
+            per.append([c.candidate + (" *" if c.selected else ""),
+                        *[f"{self.task_value(c.tasks[n])} ({c.tasks[n].labels_human})" for n in names]])
+        return [Section("Tasks", f"{agg.words}: one test on the tasks' stacked items, each task's losses scaled so "
+                                 "that the stacked mean is R / M.", [tasks, per])]
+
+    # -- the certificate -------------------------------------------------------------------------
+    def subject(self, result, loss: str) -> str | None:
+        from .aggregate import subject
+
+        return subject(result, loss)
+
+    def statement(self, result) -> str:
+        from .aggregate import aggregate_words
+
+        out = super().statement(result)
+        return out if result.selected_record is None or self.states_own_words else \
+            f"{out}; {aggregate_words(result)}"
+
+    def top_fields(self, result) -> dict:
+        from .aggregate import claim
+
+        return {**super().top_fields(result), "aggregate": claim(result)}
+
+    def candidate_fields(self, result) -> list[dict]:
+        from .aggregate import task_rows
+
+        return [{**a, "tasks": b} for a, b in zip(super().candidate_fields(result), task_rows(result), strict=True)]
+
+    def claim_prefix(self) -> str:
+        return "weighted recovery over the tasks"
+
+    def candidate_metrics(self, result, row) -> dict:
+        out = super().candidate_metrics(result, row)
+        for task, fig in (row.tasks or {}).items():  # an aggregate: its figures on each task
+            out.update({f"{task}_{k}": v for k, v in fig.as_json().items() if v is not None})
+        return out
+
+    def params(self, result_cfg, data) -> dict:
+        agg = data.aggregate
+        return {**super().params(result_cfg, data), "aggregate_weights": agg.words(), "aggregate_unit": agg.unit,
+                "policy_alpha": result_cfg.alpha / agg.unit}
+
+
+class StackedRisk(_Stacked, RiskSelection):
+    """An aggregate risk R = sum_t w_t R_t certified <= alpha."""
+
+
+class StackedRecovery(_Stacked, RecoverySelection):
+    """A weighted recovery over stacked tasks certified >= r."""
+
+
+# (ranking, recovery, stacked) -> the goal: the one place the outputs tell goals apart
+_GOALS = {(True, False, False): RankingGoal(), (False, False, False): RiskSelection(),
+          (False, True, False): RecoverySelection(), (False, False, True): StackedRisk(),
+          (False, True, True): StackedRecovery()}
 
 
 def goal_of(cert):
-    """The goal a certificate states (the one place the outputs tell goals apart)."""
-    if cert.ranking is not None:
-        return RANKING
-    goal = RECOVERY if cert.claim is not None else RISK
-    return goal if cert.aggregate is None else Aggregate(goal)
+    """The goal a certificate states."""
+    return _GOALS[(cert.ranking is not None, cert.claim is not None, cert.aggregate is not None)]
+
+
+def goal_for(result):
+    """The goal a finished job's result states (its certificate is being built)."""
+    cfg = result.cfg
+    return _GOALS[(cfg.proc.ranking, cfg.recovery is not None, result.data.aggregate is not None)]
+
+
+def goal_for_config(cfg):
+    """The goal a job's configuration asks for (before it has run)."""
+    return _GOALS[(cfg.proc.ranking, cfg.recovery is not None, cfg.aggregate is not None)]

@@ -24,7 +24,7 @@ from .plots import write_plots
 from .selection_schema import Selection
 from certsel.orchestrator.results.records import JobResult
 
-__all__ = ["certificate", "write_report"]
+__all__ = ["write_report"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1250px;color:#1d1d1f;

@@ -32,7 +32,8 @@ from certsel.errors import InputError
 from certsel.home import home, tracking_uri
 
 from .cells import headline
-from .certificate import bound_text, certificate_of, share_text
+from .certificate import certificate_of
+from .goals import goal_for, goal_for_config
 from .gpu import gpu_metrics
 from .selection_schema import Candidate
 
@@ -222,15 +223,15 @@ class JobTracker:
             tags.update({"certsel.job_id": job.job_id, "certsel.attempt": str(job.meta.get("attempts", 1))})
             for old in job.meta.get("mlflow_runs", []):
                 self._close_stale(old)
+        goal = goal_for_config(cfg)
         tags[NOTE] = (f"certsel job **{cfg.name}**: {cfg.policy.kind}, procedure {cfg.procedure}, delta = {cfg.delta:g}"
-                      + ("" if cfg.proc.ranking else f", alpha = {cfg.alpha:g}")
-                      + f", {len(records)} candidates. Running.")
+                      + goal.note_target(cfg) + f", {len(records)} candidates. Running.")
         # started: when the command began (time.time()), so the run's duration is the job's, Ray's start included
         parent = c.create_run(self.experiment_id, run_name=cfg.name, tags=tags,
                               start_time=None if started is None else int(started * 1000))
         self.parent_id = parent.info.run_id
         params = {
-            "alpha": cfg.alpha, "delta": cfg.delta, "policy": cfg.policy.kind, "betting": cfg.policy.strategy.describe(),
+            "delta": cfg.delta, "policy": cfg.policy.kind, "betting": cfg.policy.strategy.describe(),
             "radius": cfg.policy.radius, "partition": cfg.policy.partition, "procedure": cfg.procedure,
             "budget_n": cfg.budget.n,
             "budget_r": cfg.budget.r, "budget_batch": cfg.budget.batch, "budget_max_requests": cfg.budget.max_requests,
@@ -240,12 +241,8 @@ class JobTracker:
             "objective": None if cfg.objective is None else f"{cfg.objective.goal} {cfg.objective.column}",
             "n_candidates": len(records), "n_items": data.n_items,
         }
-        if data.aggregate is not None:  # one test on stacked tasks: their weights and the scale M
-            params.update(aggregate_weights=data.aggregate.words(), aggregate_unit=data.aggregate.unit,
-                          policy_alpha=cfg.alpha / data.aggregate.unit)
-        # only what means something for this job: no alpha for a ranking, no judge or judge ratio without a judge
-        if cfg.proc.ranking:
-            params.pop("alpha")
+        params.update(goal.params(cfg, data))  # alpha (not for a ranking), an aggregate's weights and scale
+        # only what means something for this job: no judge or judge ratio without a judge
         if not cfg.policy.uses_judge:
             params.pop("budget_r")
         if not (cfg.policy.uses_judge or cfg.policy.judge_first):
@@ -316,6 +313,7 @@ class JobTracker:
         in_set = set(result.certified)
         whole = certificate_of(result)
         cert = {c.candidate: c for c in whole.candidates}
+        goal = goal_for(result)
         gpu_by = {} if whole.gpu is None else whole.gpu.candidates
         for r in result.records:
             tags = [RunTag("status", r.status), RunTag("certified", str(r.name in in_set).lower()),
@@ -348,21 +346,13 @@ class JobTracker:
                 final.update({f"annotators_{k}": v for k, v in agree.items() if isinstance(v, float)})
             if r.path:
                 final["final_max_log_evalue"] = r.max_log_e
-            rec = {} if row.recovery is None else row.recovery.as_json()
-            for key in ("lower_bound", "simultaneous_lower_bound", "estimate", "on_full_table"):
-                if rec.get(key) is not None:  # a recovery job: its statement's numbers, as shares
-                    final[f"recovery_{key}"] = rec[key]
-            if result.ranking is not None and r.name in result.ranking.rank_intervals:
-                final["rank_best"], final["rank_worst"] = result.ranking.rank_intervals[r.name]
-            for task, fig in (row.tasks or {}).items():  # an aggregate: its figures on each task
-                final.update({f"{task}_{k}": v for k, v in fig.as_json().items() if v is not None})
+            final.update(goal.candidate_metrics(result, row))  # a recovery's shares, a rank interval, per task
             c.log_batch(self.child[r.name], tags=tags,
                         metrics=[Metric(k, float(v), now, r.t) for k, v in final.items()])
             c.set_terminated(self.child[r.name], "FINISHED")
         metrics = {"rounds": result.rounds, "seconds": result.seconds, "n_certified": len(result.certified),
                    "n_candidates": len(result.records)}
-        if result.ranking is not None:  # how much of the order is certified: orders and ties
-            metrics.update(pairs_certified=result.ranking.pairs_certified, pairs_tied=result.ranking.pairs_tied)
+        metrics.update(goal.job_metrics(result))
         for k in ("human", "judge", "requests"):
             metrics[f"labels_{k}"] = result.spent[k]
             metrics[f"full_budget_{k}"] = result.full[k]
@@ -516,33 +506,7 @@ def _candidate_note(result, row: Candidate) -> str:
     """A candidate run's description: its status and the numbers it was decided on."""
     bits = [f"**{row.candidate}: {row.status}**" + (" (selected)" if row.selected else "")
             + ("; in the certified set" if row.certified else "; not in the certified set")]
-    rec, cfg = row.recovery, result.cfg
-    if rec is not None:
-        if rec.simultaneous_lower_bound is not None:
-            bits.append(f"recovery >= {share_text(rec.simultaneous_lower_bound)} of {cfg.recovery_reference!r} "
-                        f"together with every other candidate's simultaneous bound, with probability >= {1 - cfg.delta:g}")
-        if rec.lower_bound is not None:
-            bits.append(f"lower bound: recovery >= {share_text(rec.lower_bound)} (its own test, one-sided, at level "
-                        f"{row.level:.3g}; not adjusted for the selection)")
-        if rec.estimate is not None:
-            bits.append(f"estimate {rec.estimate:.1%} on its {rec.labels} labelled items")
-    elif result.ranking is not None:  # a ranking: the model's certified rank interval and ties
-        lo, hi = result.ranking.rank_intervals.get(row.candidate, (None, None))
-        if lo is not None:
-            bits.append(f"certified rank {lo}" + ("" if lo == hi else f" to {hi}") + f" of {len(result.records)}, "
-                        f"together with every other model's, with probability >= {1 - cfg.delta:g}")
-        ties = [p for p in result.ranking.tied if row.candidate in p.split(" ~ ")]
-        if ties:
-            bits.append(f"tied within {result.ranking.epsilon:g} with "
-                        + ", ".join(x for p in ties for x in p.split(" ~ ") if x != row.candidate))
-    elif not result.cfg.proc.ranking:
-        alpha = result.cfg.alpha
-        if row.simultaneous_bound is not None:
-            bits.append(f"R <= {bound_text(row.simultaneous_bound, alpha)} together with every other candidate's "
-                        f"simultaneous bound, with probability >= {1 - result.cfg.delta:g} (alpha = {alpha:g})")
-        if row.upper_bound is not None:
-            bits.append(f"upper bound: R <= {bound_text(row.upper_bound, alpha)} (its own test, one-sided, at level "
-                        f"{row.level:.3g}; not adjusted for the selection)")
+    bits += goal_for(result).candidate_note(result, row)
     if row.e_value is not None:
         bits.append(f"e-value {row.e_value:.3g} against the threshold {row.threshold:.3g}")
     if row.reason:
