@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .autoeval import SCHEMES
+from .autoeval import SCHEMES, log_evalue_paths
 from .betting import BettingStrategy
 from .cer_eval import CerEval, Seq
 from .partition import NearestNeighborPartition, ScorePartition
@@ -111,6 +111,8 @@ class PolicyKind:
     # why the policy's statement holds, in words (the certificate prints it); the built-in kinds'
     # wording lives with the certificate, which fills in the job's numbers
     guarantee: ClassVar[str | None] = None
+    # measured human labels to certify over the kind's limit (certsel plan's prediction; None: not measured)
+    efficiency: ClassVar[float | None] = None
 
     def judge_use(self, partition: str = "embeddings") -> JudgeUse:
         return JudgeUse.NONE
@@ -128,6 +130,12 @@ class PolicyKind:
         """The policy rebuilt from ``state`` (its ``state_dict()``); ``policy`` is a fresh one
         built from the same settings."""
         return type(policy).from_state_dict(state)
+
+    def reaches_at_zero(self, settings: PolicySettings, n_items: int, level: float) -> bool:
+        """Whether a test of this kind reaches 1/``level`` within ``settings.budget`` human labels when
+        every loss is 0 (the feasibility check before a job runs); True where the kind cannot say
+        (the check is advisory)."""
+        return True
 
     def banks(self, radius: str) -> bool:
         """Whether :meth:`build_bank` builds a bank with ``radius`` (and so takes a bet)."""
@@ -152,8 +160,17 @@ class BettingTestKind(PolicyKind):
     labels = Labels.ORDER
     takes = frozenset({"observation", "sampling"})
 
-    def __init__(self, name: str, rhos):
-        self.name, self.rhos = name, np.asarray(rhos, dtype=np.float64)
+    def __init__(self, name: str, rhos, efficiency: float | None = None):
+        self.name, self.rhos, self.efficiency = name, np.asarray(rhos, dtype=np.float64), efficiency
+
+    def reaches_at_zero(self, settings: PolicySettings, n_items: int, level: float) -> bool:
+        n, r = int(settings.budget), settings.r if self.judge_use() is JudgeUse.PAIRED else 0
+        zeros = np.zeros(n)
+        jl, ju = (zeros, np.zeros(r * n)) if r else (None, None)
+        log_e = log_evalue_paths(zeros, jl, ju, alpha=settings.alpha, delta=settings.delta, rhos=self.rhos,
+                                 betting=settings.betting, horizon=n, observation=settings.observation,
+                                 population=settings.population)
+        return bool(log_e.max() >= -np.log(level))
 
     def judge_use(self, partition: str = "embeddings") -> JudgeUse:
         return JudgeUse.PAIRED if bool(np.any(self.rhos != 0)) else JudgeUse.NONE
@@ -182,6 +199,15 @@ class JudgeStratifiedKind(PolicyKind):
     name = "judge-stratified"
     family = Family.TESTING
     labels = Labels.CHOSEN
+    efficiency = 1.37  # of the prediction-powered floor (benchmarks/limit.py)
+
+    def reaches_at_zero(self, settings: PolicySettings, n_items: int, level: float) -> bool:
+        n = min(int(settings.budget), n_items)  # its draws come from the test set's n_items items
+        test = StratifiedTest(np.zeros(n_items), alpha=settings.alpha, delta=level, horizon=n, betting=settings.betting)
+        while test.drawn < n and not test.certified:
+            items = test.next_items(min(64, n - test.drawn))
+            test.update(items, np.zeros(items.size))
+        return test.certified
     def judge_use(self, partition: str = "embeddings") -> JudgeUse:
         return JudgeUse.FIRST
 
@@ -271,8 +297,10 @@ def register_policy_kind(kind: PolicyKind | type[PolicyKind]) -> PolicyKind:
     return POLICY_KINDS.register(kind)
 
 
-for _name in ("r-eval", "r-autoeval", "r-autoeval+"):
-    register_policy_kind(BettingTestKind(_name, SCHEMES[_name]))
+# measured labels to certify over the limit, mean over the TriviaQA frontier (benchmarks/limit.py): R-Eval 1.30
+# of log(1/delta)/KL_inf; R-AutoEval+ (UP, split) 1.45 of the split oracle with r = 3 (1.63 of the PPI floor)
+for _name, _eff in (("r-eval", 1.30), ("r-autoeval", None), ("r-autoeval+", 1.45)):
+    register_policy_kind(BettingTestKind(_name, SCHEMES[_name], _eff))
 for _k in (JudgeStratifiedKind, SeqKind, CerEvalKind):
     register_policy_kind(_k)
 

@@ -11,35 +11,21 @@ from __future__ import annotations
 import numpy as np
 
 from certsel.config import RunConfig
-from certsel.policies import Seq, log_evalue_paths
-from certsel.policies.kinds import BettingTestKind, JudgeStratifiedKind, Labels
-from certsel.policies.stratified_test import StratifiedTest
+from certsel.policies import Seq
+from certsel.policies.kinds import Labels, PolicySettings
 
 MAX_N = 1 << 16  # budgets searched for the smallest feasible one
 
 
 def _testing_reaches(cfg: RunConfig, level: float, n: int, n_items: int | None = None) -> bool:
-    """Whether the e-process reaches 1/level within n labels when every loss is 0 (True
-    for a kind this check does not know: the warning is advisory)."""
-    kind = cfg.policy.policy_kind
-    if isinstance(kind, JudgeStratifiedKind):  # its draws come from the test set's n_items items
-        n = min(n, n_items)
-        test = StratifiedTest(np.zeros(n_items), alpha=cfg.alpha, delta=level, horizon=n, betting=cfg.policy.strategy)
-        while test.drawn < n and not test.certified:
-            items = test.next_items(min(64, n - test.drawn))
-            test.update(items, np.zeros(items.size))
-        return test.certified
-    if not isinstance(kind, BettingTestKind):
-        return True
-    r = cfg.budget.r if cfg.policy.uses_judge else 0
+    """Whether the e-process reaches 1/level within n labels when every loss is 0 (the policy
+    kind answers: :meth:`~certsel.policies.kinds.PolicyKind.reaches_at_zero`)."""
     # without replacement the test knows the items left (a table all drawn is its mean): it reaches sooner
     population = n_items if cfg.policy.without_replacement and n_items else None
-    zeros = np.zeros(n)
-    jl, ju = (zeros, np.zeros(r * n)) if r else (None, None)
-    log_e = log_evalue_paths(zeros, jl, ju, alpha=cfg.alpha, delta=cfg.delta, rhos=kind.rhos,
-                             betting=cfg.policy.strategy, horizon=n, observation=cfg.policy.observation,
-                             population=population)
-    return bool(log_e.max() >= -np.log(level))
+    settings = PolicySettings(alpha=cfg.alpha, delta=cfg.delta, budget=n, betting=cfg.policy.strategy,
+                              r=cfg.budget.r if cfg.policy.uses_judge else 0, observation=cfg.policy.observation,
+                              population=population)
+    return cfg.policy.policy_kind.reaches_at_zero(settings, n_items, level)
 
 
 def _estimation_reaches(cfg: RunConfig, level: float, n: int, n_items: int) -> bool:

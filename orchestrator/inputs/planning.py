@@ -5,7 +5,7 @@ job's item order), it estimates for every candidate the fewest human labels a te
 (:mod:`certsel.policies.limits`: log(1/level) / KL_inf for R-Eval, the split observation's
 oracle with r judge-only labels for R-AutoEval+, the prediction-powered floor for
 judge-stratified testing), turns them into expected labels with each policy's measured ratio
-to its limit (``EFFICIENCY``), caps them at the budget, and prices human labels, target
+to its limit (each policy kind's ``efficiency``), caps them at the budget, and prices human labels, target
 generations and judge calls with the job's ``costs:``.
 
 Why choosing with it keeps the guarantee: the choice is a function of the pilot's draws
@@ -22,12 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from certsel.config import RunConfig, CostsConfig
+from certsel.policies.kinds import POLICY_KINDS
 from certsel.policies.limits import label_limit, ppi_limit, split_limit
 
-# measured labels to certify over the limit, mean over the TriviaQA frontier (benchmarks/limit.py):
-# R-Eval 1.30 of log(1/delta)/KL_inf; R-AutoEval+ (UP, split) 1.45 of the split oracle with r = 3
-# (1.63 of the prediction-powered floor); judge-stratified 1.37 of that floor
-EFFICIENCY = {"r-eval": 1.30, "r-autoeval+": 1.45, "judge-stratified": 1.37}
 JUDGE_RATIOS = (1, 2, 3, 5)
 RHOS = np.linspace(0.0, 1.0, 11)  # a coarse grid is enough to rank policies
 
@@ -84,7 +81,7 @@ def plan(cfg: RunConfig, data, *, m: int = 50, seed: int = 0) -> list[PlanRow]:
     rows = []
 
     def add(policy, r, limits, generations_per_label, judge_per_label, fixed_per_candidate=0):
-        labels, ok = expected_labels(limits, EFFICIENCY[policy], n)
+        labels, ok = expected_labels(limits, POLICY_KINDS.lookup(policy).efficiency, n)
         run = evaluated(cfg, ok)
         human = float(labels[run].sum())
         fixed = fixed_per_candidate * int(run.sum())
