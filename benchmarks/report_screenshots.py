@@ -14,6 +14,7 @@ be a real rendering (not blank) before it is kept.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import pathlib
 import shutil
 import subprocess
@@ -76,8 +77,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def mlflow_pages(args, store: pathlib.Path, run_link: str) -> None:
-    """The MLflow UI at the link certsel printed (the run) and at its experiment (the runs table)."""
+@contextlib.contextmanager
+def mlflow_server(store: pathlib.Path):
+    """``mlflow server`` on the SQLite ``store`` at a free local port; yields its base URL."""
     import socket
     import time
     import urllib.request
@@ -96,16 +98,22 @@ def mlflow_pages(args, store: pathlib.Path, run_link: str) -> None:
                 break
             except OSError:
                 time.sleep(1)
-        from certsel.orchestrator.outputs.tracking import ui_link
+        yield base
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
+
+def mlflow_pages(args, store: pathlib.Path, run_link: str) -> None:
+    """The MLflow UI at the link certsel printed (the run) and at its experiment (the runs table)."""
+    from certsel.orchestrator.outputs.tracking import ui_link
+
+    with mlflow_server(store) as base:
         run_url = run_link.replace("http://127.0.0.1:5000", base)
         experiment_url = ui_link(base, run_url.split("#/experiments/")[1].split("/")[0])  # as certsel links it
         for name, url, size in (("mlflow_experiment", experiment_url, (1800, 700)), ("mlflow_run", run_url, (1400, 900))):
             png = screenshot(args.chromium, url, args.out / f"{name}.png", size, wait_ms=25000)
             print(f"{_shown(png)}: {url.replace(base, 'MLFLOW_UI')}")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""certsel inside inspect-ai: certified early stopping of one task, and a certified selection
-over four "models" in one eval(). Runs anywhere with inspect's mockllm provider; with
+"""certsel inside inspect-ai: certified early stopping of one task, a certified selection over
+four "models" in one eval(), and a certified ranking of the four in one eval(task, model=[...]). Runs anywhere with inspect's mockllm provider; with
 ``--model vllm/smollm2 --base-url http://127.0.0.1:8000/v1`` the same task runs on the CPU vLLM
 (``bash deploy/cpu/serve.sh``) through inspect's own generate().
 
@@ -21,7 +21,7 @@ from inspect_ai.model import GenerateConfig, ModelOutput, get_model
 from inspect_ai.scorer import match
 from inspect_ai.solver import generate, solver
 
-from certsel.inspect import CertifiedSelection, CertifiedStopping
+from certsel.inspect import CertifiedRanking, CertifiedSelection, CertifiedStopping
 
 # each mock model's slip: the pairs (a, b) it gets wrong (by one)
 SLIPS = {"careful": lambda a, b: False,
@@ -49,6 +49,16 @@ def mock_adder(name: str):
         answer = a + b + (1 if SLIPS[name](a, b) else 0)
         state.output = ModelOutput.from_content(str(state.model), str(answer))
         return state
+
+    return solve
+
+
+@solver
+def mock_adders():
+    """The four stand-in models in one task: each answers by its own slip rule (the model's name)."""
+
+    async def solve(state, generate):
+        return await mock_adder(str(state.model).rsplit("/", 1)[-1])(state, generate)
 
     return solve
 
@@ -89,6 +99,20 @@ def selection(args, procedure: str) -> None:
           f"saved); kept as a certsel job: certsel show {sel.job.job_id}\n")
 
 
+def ranking(args) -> None:
+    """The four mock models ranked in one eval(task, model=[...]), ties within 0.03 certified."""
+    names = list(SLIPS)
+    rk = CertifiedRanking(names, epsilon=0.03, delta=0.05)
+    eval(Task(dataset=questions(), solver=mock_adders(), scorer=match(numeric=True), early_stopping=rk),
+         model=[f"mockllm/{n}" for n in names], max_samples=8, max_tasks=4, display="none", log_dir=args.logs)
+    r = rk.result
+    print("certified groups, best first: " + " > ".join("{" + ", ".join(g) + "}" for g in r.ranking.rank_groups)
+          + f" ({r.ranking.pairs_certified} of {r.ranking.pairs} pair orders, probability >= 0.95)")
+    for n in names:
+        print(f"  {n:8s} samples run {r.samples_run[n]:3d} of 900")
+    print(f"  kept as a certsel job: certsel show {rk.job.job_id}\n")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="mockllm/model", help="an inspect model (default: the mock adder)")
@@ -99,6 +123,7 @@ def main(argv=None) -> None:
     if args.model == "mockllm/model":
         for procedure in ("fst", "bonferroni"):
             selection(args, procedure)
+        ranking(args)
 
 
 if __name__ == "__main__":
