@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from test_run_cli import CERTSEL, job_file, n_runs, run
+from helpers.cli import CERTSEL, job_file, n_runs, run
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from certsel.terminal import format_job, print_job
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-from test_run_cli import CERTSEL, job_file
+from helpers.cli import CERTSEL, job_file
 
 pytestmark = pytest.mark.integration
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "glossary.md"

@@ -21,32 +21,9 @@ from helpers.servers import adder_server
 
 pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
 
+from helpers.jobs import write_job  # noqa: E402
 
-def write_job(tmp_path, url):
-    items = tmp_path / "additions.jsonl"
-    with open(items, "w") as f:
-        for a in range(1, 41):
-            for b in range(10, 20):
-                f.write(json.dumps({"id": f"{a}+{b}", "question": f"{a}+{b}", "answers": [str(a + b)]}) + "\n")
-    job = {
-        "name": "live-additions",
-        "live": {
-            "items": "additions.jsonl", "loss": "normalized_exact_match", "cache_dir": "cache",
-            "candidates": [
-                {"id": "exact-short", "base_url": url, "model": "exact", "template": "{question}=", "objective": 1},
-                {"id": "weak-short", "base_url": url, "model": "weak", "template": "{question}?", "objective": 0.5},
-                {"id": "weak-long", "base_url": url, "model": "weak", "concurrency": 4,
-                 "template": "What is {question}? Answer with a number.", "objective": 2},
-            ],
-            "judge": {"base_url": url, "model": "exact", "mode": "answer", "template": "Compute {question}."},
-        },
-        "policy": {"kind": "r-autoeval+"}, "alpha": 0.5, "delta": 0.1, "procedure": "bonferroni",
-        "objective": {"column": "prompt_cost"}, "budget": {"n": 60, "r": 3, "batch": 10}, "seed": 1,
-        "tracking": {"uri": f"sqlite:///{tmp_path}/store.db", "intervals": "final"},
-    }
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(job))
-    return path
+
 
 
 def test_live_job_end_to_end(ray_session, tmp_path):

@@ -18,8 +18,7 @@ from certsel.workers.contracts import NodeId
 from certsel.orchestrator.inputs.sources import load_job_data
 from ray.cluster_utils import Cluster
 from helpers.servers import adder_server
-from test_live_job import write_job
-from test_resume import assert_same_outcome, logged_labels, no_duplicates, wait_for
+from helpers.jobs import assert_same_outcome, logged_labels, no_duplicates, wait_for, write_job
 
 pytestmark = pytest.mark.multinode
 # a small object store per node: four raylets on one machine must not reserve its memory

@@ -24,7 +24,7 @@ from certsel.workers.labellog import LabelLog, LoggedSource, log_path, unpack
 from certsel.workers.replay import ReplaySource
 from mlflow.tracking import MlflowClient
 from helpers.servers import adder_server
-from test_live_job import write_job
+from helpers.jobs import assert_same_outcome, logged_labels, no_duplicates, wait_for, write_job
 
 pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
 
@@ -90,22 +90,6 @@ def test_job_state_resume_rules(tmp_path):
 # -- kills ---------------------------------------------------------------------------------
 
 
-def count_rows(job_dir, table: str) -> int:
-    """Rows of ``table`` over the job's label logs (read-only, while the job writes them)."""
-    n = 0
-    for db in (job_dir / "labels").glob("*.db") if (job_dir / "labels").is_dir() else ():
-        try:
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as con:
-                n += con.execute(f"select count(*) from {table}").fetchone()[0]
-        except sqlite3.Error:
-            pass
-    return n
-
-
-def logged_labels(job_dir) -> int:
-    return count_rows(job_dir, "labels")
-
-
 def past_snapshot(job_dir) -> int | None:
     """The pid of a host one of whose candidates has a snapshot and has bought labels
     since (so the driver has received the step the snapshot was taken at), else None."""
@@ -121,27 +105,6 @@ def past_snapshot(job_dir) -> int | None:
             if row is not None and rows > unpack(row[0])["log_used"]:
                 return int(f.name)
     return None
-
-
-def wait_for(cond, timeout=120.0):
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError("timed out")
-        time.sleep(0.05)
-
-
-def assert_same_outcome(a_records, b_records):
-    for a, b in zip(a_records, b_records, strict=True):
-        assert (a.name, a.status, a.n_human, a.n_judge, a.t) == (b.name, b.status, b.n_human, b.n_judge, b.t)
-        assert a.max_log_e == pytest.approx(b.max_log_e, abs=1e-9)
-        np.testing.assert_allclose(a.path, b.path, atol=1e-9)
-
-
-def no_duplicates(labels: dict):
-    for name, log in labels.items():
-        pairs = list(zip(log.item.tolist(), log.role.tolist(), strict=True))
-        assert len(pairs) == len(set(pairs)), f"{name}: a label appears twice in the log"
 
 
 def test_actor_killed_mid_run_is_rebuilt_from_the_log(ray_session, tmp_path):
