@@ -105,9 +105,9 @@ def bootstrap_orders(losses: np.ndarray, truth: np.ndarray, m: int, seed: int, B
 
 def oracle_limit(losses: np.ndarray, delta: float, epsilon: float | None) -> np.ndarray:
     """A lower bound on each model's evaluations in a full ranking, for an oracle test that knows
-    every pair's moments on the table (:func:`certsel.orchestrator.engine.oracle.ranking_need`,
+    every pair's moments on the table (:func:`certsel.policies.ranking_limit.ranking_need`,
     each pair at its level per direction delta / (K (K - 1)))."""
-    from certsel.orchestrator.engine.oracle import ranking_need, table_moments
+    from certsel.policies.ranking_limit import ranking_need, table_moments
 
     K, N = losses.shape
     return ranking_need(*table_moments(losses), N, delta / (K * (K - 1)), epsilon)

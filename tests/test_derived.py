@@ -55,7 +55,7 @@ def test_labels_against_the_oracle_count_the_certified_candidates_minimums(sets)
 def test_the_ranking_oracle_on_the_whole_table_is_the_documented_limit():
     """ranking_need on AlpacaEval's full table (each pair at delta / (K (K - 1)) per direction,
     delta = 0.05): the oracle's evaluations docs/driver.md gives, 8432, 6933 and 4292 of 9660."""
-    from certsel.orchestrator.engine.oracle import ranking_need, table_moments
+    from certsel.policies.ranking_limit import ranking_need, table_moments
     from certsel.workers.replay import load_loss_table
 
     t = load_loss_table(EXAMPLES / "data" / "alpacaeval_preferences.parquet", human="loss", judge=None,
@@ -98,7 +98,7 @@ def _need_by_loop(means, gaps, sds, N, level, epsilon):
 def test_the_ranking_oracle_agrees_with_a_loop(epsilon):
     """ranking_need, vectorised, against the rule written as a loop on random 0/1 tables with
     exact ties (two models share a loss column) and models that no pair can order."""
-    from certsel.orchestrator.engine.oracle import ranking_need, table_moments
+    from certsel.policies.ranking_limit import ranking_need, table_moments
 
     rng = np.random.default_rng(7)
     for _ in range(5):
@@ -114,7 +114,7 @@ def test_the_ranking_oracle_agrees_with_a_loop(epsilon):
 def test_a_full_rankings_labels_against_the_oracle():
     """A ranking job's oracle: the pair moments over the items both models labelled, recomputed
     here by a loop, through ranking_need at the job's level and epsilon."""
-    from certsel.orchestrator.engine.oracle import ranking_need
+    from certsel.policies.ranking_limit import ranking_need
 
     res = _run("alpacaeval_ranking.yaml", ["pairwise.epsilon=0.05"])
     rk, o = res.ranking, res.oracle

@@ -22,7 +22,7 @@ from certsel.policies import select
 
 from certsel.orchestrator.results.records import JobResult, OracleEstimate, Status
 
-from .oracle import labelled_moments, ranking_need
+from certsel.policies.ranking_limit import labelled_moments, ranking_need
 from .recovery import recovery_rows
 
 
