@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
+
+from .registry import Registry
 
 # The cap c of the margin bet: every capital factor stays >= 1 - c. Above the plug-in's 1/2
 # because a paired difference of two models' losses is mostly 1/2 (both right or both wrong):
@@ -81,3 +84,36 @@ def pair_claims(epsilon: float | None) -> tuple[tuple[float, float], ...]:
     way, and with ``epsilon`` a tie, |R_a - R_b| < epsilon."""
     order = ((0.5, math.inf), (-math.inf, 0.5))
     return order if epsilon is None else order + ((0.5 - epsilon / 2.0, 0.5 + epsilon / 2.0),)
+
+
+class PairBet:
+    """How a ranking's pair tests bet (``pairwise.bet``, ``CertifiedRanking(bet=)``): one object per
+    name in :data:`PAIR_BETS`; :meth:`for_claims` gives the bet for the claims a pair stops on, or
+    None for the pair policy's own."""
+
+    name: ClassVar[str] = ""
+    sized: ClassVar[bool] = False  # whether it replaces the pair policy's own bet (the policy must take one)
+
+    def for_claims(self, claims) -> MarginBet | None:
+        return None
+
+
+class Margin(PairBet):
+    """Bets sized for the claim with the widest predicted margin (:class:`MarginBet`)."""
+
+    name = "margin"
+    sized = True
+
+    def for_claims(self, claims) -> MarginBet:
+        return MarginBet(tuple(claims))
+
+
+class PlugIn(PairBet):
+    """The pair policy's own bet (Seq's: WSR's predictable plug-in)."""
+
+    name = "plug-in"
+
+
+PAIR_BETS: Registry[PairBet] = Registry("pairwise.bet", PairBet)
+for _bet in (Margin, PlugIn):
+    PAIR_BETS.register(_bet)

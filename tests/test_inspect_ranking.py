@@ -61,7 +61,7 @@ def test_four_models_are_ranked_in_one_eval_and_each_task_stops_early(tmp_path, 
     (dict(goal="worst"), "goal must be one of"),
     (dict(goal="topk"), "goal 'topk' needs topk"),
     (dict(epsilon=1.5), "epsilon must be a number strictly between 0 and 1"),
-    (dict(bet="kelly"), "bet must be 'margin' or 'plug-in'"),
+    (dict(bet="kelly"), "pairwise.bet must be one of"),
     (dict(delta=0), "delta"),
 ])
 def test_bad_rankings_are_refused(kw, words):

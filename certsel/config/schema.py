@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from certsel.policies.procedures import PROCEDURES, Procedure, get_procedure
 from certsel.policies.betting import BettingStrategy, get_strategy
+from certsel.policies.bets import PAIR_BETS
 from certsel.policies.kinds import POLICY_KINDS, Family, JudgeUse, PolicyKind, get_policy_kind, kinds_of
 
 from certsel.policies.recovery import Recovery
@@ -192,9 +193,17 @@ class PairwiseConfig(Strict):
     epsilon: float | None = Field(None, description="a pair closer than this (in loss units) can be certified tied")
     # None: bets sized for the pair's claims where the pair policies take them (Seq with the betting
     # radius), the policy's own elsewhere; "plug-in": Seq's own bet (WSR's predictable plug-in)
-    bet: Literal["margin", "plug-in"] | None = Field(
-        None, description="the pair tests' bets: 'margin' (sized for the order or tie each pair is closest to "
-                          "deciding) or 'plug-in' (Seq's own); default: margin where the policy takes it")
+    bet: str | None = Field(
+        None, description="the pair tests' bets (policies/bets.py, PAIR_BETS): 'margin' (sized for the order or tie "
+                          "each pair is closest to deciding) or 'plug-in' (Seq's own); default: margin where the "
+                          "policy takes it")
+
+    @field_validator("bet")
+    @classmethod
+    def _known_bet(cls, v):
+        if v is not None:
+            PAIR_BETS.lookup(v)  # a one-line error naming the registered bets
+        return v
 
     @field_validator("epsilon")
     @classmethod
@@ -558,8 +567,9 @@ class RunConfig(Strict):
             raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
         if not proc.ranking and self.pairwise != PairwiseConfig():  # options set for a procedure that ignores them
             raise ValueError(f"pairwise: options of a ranking (procedure 'pairwise'), not of {self.procedure!r}")
-        if proc.ranking and self.pairwise.bet == "margin" and not self.policy.policy_kind.banks(self.policy.radius):
-            raise ValueError(f"pairwise.bet 'margin' needs pair policies that take a bet (policy.kind 'seq' with radius "
+        bet = None if self.pairwise.bet is None else PAIR_BETS.lookup(self.pairwise.bet)
+        if proc.ranking and bet is not None and bet.sized and not self.policy.policy_kind.banks(self.policy.radius):
+            raise ValueError(f"pairwise.bet {bet.name!r} needs pair policies that take a bet (policy.kind 'seq' with radius "
                              f"'betting'), not policy.kind {self.policy.kind!r} with radius {self.policy.radius!r}")
         if proc.ranking and self.pairwise.topk is not None:
             models = self.candidates or self.order

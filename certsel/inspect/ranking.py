@@ -32,7 +32,7 @@ from certsel.errors import InputError
 from certsel.orchestrator.engine import decisions
 from certsel.orchestrator.engine.decisions import Pairs, RankingRules
 from certsel.orchestrator.results.ranking import Ranking
-from certsel.policies.bets import MarginBet, pair_claims
+from certsel.policies.bets import PAIR_BETS, pair_claims
 from certsel.policies.comparison import GOALS, sign_policy_delta
 from certsel.policies.kinds import POLICY_KINDS, PolicyInputs, PolicySettings
 from certsel.policies.procedures import PROCEDURES
@@ -120,8 +120,10 @@ class CertifiedRanking:
         if epsilon is not None and (isinstance(epsilon, bool) or not isinstance(epsilon, int | float)
                                     or not 0.0 < float(epsilon) < 1.0):
             raise InputError(f"epsilon must be a number strictly between 0 and 1, got {epsilon!r}")
-        if bet not in ("margin", "plug-in"):
-            raise InputError(f"bet must be 'margin' or 'plug-in', got {bet!r}")
+        try:
+            self.pair_bet = PAIR_BETS.lookup(bet)
+        except ValueError as err:
+            raise InputError(str(err)) from None
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
             raise InputError(f"budget must be a positive number of samples, got {budget!r}")
         self.epsilon = None if epsilon is None else float(epsilon)
@@ -211,7 +213,7 @@ class CertifiedRanking:
         kind = POLICY_KINDS.lookup("seq")
         settings = PolicySettings(alpha=0.5, delta=self.pair_delta_per_direction, budget=n_items, seed=self.seed,
                                   radius="betting", strict=True)
-        bet = MarginBet(pair_claims(self.epsilon)) if self.bet == "margin" else None
+        bet = self.pair_bet.for_claims(pair_claims(self.epsilon))
         return pair_policies(kind, settings, [PolicyInputs(n_items, judge_scores=np.full(n_items, 0.5))
                                               for _ in range(self.ii.size)], bet)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from certsel.policies.comparison import implied_orders, sign_policy_delta
-from certsel.policies.bets import MarginBet, pair_claims
+from certsel.policies.bets import PAIR_BETS, MarginBet, pair_claims
 from certsel.policies.kinds import PolicyInputs, PolicySettings
 from certsel.workers.contracts import ModelLosses
 
@@ -203,9 +203,9 @@ def pair_bet(cfg) -> MarginBet | None:
     """The pair tests' bet (``pairwise.bet``): sized for the claims a pair stops on -- an order
     either way, a tie within epsilon -- where the pair policies take a bet and the job did not
     ask for the policy's own (``plug-in``)."""
-    if cfg.pairwise.bet == "plug-in" or not cfg.policy.policy_kind.banks(cfg.policy.radius):
+    if not cfg.policy.policy_kind.banks(cfg.policy.radius):
         return None
-    return MarginBet(pair_claims(cfg.pairwise.epsilon))
+    return PAIR_BETS.lookup(cfg.pairwise.bet or "margin").for_claims(pair_claims(cfg.pairwise.epsilon))
 
 
 def _fold(plan, records, known, pairs: Pairs, rules: RankingRules) -> None:
