@@ -10,11 +10,14 @@ included.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pathlib
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from certsel.config import RunConfig
 from certsel.errors import InputError, first_line, job_error
@@ -25,6 +28,7 @@ from certsel.orchestrator.engine.runtime import RayRuntime
 from certsel.orchestrator.engine.servers import FleetSchedule
 from certsel.orchestrator.engine.state import JobState, config_fingerprint
 from certsel.orchestrator.inputs.feasibility import feasibility_warning
+from certsel.orchestrator.inputs.jobdata import JobData
 from certsel.orchestrator.inputs.source_kind import SourceKind
 from certsel.orchestrator.inputs.sources import load_job_data, source_of
 from certsel.orchestrator.outputs.paths import output_dir, output_file
@@ -37,130 +41,167 @@ from .stages import LOADING, LOGGING, RAY, REPORT, ROUNDS, RUNS, STOPPING, TRACK
 log = logging.getLogger(__name__)
 
 
-def execute(cfg: RunConfig, *, progress=None, output=None, track: bool = True, resume: str | None = None,
-            durable: bool = True, on_job=None, warn=None, check_outputs=(),
-            parent_run: str | None = None, data=None, on_servers=None, on_stage=None) -> tuple[JobResult, str | None]:
-    """Run ``cfg`` end to end; returns the result and the MLflow parent run id.
+@dataclass(frozen=True)
+class RunOptions:
+    """How one job runs besides its configuration (:func:`execute`).
 
-    With ``durable`` (the default) the job keeps its labels in ``cfg.state.dir`` and resumes
-    an unfinished job with the same configuration (or the job ``resume``), see
-    :mod:`certsel.orchestrator.engine.state`; ``on_job(state)`` is told which job runs; ``warn(line)``
-    gets warnings about the job before it runs (default: the logging module).
+    ``durable`` (the default): the job keeps its labels in ``cfg.state.dir`` and resumes an
+    unfinished job with the same configuration (or the job ``resume``), see
+    :mod:`certsel.orchestrator.engine.state`. The outputs (report.html, report.md,
+    selection.json, labels.parquet, plots) go to ``output``, else to the job's folder, else (not
+    durable) only to MLflow (``track``). ``check_outputs``: ``(path, option)`` pairs of further
+    files the caller will write, checked before anything starts like ``output``. ``parent_run``
+    nests the job's MLflow run under that run (a task of a multi-task job); ``data`` is the
+    job's data when the caller has loaded and checked it already.
 
-    The outputs (report.html, report.md, selection.json, labels.parquet, plots) go to
-    ``output``, else to the job's folder (``cfg.state.dir/JOB_ID``), else (not durable) only
-    to MLflow; ``result.output_dir`` and ``result.files`` say where. ``check_outputs`` are
-    ``(path, option)`` pairs of further files the caller will write: like ``output``, they are
-    checked before anything starts. ``parent_run`` nests the job's MLflow run under that run
-    (a task of a multi-task job); ``data`` is the job's data when the caller has loaded and
-    checked it already (:func:`~certsel.orchestrator.inputs.sources.load_job_data`).
-    ``on_servers(status)`` is told, every second while the job runs, which of the job's own
-    servers (``live.serve``) are up and which wait for Ray to place them, with the seconds
-    waited (:meth:`~certsel.workers.server_fleet.ServerFleet.status`): the progress line shows them.
-    ``on_stage(name)`` is told when each stage starts (:mod:`certsel.orchestrator.commands.stages`);
-    ``result.stages`` holds their seconds. The MLflow store opens in a thread while Ray starts.
-    """
-    clock = StageClock(on_stage)
+    The callbacks: ``progress(records, round)`` after every round; ``on_job(state)`` when the job
+    is known; ``warn(line)`` for warnings before it runs (default: logging); ``on_servers(status)``
+    every second with the job's own servers (``live.serve``) up and waiting; ``on_stage(name)``
+    when each stage starts (:mod:`certsel.orchestrator.commands.stages`)."""
+
+    progress: Callable | None = None
+    output: pathlib.Path | str | None = None
+    track: bool = True
+    resume: str | None = None
+    durable: bool = True
+    on_job: Callable | None = None
+    warn: Callable | None = None
+    check_outputs: tuple = ()
+    parent_run: str | None = None
+    data: JobData | None = None
+    on_servers: Callable | None = None
+    on_stage: Callable | None = None
+
+
+def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[JobResult, str | None]:
+    """Run ``cfg`` end to end (``options``, or its fields as keywords: :class:`RunOptions`);
+    returns the result and the MLflow parent run id. ``result.output_dir`` and ``result.files``
+    say where the outputs went, ``result.stages`` how long each stage took. The MLflow store
+    opens in a thread while Ray starts."""
+    o = options if options is not None else RunOptions(**kw)
+    clock = StageClock(o.on_stage)
     started = time.time()
-    if output is not None:
-        output = output_dir(output, "--output")
-    for path, what in check_outputs:
+    output = None if o.output is None else output_dir(o.output, "--output")
+    for path, what in o.check_outputs:
         output_file(path, what)
+    data = o.data
     if data is None:
         with clock.stage(LOADING):
             data = load_job_data(cfg)
     data = start_from_pilot(cfg, data)  # before the runs are created: they are the tested configs
+    _warn_if_hopeless(cfg, data, o.warn)
+    if o.track:
+        precheck(cfg.tracking.uri)
+    job = _open_job(cfg, data, o)
+    tracker = run_id = None
+    with contextlib.ExitStack() as resources:  # released in reverse order, whatever happens
+        # late-bound: a job discarded when Ray is missing is None by then; a source's release sees
+        # the configuration and data the job ran with (prepare_source may replace them)
+        resources.callback(lambda: job is not None and job.release())
+        resources.callback(lambda: source_of(cfg).release(cfg, data))
+        try:
+            opening = None
+            if o.track:  # the store opens (imports, migrations of a new SQLite file) while Ray starts
+                pool = resources.enter_context(ThreadPoolExecutor(1, thread_name_prefix="certsel-mlflow"))
+
+                def open_store():
+                    with clock.stage(TRACKING, tell=False):
+                        return JobTracker(cfg.tracking.uri, cfg.tracking.experiment)
+
+                opening = pool.submit(open_store)
+            try:
+                with clock.stage(RAY):
+                    runtime = RayRuntime(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.max_actors)
+                    # the hosts' worker processes boot (imports) while the runs are created
+                    runtime.ensure_hosts(runtime.default_hosts(len(data.names)))
+            except InputError:  # no cluster: a job created just now leaves nothing behind
+                if job is not None and not job.resumed:
+                    job.discard()
+                    job = None
+                raise
+            resources.callback(_stop_runtime, runtime, clock)
+            kind = source_of(cfg)
+            servers = None
+            if kind.prepare_stage is not None:
+                with clock.stage(kind.prepare_stage):
+                    cfg, data, servers = prepare_source(kind, cfg, data, o.on_servers)
+                if servers is not None:
+                    resources.callback(servers.close)
+            if opening is not None:
+                tracker = opening.result()
+                obj = data.objective
+                with clock.stage(RUNS):
+                    records = [CandidateRecord(n, k, None if obj is None else float(obj[k]))
+                               for k, n in enumerate(data.names)]
+                    run_id = tracker.start(cfg, data, records, job=job, parent_run=o.parent_run, started=started)
+                if job is not None:
+                    job.update(mlflow_runs=[*job.meta.get("mlflow_runs", []), run_id])
+            try:
+                with clock.stage(ROUNDS):
+                    result = run_job(cfg, data, runtime, progress=o.progress, tracker=tracker,
+                                     job_dir=None if job is None else job.dir, servers=servers)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as exc:  # while the job ran: a job error, whatever its type
+                raise job_error(exc) from exc
+            result.stages = clock.seconds  # the clock's own dict: the stages after this one land in it too
+            result.job_id = None if job is None else job.job_id
+            if tracker is not None:
+                result.tracking = {"uri": tracker.uri, "experiment_id": tracker.experiment_id, "run_id": run_id}
+            _write_outputs(result, output or (job.dir if job is not None else None), tracker, clock)
+            if job is not None:
+                job.update(status="finished", mlflow_run=run_id, finished=True, name=cfg.name,
+                           selected=result.selected,
+                           output=None if result.output_dir is None else str(result.output_dir))
+            return result, run_id
+        except BaseException as exc:  # the runs say how it ended: KILLED on Ctrl-C, FAILED otherwise
+            killed = isinstance(exc, KeyboardInterrupt)
+            if tracker is not None:
+                tracker.fail("KILLED" if killed else "FAILED")
+            if job is not None:
+                job.update(status="interrupted" if killed else "failed")
+            raise
+
+
+def _warn_if_hopeless(cfg: RunConfig, data, warn) -> None:
+    """The feasibility check's one line (advisory: a strategy that fails here fails in the job too, tracked)."""
     try:
         note = feasibility_warning(data.policy_config(cfg), len(data.names), data.n_items)
-    except Exception as exc:  # advisory only: a user strategy that fails here fails in the job too, tracked
+    except Exception as exc:
         log.debug("feasibility check skipped (%s)", first_line(exc))
-        note = None
+        return
     if note is not None:
         (warn or log.warning)(note)
-    if track:
-        precheck(cfg.tracking.uri)
-    job = None
-    if durable:
-        job = JobState.open(cfg.state.dir, config_fingerprint(cfg, data.fingerprint), resume=resume,
-                            auto=cfg.state.resume == "auto")
-        job.update(name=cfg.name)
-        if on_job is not None:
-            on_job(job)
-    tracker = run_id = servers = runtime = None
-    pool = ThreadPoolExecutor(1, thread_name_prefix="certsel-mlflow")
-    try:
-        if track:  # the store opens (imports, migrations of a new SQLite file) while Ray starts
 
-            def open_store():
-                with clock.stage(TRACKING, tell=False):
-                    return JobTracker(cfg.tracking.uri, cfg.tracking.experiment)
 
-            opening = pool.submit(open_store)
-        try:
-            with clock.stage(RAY):
-                runtime = RayRuntime(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.max_actors)
-                # the hosts' worker processes boot (imports) while the runs are created
-                runtime.ensure_hosts(runtime.default_hosts(len(data.names)))
-        except InputError:  # no cluster: a job created just now leaves nothing behind
-            if job is not None and not job.resumed:
-                job.discard()
-                job = None
-            raise
-        kind = source_of(cfg)
-        if kind.prepare_stage is not None:
-            with clock.stage(kind.prepare_stage):
-                cfg, data, servers = prepare_source(kind, cfg, data, on_servers)
-        if track:
-            tracker = opening.result()
-            obj = data.objective
-            with clock.stage(RUNS):
-                records = [CandidateRecord(n, k, None if obj is None else float(obj[k]))
-                           for k, n in enumerate(data.names)]
-                run_id = tracker.start(cfg, data, records, job=job, parent_run=parent_run, started=started)
-            if job is not None:
-                job.update(mlflow_runs=[*job.meta.get("mlflow_runs", []), run_id])
-        try:
-            with clock.stage(ROUNDS):
-                result = run_job(cfg, data, runtime, progress=progress, tracker=tracker,
-                                 job_dir=None if job is None else job.dir, servers=servers)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except Exception as exc:  # while the job ran: a job error, whatever its type
-            raise job_error(exc) from exc
-        result.stages = clock.seconds  # the clock's own dict: the stages after this one land in it too
-        result.job_id = None if job is None else job.job_id
+def _open_job(cfg: RunConfig, data, o: RunOptions) -> JobState | None:
+    """The durable job: the unfinished one with this configuration, the one ``resume`` names, or a new one."""
+    if not o.durable:
+        return None
+    job = JobState.open(cfg.state.dir, config_fingerprint(cfg, data.fingerprint), resume=o.resume,
+                        auto=cfg.state.resume == "auto")
+    job.update(name=cfg.name)
+    if o.on_job is not None:
+        o.on_job(job)
+    return job
+
+
+def _stop_runtime(runtime, clock: StageClock) -> None:
+    with clock.stage(STOPPING):
+        runtime.close()
+
+
+def _write_outputs(result: JobResult, folder, tracker, clock: StageClock) -> None:
+    """The report and certificate into ``folder`` (a temporary one when there is none: MLflow
+    still gets them), then the tracker's final logging."""
+    with tempfile.TemporaryDirectory() as tmp:
+        with clock.stage(REPORT):
+            files = write_report(result, folder or tmp)
+        if folder is not None:
+            result.output_dir, result.files = pathlib.Path(folder), files
         if tracker is not None:
-            result.tracking = {"uri": tracker.uri, "experiment_id": tracker.experiment_id, "run_id": run_id}
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = output or (job.dir if job is not None else None)
-            with clock.stage(REPORT):
-                files = write_report(result, folder or tmp)
-            if folder is not None:
-                result.output_dir, result.files = pathlib.Path(folder), files
-            if tracker is not None:
-                with clock.stage(LOGGING):
-                    tracker.finish(result, files)
-        if job is not None:
-            job.update(status="finished", mlflow_run=run_id, finished=True, name=cfg.name, selected=result.selected,
-                       output=None if result.output_dir is None else str(result.output_dir))
-        return result, run_id
-    except BaseException as exc:  # the runs say how it ended: KILLED on Ctrl-C, FAILED otherwise
-        killed = isinstance(exc, KeyboardInterrupt)
-        if tracker is not None:
-            tracker.fail("KILLED" if killed else "FAILED")
-        if job is not None:
-            job.update(status="interrupted" if killed else "failed")
-        raise
-    finally:
-        pool.shutdown(wait=True)  # a store still opening after a failure finishes first (it creates no run)
-        source_of(cfg).release(cfg, data)
-        if servers is not None:
-            servers.close()
-        if runtime is not None:
-            with clock.stage(STOPPING):
-                runtime.close()
-        if job is not None:
-            job.release()
+            with clock.stage(LOGGING):
+                tracker.finish(result, files)
 
 
 def prepare_source(kind: SourceKind, cfg: RunConfig, data, on_servers=None):
