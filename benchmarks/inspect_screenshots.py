@@ -36,7 +36,7 @@ def main(argv=None) -> int:
         subprocess.run([certsel, "jobs"], check=True, env=env)
         from mlflow.tracking import MlflowClient
 
-        from certsel.orchestrator.outputs.tracking import ui_link
+        from certsel.orchestrator.outputs.mlflow_store import ui_link
 
         exp = MlflowClient(f"sqlite:///{tmp}/mlruns.db").get_experiment_by_name("certsel-inspect")
         with mlflow_server(pathlib.Path(tmp) / "mlruns.db") as base:

@@ -106,7 +106,7 @@ def mlflow_server(store: pathlib.Path):
 
 def mlflow_pages(args, store: pathlib.Path, run_link: str) -> None:
     """The MLflow UI at the link certsel printed (the run) and at its experiment (the runs table)."""
-    from certsel.orchestrator.outputs.tracking import ui_link
+    from certsel.orchestrator.outputs.mlflow_store import ui_link
 
     with mlflow_server(store) as base:
         run_url = run_link.replace("http://127.0.0.1:5000", base)

@@ -423,7 +423,8 @@ def _audit(args) -> int:
     from certsel.orchestrator.audit.job import write_audit
     from certsel.orchestrator.commands.audit import audit
     from certsel.orchestrator.inputs.sources import load_job_data
-    from certsel.orchestrator.outputs.tracking import log_audit, precheck
+    from certsel.orchestrator.outputs.mlflow_store import precheck
+    from certsel.orchestrator.outputs.tracking import log_audit
 
     cfg = load_config(args.config, args.overrides)
     if cfg.tasks is not None and cfg.aggregate is None:
@@ -570,7 +571,7 @@ def _show(args) -> int:
             except ValueError as exc:  # not JSON (a file cut short, edited by hand)
                 raise ValueError(f"{where} is not JSON ({exc})") from None
     if found is None:
-        from certsel.orchestrator.outputs.tracking import load_certificate
+        from certsel.orchestrator.outputs.mlflow_store import load_certificate
 
         try:
             raw = load_certificate(args.run_id, args.tracking_uri)

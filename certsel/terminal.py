@@ -227,7 +227,7 @@ def print_job(console, cert: Selection | TasksSelection, quiet: bool, run_id=Non
     if run_id:
         console.print(f"MLflow run: {run_id}  (certsel show {run_id[:8]})", markup=False)
     if tracking:
-        from certsel.orchestrator.outputs.tracking import ui_link
+        from certsel.orchestrator.outputs.mlflow_store import ui_link
 
         uri = tracking["uri"]
         base = uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"  # a server is its own UI

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from certsel.config import load_config
 from certsel.orchestrator.commands.job import execute
-from certsel.orchestrator.outputs.tracking import load_certificate
+from certsel.orchestrator.outputs.mlflow_store import load_certificate
 from helpers.policies import cer_eval_direct
 from certsel.workers.serving import ModelServer, ServeError
 from mlflow.tracking import MlflowClient

@@ -10,7 +10,7 @@ import pytest
 from certsel.config import parse_config
 from certsel.orchestrator.commands.job import execute
 from certsel.orchestrator.outputs.certificate import certificate
-from certsel.orchestrator.outputs.tracking import load_certificate
+from certsel.orchestrator.outputs.mlflow_store import load_certificate
 from certsel.workers.replay import DATA_DIR
 from mlflow.tracking import MlflowClient
 
@@ -55,7 +55,7 @@ def test_the_runs_table_view_shows_the_results(job):
     prices or servers), the selection is a parameter, parameters that do not apply to the
     policy are not logged, and the run's clock starts with the command."""
     cfg, result, run_id, client, _, _ = job
-    from certsel.orchestrator.outputs.tracking import RESULTS_VIEW, ui_link
+    from certsel.orchestrator.outputs.mlflow_store import RESULTS_VIEW, ui_link
 
     exp = client.get_experiment_by_name("certsel-test")
     envelope = json.loads(exp.tags[f"mlflow.sharedViewState.{RESULTS_VIEW}"])

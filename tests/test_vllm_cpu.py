@@ -23,7 +23,7 @@ import pytest
 import yaml
 from certsel.config import load_config
 from certsel.orchestrator.commands.job import execute
-from certsel.orchestrator.outputs.tracking import load_certificate
+from certsel.orchestrator.outputs.mlflow_store import load_certificate
 from mlflow.tracking import MlflowClient
 from helpers.reference import log_evalues_from_label_log
 

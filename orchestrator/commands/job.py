@@ -33,7 +33,8 @@ from certsel.orchestrator.inputs.source_kind import SourceKind
 from certsel.orchestrator.inputs.sources import load_job_data, source_of
 from certsel.orchestrator.outputs.paths import output_dir, output_file
 from certsel.orchestrator.outputs.report import write_report
-from certsel.orchestrator.outputs.tracking import JobTracker, precheck
+from certsel.orchestrator.outputs.mlflow_store import precheck
+from certsel.orchestrator.outputs.tracking import JobTracker
 from certsel.orchestrator.results.records import CandidateRecord, JobResult
 
 from .stages import LOADING, LOGGING, RAY, REPORT, ROUNDS, RUNS, STOPPING, TRACKING, StageClock

@@ -10,7 +10,7 @@ from certsel.config import RunConfig
 
 from certsel.orchestrator.outputs.paths import output_dir
 from certsel.orchestrator.outputs.tasks import TasksTracker, write_tasks_report
-from certsel.orchestrator.outputs.tracking import precheck
+from certsel.orchestrator.outputs.mlflow_store import precheck
 from .job import execute
 from certsel.orchestrator.inputs.tasks import load_tasks
 from certsel.orchestrator.results.tasks import MultiTaskResult, TaskOutcome, combine

@@ -174,7 +174,7 @@ class TasksTracker:
     """The multi-task job's MLflow run: every task's job run is nested under it."""
 
     def __init__(self, cfg):
-        from .tracking import NOTE, client_for, experiment_id
+        from .mlflow_store import NOTE, client_for, experiment_id
 
         self.client, self.uri = client_for(cfg.tracking.uri)
         self.experiment_id = experiment_id(self.client, self.uri, cfg.tracking.experiment)
@@ -195,7 +195,7 @@ class TasksTracker:
 
         from mlflow.entities import Metric, RunTag
 
-        from .tracking import NOTE
+        from .mlflow_store import NOTE
 
         cert = tasks_certificate(res)
         now = int(_dt.datetime.now().timestamp() * 1000)
