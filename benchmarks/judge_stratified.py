@@ -8,7 +8,7 @@ with a budget of n = 300 human labels, every scheme runs on its own random item 
   product's testing policies, on the first n items of a random order;
 * judge-stratified (``policy.kind: judge-stratified``, UP betting): the judge's loss on
   every item first, then human labels drawn by judge strata
-  (:class:`certsel.policies.stratified_test.StratifiedTest`).
+  (:class:`certsel.policies.judge_stratified.StratifiedTest`).
 
 Reported per candidate and judge: human labels spent until certification (n when never
 certified), the rate of certification within n, and the saving against R-AutoEval+.
@@ -33,7 +33,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 from certsel.policies import certify  # noqa: E402
 from certsel.orchestrator.audit.stratified import run_to_budget  # noqa: E402
-from certsel.policies.stratified_test import StratifiedTest  # noqa: E402
+from certsel.policies.judge_stratified import StratifiedTest  # noqa: E402
 
 DATA = ROOT / "examples" / "data" / "triviaqa_llama31_8b_mx.parquet"
 JUDGES = ("best", "med", "bad")

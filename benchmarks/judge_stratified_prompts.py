@@ -16,7 +16,7 @@ for R-AutoEval+, the same seeds for both judge-stratified variants) and the mean
 per template (n when never certified). ``worse`` marks a cell where the default
 judge-stratified test certified fewer than R-AutoEval+ by more than 2 s.e. of the paired
 difference. Templates with R > alpha are not run: they may certify in at most delta of the runs
-(tests/test_stratified_test.py and the audit check that).
+(tests/test_judge_stratified.py and the audit check that).
 
     python benchmarks/judge_stratified_prompts.py [--reps 20] [--judges loss_judge_icl1 loss_judge_icl5]
 """
@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from certsel.orchestrator.audit.stratified import run_to_budget
 from certsel.policies import certify, scheme_rhos
-from certsel.policies.stratified_test import DEFAULT_RHOS, StratifiedTest
+from certsel.policies.judge_stratified import DEFAULT_RHOS, StratifiedTest
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "examples" / "data"
 K, N_HUMAN, R, DELTA, BATCH = 25, 200, 3, 0.1, 25

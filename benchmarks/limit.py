@@ -28,7 +28,7 @@ import numpy as np
 from certsel.orchestrator.audit.stratified import run_to_budget
 from certsel.policies import certify, get_strategy
 from certsel.policies.limits import label_limit, ppi_limit
-from certsel.policies.stratified_test import DEFAULT_RHOS as STRATIFIED_RHOS, StratifiedTest
+from certsel.policies.judge_stratified import DEFAULT_RHOS as STRATIFIED_RHOS, StratifiedTest
 from certsel.workers.replay import load_loss_table
 
 ALPHA = DELTA = 0.1

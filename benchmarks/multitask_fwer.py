@@ -65,8 +65,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from certsel.config import parse_config
-    from certsel.orchestrator.audit.tasks import audit_tasks
-    from certsel.orchestrator.inputs.tasks import load_tasks
+    from certsel.orchestrator.audit.multitask import audit_tasks
+    from certsel.orchestrator.inputs.stacked_tasks import load_tasks
 
     R = risks()
     print(f"{args.reps} repetitions, n = {args.n} human labels per candidate and task, delta = 0.1")

@@ -7,7 +7,7 @@ bounds (a certification under the null, an interval or bound that missed the ris
 decision), the measured rate with a 95% Clopper-Pearson interval, and the level it is stated
 at. Groups:
 
-* ``stratified-test``: judge-stratified testing (policies/stratified_test.py) at mu = alpha
+* ``stratified-test``: judge-stratified testing (policies/judge_stratified.py) at mu = alpha
   exactly, 300 items all labelled, a good, an adversarial and a noise judge (delta = 0.2);
 * ``cer-eval``: Seq and Cer-Eval's anytime intervals and decisions (tests/test_stratified.py):
   isolated outliers under a 1-NN partition, a partition refitted after every label, judge
@@ -80,7 +80,7 @@ def _call(module: str, func: str, *args, fixtures=(), **kw):
 # takes the number of runs and returns [(case, errors, stated level), ...].
 
 def _strat_test(judge, runs):
-    return [(f"mu = alpha, {judge} judge", _call("test_stratified_test", "boundary_certifications", judge, runs), 0.2)]
+    return [(f"mu = alpha, {judge} judge", _call("test_judge_stratified", "boundary_certifications", judge, runs), 0.2)]
 
 
 def _outliers(runs):

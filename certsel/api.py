@@ -156,7 +156,7 @@ def run(job=None, data=None, *, output=None, track: bool = True, resume: str | N
             raise InputError("fresh=True and resume exclude each other")
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
     if cfg.tasks is not None and cfg.aggregate is None:  # every task as a job of its own, then combined
-        from certsel.orchestrator.outputs.tasks import tasks_certificate
+        from certsel.orchestrator.outputs.multitask import tasks_certificate
         from certsel.orchestrator.commands.multitask import execute_tasks
 
         if resume:

@@ -387,7 +387,7 @@ def _run(args) -> int:
 
 def _run_tasks(args, cfg, console, machine: bool, on_job) -> int:
     """``certsel run`` on a multi-task job: every task, then the combined certificate."""
-    from certsel.orchestrator.outputs.tasks import tasks_certificate
+    from certsel.orchestrator.outputs.multitask import tasks_certificate
     from certsel.orchestrator.commands.multitask import execute_tasks
 
     if args.resume:
@@ -473,8 +473,8 @@ def _audit_tasks(args, cfg) -> int:
     """``certsel audit`` of a multi-task job (orchestrator/audit/tasks.py): Markdown on stdout."""
     import json as _json
 
-    from certsel.orchestrator.audit.tasks import audit_tasks
-    from certsel.orchestrator.inputs.tasks import load_tasks
+    from certsel.orchestrator.audit.multitask import audit_tasks
+    from certsel.orchestrator.inputs.stacked_tasks import load_tasks
 
     cfgs, datas = load_tasks(cfg)
     result = audit_tasks(cfg, cfgs, datas, reps=args.reps, seed=args.seed)

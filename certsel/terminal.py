@@ -137,7 +137,7 @@ TASK_FIELDS = ["candidate", "task", "certified", "selected", "combined_e_value",
 
 def _format_tasks(cert: TasksSelection, fmt: str) -> str:
     """A multi-task certificate as csv (one row per candidate and task) or markdown."""
-    from certsel.orchestrator.outputs.tasks import markdown
+    from certsel.orchestrator.outputs.multitask import markdown
 
     if fmt == "markdown":
         return markdown(cert).rstrip("\n")
@@ -159,7 +159,7 @@ def _format_tasks(cert: TasksSelection, fmt: str) -> str:
 
 def print_tasks(console, cert: TasksSelection, quiet: bool, tracking=None, output_dir=None) -> None:
     """A multi-task job: a row per candidate with its evidence on every task, then the certificate."""
-    from certsel.orchestrator.outputs.tasks import table_rows
+    from certsel.orchestrator.outputs.multitask import table_rows
 
     if not quiet:
         head, rows = table_rows(cert)

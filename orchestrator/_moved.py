@@ -29,7 +29,7 @@ MOVED = {
     "certsel.orchestrator.run.multitask": "certsel.orchestrator.commands.multitask",
     "certsel.orchestrator.run.stages": "certsel.orchestrator.commands.stages",
     "certsel.orchestrator.run.records": "certsel.orchestrator.results.records",
-    "certsel.orchestrator.run.tasks": "certsel.orchestrator.results.tasks",
+    "certsel.orchestrator.run.tasks": "certsel.orchestrator.results.multitask",
 }
 
 

@@ -31,7 +31,7 @@ l_s = sqrt(2 log(1/alpha_bet) / (I_s log(1 + s))) / v_s, where v_s is the caller
 prediction of Var(Y_s | past) (any positive predictable number keeps validity) and
 I_s = sum_{r<=s} 1/v_r. With a constant v this is WSR's lambda_t^PrPl. A caller may instead
 give its own sizes, one per gambler (``bets``: l+_s for K+, l-_s for K-, each >= 0 and fixed
-before Y_s is seen, e.g. :class:`~certsel.policies.bets.MarginBet`); the argument above is the
+before Y_s is seen, e.g. :class:`~certsel.policies.pair_bets.MarginBet`); the argument above is the
 same, since it asks of l_s only that it be predictable, non-negative and the same for every m.
 
 Numerics: the capital is kept on a grid of candidate means covering the current two-sided

@@ -41,7 +41,7 @@ from .partition import NearestNeighborPartition, ScorePartition
 from .registry import Registry
 from .seq_bank import SeqBank
 from .sequential import SequentialTest
-from .stratified_test import StratifiedTest
+from .judge_stratified import StratifiedTest
 
 
 class Family(StrEnum):
@@ -145,7 +145,7 @@ class PolicyKind:
         """``n_runs`` policies with the same settings and no judge, on one shared order, as
         one vectorised object whose rows equal :meth:`build`'s policies (a ranking's pairs),
         or None where the kind has none (the default: one object per run). ``bet`` (a
-        :class:`~certsel.policies.bets.MarginBet`) replaces the policies' own bets."""
+        :class:`~certsel.policies.pair_bets.MarginBet`) replaces the policies' own bets."""
         return None
 
     def __repr__(self) -> str:

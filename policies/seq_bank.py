@@ -15,7 +15,7 @@ is split with :meth:`BettingCS.take`.
 The guarantee is each run's own (Seq's, see :mod:`certsel.policies.stratified`): sharing the
 order couples the runs' errors, which the ranking's Bonferroni split over pairs allows.
 
-With ``bet`` (a :class:`~certsel.policies.bets.MarginBet`) the runs bet for the claims they stop
+With ``bet`` (a :class:`~certsel.policies.pair_bets.MarginBet`) the runs bet for the claims they stop
 on instead of Seq's plug-in: same order, designs and observations, other (equally valid)
 capital processes, so the rows are no longer Seq's number for number.
 """
@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import check_level, check_positive_int
-from .bets import MarginBet
+from .pair_bets import MarginBet
 from .confseq import BET_CAP, BettingCS
 from .stratified import DEFAULT_FLOOR, draw_observations, group_queues, one_group_design, shrunk_moments
 

@@ -333,7 +333,7 @@ def test_repetitions_with_job_seeds_replay_the_jobs_own_draws(sampling):
     order (the multi-task audit replays that coupling). Without replacement too: the
     judge-only items' own order and the finite-population observations are the engine's."""
     from certsel.orchestrator.audit.job import betting_repetitions
-    from certsel.orchestrator.audit.tasks import task_repetitions
+    from certsel.orchestrator.audit.multitask import task_repetitions
     from certsel.orchestrator.engine.driver import LocalRuntime, run_job
 
     data_path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "data" / "prompts_sentiment.parquet"

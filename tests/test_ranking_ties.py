@@ -256,7 +256,7 @@ def test_pair_rounds_are_sized_from_their_bounds():
     items and the margin m of the claim it is closest to, the n' with (N - n') / n' =
     (m / h)^2 (N - n) / n, less n, between the smallest round and the batch."""
     from certsel.orchestrator.engine.pairwise import pair_round_sizes
-    from certsel.policies.bets import pair_claims
+    from certsel.policies.pair_bets import pair_claims
 
     bounds = np.array([[0.0, 1.0], [0.46, 0.54], [0.52, 0.60], [0.50, 0.58], [0.44, 0.56], [0.30, 0.70]])
     n = np.array([0, 100, 100, 400, 100, 100])

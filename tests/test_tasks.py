@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from certsel.config import ConfigError, parse_config
 from certsel.errors import InputError
-from certsel.orchestrator.inputs.tasks import load_tasks
+from certsel.orchestrator.inputs.stacked_tasks import load_tasks
 from certsel.orchestrator.outputs.selection_schema import TasksSelection
-from certsel.orchestrator.results.tasks import intersection_union
+from certsel.orchestrator.results.multitask import intersection_union
 from certsel.policies.procedures import get_procedure
 from certsel.workers.replay import DATA_DIR
 
@@ -107,7 +107,7 @@ def test_tables_that_do_not_fit_together_are_refused_before_anything_runs(tmp_pa
 @pytest.mark.integration
 def test_a_candidate_failing_one_task_is_not_certified(tmp_path, ray_session):
     from certsel.orchestrator.commands.multitask import execute_tasks
-    from certsel.orchestrator.outputs.tasks import tasks_certificate
+    from certsel.orchestrator.outputs.multitask import tasks_certificate
     from mlflow.tracking import MlflowClient
 
     cfg = parse_config(_raw(tmp_path))
@@ -163,7 +163,7 @@ def test_the_familywise_error_at_the_boundary_stays_below_delta(tmp_path):
     target (a null by 1e-9) and well inside the other's; its combined test must certify it at
     most delta of the time (measured: about the boundary task's own type-I error)."""
     from certsel.orchestrator.audit.base import clopper_pearson
-    from certsel.orchestrator.audit.tasks import audit_tasks
+    from certsel.orchestrator.audit.multitask import audit_tasks
 
     sentiment_032, sum_032 = 0.09683, 0.00416  # prompt_032's risks on the two tables
     cfg = parse_config(_raw(tmp_path, procedure="fst", candidates=["prompt_032", "prompt_060", "prompt_012"],

@@ -11,7 +11,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from certsel.policies.procedures import PROCEDURES, Procedure, get_procedure
 from certsel.policies.betting import BettingStrategy, get_strategy
-from certsel.policies.bets import PAIR_BETS
+from certsel.policies.pair_bets import PAIR_BETS
 from certsel.policies.kinds import POLICY_KINDS, Family, JudgeUse, PolicyKind, get_policy_kind, kinds_of
 
 from certsel.policies.recovery import Recovery

@@ -32,7 +32,7 @@ from certsel.errors import InputError
 from certsel.orchestrator.engine import decisions
 from certsel.orchestrator.engine.decisions import Pairs, RankingRules
 from certsel.orchestrator.results.ranking import Ranking
-from certsel.policies.bets import PAIR_BETS, pair_claims
+from certsel.policies.pair_bets import PAIR_BETS, pair_claims
 from certsel.policies.comparison import GOALS, sign_policy_delta
 from certsel.policies.kinds import POLICY_KINDS, PolicyInputs, PolicySettings
 from certsel.policies.procedures import PROCEDURES

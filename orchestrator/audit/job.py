@@ -91,7 +91,7 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
 
     Seq / Cer-Eval repetitions (and a ranking's) run in ``workers`` processes (default: one
     per CPU); the result is the same for any number of workers. A ranking is repeated by
-    ``ranking_replay`` (the engine's :func:`~certsel.orchestrator.engine.replay.replay_ranking`,
+    ``ranking_replay`` (the engine's :func:`~certsel.orchestrator.engine.ranking_replay.replay_ranking`,
     which :func:`certsel.orchestrator.commands.audit.audit` passes)."""
     table = data.table
     if table is None:

@@ -3,7 +3,7 @@ claim checked against the table.
 
 Each repetition is the job itself with a fresh seed (item order): the engine's rounds, the
 pairs' bets and round sizes, the goal and ``pairwise.epsilon``, handed in by the command as
-``replay`` (:func:`~certsel.orchestrator.engine.replay.replay_ranking`). Its result is checked
+``replay`` (:func:`~certsel.orchestrator.engine.ranking_replay.replay_ranking`). Its result is checked
 claim by claim against the full table's mean losses (the truth of a replay job):
 
 * an **order** "A better than B" (certified directly or implied) is wrong when R(A) >= R(B),

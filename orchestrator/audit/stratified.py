@@ -1,6 +1,6 @@
 """``certsel audit`` for the judge-stratified test: repetitions of the policy itself.
 
-Each repetition runs :class:`~certsel.policies.stratified_test.StratifiedTest` for every
+Each repetition runs :class:`~certsel.policies.judge_stratified.StratifiedTest` for every
 candidate to its whole budget, with the job's batches, its level per candidate (the
 procedure's) and a fresh seed: the same object the driver's actors run. It returns what the
 testing audit reads from the vectorised R-AutoEval+ path: the largest log e-value, the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from certsel.policies.stratified_test import StratifiedTest
+from certsel.policies.judge_stratified import StratifiedTest
 
 from .base import BUDGET_GRID, repeat
 

@@ -6,7 +6,7 @@ each other, so the command joins them)."""
 from __future__ import annotations
 
 from certsel.orchestrator.audit.job import audit as _audit
-from certsel.orchestrator.engine.replay import replay_ranking
+from certsel.orchestrator.engine.ranking_replay import replay_ranking
 
 
 def audit(cfg, data, **kwargs):

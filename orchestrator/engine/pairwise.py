@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from certsel.policies.comparison import implied_orders, sign_policy_delta
-from certsel.policies.bets import PAIR_BETS, MarginBet, pair_claims
+from certsel.policies.pair_bets import PAIR_BETS, MarginBet, pair_claims
 from certsel.policies.kinds import PolicyInputs, PolicySettings
 from certsel.workers.contracts import ModelLosses
 

@@ -1,4 +1,4 @@
-"""Moved to :mod:`certsel.orchestrator.results.tasks` (this path goes in the next release)."""
+"""Moved to :mod:`certsel.orchestrator.results.multitask` (this path goes in the next release)."""
 
 from certsel.orchestrator._moved import alias
 

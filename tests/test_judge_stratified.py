@@ -1,4 +1,4 @@
-"""Judge-stratified testing (policies/stratified_test.py): exact unbiasedness of every
+"""Judge-stratified testing (policies/judge_stratified.py): exact unbiasedness of every
 observation, the e-process against a literal mixture of constant bets, the strata, the bound
 that inverts the test, snapshots, and the type-I error by simulation on real losses and on
 adversarial judges."""
@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import binom
 
 from certsel.policies.betting import DEFAULT_CAP_MASS, UP, up_prior
-from certsel.policies.stratified_test import StratifiedTest, judge_strata, normalised
+from certsel.policies.judge_stratified import StratifiedTest, judge_strata, normalised
 
 
 def _population(N=2000, seed=0, judge="good"):

@@ -4,7 +4,7 @@ Each task's policy is repeated on its own table. The tasks' jobs share the job's
 their item orders are coupled (tables of the same size are labelled in the same order); each
 repetition draws one seed and runs every task with it, so the audit replays that coupling
 rather than independent orders per task. The combined evidence of a candidate is the smallest of its tasks' max
-log e-values (:func:`~certsel.orchestrator.results.tasks.intersection_union`), and the procedure
+log e-values (:func:`~certsel.orchestrator.results.multitask.intersection_union`), and the procedure
 runs on it. A candidate is a null when it misses the target of at least one task on that
 task's whole table; the family-wise failure is a repetition whose certified set holds a null.
 Per candidate: how often it was certified (failure for a null, power otherwise).

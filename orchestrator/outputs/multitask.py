@@ -18,7 +18,7 @@ import jinja2
 
 from certsel._version import __version__
 
-from certsel.orchestrator.results.tasks import MultiTaskResult, total_labels
+from certsel.orchestrator.results.multitask import MultiTaskResult, total_labels
 
 from .certificate import certificate_of, recovery_claim_words
 from .numbers import _round, bound_text, share_text

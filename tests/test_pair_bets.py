@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from certsel.orchestrator.audit.base import clopper_pearson
-from certsel.policies.bets import MarginBet, pair_claims
+from certsel.policies.pair_bets import MarginBet, pair_claims
 from certsel.policies.seq_bank import SeqBank
 
 
