@@ -84,6 +84,9 @@ class Mistake:
     setup: Callable[[Folder], list[str]]  # writes the files, returns the command line after `certsel`
     expect: str  # a fragment of the one-line message
     status: int = 2
+    # run as a real process: the mistakes whose handling touches the process itself (Ray's start,
+    # importing a user's module); the others run cli.main in this process, as the command line does
+    process: bool = False
 
 
 def _job_with(**over):
@@ -215,7 +218,8 @@ MISTAKES = [
     Mistake("FST without an order", _job_with(data={"path": "t.parquet", "judge": "loss_judge_best", "order": None}),
             "order"),
     Mistake("no data, live or source section", _no_data(), "data"),
-    Mistake("plugin module that does not exist", _job_with(plugins=["my_betting"]), "cannot import 'my_betting'"),
+    Mistake("plugin module that does not exist", _job_with(plugins=["my_betting"]), "cannot import 'my_betting'",
+            process=True),
     # the data
     Mistake("table path mistyped", _job_with(data={"path": "t.parqet"}), "file not found"),
     Mistake("an Excel file", _file("t.xlsx", b"PK\x03\x04"), "unknown table format '.xlsx'"),
@@ -271,7 +275,7 @@ MISTAKES = [
             "no MLflow server answers within 5 s"),
     Mistake("tracking database in a missing folder", _args(tracking={"uri": "sqlite:////nonexistent/x/store.db"}),
             "does not exist"),
-    Mistake("Ray cluster address wrong", _args(ray={"address": "127.0.0.1:9"}), "unreachable"),
+    Mistake("Ray cluster address wrong", _args(ray={"address": "127.0.0.1:9"}), "unreachable", process=True),
     # recovery jobs, several tasks, lm-eval
     Mistake("recovery and alpha both given", _recovery(alpha=0.1), "give one target: recovery"),
     Mistake("recovery score column on a 0-100 scale",
@@ -307,11 +311,44 @@ class Outcome:
     seconds: float
 
 
-def attempt(m: Mistake, folder: pathlib.Path) -> Outcome:
+def attempt(m: Mistake, folder: pathlib.Path, process: bool | None = None) -> Outcome:
+    """``m`` run in ``folder``: by ``certsel`` in a process of its own where ``process`` (default:
+    the mistake's own flag), else by :func:`certsel.cli.main` here, with the same working folder
+    and environment and its standard error captured."""
     folder.mkdir(parents=True, exist_ok=True)
     f = Folder(folder)
     argv = m.setup(f)
     t0 = time.monotonic()
-    p = subprocess.run([CERTSEL, *argv], capture_output=True, text=True, timeout=300, cwd=folder)
-    err = p.stderr.strip().splitlines()
-    return Outcome(p.returncode, err[-1] if err else "", len(err), f.left_behind(), time.monotonic() - t0)
+    if m.process if process is None else process:
+        p = subprocess.run([CERTSEL, *argv], capture_output=True, text=True, timeout=300, cwd=folder)
+        status, stderr = p.returncode, p.stderr
+    else:
+        status, stderr = in_process(argv, folder)
+    err = stderr.strip().splitlines()
+    return Outcome(status, err[-1] if err else "", len(err), f.left_behind(), time.monotonic() - t0)
+
+
+def in_process(argv: list[str], cwd: pathlib.Path) -> tuple[int, str]:
+    """``certsel ARGV`` through :func:`certsel.cli.main` in this process: (exit status, stderr)."""
+    import contextlib
+    import io
+    import logging
+    import os
+
+    from certsel import cli
+
+    err, out = io.StringIO(), io.StringIO()
+    here, env, level = os.getcwd(), dict(os.environ), logging.getLogger().level
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                status = cli.main(argv)
+            except SystemExit as exc:  # argparse's own exit
+                status = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(env)
+        logging.getLogger().setLevel(level)
+    return status, err.getvalue()
