@@ -64,6 +64,15 @@ class LiveKind(SourceKind):
                         recovery=None if cfg.recovery is None else cfg.recovery.at_least, fleet=data.servers,
                         preference=live.judge is not None and live.judge.mode == "pairwise")
 
+    def loss_words(self, cfg):
+        """With a reference model, each item's loss is the candidate's drop against it."""
+        ref = cfg.live.reference
+        if ref is None:
+            return None
+        name = ref if isinstance(ref, str) else (ref.server or ref.model)
+        return (f"drop against the reference model {name!r} (per item: max(loss(candidate) - loss(reference), 0), "
+                "with score = 1 - loss)")
+
     def items_words(self, n_items):
         return f"the {n_items} items of the items file"
 

@@ -271,18 +271,11 @@ class RiskSelection:
         return out
 
     def loss_words(self, cfg) -> str:
-        """What one item's loss is: the loss itself, a source's own words, or the drop against a reference model."""
+        """What one item's loss is: the source's words where its loss needs saying (a drop against a
+        reference model, people's verdicts), else "loss"."""
         from certsel.orchestrator.inputs.sources import source_of
 
-        own = source_of(cfg).loss_words(cfg)  # a source whose loss needs saying (people's verdicts)
-        if own is not None:
-            return own
-        ref = None if cfg.live is None else cfg.live.reference
-        if ref is None:
-            return "loss"
-        name = ref if isinstance(ref, str) else (ref.server or ref.model)
-        return (f"drop against the reference model {name!r} (per item: max(loss(candidate) - loss(reference), 0), "
-                "with score = 1 - loss)")
+        return source_of(cfg).loss_words(cfg) or "loss"
 
     def subject(self, result, loss: str) -> str | None:
         """The guarantee's first sentences when the goal says what R is itself (None: R is the mean loss)."""
