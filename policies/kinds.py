@@ -60,6 +60,14 @@ class JudgeUse(StrEnum):
     FIRST = "first"  # the judge's loss on every item, bought before any human label
 
 
+class Replication(StrEnum):
+    """How ``certsel audit`` repeats a testing kind's job, vectorised over repetitions (a kind
+    without one is not audited by repetition)."""
+
+    BETTING = "betting"  # one e-process per candidate on a seeded item order (the R-Eval family)
+    STRATIFIED = "stratified"  # items drawn by judge strata, per repetition
+
+
 @dataclass(frozen=True)
 class PolicySettings:
     """One candidate's policy numbers, from the job file and the procedure.
@@ -113,6 +121,7 @@ class PolicyKind:
     guarantee: ClassVar[str | None] = None
     # measured human labels to certify over the kind's limit (certsel plan's prediction; None: not measured)
     efficiency: ClassVar[float | None] = None
+    replication: ClassVar[Replication | None] = None  # how certsel audit repeats it (None: it cannot)
 
     def judge_use(self, partition: str = "embeddings") -> JudgeUse:
         return JudgeUse.NONE
@@ -159,6 +168,7 @@ class BettingTestKind(PolicyKind):
     family = Family.TESTING
     labels = Labels.ORDER
     takes = frozenset({"observation", "sampling"})
+    replication = Replication.BETTING
 
     def __init__(self, name: str, rhos, efficiency: float | None = None):
         self.name, self.rhos, self.efficiency = name, np.asarray(rhos, dtype=np.float64), efficiency
@@ -199,6 +209,7 @@ class JudgeStratifiedKind(PolicyKind):
     name = "judge-stratified"
     family = Family.TESTING
     labels = Labels.CHOSEN
+    replication = Replication.STRATIFIED
     efficiency = 1.37  # of the prediction-powered floor (benchmarks/limit.py)
 
     def reaches_at_zero(self, settings: PolicySettings, n_items: int, level: float) -> bool:

@@ -41,7 +41,7 @@ import numpy as np
 
 from certsel.config import RunConfig
 from certsel.errors import InputError
-from certsel.policies.kinds import BettingTestKind, JudgeStratifiedKind, PolicyInputs, PolicySettings
+from certsel.policies.kinds import PolicyInputs, PolicySettings, Replication
 from certsel.policies.autoeval import (
     component_log_evalues,
     effective_observations,
@@ -114,16 +114,16 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
     testing = cfg.policy.is_testing
     levels = proc.candidate_deltas(cfg.delta, K)  # each candidate's own level, as the job runs it
     if cfg.scheduling.start == "pilot":
-        if not isinstance(kind, BettingTestKind):
+        if kind.replication is not Replication.BETTING:
             raise InputError(f"certsel audit: scheduling.start: pilot is audited for r-eval, r-autoeval and "
                              f"r-autoeval+, not {kind.name!r}")
         return _pilot_audit(cfg, data, reps, rng, progress, chunk)
-    if isinstance(kind, JudgeStratifiedKind):
+    if kind.replication is Replication.STRATIFIED:
         max_log_e, first, missed, est, classical, t_grid = stratified_repetitions(cfg, table, truth, reps, rng,
                                                                                   progress, workers)
         certified = max_log_e >= -np.log(levels)
         fam = proc.certified(np.minimum(max_log_e, 700), cfg.delta)
-    elif isinstance(kind, BettingTestKind):
+    elif kind.replication is Replication.BETTING:
         max_log_e, first, missed, est, classical, t_grid = betting_repetitions(cfg, table, truth, reps, rng, progress,
                                                                                chunk)
         certified = max_log_e >= -np.log(levels)

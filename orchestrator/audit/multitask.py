@@ -18,7 +18,7 @@ import numpy as np
 
 from certsel.config import RunConfig
 from certsel.errors import InputError
-from certsel.policies.kinds import BettingTestKind, JudgeStratifiedKind
+from certsel.policies.kinds import Replication
 
 from .base import failure_cells, overall_cells
 from .job import betting_repetitions
@@ -55,9 +55,9 @@ def task_repetitions(cfg: RunConfig, data, seeds: np.ndarray, progress=None) -> 
     """max log E (reps, K) of one task's policy on its table, repetition i as its job would run
     with seed ``seeds[i]``."""
     table, kind, reps = data.table, cfg.policy.policy_kind, len(seeds)
-    if isinstance(kind, JudgeStratifiedKind):
+    if kind.replication is Replication.STRATIFIED:
         return stratified_repetitions(cfg, table, table.true_risk, reps, None, progress, 1, seeds=seeds)[0]
-    if isinstance(kind, BettingTestKind):
+    if kind.replication is Replication.BETTING:
         return betting_repetitions(cfg, table, table.true_risk, reps, None, progress, seeds=seeds)[0]
     raise InputError(f"certsel audit: no repetitions for policy.kind {kind.name!r} in a multi-task job")
 
