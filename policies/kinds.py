@@ -122,6 +122,9 @@ class PolicyKind:
     # measured human labels to certify over the kind's limit (certsel plan's prediction; None: not measured)
     efficiency: ClassVar[float | None] = None
     replication: ClassVar[Replication | None] = None  # how certsel audit repeats it (None: it cannot)
+    # whether the certificate words this kind's guarantee itself (the built-in kinds, whose argument it
+    # states with the job's numbers); a registered kind says its own in ``guarantee``
+    worded: ClassVar[bool] = False
 
     def judge_use(self, partition: str = "embeddings") -> JudgeUse:
         return JudgeUse.NONE
@@ -165,6 +168,7 @@ class BettingTestKind(PolicyKind):
     """R-Eval, R-AutoEval and R-AutoEval+: testing by betting on the job's seeded order
     (Algorithm 1 of R-AutoEval+), with reliance factors ``rhos`` (0 alone: no judge)."""
 
+    worded = True
     family = Family.TESTING
     labels = Labels.ORDER
     takes = frozenset({"observation", "sampling"})
@@ -207,6 +211,7 @@ class JudgeStratifiedKind(PolicyKind):
     on every item first, then human labels drawn by judge strata."""
 
     name = "judge-stratified"
+    worded = True
     family = Family.TESTING
     labels = Labels.CHOSEN
     replication = Replication.STRATIFIED
@@ -237,6 +242,7 @@ class SeqKind(PolicyKind):
     """Seq: uniform sampling without replacement with a betting confidence sequence (Cer-Eval's baseline)."""
 
     name = "seq"
+    worded = True
     family = Family.ESTIMATION
     labels = Labels.CHOSEN
     def build(self, settings: PolicySettings, inputs: PolicyInputs) -> Seq:
@@ -257,6 +263,7 @@ class CerEvalKind(PolicyKind):
     """Cer-Eval: adaptive partitions (Algorithm 2) from item embeddings, or strata of the judge's loss."""
 
     name = "cer-eval"
+    worded = True
     family = Family.ESTIMATION
     labels = Labels.CHOSEN
     takes = frozenset({"partition"})

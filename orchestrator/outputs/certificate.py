@@ -29,7 +29,6 @@ from certsel._version import __version__
 
 from .gpu import gpu_block
 from .selection_schema import SCHEMA_VERSION, Selection, parse
-from certsel.policies.kinds import BettingTestKind, CerEvalKind, JudgeStratifiedKind, SeqKind
 
 from certsel.orchestrator.results.records import JobResult
 from certsel.orchestrator.inputs.sources import source_of
@@ -38,8 +37,6 @@ from .numbers import _round, bound_text, round_down, round_up, share_text  # noq
 from .cells import efficiency_cell, judge_cell, rank_text, tie_counts  # noqa: F401  (re-exported)
 from .goals import goal_for, goal_for_config
 
-
-BUILT_IN = (BettingTestKind, JudgeStratifiedKind, SeqKind, CerEvalKind)  # their wording is below
 
 def recovery_claim_words(cfg) -> str:
     """The claim a recovery job certifies, in words: "recovery >= 95% of 'score_fp_human'"."""
@@ -53,7 +50,7 @@ def _guarantee(result: JobResult) -> str:
     loss = goal.loss_words(cfg)
     kind = cfg.policy.policy_kind
     stacked = goal.subject(result, loss)
-    if kind.guarantee is not None or not isinstance(kind, BUILT_IN):  # a kind registered by the user
+    if kind.guarantee is not None or not kind.worded:  # a kind registered by the user
         why = kind.guarantee or f"The statement holds by the argument of policy kind {kind.name!r} (its documentation)."
         first = stacked or f"R is a candidate's mean {loss} over the {n_items} items of the test set."
         return f"{first} {why}"
