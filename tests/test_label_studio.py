@@ -381,7 +381,7 @@ def test_clicks_on_the_labelling_page_become_certsel_labels(server, ray_session,
         page.press("input[name=password]", "Enter")
         page.wait_for_url(lambda u: "/user/login" not in u, timeout=60_000)
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 300:
+        while time.monotonic() - t0 < 300 and not join.done():  # a finished job needs no more clicks
             page.goto(f"{url}/projects/{project}/data?labeling=1")
             try:
                 page.get_by_text(ANSWER).first.wait_for(timeout=15_000)
@@ -390,7 +390,7 @@ def test_clicks_on_the_labelling_page_become_certsel_labels(server, ray_session,
                     break
                 continue  # the job imports the next tasks once it has taken these labels
             print(f"{time.monotonic() - t0:.1f} s: a task on the page", flush=True)
-            while True:  # the stream: read the answer, click its verdict, submit, the next one loads
+            while not join.done():  # the stream: read the answer, click its verdict, submit, the next one loads
                 text = page.get_by_text(ANSWER).first.inner_text()
                 item, loss = ANSWER.search(text).groups()
                 verdict = "Wrong" if loss == "1" else "Correct"
