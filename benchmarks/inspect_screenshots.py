@@ -11,7 +11,6 @@ experiment at certsel's results view in headless Chromium (Debian's ``chromium``
 
 from __future__ import annotations
 
-import argparse
 import os
 import pathlib
 import shutil
@@ -19,15 +18,11 @@ import subprocess
 import sys
 import tempfile
 
-from report_screenshots import ROOT, _shown, mlflow_server, screenshot
+from report_screenshots import ROOT, _shown, mlflow_server, screenshot, screenshot_args
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "docs" / "img")
-    args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = screenshot_args(__doc__, argv)
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "CERTSEL_HOME": tmp}
         subprocess.run([sys.executable, str(ROOT / "examples" / "inspect_additions.py"), "--logs", f"{tmp}/logs"],

@@ -48,12 +48,18 @@ def _shown(png: pathlib.Path) -> str:
     return str(png.relative_to(ROOT)) if png.resolve().is_relative_to(ROOT) else str(png)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def screenshot_args(doc: str, argv=None) -> argparse.Namespace:
+    """--chromium and --out (created) of a screenshot script whose docstring is ``doc``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "docs" / "img")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def main(argv=None) -> int:
+    args = screenshot_args(__doc__, argv)
     certsel = shutil.which("certsel", path=str(pathlib.Path(sys.executable).parent)) or "certsel"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)

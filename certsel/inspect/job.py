@@ -57,9 +57,9 @@ def loss_table(names: list, items: list, losses: dict, objective: dict | None) -
                      None)
 
 
-def fingerprint(table: pa.Table, settings: dict) -> str:
-    """What makes two inspect decisions the same job: the scores the tests used and the settings."""
-    h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
+def table_fingerprint(table: pa.Table) -> str:
+    """The scores the tests used, hashed (the job's data fingerprint)."""
+    h = hashlib.sha256()
     for col in table.columns:
         h.update(np.asarray(col.to_numpy(zero_copy_only=False)).astype(str).tobytes())
     return h.hexdigest()[:16]
@@ -68,8 +68,9 @@ def fingerprint(table: pa.Table, settings: dict) -> str:
 def write(build, table: pa.Table, settings: dict, *, home=None, track: bool = True):
     """Keep what inspect decided as a certsel job: its folder (``home``: a jobs folder, default
     certsel's) with ``table`` (the scores the tests used), its report and certificate, and its
-    MLflow run (``track``). ``build(path)`` makes the JobResult, its data at ``path``. Returns it
-    with ``job_id``, ``output_dir``, ``files`` and ``tracking`` set."""
+    MLflow run (``track``). ``build(path, fingerprint)`` makes the JobResult, its data at ``path``
+    with that fingerprint. What makes two inspect decisions the same job: the scores and the
+    ``settings``. Returns the result with ``job_id``, ``output_dir``, ``files`` and ``tracking`` set."""
     from certsel.home import jobs_dir
     from certsel.orchestrator.engine.state import JobState
     from certsel.orchestrator.outputs.report import write_report
@@ -77,11 +78,13 @@ def write(build, table: pa.Table, settings: dict, *, home=None, track: bool = Tr
 
     started = time.time()
     root = pathlib.Path(home) if home is not None else jobs_dir()
-    job = JobState.open(root, fingerprint(table, settings), auto=False)
+    data_fp = table_fingerprint(table)
+    job_fp = hashlib.sha256(json.dumps({**settings, "scores": data_fp}, sort_keys=True, default=str).encode())
+    job = JobState.open(root, job_fp.hexdigest()[:16], auto=False)
     tracker = None
     try:
         pq.write_table(table, job.dir / SCORES)
-        result = build(job.dir / SCORES)
+        result = build(job.dir / SCORES, data_fp)
         job.update(name=result.cfg.name, front_end="inspect")
         result.job_id = job.job_id
         if track:
@@ -105,7 +108,7 @@ def write(build, table: pa.Table, settings: dict, *, home=None, track: bool = Tr
         job.release()
 
 
-def selection_result(sel, final, path):
+def selection_result(sel, final, items: list, losses: dict, path, data_fp: str):
     """A :class:`~certsel.inspect.CertifiedSelection`'s final evidence as the engine's result:
     its members' records (statuses by the decision core, as the engine's are), the job's
     configuration (R-Eval or R-AutoEval+ on the loss 1 - score at alpha = 1 - T) and data."""
@@ -131,11 +134,7 @@ def selection_result(sel, final, path):
     if objective is not None:
         raw["objective"] = {"column": sel.objective_column, "goal": sel.objective_goal}
     cfg = job_config(raw)
-    items = list(first.run.ledger.ids)
-    losses = {m.candidate: list(zip(m.run.ledger.order, m.run.losses)) for m in members}
-    table = loss_table(sel.names, items, losses, objective)
-    data = JobData(table=table, features=None, fingerprint=fingerprint(scores_table(sel.names, items, losses,
-                                                                                    False), {}))
+    data = JobData(table=loss_table(sel.names, items, losses, objective), features=None, fingerprint=data_fp)
     records = []
     for k, m in enumerate(members):
         run, ev = m.run, m.evidence()
@@ -143,7 +142,7 @@ def selection_result(sel, final, path):
         judged = 0 if run.judge is None else int(run.judge.summary()["judge_only"])
         r = CandidateRecord(m.candidate, k, None if objective is None else float(objective[m.candidate]),
                             float(np.mean(run.losses)) if n == run.size else None)
-        r.status, r.reason = ev.status, run.why
+        r.status, r.reason = ev.status, m.certificate.reason  # the member's words (an exact mean, a budget, ...)
         r.n_human = r.t = n
         r.n_judge, r.requests = judged, n + judged
         r.exhausted = ev.exhausted
@@ -154,17 +153,18 @@ def selection_result(sel, final, path):
         r.estimate = float(np.mean(run.losses)) if n else float("nan")
         r.upper_bound = 1.0 - m.lower_bound(float(levels[k])) if n else 1.0
         r.joint_bound = None if np.isnan(lower[k]) else 1.0 - float(lower[k])
-        r.certified_at = run.decided_at if ev.status is decisions.Status.CERTIFIED else 0
+        # as the engine states it: the first label at which the e-value reached its decision threshold
+        r.certified_at = r.first_crossing(float(-np.log(levels[k]))) if ev.status is decisions.Status.CERTIFIED else 0
         records.append(r)
     evidence = tuple(m.evidence() for m in members)
     apply(records, decisions.reconcile(evidence, sel.rules, certified))
-    for r in records:  # a stop taken on the exact mean of every sample
+    for r in records:  # certified on the exact mean of every sample (its e-value never crossed)
         if r.status is decisions.Status.CERTIFIED and not r.certified_at:
             r.certified_at = r.t
     spent = totals(records)
     full = {"human": sum(m.run.size for m in members), "judge": 0, "requests": sum(m.run.size for m in members)}
     res = JobResult(cfg, data, records, [sel.names[k] for k in np.flatnonzero(certified)],
-                    sel.result_selected(certified, lower), sel.proc.level(sel.delta, sel.K), spent, full,
+                    sel.select(certified, lower), sel.proc.level(sel.delta, sel.K), spent, full,
                     rounds=max(r.t for r in records))
     return derive(res)
 
@@ -177,10 +177,11 @@ def write_selection(sel, final, *, home=None, track: bool = True):
     table = scores_table(sel.names, items, losses, sel.proc.needs_order)
     settings = {"front end": "inspect selection", "procedure": sel.procedure, "at_least": sel.at_least,
                 "delta": sel.delta, "objective": sel.objective, "names": sel.names}
-    return write(lambda path: selection_result(sel, final, path), table, settings, home=home, track=track)
+    return write(lambda path, fp: selection_result(sel, final, items, losses, path, fp), table, settings, home=home,
+                 track=track)
 
 
-def ranking_result(rk, path):
+def ranking_result(rk, losses: dict, path, data_fp: str):
     """A finished :class:`~certsel.inspect.CertifiedRanking` as the engine's result: a
     ``pairwise`` job's configuration, each model's record (the samples its pairs used) and the
     ranking the decision core certified."""
@@ -195,21 +196,18 @@ def ranking_result(rk, path):
            "pairwise": {"goal": rk.goal, "topk": rk.topk, "epsilon": rk.epsilon, "bet": rk.bet},
            "tracking": {"experiment": rk.experiment, **({"uri": rk.mlflow} if rk.mlflow else {})}}
     cfg = job_config(raw)
-    losses = rk.used_losses()
-    table = loss_table(rk.names, rk.order, losses, None)
-    data = JobData(table=table, features=None, fingerprint=fingerprint(scores_table(rk.names, rk.order, losses,
-                                                                                    False), {}))
+    data = JobData(table=loss_table(rk.names, rk.order, losses, None), features=None, fingerprint=data_fp)
     records = []
     for k, n in enumerate(rk.names):
         m, used = rk.models[n], [loss for _, loss in losses[n]]
-        scored = [1.0 - v for v in (m.scored or {}).values()]
-        r = CandidateRecord(n, k, None, float(np.mean(scored)) if len(scored) == len(rk.order) else None)
+        every = [1.0 - v for v in (m.scored or {}).values()]  # its losses on every sample it scored
+        r = CandidateRecord(n, k, None, float(np.mean(every)) if len(every) == len(rk.order) else None)
         status, reason = out.statuses[n]
         r.status, r.reason = Status(status), reason
         r.n_human = r.t = r.requests = len(used)
         r.estimate = float(np.mean(used)) if used else float("nan")
         records.append(r)
-    level = rk.proc.level(rk.delta, len(rk.names)) + f" ({rk.pair_delta_per_direction:.4g} per direction)"
+    level = out.level
     full = {"human": len(rk.order) * len(rk.names), "judge": 0, "requests": len(rk.order) * len(rk.names)}
     res = JobResult(cfg, data, records, list(out.top), out.selected, level, totals(records), full,
                     rounds=out.positions, ranking=out.ranking)
@@ -218,7 +216,8 @@ def ranking_result(rk, path):
 
 def write_ranking(rk, *, home=None, track: bool = True):
     """Keep a finished :class:`~certsel.inspect.CertifiedRanking` as a certsel job (:func:`write`)."""
-    table = scores_table(rk.names, rk.order, rk.used_losses(), False)
+    losses = rk.used_losses()
+    table = scores_table(rk.names, rk.order, losses, False)
     settings = {"front end": "inspect ranking", "delta": rk.delta, "epsilon": rk.epsilon, "goal": rk.goal,
                 "topk": rk.topk, "bet": rk.bet, "seed": rk.seed, "names": rk.names}
-    return write(lambda path: ranking_result(rk, path), table, settings, home=home, track=track)
+    return write(lambda path, fp: ranking_result(rk, losses, path, fp), table, settings, home=home, track=track)

@@ -49,8 +49,6 @@ class _Model:
     """One model's task: its samples' scores by id and what the ranking decided for it."""
 
     name: str
-    task: str = ""
-    epochs: int = 1
     reader: ScoreReader | None = None
     ledger: ScheduleLedger | None = None  # schedule order and per-epoch scores
     scored: dict | None = None  # sample id -> its epoch mean, once every epoch is scored
@@ -73,6 +71,7 @@ class RankingResult:
     samples_run: dict  # model -> samples it started
     samples_full: int  # every model on every sample
     positions: int  # positions of the common order the pairs used (the most any pair used)
+    level: str  # the procedure's level in words, as a pairwise job states it
 
 
 class _Member:
@@ -196,14 +195,12 @@ class CertifiedRanking:
             if self.budget is not None and self.budget > len(ids):
                 raise SetupError(f"budget {self.budget} is more than the task's {len(ids)} samples")
             self.order = ids
-            self.position = {i: k for k, i in enumerate(ids)}
             self.pairs = self._pair_policies(len(ids))
         elif ids != self.order:
             raise SetupError(f"model {name!r} runs other samples, or the same in another order, than the models "
                              "before it: every model of a ranking runs one shuffled dataset (eval(task, "
                              "model=[...]) does; for tasks of their own, give them the same dataset object)")
         m.reader = self.reader.resolve(task.scorers)
-        m.task, m.epochs = task.task, int(epochs)
         m.ledger, m.scored = ScheduleLedger(ids, epochs), {}
         return "certsel"
 
@@ -331,7 +328,9 @@ class CertifiedRanking:
                     for n, e in zip(self.names, out.ends, strict=True)}
         runs = {n: self.models[n].ledger.scheduled for n in self.names}
         return RankingResult(out.ranking, out.top, out.selected, statuses, runs,
-                             len(self.order) * len(self.names), int(self.pairs.n_labeled.max(initial=0)))
+                             len(self.order) * len(self.names), int(self.pairs.n_labeled.max(initial=0)),
+                             decisions.ranking_level(self.proc, self.delta, len(self.names),
+                                                     self.pair_delta_per_direction))
 
     def _summary(self, m: _Model) -> dict:
         """The task's early-stopping metadata: what the ranking did with this model."""

@@ -187,9 +187,6 @@ class CertifiedSelection:
     def K(self) -> int:
         return len(self.names)
 
-    def levels(self) -> np.ndarray:
-        return self.proc.candidate_deltas(self.delta, self.K)
-
     @property
     def rules(self) -> Rules:
         """What the selection decides by: the engine's rules (no pruning: the objective only
@@ -273,7 +270,7 @@ class CertifiedSelection:
             m.certificate = m.make_certificate()
             cands.append(CandidateResult(m.candidate, bool(certified[k]),
                                          None if np.isnan(lower[k]) else float(lower[k]), m.certificate))
-        chosen = self._select(certified, lower)
+        chosen = self.select(certified, lower)
         run = sum(m.run.ledger.scheduled * m.run.epochs for m in self._all())  # a started sample runs every epoch
         full = sum(m.run.size * m.run.epochs for m in self._all())
         names = [self.names[k] for k in np.flatnonzero(certified)]
@@ -317,10 +314,9 @@ class CertifiedSelection:
             return None
         return {n: 0.0 if np.isnan(lower[k]) else float(lower[k]) for k, n in enumerate(self.names)}
 
-    def result_selected(self, certified: np.ndarray, lower: np.ndarray) -> str | None:
-        return self._select(certified, lower)
-
-    def _select(self, certified: np.ndarray, lower: np.ndarray) -> str | None:
+    def select(self, certified: np.ndarray, lower: np.ndarray) -> str | None:
+        """The selected candidate: the certified one with the best objective; without one, the end of
+        a fixed sequence's certified prefix or the highest joint lower bound."""
         idx = np.flatnonzero(certified)
         if idx.size == 0:
             return None

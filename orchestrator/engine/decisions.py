@@ -276,6 +276,11 @@ def new_ties(pairs: Pairs, rules: RankingRules, which) -> np.ndarray:
     return which[tied_pairs(b[:, 0], b[:, 1], rules.epsilon)]
 
 
+def ranking_level(procedure: Procedure, delta: float, K: int, per_direction: float) -> str:
+    """A ranking's level in words: the procedure's, and each direction of a pair's sign."""
+    return procedure.level(delta, K) + f" ({per_direction:.4g} per direction)"
+
+
 @dataclass(frozen=True)
 class RankingOutcome:
     """What a ranking certified, and each model's end: (status, reason), None for a dead model."""

@@ -166,7 +166,7 @@ class PairwiseRounds:
         for r, end in zip(self.records, out.ends, strict=True):
             if end is not None:
                 r.end(*end)
-        level = plan.procedure.level(cfg.delta, K) + f" ({self.pair_delta:.4g} per direction)"
+        level = decisions.ranking_level(plan.procedure, cfg.delta, K, self.pair_delta)
         return JobResult(cfg, plan.data, self.records, out.top, out.selected, level, totals(self.records),
                          plan.full_budget(), rounds, ranking=out.ranking)
 

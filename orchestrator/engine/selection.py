@@ -54,7 +54,7 @@ def evidence(records: list[CandidateRecord]) -> tuple[Evidence, ...]:
 
 def views(records: list[CandidateRecord]) -> tuple[CandidateView, ...]:
     """The frozen views the procedure's hooks decide on (they change no record)."""
-    return tuple(CandidateView(r.name, r.status.finished, r.status.test_failed) for r in records)
+    return decisions.views([r.status for r in records], [r.name for r in records])
 
 
 def apply(records: list[CandidateRecord], decisions) -> None:

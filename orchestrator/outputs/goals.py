@@ -91,7 +91,79 @@ def nominal_words(cfg) -> str:
     return ""
 
 
-class RiskSelection:
+class Goal:
+    """One goal's parts, with the defaults of a goal that has none of them (the outputs ask every
+    goal for every part)."""
+
+    table_heading = "Candidates"
+    has_evidence = False  # whether the certificate has the selected candidate's evidence block
+
+    def after_headline(self, cert) -> list[str]:
+        """The terminal's lines under the headline."""
+        return []
+
+    def evidence(self, cert) -> str | None:
+        """The terminal's block of the selected candidate's own numbers (None: none)."""
+        return None
+
+    def note(self, cert) -> str | None:
+        """What the report's bounds mean (under the table; None: nothing to say)."""
+        return None
+
+    def sections(self, cert) -> list[Section]:
+        """The report's parts after the table."""
+        return []
+
+    # -- the certificate (built from the job's result) ---------------------------------------------
+    def loss_words(self, cfg) -> str:
+        """What one item's loss is: the source's words where its loss needs saying (a drop against a
+        reference model, people's verdicts), else "loss"."""
+        from certsel.orchestrator.inputs.sources import source_of
+
+        return source_of(cfg).loss_words(cfg) or "loss"
+
+    def subject(self, result, loss: str) -> str | None:
+        """The guarantee's first sentences when the goal says what R is itself (None: R is the mean loss)."""
+        return None
+
+    def top_fields(self, result) -> dict:
+        """Fields of selection.json this goal adds (a recovery's claim, an aggregate's, a ranking)."""
+        return {}
+
+    def candidate_fields(self, result) -> list[dict]:
+        """Per candidate, the fields this goal adds to its row."""
+        return [{} for _ in result.records]
+
+    def evidence_fields(self, result, index: int) -> dict:
+        return {}
+
+    def procedure_fields(self, cfg) -> dict:
+        return {}
+
+    def by_objective(self, cfg) -> bool:
+        """Whether the certificate lists the candidates by objective (best first) rather than in the
+        job's order."""
+        return False
+
+    # -- MLflow ------------------------------------------------------------------------------------
+    def params(self, cfg, data) -> dict:
+        return {}
+
+    def note_target(self, cfg) -> str:
+        return ""
+
+    def candidate_metrics(self, result, row) -> dict:
+        return {}
+
+    def job_metrics(self, result) -> dict:
+        return {}
+
+    def candidate_note(self, result, row) -> list[str]:
+        """A candidate run's description: the numbers its statement holds."""
+        return []
+
+
+class RiskSelection(Goal):
     """Candidates certified R <= alpha under a multiple-testing procedure, one selected among them."""
 
     # the four bound columns' words (a recovery states the same quantities as shares)
@@ -152,8 +224,6 @@ class RiskSelection:
         """The terminal's lines under the table: what its bounds mean."""
         return [BOUNDS_LEGEND.format(conf=1 - cert.procedure.delta)]
 
-    def after_headline(self, cert) -> list[str]:
-        return []
 
     def evidence(self, cert) -> str | None:
         """The selected candidate's own evidence, one labelled line per number, each with the level
@@ -247,8 +317,6 @@ class RiskSelection:
         """What the report's bounds mean (under the candidates' table)."""
         return BOUNDS_NOTE.format(conf=1 - cert.procedure.delta)
 
-    def sections(self, cert) -> list[Section]:
-        return []
 
     # -- the certificate (built from the job's result) ---------------------------------------------
     states_own_words = False  # a recovery's statement replaces the risk statement, aggregate words included
@@ -270,28 +338,6 @@ class RiskSelection:
                     f"{len(result.data.pilot.skipped)} configs before it were not tested)")
         return out
 
-    def loss_words(self, cfg) -> str:
-        """What one item's loss is: the source's words where its loss needs saying (a drop against a
-        reference model, people's verdicts), else "loss"."""
-        from certsel.orchestrator.inputs.sources import source_of
-
-        return source_of(cfg).loss_words(cfg) or "loss"
-
-    def subject(self, result, loss: str) -> str | None:
-        """The guarantee's first sentences when the goal says what R is itself (None: R is the mean loss)."""
-        return None
-
-    def top_fields(self, result) -> dict:
-        """Fields of selection.json this goal adds (a recovery's claim, an aggregate's, a ranking)."""
-        return {}
-
-    def candidate_fields(self, result) -> list[dict]:
-        """Per candidate, the fields this goal adds to its row."""
-        return [{} for _ in result.records]
-
-    def evidence_fields(self, result, index: int) -> dict:
-        return {}
-
     has_evidence = True
 
     def procedure_fields(self, cfg) -> dict:
@@ -309,12 +355,6 @@ class RiskSelection:
     def note_target(self, cfg) -> str:
         return f", alpha = {cfg.alpha:g}"
 
-    def candidate_metrics(self, result, row) -> dict:
-        return {}
-
-    def job_metrics(self, result) -> dict:
-        return {}
-
     def candidate_note(self, result, row) -> list[str]:
         """A candidate run's description: the numbers its statement holds."""
         alpha, delta, bits = result.cfg.alpha, result.cfg.delta, []
@@ -325,8 +365,6 @@ class RiskSelection:
             bits.append(f"upper bound: R <= {bound_text(row.upper_bound, alpha)} (its own test, one-sided, at level "
                         f"{row.level:.3g}; not adjusted for the selection)")
         return bits
-
-    table_heading = "Candidates"
 
 
 class RecoverySelection(RiskSelection):
@@ -451,7 +489,7 @@ class RecoverySelection(RiskSelection):
         return bits
 
 
-class RankingGoal:
+class RankingGoal(Goal):
     """A pairwise ranking: the partial order its pairs certified, with ties and rank intervals."""
 
     table_heading = "Models"
@@ -461,7 +499,7 @@ class RankingGoal:
         return (f"{cert.job}: {cert.policy.kind} / {p.level} "
                 f"({rk.pairs_certified} of {rk.pairs} pair orders certified)")
 
-    def _model_rows(self, cert, heads: list[str]) -> list[list[str]]:
+    def _model_rows(self, cert) -> list[list[str]]:
         rk = cert.ranking
         by = {c.candidate: c for c in cert.candidates}
         worse = {m: sum(m in b for b in rk.better.values()) for m in rk.order}
@@ -476,17 +514,11 @@ class RankingGoal:
         cols = [Column("model"), Column("rank (certified)"), Column("better than"), Column("worse than"),
                 *([Column(f"tied (< {eps:g})")] if eps is not None else []), Column("possible winner", 1),
                 Column("mean loss", 2), Column("items", 1), Column("Copeland (uncertified)", 3)]
-        rows = self._model_rows(cert, [])
+        rows = self._model_rows(cert)
         return self.title(cert), cols, rows, [False] * len(rows)
 
     def after_table(self, cert) -> list[str]:
         return ["possible winners (no other model is certified better): " + ", ".join(cert.ranking.possible_winners)]
-
-    def after_headline(self, cert) -> list[str]:
-        return []
-
-    def evidence(self, cert) -> str | None:
-        return None
 
     def summary(self, cert) -> tuple[str, list[str]]:
         from .cells import headline
@@ -503,13 +535,10 @@ class RankingGoal:
         eps = cert.ranking.epsilon
         return [["model", "certified rank", "certified better than", "certified worse than",
                  *([f"certified tied (< {eps:g})"] if eps is not None else []), "possible winner",
-                 "mean loss of its labelled items", "items", "Copeland (uncertified)"], *self._model_rows(cert, [])]
+                 "mean loss of its labelled items", "items", "Copeland (uncertified)"], *self._model_rows(cert)]
 
     def classes(self, cert) -> list[str]:
         return ["selected" if m == cert.selected else "" for m in cert.ranking.order]
-
-    def note(self, cert) -> str | None:
-        return None
 
     def sections(self, cert) -> list[Section]:
         """The pairs: the certified order (if any), the anytime interval on the difference of the two
@@ -528,8 +557,6 @@ class RankingGoal:
                                  "certified hold together with probability at least 1 - delta.", [out])]
 
     # -- the certificate ---------------------------------------------------------------------------
-    has_evidence = False
-
     def statement(self, result) -> str:
         cfg, rk, sel, K = result.cfg, result.ranking, result.selected_record, len(result.records)
         ties = _ties_words(rk)
@@ -546,32 +573,8 @@ class RankingGoal:
         return (f"{sel.name} has a lower risk than each of the other {K - 1} models; every certified order "
                 f"holds simultaneously with probability >= {1 - cfg.delta:g}" + ties)
 
-    def loss_words(self, cfg) -> str:
-        return RiskSelection.loss_words(self, cfg)
-
-    def subject(self, result, loss: str) -> str | None:
-        return None
-
     def top_fields(self, result) -> dict:
         return {"ranking": result.ranking.as_dict()}
-
-    def candidate_fields(self, result) -> list[dict]:
-        return [{} for _ in result.records]
-
-    def evidence_fields(self, result, index: int) -> dict:
-        return {}
-
-    def procedure_fields(self, cfg) -> dict:
-        return {}
-
-    def by_objective(self, cfg) -> bool:
-        return False
-
-    def params(self, cfg, data) -> dict:
-        return {}
-
-    def note_target(self, cfg) -> str:
-        return ""
 
     def candidate_metrics(self, result, row) -> dict:
         lo, hi = result.ranking.rank_intervals.get(row.candidate, (None, None))
