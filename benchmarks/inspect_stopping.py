@@ -44,6 +44,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from certsel.policies import log_evalue_paths  # noqa: E402
+from certsel.policies.sampling import WithoutReplacement
 
 
 def cp_upper(k: int, n: int) -> float:
@@ -86,7 +87,7 @@ def through_inspect(reps: int) -> None:
 def certsel_rule(x: np.ndarray, at_least: float, delta: float, futility: float):
     """(samples used, claimed) of the manager's decisions on score paths x (reps, N)."""
     reps, N = x.shape
-    kw = dict(rhos=[0.0], betting="up", horizon=N, population=N, observation="split")  # as a certsel job tests
+    kw = dict(rhos=[0.0], betting="up", horizon=N, sampling=WithoutReplacement(N), observation="split")  # as a certsel job tests
     win = log_evalue_paths(1.0 - x, alpha=1.0 - at_least, delta=delta, **kw) >= math.log(1 / delta)
     lose = log_evalue_paths(x, alpha=at_least, delta=futility, **kw) >= math.log(1 / futility)
     first_win = np.where(win.any(1), win.argmax(1) + 1, N + 1)

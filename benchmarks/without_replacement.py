@@ -1,4 +1,4 @@
-"""Betting tests for sampling without replacement (``population``): type-I error at the
+"""Betting tests for sampling without replacement (``sampling=WithoutReplacement(N)``): type-I error at the
 table's mean, and the human labels the correction saves on the bundled tables.
 
 1. **Type-I error at R = alpha.** Tables of ``--items`` items whose mean human loss is alpha
@@ -30,6 +30,7 @@ from scipy.stats import beta
 
 from certsel.policies import certify, scheme_rhos
 from certsel.policies.limits import label_limit
+from certsel.policies.sampling import IID, WithoutReplacement
 from certsel.workers.replay import DATA_DIR, load_loss_table
 
 DELTA = 0.1
@@ -74,7 +75,7 @@ def type_one(args) -> None:
             judge = scheme != "r-eval"
             res = certify(h[:, :n], j[:, :n] if judge else None, ju_all[:, :n] if judge else None, alpha=alpha,
                           delta=DELTA, rhos=scheme_rhos(scheme), betting=betting, observation=obs, horizon=n,
-                          population=N if sampling == "without replacement" else None)
+                          sampling=WithoutReplacement(N) if sampling == "without replacement" else IID())
             k = int(res.certified.sum())
             if sampling == "without replacement":
                 worst = max(worst, k / args.reps)
@@ -87,7 +88,7 @@ def type_one(args) -> None:
     for seed in range(10):
         hb, _, _ = boundary(args.reps, N, alpha, seed=100 + seed)
         hits += int(certify(hb, alpha=alpha, delta=DELTA, rhos=[0.0], observation="split", horizon=N,
-                            population=N).certified.sum())
+                            sampling=WithoutReplacement(N)).certified.sum())
     print(f"R-Eval (UP, split) without replacement, 100% drawn, {big:,} tables: {hits / big:.4f} "
           f"({cp_upper(hits, big):.4f})\n")
 
@@ -131,9 +132,9 @@ def labels_saved(args) -> None:
                     policies.append(("R-AutoEval+", scheme_rhos("r-autoeval+"), judge[k][order], judge[k][jorder]))
                 for pname, rhos, JL, JU in policies:
                     got = []
-                    for population in (None, N):
+                    for drawn in (IID(), WithoutReplacement(N)):
                         res = certify(H, JL, JU, alpha=alpha, delta=DELTA, rhos=rhos, observation="split",
-                                      horizon=N, population=population)
+                                      horizon=N, sampling=drawn)
                         got.append(float(np.where(res.certified, res.labels_to_certify, N).mean()))
                     ratios.append(got[1] / got[0])
                     print(f"| {name} | {N} | {alpha} | {human[k].mean():.3f} | {pname} | {got[0]:,.0f} | "

@@ -199,7 +199,7 @@ def _select(args) -> Selection:
         raise ValueError(f"--n and --r must be positive, got n={args.n}, r={args.r}")
     try:
         betting = _betting_spec(args.betting)
-        strategy = get_strategy(betting)
+        get_strategy(betting)  # an unknown strategy fails here, named as the flag
     except ValueError as exc:
         raise ValueError(f"--{exc}") from None
     try:

@@ -81,11 +81,15 @@ from .radius import (
     prpl_path,
 )
 from .recovery import Recovery, recovery_lower_bound, recovery_of
+from .sampling import IID, Sampling, WithoutReplacement
 from .seq_bank import SeqBank
 from .sequential import SequentialTest
 from .stratified import StratifiedBetting, seq_paths
 
 __all__ = [
+    "IID",
+    "Sampling",
+    "WithoutReplacement",
     "DEFAULT_RHOS",
     "RADII",
     "SCHEMES",

@@ -34,7 +34,7 @@ from ._validation import (
 )
 from .betting import BetContext, BettingState, BettingStrategy, get_strategy
 from .bounds import MIN_RANGE, inverted_upper_bound
-from .population import Drawn, TableDraws
+from .sampling import IID, Drawn, Sampling, TableDraws
 
 DEFAULT_RHOS = np.linspace(0.0, 1.0, 10)
 SCHEMES = {
@@ -105,7 +105,8 @@ def effective_observations(
     loss_bounds=(0.0, 1.0),
     observation: str = "paper",
     judge_seen=None,
-    population: int | TableDraws | None = None,
+    sampling: Sampling = IID(),
+    draws: TableDraws | None = None,
 ) -> EffectiveObservations:
     """Eq. (10): ``q_{s,i} = rho_s mean(judge on unlabelled block i) + human_i - rho_s judge_i``.
 
@@ -122,8 +123,8 @@ def effective_observations(
     largest bet is 1/(hi - lo + rho (c_i - lo)) instead of 1/(M_s - alpha). ``judge_seen`` =
     (sum, count) of the judge labels of earlier steps continues c for a test fed in batches.
 
-    ``population`` (the size of a finite table, or its :class:`~certsel.policies.population.TableDraws`
-    continued from earlier steps): the items are drawn without replacement from that table, the
+    ``sampling=WithoutReplacement(N)`` (:mod:`certsel.policies.sampling`; ``draws``: its streams
+    continued from earlier steps): the items are drawn without replacement from a table of N, the
     human ones and the judge-only ones in independent random orders, and every loss enters
     through its stream's finite-population transform, so each observation's conditional mean
     is the table's mean human loss exactly (docs/statistics.md, "Sampling without
@@ -135,7 +136,7 @@ def effective_observations(
     h = check_losses(human, "human", bounds)
     n = h.shape[-1]
     width = bounds[1] - bounds[0]
-    draws = _table_draws(population, h.shape[:-1])
+    draws = sampling.start(h.shape[:-1]) if draws is None else draws
     if np.all(rhos == 0.0) and judge_labeled is None and judge_unlabeled is None:
         wor = None if draws is None else _drawn(draws, bounds, h)
         hq = h if wor is None else wor.h.y
@@ -188,12 +189,6 @@ class _Drawn:
     j: Drawn | None
     g: Drawn | None
     after: TableDraws
-
-
-def _table_draws(population, batch) -> TableDraws | None:
-    if population is None or isinstance(population, TableDraws):
-        return population
-    return TableDraws.start(check_positive_int(population, "population"), batch)
 
 
 def _drawn(draws: TableDraws, bounds, h, jl=None, ju=None, r: int = 0) -> _Drawn:
@@ -410,10 +405,10 @@ def check_horizon(horizon, n: int) -> int:
 
 
 def _prepare(human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon,
-             observation: str = "paper", population: int | None = None):
+             observation: str = "paper", sampling: Sampling = IID()):
     """Validated effective observations, mixture weights, strategy and horizon for one call."""
     obs = effective_observations(human, judge_labeled, judge_unlabeled, rhos=rhos, loss_bounds=loss_bounds,
-                                 observation=observation, population=population)
+                                 observation=observation, sampling=sampling)
     w = check_weights(weights, obs.q.shape[-2])
     return obs, w, get_strategy(betting), check_horizon(horizon, obs.q.shape[-1])
 
@@ -432,7 +427,7 @@ def log_evalue_paths(
     horizon: int | None = None,
     bet_bound: str = "target",
     observation: str = "paper",
-    population: int | None = None,
+    sampling: Sampling = IID(),
 ) -> np.ndarray:
     """log E_1..E_n of the R-AutoEval+ e-process for H0: R > alpha vs H1: R <= alpha.
 
@@ -448,7 +443,7 @@ def log_evalue_paths(
     if bet_bound == "range" and observation == "split":
         raise ValueError("bet_bound 'range' (intervals) takes the paper observation")
     obs, w, betting, horizon = _prepare(
-        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, observation, population
+        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, observation, sampling
     )
     comps = component_log_evalues(obs, alpha, delta=delta, betting=betting, horizon=horizon,
                                   ci_scale=bet_bound == "range")
@@ -485,10 +480,10 @@ def evalue_path(human, judge_labeled=None, judge_unlabeled=None, *, alpha: float
     observation : ``"paper"`` (eq. 10, one factor per label, bets up to 1/(M_s - alpha)) or
         ``"split"`` (two factors sharing each bet, whose largest bet does not pay for the
         judge-only mean's range: :func:`effective_observations`).
-    population : the number of items of a finite table the labels are drawn from without
-        replacement (human and judge-only items in independent random orders): the test is
-        then of the table's mean, exactly (:mod:`certsel.policies.population`). Default None:
-        i.i.d. draws, a test of the risk of the distribution they come from.
+    sampling : :class:`~certsel.policies.sampling.IID` (default: a test of the risk of the
+        distribution the labels come from) or ``WithoutReplacement(N)``: drawn without
+        replacement from a table of N items (human and judge-only items in independent random
+        orders), a test of the table's mean, exactly (:mod:`certsel.policies.sampling`).
     """
     h = np.asarray(human, dtype=np.float64)
     if h.ndim != 1:
@@ -529,7 +524,7 @@ def test_from_log_evalues(log_e: np.ndarray, delta: float) -> TestResult:
 
 def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, delta: float, rhos=DEFAULT_RHOS,
                            betting: str | dict | BettingStrategy = "up", loss_bounds=(0.0, 1.0), weights=None,
-                           horizon: int | None = None, population: int | None = None) -> np.ndarray:
+                           horizon: int | None = None, sampling: Sampling = IID()) -> np.ndarray:
     """Anytime-valid upper confidence bound on R at level 1 - delta (App. D.5), with the
     betting strategy's :meth:`~certsel.policies.betting.BettingStrategy.interval_strategy`.
 
@@ -543,7 +538,7 @@ def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, d
     """
     delta = check_level(delta, "delta")
     obs, w, betting, horizon = _prepare(
-        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, population=population
+        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, sampling=sampling
     )
     if not betting.monotone_in_target:
         raise ValueError(f"betting {betting.name!r} bets depend on the target, so its rejected targets need not "
@@ -579,7 +574,7 @@ def _bisect_upper(obs, w, betting, horizon, *, level) -> np.ndarray:
 def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, level: float, delta: float,
                          alpha: float, rhos=DEFAULT_RHOS, betting: str | dict | BettingStrategy = "up",
                          loss_bounds=(0.0, 1.0), weights=None, horizon: int | None = None, max_log_evalue=None,
-                         n_used=None, observation: str = "paper", population: int | None = None) -> np.ndarray:
+                         n_used=None, observation: str = "paper", sampling: Sampling = IID()) -> np.ndarray:
     """The one-sided upper bound that inverts the test of H0: R > alpha itself, at ``level``.
 
     It inverts a family of tests fixed in advance that contains the test itself at alpha
@@ -602,7 +597,7 @@ def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, lev
     bounds = check_bounds(loss_bounds)
     alpha = check_target(alpha, bounds)
     obs, w, strategy, horizon = _prepare(human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting,
-                                         horizon, observation, population)
+                                         horizon, observation, sampling)
     u = decision_fractions(obs, alpha, delta=delta, betting=strategy, horizon=horizon)
     rejected = None if max_log_evalue is None else np.asarray(max_log_evalue, dtype=np.float64) >= -np.log(level)
     S, n = obs.q.shape[-2:]

@@ -40,6 +40,7 @@ from .cer_eval import CerEval, Seq
 from .partition import NearestNeighborPartition, ScorePartition
 from .registry import Registry
 from .seq_bank import SeqBank
+from .sampling import IID, Sampling
 from .sequential import SequentialTest
 from .judge_stratified import StratifiedTest
 
@@ -85,7 +86,7 @@ class PolicySettings:
     betting: BettingStrategy | None = None
     r: int = 0
     observation: str = "split"
-    population: int | None = None  # a betting test's finite table (sampling without replacement), or None: i.i.d.
+    sampling: Sampling = IID()  # how a betting test's items are drawn: IID() or WithoutReplacement(N)
     radius: str = "betting"
     partition: str = "embeddings"
     ci_delta: float | None = None
@@ -183,7 +184,7 @@ class BettingTestKind(PolicyKind):
         jl, ju = (zeros, np.zeros(r * n)) if r else (None, None)
         log_e = log_evalue_paths(zeros, jl, ju, alpha=settings.alpha, delta=settings.delta, rhos=self.rhos,
                                  betting=settings.betting, horizon=n, observation=settings.observation,
-                                 population=settings.population)
+                                 sampling=settings.sampling)
         return bool(log_e.max() >= -np.log(level))
 
     def judge_use(self, partition: str = "embeddings") -> JudgeUse:
@@ -192,7 +193,7 @@ class BettingTestKind(PolicyKind):
     def build(self, settings: PolicySettings, inputs: PolicyInputs) -> SequentialTest:
         return SequentialTest(alpha=settings.alpha, delta=settings.delta, horizon=len(inputs.human_items),
                               rhos=self.rhos, betting=settings.betting, r=max(settings.r, 1),
-                              observation=settings.observation, population=settings.population)
+                              observation=settings.observation, sampling=settings.sampling)
 
 
 def with_futility(kind: PolicyKind, settings: PolicySettings, inputs: PolicyInputs):

@@ -25,7 +25,6 @@ def ranking_need(means: np.ndarray, gaps: np.ndarray, sds: np.ndarray, n_items: 
     of the difference, ``level`` each pair's one-sided level (per direction)."""
     from scipy.stats import norm  # here: the driver imports this module, and scipy.stats costs a CLI start 0.3 s
 
-    K = means.size
     z = norm.isf(level)
     n = np.arange(1, n_items + 1)
     half_width = z * np.sqrt((n_items - n) / max(n_items - 1, 1) / n)  # times s

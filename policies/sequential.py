@@ -35,7 +35,7 @@ from .autoeval import (
     test_from_log_evalues,
 )
 from .betting import BettingState, BettingStrategy, get_strategy
-from .population import TableDraws
+from .sampling import IID, Sampling, TableDraws, WithoutReplacement
 
 _FORMAT = 4
 
@@ -52,9 +52,8 @@ class SequentialTest:
     (:func:`~certsel.policies.betting.get_strategy`); ``self.strategy`` is the object and
     ``self.betting`` its name. ``observation`` is ``"paper"`` (eq. 10) or ``"split"``
     (:func:`~certsel.policies.autoeval.effective_observations`), whose running judge mean is
-    part of the state. ``population`` (a finite table's size) makes it the test of the table's
-    mean under sampling without replacement (:mod:`certsel.policies.population`), whose
-    streams are part of the state too.
+    part of the state. ``sampling`` (:mod:`certsel.policies.sampling`): ``WithoutReplacement(N)`` makes it the
+    test of a finite table's mean, whose streams are part of the state too.
     """
 
     def __init__(
@@ -70,10 +69,12 @@ class SequentialTest:
         loss_bounds=(0.0, 1.0),
         weights=None,
         observation: str = "paper",
-        population: int | None = None,
+        sampling: Sampling = IID(),
     ):
         self.observation = check_observation(observation)
-        self.population = None if population is None else check_positive_int(population, "population")
+        if not isinstance(sampling, Sampling):
+            raise ValueError(f"sampling must be IID() or WithoutReplacement(N), got {sampling!r}")
+        self.sampling = sampling
         self.loss_bounds = check_bounds(loss_bounds)
         self.alpha = check_target(alpha, self.loss_bounds)
         self.delta = check_level(delta, "delta")
@@ -94,7 +95,7 @@ class SequentialTest:
         self._judge_sum = np.full(self.batch_shape, 0.5 * sum(self.loss_bounds))
         self._judge_count = 1
         self._state = BettingState()
-        self._draws = None if self.population is None else TableDraws.start(self.population, self.batch_shape)
+        self._draws = sampling.start(self.batch_shape)
 
     # -- feeding -----------------------------------------------------------------------
     def update(self, human, judge_labeled=None, judge_unlabeled=None) -> np.ndarray:
@@ -114,7 +115,7 @@ class SequentialTest:
             judge_labeled = judge_unlabeled = None
         obs = effective_observations(h, judge_labeled, judge_unlabeled, rhos=self.rhos, loss_bounds=self.loss_bounds,
                                      observation=self.observation, judge_seen=(self._judge_sum, self._judge_count),
-                                     population=self._draws)
+                                     draws=self._draws)
         self._draws = obs.draws
         if obs.split:
             self._judge_sum, self._judge_count = np.asarray(obs.judge_sum, dtype=np.float64), obs.judge_count
@@ -173,7 +174,7 @@ class SequentialTest:
     # -- batching ----------------------------------------------------------------------
     def _key(self) -> tuple:
         return (self.alpha, self.delta, self.horizon, self.strategy, self.r, self.loss_bounds, self.rhos.tobytes(),
-                self.weights.tobytes(), self.observation, self.population)
+                self.weights.tobytes(), self.observation, self.sampling)
 
     def _like(self, batch_shape) -> SequentialTest:
         """An empty test with this (already validated) configuration and another batch shape."""
@@ -246,7 +247,7 @@ class SequentialTest:
             "judge_count": self._judge_count,
         }
         if self._draws is not None:  # i.i.d. tests keep the snapshot they always had
-            out["config"]["population"] = self.population
+            out["config"]["population"] = self.sampling.size
             out["draws"] = self._draws.to_dict()
         return out
 
@@ -258,6 +259,8 @@ class SequentialTest:
         if state.get("format") != _FORMAT:
             raise ValueError(f"unsupported SequentialTest state format {state.get('format')!r}")
         config = dict(state["config"])
+        if "population" in config:  # the snapshot keeps the table's size (the format of release 0.1)
+            config["sampling"] = WithoutReplacement(config.pop("population"))
         if strategy is not None:
             if strategy.spec() != dict(config["betting"]):
                 raise ValueError(f"the snapshot's betting {config['betting']!r} is not {strategy.spec()!r}")

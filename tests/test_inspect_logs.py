@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from certsel.inspect.logs import inspect_table

@@ -12,6 +12,7 @@ from certsel import cli
 from certsel.errors import InputError
 from certsel.inspect import CertifiedSelection
 from certsel.policies import log_evalue_paths
+from certsel.policies.sampling import WithoutReplacement
 from helpers.inspect_tasks import run, task
 
 pytestmark = pytest.mark.integration
@@ -42,7 +43,7 @@ def own_evidence(log, level):
     by_id = {s.id: float(s.scores["recorded_score"].value) for s in log.samples}
     n = cert["samples"]["scored"]
     losses = 1.0 - np.array([by_id[i] for i in log.eval.dataset.sample_ids[:n]])
-    return float(log_evalue_paths(losses, alpha=0.2, delta=level, rhos=[0.0], horizon=N, population=N,
+    return float(log_evalue_paths(losses, alpha=0.2, delta=level, rhos=[0.0], horizon=N, sampling=WithoutReplacement(N),
                                   observation="split").max())
 
 

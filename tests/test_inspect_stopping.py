@@ -14,6 +14,7 @@ from certsel.inspect.schedule import ScheduleLedger
 from certsel.inspect.scores import ScoreError, ScoreReader, score_value
 from certsel.policies import log_evalue_paths
 from certsel.policies.autoeval import decision_upper_bound
+from certsel.policies.sampling import WithoutReplacement
 from helpers.inspect_tasks import (Counted, judged_dataset, recorded_answer, recorded_judge, recorded_score, run,
                                    task)
 
@@ -36,7 +37,7 @@ def recompute(log, cert: dict, delta: float):
     losses = 1.0 - np.asarray(scores_in_schedule_order(log)[:n])
     N = cert["samples"]["total"]
     alpha = 1.0 - cert["at_least"]
-    kw = dict(rhos=[0.0], betting="up", horizon=N, population=N, observation="split")  # as a certsel job tests
+    kw = dict(rhos=[0.0], betting="up", horizon=N, sampling=WithoutReplacement(N), observation="split")  # as a certsel job tests
     log_e = log_evalue_paths(losses, alpha=alpha, delta=delta, **kw)
     bound = 1.0 - decision_upper_bound(losses, level=delta, delta=delta, alpha=alpha, **kw)
     return float(log_e.max()), float(bound), losses
@@ -68,7 +69,7 @@ def test_a_task_stops_early_and_its_log_carries_the_certificate_certsel_recomput
     assert cert["lower_bound"] == pytest.approx(bound, abs=1e-9) and bound >= 0.75
     assert max_log_e >= math.log(20)
     first = int(np.argmax(log_evalue_paths(losses, alpha=0.25, delta=0.05, rhos=[0.0], horizon=300,
-                                           population=300, observation="split") >= math.log(20))) + 1
+                                           sampling=WithoutReplacement(300), observation="split") >= math.log(20))) + 1
     # the stop was decided when the first certifying sample reached the test (with any released with it)
     assert first <= counts["at_decision"] < first + 8
     assert counts["scored"] == counts["at_decision"] + counts["in_flight_at_stop"]
@@ -385,7 +386,7 @@ def test_the_reason_follows_the_final_status_and_a_certified_bound_is_at_least_t
     for i in range(12):
         ledger.schedule(i)
     ledger.released = 12
-    test = SequentialTest(alpha=0.3, delta=0.05, horizon=12, rhos=[0.0], population=12)
+    test = SequentialTest(alpha=0.3, delta=0.05, horizon=12, rhos=[0.0], sampling=WithoutReplacement(12))
     m.run = _Run(task="t", model="m", size=12, epochs=1, reader=ScoreReader("s"), ledger=ledger,
                  test=test, futility=None, horizon=12, losses=[0.0] * 8 + [1.0] * 4, skipped=set())
     m.run.stop, m.run.why = StopReason.CERTIFIED, "mean score >= 0.7 certified after 5 samples"
@@ -395,7 +396,7 @@ def test_the_reason_follows_the_final_status_and_a_certified_bound_is_at_least_t
     # an exact mean of exactly T: 1 - (1 - 0.1) is one ulp below 0.1, the certified bound is not
     m = CertifiedStopping(at_least=0.1, futility=None)
     m.run = _Run(task="t", model="m", size=10, epochs=1, reader=ScoreReader("s"), ledger=ledger,
-                 test=SequentialTest(alpha=0.9, delta=0.05, horizon=10, rhos=[0.0], population=10), futility=None,
+                 test=SequentialTest(alpha=0.9, delta=0.05, horizon=10, rhos=[0.0], sampling=WithoutReplacement(10)), futility=None,
                  horizon=10, losses=[0.0] + [1.0] * 9, skipped=set())
     m.run.size, ledger.released = 10, 10
     cert = m.make_certificate()

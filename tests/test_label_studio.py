@@ -21,7 +21,6 @@ import time
 
 import httpx
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 import yaml
 from certsel.config import load_config
@@ -29,8 +28,7 @@ from certsel.orchestrator.commands.job import execute
 from certsel.workers.annotations import AnswerScale, labelling_config
 from certsel.workers.labellog import LabelLog, log_path
 
-from helpers.label_studio import (ADMIN, Annotator, add_annotator, auth, job_dict, label_studio_server, true_loss,
-                                  wait_for_project, write_outputs)
+from helpers.label_studio import (ADMIN, Annotator, add_annotator, auth, job_dict, label_studio_server, wait_for_project, write_outputs)
 
 URL = os.environ.get("CERTSEL_LABEL_STUDIO_URL")
 pytestmark = [pytest.mark.label_studio, pytest.mark.skipif(

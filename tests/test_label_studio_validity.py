@@ -4,7 +4,7 @@ stand-in for Label Studio (tests/helpers/annotation_queue.py).
 
 The data: a pool of N = 300 items, 60 of them wrong (loss 1): the pool's mean is alpha = 0.2
 exactly, the boundary of H0: R > alpha. Each run draws its n = 200 items in the job's seeded
-order, without replacement, and R-Eval tests the pool's mean with ``population = N`` (the
+order, without replacement, and R-Eval tests the pool's mean with ``sampling=WithoutReplacement(N)`` (the
 engine's ``policy.sampling: without-replacement``, whose guarantee is exact for a finite table
 drawn in a uniformly random order; the default i.i.d. test's statement is about a
 distribution the items were drawn from, which a fixed pool is not). A wrong answer takes six
@@ -30,6 +30,7 @@ import math
 import numpy as np
 import pytest
 from certsel.policies import SequentialTest
+from certsel.policies.sampling import WithoutReplacement
 from certsel.workers.label_studio_client import LabelStudioError
 from scipy import stats
 
@@ -48,7 +49,7 @@ THRESHOLD = math.log(1.0 / SC.delta)
 def batched_path(sc: Scenario, losses: np.ndarray) -> np.ndarray:
     """log E after each label, the candidates' test on (runs, labels) losses in one stacked call."""
     test = SequentialTest((losses.shape[0],), alpha=sc.alpha, delta=sc.delta, horizon=sc.n, rhos=[0.0],
-                          betting="up", observation="split", population=sc.N)
+                          betting="up", observation="split", sampling=WithoutReplacement(sc.N))
     return test.update(losses)
 
 

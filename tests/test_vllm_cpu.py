@@ -366,6 +366,7 @@ def test_inspect_task_on_vllm_stops_early_with_a_certificate(shared_url, tmp_pat
 
     from certsel.inspect import CertifiedStopping
     from certsel.policies import log_evalue_paths
+    from certsel.policies.sampling import WithoutReplacement
 
     url, served = shared_url
     data = MemoryDataset([Sample(id=f"{a}+{b}", input=f"What is {a}+{b}? Reply with the number only.",
@@ -384,7 +385,7 @@ def test_inspect_task_on_vllm_stops_early_with_a_certificate(shared_url, tmp_pat
     by_id = {s.id: 1.0 if s.scores["match"].value == "C" else 0.0 for s in log.samples}
     n = cert["samples"]["scored"]
     losses = 1.0 - np.array([by_id[i] for i in log.eval.dataset.sample_ids[:n]])
-    log_e = log_evalue_paths(losses, alpha=0.8, delta=0.1, rhos=[0.0], horizon=81, population=81,
+    log_e = log_evalue_paths(losses, alpha=0.8, delta=0.1, rhos=[0.0], horizon=81, sampling=WithoutReplacement(81),
                              observation="split")  # as a certsel job tests
     assert cert["log_e_value"] == pytest.approx(float(log_e.max()), abs=1e-9)
     print(cert["words"])  # for docs/inspect.md (pytest -s)

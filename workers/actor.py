@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import pathlib
 
-import numpy as np
 
 from certsel.errors import CertselError, first_line
 

@@ -126,7 +126,7 @@ class TestingCandidate(_Candidate):
             else:
                 lo, hi = confidence_interval(h, jl, ju, delta=self.ci_delta, rhos=self.rhos,
                                              betting=self.betting.interval_strategy(),
-                                             horizon=self.n, population=self.test.population)
+                                             horizon=self.n, sampling=self.test.sampling)
                 self._ci = (float(lo), float(hi))
         return self._ci
 
@@ -140,7 +140,7 @@ class TestingCandidate(_Candidate):
             self._bound[level] = 1.0 if h.size == 0 else float(decision_upper_bound(
                 h, jl, ju, level=level, delta=self.test.delta, alpha=self.test.alpha, rhos=self.rhos,
                 betting=self.betting, horizon=self.n, max_log_evalue=self.test.max_log_evalue,
-                observation=self.test.observation, population=self.test.population))
+                observation=self.test.observation, sampling=self.test.sampling))
         return self._bound[level]
 
     def judge_report(self) -> dict | None:
@@ -435,11 +435,11 @@ def intervals_together(cands: list[TestingCandidate]) -> None:
     of equal label counts and interval tests: each row's bisection is its own, so the bounds
     are those of one call per candidate."""
     for members in _stackable(cands, lambda c: c._ci is None,
-                              lambda c: (c.ci_delta, c.betting.interval_strategy(), c.test.population)):
+                              lambda c: (c.ci_delta, c.betting.interval_strategy(), c.test.sampling)):
         first = members[0]
         lo, hi = confidence_interval(*_stacked(members), delta=first.ci_delta, rhos=first.rhos,
                                      betting=first.betting.interval_strategy(), horizon=first.n,
-                                     population=first.test.population)
+                                     sampling=first.test.sampling)
         for c, a, b in zip(members, np.asarray(lo).tolist(), np.asarray(hi).tolist(), strict=True):
             c._ci = (float(a), float(b))
 
@@ -451,12 +451,12 @@ def upper_bounds_together(cands: list[TestingCandidate], levels: list[float]) ->
     at = {id(c): float(lv) for c, lv in zip(cands, levels, strict=True)}
     for members in _stackable(cands, lambda c: at[id(c)] not in c._bound,
                               lambda c: (at[id(c)], c.test.delta, c.test.alpha, c.betting, c.test.observation,
-                                         c.test.population)):
+                                         c.test.sampling)):
         first, level = members[0], at[id(members[0])]
         got = decision_upper_bound(*_stacked(members), level=level, delta=first.test.delta, alpha=first.test.alpha,
                                    rhos=first.rhos, betting=first.betting, horizon=first.n,
                                    max_log_evalue=np.array([c.test.max_log_evalue for c in members]),
-                                   observation=first.test.observation, population=first.test.population)
+                                   observation=first.test.observation, sampling=first.test.sampling)
         for c, u in zip(members, np.asarray(got).tolist(), strict=True):
             c._bound[level] = float(u)
 

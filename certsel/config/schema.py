@@ -15,6 +15,7 @@ from certsel.policies.pair_bets import PAIR_BETS
 from certsel.policies.kinds import POLICY_KINDS, Family, JudgeUse, PolicyKind, get_policy_kind, kinds_of
 
 from certsel.policies.recovery import Recovery
+from certsel.policies.sampling import SAMPLINGS, IID, Sampling, sampling_named
 
 from .base import Strict, no_duplicates
 from certsel.home import jobs_dir
@@ -35,7 +36,7 @@ class PolicyConfig(Strict):
     # R-Eval / R-AutoEval(+): "iid" certifies the risk of the distribution the items come from (the papers'
     # setting); "without-replacement" certifies the mean over the finite table's items exactly, the
     # judge-only items in an order of their own (docs/statistics.md, "Sampling without replacement")
-    sampling: Literal["iid", "without-replacement"] = "iid"
+    sampling: Literal[SAMPLINGS] = "iid"
     # Cer-Eval's groups: 1-NN on item embeddings (Algorithm 2), or strata of the judge's loss
     partition: Literal["embeddings", "judge"] = "embeddings"
 
@@ -85,7 +86,11 @@ class PolicyConfig(Strict):
     @property
     def without_replacement(self) -> bool:
         """A betting test of the finite table's mean (``sampling: without-replacement``)."""
-        return self.sampling == "without-replacement"
+        return self.sampling != IID.name
+
+    def sampling_for(self, n_items: int | None) -> Sampling:
+        """The sampling object of a betting test on a table of ``n_items`` (i.i.d. where unknown)."""
+        return sampling_named(self.sampling, n_items) if n_items else IID()
 
     @model_validator(mode="after")
     def _options_apply(self):

@@ -126,7 +126,7 @@ def selection_result(sel, final, items: list, losses: dict, path, data_fp: str):
     objective = sel.objective_of(lower)
     raw = {"name": sel.name, "data": {"path": str(path), **({"order": "rank"} if sel.proc.needs_order else {})},
            "policy": {"kind": "r-autoeval+" if judge else "r-eval", "betting": first.strategy.name,
-                      "sampling": first.sampling.value},
+                      "sampling": first.sampling},
            "alpha": sel.alpha, "delta": sel.delta, "procedure": sel.procedure,
            "budget": {"n": first.run.horizon, **({"r": first.ratio} if judge else {})},
            "scheduling": {"futility": sel.futility},

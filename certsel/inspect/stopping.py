@@ -3,7 +3,7 @@ score is certified to be at least T (or certified to be at most T, the futility 
 
 The test is certsel's R-Eval betting test (``certsel.policies.SequentialTest``) on the loss
 1 - score against alpha = 1 - T. By default it is the exact test for the mean over the task's
-N samples under sampling without replacement (``policies/population.py``): inspect runs the
+N samples under sampling without replacement (``policies/sampling.py``): inspect runs the
 samples in a shuffled order, so the samples it has run are a uniformly random subset, drawn one
 at a time. With ``sampling="iid"`` it is the test of the expected score of a sample drawn from
 the distribution the dataset was drawn from.
@@ -29,7 +29,7 @@ from certsel.policies._validation import check_level
 from certsel.policies.autoeval import decision_upper_bound
 from certsel.policies.kinds import POLICY_KINDS, PolicyInputs, PolicySettings, with_futility
 from certsel.policies.betting import get_strategy
-from certsel.policies.population import Sampling
+from certsel.policies.sampling import SAMPLINGS, IID, WithoutReplacement, sampling_named
 
 from .certificate import InspectCertificate, SampleCounts
 from .judge import NOT_LABELLED, JudgeFeed, gated_scorer
@@ -124,12 +124,11 @@ class CertifiedStopping:
             raise InputError(f"budget must be a positive number of samples, got {budget!r}")
         self.budget = budget
         if sampling is None:
-            sampling = Sampling.IID if judge is not None else Sampling.WITHOUT_REPLACEMENT
-        try:
-            self.sampling = Sampling(sampling)
-        except ValueError:
-            raise InputError(f"sampling must be one of {', '.join(s.value for s in Sampling)}, got {sampling!r}") from None
-        if judge is not None and self.sampling is not Sampling.IID:
+            sampling = IID.name if judge is not None else WithoutReplacement.name
+        if sampling not in SAMPLINGS:
+            raise InputError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+        self.sampling = sampling
+        if judge is not None and self.sampling != IID.name:
             # the finite-table form needs the judge-only items in an order of their own (docs/statistics.md);
             # one shuffled order split into labelled and judge-only samples is not that
             raise InputError("judge-assisted testing is the i.i.d. test: leave sampling unset or pass sampling='iid'")
@@ -198,7 +197,7 @@ class CertifiedStopping:
         kind = POLICY_KINDS.lookup("r-eval" if judge is None else "r-autoeval+")
         settings = PolicySettings(alpha=self.alpha, delta=self.test_level(), budget=horizon, betting=self.strategy,
                                   r=0 if judge is None else self.ratio, observation="split",
-                                  population=size if self.sampling is Sampling.WITHOUT_REPLACEMENT else None,
+                                  sampling=sampling_named(self.sampling, size),
                                   futility=self.futility)
         test, fut = with_futility(kind, settings, PolicyInputs(size, human_items=np.arange(horizon)))
         self.run = _Run(task=task.task, model=str(task.model), size=size, epochs=int(epochs),
@@ -314,7 +313,7 @@ class CertifiedStopping:
         """With every sample scored and sampling without replacement the mean is known exactly:
         whether it is >= T (None while it is not known)."""
         run = self.run
-        if self.sampling is not Sampling.WITHOUT_REPLACEMENT or run.ledger.released < run.size:
+        if self.sampling != WithoutReplacement.name or run.ledger.released < run.size:
             return None
         return bool(np.mean(run.losses) <= self.alpha)
 
@@ -345,7 +344,7 @@ class CertifiedStopping:
         test = run.test  # its own bets, seeded with its evidence, as a job's candidate inverts its test
         kw = dict(level=level, delta=test.delta, alpha=test.alpha, rhos=test.rhos, betting=self.strategy,
                   horizon=run.horizon, max_log_evalue=test.max_log_evalue, observation=test.observation,
-                  population=test.population)
+                  sampling=test.sampling)
         if run.judge is not None:
             h, jl, ju = run.judge.all()
             u = decision_upper_bound(1.0 - h, 1.0 - jl, 1.0 - ju, **kw)
@@ -399,7 +398,7 @@ class CertifiedStopping:
             log_e_value=float(run.test.max_log_evalue), threshold=1.0 / level, lower_bound=bound,
             estimate=float(1.0 - np.mean(run.losses)) if run.losses else float("nan"),
             futility_log_e_value=None if fut is None else float(fut.max_log_evalue), futility=self.futility,
-            samples=counts, epochs=run.epochs, sampling=self.sampling.value, betting=self.strategy.name,
+            samples=counts, epochs=run.epochs, sampling=self.sampling, betting=self.strategy.name,
             exact=exact is not None, procedure=self.procedure_words(), final=self.final(),
             judge=None if run.judge is None else run.judge.summary())
 

@@ -73,7 +73,7 @@ def _testing_chunk(cfg, human, judge, orders, n, r, rhos):
         jl = judge[:, orders[:, :n]].transpose(1, 0, 2)
         ju = judge[:, orders[:, n : n * (1 + r)]].transpose(1, 0, 2)
     obs = effective_observations(h, jl, ju, rhos=rhos, observation=cfg.policy.observation,
-                                 population=human.shape[1] if cfg.policy.without_replacement else None)
+                                 sampling=cfg.policy.sampling_for(human.shape[1]))
     w0 = np.full(rhos.size, 1.0 / rhos.size)
     kw = dict(delta=cfg.delta, betting=cfg.policy.strategy, horizon=n)
     comps = component_log_evalues(obs, cfg.alpha, ci_scale=False, **kw)  # (reps, K, S, n)
@@ -110,7 +110,6 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
             raise ValueError("a ranking is audited by replaying the job's rounds: use "
                              "certsel.orchestrator.commands.audit.audit, which passes the engine's replay")
         return pairwise_audit(cfg, data, reps, rng, progress, workers, ranking_replay)
-    n = cfg.budget.n
     testing = cfg.policy.is_testing
     levels = proc.candidate_deltas(cfg.delta, K)  # each candidate's own level, as the job runs it
     if cfg.scheduling.start == "pilot":

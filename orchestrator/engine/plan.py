@@ -61,7 +61,7 @@ class JobPlan:
             kind = pol.policy_kind
             settings = [PolicySettings(alpha=alpha, delta=cfg.delta, budget=n, seed=(cfg.seed, k),
                                        betting=pol.strategy, r=r, observation=pol.observation,
-                                       population=I if wor else None, ci_delta=float(deltas[k]),
+                                       sampling=pol.sampling_for(I), ci_delta=float(deltas[k]),
                                        intervals=cfg.tracking.intervals, futility=cfg.scheduling.futility)
                         for k in range(K)]
         else:

@@ -21,10 +21,9 @@ def _testing_reaches(cfg: RunConfig, level: float, n: int, n_items: int | None =
     """Whether the e-process reaches 1/level within n labels when every loss is 0 (the policy
     kind answers: :meth:`~certsel.policies.kinds.PolicyKind.reaches_at_zero`)."""
     # without replacement the test knows the items left (a table all drawn is its mean): it reaches sooner
-    population = n_items if cfg.policy.without_replacement and n_items else None
     settings = PolicySettings(alpha=cfg.alpha, delta=cfg.delta, budget=n, betting=cfg.policy.strategy,
                               r=cfg.budget.r if cfg.policy.uses_judge else 0, observation=cfg.policy.observation,
-                              population=population)
+                              sampling=cfg.policy.sampling_for(n_items))
     return cfg.policy.policy_kind.reaches_at_zero(settings, n_items, level)
 
 

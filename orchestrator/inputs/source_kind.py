@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from certsel.config import RunConfig
 from certsel.policies.registry import Registry
+
+if TYPE_CHECKING:  # jobdata imports this module
+    from .jobdata import JobData
 
 
 class Poll:

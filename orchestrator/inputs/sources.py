@@ -34,7 +34,7 @@ from certsel.workers.replay import ReplaySpec
 from .jobdata import JobData, check_count, check_size, load_python, load_replay
 from .live_kind import LiveKind
 from .stacked_tasks import load_aggregate
-from .source_kind import BUILT_IN, SOURCE_KINDS, Provides, SourceKind, get_source_kind, register_source_kind
+from .source_kind import SOURCE_KINDS, Provides, SourceKind, get_source_kind, register_source_kind
 from . import lm_eval_kind  # noqa: F401  (registers the lm-eval source kind; lm-eval itself loads when used)
 from . import label_studio_kind  # noqa: F401  (registers the label-studio source kind)
 

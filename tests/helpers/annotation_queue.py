@@ -37,6 +37,7 @@ import numpy as np
 from certsel.policies import betting
 from certsel.policies.betting import get_strategy
 from certsel.policies.kinds import PolicySettings, get_policy_kind
+from certsel.policies.sampling import WithoutReplacement
 from certsel.workers.annotations import AnswerScale
 from certsel.workers.candidate import guarded_step, policy_candidate
 from certsel.workers.contracts import JobArrays
@@ -218,7 +219,7 @@ class AnnotationQueue:
 class Scenario:
     """The numbers of a simulation: a pool of ``N`` items whose ``wrong`` have loss 1 (the
     pool's mean, the tested R, is wrong / N), tested at ``alpha``/``delta`` with a budget of
-    ``n`` labels drawn without replacement in the job's seeded order (``population=N``:
+    ``n`` labels drawn without replacement in the job's seeded order (``sampling=WithoutReplacement(N)``:
     policy.sampling without-replacement, the test of the pool's mean), in batches of
     ``batch``, a queue of ``queue`` unanswered tasks, the annotators' ``speeds`` and the
     slowdown of a wrong answer, the poll interval, and the time annotators go on after the
@@ -308,7 +309,7 @@ def run_source(sc: Scenario, pool: np.ndarray, seed: int, *, keep: bool = False)
     server = sc.queue_for(pool, seed)
     source = build_source(sc, server, order)
     settings = PolicySettings(alpha=sc.alpha, delta=sc.delta, budget=sc.n, seed=(seed, 0), betting=get_strategy("up"),
-                              observation="split", population=sc.N, ci_delta=sc.delta, intervals="none")
+                              observation="split", sampling=WithoutReplacement(sc.N), ci_delta=sc.delta, intervals="none")
     cand = policy_candidate("c0", source, get_policy_kind("r-eval"), settings,
                             JobArrays(human_items=order, judge_items=np.zeros(0, dtype=np.int64)))
     threshold = math.log(1.0 / sc.delta)

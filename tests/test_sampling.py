@@ -1,5 +1,5 @@
-"""Sampling without replacement from a finite table (certsel.policies.population and the
-``population`` of the betting tests): the transform's conditional mean by enumeration, the
+"""Sampling without replacement from a finite table (certsel.policies.sampling and the
+``sampling=WithoutReplacement(N)`` of the betting tests): the transform's conditional mean by enumeration, the
 e-values against a literal loop, batches and checkpoints, and the type-I error at the
 boundary when the whole table is drawn (longer simulations: benchmarks/without_replacement.py)."""
 
@@ -10,7 +10,8 @@ import pytest
 from certsel.policies import SequentialTest, log_evalue_paths, scheme_rhos
 from certsel.policies.autoeval import decision_upper_bound, effective_observations
 from certsel.policies.betting import DEFAULT_CAP_MASS, alternatives_prior
-from certsel.policies.population import Stream, TableDraws
+from certsel.policies.sampling import Stream
+from certsel.policies.sampling import WithoutReplacement
 from helpers.reference import reference_wor_split_evalue_path
 
 
@@ -34,7 +35,7 @@ def test_a_stream_refuses_more_draws_than_the_table_holds():
     with pytest.raises(ValueError, match="3 more draws without replacement from a 4-item table that has 2 left"):
         Stream(4, 2, 1.0).draw(np.zeros(3), (0.0, 1.0))
     with pytest.raises(ValueError, match="population"):
-        log_evalue_paths(np.zeros(5), alpha=0.1, delta=0.1, rhos=[0.0], population=0)
+        log_evalue_paths(np.zeros(5), alpha=0.1, delta=0.1, rhos=[0.0], sampling=WithoutReplacement(0))
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def test_matches_the_literal_loop(table, scheme, drawn):
     ju = None if scheme == "r-eval" else j[judge_order[: r * n]]
     jl = None if scheme == "r-eval" else j[order[:n]]
     ours = np.exp(log_evalue_paths(h[order[:n]], jl, ju, alpha=0.1, delta=0.1, rhos=rhos, observation="split",
-                                   population=N, horizon=n))
+                                   sampling=WithoutReplacement(N), horizon=n))
     ref = reference_wor_split_evalue_path(h[order[:n]], jl if jl is not None else np.zeros(n),
                                           ju if ju is not None else np.zeros(0), alpha=0.1, rhos=rhos,
                                           prior=alternatives(0.1, n), population=N)
@@ -77,7 +78,7 @@ def test_a_huge_table_is_the_iid_test(table):
     for rhos, jl, ju in (([0.0], None, None), (scheme_rhos("r-autoeval+"), j[order[:100]], j[judge_order[:200]])):
         iid = log_evalue_paths(h[order[:100]], jl, ju, alpha=0.1, delta=0.1, rhos=rhos, observation="split")
         wor = log_evalue_paths(h[order[:100]], jl, ju, alpha=0.1, delta=0.1, rhos=rhos, observation="split",
-                               population=10**12)
+                               sampling=WithoutReplacement(10**12))
         np.testing.assert_allclose(wor, iid, atol=1e-6)
 
 
@@ -86,7 +87,7 @@ def test_the_whole_table_drawn_certifies_what_it_knows(table):
     (its bet is no longer bounded); the i.i.d. test has no such knowledge."""
     h, _, order, _ = table
     iid = log_evalue_paths(h[order], alpha=0.1, delta=0.1, rhos=[0.0], observation="split")
-    wor = log_evalue_paths(h[order], alpha=0.1, delta=0.1, rhos=[0.0], observation="split", population=h.size)
+    wor = log_evalue_paths(h[order], alpha=0.1, delta=0.1, rhos=[0.0], observation="split", sampling=WithoutReplacement(h.size))
     assert wor.max() > iid.max() + 50
 
 
@@ -98,8 +99,8 @@ def test_batches_stacks_and_checkpoints_continue_exactly(table, scheme):
     jl = None if scheme == "r-eval" else j[order[:n]]
     ju = None if scheme == "r-eval" else j[judge_order[: r * n]]
     whole = log_evalue_paths(h[order[:n]], jl, ju, alpha=0.1, delta=0.1, rhos=rhos, observation="split",
-                             population=N, horizon=n)
-    test = SequentialTest(alpha=0.1, delta=0.1, horizon=n, rhos=rhos, r=r, observation="split", population=N)
+                             sampling=WithoutReplacement(N), horizon=n)
+    test = SequentialTest(alpha=0.1, delta=0.1, horizon=n, rhos=rhos, r=r, observation="split", sampling=WithoutReplacement(N))
     got = []
     for a, b in ((0, 40), (40, 41), (41, 150)):
         if a == 40:  # through a checkpoint and a stack of one
@@ -110,7 +111,7 @@ def test_batches_stacks_and_checkpoints_continue_exactly(table, scheme):
     np.testing.assert_allclose(np.concatenate(got), whole, rtol=1e-12, atol=1e-12)
     assert test.state_dict()["draws"]["human"]["count"] == n
     with pytest.raises(ValueError, match="exactly r judge-only losses per human label"):
-        effective_observations(h[:4], j[:4], j[:9], population=N, observation="split")
+        effective_observations(h[:4], j[:4], j[:9], sampling=WithoutReplacement(N), observation="split")
 
 
 def _boundary_tables(reps, N, alpha, rng):
@@ -133,12 +134,12 @@ def test_type_one_error_at_the_tables_mean_with_every_item_drawn(scheme):
     from scipy.stats import beta
 
     rng = np.random.default_rng(11)
-    reps, N, alpha, delta, r = 1000, 120, 0.1, 0.1, 1
+    reps, N, alpha, delta = 1000, 120, 0.1, 0.1
     h, j, judge_order = _boundary_tables(reps, N, alpha, rng)  # the item order is the table's own (random)
     rhos = scheme_rhos(scheme)
     ju = None if scheme == "r-eval" else np.take_along_axis(j, judge_order, axis=1)
     log_e = log_evalue_paths(h, None if ju is None else j, ju, alpha=alpha, delta=delta, rhos=rhos,
-                             observation="split", population=N, horizon=N)
+                             observation="split", sampling=WithoutReplacement(N), horizon=N)
     wrong = int((log_e.max(axis=-1) >= np.log(1 / delta)).sum())
     assert beta.ppf(0.005, wrong, reps - wrong + 1) <= delta if wrong else True
     assert wrong / reps <= delta + 0.02
@@ -146,7 +147,7 @@ def test_type_one_error_at_the_tables_mean_with_every_item_drawn(scheme):
     half = N // 2
     bound = decision_upper_bound(h[:, :half], None if ju is None else j[:, :half], None if ju is None else ju[:, :half],
                                  level=delta, delta=delta, alpha=alpha, rhos=rhos, observation="split",
-                                 population=N, horizon=N)
+                                 sampling=WithoutReplacement(N), horizon=N)
     assert np.mean(bound < h.mean(axis=1) - 1e-12) <= delta + 0.02
 
 
@@ -188,7 +189,7 @@ def test_a_job_drawn_without_replacement_certifies_the_tables_mean():
         t = h_items.size
         h, j = data.table.human[k], data.table.judge[k]
         log_e = log_evalue_paths(h[h_items], j[h_items], j[judge_order[: 2 * t]], alpha=0.3, delta=0.1,
-                                 rhos=scheme_rhos("r-autoeval+"), observation="split", population=N, horizon=300)
+                                 rhos=scheme_rhos("r-autoeval+"), observation="split", sampling=WithoutReplacement(N), horizon=300)
         assert max(log_e.max(), 0.0) == pytest.approx(max(rec.max_log_e, 0.0), abs=1e-9)
     cert = certificate(res)
     assert "a finite population" in cert.guarantee and "conditional mean is R exactly" in cert.guarantee
@@ -243,3 +244,28 @@ def test_sampling_mistakes_are_one_line(change, message):
     with pytest.raises(InputError, match=message) as err:
         load_job_data(parse_config({**_raw(), **change}))
     assert "\n" not in str(err.value)
+
+
+def test_the_sampling_object_is_what_a_test_takes():
+    """One object says how a test's items are drawn: a bare size is refused with a line that
+    names the two forms, and a checkpoint of release 0.1 (the table's size under
+    ``population``) continues as the same without-replacement test."""
+    from certsel.policies.sampling import IID, sampling_named
+
+    with pytest.raises(ValueError, match=r"sampling must be IID\(\) or WithoutReplacement\(N\), got 40"):
+        SequentialTest(alpha=0.1, delta=0.1, horizon=10, rhos=[0.0], sampling=40)
+    with pytest.raises(ValueError, match="sampling must be one of iid, without-replacement, got 'wor'"):
+        sampling_named("wor", 40)
+    assert sampling_named("iid", 40) == IID() and sampling_named("without-replacement", 40) == WithoutReplacement(40)
+    h = np.random.default_rng(0).random(30)
+    test = SequentialTest(alpha=0.6, delta=0.1, horizon=30, rhos=[0.0], observation="split",
+                          sampling=WithoutReplacement(30))
+    test.update(h[:12])
+    state = test.state_dict()
+    assert state["config"]["population"] == 30 and "sampling" not in state["config"]
+    again = SequentialTest.from_state_dict(state)
+    assert again.sampling == WithoutReplacement(30)
+    np.testing.assert_array_equal(again.update(h[12:]), test.update(h[12:]))
+    whole = log_evalue_paths(h, alpha=0.6, delta=0.1, rhos=[0.0], observation="split", horizon=30,
+                             sampling=WithoutReplacement(30))
+    assert float(again.max_log_evalue) == pytest.approx(float(whole.max()), abs=1e-12)

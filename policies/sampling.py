@@ -1,5 +1,8 @@
-"""Sampling without replacement from a finite table: observations whose conditional mean is
-the table's mean, exactly (Waudby-Smith & Ramdas, "Confidence sequences for sampling without
+"""How a betting test's items are drawn: the sampling object every test takes
+(``sampling=IID()``, the default, or ``sampling=WithoutReplacement(N)``), and the streams that
+make sampling without replacement from a finite table exact.
+
+Without replacement, the observations' conditional mean is the table's mean, exactly (Waudby-Smith & Ramdas, "Confidence sequences for sampling without
 replacement", NeurIPS 2020, arXiv:2006.04347).
 
 A stream draws items of a table of ``size`` N one at a time, uniformly among those it has not
@@ -24,7 +27,7 @@ restored from a checkpoint) continues exactly; it is vectorised over leading bat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from typing import ClassVar
 
 import numpy as np
 
@@ -136,11 +139,44 @@ class TableDraws:
                            for k in ("human", "judge", "judge_only")))
 
 
-class Sampling(str, Enum):
-    """How a betting test's items are drawn, and so what it certifies (docs/statistics.md,
-    "Sampling without replacement"): ``iid``, the risk of the distribution the items come from
-    (the papers' setting); ``without-replacement``, the mean of the finite table they are
-    drawn from, exactly, with judge-only items in an order of their own."""
+class Sampling:
+    """How a test's items are drawn, and so what it certifies (docs/statistics.md, "Sampling
+    without replacement"). :class:`IID`: the risk of the distribution the items come from (the
+    papers' setting). :class:`WithoutReplacement`: the mean of the finite table of ``size``
+    items they are drawn from, exactly, with judge-only items in an order of their own.
+    A test asks its sampling for the streams it starts with; i.i.d. draws need none."""
 
-    IID = "iid"
-    WITHOUT_REPLACEMENT = "without-replacement"
+    name: ClassVar[str]
+    size: ClassVar[int | None] = None
+
+    def start(self, batch_shape=()) -> TableDraws | None:
+        return None
+
+
+@dataclass(frozen=True)
+class IID(Sampling):
+    name: ClassVar[str] = "iid"
+
+
+@dataclass(frozen=True)
+class WithoutReplacement(Sampling):
+    size: int
+    name: ClassVar[str] = "without-replacement"
+
+    def __post_init__(self):
+        check_positive_int(self.size, "population size")
+
+    def start(self, batch_shape=()) -> TableDraws:
+        return TableDraws.start(self.size, batch_shape)
+
+
+SAMPLINGS = (IID.name, WithoutReplacement.name)
+
+
+def sampling_named(name: str, size: int | None = None) -> Sampling:
+    """The sampling a configuration names (``size``: the table's items, for without-replacement)."""
+    if name == IID.name:
+        return IID()
+    if name == WithoutReplacement.name:
+        return WithoutReplacement(size)
+    raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {name!r}")
