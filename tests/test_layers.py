@@ -26,8 +26,6 @@ RANK = {"certsel.cli": 0, "certsel.api": 0, "certsel.inspect": 0, "certsel.termi
         "certsel.errors": 3, "certsel.home": 3, "certsel.policies": 3}
 # orchestrator's sub-packages in layer order (top first); siblings of one rank do not import each other
 SUB_RANK = {"commands": 0, "outputs": 1, "audit": 1, "engine": 1, "results": 2, "inputs": 3}
-# release 0.1's paths: modules that alias their new home (orchestrator/_moved.py), above every layer
-ALIASES = {"run", "runtimes"}
 FORBIDDEN_IN_POLICIES = {"ray", "mlflow", "httpx", "pyarrow", "yaml", "certsel.errors"}
 
 
@@ -127,7 +125,7 @@ def upward_imports(sources) -> list[str]:
     wrong = set()
     for name, path in sources:
         here = sub_package(name)
-        if here is None or here in ALIASES:
+        if here is None:
             continue
         for target in imports(name, path):
             there = sub_package(target + ".")  # "certsel.orchestrator.outputs" is the package itself
@@ -138,7 +136,7 @@ def upward_imports(sources) -> list[str]:
 
 def test_orchestrator_sub_packages_are_declared():
     found = {sub_package(name) for name, _ in modules()} - {None}
-    assert found == set(SUB_RANK) | ALIASES
+    assert found == set(SUB_RANK)
 
 
 def test_orchestrator_sub_packages_import_only_below():

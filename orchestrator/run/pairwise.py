@@ -1,5 +1,0 @@
-"""Moved to :mod:`certsel.orchestrator.engine.pairwise` (this path goes in the next release)."""
-
-from certsel.orchestrator._moved import alias
-
-alias(__name__)
