@@ -1,6 +1,7 @@
 """certsel.inspect.CertifiedStopping inside the real inspect-ai: tasks whose samples have known
 scores stop early with a certificate that certsel's own functions reproduce from the log."""
 
+import json
 import math
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from inspect_ai.log import read_eval_log
 from inspect_ai.scorer import match
 
+from certsel import cli
 from certsel.errors import InputError
 from certsel.inspect import CertifiedSelection, CertifiedStopping
 from certsel.inspect.schedule import ScheduleLedger
@@ -43,7 +45,7 @@ def recompute(log, cert: dict, delta: float):
     return float(log_e.max()), float(bound), losses
 
 
-def test_a_task_stops_early_and_its_log_carries_the_certificate_certsel_recomputes(tmp_path):
+def test_a_task_stops_early_and_its_log_carries_the_certificate_certsel_recomputes(tmp_path, capsys):
     rng = np.random.default_rng(1)
     scores = (rng.random(300) < 0.92).astype(float)
     manager = CertifiedStopping(at_least=0.75, delta=0.05)
@@ -75,6 +77,16 @@ def test_a_task_stops_early_and_its_log_carries_the_certificate_certsel_recomput
     assert counts["scored"] == counts["at_decision"] + counts["in_flight_at_stop"]
     assert cert["estimate"] == pytest.approx(1.0 - losses.mean())
     assert manager.certificate.words().startswith("certified: the mean score over the task's samples")
+    # one certificate: the task is a certsel job (a selection of one), the log's record names it and
+    # agrees with the published certificate `certsel show JOB_ID --format json` prints
+    assert cert["job_id"] == manager.selection.job.job_id
+    assert cli.main(["show", cert["job_id"], "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    [row] = shown["candidates"]
+    assert shown["selected"] == "mockllm/model" and row["status"] == "certified" and row["certified"]
+    assert row["log_e_value"] == pytest.approx(cert["log_e_value"], abs=1e-6)
+    assert 1.0 - row["simultaneous_bound"] == pytest.approx(cert["lower_bound"], abs=1e-4)
+    assert row["labels_human"] == counts["scored"] and shown["procedure"]["delta"] == 0.05
 
 
 def test_a_weak_model_stops_for_futility_and_claims_nothing(tmp_path):
@@ -361,7 +373,7 @@ def test_samples_sorted_after_the_shuffle_are_refused(tmp_path):
 def test_the_sort_check_spares_shuffled_and_equal_lengths():
     from types import SimpleNamespace
 
-    from certsel.inspect.stopping import sorted_by_length
+    from certsel.inspect.task import sorted_by_length
 
     def samples(lengths):
         return [SimpleNamespace(input="x" * n) for n in lengths]
@@ -377,11 +389,12 @@ def test_the_sort_check_spares_shuffled_and_equal_lengths():
 def test_the_reason_follows_the_final_status_and_a_certified_bound_is_at_least_t():
     from certsel.inspect.schedule import ScheduleLedger
     from certsel.inspect.scores import ScoreReader
-    from certsel.inspect.stopping import StopReason, _Run
+    from certsel.inspect.task import StopReason, _Run
     from certsel.policies import SequentialTest
 
     # a stop for certification, then every sample scored with the exact mean below T
-    m = CertifiedStopping(at_least=0.7, futility=None)
+    m = CertifiedStopping(at_least=0.7, futility=None, keep=False)
+    m.own_selection("m")  # what its task's start makes: a selection of one
     ledger = ScheduleLedger(list(range(12)), 1)
     for i in range(12):
         ledger.schedule(i)
@@ -394,7 +407,8 @@ def test_the_reason_follows_the_final_status_and_a_certified_bound_is_at_least_t
     assert not cert.certified and cert.exact and cert.status == "not certified"
     assert cert.reason.startswith("every sample scored: the mean score is 0.666667, below 0.7")
     # an exact mean of exactly T: 1 - (1 - 0.1) is one ulp below 0.1, the certified bound is not
-    m = CertifiedStopping(at_least=0.1, futility=None)
+    m = CertifiedStopping(at_least=0.1, futility=None, keep=False)
+    m.own_selection("m")
     m.run = _Run(task="t", model="m", size=10, epochs=1, reader=ScoreReader("s"), ledger=ledger,
                  test=SequentialTest(alpha=0.9, delta=0.05, horizon=10, rhos=[0.0], sampling=WithoutReplacement(10)), futility=None,
                  horizon=10, losses=[0.0] + [1.0] * 9, skipped=set())

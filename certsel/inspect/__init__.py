@@ -7,10 +7,11 @@ inspect-ai is an optional dependency (``pip install certsel[inspect]``); it is i
 when a manager meets a task.
 """
 
-from .certificate import InspectCertificate, SampleCounts
+from .record import SampleCounts, TaskRecord
 from .ranking import CertifiedRanking, RankingResult
 from .scores import ScoreError
 from .selection import CandidateResult, CertifiedSelection, SelectionResult
-from .stopping import CertifiedStopping, SetupError, StopReason
+from .stopping import CertifiedStopping
+from .task import SetupError, StopReason, TaskTest
 
-__all__ = ["CandidateResult", "CertifiedRanking", "CertifiedSelection", "RankingResult", "CertifiedStopping", "SelectionResult", "InspectCertificate", "SampleCounts", "ScoreError", "SetupError", "StopReason"]
+__all__ = ["CandidateResult", "CertifiedRanking", "CertifiedSelection", "RankingResult", "CertifiedStopping", "SelectionResult", "TaskRecord", "TaskTest", "SampleCounts", "ScoreError", "SetupError", "StopReason"]

@@ -26,18 +26,39 @@ from certsel.workers.replay import LossTable
 SCORES = "scores.parquet"
 
 
-def scores_table(names: list, items: list, losses: dict, order: bool) -> pa.Table:
+JUDGE = "loss_judge"
+
+
+def member_losses(m) -> list:
+    """A selection member's losses as its test saw them, in schedule order: (sample id, human
+    loss or NaN, judge loss or None). Judge-assisted, the samples of its complete blocks: one
+    labelled sample, then ``ratio`` judge-only ones."""
+    run = m.run
+    if run.judge is None:
+        return [(i, loss, None) for i, loss in zip(run.ledger.order, run.losses)]
+    h, jl, ju = run.judge.all()
+    ids = run.ledger.order[: len(h) * (m.ratio + 1)]
+    judge = np.column_stack([jl, ju.reshape(len(h), m.ratio)]).reshape(-1) if len(h) else np.zeros(0)
+    human = np.full(judge.size, np.nan)
+    human[:: m.ratio + 1] = h
+    return [(i, 1.0 - float(a), 1.0 - float(b)) for i, a, b in zip(ids, human, judge)]
+
+
+def scores_table(names: list, losses: dict, order: bool) -> pa.Table:
     """The losses the tests used: one row per candidate and sample it scored, in the order the
-    test saw them (``position``)."""
-    rows = {"candidate": [], "item": [], "loss_human": [], "position": []}
+    test saw them (``position``); the judge's losses where there is a judge."""
+    judged = any(j is not None for n in names for _, _, j in losses[n])
+    rows = {"candidate": [], "item": [], "loss_human": [], "position": [], **({JUDGE: []} if judged else {})}
     if order:
         rows["rank"] = []
     for k, n in enumerate(names):
-        for pos, (item, loss) in enumerate(losses[n]):
+        for pos, (item, loss, judge) in enumerate(losses[n]):
             rows["candidate"].append(n)
             rows["item"].append(str(item))
             rows["loss_human"].append(float(loss))
             rows["position"].append(pos)
+            if judged:
+                rows[JUDGE].append(judge)
             if order:
                 rows["rank"].append(k)
     return pa.table(rows)
@@ -48,13 +69,17 @@ def loss_table(names: list, items: list, losses: dict, objective: dict | None) -
     where a candidate's task did not score the sample: the certificate states no full-table risk
     for it)."""
     index = {str(i): k for k, i in enumerate(items)}
+    judged = any(j is not None for n in names for _, _, j in losses[n])
     human = np.full((len(names), len(items)), np.nan)
+    judge = np.full(human.shape, np.nan) if judged else None
     for k, n in enumerate(names):
-        for item, loss in losses[n]:
+        for item, loss, jl in losses[n]:
             human[k, index[str(item)]] = loss
+            if judged:
+                judge[k, index[str(item)]] = jl
     obj = None if objective is None else np.array([float(objective[n]) for n in names])
-    return LossTable(np.array(names), np.array([str(i) for i in items]), human, None, np.arange(len(names)), obj,
-                     None)
+    return LossTable(np.array(names), np.array([str(i) for i in items]), human, judge, np.arange(len(names)), obj,
+                     JUDGE if judged else None)
 
 
 def table_fingerprint(table: pa.Table) -> str:
@@ -118,13 +143,15 @@ def selection_result(sel, final, items: list, losses: dict, path, data_fp: str):
     from certsel.orchestrator.engine.selection import apply
     from certsel.orchestrator.inputs.jobdata import JobData
     from certsel.orchestrator.results.records import CandidateRecord, JobResult, totals
+    from certsel.policies import judge_agreement
 
     certified, levels, lower = final
     members = [sel.members[n] for n in sel.names]
     first = members[0]
     judge = first.run.judge is not None
     objective = sel.objective_of(lower)
-    raw = {"name": sel.name, "data": {"path": str(path), **({"order": "rank"} if sel.proc.needs_order else {})},
+    raw = {"name": sel.name, "data": {"path": str(path), **({"order": "rank"} if sel.proc.needs_order else {}),
+                                      **({"judge": JUDGE} if judge else {})},
            "policy": {"kind": "r-autoeval+" if judge else "r-eval", "betting": first.strategy.name,
                       "sampling": first.sampling},
            "alpha": sel.alpha, "delta": sel.delta, "procedure": sel.procedure,
@@ -150,6 +177,9 @@ def selection_result(sel, final, items: list, losses: dict, path, data_fp: str):
         r.log_e = r.path[-1] if r.path else 0.0
         r.max_log_e = float(run.test.max_log_evalue)
         r.max_log_futility = ev.max_log_futility
+        if run.judge is not None:  # the judge's agreement with the labels, as the engine's candidates state it
+            h, jl, _ = run.judge.all()
+            r.judge = judge_agreement(1.0 - h, 1.0 - jl)
         r.estimate = float(np.mean(run.losses)) if n else float("nan")
         r.upper_bound = 1.0 - m.lower_bound(float(levels[k])) if n else 1.0
         r.joint_bound = None if np.isnan(lower[k]) else 1.0 - float(lower[k])
@@ -173,8 +203,8 @@ def write_selection(sel, final, *, home=None, track: bool = True):
     """Keep a finished :class:`~certsel.inspect.CertifiedSelection` as a certsel job (:func:`write`)."""
     members = [sel.members[n] for n in sel.names]
     items = list(members[0].run.ledger.ids)
-    losses = {m.candidate: list(zip(m.run.ledger.order, m.run.losses)) for m in members}
-    table = scores_table(sel.names, items, losses, sel.proc.needs_order)
+    losses = {m.candidate: member_losses(m) for m in members}
+    table = scores_table(sel.names, losses, sel.proc.needs_order)
     settings = {"front end": "inspect selection", "procedure": sel.procedure, "at_least": sel.at_least,
                 "delta": sel.delta, "objective": sel.objective, "names": sel.names}
     return write(lambda path, fp: selection_result(sel, final, items, losses, path, fp), table, settings, home=home,
@@ -199,7 +229,7 @@ def ranking_result(rk, losses: dict, path, data_fp: str):
     data = JobData(table=loss_table(rk.names, rk.order, losses, None), features=None, fingerprint=data_fp)
     records = []
     for k, n in enumerate(rk.names):
-        m, used = rk.models[n], [loss for _, loss in losses[n]]
+        m, used = rk.models[n], [loss for _, loss, _ in losses[n]]
         every = [1.0 - v for v in (m.scored or {}).values()]  # its losses on every sample it scored
         r = CandidateRecord(n, k, None, float(np.mean(every)) if len(every) == len(rk.order) else None)
         status, reason = out.statuses[n]
@@ -217,7 +247,7 @@ def ranking_result(rk, losses: dict, path, data_fp: str):
 def write_ranking(rk, *, home=None, track: bool = True):
     """Keep a finished :class:`~certsel.inspect.CertifiedRanking` as a certsel job (:func:`write`)."""
     losses = rk.used_losses()
-    table = scores_table(rk.names, rk.order, losses, False)
+    table = scores_table(rk.names, losses, False)
     settings = {"front end": "inspect ranking", "delta": rk.delta, "epsilon": rk.epsilon, "goal": rk.goal,
                 "topk": rk.topk, "bet": rk.bet, "seed": rk.seed, "names": rk.names}
     return write(lambda path, fp: ranking_result(rk, losses, path, fp), table, settings, home=home, track=track)

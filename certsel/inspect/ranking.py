@@ -39,7 +39,7 @@ from certsel.policies.procedures import PROCEDURES
 
 from .schedule import ScheduleLedger
 from .scores import ScoreError, ScoreReader
-from .stopping import SetupError, _level, check_samples
+from .task import SetupError, _level, check_samples
 
 _CURRENT = contextvars.ContextVar("certsel_ranking_model", default=None)
 
@@ -261,14 +261,14 @@ class CertifiedRanking:
         return self._summary(m)
 
     def used_losses(self) -> dict:
-        """Each model's losses (1 - score) on the positions its pairs used, in the common order."""
+        """Each model's (sample, loss 1 - score, no judge) on the positions its pairs used, in the common order."""
         n = self.pairs.n_labeled
         out = {}
         for k, name in enumerate(self.names):
             mine = (self.ii == k) | (self.jj == k)
             used = int(n[mine].max(initial=0))
             scored = self.models[name].scored or {}
-            out[name] = [(i, 1.0 - scored[i]) for i in self.order[:used]]
+            out[name] = [(i, 1.0 - scored[i], None) for i in self.order[:used]]
         return out
 
     # -- the pairs -------------------------------------------------------------------------------

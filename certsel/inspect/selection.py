@@ -14,8 +14,8 @@ prefix) comes with bounds that hold together for every candidate.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import pathlib
 from dataclasses import asdict, dataclass
 
@@ -27,12 +27,8 @@ from certsel.orchestrator.engine.decisions import Certify, Evidence, Rules
 from certsel.orchestrator.results.records import Status
 from certsel.policies.procedures import PROCEDURES
 
-from .certificate import InspectCertificate
-from .stopping import CertifiedStopping, SetupError, StopReason
-
-# a member's stop as the decision core's status
-_STATUS = {StopReason.CERTIFIED: Status.CERTIFIED, StopReason.FUTILE: Status.FUTILE,
-           StopReason.REFUSED: Status.SOURCE_FAILED, StopReason.NOT_NEEDED: Status.STOPPED}
+from .record import TaskRecord
+from .task import SetupError, StopReason, TaskTest
 
 
 @dataclass(frozen=True)
@@ -40,7 +36,7 @@ class CandidateResult:
     name: str
     certified: bool
     joint_lower_bound: float | None  # the mean-score bound that holds together with the others' (None: no statement)
-    certificate: InspectCertificate  # the member's certificate: the procedure's decision and joint bound
+    certificate: TaskRecord  # the member's task record: the procedure's decision and joint bound
 
 
 @dataclass(frozen=True)
@@ -65,70 +61,6 @@ class SelectionResult:
         return out
 
 
-class _Member(CertifiedStopping):
-    """A candidate's manager: its levels and decisions come from the selection."""
-
-    def __init__(self, selection: "CertifiedSelection", name: str, **kw):
-        super().__init__(**kw)
-        self.selection, self.candidate = selection, name
-
-    @property
-    def index(self) -> int:
-        return self.selection.names.index(self.candidate)
-
-    def log_threshold(self) -> float:
-        return float(self.selection.log_thresholds()[self.index])
-
-    def decision_level(self) -> float:
-        return float(self.selection.decision_levels()[self.index])
-
-    def check_task(self, size: int) -> None:
-        self.selection.register(self.candidate, size)
-
-    def evidence(self) -> Evidence:
-        """This member's evidence as the decision core reads it (see :meth:`CertifiedSelection.evidence`)."""
-        run = self.run
-        if run is None:
-            return Evidence(self.candidate, Status.SKIPPED if self.candidate in self.selection.pending
-                            else Status.PENDING)
-        exact = self.exact_pass()
-        log_e = float(run.test.max_log_evalue) if exact is None else (math.inf if exact else -math.inf)
-        status = Status.RUNNING if run.stop is None else _STATUS[run.stop]
-        if exact is False and status in (Status.RUNNING, Status.CERTIFIED):  # every sample scored: the mean says no
-            status = Status.NOT_CERTIFIED
-        fut = 0.0 if run.futility is None else float(run.futility.max_log_evalue)
-        return Evidence(self.candidate, status, run.ledger.released, log_e, run.done or exact is not None, fut)
-
-    def statement(self):
-        certified, levels, lower = self.selection.final_joint or self.selection.joint()
-        k = self.index
-        return float(levels[k]), bool(certified[k]), None if np.isnan(lower[k]) else float(lower[k])
-
-    def not_certified_why(self) -> str:
-        return (f"{self.run.why}, but {self.selection.proc.level(self.delta, self.selection.K)} does not certify it "
-                f"on the evidence of all candidates")
-
-    def procedure_words(self) -> str:
-        return self.selection.proc.level(self.delta, self.selection.K)
-
-    def final(self) -> bool:
-        return self.selection.all_done
-
-    async def start_task(self, task, samples, epochs: int) -> str:
-        name = await super().start_task(task, samples, epochs)
-        pending = self.selection.pending.pop(self.candidate, None)
-        if pending is not None:
-            self.stop(StopReason.NOT_NEEDED, pending)
-        return name
-
-    def decide(self) -> None:
-        self.selection.update()
-
-    def finished(self) -> None:
-        self.selection.update()
-        self.selection.member_finished()
-
-
 class CertifiedSelection:
     """Certified selection among ``candidates`` (names, in the procedure's order) inside inspect.
 
@@ -139,7 +71,7 @@ class CertifiedSelection:
     certified prefix and the others the certified candidate with the highest joint lower bound.
     ``out``: a path the selection's JSON is written to once every candidate's task is done;
     ``mlflow``: a tracking URI to log it to (``experiment`` names the MLflow experiment). The
-    other parameters are :class:`CertifiedStopping`'s, shared by every candidate.
+    other parameters are the task test's (:class:`~certsel.inspect.task.TaskTest`), shared by every candidate.
     """
 
     def __init__(self, candidates, at_least: float | None = None, *, alpha: float | None = None, delta: float = 0.05,
@@ -166,7 +98,8 @@ class CertifiedSelection:
         self.out, self.mlflow, self.experiment = out, mlflow, experiment
         self.home, self.keep, self.track = home, keep, track
         self.job = None  # the JobResult kept as a certsel job once every task is done
-        self.members = {n: _Member(self, n, at_least=at_least, alpha=alpha, delta=delta, **kw) for n in self.names}
+        self.members = {n: TaskTest(at_least=at_least, alpha=alpha, delta=delta, selection=self, candidate=n,
+                                             **kw) for n in self.names}
         first = self.members[self.names[0]]
         self.at_least, self.alpha, self.delta, self.futility = first.at_least, first.alpha, first.delta, first.futility
         self.size: int | None = None
@@ -176,7 +109,7 @@ class CertifiedSelection:
         self.final_joint: tuple | None = None  # joint() on the final evidence, computed once for every member
         self.mlflow_run: str | None = None
 
-    def member(self, name: str) -> CertifiedStopping:
+    def member(self, name: str) -> TaskTest:
         """The early-stopping manager of candidate ``name``'s task."""
         if name not in self.members:
             raise InputError(f"unknown candidate {name!r}; the candidates are: {', '.join(self.names)}")
@@ -225,8 +158,8 @@ class CertifiedSelection:
         for d in decisions.settle(self.evidence(), self.rules):
             m = self._all()[d.index]
             if isinstance(d, Certify):
-                m.stop(StopReason.CERTIFIED, f"its test of mean score >= {self.at_least:g} reached the "
-                                             f"procedure's threshold after {m.run.ledger.released} samples")
+                m.stop(StopReason.CERTIFIED, f"mean score >= {self.at_least:g} certified after "
+                                             f"{m.run.ledger.released} samples")
             elif d.status is Status.FUTILE:
                 m.stop(StopReason.FUTILE, f"mean score <= {self.at_least:g} certified (futility) after "
                                           f"{m.run.ledger.released} samples")
@@ -265,11 +198,17 @@ class CertifiedSelection:
         """The procedure on the final evidence, the joint bounds and the selection."""
         self.final_joint = self.joint()
         certified, _, lower = self.final_joint
-        cands = []
-        for k, m in enumerate(self._all()):
+        for m in self._all():
             m.certificate = m.make_certificate()
-            cands.append(CandidateResult(m.candidate, bool(certified[k]),
-                                         None if np.isnan(lower[k]) else float(lower[k]), m.certificate))
+        if self.keep:  # a certsel job like any other: its folder, certificate, report and MLflow run
+            from .job import write_selection
+
+            self.job = write_selection(self, self.final_joint, home=self.home, track=self.track)
+            self.mlflow_run = None if self.job.tracking is None else self.job.tracking["run_id"]
+            for m in self._all():  # each task's record names the job that holds the certificate
+                m.certificate = dataclasses.replace(m.certificate, job_id=self.job.job_id)
+        cands = [CandidateResult(m.candidate, bool(certified[k]), None if np.isnan(lower[k]) else float(lower[k]),
+                                 m.certificate) for k, m in enumerate(self._all())]
         chosen = self.select(certified, lower)
         run = sum(m.run.ledger.scheduled * m.run.epochs for m in self._all())  # a started sample runs every epoch
         full = sum(m.run.size * m.run.epochs for m in self._all())
@@ -280,11 +219,6 @@ class CertifiedSelection:
         result = SelectionResult(procedure=self.proc.level(self.delta, self.K), at_least=self.at_least,
                                  delta=self.delta, selected=chosen, certified=names, candidates=cands,
                                  samples_run=int(run), samples_full=int(full), statement=statement)
-        if self.keep:  # a certsel job like any other: its folder, certificate, report and MLflow run
-            from .job import write_selection
-
-            self.job = write_selection(self, self.final_joint, home=self.home, track=self.track)
-            self.mlflow_run = None if self.job.tracking is None else self.job.tracking["run_id"]
         if self.out is not None:  # the certificate, as the job's selection.json holds it
             from certsel.orchestrator.outputs.certificate import certificate_of
 

@@ -130,7 +130,7 @@ def boundary_runs(reps: int, log_dir, *, n: int = 100, correct: int = 69, at_lea
     delays = np.where(scores == 1, fast, slow)
     managers, tasks = [], []
     for k in range(reps):
-        m = CertifiedStopping(at_least=at_least, delta=delta, futility=None)
+        m = CertifiedStopping(at_least=at_least, delta=delta, futility=None, keep=False)  # many runs: no jobs
         if order == "completion":
             completion_order(m)
         managers.append(m)

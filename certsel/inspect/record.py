@@ -1,5 +1,9 @@
 """What ``CertifiedStopping.complete_task`` returns, and inspect saves in the log as
-``results.early_stopping.metadata``: the certificate of one task, as plain JSON values."""
+``results.early_stopping.metadata``: one task's record, as plain JSON values.
+
+The certificate is the job's (the published ``Selection`` that ``certsel show JOB_ID`` prints;
+``job_id`` names it). The record is what inspect's log keeps of it for the task: the same
+decision, level, e-value and bound, with the task's samples counted as inspect ran them."""
 
 from __future__ import annotations
 
@@ -22,8 +26,8 @@ class SampleCounts:
 
 
 @dataclass(frozen=True)
-class InspectCertificate:
-    """One task's certificate: "the mean score is at least T", with probability >= 1 - delta."""
+class TaskRecord:
+    """One task's part of the certificate: "the mean score is at least T", with probability >= 1 - delta."""
 
     task: str
     model: str
@@ -49,6 +53,7 @@ class InspectCertificate:
     procedure: str | None = None  # a selection's procedure and levels, None for a task on its own
     final: bool = True  # False for a selection's member whose selection still waits for other tasks
     judge: dict | None = None  # judge-assisted testing: the judge scorer, ratio, labels and judge-only samples used
+    job_id: str | None = None  # the certsel job whose certificate this is (None: not kept, or not final yet)
 
     @property
     def claim(self) -> str:

@@ -1,0 +1,462 @@
+"""One inspect-ai task under a certsel test: the early-stopping protocol inspect calls
+(``start_task``, ``schedule_sample``, ``complete_sample``, ``complete_task``), the task's test of
+"mean score >= T" and its record.
+
+The test is certsel's R-Eval betting test (``certsel.policies.SequentialTest``) on the loss
+1 - score against alpha = 1 - T. By default it is the exact test for the mean over the task's
+N samples under sampling without replacement (``policies/sampling.py``): inspect runs the
+samples in a shuffled order, so the samples it has run are a uniformly random subset, drawn one
+at a time. With ``sampling="iid"`` it is the test of the expected score of a sample drawn from
+the distribution the dataset was drawn from.
+
+A task never decides for itself: its selection (:class:`~certsel.inspect.CertifiedSelection`,
+or the selection of one a :class:`~certsel.inspect.CertifiedStopping` makes) applies the
+decision core to every task's evidence after each score.
+
+Why inspect's concurrency keeps the guarantee: see :mod:`certsel.inspect.schedule`. A stop is a
+stopping time of the schedule-ordered scores, and Ville's inequality covers every such time;
+samples still running at the stop are scored and fed in their schedule order too, which only
+looks at the same e-process at a later stopping time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+from scipy.special import gammaln
+
+from certsel.errors import InputError
+from certsel.policies import SequentialTest
+from certsel.policies._validation import check_level
+from certsel.policies.autoeval import decision_upper_bound
+from certsel.policies.kinds import POLICY_KINDS, PolicyInputs, PolicySettings, with_futility
+from certsel.policies.betting import get_strategy
+from certsel.policies.sampling import SAMPLINGS, IID, WithoutReplacement, sampling_named
+
+from certsel.orchestrator.engine.decisions import Evidence
+from certsel.orchestrator.results.records import Status
+
+from .judge import NOT_LABELLED, JudgeFeed, gated_scorer
+from .record import SampleCounts, TaskRecord
+from .schedule import ScheduleLedger
+from .scores import ScoreError, ScoreReader
+
+
+class SetupError(InputError):
+    """A task the manager cannot certify as set up (one line, raised before any sample runs)."""
+
+
+class StopReason(str, Enum):
+    CERTIFIED = "certified"
+    FUTILE = "futile"
+    BUDGET = "budget"
+    NOT_NEEDED = "not needed"
+    REFUSED = "refused"
+
+
+# a task's stop as the decision core's status
+_STATUS = {StopReason.CERTIFIED: Status.CERTIFIED, StopReason.FUTILE: Status.FUTILE,
+           StopReason.REFUSED: Status.SOURCE_FAILED, StopReason.NOT_NEEDED: Status.STOPPED}
+
+
+def check_claim(at_least, alpha) -> float:
+    """The target T in (0, 1) from ``at_least=T`` or ``alpha=`` (a risk, T = 1 - alpha)."""
+    if (at_least is None) == (alpha is None):
+        raise InputError("give exactly one of at_least= (a mean score) and alpha= (a risk, 1 - score)")
+    name, value = ("at_least", at_least) if at_least is not None else ("alpha", alpha)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < float(value) < 1.0:
+        raise InputError(f"{name} must be a number strictly between 0 and 1, got {value!r}")
+    return float(at_least) if at_least is not None else 1.0 - float(alpha)
+
+
+@dataclass
+class _Run:
+    """One task's run: its samples, the tests and what the manager decided."""
+
+    task: str
+    model: str
+    size: int
+    epochs: int
+    reader: ScoreReader
+    ledger: ScheduleLedger
+    test: SequentialTest
+    futility: SequentialTest | None
+    horizon: int
+    losses: list  # human losses given to the test (1 - score), in schedule order
+    path: list = field(default_factory=list)  # the test's log e-value after each label
+    judge: "JudgeFeed | None" = None
+    stop: StopReason | None = None
+    why: str = ""
+    decided_at: int = 0  # samples released to the test when the stop was decided
+    scheduled_at_stop: int = 0
+    skipped: set = field(default_factory=set)  # samples never started
+    skipped_runs: int = 0
+    budget_hit: bool = False
+    done: bool = False
+
+
+class TaskTest:
+    """One task's early-stopping manager and its test of "mean score >= T", decided by its
+    selection (``selection``, its name there ``candidate``).
+
+    Parameters
+    ----------
+    at_least : T in (0, 1), the mean score to certify; or ``alpha`` for a risk <= alpha with the
+        loss 1 - score (the same claim with T = 1 - alpha).
+    delta : the certificate's error probability.
+    scorer, key : the scorer whose score is tested (default: the task's first) and, for a
+        dict-valued score, the key. Values go through inspect's value-to-float (C/I/P/N, yes/no,
+        numbers in [0, 1]); anything else is refused, never counted as 0.
+    betting : certsel's betting strategy (``"up"``, ``"wsr"``, ``"ons"`` or an object).
+    futility : delta_f of the futility stop (the mirrored test of "mean score <= T"), None: off.
+    budget : the most samples to run (default: all of the task's samples).
+    sampling : ``"without-replacement"`` (the mean over the task's samples, exact) or ``"iid"``;
+        default: without replacement, or iid with a judge.
+    judge, ratio : judge-assisted testing (R-AutoEval+): ``judge`` names a cheap scorer of the
+        task that scores every sample; ``scorer`` is the expensive one, wrapped with
+        :meth:`gate` so that it runs only on the samples whose label the test needs: one in every
+        ``ratio + 1`` in schedule order, the others judge-only (Algorithm 1's r = ``ratio``).
+    """
+
+    def __init__(self, at_least: float | None = None, *, alpha: float | None = None, delta: float = 0.05,
+                 scorer: str | None = None, key: str | None = None, betting="up", futility: float | None = 0.05,
+                 budget: int | None = None, sampling: str | None = None, judge: str | None = None,
+                 ratio: int = 3, selection=None, candidate: str | None = None):
+        self.selection, self.candidate = selection, candidate
+        self.at_least = check_claim(at_least, alpha)
+        self.alpha = 1.0 - self.at_least
+        self.delta = _level(delta, "delta")
+        self.futility = None if futility is None else _level(futility, "futility")
+        try:
+            self.strategy = get_strategy(betting)
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise InputError(f"budget must be a positive number of samples, got {budget!r}")
+        self.budget = budget
+        if sampling is None:
+            sampling = IID.name if judge is not None else WithoutReplacement.name
+        if sampling not in SAMPLINGS:
+            raise InputError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+        self.sampling = sampling
+        if judge is not None and self.sampling != IID.name:
+            # the finite-table form needs the judge-only items in an order of their own (docs/statistics.md);
+            # one shuffled order split into labelled and judge-only samples is not that
+            raise InputError("judge-assisted testing is the i.i.d. test: leave sampling unset or pass sampling='iid'")
+        if isinstance(ratio, bool) or not isinstance(ratio, int) or ratio < 1:
+            raise InputError(f"ratio must be a positive number of judge-only samples per label, got {ratio!r}")
+        self.judge_reader = None if judge is None else ScoreReader(judge)
+        self.ratio = ratio
+        self.gated: set = set()  # names of the scorers made by gate()
+        self.reader = ScoreReader(scorer, key)
+        self.run: _Run | None = None
+        self.certificate: TaskRecord | None = None
+
+    # -- what the selection decides for it ------------------------------------------------------------
+    @property
+    def index(self) -> int:
+        return self.selection.names.index(self.candidate)
+
+    def log_threshold(self) -> float:
+        """log of the e-value that certifies now, the procedure's."""
+        return float(self.selection.log_thresholds()[self.index])
+
+    def evidence(self) -> Evidence:
+        """Its evidence as the decision core reads it (see :meth:`CertifiedSelection.evidence`)."""
+        run = self.run
+        if run is None:
+            return Evidence(self.candidate, Status.SKIPPED if self.candidate in self.selection.pending
+                            else Status.PENDING)
+        exact = self.exact_pass()
+        log_e = float(run.test.max_log_evalue) if exact is None else (math.inf if exact else -math.inf)
+        status = Status.RUNNING if run.stop is None else _STATUS[run.stop]
+        if exact is False and status in (Status.RUNNING, Status.CERTIFIED):  # every sample scored: the mean says no
+            status = Status.NOT_CERTIFIED
+        fut = 0.0 if run.futility is None else float(run.futility.max_log_evalue)
+        return Evidence(self.candidate, status, run.ledger.released, log_e, run.done or exact is not None, fut)
+
+    # -- inspect's EarlyStopping protocol --------------------------------------------------------
+    def refuse_second_task(self) -> None:
+        if self.run is not None and not self.run.done:
+            raise SetupError(f"this CertifiedStopping is already running task {self.run.task!r} "
+                             f"({self.run.model}); give every task its own (CertifiedSelection.member for several)")
+
+    async def start_task(self, task, samples, epochs: int) -> str:
+        self.refuse_second_task()
+        check_samples(task, samples)
+        reader = self.reader.resolve(task.scorers)
+        judge = None
+        if self.judge_reader is not None:
+            judge = self.judge_reader.resolve(task.scorers)
+            if judge.scorer == reader.scorer:
+                raise SetupError(f"the judge and the scored label are the same scorer {reader.scorer!r}")
+            if reader.scorer not in self.gated:
+                raise SetupError(f"scorer {reader.scorer!r} would run on every sample: wrap it with this manager's "
+                                 "gate() so that it runs only where the test needs a label")
+        ids = [s.id for s in samples]
+        size = len(ids)
+        self.selection.register(self.candidate, size)
+        if self.budget is not None and self.budget > size:
+            raise SetupError(f"budget {self.budget} is more than the task's {size} samples")
+        horizon = self.budget or size
+        if judge is not None:  # R-AutoEval+: horizon in labels, one label per ratio + 1 samples
+            horizon = max(1, horizon // (self.ratio + 1))
+        # the job's policy kind and settings, built as a certsel job builds them
+        kind = POLICY_KINDS.lookup("r-eval" if judge is None else "r-autoeval+")
+        settings = PolicySettings(alpha=self.alpha, delta=self.delta, budget=horizon, betting=self.strategy,
+                                  r=0 if judge is None else self.ratio, observation="split",
+                                  sampling=sampling_named(self.sampling, size),
+                                  futility=self.futility)
+        test, fut = with_futility(kind, settings, PolicyInputs(size, human_items=np.arange(horizon)))
+        self.run = _Run(task=task.task, model=str(task.model), size=size, epochs=int(epochs),
+                        reader=reader, ledger=ScheduleLedger(ids, epochs), test=test, futility=fut, horizon=horizon,
+                        losses=[], judge=None if judge is None else JudgeFeed(judge, self.ratio))
+        self.certificate = None
+        pending = self.selection.pending.pop(self.candidate, None)
+        if pending is not None:  # the selection no longer needed it before its task started
+            self.stop(StopReason.NOT_NEEDED, pending)
+        return "certsel"
+
+    async def schedule_sample(self, id, epoch: int):
+        from inspect_ai.util import EarlyStop
+
+        run = self.run
+        new = not run.ledger.is_scheduled(id)
+        if run.stop is None and new and self.budget is not None and run.ledger.scheduled >= self.budget:
+            run.budget_hit = True
+            return self._skip(EarlyStop, id, epoch, f"budget of {self.budget} samples reached")
+        if run.stop is not None:
+            return self._skip(EarlyStop, id, epoch, f"{run.stop.value}: {run.why}")
+        run.ledger.schedule(id)
+        return None
+
+    async def complete_sample(self, id, epoch: int, scores) -> None:
+        run = self.run
+        try:
+            value = self._read(id, epoch, scores)
+        except ScoreError as err:
+            # no silent 0: the run stops, the certificate says why, and the task fails with the line
+            self.stop(StopReason.REFUSED, str(err))
+            raise
+        if not run.ledger.is_scheduled(id):
+            # inspect reports samples it reuses from an earlier log (eval_retry) without asking
+            # the manager first: their place in the random order is unknown
+            err = SetupError(f"sample {id!r} was scored without being scheduled (reused from an earlier log?); "
+                             "certsel cannot place it in the random order: run the task afresh")
+            self.stop(StopReason.REFUSED, str(err))
+            raise err
+        run.ledger.complete(id, epoch, value)
+        fresh = run.ledger.release()
+        if run.judge is not None:
+            fresh = run.judge.blocks(fresh)
+        if fresh is not None and len(fresh):
+            self._feed(fresh)
+            self.selection.update()
+
+    def _read(self, id, epoch: int, scores):
+        """A sample-epoch's score: a number, or (label or NaN, judge) in judge-assisted testing."""
+        run = self.run
+        where = f"sample {id!r}, epoch {epoch}"
+        if run.judge is None:
+            return run.reader.read(scores, where)
+        judge = run.judge.reader.read(scores, where)
+        labelled = self.needs_label(id)
+        given = scores.get(run.reader.scorer)
+        skipped = given is not None and (given.score.metadata or {}).get("certsel") == NOT_LABELLED
+        if labelled == skipped:
+            raise ScoreError(f"{where}: the gated scorer {run.reader.scorer!r} "
+                             f"{'skipped' if skipped else 'scored'} a sample the test "
+                             f"{'needs' if labelled else 'does not need'}; is it gated by another manager?")
+        return (run.reader.read(scores, where) if labelled else np.nan, judge)
+
+    def _feed(self, fresh) -> None:
+        run = self.run
+        if run.judge is None:
+            losses = 1.0 - fresh
+            run.losses.extend(losses.tolist())
+            run.path.extend(np.atleast_1d(run.test.update(losses)).tolist())
+            if run.futility is not None:
+                run.futility.update(fresh)
+            return
+        h, jl, ju = fresh
+        run.losses.extend((1.0 - h).tolist())
+        run.judge.fed(h, jl, ju)
+        run.path.extend(np.atleast_1d(run.test.update(1.0 - h, 1.0 - jl, 1.0 - ju)).tolist())
+        if run.futility is not None:  # mirrored: the scores against T
+            run.futility.update(h, jl, ju)
+
+    # -- judge-assisted testing ----------------------------------------------------------------------
+    def needs_label(self, id) -> bool:
+        """Whether the test needs sample ``id``'s label (one in every ratio + 1 samples, by its
+        position in the schedule order); every sample without a judge."""
+        run = self.run
+        if run is None or run.judge is None:
+            return True
+        return run.ledger.position[id] % (self.ratio + 1) == 0
+
+    def gate(self, scorer, name: str | None = None):
+        """``scorer`` (an inspect Scorer) made to run only on the samples whose label the test
+        needs; on the others it returns a score marked "not labelled" (value 0, ignored by its
+        metric). ``name``: the gated scorer's name in the task (default: the scorer's own)."""
+        gated, name = gated_scorer(scorer, name, self.needs_label)
+        self.gated.add(name)
+        return gated
+
+    async def complete_task(self) -> dict:
+        run = self.run
+        run.done = True
+        self.selection.update()
+        self.selection.member_finished()
+        self.certificate = self.certificate or self.make_certificate()  # the selection's, once it has finished
+        return self.certificate.to_dict()
+
+    # -- decisions ---------------------------------------------------------------------------------
+    def exact_pass(self) -> bool | None:
+        """With every sample scored and sampling without replacement the mean is known exactly:
+        whether it is >= T (None while it is not known)."""
+        run = self.run
+        if self.sampling != WithoutReplacement.name or run.ledger.released < run.size:
+            return None
+        return bool(np.mean(run.losses) <= self.alpha)
+
+    def stop(self, reason: StopReason, why: str) -> None:
+        run = self.run
+        if run.stop is None:
+            run.stop, run.why = reason, why
+            run.decided_at, run.scheduled_at_stop = run.ledger.released, run.ledger.scheduled
+
+    def _skip(self, early_stop, id, epoch, why: str):
+        run = self.run
+        run.skipped_runs += 1
+        if not run.ledger.is_scheduled(id):
+            run.skipped.add(id)
+        return early_stop(id=id, epoch=epoch, reason=why, metadata={"manager": "certsel"})
+
+    # -- the certificate ------------------------------------------------------------------------------
+    def lower_bound(self, level: float) -> float:
+        """The one-sided lower bound on the mean score at 1 - ``level`` that inverts the test
+        itself (it is >= T exactly when the test certified at ``level``); the exact mean when
+        every sample was scored without replacement."""
+        run = self.run
+        exact = self.exact_pass()
+        if exact is not None:
+            return float(1.0 - np.mean(run.losses))
+        if not run.losses:
+            return 0.0
+        test = run.test  # its own bets, seeded with its evidence, as a job's candidate inverts its test
+        kw = dict(level=level, delta=test.delta, alpha=test.alpha, rhos=test.rhos, betting=self.strategy,
+                  horizon=run.horizon, max_log_evalue=test.max_log_evalue, observation=test.observation,
+                  sampling=test.sampling)
+        if run.judge is not None:
+            h, jl, ju = run.judge.all()
+            u = decision_upper_bound(1.0 - h, 1.0 - jl, 1.0 - ju, **kw)
+        else:
+            u = decision_upper_bound(np.asarray(run.losses), **kw)
+        return float(1.0 - u)
+
+    def statement(self) -> tuple[float, bool, float | None]:
+        """(level, certified, lower bound on the mean score) of the claim, agreeing with each
+        other: the procedure's decision and its joint bound (>= T exactly when certified; None:
+        no statement), on the final evidence once every candidate is done."""
+        certified, levels, lower = self.selection.final_joint or self.selection.joint()
+        k = self.index
+        return float(levels[k]), bool(certified[k]), None if np.isnan(lower[k]) else float(lower[k])
+
+    def make_certificate(self) -> TaskRecord:
+        run = self.run
+        level, certified, bound = self.statement()
+        exact = self.exact_pass()
+        if certified:
+            status = StopReason.CERTIFIED
+        elif run.stop in (StopReason.FUTILE, StopReason.REFUSED, StopReason.NOT_NEEDED):
+            status = run.stop
+        elif run.budget_hit:
+            status = StopReason.BUDGET
+        else:
+            status = None
+        if exact is not None:
+            mean = 1.0 - float(np.mean(run.losses))
+            why = (f"every sample scored: the mean score is {mean:.6g}, "
+                   f"{'at least' if certified else 'below'} {self.at_least:g}")
+        elif run.stop is None:
+            why = f"budget of {self.budget} samples reached" if run.budget_hit else "no decision before the task ended"
+        elif status is run.stop or run.stop is not StopReason.CERTIFIED:
+            why = run.why
+        else:  # its own test passed, the procedure over all candidates did not certify it
+            why = (f"{run.why}, but {self.procedure_words()} does not certify it on the evidence of all "
+                   "candidates")
+        counts = SampleCounts(total=run.size, scheduled=run.ledger.scheduled, scored=run.ledger.released,
+                              at_decision=run.decided_at if run.stop is not None else run.ledger.released,
+                              in_flight_at_stop=(run.scheduled_at_stop - run.decided_at) if run.stop else 0,
+                              skipped=len(run.skipped), skipped_runs=run.skipped_runs,
+                              unfinished=run.ledger.pending)
+        fut = run.futility
+        return TaskRecord(
+            task=run.task, model=run.model, candidate=self.candidate, scorer=run.reader.words,
+            at_least=self.at_least, delta=level, certified=certified,
+            status=status.value if status is not None else "not certified", reason=why,
+            log_e_value=float(run.test.max_log_evalue), threshold=1.0 / level, lower_bound=bound,
+            estimate=float(1.0 - np.mean(run.losses)) if run.losses else float("nan"),
+            futility_log_e_value=None if fut is None else float(fut.max_log_evalue), futility=self.futility,
+            samples=counts, epochs=run.epochs, sampling=self.sampling, betting=self.strategy.name,
+            exact=exact is not None, procedure=None if self.selection.K == 1 else self.procedure_words(),
+            final=self.selection.all_done, judge=None if run.judge is None else run.judge.summary(),
+            job_id=None if self.selection.job is None else self.selection.job.job_id)
+
+    def procedure_words(self) -> str:
+        return self.selection.proc.level(self.delta, self.selection.K)
+
+
+def check_samples(task, samples) -> None:
+    """Refuse, before any sample runs, a task whose first samples are not a uniformly random
+    subset in the order they run (not shuffled, or sorted after shuffling), whose samples the
+    manager cannot follow (no ids, repeated ids, none at all), or whose scores it would not see
+    or could not read as the mean over epochs."""
+    if not getattr(task.dataset, "shuffled", False):
+        raise SetupError("the task's samples are not shuffled, so the first ones are not a random subset: "
+                         "pass sample_shuffle=True to eval() (or call dataset.shuffle() before Task(dataset=dataset))")
+    if sorted_by_length(samples):
+        # inspect keeps a dataset's "shuffled" flag through dataset.sort(), whose default key is the input length
+        raise SetupError("the task's samples are in order of input length (sorted after shuffling?), so the "
+                         "first ones are not a random subset: do not sort the dataset after shuffling it")
+    if task.config.log_samples is False:
+        raise SetupError("inspect consults an early-stopping manager only when it logs samples: "
+                         "drop log_samples=False (or --no-log-samples)")
+    reducers = [getattr(r, "name", r) for r in (task.config.epochs_reducer or [])]
+    if any(r != "mean" for r in reducers):
+        raise SetupError(f"the task reduces epochs with {', '.join(map(str, reducers))}; certsel certifies the "
+                         "mean over epochs, so use the default reducer 'mean'")
+    if not samples:
+        raise SetupError("the task has no samples")
+    ids = [s.id for s in samples]
+    if any(i is None for i in ids) or len(set(ids)) != len(ids):
+        raise SetupError("every sample needs its own id for the certificate to follow it")
+
+
+def _text_length(sample) -> int:
+    inp = sample.input
+    if isinstance(inp, str):
+        return len(inp)
+    return sum(len(str(getattr(m, "text", m))) for m in inp)
+
+
+def sorted_by_length(samples, odds: float = 1e-6) -> bool:
+    """Whether the samples' input lengths are in non-decreasing order although a random order
+    would be so with probability below ``odds`` (prod(count_l!) / N!): a dataset sorted after
+    it was shuffled. Equal lengths throughout are not a sort (a stable sort keeps the shuffle)."""
+    lengths = np.array([_text_length(s) for s in samples])
+    if lengths.size < 2 or np.any(np.diff(lengths) < 0):
+        return False
+    _, counts = np.unique(lengths, return_counts=True)
+    log_p = float(np.sum(gammaln(counts + 1)) - gammaln(lengths.size + 1))
+    return log_p < math.log(odds)
+
+
+def _level(value, name: str) -> float:
+    try:
+        return check_level(value, name)
+    except (TypeError, ValueError) as err:
+        raise InputError(str(err)) from None
