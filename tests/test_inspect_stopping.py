@@ -101,7 +101,7 @@ def test_a_weak_model_stops_for_futility_and_claims_nothing(tmp_path):
     assert cert["futility_log_e_value"] >= math.log(20)
 
 
-def test_every_sample_scored_gives_the_exact_mean(tmp_path):
+def test_every_sample_scored_gives_the_exact_mean(tmp_path, capsys):
     # 40 samples with mean 0.8: no test certifies >= 0.78 at delta 0.001 before the end, but with
     # every sample scored the mean is known exactly (and 0.7 of 40 is not >= 0.78)
     good = np.r_[np.ones(32), np.zeros(8)]
@@ -111,6 +111,11 @@ def test_every_sample_scored_gives_the_exact_mean(tmp_path):
     a, b = (log.results.early_stopping.metadata for log in logs)
     assert a["exact"] and a["certified"] and a["lower_bound"] == pytest.approx(0.8) and a["samples"]["skipped"] == 0
     assert b["exact"] and not b["certified"] and b["lower_bound"] == pytest.approx(0.7)
+    # the job's certificate says what decided: the exact mean, not the e-value below its threshold
+    job = managers[0].selection.job
+    [row] = json.loads((job.output_dir / "selection.json").read_text())["candidates"]
+    assert row["exact"] and row["certified"] and row["e_value"] < row["threshold"]
+    assert cli.main(["show", job.job_id]) == 0 and "exact mean" in capsys.readouterr().out
 
 
 def test_epochs_are_combined_per_sample(tmp_path):

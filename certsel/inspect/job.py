@@ -177,6 +177,7 @@ def selection_result(sel, final, items: list, losses: dict, path, data_fp: str):
         r.log_e = r.path[-1] if r.path else 0.0
         r.max_log_e = float(run.test.max_log_evalue)
         r.max_log_futility = ev.max_log_futility
+        r.exact = m.exact_pass() is not None  # every sample scored: the exact mean decided, not the e-value
         if run.judge is not None:  # the judge's agreement with the labels, as the engine's candidates state it
             h, jl, _ = run.judge.all()
             r.judge = judge_agreement(1.0 - h, 1.0 - jl)

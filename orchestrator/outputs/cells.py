@@ -106,3 +106,18 @@ GLOSSARY = (
      "human labels until certified / the fewest any test would need on average (labels_minimum_estimate), "
      "estimated from its own labels"),
 )
+
+
+def e_value_cell(c) -> str:
+    """A candidate's e-value against its threshold; "exact mean" where every item was scored and
+    the exact mean decided (its e-value, in selection.json, did not)."""
+    if c.e_value is None:
+        return ""
+    return "exact mean" if c.exact else f"{c.e_value:.3g} / {c.threshold:.3g}"
+
+
+def e_value_line(ev) -> str:
+    """The evidence block's e-value line."""
+    if ev.exact:
+        return f"  decided on the exact mean of every item (e-value {ev.e_value:.3g}, threshold {ev.threshold:.3g}, not used)"
+    return f"  e-value: {ev.e_value:.3g} (threshold {ev.threshold:.3g})"

@@ -125,6 +125,8 @@ def _fields(result: JobResult) -> dict:
         if r.path:
             row.update(e_value=_round(math.exp(min(r.max_log_e, 700)), 4), log_e_value=_round(r.max_log_e),
                        threshold=_round(1.0 / float(levels[r.index]), 4))
+        if r.exact:  # the e-value is kept for the record; the exact mean decided
+            row["exact"] = True
         if r.rho_weights is not None and len(r.rho_weights) > 1:
             row["rho_weights"] = [_round(w, 4) for w in r.rho_weights]
         if r.judge is not None:
@@ -141,6 +143,8 @@ def _fields(result: JobResult) -> dict:
         evidence = {k: s.get(k) for k in ("simultaneous_bound", "e_value", "threshold", "log_e_value", "upper_bound",
                                           "level", "ci", "estimate", "certified_at_labels", "labels_minimum_estimate",
                                           "labels_human", "labels_judge")}
+        if s.get("exact"):
+            evidence["exact"] = True
         evidence["simultaneous_confidence"] = 1 - cfg.delta
         evidence["estimate_note"] = ("the mean of per-label observations each unbiased given the past: unbiased at a "
                                      "fixed number of labels, not at this data-dependent stop"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .cells import efficiency_cell, judge_cell, rank_text, tie_counts
+from .cells import e_value_cell, e_value_line, efficiency_cell, judge_cell, rank_text, tie_counts
 from .numbers import _round, bound_text, round_down, share_text
 
 
@@ -211,7 +211,7 @@ class RiskSelection(Goal):
             row = [c.candidate + (" *" if c.selected else ""), "" if c.objective is None else f"{c.objective:g}",
                    c.status, "yes" if c.certified else "no"]
             if testing:
-                row.append("" if c.e_value is None else f"{c.e_value:.3g} / {c.threshold:.3g}")
+                row.append(e_value_cell(c))
             row += [joint, ub, est, ci, str(c.labels_human), *more]
             if testing:
                 row.append(efficiency_cell(c))
@@ -234,7 +234,7 @@ class RiskSelection(Goal):
         lines = [f"  upper bound: R <= {bound_text(ev.upper_bound, cert.procedure.alpha)} (its own test, one-sided, "
                  f"at level {ev.level:.3g}; not adjusted for the selection)"]
         if ev.e_value is not None:
-            lines.append(f"  e-value: {ev.e_value:.3g} (threshold {ev.threshold:.3g})")
+            lines.append(e_value_line(ev))
         lines.append(f"  estimate: {ev.estimate:.3f} ({ev.estimate_note})")
         if ev.certified_at_labels:
             lines.append(f"  human labels: certified after {ev.certified_at_labels}, {ev.labels_human} bought"
@@ -270,7 +270,9 @@ class RiskSelection(Goal):
     def _evidence_tail(self, cert) -> list[str]:
         """The summary's last lines, a risk's or a recovery's alike: the e-value and the objective."""
         ev, lines = cert.evidence, []
-        if ev.e_value is not None:
+        if ev.exact:
+            lines.append(f"decided on the exact mean of every item ({ev.labels_human} labels: the whole table)")
+        elif ev.e_value is not None:
             lines.append(f"e-value {ev.e_value:.3g} against the threshold {ev.threshold:.3g} it had to reach "
                          f"(certified after {ev.certified_at_labels} human labels, {ev.labels_human} bought)")
         if cert.selected_objective is not None and cert.objective is not None:
@@ -298,7 +300,7 @@ class RiskSelection(Goal):
                    "yes" if c.certified else "no", joint, own_text,
                    *([] if one_level else ["" if c.upper_bound is None else f"{c.level:.3g}"]), est]
             if testing:
-                row.append("" if c.e_value is None else f"{c.e_value:.3g} / {c.threshold:.3g}")
+                row.append(e_value_cell(c))
             row += [ci, str(c.labels_human)]
             if testing:
                 row.append(efficiency_cell(c))
@@ -398,7 +400,7 @@ class RecoverySelection(RiskSelection):
         lines = [f"  lower bound: recovery >= {share_text(rec.lower_bound)} (its own test, one-sided, at level "
                  f"{ev.level:.3g}; not adjusted for the selection)"]
         if ev.e_value is not None:
-            lines.append(f"  e-value: {ev.e_value:.3g} (threshold {ev.threshold:.3g})")
+            lines.append(e_value_line(ev))
         if rec.estimate is not None:
             lines.append(f"  estimate: {rec.estimate:.1%} (mean score / mean reference score over its "
                          f"{rec.labels} labelled items)")

@@ -207,6 +207,7 @@ class Evidence(_Doc):
     labels_minimum_estimate: float | None
     labels_human: int
     labels_judge: int
+    exact: bool | None = None  # decided on the exact mean of every item (see Candidate.exact)
     simultaneous_confidence: float
     estimate_note: str
     ci_level: float
@@ -236,6 +237,9 @@ class Candidate(_Doc):
     e_value: float | None = None
     log_e_value: float | None = None
     threshold: float | None = None
+    exact: bool | None = Field(None, description="decided on the exact mean of every item (all of them drawn "
+                                                 "without replacement): the e-value, kept for the record, did not "
+                                                 "decide")
     rho_weights: list[float] | None = None
     judge: Judge | None = None
     annotators: Annotators | None = Field(None, description="labels from people: what the annotation queue did")

@@ -295,7 +295,9 @@ def _candidate_note(result, row: Candidate) -> str:
     bits = [f"**{row.candidate}: {row.status}**" + (" (selected)" if row.selected else "")
             + ("; in the certified set" if row.certified else "; not in the certified set")]
     bits += goal_for(result).candidate_note(result, row)
-    if row.e_value is not None:
+    if row.exact:
+        bits.append("decided on the exact mean of every item")
+    elif row.e_value is not None:
         bits.append(f"e-value {row.e_value:.3g} against the threshold {row.threshold:.3g}")
     if row.reason:
         bits.append(row.reason)

@@ -88,6 +88,7 @@ class CandidateRecord:
     decision: int = 0
     rho_weights: list | None = None
     certified_at: int = 0  # human labels when certification was observed (0: never)
+    exact: bool = False  # decided on the exact mean of every item (all drawn without replacement), not its e-value
     rounds: list = field(default_factory=list)  # per-round rows for tracking
     waiting: int = 0  # answers its label source awaits from people (an annotation queue)
     queue: QueueReport | None = None  # what its annotation queue did (imported, withdrawn, agreement)
