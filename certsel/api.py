@@ -57,7 +57,7 @@ class Result:
     @property
     def rows(self) -> list[dict]:
         """One flat dict per candidate, in the table's order (the columns of ``--format csv``)."""
-        from certsel.terminal import candidate_records
+        from certsel.orchestrator.outputs.goals import candidate_records
 
         return candidate_records(self.selection)
 

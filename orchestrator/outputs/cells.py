@@ -121,3 +121,16 @@ def e_value_line(ev) -> str:
     if ev.exact:
         return f"  decided on the exact mean of every item (e-value {ev.e_value:.3g}, threshold {ev.threshold:.3g}, not used)"
     return f"  e-value: {ev.e_value:.3g} (threshold {ev.threshold:.3g})"
+
+
+def saved_text(fraction: float) -> str:
+    """A saving in words; a ranking whose pairs drew different items can exceed its nominal budget."""
+    return f"{fraction:.0%} saved" if fraction >= 0 else f"{-fraction:.0%} over: pairs drew different items"
+
+
+def cost_line(costs) -> str:
+    """The spend in the user's unit: "cost: 1,432.5 USD (human 1,400, generation 12.5, judge 20) of 7,800 at full budget"."""
+    s, u = costs.spent, costs.unit
+    parts = ", ".join(f"{k} {getattr(s, k):,.4g}" for k in ("human", "generation", "judge") if getattr(s, k))
+    return f"cost: {s.total:,.6g} {u}" + (f" ({parts})" if parts else "") + \
+        f" of {costs.full_budget.total:,.6g} {u} at full budget"

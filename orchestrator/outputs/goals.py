@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .cells import e_value_cell, e_value_line, efficiency_cell, judge_cell, rank_text, tie_counts
+from .cells import (cost_line, e_value_cell, e_value_line, efficiency_cell, headline, judge_cell, oracle_line,
+                    rank_text, saved_text, tie_counts)
+from .gpu import gpu_line
 from .numbers import _round, bound_text, round_down, share_text
 
 
@@ -91,16 +93,87 @@ def nominal_words(cfg) -> str:
     return ""
 
 
+CSV_FIELDS = ("candidate", "objective", "status", "certified", "selected", "e_value", "threshold", "log_e_value",
+              "simultaneous_bound", "upper_bound", "level", "estimate", "ci_low", "ci_high", "labels_human",
+              "labels_judge", "requests", "certified_at_labels", "labels_minimum_estimate", "risk_on_full_table",
+              "cost", "reason")
+
+
+def candidate_records(cert) -> list[dict]:
+    """One flat dict per candidate (the CSV's rows and ``Result.to_frame()``)."""
+    out = []
+    for c in cert.candidates:
+        row = {k: getattr(c, k) for k in CSV_FIELDS if k not in ("ci_low", "ci_high")}
+        row["ci_low"], row["ci_high"] = (None, None) if c.ci is None else tuple(c.ci)
+        row = {k: row[k] for k in CSV_FIELDS}
+        for task, fig in (c.tasks or {}).items():  # an aggregate: its per-task figures
+            row.update({f"{task}_{k}": v for k, v in fig.as_json().items()})
+        out.append(row)
+    return out
+
+
 class Goal:
     """One goal's parts, with the defaults of a goal that has none of them (the outputs ask every
     goal for every part)."""
 
     table_heading = "Candidates"
     has_evidence = False  # whether the certificate has the selected candidate's evidence block
+    beside_report = "selection.json and labels.parquet beside it"  # the terminal's words after the report's path
+    runs_note = ""  # the terminal's words after the MLflow links
+
+    # -- the terminal and --format ---------------------------------------------------------------------
+    def table(self, cert) -> tuple[str, list[Column], list[list[str]], list[bool]]:
+        """(title, columns, rows, bold rows) of the terminal's table."""
+        raise NotImplementedError
+
+    def after_table(self, cert) -> list[str]:
+        """The terminal's lines under the table (shown unless --quiet)."""
+        return []
+
+    def failures(self, cert) -> list[str]:
+        """The candidates whose label source or worker failed, one line each (always shown)."""
+        return [f"{c.candidate}: not certified ({c.reason})" for c in cert.candidates
+                if c.status in ("source failed", "worker lost")]
 
     def after_headline(self, cert) -> list[str]:
         """The terminal's lines under the headline."""
         return []
+
+    def spend_lines(self, cert) -> list[str]:
+        """What the job spent, and how it ran: labels, the oracle's estimate, costs, GPU time, a resume."""
+        lab = cert.labels
+        lines = ["labels: " + ", ".join(
+            f"{getattr(lab.spent, k)} {k} of {getattr(lab.full_budget, k)} ({saved_text(getattr(lab.saved_fraction, k))})"
+            for k in ("human", "judge", "requests") if getattr(lab.full_budget, k))]
+        if lab.oracle is not None:
+            lines.append(oracle_line(lab.oracle))
+        if cert.costs is not None:
+            lines.append(cost_line(cert.costs))
+        if cert.gpu is not None:
+            lines.append(gpu_line(cert.gpu))
+        if cert.resume is not None:
+            r = cert.resume
+            lines.append(f"resumed from round {r.from_round}: {r.steps_from_snapshots} candidate steps from "
+                         f"snapshots, {r.steps_replayed} replayed from the label log, no label bought twice")
+        if cert.recovered is not None and cert.recovered.hosts:
+            r = cert.recovered
+            lines.append(f"workers rebuilt after a crash: {r.hosts} ({r.steps_from_snapshots} candidate steps "
+                         f"from snapshots, {r.steps_replayed} replayed from the label log)")
+        return lines
+
+    def csv_rows(self, cert) -> tuple[list[str], list[dict]]:
+        """``--format csv``: the columns and one flat dict per row."""
+        rows = candidate_records(cert)
+        return (list(rows[0]) if rows else list(CSV_FIELDS)), rows
+
+    def markdown(self, cert) -> str:
+        """``--format markdown``: the table and the certificate sentence."""
+        title, cols, rows, _ = self.table(cert)
+        lines = [f"**{title}**", "", "| " + " | ".join(c.name for c in cols) + " |",
+                 "|" + "|".join("---" for _ in cols) + "|"]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in r) + " |" for r in rows]
+        lines += ["", f"{headline(cert)} — {cert.certificate}"]
+        return "\n".join(lines)
 
     def evidence(self, cert) -> str | None:
         """The terminal's block of the selected candidate's own numbers (None: none)."""
@@ -683,6 +756,82 @@ class StackedRecovery(_Stacked, RecoverySelection):
 
 
 # (ranking, recovery, stacked) -> the goal: the one place the outputs tell goals apart
+class MultiTaskGoal(Goal):
+    """A multi-task job (tasks run as jobs of their own, a candidate certified on every task): a row
+    per candidate with its evidence on each task."""
+
+    beside_report = "selection.json beside it; each task's own report is listed above"
+    runs_note = "; the tasks' runs are nested under it"
+
+    def table(self, cert):
+        head, rows = self.rows(cert)
+        cols = [Column(h, 0 if k < 4 else (3 if h.endswith("labels") else 1)) for k, h in enumerate(head)]
+        return (f"{cert.job}: {cert.policy.kind} / {cert.procedure.level}, {len(cert.tasks)} tasks", cols, rows,
+                [c.selected for c in cert.candidates])
+
+    def after_table(self, cert) -> list[str]:
+        return [f"task {t.name}: {t.target}, {len(t.certified_on_its_own)} certified on its own, "
+                f"{t.labels.human} human labels" + (f" (report: {t.output}/report.html)" if t.output else "")
+                for t in cert.tasks]
+
+    def failures(self, cert) -> list[str]:
+        return []
+
+    def spend_lines(self, cert) -> list[str]:
+        lab = cert.labels
+        return [f"labels over all tasks: {lab.spent.human} human of {lab.full_budget.human}, "
+                f"{lab.spent.judge} judge of {lab.full_budget.judge}"]
+
+    TASK_FIELDS = ["candidate", "task", "certified", "selected", "combined_e_value", "threshold", "status", "e_value",
+                   "upper_bound", "recovery_lower_bound", "level", "estimate", "labels_human", "labels_judge"]
+
+    def csv_rows(self, cert) -> tuple[list[str], list[dict]]:
+        """One row per candidate and task."""
+        rows = []
+        for c in cert.candidates:
+            for task, r in c.tasks.items():
+                rows.append({"candidate": c.candidate, "task": task, "certified": c.certified, "selected": c.selected,
+                             "combined_e_value": c.e_value, "threshold": c.threshold,
+                             "recovery_lower_bound": None if r.recovery is None else r.recovery.lower_bound,
+                             **{k: getattr(r, k) for k in ("status", "e_value", "upper_bound", "level", "estimate",
+                                                           "labels_human", "labels_judge")}})
+        return self.TASK_FIELDS, [{k: row[k] for k in self.TASK_FIELDS} for row in rows]
+
+    @staticmethod
+    def rows(cert) -> tuple[list[str], list[list[str]]]:
+        """The per-candidate table with a column group per task (terminal, report, markdown)."""
+        head = ["candidate", "objective", "certified", "combined e-value / threshold"]
+        for t in cert.tasks:
+            head += [f"{t.name}: e-value", f"{t.name}: upper bound ({t.target})", f"{t.name}: labels"]
+        out = []
+        for c in cert.candidates:
+            row = [c.candidate + (" *" if c.selected else ""), "" if c.objective is None else f"{c.objective:g}",
+                   "yes" if c.certified else "no", f"{c.e_value:.3g} / {c.threshold:.3g}"]
+            for t in cert.tasks:
+                r = c.tasks[t.name]
+                rec = r.recovery
+                own = share_text(rec.lower_bound) if rec is not None else bound_text(r.upper_bound, t.alpha)
+                row += ["" if r.e_value is None else f"{r.e_value:.3g}", own, str(r.labels_human)]
+            out.append(row)
+        return head, out
+
+    def markdown(self, cert) -> str:
+        head, rows = self.rows(cert)
+        lab = cert.labels
+        lines = [f"# certsel: {cert.job} ({len(cert.tasks)} tasks)", "",
+                 f"> **{'Deploy ' + cert.selected if cert.selected else 'Nothing certified on every task'}**", "",
+                 f"**Certificate:** {cert.certificate}.", "", cert.guarantee, "",
+                 "| task | target | items | certified on its own | human labels | report |", "|---|---|---|---|---|---|"]
+        for t in cert.tasks:
+            lines.append(f"| {t.name} | {t.target} | {t.items} | {len(t.certified_on_its_own)} | "
+                         f"{t.labels.human} | {t.output or ''} |")
+        lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(cell.replace("|", "/") for cell in r) + " |" for r in rows]
+        lines += ["", f"Labels: {lab.spent.human} human of {lab.full_budget.human}, "
+                      f"{lab.spent.judge} judge of {lab.full_budget.judge} over all tasks."]
+        return "\n".join(lines)
+
+
 _GOALS = {(True, False, False): RankingGoal(), (False, False, False): RiskSelection(),
           (False, True, False): RecoverySelection(), (False, False, True): StackedRisk(),
           (False, True, True): StackedRecovery()}
@@ -690,6 +839,8 @@ _GOALS = {(True, False, False): RankingGoal(), (False, False, False): RiskSelect
 
 def goal_of(cert):
     """The goal a certificate states."""
+    if getattr(cert, "kind", None) == "multi-task":  # a multi-task job's certificate is a TasksSelection
+        return MultiTaskGoal()
     return _GOALS[(cert.ranking is not None, cert.claim is not None, cert.aggregate is not None)]
 
 

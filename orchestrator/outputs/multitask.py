@@ -21,7 +21,8 @@ from certsel._version import __version__
 from certsel.orchestrator.results.multitask import MultiTaskResult, total_labels
 
 from .certificate import certificate_of, recovery_claim_words
-from .numbers import _round, bound_text, share_text
+from .goals import MultiTaskGoal
+from .numbers import _round
 from .selection_schema import TasksSelection
 
 KIND = "multi-task"
@@ -95,42 +96,6 @@ def _fields(res: MultiTaskResult) -> dict:
     }
 
 
-def table_rows(cert: TasksSelection) -> tuple[list[str], list[list[str]]]:
-    """The per-candidate table with a column group per task (CLI, report, markdown)."""
-    tasks = [t.name for t in cert.tasks]
-    head = ["candidate", "objective", "certified", "combined e-value / threshold"]
-    for t in cert.tasks:
-        head += [f"{t.name}: e-value", f"{t.name}: upper bound ({t.target})", f"{t.name}: labels"]
-    out = []
-    for c in cert.candidates:
-        row = [c.candidate + (" *" if c.selected else ""), "" if c.objective is None else f"{c.objective:g}",
-               "yes" if c.certified else "no", f"{c.e_value:.3g} / {c.threshold:.3g}"]
-        for t, name in zip(cert.tasks, tasks, strict=True):
-            r = c.tasks[name]
-            rec = r.recovery
-            own = share_text(rec.lower_bound) if rec is not None else bound_text(r.upper_bound, t.alpha)
-            row += ["" if r.e_value is None else f"{r.e_value:.3g}", own, str(r.labels_human)]
-        out.append(row)
-    return head, out
-
-
-def markdown(cert: TasksSelection) -> str:
-    head, rows = table_rows(cert)
-    lab = cert.labels
-    lines = [f"# certsel: {cert.job} ({len(cert.tasks)} tasks)", "",
-             f"> **{'Deploy ' + cert.selected if cert.selected else 'Nothing certified on every task'}**", "",
-             f"**Certificate:** {cert.certificate}.", "", cert.guarantee, "",
-             "| task | target | items | certified on its own | human labels | report |", "|---|---|---|---|---|---|"]
-    for t in cert.tasks:
-        lines.append(f"| {t.name} | {t.target} | {t.items} | {len(t.certified_on_its_own)} | "
-                     f"{t.labels.human} | {t.output or ''} |")
-    lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in r) + " |" for r in rows]
-    lines += ["", f"Labels: {lab.spent.human} human of {lab.full_budget.human}, "
-                  f"{lab.spent.judge} judge of {lab.full_budget.judge} over all tasks."]
-    return "\n".join(lines) + "\n"
-
-
 _HTML = jinja2.Environment(autoescape=True).from_string("""<!doctype html>
 <html><head><meta charset="utf-8"><title>certsel: {{ cert.job }}</title>
 <style>body{font:14px/1.45 system-ui,sans-serif;margin:2em;max-width:1400px} table{border-collapse:collapse;margin:1em 0}
@@ -153,7 +118,7 @@ human of {{ cert.labels.full_budget.human }}.</p></body></html>
 
 
 def html(cert: TasksSelection) -> str:
-    head, rows = table_rows(cert)
+    head, rows = MultiTaskGoal.rows(cert)
     headline = f"Deploy {cert.selected}" if cert.selected else "Nothing certified on every task"
     return _HTML.render(cert=cert, head=head, rows=list(zip(rows, cert.candidates, strict=True)), headline=headline)
 
@@ -165,7 +130,7 @@ def write_tasks_report(res: MultiTaskResult, folder) -> list[pathlib.Path]:
     cert = tasks_certificate(res)
     files = [folder / "selection.json", folder / "report.md", folder / "report.html"]
     files[0].write_text(json.dumps(cert.as_json(), indent=2, allow_nan=False))
-    files[1].write_text(markdown(cert))
+    files[1].write_text(MultiTaskGoal().markdown(cert) + "\n")
     files[2].write_text(html(cert))
     return files
 
