@@ -212,10 +212,6 @@ class StratifiedTest:
         return float(logsumexp(self._log_wealth) - np.log(self._log_wealth.size))
 
     @property
-    def futility_log_evalue(self) -> float:
-        return float(logsumexp(self._futility_wealth) - np.log(self._futility_wealth.size))
-
-    @property
     def drawn(self) -> int:
         return int(self.design._drawn)
 
@@ -230,23 +226,9 @@ class StratifiedTest:
         return self._y[self._top].copy()
 
     @property
-    def scaled_observations(self) -> np.ndarray:
-        """Y_t at every control scale rho_s (rows, in the order of ``rhos``), in draw order."""
-        return self._y.copy()
-
-    @property
-    def upper_ends(self) -> np.ndarray:
-        """b_t, the top of each observation's range (fixed before its draw), (S, t)."""
-        return self._b.copy()
-
-    @property
     def fractions(self) -> np.ndarray:
         """The bet fractions u_t the test used, (S, t) (what its bound re-uses)."""
         return self._u.copy()
-
-    @property
-    def futile(self) -> bool:
-        return self.futility is not None and self.futility_max_log_evalue >= -np.log(self.futility)
 
     @property
     def estimate(self) -> float:
