@@ -55,4 +55,12 @@ class Registry(dict, Generic[T]):
             return self[name]
         except (KeyError, TypeError):  # TypeError: an unhashable name from a job file (a list)
             raise ValueError(f"{self.key} must be one of {', '.join(self.names()) or '(none registered)'}, "
-                             f"got {name!r}") from None
+                             f"got {name!r}{did_you_mean(name, self.names())}") from None
+
+
+def did_you_mean(name, choices) -> str:
+    """`` (did you mean 'X'?)`` for the choice closest to a mistyped ``name``; '' when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

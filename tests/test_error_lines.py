@@ -32,13 +32,21 @@ def test_a_config_error_names_its_line(tmp_path):
     with pytest.raises(ConfigError, match=r"job.yaml:7: budget.r: Input should be a valid integer"):
         load_config(tmp_path / "job.yaml")
     (tmp_path / "typo.yaml").write_text(JOB.replace("  r: three\n", "").replace("budget:", "budgt:"))
-    with pytest.raises(ConfigError, match=r"typo.yaml:5: unknown key 'budgt'"):
+    with pytest.raises(ConfigError, match=r"typo.yaml:5: unknown key 'budgt' \(did you mean 'budget'\?\)"):
         load_config(tmp_path / "typo.yaml")
-    # the same mistake made with --set: the file is not blamed
+    # the same mistake made with --set: the --set is named, not the file
     (tmp_path / "ok.yaml").write_text(JOB.replace("r: three", "r: 3"))
     with pytest.raises(ConfigError) as err:
         load_config(tmp_path / "ok.yaml", ["budget.r=x"])
-    assert str(err.value).startswith(f"{tmp_path / 'ok.yaml'}: budget.r:")
+    assert str(err.value).startswith("--set budget.r=x: budget.r: Input should be a valid integer")
+    with pytest.raises(ConfigError, match=r"^--set budget.bacth=10: unknown key 'budget.bacth' \(did you mean 'batch'\?\)$"):
+        load_config(tmp_path / "ok.yaml", ["budget.bacth=10"])
+    with pytest.raises(ConfigError, match=r"^--set alpha=1.5: alpha: Input should be less than 1$"):
+        load_config(tmp_path / "ok.yaml", ["alpha=1.5"])
+    with pytest.raises(ConfigError, match=r"got 'r-autoevl' \(did you mean 'r-autoeval'\?\)$"):
+        load_config(tmp_path / "ok.yaml", ["policy.kind=r-autoevl"])
+    with pytest.raises(ConfigError, match=r"unknown key 'zzz'$"):  # nothing close: no guess
+        load_config(tmp_path / "ok.yaml", ["zzz=1"])
 
 
 def test_table_errors_name_the_rows(tmp_path):

@@ -46,7 +46,7 @@ def _assert_bad(p, match, tmp_path, runs=0):
 @pytest.mark.parametrize("case, match", [
     ("missing column", "missing column 'loss_humn'"),
     ("loss out of range", "outside [0.0, 1.0]"),
-    ("unknown in order", "order: unknown candidate(s) not in the data: mx_m1_r1_k1"),
+    ("unknown in order", "order: unknown candidate(s) not in the data: mx_m1_r1_k1 (did you mean 'mx_m10_r8_k16'?)"),
     ("duplicate ids", "duplicate candidate ids: mx_m8_r8_k16"),
     ("empty data", "has no rows"),
     ("unknown key", "unknown key 'budget.human'"),

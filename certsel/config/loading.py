@@ -8,11 +8,13 @@ import importlib
 import os
 import pathlib
 import sys
+import typing
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from certsel.errors import first_line
+from certsel.policies.registry import did_you_mean
 
 from .base import ConfigError
 from .schema import RunConfig
@@ -50,14 +52,37 @@ def _line_of(loc: tuple, lines: dict | None) -> int | None:
     return None
 
 
-def _format(err: ValidationError, source: str, lines: dict | None = None) -> str:
+def _model_in(annotation):
+    """The pydantic model an annotation holds (X, X | None, list[X], dict[str, X]), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for m in map(_model_in, typing.get_args(annotation)) if m is not None), None)
+
+
+def keys_at(loc: tuple) -> list[str]:
+    """The keys a job file may hold where the last part of ``loc`` stands (for "did you mean")."""
+    model = RunConfig
+    for part in loc[:-1]:
+        if isinstance(part, int) or str(part).isdigit():  # a list's element or a mapping's value
+            continue
+        field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        model = None if field is None else _model_in(field.annotation)
+        if model is None:
+            return []
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _format(err: ValidationError, source: str, lines: dict | None = None, sets: dict | None = None) -> str:
     e = err.errors()[0]
+    set_by = next((item for key, item in (sets or {}).items() if tuple(map(str, e["loc"]))[: len(key)] == key), None)
     line = _line_of(e["loc"], lines)
-    if line is not None:  # "job.yaml:9: budget.r: ..." as editors and compilers write it
+    if set_by is not None:  # the value came from the command line, not the file
+        source = f"--set {set_by}"
+    elif line is not None:  # "job.yaml:9: budget.r: ..." as editors and compilers write it
         source = f"{source}:{line}"
     loc = ".".join(str(p) for p in e["loc"]) or "config"
     if e["type"] == "extra_forbidden":
-        msg = f"unknown key {loc!r}"
+        msg = f"unknown key {loc!r}{did_you_mean(e['loc'][-1], keys_at(e['loc']))}"
     else:
         text = e["msg"].replace("Value error, ", "")
         # a validator that already names its key ("policy.kind must be ...") is not prefixed twice
@@ -101,7 +126,7 @@ def load_plugins(names, source: str) -> None:
 
 
 def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None = None,
-                 lines: dict | None = None) -> RunConfig:
+                 lines: dict | None = None, sets: dict | None = None) -> RunConfig:
     """Validate a mapping (e.g. parsed YAML) into a :class:`RunConfig`; ``plugins`` are
     imported first, so that the procedures and strategies they register are known."""
     if not isinstance(raw, dict):
@@ -111,7 +136,7 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
     try:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(_format(err, source, lines)) from None
+        raise ConfigError(_format(err, source, lines, sets)) from None
     if cfg.tasks is not None:  # each task's table and features beside the job file
         tasks = [t.model_copy(update={"data": _resolved_data(t.data, base_dir, f"{source}: tasks[{t.name}]")})
                  for t in cfg.tasks]
@@ -206,7 +231,9 @@ def load_config(path, overrides=None) -> RunConfig:
     raw = apply_overrides(read_job_file(path), overrides, str(path))
     raw.setdefault("name", path.stem)  # a job without a name is called after its file
     lines = key_lines(path.read_text())
-    for item in overrides or ():  # a value given by --set is not the file's: no line for it
+    sets = {}  # a value given by --set is not the file's: an error about it names the --set
+    for item in overrides or ():
         key = tuple(item.partition("=")[0].strip().split("."))
         lines = {k: v for k, v in lines.items() if k[: len(key)] != key and key[: len(k)] != k}
-    return parse_config(raw, source=str(path), base_dir=path.parent, lines=lines)
+        sets[key] = item
+    return parse_config(raw, source=str(path), base_dir=path.parent, lines=lines, sets=sets)

@@ -15,6 +15,7 @@ from certsel.policies.pair_bets import PAIR_BETS
 from certsel.policies.kinds import POLICY_KINDS, Family, JudgeUse, PolicyKind, get_policy_kind, kinds_of
 
 from certsel.policies.recovery import Recovery
+from certsel.policies.registry import did_you_mean
 from certsel.policies.sampling import SAMPLINGS, IID, Sampling, sampling_named
 
 from .base import Strict, no_duplicates
@@ -619,7 +620,8 @@ class RunConfig(Strict):
         for key in ("candidates", "order"):
             unknown = sorted(set(getattr(self, key) or ()) - ids)
             if unknown:
-                raise ValueError(f"{key}: unknown candidate(s) not in {where}: {', '.join(unknown[:5])}")
+                raise ValueError(f"{key}: unknown candidate(s) not in {where}: {', '.join(unknown[:5])}"
+                                 f"{did_you_mean(unknown[0], ids)}")
 
     def _check_objectives(self, cands, where: str) -> None:
         if self.objective is not None:

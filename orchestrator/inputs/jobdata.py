@@ -16,6 +16,7 @@ import numpy as np
 
 from certsel.config import RunConfig
 from certsel.policies.recovery import Recovery, recovery_of
+from certsel.policies.registry import did_you_mean
 from certsel.workers.replay import LossTable, load_features, load_loss_table
 from certsel.workers.tables import read_table, table_format
 
@@ -155,7 +156,8 @@ def _positions(table: LossTable, names: list[str], what: str) -> np.ndarray:
     have = {str(c): k for k, c in enumerate(table.candidates)}
     unknown = [n for n in names if n not in have]
     if unknown:
-        raise ValueError(f"{what}: unknown candidate(s) not in the data: {', '.join(unknown[:5])}")
+        raise ValueError(f"{what}: unknown candidate(s) not in the data: {', '.join(unknown[:5])}"
+                         f"{did_you_mean(unknown[0], have)}")
     return np.array([have[n] for n in names], dtype=np.int64)
 
 
@@ -213,7 +215,8 @@ def listed(cfg: RunConfig, cands, where: str) -> tuple:
     for key in ("candidates", "order"):
         unknown = [n for n in getattr(cfg, key) or () if n not in by_id]
         if unknown:
-            raise ValueError(f"{key}: unknown candidate(s) not in {where}: {', '.join(unknown[:5])}")
+            raise ValueError(f"{key}: unknown candidate(s) not in {where}: {', '.join(unknown[:5])}"
+                             f"{did_you_mean(unknown[0], by_id)}")
     if cfg.order is not None:
         return tuple(by_id[n] for n in cfg.order)
     keep = set(cfg.candidates) if cfg.candidates is not None else set(by_id)
@@ -309,7 +312,8 @@ def load_replay(cfg: RunConfig) -> JobData:
         keep = set(cfg.candidates)
         unknown = sorted(keep - {str(c) for c in table.candidates})
         if unknown:
-            raise ValueError(f"candidates: unknown candidate(s) not in the data: {', '.join(unknown[:5])}")
+            raise ValueError(f"candidates: unknown candidate(s) not in the data: {', '.join(unknown[:5])}"
+                             f"{did_you_mean(unknown[0], map(str, table.candidates))}")
         idx = _positions(table, [str(c) for c in table.candidates if str(c) in keep], "candidates")
     if idx is not None:
         table = _subset(table, idx)
