@@ -22,6 +22,7 @@ from inspect_ai.scorer import match
 from inspect_ai.solver import generate, solver
 
 from certsel.inspect import CertifiedRanking, CertifiedSelection, CertifiedStopping
+from certsel.home import home
 
 # each mock model's slip: the pairs (a, b) it gets wrong (by one)
 SLIPS = {"careful": lambda a, b: False,
@@ -113,12 +114,17 @@ def ranking(args) -> None:
     print(f"  kept as a certsel job: certsel show {rk.job.job_id}\n")
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="mockllm/model", help="an inspect model (default: the mock adder)")
     ap.add_argument("--base-url", default=None, help="the server of a vllm/ or openai-api/ model")
-    ap.add_argument("--logs", default="logs-inspect", help="inspect's log folder")
-    args = ap.parse_args(argv)
+    ap.add_argument("--logs", default=str(home() / "inspect-logs"),
+                    help="inspect's log folder (default: inspect-logs in certsel's home, never the current folder)")
+    return ap
+
+
+def main(argv=None) -> None:
+    args = parser().parse_args(argv)
     one_task(args)
     if args.model == "mockllm/model":
         for procedure in ("fst", "bonferroni"):

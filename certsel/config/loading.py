@@ -144,9 +144,9 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
         section, keys = "tasks", ()
     elif cfg.labels is not None:  # a registered source
         # its path options, if any, beside the job file
-        paths = {k: str((base_dir / v).resolve()) for k in ("path", "include_path", "cache_dir")
+        paths = {k: str((base_dir / pathlib.Path(v).expanduser()).resolve()) for k in ("path", "include_path", "cache_dir")
                  if base_dir is not None and isinstance(v := cfg.labels.options.get(k), str)
-                 and not pathlib.Path(v).is_absolute()}
+                 and not pathlib.Path(v).expanduser().is_absolute()}
         if paths:
             cfg = cfg.model_copy(update={"labels": LabelsConfig(**{**cfg.labels.model_dump(), **paths})})
         section, keys = "labels", ()
@@ -158,8 +158,10 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
         updates = {}
         for key in keys:
             p = getattr(sub, key)
-            if p is not None and not p.is_absolute():
+            if p is not None and not p.expanduser().is_absolute():
                 updates[key] = (base_dir / p).resolve()
+            elif p is not None and str(p).startswith("~"):
+                updates[key] = p.expanduser()
         if section == "live" and sub.serve:
             updates["serve"] = [_resolve_serve(s, base_dir) for s in sub.serve]
         if updates:

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 
+from certsel.home import home
+
 from .base import Strict, no_duplicates
 
 
@@ -174,7 +176,8 @@ class LiveConfig(Strict):
 
     items: pathlib.Path  # Parquet or JSON Lines with id, question, answers (list) or answer
     loss: Literal["exact_match", "normalized_exact_match", "contains", "token_f1", "numeric"] = "normalized_exact_match"
-    cache_dir: pathlib.Path = pathlib.Path(".certsel-cache")
+    # the response cache (one SQLite file shared by the job's actors): certsel's home unless the job says
+    cache_dir: pathlib.Path = Field(default_factory=lambda: home() / "cache")
     candidates: list[LiveCandidate] = Field(min_length=1)
     judge: JudgeConfig | None = None
     # losses relative to a reference model: a candidate's id, or an endpoint of its own. A

@@ -73,9 +73,11 @@ class TaskRecord:
         if self.procedure:
             how += f" ({self.procedure}{'' if self.final else '; other candidates still running'})"
         bound = "no bound stated" if self.lower_bound is None else f"lower bound {self.lower_bound:.4f}"
-        return (f"{head} {how}; {bound}, e-value {self.e_value:.4g} "
-                f"(needs {self.threshold:.4g}); {self.samples.scored} of {self.samples.total} samples scored, "
-                f"{self.samples.skipped} skipped")
+        n = self.samples
+        when = (f"decided after {n.at_decision} samples; " if self.status in ("certified", "futile", "not needed")
+                and not self.exact else "")
+        return (f"{head} {how}; {bound}, e-value {self.e_value:.4g} (needs {self.threshold:.4g}); {when}"
+                f"{n.scored} of {n.total} samples scored, {n.skipped} skipped")
 
     def to_dict(self) -> dict:
         out = asdict(self)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from certsel.config import LiveCandidateRef
 from certsel.config.base import no_duplicates
+from certsel.home import home
 from certsel.workers.lm_eval_source import LmEvalSpec, load_task, task_fingerprint, task_metric
 
 from .jobdata import JobData, listed
@@ -47,7 +48,7 @@ class LmEvalOptions(BaseModel):
     filter: str | None = None
     num_fewshot: int | None = Field(None, ge=0)
     apply_chat_template: bool = False
-    cache_dir: str = ".certsel-cache"
+    cache_dir: str = Field(default_factory=lambda: str(home() / "cache"))  # certsel's home unless the job says
     candidates: list[LmEvalCandidate] = Field(min_length=1)
 
     @field_validator("candidates")
