@@ -37,3 +37,33 @@ def test_the_readme_examples_write_nothing_under_the_clone(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "decided after" in out  # the one-liner says when the test decided
     assert untracked() - before == set()
+
+
+@pytest.mark.integration
+def test_an_unreachable_server_is_refused_in_seconds_before_anything_exists(tmp_path, monkeypatch, capsys):
+    """A live job whose running server does not answer: one line naming the key, exit 2, within
+    5 s (a request would retry for half a minute), and no job folder, Ray or tracking run."""
+    import socket
+    import time
+
+    import yaml
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    home = tmp_path / "home"
+    monkeypatch.setenv("CERTSEL_HOME", str(home))
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({
+        "name": "unreachable", "policy": {"kind": "r-eval"}, "alpha": 0.5, "budget": {"n": 20},
+        "live": {"items": str(ROOT / "examples" / "data" / "additions.jsonl"), "loss": "numeric",
+                 "candidates": [{"id": "a", "base_url": f"http://127.0.0.1:{port}", "model": "m",
+                                 "template": "{question} ="}]}}))
+    t0 = time.monotonic()
+    code = cli.main(["run", str(job)])
+    took = time.monotonic() - t0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and took < 5.0, (code, took)
+    assert len(err) == 1 and err[0].startswith(f"certsel: error: live.candidates[a]: no server answers at "
+                                               f"http://127.0.0.1:{port}"), err
+    assert not (home / "jobs").exists() and not (home / "mlruns.db").exists()

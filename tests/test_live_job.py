@@ -64,12 +64,13 @@ def test_live_job_end_to_end(ray_session, tmp_path):
 
 
 def run_with_weak_short_unreachable(tmp_path, overrides=None) -> dict:
-    """The job of :func:`write_job` (with ``overrides``) whose "weak-short" server does not
-    answer; the run must be FINISHED. Returns its certificate."""
+    """The job of :func:`write_job` (with ``overrides``) whose "weak-short" server stops
+    answering once the job has started (it answered the job's check of its servers: an
+    unreachable one is refused before the job starts); the run must be FINISHED. Returns its
+    certificate."""
     with adder_server() as (url, srv):
         cfg = load_config(write_job(tmp_path, url), overrides)
-        bad = cfg.live.candidates[1].model_copy(update={"base_url": "http://127.0.0.1:9", "max_retries": 1,
-                                                         "timeout": 1.0})
+        bad = cfg.live.candidates[1].model_copy(update={"model": "hangup", "max_retries": 1, "timeout": 1.0})
         cfg = cfg.model_copy(update={"live": cfg.live.model_copy(update={"candidates": [
             cfg.live.candidates[0], bad, cfg.live.candidates[2]]})})
         result, run_id = execute(cfg, output=tmp_path / "report")
@@ -79,7 +80,7 @@ def run_with_weak_short_unreachable(tmp_path, overrides=None) -> dict:
 
 
 def test_a_failing_source_ends_its_candidate_only(ray_session, tmp_path):
-    """One candidate's server is unreachable: after its retries that candidate is "not
+    """One candidate's server stops answering: after its retries that candidate is "not
     certified (source failed)", the others are certified as usual, the run is FINISHED and
     the report says why."""
     cert = run_with_weak_short_unreachable(tmp_path)
@@ -92,7 +93,7 @@ def test_a_failing_source_ends_its_candidate_only(ray_session, tmp_path):
 
 
 def test_a_failing_source_in_a_pairwise_job_ends_its_pairs_only(ray_session, tmp_path):
-    """Pairwise ranking with one model's server unreachable: that model is "not certified
+    """Pairwise ranking with one model's server that stops answering: that model is "not certified
     (source failed)", its pairs end undecided, the other pair is compared as usual."""
     cert = run_with_weak_short_unreachable(tmp_path, [
         "procedure=pairwise", "policy.kind=seq", "budget.n=400", "budget.batch=40", "delta=0.05"])

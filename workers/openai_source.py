@@ -76,6 +76,32 @@ class Endpoint:
         return {"Authorization": f"Bearer {key}"}
 
 
+def check_served(ep: Endpoint, seconds: float = 4.0) -> str | None:
+    """Whether the server at ``ep.base_url`` answers and serves ``ep.model``, asked once
+    (``GET /v1/models``, no retries) before a job spends anything: None when it does (or when it
+    has no model list to ask), else what is wrong, in words."""
+    url = ep.base_url.rstrip("/") + "/v1/models"
+    try:
+        got = httpx.get(url, headers=ep.headers(), timeout=seconds)
+    except httpx.TimeoutException:
+        return f"no answer from {url} within {seconds:g} s"
+    except httpx.TransportError as exc:
+        return f"no server answers at {ep.base_url} ({type(exc).__name__}: {str(exc) or 'connection failed'})"
+    if got.status_code in (401, 403):
+        return f"{url} refused the request ({got.status_code}): check api_key_env"
+    if got.status_code != 200:
+        return None  # no model list to compare with: the first request will say more
+    try:
+        served = [m["id"] for m in got.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if served and ep.model not in served:
+        from certsel.policies.registry import did_you_mean
+
+        return f"{ep.base_url} serves {', '.join(served[:5])}, not {ep.model!r}{did_you_mean(ep.model, served)}"
+    return None
+
+
 class ResponseCache:
     """Durable answers keyed by request (SQLite; safe to share between threads of a process)."""
 

@@ -93,6 +93,7 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
     _warn_if_hopeless(cfg, data, o.warn)
     if o.track:
         precheck(cfg.tracking.uri)
+    source_of(cfg).precheck(cfg)  # external servers answer before any folder, Ray or run exists
     job = _open_job(cfg, data, o)
     tracker = run_id = None
     with contextlib.ExitStack() as resources:  # released in reverse order, whatever happens

@@ -53,6 +53,39 @@ class LiveKind(SourceKind):
     def provides(self, cfg):
         return Provides(cfg.live.judge is not None, cfg.live.features is not None, "live.judge", "live.features")
 
+    def precheck(self, cfg):
+        """Every running server the job names (a ``base_url`` endpoint) answers and serves its
+        model: asked once each, all at once, within seconds (a request would retry for half a
+        minute first)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from certsel.config.sources import ReferenceConfig
+        from certsel.workers.openai_source import Endpoint, check_served
+
+        live = cfg.live
+        named = [(f"live.candidates[{c.id}]", c) for c in live.candidates]
+        if live.judge is not None and _judge_used(cfg):
+            named.append(("live.judge", live.judge))
+        if isinstance(live.reference, ReferenceConfig):
+            named.append(("live.reference", live.reference))
+        if live.features is not None and cfg.policy.needs_features:
+            named.append(("live.features", live.features))
+        servers = {}  # one question per server, model and key: the first key that names it
+        for key, ep in named:
+            if ep.base_url is not None:
+                servers.setdefault((ep.base_url, ep.model, ep.api_key_env), key)
+
+        def ask(server):
+            try:
+                return check_served(Endpoint(server[0], server[1], api_key_env=server[2]))
+            except SourceError as exc:  # its API key is not set
+                return first_line(exc)
+
+        with ThreadPoolExecutor(max(1, min(16, len(servers)))) as pool:
+            for key, problem in zip(servers.values(), list(pool.map(ask, servers)), strict=True):
+                if problem is not None:
+                    raise InputError(f"{key}: {problem}")
+
     def load(self, cfg):
         return load_live(cfg)
 

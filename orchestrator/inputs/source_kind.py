@@ -74,6 +74,10 @@ class SourceKind:
         :class:`~certsel.workers.serving.ServerSpec`); none by default."""
         return []
 
+    def precheck(self, cfg: RunConfig) -> None:
+        """Before anything is spent (no job folder, no Ray, no tracking run): the external
+        services the job names answer, or a one-line error naming the key; nothing by default."""
+
     def prepare(self, cfg: RunConfig, data: JobData, fleet: ServerFleet | None) -> tuple[RunConfig, JobData]:
         """Before any tracking run exists: fetch what the job needs up front (an error here
         leaves no half-written run). Returns the config and data the job runs with."""

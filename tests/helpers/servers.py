@@ -2,7 +2,8 @@
 
 The adder serves four models on ``/v1/chat/completions`` (and exact and weak on
 ``/v1/completions`` with echoed log-probabilities, next to vLLM's byte-level ``/tokenize``,
-``/detokenize`` and ``/tokenizer_info``, for lm-eval's log-likelihood requests): ``exact`` adds the two numbers of
+``/detokenize`` and ``/tokenizer_info``, for lm-eval's log-likelihood requests; ``hangup`` closes every
+request's connection unanswered, as a server that died mid-job): ``exact`` adds the two numbers of
 the last message correctly, ``weak`` is off by one when a*b is a multiple of 7 (and any
 ``offK`` when K divides a + b; any other name answers like ``exact``), ``chatty``
 answers "The answer is N.", and ``grader`` grades "Answer: N" ("Score: 10" / "Score: 0"),
@@ -82,6 +83,9 @@ class _Adder(BaseHTTPRequestHandler):
         if getattr(self.server, "announce", False):  # a launched stand-in says once that it serves (tests wait on it)
             self.server.announce = False
             print("serving requests", flush=True)
+        if body.get("model") == "hangup":  # a server that died after the job checked it: no answer at all
+            self.close_connection = True
+            return
         if getattr(self.server, "delay", 0):
             import time
 
