@@ -362,7 +362,21 @@ def _run(args) -> int:
 
     if cfg.tasks is not None and cfg.aggregate is None:
         return _run_tasks(args, cfg, console, machine, on_job)
-    kw = {"output": args.output, "track": not args.no_tracking, "resume": args.resume, "on_job": on_job,
+    data = None
+    if not args.resume and args.output is None:  # the same job finished before: show it, buy nothing
+        from certsel.orchestrator.commands.job import finished_job
+        from certsel.orchestrator.inputs.sources import load_job_data
+
+        data = load_job_data(cfg)
+        done = finished_job(cfg, data)
+        if done is not None:
+            folder = pathlib.Path(done["output"])
+            print(f"job {done['job_id']} already finished with this configuration and data; its certificate "
+                  f"(certsel run --fresh runs it again):", file=sys.stderr if machine else sys.stdout, flush=True)
+            cert = _typed_certificate(json.loads((folder / "selection.json").read_text()), str(folder))
+            _emit(args, console, machine, cert, run_id=done.get("mlflow_run"), output_dir=folder)
+            return 0
+    kw = {"output": args.output, "track": not args.no_tracking, "resume": args.resume, "on_job": on_job, "data": data,
           "warn": lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True),
           "check_outputs": [] if args.json is None else [(args.json, "--json")]}
     if args.no_progress:

@@ -2,6 +2,7 @@
 issue 51 (the hints and errors a first run meets)."""
 
 import importlib.util
+import json
 import pathlib
 import subprocess
 
@@ -67,3 +68,64 @@ def test_an_unreachable_server_is_refused_in_seconds_before_anything_exists(tmp_
     assert len(err) == 1 and err[0].startswith(f"certsel: error: live.candidates[a]: no server answers at "
                                                f"http://127.0.0.1:{port}"), err
     assert not (home / "jobs").exists() and not (home / "mlruns.db").exists()
+
+
+@pytest.mark.integration
+def test_a_finished_job_run_again_is_shown_and_fresh_runs_it_again(tmp_path, monkeypatch, capsys):
+    """The same configuration and data a second time: the finished job's certificate, at once,
+    without a second job folder; ``--fresh`` computes it again under a new id."""
+    import json
+    import time
+
+    from helpers.cli import job_file, small_table
+
+    monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
+    small_table(tmp_path / "t.parquet")
+    job = job_file(tmp_path)
+    assert cli.main(["run", str(job), "--quiet"]) == 0
+    first = capsys.readouterr().out
+    jobs = tmp_path / "home" / "jobs"
+    [folder] = list(jobs.iterdir())
+    t0 = time.monotonic()
+    assert cli.main(["run", str(job), "--format", "json"]) == 0
+    took = time.monotonic() - t0
+    again = capsys.readouterr()
+    assert f"job {folder.name} already finished" in again.err and "--fresh" in again.err
+    assert json.loads(again.out) == json.loads((folder / "selection.json").read_text())
+    assert list(jobs.iterdir()) == [folder] and took < 10
+    assert cli.main(["run", str(job), "--fresh", "--quiet"]) == 0
+    assert len(list(jobs.iterdir())) == 2 and "already finished" not in capsys.readouterr().out
+    assert "selected:" in first
+
+
+@pytest.mark.integration
+def test_a_job_whose_every_source_failed_is_failed_and_its_rerun_resumes_it(ray_session, tmp_path, monkeypatch,
+                                                                           capsys):
+    """Every candidate's server hangs up once the job has started: no candidate is evaluated, the
+    job is recorded as failed (not finished), no line claims labels were saved, and running it
+    again resumes the same folder."""
+    import yaml
+
+    from helpers.jobs import write_job
+    from helpers.servers import adder_server
+
+    monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
+    with adder_server() as (url, _):
+        path = write_job(tmp_path, url)
+        job = yaml.safe_load(path.read_text())
+        for c in job["live"]["candidates"]:
+            c.update(model="hangup", max_retries=0, timeout=2.0)
+        job["policy"], job["budget"] = {"kind": "r-eval"}, {"n": 20, "batch": 10}
+        del job["live"]["judge"]
+        path.write_text(yaml.safe_dump(job))
+        assert cli.main(["run", str(path)]) == 1
+        out = capsys.readouterr()
+        assert "no candidate could be evaluated" in out.err and "saved" not in out.out
+        assert "every candidate's source failed" in out.out
+        [folder] = list((tmp_path / "home" / "jobs").iterdir())
+        meta = json.loads((folder / "job.json").read_text())
+        assert meta["status"] == "failed" and not meta.get("finished")
+        assert cli.main(["run", str(path)]) == 1
+        out = capsys.readouterr()
+        assert f"resuming job {folder.name}" in out.out
+        assert list((tmp_path / "home" / "jobs").iterdir()) == [folder]

@@ -151,7 +151,10 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
             if tracker is not None:
                 result.tracking = {"uri": tracker.uri, "experiment_id": tracker.experiment_id, "run_id": run_id}
             _write_outputs(result, output or (job.dir if job is not None else None), tracker, clock)
-            if job is not None:
+            if job is not None and not result.evaluated:  # every source failed: a rerun resumes this folder
+                job.update(status="failed", mlflow_run=run_id, name=cfg.name,
+                           output=None if result.output_dir is None else str(result.output_dir))
+            elif job is not None:
                 job.update(status="finished", mlflow_run=run_id, finished=True, name=cfg.name,
                            selected=result.selected,
                            output=None if result.output_dir is None else str(result.output_dir))
@@ -174,6 +177,14 @@ def _warn_if_hopeless(cfg: RunConfig, data, warn) -> None:
         return
     if note is not None:
         (warn or log.warning)(note)
+
+
+def finished_job(cfg: RunConfig, data) -> dict | None:
+    """The finished job this configuration and data would be (its ``job.json``; None: none, or
+    the job file does not resume jobs): a rerun shows it instead of buying its labels again."""
+    if cfg.state.resume != "auto":
+        return None
+    return JobState.finished(cfg.state.dir, config_fingerprint(cfg, data.fingerprint))
 
 
 def _open_job(cfg: RunConfig, data, o: RunOptions) -> JobState | None:

@@ -157,6 +157,17 @@ class JobState:
         state.update()
         return state
 
+    @staticmethod
+    def finished(root, fingerprint: str) -> dict | None:
+        """The newest finished job with this fingerprint whose certificate is on disk (its
+        ``job.json``), or None."""
+        root = pathlib.Path(root)
+        done = [m for p in (root.glob("*/job.json") if root.is_dir() else ())
+                if (m := _read(p, strict=False)) and m.get("fingerprint") == fingerprint
+                and m.get("status") == "finished" and m.get("output")
+                and (pathlib.Path(m["output"]) / "selection.json").is_file()]
+        return max(done, key=lambda m: m.get("created", ""), default=None)
+
     def discard(self) -> None:
         """Remove the folder of a job that never ran (nothing was bought): the start failed."""
         self.release()

@@ -112,6 +112,9 @@ def candidate_records(cert) -> list[dict]:
     return out
 
 
+FAILED = ("source failed", "worker lost")  # the statuses of a candidate that was never evaluated
+
+
 class Goal:
     """One goal's parts, with the defaults of a goal that has none of them (the outputs ask every
     goal for every part)."""
@@ -132,8 +135,7 @@ class Goal:
 
     def failures(self, cert) -> list[str]:
         """The candidates whose label source or worker failed, one line each (always shown)."""
-        return [f"{c.candidate}: not certified ({c.reason})" for c in cert.candidates
-                if c.status in ("source failed", "worker lost")]
+        return [f"{c.candidate}: not certified ({c.reason})" for c in cert.candidates if c.status in FAILED]
 
     def after_headline(self, cert) -> list[str]:
         """The terminal's lines under the headline."""
@@ -142,6 +144,9 @@ class Goal:
     def spend_lines(self, cert) -> list[str]:
         """What the job spent, and how it ran: labels, the oracle's estimate, costs, GPU time, a resume."""
         lab = cert.labels
+        if all(c.status in FAILED for c in cert.candidates):  # nothing was evaluated: nothing was saved either
+            return [f"labels: {lab.spent.human} human, {lab.spent.judge} judge: every candidate's source failed, so "
+                    "the job is recorded as failed (run it again to resume it)"]
         lines = ["labels: " + ", ".join(
             f"{getattr(lab.spent, k)} {k} of {getattr(lab.full_budget, k)} ({saved_text(getattr(lab.saved_fraction, k))})"
             for k in ("human", "judge", "requests") if getattr(lab.full_budget, k))]
