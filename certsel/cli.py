@@ -370,11 +370,11 @@ def _run(args) -> int:
         data = load_job_data(cfg)
         done = finished_job(cfg, data)
         if done is not None:
-            folder = pathlib.Path(done["output"])
-            print(f"job {done['job_id']} already finished with this configuration and data; its certificate "
+            folder = done.output
+            print(f"job {done.job_id} already finished with this configuration and data; its certificate "
                   f"(certsel run --fresh runs it again):", file=sys.stderr if machine else sys.stdout, flush=True)
             cert = _typed_certificate(json.loads((folder / "selection.json").read_text()), str(folder))
-            _emit(args, console, machine, cert, run_id=done.get("mlflow_run"), output_dir=folder)
+            _emit(args, console, machine, cert, run_id=done.mlflow_run, output_dir=folder)
             return 0
     kw = {"output": args.output, "track": not args.no_tracking, "resume": args.resume, "on_job": on_job, "data": data,
           "warn": lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True),

@@ -26,7 +26,7 @@ from certsel.orchestrator.engine.driver import run_job
 from certsel.orchestrator.engine.pilot import start_from_pilot
 from certsel.orchestrator.engine.runtime import RayRuntime
 from certsel.orchestrator.engine.servers import FleetSchedule
-from certsel.orchestrator.engine.state import JobState, config_fingerprint
+from certsel.orchestrator.engine.state import Finished, JobState, config_fingerprint
 from certsel.orchestrator.inputs.feasibility import feasibility_warning
 from certsel.orchestrator.inputs.jobdata import JobData
 from certsel.orchestrator.inputs.source_kind import SourceKind
@@ -179,8 +179,8 @@ def _warn_if_hopeless(cfg: RunConfig, data, warn) -> None:
         (warn or log.warning)(note)
 
 
-def finished_job(cfg: RunConfig, data) -> dict | None:
-    """The finished job this configuration and data would be (its ``job.json``; None: none, or
+def finished_job(cfg: RunConfig, data) -> Finished | None:
+    """The finished job this configuration and data would be (None: none, or
     the job file does not resume jobs): a rerun shows it instead of buying its labels again."""
     if cfg.state.resume != "auto":
         return None

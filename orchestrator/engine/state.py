@@ -158,15 +158,15 @@ class JobState:
         return state
 
     @staticmethod
-    def finished(root, fingerprint: str) -> dict | None:
-        """The newest finished job with this fingerprint whose certificate is on disk (its
-        ``job.json``), or None."""
+    def finished(root, fingerprint: str) -> Finished | None:
+        """The newest finished job with this fingerprint whose certificate is on disk, or None."""
         root = pathlib.Path(root)
         done = [m for p in (root.glob("*/job.json") if root.is_dir() else ())
                 if (m := _read(p, strict=False)) and m.get("fingerprint") == fingerprint
                 and m.get("status") == "finished" and m.get("output")
                 and (pathlib.Path(m["output"]) / "selection.json").is_file()]
-        return max(done, key=lambda m: m.get("created", ""), default=None)
+        m = max(done, key=lambda m: m.get("created", ""), default=None)
+        return None if m is None else Finished(m["job_id"], pathlib.Path(m["output"]), m.get("mlflow_run"))
 
     def discard(self) -> None:
         """Remove the folder of a job that never ran (nothing was bought): the start failed."""
@@ -219,6 +219,15 @@ def _read(path: pathlib.Path, strict: bool = True) -> dict | None:
         if strict:
             raise StateProblem(f"{path}: not a readable job record") from None
         return None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A finished job a rerun shows instead of running it again."""
+
+    job_id: str
+    output: pathlib.Path  # the folder with its selection.json
+    mlflow_run: str | None
 
 
 @dataclass(frozen=True)
