@@ -131,9 +131,8 @@ def _block(gpus: float, full, saved):
 
 
 def test_report_gpu_section():
-    """The report's GPU tables: the estimate row only where there is an estimate (a server
-    holding no GPU projects 0 GPU-seconds: no saved fraction, no row), every server and
-    candidate listed."""
+    """The report's GPU tables: every server and candidate listed, the estimate row where there is
+    an estimate; servers that hold no GPU get their seconds alone (no GPU-time section)."""
     from types import SimpleNamespace
 
     from certsel.orchestrator.outputs.report import _gpu_tables as tables
@@ -143,9 +142,12 @@ def test_report_gpu_section():
         return tables(SimpleNamespace(gpu=None if cert["gpu"] is None else Gpu.model_validate(cert["gpu"])))
 
     assert _gpu_tables({"gpu": None}) == []
-    summary, servers, shares = _gpu_tables({"gpu": _block(0.0, 0.0, None)})
-    assert [r[0] for r in summary] == ["GPU time", "used", "of which loading", "of which generating", "of which idle"]
-    assert servers[1][:3] == ["smollm2", "0", "1"] and [r[0] for r in shares[1:]] == ["a", "b"]
-    summary, _, _ = _gpu_tables({"gpu": _block(2.0, 2000.0, 0.6548)})
+    # servers that hold no GPU (the CPU build): their seconds alone, no all-zero GPU tables
+    [servers] = _gpu_tables({"gpu": _block(0.0, 0.0, None)})
+    assert servers[0] == ["server", "starts", "waiting (s)", "loading (s)", "generating (s)", "idle (s)", "requests"]
+    assert servers[1][:2] == ["smollm2", "1"]
+    summary, servers, shares = _gpu_tables({"gpu": _block(2.0, 2000.0, 0.6548)})
+    assert [r[0] for r in summary[:5]] == ["GPU time", "used", "of which loading", "of which generating", "of which idle"]
+    assert servers[1][:3] == ["smollm2", "2", "1"] and [r[0] for r in shares[1:]] == ["a", "b"]
     assert summary[-1][0].startswith("every candidate to its budget") and "65% saved" in summary[-1][0]
     assert summary[1][1:] == ["690.4", "0.1918"] and summary[-1][1] == "2,000.0"

@@ -118,7 +118,16 @@ def _gpu_tables(cert: Selection) -> list[list[list[str]]]:
          str(v.requests), s(v.gpu_s)] for v in g.servers]
     shares = [["generations for", "GPU-seconds"]] + [[k, s(v)] for k, v in g.candidates.items()] + [
         [f"the job ({k.removeprefix('job:')}, before the rounds)", s(v)] for k, v in g.shared.items()]
+    if not any(v.gpus for v in g.servers):  # servers that hold no GPU (vLLM's CPU build): their seconds alone
+        return [[row[:1] + row[2:-1] for row in servers]]
     return [summary, servers, shares]
+
+
+def _gpu_heading(cert: Selection) -> tuple[str, str]:
+    """The report's heading and words over :func:`_gpu_tables`."""
+    if cert.gpu is not None and not any(v.gpus for v in cert.gpu.servers):
+        return "Model servers", "The job's own model servers hold no GPU: the seconds each was up, by what it did."
+    return "GPU time", _GPU_WORDS
 
 
 def _markdown(cert: Selection, plots) -> str:
@@ -161,8 +170,8 @@ _HTML = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True
 <p class="muted">Policy {{ policy }}, delta = {{ delta }}{% if alpha %}, alpha = {{ alpha }}{% endif %}, procedure: {{ level }}.</p>
 <h2>Labels</h2>{{ table(labels) }}{% if labels_note %}<p class="muted">{{ labels_note }}</p>{% endif %}
 {% if gpu %}
-<h2>GPU time</h2><p class="muted">{{ gpu_words }}</p>
-{{ table(gpu[0]) }}<div class="wide">{{ table(gpu[1]) }}</div>{{ table(gpu[2]) }}
+<h2>{{ gpu_heading[0] }}</h2><p class="muted">{{ gpu_heading[1] }}</p>
+{% for t in gpu %}<div class="wide">{{ table(t) }}</div>{% endfor %}
 {% endif %}
 <h2>{{ table_heading }}</h2>
 <div class="wide">{{ table(rows, classes) }}</div>
@@ -197,7 +206,7 @@ def _html(cert: Selection, plots) -> str:
         labels=_labels_table(cert), labels_note=oracle_line(cert.labels.oracle), table_heading=goal.table_heading,
         rows=goal.rows(cert, _PeopleCells(cert)), classes=goal.classes(cert), note=goal.note(cert),
         sections=goal.sections(cert), incidents=_incidents(cert), images=images, gpu=_gpu_tables(cert),
-        gpu_words=_GPU_WORDS)
+        gpu_heading=_gpu_heading(cert))
 
 
 def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:
