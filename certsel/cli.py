@@ -637,12 +637,26 @@ def _lm_eval_table(args) -> int:
     way = "higher is better" if info["higher_is_better"] else "lower is better: score = 1 - metric"
     print(f"wrote {args.out}: {len(info['runs'])} runs x {info['documents']} documents of {info['task']!r}, metric "
           f"{info['metric']!r} ({way}), filter {info['filter']!r}")
-    job = f"data: {{path: {args.out}, human: loss, order: rank}}"
+    recovery = None
     if info["reference"] is not None:
-        job += (f"; or a recovery job: data: {{path: {args.out}, score: score, reference: score_reference, "
-                f"order: rank}}, recovery: {{at_least: 0.95, reference_name: {info['reference']}}}")
-    print(f"certify with {job}")
+        recovery = (f"# or certify recovery against {info['reference']}: data: {{path: {args.out.name}, score: score, "
+                    f"reference: score_reference, order: rank}}, recovery: {{at_least: 0.95, reference_name: "
+                    f"{info['reference']}}}")
+    _suggest_job(args.out, info["documents"], recovery)
     return 0
+
+
+def _suggest_job(table: pathlib.Path, items: int, comment: str | None = None) -> None:
+    """Write a complete job for a table just written (beside it, ``NAME.job.yaml``) and print the
+    command that runs it: a fixed sequence in the table's order, R-Eval (the table has no judge),
+    every item as the budget."""
+    job = table.with_name(table.name.split(".")[0] + ".job.yaml")
+    lines = [f"# certsel's suggestion for {table.name}: edit alpha (the risk, 1 - the mean score you need)",
+             *([comment] if comment else []),
+             f"name: {table.name.split('.')[0]}", f"data: {{path: {table.name}, human: loss, order: rank}}",
+             "policy: {kind: r-eval}", "alpha: 0.2", "delta: 0.05", "procedure: fst", f"budget: {{n: {items}}}"]
+    job.write_text("\n".join(lines) + "\n")
+    print(f"certify with: certsel run {job}  (a fixed sequence in rank order at alpha 0.2: edit it to your claim)")
 
 
 def _write_table(table, out: pathlib.Path, fmt: str) -> None:
@@ -669,7 +683,7 @@ def _inspect_table(args) -> int:
     _write_table(table, args.out, fmt)
     print(f"wrote {args.out}: {len(info['candidates'])} candidates ({', '.join(info['candidates'])}) x "
           f"{info['samples']} samples, {info['scorer']}, score = mean over epochs {info['epochs']}")
-    print(f"certify with data: {{path: {args.out}, human: loss, order: rank}}")
+    _suggest_job(args.out, info["samples"])
     return 0
 
 

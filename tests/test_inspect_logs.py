@@ -105,3 +105,19 @@ def test_mistakes_are_one_line_errors_with_exit_status_2(logs, tmp_path):
     _refused(_cli("inspect-table", tmp_path / "nowhere", "--out", t), "no such log file or folder")
     _refused(_cli("inspect-table", tmp_path, "--out", t), "no inspect log (.eval or .json) in this folder")
     assert not t.exists()
+
+
+def test_the_suggested_job_runs_as_printed(logs, tmp_path, monkeypatch):
+    """inspect-table's last line is a command that runs: the job it names is complete and valid
+    for the table (R-Eval: the table has no judge; every sample as the budget)."""
+    import shlex
+
+    from certsel import cli
+
+    out = _cli("inspect-table", logs["strong"], logs["medium"], logs["weak"], "--out", tmp_path / "qa.parquet")
+    assert out.returncode == 0, out.stderr
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("certify with: certsel run "), last
+    command = shlex.split(last.removeprefix("certify with: ").split("  (")[0])
+    monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
+    assert cli.main([*command[1:], "--quiet"]) == 0
