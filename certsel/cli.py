@@ -280,6 +280,24 @@ def _console(stderr: bool = False):
     return Console(highlight=False, stderr=stderr)
 
 
+PROGRESS_EVERY = 5.0  # seconds between progress lines when the output is a pipe or a file
+
+
+class _Lines:
+    """Progress where a live bar cannot be drawn (a pipe, a file, CI's log): a plain line on
+    stderr every :data:`PROGRESS_EVERY` seconds, no carriage returns; silent on a terminal."""
+
+    def __init__(self, what: str, console):
+        self.what, self.on = what, not console.is_terminal
+        self.t0 = self.last = time.monotonic()
+
+    def __call__(self, text: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.on and (force or now - self.last >= PROGRESS_EVERY):
+            self.last = now
+            print(f"{self.what}: {text} ({_duration(now - self.t0)})", file=sys.stderr, flush=True)
+
+
 def _progress(console, total: int):
     """A live line: candidates certified / running / stopped and labels spent."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -287,11 +305,12 @@ def _progress(console, total: int):
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} human labels"),
                    TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal)
     task = bar.add_task("starting", total=total)
-
+    piped = _Lines("certsel run", console)
     line = {"rounds": "starting", "servers": "", "t0": None}
 
     def show():
         bar.update(task, description=line["rounds"] + line["servers"])
+        piped(line["rounds"] + line["servers"] + f", {int(bar.tasks[0].completed)} human labels")
 
     def stage(name):  # between rounds' lines: what the job is doing (Ray starting, the report, ...)
         if name == "rounds":
@@ -457,9 +476,14 @@ def _audit(args) -> int:
     bar = Progress(TextColumn("audit"), BarColumn(), MofNCompleteColumn(), TextColumn("repetitions"),
                    TimeRemainingColumn(), console=_console(stderr=True), transient=True)
     task = bar.add_task("audit", total=args.reps)
+    piped = _Lines("certsel audit", bar.console)
+
+    def progress(done, total):
+        bar.update(task, completed=done, total=total)
+        piped(f"{done}/{total} repetitions", force=done == total)
+
     with bar:
-        result = audit(cfg, data, reps=args.reps, seed=args.seed, workers=args.workers,
-                       progress=lambda done, total: bar.update(task, completed=done, total=total))
+        result = audit(cfg, data, reps=args.reps, seed=args.seed, workers=args.workers, progress=progress)
     with tempfile.TemporaryDirectory() as tmp:
         files = write_audit(result, args.out or tmp)
         run_id = None if args.no_tracking else log_audit(cfg, result, files)

@@ -129,3 +129,22 @@ def test_a_job_whose_every_source_failed_is_failed_and_its_rerun_resumes_it(ray_
         out = capsys.readouterr()
         assert f"resuming job {folder.name}" in out.out
         assert list((tmp_path / "home" / "jobs").iterdir()) == [folder]
+
+
+@pytest.mark.integration
+def test_long_commands_show_progress_when_piped(tmp_path, monkeypatch, capsys):
+    """Where no live bar can be drawn (output to a pipe or a file, as here under capsys), a plain
+    progress line comes every few seconds (here every update), with no carriage return."""
+    monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)
+    from helpers.cli import job_file, small_table
+
+    small_table(tmp_path / "t.parquet")
+    job = job_file(tmp_path)
+    cli.main(["audit", str(job), "--reps", "300", "--no-tracking", "--workers", "1"])
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("certsel audit: ")]
+    assert len(lines) >= 2 and lines[-1].startswith("certsel audit: 300/300 repetitions") and "\r" not in err
+    assert cli.main(["run", str(job), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert any(x.startswith("certsel run: round ") and "human labels" in x for x in err.splitlines()), err
