@@ -131,7 +131,7 @@ def test_the_spend_in_the_users_unit(tmp_path, ray_session):
     the prices (generations: the requests that were not judge calls), in selection.json, in
     the CLI's line and as MLflow metrics."""
     from certsel.orchestrator.outputs.selection_schema import parse
-    from certsel.terminal import cost_line
+    from certsel.orchestrator.outputs.cells import cost_line
 
     costs = {"human": 0.5, "generation": 0.002, "judge": 0.004, "unit": "USD"}
     cfg = _prompts(tmp_path, "bonferroni", {"kind": "r-autoeval+"}, costs=costs)
