@@ -32,8 +32,9 @@ line-height:1.45;padding:0 1em}
 h1{font-size:1.5em;margin-bottom:.2em} h2{font-size:1.15em;margin-top:1.6em}
 .box{border:2px solid #1f6f3f;background:#f1f8f3;border-radius:8px;padding:.8em 1.1em;margin:1em 0}
 .box.none{border-color:#9a3b3b;background:#fbf1f1} .box .big{font-size:1.25em;font-weight:600}
-.muted{color:#555} table{border-collapse:collapse;font-size:.88em;margin:.6em 0}
-th,td{border-bottom:1px solid #ddd;padding:.28em .6em;text-align:right;white-space:nowrap} th{background:#f4f4f6}
+.muted{color:#555} table{border-collapse:collapse;font-size:.85em;margin:.6em 0}
+th,td{border-bottom:1px solid #ddd;padding:.28em .42em;text-align:right;white-space:nowrap} th{background:#f4f4f6}
+th{white-space:normal;vertical-align:bottom;min-width:3.5em;max-width:8em}
 td:first-child,th:first-child{text-align:left} tr.selected td{background:#fff3c4;font-weight:600}
 tr.certified td:nth-child(4){color:#1f6f3f} .wide{overflow-x:auto} img{max-width:100%;margin:.6em 0;border:1px solid #eee}
 .wide td:first-child,.wide th:first-child{position:sticky;left:0;background:#fff} .wide th:first-child{background:#f4f4f6}
