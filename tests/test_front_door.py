@@ -11,7 +11,7 @@ import pytest
 from certsel import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PYTHON_OWN = ("__pycache__", ".pytest_cache", ".egg-info")  # what the interpreter and pytest write anywhere
+PYTHON_OWN = ("__pycache__", ".pytest_cache", ".hypothesis", ".egg-info")  # the interpreter's and test tools' own
 
 
 def untracked() -> set[str]:
