@@ -142,6 +142,11 @@ def test_a_selection_decides_as_the_table_job_does(procedure, tmp_path, inspect_
             assert c.joint_lower_bound == pytest.approx(1.0 - rec.joint_bound, abs=1e-12)
         # its own bound at its decision level: the job's candidate inverts its test as the member does
         assert sel.members[rec.name].lower_bound(level) == pytest.approx(1.0 - rec.upper_bound, abs=1e-12)
+        # the job inspect keeps states the estimate the table job states (the test's own, on the
+        # finite-population observations)
+        kept = sel.job.records[rec.index]
+        assert kept.estimate == pytest.approx(rec.estimate, abs=1e-12)
+        assert kept.max_log_e == pytest.approx(rec.max_log_e, abs=1e-12, rel=1e-12)
 
 
 @pytest.mark.parametrize("epsilon", [None, 0.04])

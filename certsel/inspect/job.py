@@ -181,7 +181,7 @@ def selection_result(sel, final, items: list, losses: dict, path, data_fp: str):
         if run.judge is not None:  # the judge's agreement with the labels, as the engine's candidates state it
             h, jl, _ = run.judge.all()
             r.judge = judge_agreement(1.0 - h, 1.0 - jl)
-        r.estimate = float(np.mean(run.losses)) if n else float("nan")
+        r.estimate = float(run.test.estimate) if n else float("nan")  # the test's own estimate, as the engine's
         r.upper_bound = 1.0 - m.lower_bound(float(levels[k])) if n else 1.0
         r.joint_bound = None if np.isnan(lower[k]) else 1.0 - float(lower[k])
         # as the engine states it: the first label at which the e-value reached its decision threshold

@@ -126,10 +126,6 @@ class CertifiedSelection:
         picks among the certified)."""
         return Rules(self.proc, self.delta, testing=True, futility=self.futility)
 
-    def log_thresholds(self) -> np.ndarray:
-        statuses = [e.status for e in self.evidence()]
-        return decisions.log_thresholds(self.rules, np.array([s is Status.CERTIFIED for s in statuses], dtype=bool))
-
     def evidence(self) -> tuple[Evidence, ...]:
         """Each member's evidence as the decision core reads it: its running-maximum log e-value,
         +inf / -inf where every sample was scored and the exact mean passed / failed (the exact

@@ -160,10 +160,6 @@ class TaskTest:
     def index(self) -> int:
         return self.selection.names.index(self.candidate)
 
-    def log_threshold(self) -> float:
-        """log of the e-value that certifies now, the procedure's."""
-        return float(self.selection.log_thresholds()[self.index])
-
     def evidence(self) -> Evidence:
         """Its evidence as the decision core reads it (see :meth:`CertifiedSelection.evidence`)."""
         run = self.run
