@@ -673,8 +673,11 @@ def _lm_eval_table(args) -> int:
 def _suggest_job(table: pathlib.Path, items: int, comment: str | None = None) -> None:
     """Write a complete job for a table just written (beside it, ``NAME.job.yaml``) and print the
     command that runs it: a fixed sequence in the table's order, R-Eval (the table has no judge),
-    every item as the budget."""
+    every item as the budget. A job file already there is the user's: kept, never overwritten."""
     job = table.with_name(table.name.split(".")[0] + ".job.yaml")
+    if job.exists():
+        print(f"certify with: certsel run {job}  (the job file already there, kept as it is)")
+        return
     lines = [f"# certsel's suggestion for {table.name}: edit alpha (the risk, 1 - the mean score you need)",
              *([comment] if comment else []),
              f"name: {table.name.split('.')[0]}", f"data: {{path: {table.name}, human: loss, order: rank}}",

@@ -3,6 +3,7 @@ mockllm models paired by sample id, certified by a certsel job (Ray, MLflow) and
 the table, and every mistake a one-line error with exit status 2."""
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -121,3 +122,8 @@ def test_the_suggested_job_runs_as_printed(logs, tmp_path, monkeypatch):
     command = shlex.split(last.removeprefix("certify with: ").split("  (")[0])
     monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
     assert cli.main([*command[1:], "--quiet"]) == 0
+    # run again, the job file (perhaps edited since) is the user's: kept as it is
+    job = pathlib.Path(command[2])
+    job.write_text(job.read_text().replace("alpha: 0.2", "alpha: 0.3"))
+    out = _cli("inspect-table", logs["strong"], logs["medium"], logs["weak"], "--out", tmp_path / "qa.parquet")
+    assert out.returncode == 0 and "kept as it is" in out.stdout and "alpha: 0.3" in job.read_text()
