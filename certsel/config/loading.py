@@ -91,6 +91,12 @@ def _format(err: ValidationError, source: str, lines: dict | None = None, sets: 
     return f"{source}: {msg}" + (f" (and {more} more problem(s))" if more else "")
 
 
+def _beside(p: pathlib.Path, base_dir: pathlib.Path) -> pathlib.Path:
+    """A path the job file names: ``~`` expanded, a relative one beside the job file."""
+    p = p.expanduser()
+    return p if p.is_absolute() else (base_dir / p).resolve()
+
+
 def _resolve_serve(s: ServeConfig, base_dir: pathlib.Path) -> ServeConfig:
     """Relative paths in a serve entry are relative to the config file: the model when such
     a directory exists (otherwise it is a model id), the interpreter when it names a path."""
@@ -144,9 +150,9 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
         section, keys = "tasks", ()
     elif cfg.labels is not None:  # a registered source
         # its path options, if any, beside the job file
-        paths = {k: str((base_dir / pathlib.Path(v).expanduser()).resolve()) for k in ("path", "include_path", "cache_dir")
+        paths = {k: str(_beside(pathlib.Path(v), base_dir)) for k in ("path", "include_path", "cache_dir")
                  if base_dir is not None and isinstance(v := cfg.labels.options.get(k), str)
-                 and not pathlib.Path(v).expanduser().is_absolute()}
+                 and str(_beside(pathlib.Path(v), base_dir)) != v}
         if paths:
             cfg = cfg.model_copy(update={"labels": LabelsConfig(**{**cfg.labels.model_dump(), **paths})})
         section, keys = "labels", ()
@@ -158,10 +164,8 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
         updates = {}
         for key in keys:
             p = getattr(sub, key)
-            if p is not None and not p.expanduser().is_absolute():
-                updates[key] = (base_dir / p).resolve()
-            elif p is not None and str(p).startswith("~"):
-                updates[key] = p.expanduser()
+            if p is not None and _beside(p, base_dir) != p:
+                updates[key] = _beside(p, base_dir)
         if section == "live" and sub.serve:
             updates["serve"] = [_resolve_serve(s, base_dir) for s in sub.serve]
         if updates:
