@@ -33,6 +33,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from helpers.simulate import bernoulli  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from results_doc import results_section  # noqa: E402
+
 from certsel.config import load_config  # noqa: E402
 from certsel.orchestrator.inputs.sources import load_job_data  # noqa: E402
 from certsel.policies import log_evalue_paths, scheme_rhos  # noqa: E402
@@ -99,26 +102,33 @@ def bernoulli_case(reps, seed, futility, K=20, n=200, r=4, alpha=0.2, risks=None
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--docs", action="store_true", help="write what this prints as its section of docs/results.md")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    print(f"{args.reps} repetitions per case; alpha = 0.2, delta = 0.1 (Bonferroni), n = 200, r = 4, R-AutoEval+ (UP)\n")
-    print("| case | K (failing) | delta_f | labels on failing candidates: without -> with (cut) | all labels (cut) "
-          "| family-wise error without / with | good candidates stopped | power lost | selection changed |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for futility in (0.05, 0.1):
-        cases = [("prompts, 25 templates", lambda f: table_case(True, args.reps, 1, f)),
-                 ("prompts, all 100 templates", lambda f: table_case(False, args.reps, 2, f)),
-                 ("Bernoulli, R = 0.05..0.6", lambda f: bernoulli_case(args.reps, 3, f)),
-                 ("Bernoulli near the boundary: 5 at R = 0.205, 5 at 0.12",
-                  lambda f: bernoulli_case(args.reps, 4, f, risks=[0.205] * 5 + [0.12] * 5))]
-        for name, run in cases:
-            o = run(futility)
-            lf, la, fw = o["labels_failing"], o["labels_all"], o["fwer"]
-            print(f"| {name} | {o['K']} ({o['failing']}) | {futility:g} | {lf[0] / args.reps:.0f} -> "
-                  f"{lf[1] / args.reps:.0f} ({1 - lf[1] / max(lf[0], 1):.0%}) | {la[0] / args.reps:.0f} -> "
-                  f"{la[1] / args.reps:.0f} ({1 - la[1] / la[0]:.0%}) | {fw[0]:.3f} / {fw[1]:.3f} | "
-                  f"{o['good_stopped']:.4f} | {o['power_lost']:.4f} | {o['selection_changed']:.3f} |", flush=True)
-    print(f"\n<!-- {time.perf_counter() - t0:.0f} s -->")
+    with results_section("futility", "Futility stops (`scheduling.futility`)", write=args.docs):
+        print(f"{args.reps} repetitions per case; alpha = 0.2, delta = 0.1 (Bonferroni), n = 200, r = 4, R-AutoEval+ "
+              "(UP), decisions after every label, no pruning. `good candidates stopped`: the share of candidates "
+              "with R <= alpha that the futility test stopped (at most delta_f by Ville's inequality); `power "
+              "lost`: the share of the good candidates certified without futility that it stopped first; "
+              "`selection changed`: repetitions whose selection (the certified candidate with the best objective) "
+              "differs. Futility never certifies, so the family-wise error cannot grow.\n")
+        print("| case | K (failing) | delta_f | labels on failing candidates: without -> with (cut) | all labels (cut) "
+              "| family-wise error without / with | good candidates stopped | power lost | selection changed |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for futility in (0.05, 0.1):
+            cases = [("prompts, 25 templates", lambda f: table_case(True, args.reps, 1, f)),
+                     ("prompts, all 100 templates", lambda f: table_case(False, args.reps, 2, f)),
+                     ("Bernoulli, R = 0.05..0.6", lambda f: bernoulli_case(args.reps, 3, f)),
+                     ("Bernoulli near the boundary: 5 at R = 0.205, 5 at 0.12",
+                      lambda f: bernoulli_case(args.reps, 4, f, risks=[0.205] * 5 + [0.12] * 5))]
+            for name, run in cases:
+                o = run(futility)
+                lf, la, fw = o["labels_failing"], o["labels_all"], o["fwer"]
+                print(f"| {name} | {o['K']} ({o['failing']}) | {futility:g} | {lf[0] / args.reps:.0f} -> "
+                      f"{lf[1] / args.reps:.0f} ({1 - lf[1] / max(lf[0], 1):.0%}) | {la[0] / args.reps:.0f} -> "
+                      f"{la[1] / args.reps:.0f} ({1 - la[1] / la[0]:.0%}) | {fw[0]:.3f} / {fw[1]:.3f} | "
+                      f"{o['good_stopped']:.4f} | {o['power_lost']:.4f} | {o['selection_changed']:.3f} |", flush=True)
+        print(f"\nWall time: {time.perf_counter() - t0:.0f} s.")
     return 0
 
 

@@ -35,9 +35,15 @@ from certsel.orchestrator.inputs.sources import load_job_data
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "quantization.yaml"
 sys.path.insert(0, str(ROOT / "tests"))  # the boundary table shared with tests/test_pilot_start.py
-RUNS = {"r-eval, from the top": ["policy.kind=r-eval"],
-        "r-autoeval+, from the top": [],
-        "r-autoeval+, pilot start": ["scheduling.start=pilot"]}
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from results_doc import results_section  # noqa: E402
+# the old defaults (no futility stop, from the top), the pilot alone, and the defaults since 0.2.0
+# (the pilot's start and futility at 0.05): each row names every setting it compares
+OLD = ["scheduling.futility=null", "scheduling.start=top"]
+RUNS = {"r-eval, from the top": ["policy.kind=r-eval", *OLD],
+        "r-autoeval+, from the top (old defaults)": OLD,
+        "r-autoeval+, pilot start": ["scheduling.futility=null", "scheduling.start=pilot"],
+        "r-autoeval+, pilot start + futility 0.05 (defaults)": []}
 
 
 def one(judge: str, sets: list[str], seed: int) -> dict:
@@ -46,6 +52,7 @@ def one(judge: str, sets: list[str], seed: int) -> dict:
     res = run_job(cfg, data, LocalRuntime(1), collect_labels=False)
     truth = dict(zip(res.data.names, res.data.true_risk, strict=True))
     return {"selected": res.selected, "true": None if res.selected is None else float(truth[res.selected]),
+            "objective": None if res.selected is None else float(res.data.objective[res.data.names.index(res.selected)]),
             "human": res.spent["human"], "judge": res.spent["judge"], "alpha": cfg.alpha,
             "start": None if res.data.pilot is None else res.data.pilot.start}
 
@@ -74,26 +81,36 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--judges", nargs="+", default=["loss_judge_best", "loss_judge_med", "loss_judge_bad"])
     ap.add_argument("--fwer", type=int, default=None, metavar="REPS")
+    ap.add_argument("--docs", action="store_true", help="write what this prints as its section of docs/results.md")
     args = ap.parse_args()
     if args.fwer:
         familywise(args.fwer)
         return
     t0 = time.perf_counter()
-    print("| judge | policy | human labels (mean) | x R-Eval from the top | judge labels (mean) | "
-          "selected = top run's | true R of the selection <= alpha |")
-    print("|---|---|---|---|---|---|---|")
-    for judge in args.judges:
-        got = {name: [one(judge, sets, s) for s in range(args.seeds)] for name, sets in RUNS.items()}
-        base = np.mean([g["human"] for g in got["r-eval, from the top"]])
-        ref = [g["selected"] for g in got["r-autoeval+, from the top"]]
-        for name, runs in got.items():
-            human = np.mean([g["human"] for g in runs])
-            same = sum(g["selected"] == r for g, r in zip(runs, ref, strict=True))
-            valid = sum(g["true"] is None or g["true"] <= g["alpha"] for g in runs)
-            print(f"| {judge} | {name} | {human:,.0f} | {human / base:.3f} | "
-                  f"{np.mean([g['judge'] for g in runs]):,.0f} | {same}/{len(runs)} | {valid}/{len(runs)} |")
-    print(f"\n{args.seeds} seeds per judge and policy; {time.perf_counter() - t0:.0f} s")
-
+    with results_section("pilot-start", "A fixed sequence from the pilot's start (quantization example)", write=args.docs):
+        print(f"Whole-job labels of `examples/quantization.yaml` (48 MX configs, FST, alpha = delta = 0.1, n = 300, "
+              f"r = 3), {args.seeds} seeds per row, with each judge column. The pilot labels "
+              "`scheduling.pilot_items` items per config with the judge only; its judge labels are counted. "
+              "`selected = old defaults'`: runs whose selection is the one R-AutoEval+ from the top made on the "
+              "same seed; `mean objective`: the selected config's average bitwidth over the runs that selected "
+              "one (lower is better); `nothing certified`: runs that selected nothing.\n")
+        print("| judge | policy | human labels (mean) | x R-Eval from the top | judge labels (mean) | "
+              "selected = old defaults' | mean objective | nothing certified | true R of the selection <= alpha |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for judge in args.judges:
+            got = {name: [one(judge, sets, s) for s in range(args.seeds)] for name, sets in RUNS.items()}
+            base = np.mean([g["human"] for g in got["r-eval, from the top"]])
+            ref = [g["selected"] for g in got["r-autoeval+, from the top (old defaults)"]]
+            for name, runs in got.items():
+                human = np.mean([g["human"] for g in runs])
+                same = sum(g["selected"] == r for g, r in zip(runs, ref, strict=True))
+                valid = sum(g["true"] is None or g["true"] <= g["alpha"] for g in runs)
+                objs = [g["objective"] for g in runs if g["objective"] is not None]
+                obj = f"{np.mean(objs):.3f}" if objs else "-"
+                print(f"| {judge} | {name} | {human:,.0f} | {human / base:.3f} | "
+                      f"{np.mean([g['judge'] for g in runs]):,.0f} | {same}/{len(runs)} | {obj} | "
+                      f"{len(runs) - len(objs)}/{len(runs)} | {valid}/{len(runs)} |", flush=True)
+        print(f"\nWall time of the whole benchmark: {time.perf_counter() - t0:.0f} s.")
 
 if __name__ == "__main__":
     main()

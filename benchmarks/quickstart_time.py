@@ -31,6 +31,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CERTSEL = shutil.which("certsel", path=str(pathlib.Path(sys.executable).parent)) or "certsel"
 JOB = ROOT / "examples" / "quantization.yaml"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from results_doc import results_section  # noqa: E402
 
 RAY_START = """
 import logging, time
@@ -55,7 +57,7 @@ print(time.perf_counter() - t0, res.selected)
 """
 
 
-def quickstart(home: pathlib.Path, cwd: pathlib.Path) -> tuple[float, dict[str, float], str]:
+def quickstart(home: pathlib.Path, cwd: pathlib.Path) -> tuple[float, dict[str, float], str, str]:
     env = {**os.environ, "CERTSEL_HOME": str(home)}
     env.pop("MLFLOW_TRACKING_URI", None)
     t0 = time.perf_counter()
@@ -68,7 +70,15 @@ def quickstart(home: pathlib.Path, cwd: pathlib.Path) -> tuple[float, dict[str, 
     for name, sec in re.findall(r"INFO certsel\.job: (.+): ([0-9.]+) s$", p.stderr, re.M):
         stages[name] = stages.get(name, 0.0) + float(sec)
     prefix = re.search(r"\(certsel show (\w+)\)", p.stdout).group(1)
-    return wall, stages, prefix
+    return wall, stages, prefix, answer(p.stdout, home)
+
+
+def answer(stdout: str, home: pathlib.Path) -> str:
+    """The job's last lines, from ``selected:`` to the MLflow run (paths in the home as ~/.certsel)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("selected: "))
+    end = next(i for i, line in enumerate(lines) if line.startswith("MLflow run: "))
+    return "\n".join(lines[start:end + 1]).replace(str(home), "~/.certsel")
 
 
 def python_seconds(code: str) -> float:
@@ -90,15 +100,17 @@ def command_seconds(argv: list[str], home: pathlib.Path, cwd: pathlib.Path) -> f
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--docs", action="store_true", help="write what this prints as its section of docs/results.md")
     args = ap.parse_args()
-    walls, ray_s, stats_s, show_s, jobs_s, stage_runs = [], [], [], [], [], []
+    walls, ray_s, stats_s, show_s, jobs_s, stage_runs, answers = [], [], [], [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         for k in range(args.repeat):
             home, cwd = tmp / f"home{k}", tmp / f"cwd{k}"
             cwd.mkdir()
-            wall, stages, prefix = quickstart(home, cwd)
+            wall, stages, prefix, said = quickstart(home, cwd)
             walls.append(wall)
+            answers.append(said)
             stage_runs.append(stages)
             ray_s.append(python_seconds(RAY_START))
             stats_s.append(python_seconds(STATISTICS))
@@ -106,21 +118,25 @@ def main() -> None:
             jobs_s.append(command_seconds(["jobs"], home, tmp))
     med = statistics.median
     wall, ray, stats = med(walls), med(ray_s), med(stats_s)
-    print(f"quickstart (certsel run examples/quantization.yaml, fresh home), medians of {args.repeat} runs:\n")
-    print("| what | seconds |")
-    print("|---|---|")
-    print(f"| quickstart, wall clock | {wall:.1f} |")
-    for name in stage_runs[0]:
-        print(f"| - stage: {name} | {med([s.get(name, 0.0) for s in stage_runs]):.2f} |")
-    print(f"| Ray's start (import, init, shutdown) | {ray:.1f} |")
-    print(f"| the statistics (rounds and final bounds, one process) | {stats:.1f} |")
-    print(f"| `certsel show RUN` (from the job's folder) | {med(show_s):.2f} |")
-    print(f"| `certsel jobs` | {med(jobs_s):.2f} |")
-    ratio = wall / (stats + ray)
-    print(f"\nquickstart / (statistics + Ray's start) = {ratio:.2f} (goal <= 2: "
-          f"{'met' if ratio <= 2 else 'not met'}); certsel show {med(show_s):.2f} s (goal < 1 s: "
-          f"{'met' if med(show_s) < 1 else 'not met'})")
-
+    with results_section("quickstart", "The quickstart", write=args.docs):
+        print("`certsel run examples/quantization.yaml` in a fresh certsel home (a new MLflow SQLite store, as on "
+              f"a fresh machine), medians of {args.repeat} runs, each in a fresh process; its stages from "
+              "`--log-level info` (they overlap: the MLflow store opens while Ray starts).\n")
+        print("| what | seconds |")
+        print("|---|---|")
+        print(f"| quickstart, wall clock | {wall:.1f} |")
+        for name in stage_runs[0]:
+            print(f"| - stage: {name} | {med([s.get(name, 0.0) for s in stage_runs]):.2f} |")
+        print(f"| Ray's start (import, init, shutdown) | {ray:.1f} |")
+        print(f"| the statistics (rounds and final bounds, one process) | {stats:.1f} |")
+        print(f"| `certsel show RUN` (from the job's folder) | {med(show_s):.2f} |")
+        print(f"| `certsel jobs` | {med(jobs_s):.2f} |")
+        ratio = wall / (stats + ray)
+        print(f"\nquickstart / (statistics + Ray's start) = {ratio:.2f} (goal <= 2: "
+              f"{'met' if ratio <= 2 else 'not met'}); certsel show {med(show_s):.2f} s (goal < 1 s: "
+              f"{'met' if med(show_s) < 1 else 'not met'}).\n")
+        print("The answer the first run printed (from `selected:` on; the home shortened to `~/.certsel`):\n")
+        print(f"```\n{answers[0]}\n```")
 
 if __name__ == "__main__":
     main()

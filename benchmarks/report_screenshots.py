@@ -1,14 +1,18 @@
 """Screenshots of what a person opens: the reports of the quantization and the ranking
-examples, and the MLflow UI on the link certsel prints.
+examples (and with ``--live`` of the CPU live job), and the MLflow UI on the link certsel prints.
 
-Runs both bundled examples (local Ray, a throw-away MLflow store), opens each
-``report.html`` in headless Chromium (Debian's ``chromium`` package), then starts
+Runs the bundled examples (local Ray, a throw-away MLflow store), opens each
+``report.html`` in headless Chromium (Debian's ``chromium`` package) at 1,280 px, a laptop's
+width, then starts
 ``mlflow server`` on that store (with two more quantization jobs in it) and opens the
 runs table at certsel's results view and the quantization job's run at the link
 ``certsel run`` prints, and writes PNGs into ``docs/img/``. Each PNG is checked to
 be a real rendering (not blank) before it is kept.
 
-    python benchmarks/report_screenshots.py [--chromium /usr/bin/chromium] [--out docs/img]
+    python benchmarks/report_screenshots.py [--chromium /usr/bin/chromium] [--out docs/img] [--live]
+
+``--live`` also runs ``examples/live_templates.yaml``, which needs ``bash deploy/cpu/setup.sh``
+(the CPU vLLM and the model in ``.venv-vllm`` and ``.models/smollm2`` at the repository root).
 """
 
 from __future__ import annotations
@@ -48,23 +52,26 @@ def _shown(png: pathlib.Path) -> str:
     return str(png.relative_to(ROOT)) if png.resolve().is_relative_to(ROOT) else str(png)
 
 
-def screenshot_args(doc: str, argv=None) -> argparse.Namespace:
+def screenshot_args(doc: str, argv=None, live: bool = False) -> argparse.Namespace:
     """--chromium and --out (created) of a screenshot script whose docstring is ``doc``."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "docs" / "img")
+    if live:
+        ap.add_argument("--live", action="store_true", help="also the CPU live job (examples/live_templates.yaml)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     return args
 
 
 def main(argv=None) -> int:
-    args = screenshot_args(__doc__, argv)
+    args = screenshot_args(__doc__, argv, live=True)
     certsel = shutil.which("certsel", path=str(pathlib.Path(sys.executable).parent)) or "certsel"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         links = {}
-        for example, height in (("quantization", 1500), ("alpacaeval_ranking", 1900)):
+        reports = [("quantization", 1500), ("alpacaeval_ranking", 1900)] + ([("live_templates", 1100)] if args.live else [])
+        for example, height in reports:
             report = tmp / example
             p = subprocess.run([certsel, "run", str(ROOT / "examples" / f"{example}.yaml"), "--no-progress",
                                 "--output", str(report), "--set", f"tracking.uri=sqlite:///{tmp}/store.db",
@@ -72,8 +79,8 @@ def main(argv=None) -> int:
                                text=True)
             links[example] = next(line.split(", then ")[1].split(" (every")[0] for line in p.stdout.splitlines()
                                   if line.startswith("MLflow UI: "))
-            png = screenshot(args.chromium, report / "report.html", args.out / f"report_{example}.png",
-                             (1200, height))
+            png = screenshot(args.chromium, report / "report.html", args.out / f"report_{example}_1280.png",
+                             (1280, height))
             print(f"{_shown(png)}: {example} report as headless Chromium renders it")
         for alpha in ("0.05", "0.2"):  # more jobs in the store: the runs table shows one row per job
             subprocess.run([certsel, "run", str(ROOT / "examples" / "quantization.yaml"), "--no-progress", "--set",

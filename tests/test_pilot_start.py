@@ -26,7 +26,7 @@ def _run(sets):
 
 @pytest.mark.unit
 def test_the_quantization_example_selects_the_same_config_from_the_pilots_start():
-    top, pilot = _run([]), _run(["scheduling.start=pilot"])
+    top, pilot = _run(["scheduling.start=top"]), _run([])  # the example starts from its pilot by default
     p = pilot.data.pilot
     assert pilot.selected == top.selected is not None
     assert pilot.data.names == top.data.names[top.data.names.index(p.start):]  # the sequence from its start on
@@ -70,3 +70,17 @@ def test_the_familywise_error_at_the_boundary_stays_below_delta(tmp_path):
     assert [r["h0"] for r in res.rows] == [False] * 4 + [True] * 4
     assert clopper_pearson(fails, reps, 0.99)[0] <= 0.1 and res.overall["familywise_failure"] <= 0.1 + 0.03
     assert res.overall["mean_certified"] > 0.5  # not vacuous: the starts let the good configs be certified
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("sets, start, futility", [
+    ([], "pilot", 0.05),  # fst, R-AutoEval+ and the table's judge: the measured defaults
+    (["policy.kind=r-eval"], "top", 0.05),  # no judge paired with the human labels: no pilot
+    (["procedure=bonferroni"], "top", 0.05),  # not a fixed sequence
+    (["scheduling.mode=full"], "top", 0.05),  # the baseline every candidate runs to its budget
+    (["scheduling.start=top", "scheduling.futility=null"], "top", None),  # the old defaults, one --set away
+    (["policy.kind=cer-eval", "policy.partition=judge", "procedure=bonferroni"], "top", None),  # estimation: no futility test
+])
+def test_defaults_that_depend_on_the_job(sets, start, futility):
+    cfg = load_config(EXAMPLE, sets)
+    assert (cfg.scheduling.start, cfg.scheduling.futility) == (start, futility)

@@ -21,6 +21,7 @@ def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
     # and pairwise.bet only when set (None: the pair policies' default bet)
     bet = set() if cfg.pairwise.bet is not None else {"bet"}
     body = cfg.model_dump(mode="json", exclude={"name": True, "tracking": True, "ray": True, "state": True,
-                                                "scheduling": pilot, "policy": sampling, "pairwise": bet})
+                                                "scheduling": pilot, "policy": sampling, "pairwise": bet,
+                                                "data": {"measures"}, "tasks": {"__all__": {"data": {"measures"}}}})
     canon = json.dumps({"config": body, "data": data_fingerprint}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()[:24]

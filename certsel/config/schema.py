@@ -161,7 +161,8 @@ class SchedulingConfig(Strict):
     prune: bool = False
     # futility (testing policies): stop a candidate once "R >= alpha" is certified at this level
     # by a second e-process on the mirrored losses; it never certifies, so the family-wise error
-    # is unchanged, and a candidate with R < alpha is stopped with probability <= futility
+    # is unchanged, and a candidate with R < alpha is stopped with probability <= futility.
+    # A job with a testing policy that does not set it gets DEFAULT_FUTILITY; null turns it off
     futility: float | None = Field(None, gt=0, lt=1)
     # rounds (testing policies, and a ranking's pairs): "predicted" gives a candidate close to its threshold
     # (a pair close to an order or a tie) a round of about the labels its evidence so far says it still
@@ -171,7 +172,9 @@ class SchedulingConfig(Strict):
     # FST: where the sequence starts. "top": its first config; "pilot": a judge-only pilot on
     # pilot_items items of its own random draws estimates the frontier, and the sequence starts
     # pilot_margin configs before it (toward the heavier ones); the configs before the start are
-    # not tested (policies/pilot.py says why the guarantee is unchanged)
+    # not tested (policies/pilot.py says why the guarantee is unchanged). A job that does not set it
+    # starts from the pilot where one applies (procedure fst, a replay table's judge, a policy that
+    # pairs human labels with it, no recovery or tasks), else from the top
     start: Literal["top", "pilot"] = "top"
     pilot_items: int = Field(200, ge=1, description="start: pilot: items the judge labels for each config")
     pilot_margin: int = Field(2, ge=0, description="start: pilot: configs before the estimated frontier")
@@ -180,6 +183,9 @@ class SchedulingConfig(Strict):
         """The keys as a certificate states them: the pilot's only when the job starts from one."""
         return self.model_dump(exclude=None if self.start == "pilot" else set(PILOT_KEYS))
 
+
+# scheduling.futility's level where the job does not set it (testing policies; None turns it off)
+DEFAULT_FUTILITY = 0.05
 
 # the scheduling keys a job states only when it starts from a pilot (its certificate and its
 # identity are otherwise those of a job written before the keys existed)
@@ -347,6 +353,30 @@ class RunConfig(Strict):
     tracking: TrackingConfig = TrackingConfig()
     ray: RayConfig = RayConfig()
     state: StateConfig = Field(default_factory=StateConfig)  # its folder is read from the home when a job is loaded
+
+    @model_validator(mode="before")
+    @classmethod
+    def _measured_defaults(cls, v):
+        # the defaults that depend on the rest of the job, chosen by the measurements in
+        # docs/results.md ("Defaults"): a testing policy stops a candidate once R >= alpha is
+        # certified at DEFAULT_FUTILITY, and a fixed sequence whose policy pairs human labels with a
+        # recorded judge starts from the judge-only pilot; a key the job sets is left as it is
+        if not isinstance(v, dict) or not isinstance(v.get("scheduling", {}), dict):
+            return v
+        try:
+            policy = PolicyConfig.model_validate(v.get("policy", {}))
+        except (ValidationError, ValueError, TypeError):
+            return v  # the field's own validation reports it
+        sched = dict(v.get("scheduling") or {})
+        if "futility" not in sched and policy.is_testing:
+            sched["futility"] = DEFAULT_FUTILITY
+        data = v.get("data")
+        judge = data.get("judge") if isinstance(data, dict) else getattr(data, "judge", None)
+        if ("start" not in sched and v.get("procedure", "fst") == "fst" and sched.get("mode") != "full"
+                and policy.uses_judge and judge
+                and v.get("recovery") is None and not v.get("tasks")):
+            sched["start"] = "pilot"
+        return {**v, "scheduling": sched}
 
     @model_validator(mode="before")
     @classmethod

@@ -25,6 +25,9 @@ class DataConfig(Strict):
     judge: str | None = None
     order: str | None = None
     features: pathlib.Path | None = None  # item embeddings (Parquet: item, e0..e{d-1}) for Cer-Eval
+    # what the human loss column measures, in words ("accuracy drop against full precision"): the answer
+    # states it (R: a candidate's mean ...); wording only, not part of the job's identity
+    measures: str | None = Field(None, min_length=1, max_length=200)
     # recovery jobs (``recovery:``): per-item scores in [0, 1], higher is better, of the candidate and of
     # the reference model on the same item (human-labelled), and the same two as the judge scores them
     score: str | None = None
@@ -251,6 +254,9 @@ class PythonSourceConfig(Strict):
     candidates: list[LiveCandidateRef] = Field(min_length=1)
     judge: bool = False  # the function also answers role "judge"
     features: pathlib.Path | None = None  # item embeddings (Parquet: item, e0..e{d-1}) for Cer-Eval
+    # what the human loss column measures, in words ("accuracy drop against full precision"): the answer
+    # states it (R: a candidate's mean ...); wording only, not part of the job's identity
+    measures: str | None = Field(None, min_length=1, max_length=200)
     retries: int = Field(2, ge=0, description="calls retried after an exception before the source fails")
 
     @field_validator("python")

@@ -156,7 +156,7 @@ def selection_result(sel, final, items: list, losses: dict, path, data_fp: str):
                       "sampling": first.sampling},
            "alpha": sel.alpha, "delta": sel.delta, "procedure": sel.procedure,
            "budget": {"n": first.run.horizon, **({"r": first.ratio} if judge else {})},
-           "scheduling": {"futility": sel.futility},
+           "scheduling": {"futility": sel.futility, "start": "top"},  # inspect runs no pilot
            "tracking": {"experiment": sel.experiment, **({"uri": sel.mlflow} if sel.mlflow else {})}}
     if objective is not None:
         raw["objective"] = {"column": sel.objective_column, "goal": sel.objective_goal}

@@ -54,6 +54,10 @@ class ReplayKind(SourceKind):
     def items_words(self, n_items):
         return f"the {n_items} items of the loss table"
 
+    def loss_words(self, cfg):
+        """The table's words for its loss column (data.measures), else the column's name."""
+        return cfg.data.measures or f"loss (column {cfg.data.human!r})"
+
 
 class PythonKind(SourceKind):
     name = "python"

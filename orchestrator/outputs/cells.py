@@ -79,7 +79,16 @@ def headline(cert) -> str:
         known = ", ".join(inside) if inside else "none certified"
         return (f"top-{topk.k}: {known}; {topk.k - len(inside)} place(s) open among "
                 f"{', '.join(open_) or 'none'}")
-    return f"selected: {cert.selected or 'none'}"
+    sel = next((c for c in cert.candidates if c.selected), None)
+    if sel is None or cert.objective is None or sel.objective is None:
+        return f"selected: {cert.selected or 'none'}"
+    return f"selected: {cert.selected} ({cert.objective.column} {sel.objective:g})"
+
+
+def objective_head(cert) -> str:
+    """The objective column's head: the job's objective column and its direction."""
+    o = cert.objective
+    return "objective" if o is None else f"{o.column} ({'min' if o.goal == 'minimize' else 'max'})"
 
 
 # One name per quantity (docs/glossary.md): the words in the terminal, the report and
@@ -134,3 +143,23 @@ def cost_line(costs) -> str:
     parts = ", ".join(f"{k} {getattr(s, k):,.4g}" for k in ("human", "generation", "judge") if getattr(s, k))
     return f"cost: {s.total:,.6g} {u}" + (f" ({parts})" if parts else "") + \
         f" of {costs.full_budget.total:,.6g} {u} at full budget"
+
+
+def setting_lines(cert) -> list[str]:
+    """Where a measured default may not have been the best for this job: what the other setting
+    would likely have changed, with the ``--set`` that gives it (docs/results.md, "Defaults")."""
+    lines = []
+    futile = [c for c in cert.candidates if c.status == "futile"]
+    budget = cert.labels.budget.get("n")
+    if futile and budget:
+        rest = sum(max(int(budget) - c.labels_human, 0) for c in futile)
+        level = cert.scheduling.get("futility")
+        lines.append(f"futility: {len(futile)} candidate(s) stopped once R >= alpha was certified at {level:g}, "
+                     f"{rest} human labels short of their budget; --set scheduling.futility=null would have spent "
+                     f"them (each such stop is wrong with probability <= {level:g})")
+    pilot = cert.pilot
+    if pilot is not None and not cert.certified_set:
+        lines.append(f"pilot start: the sequence started at {pilot.start} and certified nothing; the judge's pilot "
+                     f"estimate may be optimistic. --set scheduling.start=top also tests the {len(pilot.skipped)} "
+                     "config(s) before it (more human labels)")
+    return lines

@@ -70,13 +70,13 @@ def _guarantee(result: JobResult) -> str:
                 "stopping time by Ville's inequality. A bad judge costs labels, never validity.")
     if cfg.policy.is_testing:
         source = source_of(cfg).items_words(n_items)
-        first = stacked or (f"R is a candidate's risk: its mean {loss} over {source}, which the job labels in a random "
-                            "order without replacement.")
-        return (f"{first} Each candidate's e-process is a test supermartingale under R > alpha for "
-                "i.i.d. draws, so the statement holds at any stopping time by Ville's inequality; drawing without "
-                "replacement from a finite set has been at least as safe in every audit (certsel audit), though "
-                "that is measured, not proved (policy.sampling: without-replacement makes the statement about the "
-                "set's mean exact). A bad judge costs labels, never validity.")
+        first = stacked or (f"R is a candidate's risk: its expected {loss} on an item drawn from the distribution that "
+                            f"{source} were sampled from, labelled in a random order.")
+        return (f"{first} Assumption: the items are an i.i.d. sample of that distribution (a random order of such a "
+                "sample is itself one). Under it each candidate's e-process is a test supermartingale under R > alpha, "
+                "so the statement holds at any stopping time by Ville's inequality. For the mean over these items "
+                "themselves, with no assumption, policy.sampling: without-replacement makes the statement exact. A bad "
+                "judge costs labels, never validity.")
     what = (f"R is a candidate's mean {loss} over the {n_items} items of the test set (a finite population: with "
             "every item labelled the interval is R itself). Its intervals and decisions are ")
     if cfg.policy.radius == "paper":
@@ -148,6 +148,8 @@ def _fields(result: JobResult) -> dict:
         evidence["simultaneous_confidence"] = 1 - cfg.delta
         evidence["estimate_note"] = ("the mean of per-label observations each unbiased given the past: unbiased at a "
                                      "fixed number of labels, not at this data-dependent stop"
+                                     + ("; the judge's correction can take it below 0" if cfg.policy.uses_judge
+                                        else "")
                                      if cfg.policy.is_testing else "the midpoint of the two-sided interval")
         evidence["ci_level"] = 1 - ci_delta
         evidence.update(goal.evidence_fields(result, sel.index))
@@ -195,10 +197,11 @@ def _fields(result: JobResult) -> dict:
 
 
 _ORACLE_NOTES = {
-    "ranking": ("an oracle that knew each pair's mean difference and spread would decide each pair that no model "
-                "between them can decide, with the normal bound for sampling without replacement at the pair's level "
-                "(a model labelled as far as its furthest such pair), moments estimated from the job's labels: a "
-                "plug-in estimate, not a bound"),
+    "ranking": ("an oracle that knew each pair's mean difference and spread would settle each model's pairs the "
+                "cheapest way (the pair itself, ordered or tied, or an order implied through a model strictly between "
+                "the two; a tie is never implied), with the normal bound for sampling without replacement at the "
+                "pair's level, a model labelled as far as its costliest such decision, moments estimated from the "
+                "job's labels: a plug-in estimate, not a bound"),
     "certified": ("an oracle that knew every risk would test only the certified candidates, each with the fewest labels "
                   "any level test needs on average (log(1/level) / KL_inf, or the prediction-powered floor with a "
                   "judge), estimated from their own labels: a plug-in estimate, not a bound"),

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .cells import (cost_line, e_value_cell, e_value_line, efficiency_cell, headline, judge_cell, oracle_line,
-                    rank_text, saved_text, tie_counts)
+from .cells import (cost_line, e_value_cell, e_value_line, efficiency_cell, headline, judge_cell, objective_head,
+                    oracle_line, rank_text, saved_text, setting_lines, tie_counts)
 from .gpu import gpu_line
 from .numbers import _round, bound_text, round_down, share_text
 
@@ -164,7 +164,7 @@ class Goal:
             r = cert.recovered
             lines.append(f"workers rebuilt after a crash: {r.hosts} ({r.steps_from_snapshots} candidate steps "
                          f"from snapshots, {r.steps_replayed} replayed from the label log)")
-        return lines
+        return lines + setting_lines(cert)
 
     def csv_rows(self, cert) -> tuple[list[str], list[dict]]:
         """``--format csv``: the columns and one flat dict per row."""
@@ -276,7 +276,7 @@ class RiskSelection(Goal):
         own = self.own_word + (f" (level {next(iter(levels)):.3g})" if len(levels) == 1 else " @ level")
         extra, extra_cells = self.extra_columns(cert)
         # "in set" repeats the status for most procedures: it goes last of the secondary columns
-        cols = [Column("candidate"), Column("objective", 2), Column("status"), Column("in set", 1),
+        cols = [Column("candidate"), Column(objective_head(cert), 2), Column("status"), Column("in set", 1),
                 *([Column("e-value / threshold", 3)] if testing else []), Column(self.joint_head), Column(own, 4),
                 Column(self.estimate_head, 5), Column(self.interval_head, 7), Column("human", 1),
                 *[Column(x, 2) for x in extra], *([Column("to certify / min", 6)] if testing else []),
@@ -368,7 +368,7 @@ class RiskSelection(Goal):
         levels = {c.level for c in cands if c.upper_bound is not None}
         one_level = len(levels) <= 1
         own_head = f"{self.own_word} (level {next(iter(levels)):.3g})" if len(levels) == 1 else self.own_word
-        out = [["candidate", "objective", "status", "in set", self.joint_head, own_head,
+        out = [["candidate", objective_head(cert), "status", "in set", self.joint_head, own_head,
                 *([] if one_level else ["level"]), self.estimate_head, *(["e-value / threshold"] if testing else []),
                 self.interval_head, "human", *(["to certify / min"] if testing else []), "judge", "requests",
                 *(["judge agrees (kappa)"] if judged else []), *extra.heads, "note"]]
@@ -412,7 +412,7 @@ class RiskSelection(Goal):
             return "no candidate certified"
         out = (f"R({sel.name}) <= {bound_text(sel.joint_bound, cfg.alpha)} with probability >= {1 - cfg.delta:g}, "
                f"{cfg.proc.joint_words(cfg.alpha, len(result.certified), len(result.records))} ({result.level})"
-               + nominal_words(cfg))
+               + nominal_words(cfg) + f"; R: a candidate's mean {self.loss_words(cfg)}")
         if result.data.pilot is not None:
             out += (f"; the sequence ran from {result.data.pilot.start} (a judge-only pilot's start: the "
                     f"{len(result.data.pilot.skipped)} configs before it were not tested)")
@@ -639,7 +639,7 @@ class RankingGoal(Goal):
     # -- the certificate ---------------------------------------------------------------------------
     def statement(self, result) -> str:
         cfg, rk, sel, K = result.cfg, result.ranking, result.selected_record, len(result.records)
-        ties = _ties_words(rk)
+        ties = _ties_words(rk) + f"; risk: a model's mean {self.loss_words(cfg)}"
         if rk.topk is not None:
             t = rk.topk
             return (f"the {t.k} best models include {', '.join(t.certified_in) or 'none certified'} and exclude "
@@ -805,7 +805,7 @@ class MultiTaskGoal(Goal):
     @staticmethod
     def rows(cert) -> tuple[list[str], list[list[str]]]:
         """The per-candidate table with a column group per task (terminal, report, markdown)."""
-        head = ["candidate", "objective", "certified", "combined e-value / threshold"]
+        head = ["candidate", objective_head(cert), "certified", "combined e-value / threshold"]
         for t in cert.tasks:
             head += [f"{t.name}: e-value", f"{t.name}: upper bound ({t.target})", f"{t.name}: labels"]
         out = []
