@@ -49,5 +49,6 @@ def test_setting_lines_say_what_the_other_setting_would_have_done():
     assert "--set scheduling.futility=null" in line
     pilot = SimpleNamespace(start="c", skipped=["a", "b"])
     (line,) = setting_lines(cert(["not certified"], [300], pilot=pilot))
-    assert "started at c and certified nothing" in line and "--set scheduling.start=top" in line and "2 config" in line
+    assert "started at c and certified nothing" in line and "--set scheduling.start=top" in line
+    assert "no evidence against the 2 config(s) before it" in line
     assert setting_lines(cert(["certified"], [50], ["c"], pilot=pilot)) == []

@@ -159,7 +159,8 @@ def setting_lines(cert) -> list[str]:
                      f"them (each such stop is wrong with probability <= {level:g})")
     pilot = cert.pilot
     if pilot is not None and not cert.certified_set:
-        lines.append(f"pilot start: the sequence started at {pilot.start} and certified nothing; the judge's pilot "
-                     f"estimate may be optimistic. --set scheduling.start=top also tests the {len(pilot.skipped)} "
-                     "config(s) before it (more human labels)")
+        lines.append(f"pilot start: the sequence started at {pilot.start} and certified nothing. That is no evidence "
+                     f"against the {len(pilot.skipped)} config(s) before it, which were not tested: the judge's pilot "
+                     "may have placed the start past the frontier (a weak judge does). --set scheduling.start=top "
+                     "tests the sequence from its first config")
     return lines
