@@ -12,7 +12,7 @@ The 1,000-candidate job: 1,000 prompt templates x 2,000 items with Bernoulli los
 spread over 0.1-0.6, seeded), a judge agreeing with the human label on 85% of items, Holm,
 R-AutoEval+, alpha 0.3, n = 500, r = 3.
 
-    python benchmarks/defaults.py [--docs] [--skip-large]
+    python benchmarks/defaults.py [--docs] [--skip-large] [--live]
 """
 
 from __future__ import annotations
@@ -37,6 +37,13 @@ from results_doc import results_section  # noqa: E402
 OLD = ["scheduling.futility=null", "scheduling.start=top"]
 EXAMPLES = ["quantization.yaml", "quantization_recovery.yaml", "prompts.yaml", "prompts_tasks.yaml",
             "prompts_aggregate.yaml", "alpacaeval_ranking.yaml"]
+# live jobs that start their own CPU vLLM server (bash deploy/cpu/setup.sh first); both runs share one
+# response cache, so the second pays for no generation twice (its wall time is not comparable)
+LIVE = ["live_additions.yaml", "live_precision_drop.yaml"]
+NOT_RUN = {"live_templates.yaml": "sets scheduling.futility itself (0.1): no default applies",
+           "live_ranking.yaml": "Seq, pairwise: neither default applies",
+           "lm_eval_live.yaml": "needs a server started by hand (deploy/cpu/serve.sh); futility applies, not measured",
+           "annotators.yaml": "needs people grading in Label Studio; futility applies, not measured"}
 LARGE_JOB = """name: templates-1000
 data: {{path: {path}, human: loss_human, judge: loss_judge}}
 objective: {{column: prompt_len, goal: minimize}}
@@ -104,6 +111,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", action="store_true", help="write what this prints as its section of docs/results.md")
     ap.add_argument("--skip-large", action="store_true", help="leave out the 1,000-candidate job")
+    ap.add_argument("--live", action="store_true", help="also the live examples on the CPU vLLM (deploy/cpu/setup.sh)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, results_section("defaults", "Defaults against the old settings",
@@ -118,16 +126,18 @@ def main(argv=None) -> int:
         print("| job | selected | certified (same set?) | human labels (ratio) | judge labels | wall time, s |")
         print("|---|---|---|---|---|---|")
         diffs = []
-        jobs = [(ex, ROOT / "examples" / ex) for ex in EXAMPLES]
+        jobs = [(ex, ROOT / "examples" / ex, []) for ex in EXAMPLES]
+        if args.live:
+            jobs += [(ex, ROOT / "examples" / ex, [f"live.cache_dir={tmp / 'cache'}"]) for ex in LIVE]
         if not args.skip_large:
             table = tmp / "templates_1000.parquet"
             large_table(table)
             job = tmp / "templates_1000.yaml"
             job.write_text(LARGE_JOB.format(path=table))
-            jobs.append(("1,000 templates (Holm, alpha 0.3)", job))
-        for i, (name, job) in enumerate(jobs):
-            new = run(job, [], tmp / f"new{i}")
-            old = run(job, OLD, tmp / f"old{i}")
+            jobs.append(("1,000 templates (Holm, alpha 0.3)", job, []))
+        for i, (name, job, sets) in enumerate(jobs):
+            new = run(job, sets, tmp / f"new{i}")
+            old = run(job, [*sets, *OLD], tmp / f"old{i}")
             line, diff = row(name, new, old)
             print(line, flush=True)
             if diff:
@@ -138,6 +148,8 @@ def main(argv=None) -> int:
             print("\n".join(f"- {d}" for d in diffs))
         else:
             print("Every job certified the same set with the defaults as with the old settings.")
+        skipped = {**NOT_RUN, **({} if args.live else {ex: "live: run with --live" for ex in LIVE})}
+        print("\nNot run here: " + "; ".join(f"`{ex}` ({why})" for ex, why in skipped.items()) + ".")
         print(f"\nWall time of the whole benchmark: {time.perf_counter() - t0:.0f} s.")
     return 0
 

@@ -22,13 +22,23 @@ only randomness, so the argument is exact there; with fresh draws it holds likew
 configs before the start are not tested: the certificate says so and makes no statement
 about them.
 
+**People check the start** (``check`` human labels, :func:`checked_start`): a judge can put
+the frontier far past where it is (a judge no better than chance does), and a sequence that
+starts past its frontier certifies nothing. So the start's mean human loss on the first
+``check`` pilot items is computed; while it is above alpha the start moves back toward the
+top, 1, 2, 4, ... configs at a time, until a checked config is within alpha or the top is
+reached. These human labels are the pilot's own draws too, so the start still depends only
+on the pilot, and the argument above is unchanged.
+
 **When the start fails** (its test does not pass), the sequence stops there, as any fixed
-sequence does, and nothing is certified: the margin makes this rare when the judge is close
-to the human labels. Running the job again from the top is a second look at the same data
-and would need its own share of delta.
+sequence does, and nothing is certified: the margin and the check make this rare. Running
+the job again from the top is a second look at the same data and would need its own share
+of delta.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -60,13 +70,57 @@ def pilot_start(judge: np.ndarray, alpha: float, margin: int) -> tuple[int, np.n
     return max(0, frontier - 1 - int(margin)), est
 
 
-def run_pilot(judge: np.ndarray, alpha: float, items: int, margin: int, seed: int) -> tuple[int, np.ndarray, int]:
+def checked_start(human: np.ndarray, start: int, alpha: float) -> tuple[int, dict[int, float]]:
+    """(the start once people checked it, each checked config's mean human loss) from the human
+    losses ``human`` (K configs in testing order, c check items): while the start's mean is above
+    alpha it moves back toward the top by 1, 2, 4, ... configs, so a judge that misplaced the
+    frontier by d configs costs about log2(d) checks."""
+    check_level(alpha, "alpha")
+    checked: dict[int, float] = {}
+    step = 1
+    while True:
+        checked[start] = float(np.mean(human[start]))
+        if checked[start] <= alpha or start == 0:
+            return start, checked
+        start, step = max(0, start - step), 2 * step
+
+
+@dataclass(frozen=True)
+class PilotRun:
+    """What the pilot did: where the sequence starts, the piloted configs' mean judge losses (in
+    testing order, up to the first above alpha), the items it drew, and the configs people
+    checked (index: mean human loss on the first ``check_items`` of them)."""
+
+    start: int
+    estimates: np.ndarray
+    items: int
+    checked: dict[int, float] = field(default_factory=dict)
+    check_items: int = 0
+
+    @property
+    def judge_labels(self) -> int:
+        return self.items * self.estimates.size
+
+    @property
+    def human_labels(self) -> int:
+        return self.check_items * len(self.checked)
+
+
+def run_pilot(judge: np.ndarray, alpha: float, items: int, margin: int, seed: int,
+              human: np.ndarray | None = None, check: int = 0) -> PilotRun:
     """The pilot as a job with ``seed`` runs it, on the judge's losses of every config (K, I)
-    in testing order: (the start, the piloted configs' estimates, the pilot items drawn). The
-    pilot goes down the sequence and stops at the first config it puts above alpha, so only
-    those configs' estimates (and judge labels) are part of it."""
+    in testing order. The pilot goes down the sequence and stops at the first config it puts
+    above alpha, so only those configs' estimates (and judge labels) are part of it; with
+    ``human`` (K, I) and ``check`` > 0, people then check the start (:func:`checked_start`) on
+    the first ``check`` pilot items."""
+    if check < 0:
+        raise ValueError(f"pilot check must be at least 0, got {check}")
     drawn = pilot_items(judge.shape[1], items, seed)
     start, est = pilot_start(judge[:, drawn], alpha, margin)
     beyond = np.flatnonzero(est > alpha)
     piloted = est.size if beyond.size == 0 else int(beyond[0]) + 1
-    return start, est[:piloted], int(drawn.size)
+    if human is None or check == 0:
+        return PilotRun(start, est[:piloted], int(drawn.size))
+    on = drawn[:check]
+    start, checked = checked_start(np.asarray(human, dtype=np.float64)[:, on], start, alpha)
+    return PilotRun(start, est[:piloted], int(drawn.size), checked, int(on.size))

@@ -146,3 +146,17 @@ def test_relative_loss_and_soft_verdicts():
     assert soft_verdict({"text": "yes", "top": top}) == pytest.approx(0.2 / 0.8)
     assert soft_verdict({"text": "No.", "top": {}}) == 1.0 and soft_verdict({"text": "yes", "top": {}}) == 0.0
     assert soft_verdict({"text": "perhaps", "top": {"maybe": -0.1}}) is None
+
+
+def test_every_loss_says_what_it_measures(tmp_path):
+    from certsel.config import parse_config
+    from certsel.orchestrator.inputs.sources import source_of
+    from certsel.workers.losses import LOSS_WORDS, LOSSES
+
+    assert set(LOSS_WORDS) == set(LOSSES)
+    (tmp_path / "items.jsonl").write_text('{"question": "1 + 1", "answer": "2"}\n')
+    cfg = parse_config({"live": {"items": str(tmp_path / "items.jsonl"), "loss": "numeric",
+                                 "candidates": [{"id": "a", "base_url": "http://127.0.0.1:1/v1", "model": "m",
+                                                 "objective": 1}]},
+                        "policy": {"kind": "r-eval"}, "procedure": "bonferroni", "objective": {"column": "size"}})
+    assert source_of(cfg).loss_words(cfg) == LOSS_WORDS["numeric"]

@@ -4,7 +4,7 @@ judge losses, and the pilot's draws independent of the tests' item order."""
 import numpy as np
 import pytest
 
-from certsel.policies.pilot import pilot_items, pilot_start
+from certsel.policies.pilot import checked_start, pilot_items, pilot_start, run_pilot
 from certsel.workers.replay import item_order
 
 pytestmark = pytest.mark.unit
@@ -37,3 +37,27 @@ def test_pilot_draws_are_their_own_stream():
     assert abs(np.mean(overlaps) - 40.0) < 2.0
     with pytest.raises(ValueError, match="at least 1"):
         pilot_items(10, 0, seed=0)
+
+
+def test_people_move_a_start_past_the_frontier_back_toward_the_top():
+    # mean human loss per config (testing order) on 4 check items: within alpha = 0.1 up to index 5
+    means = np.array([0.0, 0.0, 0.05, 0.05, 0.1, 0.1, 0.5, 0.5, 0.6, 0.7, 0.7])
+    human = np.repeat(means[:, None], 4, axis=1)
+    assert checked_start(human, 4, 0.1) == (4, {4: 0.1})  # within alpha: the start stays
+    # from 10 the start moves back by 1, 2, 4: 10 -> 9 -> 7 -> 3
+    assert checked_start(human, 10, 0.1) == (3, {10: 0.7, 9: 0.7, 7: 0.5, 3: 0.05})
+    assert checked_start(np.ones((3, 4)), 2, 0.1) == (0, {2: 1.0, 1: 1.0, 0: 1.0})  # at most back to the top
+
+
+def test_the_check_uses_the_pilots_own_items_and_counts_its_labels():
+    rng = np.random.default_rng(0)
+    human = (rng.random((6, 500)) < np.array([0.0, 0.0, 0.0, 0.5, 0.6, 0.7])[:, None]).astype(float)
+    judge = np.zeros_like(human)  # a judge that puts every config within alpha: the start is the last one
+    plain = run_pilot(judge, 0.1, 100, 0, seed=3)
+    assert plain.start == 5 and plain.human_labels == 0 and plain.judge_labels == 600
+    run = run_pilot(judge, 0.1, 100, 0, seed=3, human=human, check=20)
+    assert run.start <= 2 and run.check_items == 20 and run.human_labels == 20 * len(run.checked)
+    on = pilot_items(500, 100, 3)[:20]
+    assert all(np.isclose(m, human[k, on].mean()) for k, m in run.checked.items())
+    with pytest.raises(ValueError, match="check must be at least 0"):
+        run_pilot(judge, 0.1, 100, 0, seed=3, human=human, check=-1)

@@ -32,9 +32,12 @@ def test_the_quantization_example_selects_the_same_config_from_the_pilots_start(
     assert pilot.data.names == top.data.names[top.data.names.index(p.start):]  # the sequence from its start on
     assert list(p.skipped) == top.data.names[: len(p.skipped)] and p.skipped
     assert pilot.spent["human"] < 0.5 * top.spent["human"]
-    # the pilot's judge labels are part of what the job bought (a generation and a judge call each)
+    # the pilot's judge labels are part of what the job bought (a generation and a judge call each),
+    # and so are the human labels people checked the start on
     bought = sum(r.n_judge for r in pilot.records)
     assert pilot.spent["judge"] == bought + p.judge_labels and p.judge_labels == 200 * len(p.estimates)
+    assert pilot.spent["human"] == sum(r.n_human for r in pilot.records) + p.human_labels
+    assert p.checked and p.human_labels == 30 * len(p.checked)
     cert = certificate(pilot)
     assert cert.pilot.start == p.start and cert.pilot.skipped == list(p.skipped)
     assert f"the sequence ran from {p.start}" in cert.certificate and "not tested" in cert.certificate
@@ -84,3 +87,14 @@ def test_the_familywise_error_at_the_boundary_stays_below_delta(tmp_path):
 def test_defaults_that_depend_on_the_job(sets, start, futility):
     cfg = load_config(EXAMPLE, sets)
     assert (cfg.scheduling.start, cfg.scheduling.futility) == (start, futility)
+
+
+@pytest.mark.unit
+def test_a_judge_no_better_than_chance_does_not_cost_the_selection():
+    """The useless judge puts the frontier far past where it is; people checking the start move
+    it back, so the job selects what it selects from the top (it certified nothing before)."""
+    sets = ["data.judge=loss_judge_bad"]
+    top, pilot = _run([*sets, "scheduling.start=top"]), _run(sets)
+    assert pilot.selected == top.selected is not None
+    assert len(pilot.data.pilot.checked) > 1  # the start moved
+    assert pilot.spent["human"] < top.spent["human"]

@@ -111,6 +111,16 @@ LOSSES = {
 }
 
 
+# what each loss measures, in the words an answer states ("R: a candidate's mean ...")
+LOSS_WORDS = {
+    "exact_match": "error (1 when the answer is not exactly a reference)",
+    "normalized_exact_match": "error (1 when the normalised answer is not a normalised reference)",
+    "contains": "error (1 when no reference occurs in the answer as whole words)",
+    "token_f1": "1 - token F1 of the answer against the references",
+    "numeric": "error (1 when the last number in the answer is not the reference's)",
+}
+
+
 def answer_loss(kind: str, prediction: str, references) -> float:
     """Dispatch on ``kind`` (a key of :data:`LOSSES`)."""
     try:

@@ -178,6 +178,7 @@ class SchedulingConfig(Strict):
     start: Literal["top", "pilot"] = "top"
     pilot_items: int = Field(200, ge=1, description="start: pilot: items the judge labels for each config")
     pilot_margin: int = Field(2, ge=0, description="start: pilot: configs before the estimated frontier")
+    pilot_check: int = Field(30, ge=0, description="start: pilot: human labels people check the start on (0: none)")
 
     def stated(self) -> dict:
         """The keys as a certificate states them: the pilot's only when the job starts from one."""
@@ -189,7 +190,7 @@ DEFAULT_FUTILITY = 0.05
 
 # the scheduling keys a job states only when it starts from a pilot (its certificate and its
 # identity are otherwise those of a job written before the keys existed)
-PILOT_KEYS = ("start", "pilot_items", "pilot_margin")
+PILOT_KEYS = ("start", "pilot_items", "pilot_margin", "pilot_check")
 
 
 class PairwiseConfig(Strict):

@@ -147,8 +147,9 @@ def _pilot_audit(cfg: RunConfig, data, reps: int, rng, progress, chunk: int) -> 
     K = table.human.shape[0]
     proc = cfg.proc
     seeds = rng.integers(2**31, size=reps)
-    starts = np.array([run_pilot(table.judge, cfg.alpha, cfg.scheduling.pilot_items, cfg.scheduling.pilot_margin,
-                                 int(s))[0] for s in seeds])  # the pilot of the job with that seed
+    sch = cfg.scheduling
+    starts = np.array([run_pilot(table.judge, cfg.alpha, sch.pilot_items, sch.pilot_margin, int(s), human=table.human,
+                                 check=sch.pilot_check).start for s in seeds])  # the pilot of the job with that seed
     tested = np.arange(K)[None, :] >= starts[:, None]  # (reps, K)
     max_log_e, first, missed, est, classical, t_grid = betting_repetitions(cfg, table, truth, reps, None, progress,
                                                                            chunk, seeds=seeds)

@@ -135,8 +135,10 @@ def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n
     res.gpu = schedule.usage()
     if collect_labels:
         res.labels = pool.labels(names)
-    if data.pilot is not None:  # the pilot's judge labels are part of what the job bought: each a
-        # target generation and a judge call, as every judge label is counted
-        res.spent = {**res.spent, "judge": res.spent["judge"] + data.pilot.judge_labels,
-                     "requests": res.spent["requests"] + 2 * data.pilot.judge_labels}
+    if data.pilot is not None:  # the pilot's labels are part of what the job bought: a judge label is
+        # a target generation and a judge call, as every judge label is counted; a human label one generation
+        p = data.pilot
+        res.spent = {**res.spent, "human": res.spent["human"] + p.human_labels,
+                     "judge": res.spent["judge"] + p.judge_labels,
+                     "requests": res.spent["requests"] + 2 * p.judge_labels + p.human_labels}
     return derive(res)

@@ -23,11 +23,12 @@ def start_from_pilot(cfg: RunConfig, data: JobData) -> JobData:
     table = data.table
     if table is None or table.judge is None:
         raise ValueError("scheduling.start: pilot needs the judge's losses (a replay table with data.judge)")
-    start, est, items = run_pilot(table.judge, data.policy_config(cfg).alpha, cfg.scheduling.pilot_items,
-                                  cfg.scheduling.pilot_margin, cfg.seed)
+    sch = cfg.scheduling
+    run = run_pilot(table.judge, data.policy_config(cfg).alpha, sch.pilot_items, sch.pilot_margin, cfg.seed,
+                    human=table.human, check=sch.pilot_check)
     names = data.names
-    pilot = PilotStart(start=names[start], skipped=tuple(names[:start]), items=items,
-                       margin=cfg.scheduling.pilot_margin,
-                       estimates={n: float(e) for n, e in zip(names, est, strict=False)},
-                       judge_labels=items * est.size)
-    return dataclasses.replace(data, table=_subset(table, np.arange(start, len(names))), pilot=pilot)
+    pilot = PilotStart(start=names[run.start], skipped=tuple(names[:run.start]), items=run.items,
+                       margin=sch.pilot_margin, estimates={n: float(e) for n, e in zip(names, run.estimates, strict=False)},
+                       judge_labels=run.judge_labels, checked={names[k]: m for k, m in run.checked.items()},
+                       human_labels=run.human_labels)
+    return dataclasses.replace(data, table=_subset(table, np.arange(run.start, len(names))), pilot=pilot)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import pathlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -57,7 +57,8 @@ class RecoveryScores:
 class PilotStart:
     """Where a fixed sequence started (``scheduling.start: pilot``, policies/pilot.py): the
     configs before ``start`` were not tested; ``estimates`` are the piloted configs' mean judge
-    losses on the pilot's ``items`` items, which cost ``judge_labels`` judge labels."""
+    losses on the pilot's ``items`` items, which cost ``judge_labels`` judge labels; ``checked``
+    the configs people checked the start on (mean human loss), which cost ``human_labels``."""
 
     start: str
     skipped: tuple[str, ...]
@@ -65,6 +66,8 @@ class PilotStart:
     margin: int
     estimates: dict[str, float]
     judge_labels: int
+    checked: dict[str, float] = field(default_factory=dict)
+    human_labels: int = 0
 
 
 @dataclass(frozen=True)

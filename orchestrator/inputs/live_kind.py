@@ -98,10 +98,13 @@ class LiveKind(SourceKind):
                         preference=live.judge is not None and live.judge.mode == "pairwise")
 
     def loss_words(self, cfg):
-        """With a reference model, each item's loss is the candidate's drop against it."""
+        """The answer's loss in words; with a reference model, each item's loss is the
+        candidate's drop against it."""
+        from certsel.workers.losses import LOSS_WORDS
+
         ref = cfg.live.reference
         if ref is None:
-            return None
+            return LOSS_WORDS.get(cfg.live.loss)
         name = ref if isinstance(ref, str) else (ref.server or ref.model)
         return (f"drop against the reference model {name!r} (per item: max(loss(candidate) - loss(reference), 0), "
                 "with score = 1 - loss)")

@@ -216,13 +216,18 @@ def _oracle(o) -> dict:
 
 def _pilot(p) -> dict:
     """Where the fixed sequence started, and why the configs before it have no statement."""
+    checked = (f"; people checked the start on {p.human_labels // len(p.checked)} human labels of those items "
+               f"({len(p.checked)} config(s) checked, the start moved toward the top while above alpha)"
+               if p.checked else "")
     return {"start": p.start, "skipped": list(p.skipped), "items": p.items, "margin": p.margin,
             "estimates": {k: _round(v) for k, v in p.estimates.items()}, "judge_labels": p.judge_labels,
+            **({"checked": {k: _round(v) for k, v in p.checked.items()}, "human_labels": p.human_labels}
+               if p.checked else {}),
             "note": (f"the sequence ran from {p.start}, {p.margin} config(s) before the frontier a judge-only pilot "
-                     f"estimated on {p.items} items of its own random draws; the {len(p.skipped)} config(s) before it "
-                     "were not tested and the certificate says nothing about them. The start depends only on the "
-                     "pilot's draws, independent of the tests' own, so the sequence is fixed before its tests and "
-                     "fixed-sequence testing keeps its level")}
+                     f"estimated on {p.items} items of its own random draws{checked}; the {len(p.skipped)} config(s) "
+                     "before it were not tested and the certificate says nothing about them. The start depends only "
+                     "on the pilot's draws, independent of the tests' own, so the sequence is fixed before its tests "
+                     "and fixed-sequence testing keeps its level")}
 
 
 def certificate_of(result: JobResult) -> Selection:

@@ -337,6 +337,9 @@ class Pilot(_Doc):
     margin: int = Field(ge=0, description="configs before the pilot's estimated frontier the sequence started")
     estimates: dict[str, float] = Field(description="each piloted config's mean judge loss on the pilot items")
     judge_labels: int = Field(ge=0, description="the pilot's judge labels (counted in labels.spent)")
+    checked: dict[str, float] | None = Field(None, description="configs people checked the start on: their mean "
+                                                               "human loss on the check items (absent: no check)")
+    human_labels: int | None = Field(None, ge=0, description="the check's human labels (counted in labels.spent)")
     note: str
 
 
