@@ -18,13 +18,16 @@ R-AutoEval+, alpha 0.3, n = 500, r = 3.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 import numpy as np
 import pyarrow as pa
@@ -40,9 +43,10 @@ EXAMPLES = ["quantization.yaml", "quantization_recovery.yaml", "prompts.yaml", "
 # live jobs that start their own CPU vLLM server (bash deploy/cpu/setup.sh first); both runs share one
 # response cache, so the second pays for no generation twice (its wall time is not comparable)
 LIVE = ["live_additions.yaml", "live_precision_drop.yaml"]
+# lm-eval's live example asks a server that is already running (deploy/cpu/serve.sh): started here
+LM_EVAL = "lm_eval_live.yaml"
 NOT_RUN = {"live_templates.yaml": "sets scheduling.futility itself (0.1): no default applies",
            "live_ranking.yaml": "Seq, pairwise: neither default applies",
-           "lm_eval_live.yaml": "needs a server started by hand (deploy/cpu/serve.sh); futility applies, not measured",
            "annotators.yaml": "needs people grading in Label Studio; futility applies, not measured"}
 LARGE_JOB = """name: templates-1000
 data: {{path: {path}, human: loss_human, judge: loss_judge}}
@@ -66,13 +70,34 @@ def large_table(path: pathlib.Path, k: int = 1000, items: int = 2000, agree: flo
         "prompt_len": np.repeat(rng.integers(50, 2000, k), items)}), path)
 
 
+@contextlib.contextmanager
+def cpu_server(port: int = 8000):
+    """deploy/cpu/serve.sh on ``port`` (the address lm_eval_live.yaml names), until the block ends."""
+    proc = subprocess.Popen(["bash", str(ROOT / "deploy" / "cpu" / "serve.sh"), str(ROOT / ".venv-vllm"),
+                             str(ROOT / ".models" / "smollm2"), str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise SystemExit("deploy/cpu/serve.sh exited before it answered") from None
+                time.sleep(1)
+        yield
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
 def run(job: pathlib.Path, sets: list[str], home: pathlib.Path) -> dict:
     """One `certsel run` in a fresh home: its certificate and wall time."""
     argv = [str(pathlib.Path(sys.executable).with_name("certsel")), "run", str(job), "--format", "json", "--no-tracking", "--home", str(home)]
     for s in sets:
         argv += ["--set", s]
     t0 = time.perf_counter()
-    out = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "RAY_DEDUP_LOGS": "0"})
+    out = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "RAY_DEDUP_LOGS": "0"}, cwd=ROOT)
     seconds = time.perf_counter() - t0
     if out.returncode != 0:
         raise SystemExit(f"{job.name} {sets}: exit {out.returncode}: {out.stderr.strip().splitlines()[-1:]}")
@@ -126,18 +151,21 @@ def main(argv=None) -> int:
         print("| job | selected | certified (same set?) | human labels (ratio) | judge labels | wall time, s |")
         print("|---|---|---|---|---|---|")
         diffs = []
-        jobs = [(ex, ROOT / "examples" / ex, []) for ex in EXAMPLES]
+        nothing = contextlib.nullcontext
+        jobs = [(ex, ROOT / "examples" / ex, [], nothing) for ex in EXAMPLES]
         if args.live:
-            jobs += [(ex, ROOT / "examples" / ex, [f"live.cache_dir={tmp / 'cache'}"]) for ex in LIVE]
+            jobs += [(ex, ROOT / "examples" / ex, [f"live.cache_dir={tmp / 'cache'}"], nothing) for ex in LIVE]
+            jobs.append((LM_EVAL, ROOT / "examples" / LM_EVAL, [f"labels.cache_dir={tmp / 'cache'}"], cpu_server))
         if not args.skip_large:
             table = tmp / "templates_1000.parquet"
             large_table(table)
             job = tmp / "templates_1000.yaml"
             job.write_text(LARGE_JOB.format(path=table))
-            jobs.append(("1,000 templates (Holm, alpha 0.3)", job, []))
-        for i, (name, job, sets) in enumerate(jobs):
-            new = run(job, sets, tmp / f"new{i}")
-            old = run(job, [*sets, *OLD], tmp / f"old{i}")
+            jobs.append(("1,000 templates (Holm, alpha 0.3)", job, [], nothing))
+        for i, (name, job, sets, around) in enumerate(jobs):
+            with around():
+                new = run(job, sets, tmp / f"new{i}")
+                old = run(job, [*sets, *OLD], tmp / f"old{i}")
             line, diff = row(name, new, old)
             print(line, flush=True)
             if diff:
@@ -148,7 +176,7 @@ def main(argv=None) -> int:
             print("\n".join(f"- {d}" for d in diffs))
         else:
             print("Every job certified the same set with the defaults as with the old settings.")
-        skipped = {**NOT_RUN, **({} if args.live else {ex: "live: run with --live" for ex in LIVE})}
+        skipped = {**NOT_RUN, **({} if args.live else {ex: "live: run with --live" for ex in [*LIVE, LM_EVAL]})}
         print("\nNot run here: " + "; ".join(f"`{ex}` ({why})" for ex, why in skipped.items()) + ".")
         print(f"\nWall time of the whole benchmark: {time.perf_counter() - t0:.0f} s.")
     return 0

@@ -201,7 +201,9 @@ def test_show_renders_a_job_folder_certificate_and_refuses_one_off_the_schema(tm
     assert s.returncode == 0 and len(s.stdout.splitlines()) == 1 + len(good["candidates"]), s.stderr
     s = run("show", job_id[:6], "--home", str(home))
     said = " ".join(s.stdout.split())
-    assert s.returncode == 0 and f"selected: {good['selected']} — {good['certificate']}" in said, s.stderr
+    obj = next(c["objective"] for c in good["candidates"] if c["candidate"] == good["selected"])
+    head = f"selected: {good['selected']} ({good['objective']['column']} {obj:g})"
+    assert s.returncode == 0 and f"{head} — {good['certificate']}" in said, s.stderr
     cand = dict(good["candidates"][0], e_value="large")
     for text, match in [
         (json.dumps({k: v for k, v in good.items() if k != "procedure"}), "schema at procedure: Field required"),

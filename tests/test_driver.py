@@ -18,7 +18,8 @@ PROMPTS = DATA_DIR / "prompts_sentiment.parquet"
 def trivia_cfg(**over):
     raw = {"data": {"path": str(TRIVIA), "judge": "loss_judge_med", "order": "rank"},
            "policy": {"kind": "r-autoeval+", "betting": "up"}, "objective": {"column": "avg_bitwidth"},
-           "budget": {"n": 120, "r": 3, "batch": 20}, "seed": 7, "tracking": {"intervals": "none"}}
+           "budget": {"n": 120, "r": 3, "batch": 20}, "seed": 7, "tracking": {"intervals": "none"},
+           "scheduling": {"start": "top", "futility": None}}  # the sequence from its first config, as the reference
     for k, v in over.items():
         raw[k] = {**raw[k], **v} if isinstance(v, dict) and k in raw else v
     return parse_config(raw)

@@ -131,8 +131,6 @@ def test_job_certifies_the_right_candidate_and_asks_only_for_what_it_needs(serve
         got = httpx.get(f"{url}/api/tasks/{b['task']}", headers=auth(token))
         assert got.status_code == 404 or got.json()["data"]["certsel"] != b["key"]
     assert len(left) == sum(r.queue.tasks_imported - r.queue.tasks_withdrawn for r in result.records)
-    sel = json.loads((tmp_path / "report" / "selection.json").read_text())
-    print({n: vars(r.queue) for n, r in by.items()}, person.errors[:2])
 
 
 def flip(task, rate=0.15):

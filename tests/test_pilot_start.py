@@ -40,6 +40,8 @@ def test_the_quantization_example_selects_the_same_config_from_the_pilots_start(
     assert p.checked and p.human_labels == 30 * len(p.checked)
     cert = certificate(pilot)
     assert cert.pilot.start == p.start and cert.pilot.skipped == list(p.skipped)
+    # the labels set against the oracle's estimate are those the certificate says were spent
+    assert cert.labels.oracle.labels == cert.labels.spent.human == pilot.spent["human"]
     assert f"the sequence ran from {p.start}" in cert.certificate and "not tested" in cert.certificate
     assert {c.candidate for c in cert.candidates}.isdisjoint(p.skipped)
     assert Selection.model_validate(json.loads(json.dumps(cert.as_json()))) == cert

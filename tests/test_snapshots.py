@@ -7,13 +7,20 @@ import sqlite3
 
 import numpy as np
 import pytest
-from certsel.config import parse_config
-from certsel.orchestrator.engine.driver import JobPlan, LocalRuntime, RayRuntime, run_job
-from certsel.orchestrator.inputs.sources import load_job_data
+from certsel.orchestrator.engine.driver import (
+    JobPlan,
+    LocalRuntime,
+    RayRuntime,
+    run_job,
+)
+from certsel.orchestrator.engine.pilot import start_from_pilot
 from certsel.orchestrator.engine.state import CHECKPOINT, read_checkpoint
+from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.workers.actor import CandidateHost
 from certsel.workers.labellog import KEEP_SNAPSHOTS, LabelLog, log_path, pack, unpack
 from certsel.workers.replay import DATA_DIR
+
+from certsel.config import parse_config
 
 # tiers by test: the in-process snapshot round trips on small jobs are in the fast tier; whole
 # jobs run twice (about 10 s each) and Ray are integration
@@ -197,7 +204,10 @@ def test_driver_crash_then_resume_from_checkpoint(tmp_path, kind, procedure, cra
     job_dir = tmp_path / "job"
     with pytest.raises(Crash):
         run_job(cfg, data, LocalRuntime(2), n_hosts=2, job_dir=job_dir, progress=crash_at(crash))
-    ckpt = read_checkpoint(job_dir, "pairwise" if procedure == "pairwise" else "select", data.names)
+    # the configs the job tested: a fixed sequence with a judge starts from its pilot (the same start
+    # on the rerun, so the rerun resumes it)
+    tested = start_from_pilot(cfg, data).names
+    ckpt = read_checkpoint(job_dir, "pairwise" if procedure == "pairwise" else "select", tested)
     assert ckpt["round"] == crash - crash % 2
     res = run_job(cfg, data, LocalRuntime(3), n_hosts=3, job_dir=job_dir)  # another packing, too
     assert res.resume.from_round == crash - crash % 2

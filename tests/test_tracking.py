@@ -29,6 +29,7 @@ def job(ray_session, tmp_path_factory):
         "budget": {"n": 100, "r": 3, "batch": 25}, "seed": 3,
         "tracking": {"uri": uri, "experiment": "certsel-test", "intervals": "every_round"},
         "state": {"dir": str(tmp / "jobs")},
+        "scheduling": {"start": "top"},  # every config tested: each has its MLflow run
     })
     result, run_id = execute(cfg, output=tmp / "report")
     return cfg, result, run_id, MlflowClient(uri), uri, tmp

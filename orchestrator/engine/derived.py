@@ -60,8 +60,8 @@ def oracle_estimate(result: JobResult) -> OracleEstimate | None:
     mins = [r.label_minimum for r in result.records if r.name in set(result.certified)]
     if not mins or any(m is None for m in mins):
         return None
-    return OracleEstimate(labels=int(sum(r.n_human for r in result.records)), oracle=float(sum(mins)),
-                          candidates=len(mins))
+    # what the job bought, a pilot's check included: the same count as the certificate's labels.spent
+    return OracleEstimate(labels=int(result.spent["human"]), oracle=float(sum(mins)), candidates=len(mins))
 
 
 def _ranking_oracle(result: JobResult) -> OracleEstimate | None:

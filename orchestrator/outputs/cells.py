@@ -67,10 +67,10 @@ def tie_counts(rk) -> dict:
     return out
 
 
-def headline(cert) -> str:
+def headline(cert, objective: bool = True) -> str:
     """What the job certified, first: ``top-3: A, B, C`` for a top-k ranking (with the
-    undetermined places when the top set is not fully certified), else ``selected: NAME``
-    (``none`` when nothing was)."""
+    undetermined places when the top set is not fully certified), else ``selected: NAME
+    (OBJECTIVE VALUE)`` (``none`` when nothing was; ``objective=False``: the name alone)."""
     topk = None if cert.ranking is None else cert.ranking.topk
     if topk is not None:
         inside, open_ = topk.certified_in, topk.undetermined
@@ -80,7 +80,7 @@ def headline(cert) -> str:
         return (f"top-{topk.k}: {known}; {topk.k - len(inside)} place(s) open among "
                 f"{', '.join(open_) or 'none'}")
     sel = next((c for c in cert.candidates if c.selected), None)
-    if sel is None or cert.objective is None or sel.objective is None:
+    if sel is None or cert.objective is None or sel.objective is None or not objective:
         return f"selected: {cert.selected or 'none'}"
     return f"selected: {cert.selected} ({cert.objective.column} {sel.objective:g})"
 

@@ -35,7 +35,8 @@ h1{font-size:1.5em;margin-bottom:.2em} h2{font-size:1.15em;margin-top:1.6em}
 .muted{color:#555} table{border-collapse:collapse;font-size:.85em;margin:.6em 0}
 th,td{border-bottom:1px solid #ddd;padding:.28em .42em;text-align:right;white-space:nowrap} th{background:#f4f4f6}
 th{white-space:normal;vertical-align:bottom;min-width:3.5em;max-width:8em}
-td:first-child,th:first-child{text-align:left} td.note{white-space:normal;text-align:left;min-width:16em} tr.selected td{background:#fff3c4;font-weight:600}
+td:first-child,th:first-child{text-align:left}
+tr.note td{white-space:normal;text-align:left;color:#666;font-size:.85em;border-bottom:1px solid #ddd;padding-top:0} tr.selected td{background:#fff3c4;font-weight:600}
 tr.certified td:nth-child(4){color:#1f6f3f} .wide{overflow-x:auto} img{max-width:100%;margin:.6em 0;border:1px solid #eee}
 .wide td:first-child,.wide th:first-child{position:sticky;left:0;background:#fff} .wide th:first-child{background:#f4f4f6}
 .wide tr.selected td:first-child{background:#fff3c4}
@@ -160,9 +161,13 @@ def _markdown(cert: Selection, plots) -> str:
 _HTML = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True).from_string("""\
 <!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>
 <title>{{ job }} · certsel report</title><style>{{ css | safe }}</style></head><body>
-{% macro table(rows, classes=None) %}<table><tr>{% for h in rows[0] %}<th>{{ h }}</th>{% endfor %}</tr>
+{#- a table whose last column is "note" shows each note on a row of its own under its candidate's:
+    free text would widen the table past a laptop's screen #}
+{% macro table(rows, classes=None) %}{% set noted = rows[0][-1] == 'note' %}{% set n = rows[0]|length - (1 if noted else 0) %}
+<table><tr>{% for h in rows[0][:n] %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for r in rows[1:] %}<tr{% if classes and classes[loop.index0] %} class="{{ classes[loop.index0] }}"{% endif %}>
-{%- for v in r %}<td{% if loop.last and rows[0][-1] == 'note' %} class="note"{% endif %}>{{ v }}</td>{% endfor %}</tr>{% endfor %}</table>{% endmacro %}
+{%- for v in r[:n] %}<td>{{ v }}</td>{% endfor %}</tr>
+{%- if noted and r[-1] %}<tr class="note"><td colspan="{{ n }}">{{ r[-1] }}</td></tr>{% endif %}{% endfor %}</table>{% endmacro %}
 <h1>{{ job }} <span class="muted">· certsel report</span></h1>
 <div class="box{{ '' if selected else ' none' }}"><div class="big">{{ head }}</div>
 {%- for x in lines %}<div>{{ x }}</div>{% endfor %}</div>

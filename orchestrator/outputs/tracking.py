@@ -206,8 +206,9 @@ class JobTracker:
                 RunTag(NOTE, _job_note(result))]
         if result.cfg.costs is not None:
             tags.append(RunTag("certsel.cost_unit", result.cfg.costs.unit))
-        # what was certified, as a column of the runs table (the headline without its "selected: ")
-        shown = headline(whole).removeprefix("selected: ")
+        # what was certified, as a column of the runs table (the headline without its "selected: "; the
+        # objective has columns of its own)
+        shown = headline(whole, objective=False).removeprefix("selected: ")
         c.log_batch(self.parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags,
                     params=[Param("selected", shown[:6000])])
         for path in artifacts:
