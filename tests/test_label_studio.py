@@ -101,7 +101,7 @@ def test_job_certifies_the_right_candidate_and_asks_only_for_what_it_needs(serve
     job = job_dict(out, url, tmp_path, title=f"needs-{time.time_ns()}")
     join = start_job(tmp_path, job)
     project = wait_for_project(url, token, job["labels"]["project"]["title"])
-    with Annotator(url, token, project, CHOICES, delay=0.4) as person:
+    with Annotator(url, token, project, CHOICES, delay=0.4):
         result, run_id = join()
     by = {r.name: r for r in result.records}
     assert result.selected == "good"
