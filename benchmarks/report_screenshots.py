@@ -73,10 +73,11 @@ def main(argv=None) -> int:
         reports = [("quantization", 1500), ("alpacaeval_ranking", 1900)] + ([("live_templates", 1100)] if args.live else [])
         for example, height in reports:
             report = tmp / example
+            fresh = ["--set", f"live.cache_dir={tmp}/cache"] if example.startswith("live") else []  # a real run
             p = subprocess.run([certsel, "run", str(ROOT / "examples" / f"{example}.yaml"), "--no-progress",
                                 "--output", str(report), "--set", f"tracking.uri=sqlite:///{tmp}/store.db",
-                                "--set", f"state.dir={tmp}/jobs"], check=True, timeout=1200, capture_output=True,
-                               text=True)
+                                "--set", f"state.dir={tmp}/jobs", *fresh], check=True, timeout=1200,
+                               capture_output=True, text=True)
             links[example] = next(line.split(", then ")[1].split(" (every")[0] for line in p.stdout.splitlines()
                                   if line.startswith("MLflow UI: "))
             png = screenshot(args.chromium, report / "report.html", args.out / f"report_{example}_1280.png",

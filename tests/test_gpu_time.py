@@ -151,3 +151,17 @@ def test_report_gpu_section():
     assert servers[1][:3] == ["smollm2", "2", "1"] and [r[0] for r in shares[1:]] == ["a", "b"]
     assert summary[-1][0].startswith("every candidate to its budget") and "65% saved" in summary[-1][0]
     assert summary[1][1:] == ["690.4", "0.1918"] and summary[-1][1] == "2,000.0"
+
+
+def test_a_cached_rerun_starts_no_server_and_the_report_says_so():
+    from types import SimpleNamespace
+
+    from certsel.orchestrator.outputs.report import _gpu_heading, _gpu_tables
+    from certsel.orchestrator.outputs.selection_schema import Gpu
+
+    cached = {**_block(0.0, 0.0, None), "server_starts": 0}
+    cert = SimpleNamespace(gpu=Gpu.model_validate(cached))
+    assert _gpu_tables(cert) == []  # no all-zero table
+    assert _gpu_heading(cert) == ("Model servers", "None started: every request was answered from the response cache.")
+    assert _gpu_heading(SimpleNamespace(gpu=None)) is None
+    assert _gpu_heading(SimpleNamespace(gpu=Gpu.model_validate(_block(0.0, 0.0, None))))[0] == "Model servers"

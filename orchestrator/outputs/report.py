@@ -95,7 +95,7 @@ def _gpu_tables(cert: Selection) -> list[list[list[str]]]:
     its budget, then each server's starts, waits, loads, generation and idle seconds, then
     each candidate's share; no tables for a job without servers of its own."""
     g = cert.gpu
-    if g is None:
+    if g is None or not g.server_starts:  # none, or none started (a cached rerun): nothing measured
         return []
 
     def s(x):
@@ -125,9 +125,13 @@ def _gpu_tables(cert: Selection) -> list[list[list[str]]]:
     return [summary, servers, shares]
 
 
-def _gpu_heading(cert: Selection) -> tuple[str, str]:
-    """The report's heading and words over :func:`_gpu_tables`."""
-    if cert.gpu is not None and not any(v.gpus for v in cert.gpu.servers):
+def _gpu_heading(cert: Selection) -> tuple[str, str] | None:
+    """The report's heading and words over :func:`_gpu_tables` (None: a job without servers of its own)."""
+    if cert.gpu is None:
+        return None
+    if not cert.gpu.server_starts:
+        return "Model servers", "None started: every request was answered from the response cache."
+    if not any(v.gpus for v in cert.gpu.servers):
         return "Model servers", "The job's own model servers hold no GPU: the seconds each was up, by what it did."
     return "GPU time", _GPU_WORDS
 
@@ -175,7 +179,7 @@ _HTML = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True
 <p class="muted">{{ guarantee }}</p>
 <p class="muted">Policy {{ policy }}, delta = {{ delta }}{% if alpha %}, alpha = {{ alpha }}{% endif %}, procedure: {{ level }}.</p>
 <h2>Labels</h2>{{ table(labels) }}{% if labels_note %}<p class="muted">{{ labels_note }}</p>{% endif %}
-{% if gpu %}
+{% if gpu_heading %}
 <h2>{{ gpu_heading[0] }}</h2><p class="muted">{{ gpu_heading[1] }}</p>
 {% for t in gpu %}<div class="wide">{{ table(t) }}</div>{% endfor %}
 {% endif %}
