@@ -234,7 +234,9 @@ def test_ctrl_c_prints_the_resume_command(tmp_path):
     with adder_server() as (url, srv):
         path = write_job(tmp_path, url)
         srv.delay = 0.5  # the job must still be running 3 s in, on a loaded machine too
-        proc = subprocess.Popen([*CERTSEL, "run", "job.yaml", "--no-progress", "--set", "seed=3"], cwd=tmp_path,
+        # without futility stops the weak templates run to their budget: the job is still running at the signal
+        proc = subprocess.Popen([*CERTSEL, "run", "job.yaml", "--no-progress", "--set", "seed=3", "--set",
+                                 "scheduling.futility=null"], cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         first = proc.stdout.readline()
         job_id = first.split()[1].rstrip(":")
@@ -245,7 +247,7 @@ def test_ctrl_c_prints_the_resume_command(tmp_path):
         line = err.strip().splitlines()[-1]
         assert line.startswith("certsel: interrupted (runs marked KILLED); resume with: certsel run ")
         resume = line.split("resume with: ", 1)[1]
-        assert resume == f"certsel run {path.name} --set seed=3 --resume {job_id}"
+        assert resume == f"certsel run {path.name} --set seed=3 --set scheduling.futility=null --resume {job_id}"
         srv.delay = 0.0
         again = subprocess.run([*CERTSEL, *resume.split()[1:], "--no-progress"], cwd=tmp_path, capture_output=True,
                                text=True, timeout=600)
