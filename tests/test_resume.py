@@ -233,7 +233,7 @@ def test_ctrl_c_prints_the_resume_command(tmp_path):
     command resumes the job (its labels are not bought again) and finishes."""
     with adder_server() as (url, srv):
         path = write_job(tmp_path, url)
-        srv.delay = 0.5  # the job must still be running 3 s in, on a loaded machine too
+        srv.delay = 2.0  # each round takes seconds: the job is still running 3 s in, on any machine
         # without futility stops the weak templates run to their budget: the job is still running at the signal
         proc = subprocess.Popen([*CERTSEL, "run", "job.yaml", "--no-progress", "--set", "seed=3", "--set",
                                  "scheduling.futility=null"], cwd=tmp_path,
