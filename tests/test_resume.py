@@ -235,7 +235,8 @@ def test_ctrl_c_prints_the_resume_command(tmp_path):
         path = write_job(tmp_path, url)
         srv.delay = 2.0  # each round takes seconds: the job is still running 3 s in, on any machine
         # without futility stops the weak templates run to their budget: the job is still running at the signal
-        proc = subprocess.Popen([*CERTSEL, "run", "job.yaml", "--no-progress", "--set", "seed=3", "--set",
+        # --fresh: a finished job of the same identity in the shared home is never shown instead
+        proc = subprocess.Popen([*CERTSEL, "run", "job.yaml", "--no-progress", "--fresh", "--set", "seed=3", "--set",
                                  "scheduling.futility=null"], cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         first = proc.stdout.readline()
