@@ -241,7 +241,10 @@ def test_ctrl_c_prints_the_resume_command(tmp_path):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         first = proc.stdout.readline()
         job_id = first.split()[1].rstrip(":")
-        time.sleep(3)  # rounds are running
+        deadline = time.monotonic() + 120
+        while not sum(srv.calls.values()) and time.monotonic() < deadline:  # wait for the first answer: rounds run
+            time.sleep(0.05)
+        assert sum(srv.calls.values()), "the job asked the server nothing"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130, err
