@@ -83,6 +83,20 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="JOB_ID", help="resume this unfinished job (its labels are not bought again)")
     run.add_argument("--fresh", action="store_true",
                      help="start a new job even if an unfinished one with this configuration exists")
+    gt = sub.add_parser("gate", help="pass, fail or undecided for each candidate of a job, as CI needs it (exit 0 all "
+                                     "pass, 1 any fail, 3 any undecided, 2 bad input)")
+    _job_arguments(gt, "job file, as certsel run takes it (or an llm-compressor lmeval test config)", "budget.n=1000")
+    gt.add_argument("--only", action="append", metavar="NAME", help="gate only this candidate (repeatable)")
+    gt.add_argument("--json", type=pathlib.Path, metavar="PATH",
+                    help="write the outcomes here: per candidate outcome, labels, reused, bound")
+    gt.add_argument("--junit", type=pathlib.Path, metavar="PATH", help="write JUnit XML here (a test case per candidate)")
+    gt.add_argument("--summary", type=pathlib.Path, metavar="PATH",
+                    help="append a Markdown summary here (e.g. \"$GITHUB_STEP_SUMMARY\")")
+    gt.add_argument("--output", type=pathlib.Path, metavar="DIR",
+                    help="write report.html, selection.json and labels.parquet here (default: the job's folder)")
+    gt.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    gt.add_argument("--fresh", action="store_true", help="run again even if this gate finished before")
+    gt.add_argument("--quiet", action="store_true", help="print only the outcome lines")
     aud = sub.add_parser("audit", help="repeat a job's policy on its replay data: failure rates, coverage, FT-Eval")
     _job_arguments(aud, "a replay job file, e.g. examples/quantization.yaml", "policy.kind=r-eval",
                    seed_help="seed of the repetitions' item orders")
@@ -418,6 +432,39 @@ def _run(args) -> int:
     return 0
 
 
+def _gate(args) -> int:
+    """``certsel gate``: a line per candidate, the files CI reads, and the gate's exit status."""
+    from certsel.gate import gate
+    from certsel.orchestrator.outputs.gate_files import gate_markdown, junit_xml, write_json
+    from certsel.orchestrator.outputs.paths import output_file
+
+    for path, opt in ((args.json, "--json"), (args.junit, "--junit"), (args.summary, "--summary")):
+        if path is not None:
+            output_file(path, opt)  # a folder that cannot be written is bad input, before anything runs
+    res = gate(args.config, only=args.only, overrides=args.overrides, output=args.output,
+               track=not args.no_tracking, fresh=args.fresh,
+               warn=lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True))
+    cert = res.selection
+    from certsel.orchestrator.outputs.goals import goal_of
+
+    for row in res.rows:
+        print(row.line(), flush=True)
+    print(goal_of(cert).headline(cert), flush=True)
+    if not args.quiet:
+        print(cert.gate.note)
+        if res.output_dir is not None:
+            print(f"report: {res.output_dir / 'report.html'}  (certsel show {res.job_id} for the full table)")
+    if args.json is not None:
+        write_json(cert, args.json, None if res.output_dir is None else
+                   {"selection": str(res.output_dir / "selection.json"), "report": str(res.output_dir / "report.html")})
+    if args.junit is not None:
+        args.junit.write_text(junit_xml(cert))
+    if args.summary is not None:
+        with args.summary.open("a") as f:
+            f.write(gate_markdown(cert))
+    return res.exit_code
+
+
 def _run_tasks(args, cfg, console, machine: bool, on_job) -> int:
     """``certsel run`` on a multi-task job: every task, then the combined certificate."""
     from certsel.orchestrator.outputs.multitask import tasks_certificate
@@ -740,7 +787,7 @@ def main(argv=None) -> int:
         from certsel.home import HOME_ENV
 
         os.environ[HOME_ENV] = str(args.home.expanduser().absolute())
-    commands = {"run": _run, "show": _show, "audit": _audit, "plan": _plan, "jobs": _jobs, "schema": _schema,
+    commands = {"run": _run, "gate": _gate, "show": _show, "audit": _audit, "plan": _plan, "jobs": _jobs, "schema": _schema,
                 "lm-eval-table": _lm_eval_table, "inspect-table": _inspect_table}
     if args.command in commands:
         try:

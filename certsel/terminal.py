@@ -97,7 +97,7 @@ def print_job(console, cert: Selection | TasksSelection, quiet: bool, run_id=Non
         render_table(console, *goal.table(cert))
         for line in goal.after_table(cert):
             console.print(line, markup=False)
-    for line in [*goal.failures(cert), f"{headline(cert)} — {cert.certificate}", *goal.after_headline(cert),
+    for line in [*goal.failures(cert), f"{goal.headline(cert)} — {cert.certificate}", *goal.after_headline(cert),
                  goal.evidence(cert), *goal.spend_lines(cert)]:
         if line is not None:
             console.print(line, markup=False)

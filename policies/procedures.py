@@ -67,7 +67,8 @@ class Procedure:
     ``testing`` / ``estimation`` (runs with e-value policies / with Seq and Cer-Eval),
     ``ranking`` (compares every pair of models instead of testing R <= alpha),
     ``needs_order`` (a fixed sequence), ``needs_objective`` (selects by an objective),
-    ``allows_prune`` (``scheduling.prune`` keeps its selection), ``min_candidates``.
+    ``allows_prune`` (``scheduling.prune`` keeps its selection), ``min_candidates``,
+    ``gates`` (each candidate is decided on its own, nothing selected: ``certsel gate``).
     """
 
     name: ClassVar[str] = ""
@@ -78,6 +79,7 @@ class Procedure:
     needs_objective: ClassVar[bool] = True
     allows_prune: ClassVar[bool] = False
     min_candidates: ClassVar[int] = 1
+    gates: ClassVar[bool] = False
 
     # -- levels and thresholds ------------------------------------------------------------
     def candidate_deltas(self, delta: float, K: int) -> np.ndarray:
@@ -132,6 +134,18 @@ class Procedure:
     def joint_words(self, alpha: float, n_certified: int, K: int) -> str:
         """What else holds together with the selected candidate's joint bound, in words."""
         return f"simultaneously for the {n_certified} certified of {K} candidates (R <= {alpha:g} for each)"
+
+    # -- the selection -----------------------------------------------------------------------------
+    def selection(self, certified: np.ndarray, key: np.ndarray | None) -> int:
+        """The index of the selected candidate, -1 for none: the certified one with the smallest
+        ``key`` (the objective, smaller is better; ties to the lower index), or without an
+        objective the last certified one (a fixed sequence: the end of its certified prefix)."""
+        certified = np.asarray(certified, dtype=bool)
+        if not certified.any():
+            return -1
+        if key is None:
+            return int(np.flatnonzero(certified)[-1])
+        return int(np.argmin(np.where(certified, np.asarray(key, dtype=np.float64), np.inf)))
 
     # -- scheduling hooks -----------------------------------------------------------------------
     def active(self, open_: Sequence[CandidateView], lookahead: int) -> list[CandidateView]:
@@ -300,6 +314,43 @@ class Holm(Bonferroni):
         return f"(K - c)/delta, from {K / delta:.4g} down to {1 / delta:.4g}"
 
 
+class Gate(Procedure):
+    """A gate: each candidate tested on its own at delta, nothing selected (``certsel gate``).
+
+    Each candidate ends in one of three outcomes: pass (R <= alpha certified at delta), fail
+    (R >= alpha certified at delta by the futility test on the mirrored losses) or undecided
+    (its budget spent first). Each outcome is wrong with probability at most delta on its
+    own: the statement is per candidate, not simultaneous (K candidates gated at delta can
+    hold up to K delta wrong outcomes in expectation; gate at delta / K for a family-wise
+    statement)."""
+
+    name = "gate"
+    needs_objective = False
+    gates = True
+
+    def candidate_deltas(self, delta, K):
+        return np.full(K, float(delta))
+
+    def certified(self, max_log_e, delta):
+        return np.asarray(max_log_e) >= -np.log(float(delta))
+
+    # no joint statement: every bound is the candidate's own, at delta
+    def joint_levels(self, delta, certified):
+        return np.full(len(certified), float(delta))
+
+    def joint_bounds(self, alpha, certified, own):
+        return own
+
+    def joint_words(self, alpha, n_certified, K):
+        return f"each candidate on its own ({n_certified} of {K} passed R <= {alpha:g}; not simultaneous)"
+
+    def selection(self, certified, key):
+        return -1  # a gate decides each candidate; it selects none
+
+    def level(self, delta, K):
+        return f"gate, each candidate on its own at delta = {delta:g}"
+
+
 class PairwiseRanking(Procedure):
     """Every pair of models compared at delta/P (Bonferroni over the P = K(K-1)/2 pairs);
     a model is selected when it is certified better than every other one."""
@@ -341,7 +392,7 @@ def register_procedure(proc: Procedure | type[Procedure]) -> Procedure:
     return PROCEDURES.register(proc)
 
 
-for _p in (FixedSequence, Bonferroni, Holm, PairwiseRanking):
+for _p in (FixedSequence, Bonferroni, Holm, Gate, PairwiseRanking):
     register_procedure(_p)
 
 

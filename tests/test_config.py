@@ -40,7 +40,7 @@ def _base(**over):
     (_base(delta=0), "delta: Input should be greater than 0"),
     (_base(alpha="high"), "alpha: Input should be a valid number"),
     (_base(policy={"betting": "kelly"}), "policy.betting: betting must be one of up, wsr, ons, got 'kelly'"),
-    (_base(procedure="sidak"), "job.yaml: procedure must be one of fst, bonferroni, holm, pairwise"),  # named once
+    (_base(procedure="sidak"), "job.yaml: procedure must be one of fst, bonferroni, holm, gate, pairwise"),  # named once
     (_base(budget={"n": 0}), "budget.n: Input should be greater than 0"),
     (_base(budget={"r": -1}), "budget.r: Input should be greater than or equal to 0"),
     (_base(candidates=[]), "candidates: must list at least one candidate"),

@@ -106,7 +106,7 @@ def test_a_procedure_and_a_strategy_from_user_code_run_through_ray_and_mlflow(ra
 def test_unregistered_names_are_one_line_input_errors():
     base = {"data": {"path": str(TABLE), "judge": "loss_judge_best", "order": "rank"},
             "objective": {"column": "avg_bitwidth"}}
-    with pytest.raises(ConfigError, match="procedure must be one of fst, bonferroni, holm, pairwise, got 'x'"):
+    with pytest.raises(ConfigError, match="procedure must be one of fst, bonferroni, holm, gate, pairwise, got 'x'"):
         parse_config({**base, "procedure": "x"})
     with pytest.raises(ConfigError, match="betting must be one of up, wsr, ons, got 'x'"):
         parse_config({**base, "policy": {"betting": "x"}})

@@ -231,11 +231,14 @@ def read_job_file(path) -> dict:
     return raw
 
 
-def load_config(path, overrides=None) -> RunConfig:
-    """Read and validate a YAML job file; ``overrides`` are ``KEY=VALUE`` strings."""
+def load_config(path, overrides=None, adjust=None) -> RunConfig:
+    """Read and validate a YAML job file; ``overrides`` are ``KEY=VALUE`` strings; ``adjust``
+    turns the mapping (overrides applied) into the job to run (``certsel gate``: a gate)."""
     path = pathlib.Path(path)
     raw = apply_overrides(read_job_file(path), overrides, str(path))
     raw.setdefault("name", path.stem)  # a job without a name is called after its file
+    if adjust is not None:
+        raw = adjust(raw)
     lines = key_lines(path.read_text())
     sets = {}  # a value given by --set is not the file's: an error about it names the --set
     for item in overrides or ():

@@ -188,6 +188,11 @@ class SchedulingConfig(Strict):
 # scheduling.futility's level where the job does not set it (testing policies; None turns it off)
 DEFAULT_FUTILITY = 0.05
 
+def _gates(name) -> bool:
+    """Whether ``procedure: NAME`` is a gate (False for a name the field's validation reports)."""
+    return isinstance(name, str) and name in PROCEDURES and PROCEDURES[name].gates
+
+
 # the scheduling keys a job states only when it starts from a pilot (its certificate and its
 # identity are otherwise those of a job written before the keys existed)
 PILOT_KEYS = ("start", "pilot_items", "pilot_margin", "pilot_check")
@@ -369,8 +374,10 @@ class RunConfig(Strict):
         except (ValidationError, ValueError, TypeError):
             return v  # the field's own validation reports it
         sched = dict(v.get("scheduling") or {})
+        gate = _gates(v.get("procedure", "fst"))
         if "futility" not in sched and policy.is_testing:
-            sched["futility"] = DEFAULT_FUTILITY
+            # a gate fails a candidate once the opposite of its claim is certified at the gate's own level
+            sched["futility"] = v.get("delta", 0.1) if gate else DEFAULT_FUTILITY
         data = v.get("data")
         judge = data.get("judge") if isinstance(data, dict) else getattr(data, "judge", None)
         if ("start" not in sched and v.get("procedure", "fst") == "fst" and sched.get("mode") != "full"
@@ -581,6 +588,10 @@ class RunConfig(Strict):
 
     def _check_procedure(self) -> None:
         proc, kind = get_procedure(self.procedure), self.policy.kind
+        if proc.gates and self.policy.is_testing and self.scheduling.futility != self.delta:
+            raise ValueError(f"procedure {self.procedure!r} fails a candidate when R >= alpha is certified at delta: "
+                             f"scheduling.futility must be delta ({self.delta:g}) or left out, got "
+                             f"{self.scheduling.futility}")
         if self.policy.is_testing and not proc.testing:
             raise ValueError(f"procedure {self.procedure!r} ranks models with policy.kind "
                              f"{' or '.join(repr(n) for n in kinds_of(Family.ESTIMATION))}")

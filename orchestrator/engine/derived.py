@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from certsel.policies import select
 
 from certsel.orchestrator.results.records import JobResult, OracleEstimate, Status
 
@@ -105,6 +104,6 @@ def budget_curve(result: JobResult) -> list[tuple[int, float | None]] | None:
         else:
             ok = np.array([r.status == Status.CERTIFIED and 0 < r.certified_at <= b for r in result.records])
             cert = proc.certified_by_decisions(ok)
-        k = int(select(cert, key))
+        k = proc.selection(cert, key)
         out.append((b, None if k < 0 else float(objective[k])))
     return out

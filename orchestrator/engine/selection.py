@@ -37,7 +37,6 @@ from __future__ import annotations
 import numpy as np
 
 from certsel.config import RunConfig
-from certsel.policies import select
 from certsel.policies.procedures import CandidateView, Procedure
 
 from certsel.orchestrator.results.records import CandidateRecord, JobResult, Resume, Status, totals
@@ -294,10 +293,7 @@ class SelectionRounds:
         certified_mask = final_certified(plan, records)
         final_bounds(plan, self.pool, records, certified_mask)
         reconcile(plan, records, certified_mask)
-        if self.key is not None:
-            sel = int(select(certified_mask, self.key))
-        else:  # a fixed sequence without an objective: the end of the certified prefix
-            sel = int(np.flatnonzero(certified_mask)[-1]) if certified_mask.any() else -1
+        sel = plan.procedure.selection(certified_mask, self.key)
         return JobResult(cfg, plan.data, records, [records[k].name for k in np.flatnonzero(certified_mask)],
                          names[sel] if sel >= 0 else None, plan.procedure.level(cfg.delta, len(records)),
                          totals(records), plan.full_budget(), rounds)

@@ -14,12 +14,14 @@ Pure formatting of the typed certificate, no heavy imports: ``certsel show`` sta
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .cells import (cost_line, e_value_cell, e_value_line, efficiency_cell, headline, judge_cell, objective_head,
                     oracle_line, rank_text, saved_text, setting_lines, tie_counts)
 from .gpu import gpu_line
 from .numbers import _round, bound_text, round_down, share_text
+from certsel.orchestrator.results.outcomes import Outcome, gate_exit_code
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,10 @@ class Goal:
     runs_note = ""  # the terminal's words after the MLflow links
 
     # -- the terminal and --format ---------------------------------------------------------------------
+    def headline(self, cert) -> str:
+        """What the job certified, first (the terminal's and markdown's first line of the answer)."""
+        return headline(cert)
+
     def table(self, cert) -> tuple[str, list[Column], list[list[str]], list[bool]]:
         """(title, columns, rows, bold rows) of the terminal's table."""
         raise NotImplementedError
@@ -164,7 +170,11 @@ class Goal:
             r = cert.recovered
             lines.append(f"workers rebuilt after a crash: {r.hosts} ({r.steps_from_snapshots} candidate steps "
                          f"from snapshots, {r.steps_replayed} replayed from the label log)")
-        return lines + setting_lines(cert)
+        return lines + self.setting_lines(cert)
+
+    def setting_lines(self, cert) -> list[str]:
+        """Where a measured default may not have been the best for this job (cells.setting_lines)."""
+        return setting_lines(cert)
 
     def csv_rows(self, cert) -> tuple[list[str], list[dict]]:
         """``--format csv``: the columns and one flat dict per row."""
@@ -177,7 +187,7 @@ class Goal:
         lines = [f"**{title}**", "", "| " + " | ".join(c.name for c in cols) + " |",
                  "|" + "|".join("---" for _ in cols) + "|"]
         lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in r) + " |" for r in rows]
-        lines += ["", f"{headline(cert)} — {cert.certificate}"]
+        lines += ["", f"{self.headline(cert)} — {cert.certificate}"]
         return "\n".join(lines)
 
     def evidence(self, cert) -> str | None:
@@ -760,7 +770,123 @@ class StackedRecovery(_Stacked, RecoverySelection):
     """A weighted recovery over stacked tasks certified >= r."""
 
 
-# (ranking, recovery, stacked) -> the goal: the one place the outputs tell goals apart
+class _Gate:
+    """A gate (procedure ``gate``), mixed into the goal whose claim it tests (a risk or a
+    recovery): each candidate decided on its own at delta, as pass, fail or undecided; nothing
+    selected, no simultaneous statement."""
+
+    has_evidence = False
+    table_heading = "Gate"
+
+    def headline(self, cert) -> str:
+        g = cert.gate
+        return (f"gate: {len(g.passed)} pass, {len(g.failed)} fail, {len(g.undecided)} undecided "
+                f"(exit {g.exit_code})")
+
+    def title(self, cert) -> str:
+        return f"{cert.job}: {cert.policy.kind} / {cert.procedure.level}, pass: {cert.gate.claim}"
+
+    def _gate_cells(self, c, alpha) -> list[str]:
+        _, own, est, on_table = self.cells(c, alpha)
+        futility = "" if c.futility_e_value is None else f"{c.futility_e_value:.3g}"
+        return [c.outcome, str(c.labels_human), "" if c.reused is None else str(c.reused), own,
+                "" if c.e_value is None else f"{c.e_value:.3g} / {c.threshold:.3g}", futility, est, on_table]
+
+    def _gate_heads(self, cert) -> list[str]:
+        level = cert.procedure.delta
+        return ["outcome", "labels", "reused", f"{self.own_word} (level {level:g})", "e-value / threshold",
+                "fail e-value", self.estimate_head, self.interval_head]
+
+    def table(self, cert):
+        alpha = cert.procedure.alpha
+        heads = self._gate_heads(cert)
+        keep = {"reused": 3, "fail e-value": 2, self.estimate_head: 4, self.interval_head: 5}
+        cols = [Column("candidate")] + [Column(h, keep.get(h, 0)) for h in heads]
+        rows = [[c.candidate, *self._gate_cells(c, alpha)] for c in cert.candidates]
+        return self.title(cert), cols, rows, [c.outcome == "fail" for c in cert.candidates]
+
+    def after_table(self, cert) -> list[str]:
+        return [cert.gate.note]
+
+    def evidence(self, cert) -> str | None:
+        return None
+
+    def setting_lines(self, cert) -> list[str]:
+        return []  # a gate's futility test is its fail rule, not a default to revisit
+
+    def summary(self, cert) -> tuple[str, list[str]]:
+        g = cert.gate
+        lines = [f"{name}: {', '.join(names)}" for name, names in (("pass", g.passed), ("fail", g.failed),
+                                                                   ("undecided", g.undecided)) if names]
+        return self.headline(cert), lines + [g.note]
+
+    def rows(self, cert, extra) -> list[list[str]]:
+        alpha = cert.procedure.alpha
+        out = [["candidate", *self._gate_heads(cert), "requests", *extra.heads, "note"]]
+        for c in cert.candidates:
+            out.append([c.candidate, *self._gate_cells(c, alpha), str(c.requests), *extra(c),
+                        (c.reason or "").replace("|", "/")])
+        return out
+
+    def classes(self, cert) -> list[str]:
+        return [c.outcome for c in cert.candidates]
+
+    def note(self, cert) -> str | None:
+        return cert.gate.note
+
+    # -- the certificate ---------------------------------------------------------------------------
+    def gate_claims(self, cfg) -> tuple[str, str]:
+        """(the claim a pass certifies, the one a fail certifies), in words."""
+        return f"R <= {cfg.alpha:g}", f"R >= {cfg.alpha:g}"
+
+    def gate_note(self, cfg) -> str:
+        yes, no = self.gate_claims(cfg)
+        return (f"pass: {yes} certified at delta = {cfg.delta:g}; fail: {no} certified at delta (the futility test on "
+                f"the mirrored losses); undecided: neither within the budget. Each outcome is wrong with probability "
+                f"<= {cfg.delta:g} on its own, at any stopping time: a statement per candidate, not simultaneous "
+                f"over them.")
+
+    def statement(self, result) -> str:
+        cfg = result.cfg
+        outcomes = [Outcome.of(r.status, r.name in result.certified) for r in result.records]
+        yes, no = self.gate_claims(cfg)
+        counts = ", ".join(f"{outcomes.count(o)} {o}" for o in Outcome)
+        return (f"each candidate on its own with probability >= {1 - cfg.delta:g}: pass certifies {yes}, fail "
+                f"certifies {no} ({counts}; {result.level}); R: a candidate's mean {self.loss_words(cfg)}")
+
+    def candidate_fields(self, result) -> list[dict]:
+        out = super().candidate_fields(result)
+        for row, r in zip(out, result.records, strict=True):
+            row["outcome"] = str(Outcome.of(r.status, r.name in result.certified))
+            if r.path:
+                row["futility_e_value"] = _round(math.exp(min(r.max_log_futility, 700)), 4)
+        return out
+
+    def top_fields(self, result) -> dict:
+        cfg = result.cfg
+        outcomes = {r.name: Outcome.of(r.status, r.name in result.certified) for r in result.records}
+        return {**super().top_fields(result), "gate": {
+            "claim": self.gate_claims(cfg)[0], "delta": cfg.delta,
+            **{k: [n for n, o in outcomes.items() if o is v] for k, v in (("passed", Outcome.PASS),
+                                                                         ("failed", Outcome.FAIL),
+                                                                         ("undecided", Outcome.UNDECIDED))},
+            "exit_code": gate_exit_code(outcomes.values()), "note": self.gate_note(cfg)}}
+
+    def candidate_note(self, result, row) -> list[str]:
+        return [f"{row.outcome}: {self.gate_note(result.cfg)}"]
+
+
+class GateRisk(_Gate, RiskSelection):
+    """Each candidate gated on R <= alpha."""
+
+
+class GateRecovery(_Gate, RecoverySelection):
+    """Each candidate gated on recovery >= r against a reference."""
+
+    def gate_claims(self, cfg) -> tuple[str, str]:
+        r = cfg.recovery.at_least
+        return self.claim_words_of(cfg), f"recovery <= {r * 100:g}% of {cfg.recovery_reference!r}"
+
 class MultiTaskGoal(Goal):
     """A multi-task job (tasks run as jobs of their own, a candidate certified on every task): a row
     per candidate with its evidence on each task."""
@@ -837,24 +963,26 @@ class MultiTaskGoal(Goal):
         return "\n".join(lines)
 
 
-_GOALS = {(True, False, False): RankingGoal(), (False, False, False): RiskSelection(),
-          (False, True, False): RecoverySelection(), (False, False, True): StackedRisk(),
-          (False, True, True): StackedRecovery()}
+# (ranking, recovery, stacked, gate) -> the goal: the one place the outputs tell goals apart
+_GOALS = {(True, False, False, False): RankingGoal(), (False, False, False, False): RiskSelection(),
+          (False, True, False, False): RecoverySelection(), (False, False, True, False): StackedRisk(),
+          (False, True, True, False): StackedRecovery(), (False, False, False, True): GateRisk(),
+          (False, True, False, True): GateRecovery()}
 
 
 def goal_of(cert):
     """The goal a certificate states."""
     if getattr(cert, "kind", None) == "multi-task":  # a multi-task job's certificate is a TasksSelection
         return MultiTaskGoal()
-    return _GOALS[(cert.ranking is not None, cert.claim is not None, cert.aggregate is not None)]
+    return _GOALS[(cert.ranking is not None, cert.claim is not None, cert.aggregate is not None, cert.gate is not None)]
 
 
 def goal_for(result):
     """The goal a finished job's result states (its certificate is being built)."""
     cfg = result.cfg
-    return _GOALS[(cfg.proc.ranking, cfg.recovery is not None, result.data.aggregate is not None)]
+    return _GOALS[(cfg.proc.ranking, cfg.recovery is not None, result.data.aggregate is not None, cfg.proc.gates)]
 
 
 def goal_for_config(cfg):
     """The goal a job's configuration asks for (before it has run)."""
-    return _GOALS[(cfg.proc.ranking, cfg.recovery is not None, cfg.aggregate is not None)]
+    return _GOALS[(cfg.proc.ranking, cfg.recovery is not None, cfg.aggregate is not None, cfg.proc.gates)]

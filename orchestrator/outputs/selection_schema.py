@@ -247,6 +247,13 @@ class Candidate(_Doc):
     position: int | None = None
     recovery: RecoveryFigures | None = None
     tasks: dict[str, TaskFigures] | None = Field(None, description="an aggregate job: per task")
+    futility_e_value: float | None = Field(None, description="the futility test's e-value for R >= alpha (its "
+                                                             "running maximum; a gate's fail when >= 1/delta)")
+    reused: int | None = Field(None, ge=0, description="human labels taken from the label store, bought by an earlier "
+                                                       "run on the same model, task, item and settings")
+    outcome: Literal["pass", "fail", "undecided"] | None = Field(
+        None, description="a gate: its claim certified at delta (pass), the opposite certified at delta (fail), or "
+                          "neither within its budget (undecided)")
 
 
 class Data(_Doc):
@@ -343,6 +350,19 @@ class Pilot(_Doc):
     note: str
 
 
+class Gate(_Doc):
+    """A gate (procedure ``gate``, ``certsel gate``): each candidate decided on its own."""
+
+    claim: str = Field(description="what a candidate passes on, in words")
+    delta: float = Field(gt=0, lt=1, description="each outcome is wrong with probability <= delta, on its own")
+    passed: list[str]
+    failed: list[str]
+    undecided: list[str]
+    exit_code: Literal[0, 1, 3] = Field(description="certsel gate's exit status: 1 any failed, else 3 any undecided, "
+                                                   "else 0")
+    note: str
+
+
 class Selection(_Doc):
     """One job's certificate (``selection.json``)."""
 
@@ -379,6 +399,7 @@ class Selection(_Doc):
     ranking: Ranking | None = None  # the engine's own dataclass: one definition of its fields
     pilot: Pilot | None = Field(None, description="a fixed sequence started from a judge-only pilot (absent: from "
                                                   "its first config)")
+    gate: Gate | None = Field(None, description="a gate: each candidate's outcome (absent: a selection or ranking)")
 
 
 def parse(cert: dict) -> Selection:

@@ -1,0 +1,116 @@
+"""Certified gates for CI: each candidate of a job passes, fails or stays undecided.
+
+    import certsel
+    res = certsel.gate("examples/quantization_recovery.yaml", only=["mx_m8_r4_k64"])
+    res.exit_code, res.outcomes        # 0 / 1 / 3, {"mx_m8_r4_k64": "pass"}
+
+A gate takes the job file ``certsel run`` takes (a table, an lm-eval task, inspect logs, live
+servers) and its claim (``alpha``: R <= alpha; ``recovery``: recovery >= r against a
+reference), and tests every candidate on its own at ``delta`` (procedure ``gate``): **pass**
+when the claim is certified, **fail** when its opposite is (the futility test at delta),
+**undecided** when the budget runs out first. Items come in the job's seeded random order,
+never the first N. The exit status (``certsel gate``) is 1 when any candidate failed, else 3
+when any is undecided, else 0; 2 is bad input.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from certsel.errors import InputError
+
+if TYPE_CHECKING:
+    from certsel.orchestrator.outputs.gate_files import GateRow
+    from certsel.orchestrator.outputs.selection_schema import Selection
+
+__all__ = ["GateResult", "gate", "gate_config"]
+
+# a selection's keys that a gate does not use: its fixed sequence and where that sequence starts
+_SELECTION_ONLY = ("order",)
+_PILOT_ONLY = ("start", "pilot_items", "pilot_margin", "pilot_check")
+
+
+def as_gate(raw: dict, only=None, warn=None) -> dict:
+    """A job's mapping turned into its gate: procedure ``gate``, no fixed sequence or pilot, the
+    futility level at delta (a gate's fail rule), and only the candidates ``only`` when given."""
+    raw = dict(raw)
+    if raw.get("tasks") is not None:
+        raise InputError("certsel gate: a multi-task job certifies each candidate on every task; gate each task's "
+                         "table on its own, or give an aggregate: section")
+    raw["procedure"] = "gate"
+    for key in _SELECTION_ONLY:
+        raw.pop(key, None)
+    sched = dict(raw.get("scheduling") or {})
+    for key in _PILOT_ONLY:
+        sched.pop(key, None)
+    futility = sched.pop("futility", None)
+    delta = raw.get("delta", 0.1)
+    if futility is not None and futility != delta and warn is not None:
+        warn(f"scheduling.futility {futility} is the selection's early stop; a gate fails a candidate when "
+             f"the opposite of its claim is certified at delta = {delta}")
+    raw["scheduling"] = sched
+    if only:
+        raw["candidates"] = list(only)
+    return raw
+
+
+def gate_config(job, overrides=(), only=None, warn=None):
+    """The :class:`~certsel.config.RunConfig` of ``job``'s gate (a job file, a mapping or a
+    RunConfig; ``overrides``: ``KEY=VALUE`` strings), checked as ``certsel run`` checks a job."""
+    from certsel.api import job_config
+    from certsel.config import RunConfig
+    from certsel.config.loading import apply_overrides, load_config
+
+    if isinstance(job, (str, pathlib.Path)):
+        return load_config(job, overrides, adjust=lambda raw: as_gate(raw, only, warn))
+    raw = job.model_dump(mode="json", exclude_none=True) if isinstance(job, RunConfig) else dict(job)
+    return job_config(as_gate(apply_overrides(raw, overrides, "job"), only, warn))
+
+
+@dataclass
+class GateResult:
+    """A finished gate: the outcome of every candidate, the exit status and the certificate."""
+
+    exit_code: int
+    outcomes: dict[str, str]
+    rows: list[GateRow] = field(repr=False)
+    selection: Selection = field(repr=False)  # the certificate (selection.json), typed
+    job_id: str | None = None
+    output_dir: pathlib.Path | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0
+
+
+def result_of(cert, output_dir=None) -> GateResult:
+    from certsel.orchestrator.outputs.gate_files import gate_rows
+
+    rows = gate_rows(cert)
+    return GateResult(cert.gate.exit_code, {r.candidate: r.outcome for r in rows}, rows, cert, cert.job_id,
+                      None if output_dir is None else pathlib.Path(output_dir))
+
+
+def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh: bool = False,
+         progress=None, warn=None) -> GateResult:
+    """Gate ``job``'s candidates (a job file, a mapping or a RunConfig) and return the
+    :class:`GateResult`. A job of the same configuration that finished before is not run
+    again: its certificate answers (``fresh=True`` runs it anew)."""
+    from certsel.orchestrator.commands.job import execute, finished_job
+    from certsel.orchestrator.inputs.sources import load_job_data
+    from certsel.orchestrator.outputs.certificate import certificate_of
+    from certsel.orchestrator.outputs.selection_schema import parse
+
+    cfg = gate_config(job, overrides, only, warn)
+    if fresh:
+        cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
+    data = load_job_data(cfg)
+    done = None if fresh or output is not None else finished_job(cfg, data)
+    if done is not None:
+        import json
+
+        return result_of(parse(json.loads((done.output / "selection.json").read_text())), done.output)
+    result, _ = execute(cfg, output=output, track=track, progress=progress, data=data, warn=warn)
+    return result_of(certificate_of(result), result.output_dir)

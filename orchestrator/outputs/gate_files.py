@@ -1,0 +1,106 @@
+"""A gate's answer in the forms CI reads: one row per candidate (:class:`GateRow`), the
+``--json`` file, JUnit XML (``--junit``: one test case per candidate) and a Markdown summary
+(``--summary``, e.g. a GitHub step summary). Every number is the certificate's own."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+
+from .goals import goal_of
+from .numbers import bound_text, share_text
+
+
+@dataclass(frozen=True)
+class GateRow:
+    """One gated candidate: its outcome, the labels it took (``labels``: bought by this run,
+    ``reused``: taken from the label store) and the one-sided bound of its claim's test at
+    delta (an upper bound on R, or a lower bound on a recovery)."""
+
+    candidate: str
+    outcome: str
+    labels: int
+    reused: int
+    bound: float | None
+    bound_side: str  # "upper" (R <= bound) or "lower" (recovery >= bound)
+    e_value: float | None
+    threshold: float | None
+    fail_e_value: float | None
+    estimate: float | None
+    reason: str
+
+    def bound_words(self) -> str:
+        if self.bound is None:
+            return "no bound"
+        if self.bound_side == "lower":
+            return f"recovery >= {share_text(self.bound)}"
+        return f"R <= {bound_text(self.bound)}"
+
+    def line(self) -> str:
+        """The one line a CI log shows for it."""
+        e = "" if self.e_value is None else f", e-value {self.e_value:.3g} / {self.threshold:.3g}"
+        f = "" if self.fail_e_value is None or self.outcome != "fail" else f", fail e-value {self.fail_e_value:.3g}"
+        reuse = f" ({self.reused} reused)" if self.reused else ""
+        return f"{self.outcome.upper():9} {self.candidate}: {self.labels} labels{reuse}, {self.bound_words()}{e}{f}"
+
+
+def gate_rows(cert) -> list[GateRow]:
+    """The gate's candidates, in the certificate's order."""
+    out = []
+    for c in cert.candidates:
+        rec = c.recovery
+        bound, side = (c.upper_bound, "upper") if rec is None else (rec.lower_bound, "lower")
+        estimate = c.estimate if rec is None else rec.estimate
+        out.append(GateRow(c.candidate, c.outcome, c.labels_human, c.reused or 0, bound, side, c.e_value,
+                           c.threshold, c.futility_e_value, estimate, c.reason or ""))
+    return out
+
+
+def gate_json(cert, files: dict | None = None) -> dict:
+    """``--json``: the outcome per candidate, with the claim, the level and the exit status."""
+    g = cert.gate
+    return {"job": cert.job, "job_id": cert.job_id, "claim": g.claim, "delta": g.delta, "exit_code": g.exit_code,
+            "passed": g.passed, "failed": g.failed, "undecided": g.undecided,
+            "candidates": [asdict(r) for r in gate_rows(cert)], "note": g.note, **({"files": files} if files else {})}
+
+
+def write_json(cert, path, files: dict | None = None) -> None:
+    path.write_text(json.dumps(gate_json(cert, files), indent=2, allow_nan=False) + "\n")
+
+
+def junit_xml(cert) -> str:
+    """JUnit XML: a test suite named after the job, a test case per candidate; a fail is a
+    ``<failure>``, an undecided one ``<skipped>``, each with the bound in its message."""
+    rows, g = gate_rows(cert), cert.gate
+    suite = ET.Element("testsuite", name=f"certsel gate: {cert.job}", tests=str(len(rows)),
+                       failures=str(len(g.failed)), errors="0", skipped=str(len(g.undecided)),
+                       time=f"{cert.seconds:.3f}")
+    props = ET.SubElement(suite, "properties")
+    for k, v in (("claim", g.claim), ("delta", f"{g.delta:g}"), ("job_id", cert.job_id or "")):
+        ET.SubElement(props, "property", name=k, value=v)
+    for r in rows:
+        case = ET.SubElement(suite, "testcase", classname=f"certsel.gate.{cert.job}", name=r.candidate, time="0")
+        message = f"{r.outcome}: {r.bound_words()} at level {g.delta:g} after {r.labels} labels"
+        if r.outcome == "fail":
+            ET.SubElement(case, "failure", message=message, type="certsel.gate.fail").text = \
+                f"{r.line()}\n{g.note}"
+        elif r.outcome == "undecided":
+            ET.SubElement(case, "skipped", message=message + (f" ({r.reason})" if r.reason else ""))
+        ET.SubElement(case, "system-out").text = r.line()
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def gate_markdown(cert) -> str:
+    """A Markdown summary: the headline, a table of the candidates and what the outcomes mean."""
+    goal, g = goal_of(cert), cert.gate
+    icon = {"pass": "✅ pass", "fail": "❌ fail", "undecided": "⚠️ undecided"}
+    lines = [f"### {goal.headline(cert)}", "", f"**{cert.job}**: pass when {g.claim} is certified at delta = "
+             f"{g.delta:g}", "", "| candidate | outcome | labels | reused | bound | e-value / threshold |",
+             "|---|---|---:|---:|---|---:|"]
+    for r in gate_rows(cert):
+        e = "" if r.e_value is None else f"{r.e_value:.3g} / {r.threshold:.3g}"
+        lines.append(f"| {r.candidate} | {icon[r.outcome]} | {r.labels} | {r.reused} | {r.bound_words()} | {e} |")
+    lines += ["", g.note, ""]
+    return "\n".join(lines)

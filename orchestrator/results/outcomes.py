@@ -1,0 +1,34 @@
+"""A gated candidate's outcome and a gate's exit status: plain enums, no heavy imports (the
+outputs read them from a certificate)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+# the statuses (records.Status values) of a candidate whose claim's opposite was certified
+FAIL_STATUSES = ("futile", "above alpha")
+
+
+class Outcome(StrEnum):
+    """A gated candidate's outcome (procedure ``gate``): its claim certified at delta (``pass``),
+    the opposite certified at delta (``fail``: the futility test, or an estimation policy's
+    R > alpha), or neither within its budget (``undecided``; also a candidate whose label
+    source failed, which says nothing about it)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    UNDECIDED = "undecided"
+
+    @classmethod
+    def of(cls, status: str, certified: bool) -> Outcome:
+        """The outcome of a candidate with this status (records.Status, or its value in a certificate)."""
+        if certified:
+            return cls.PASS
+        return cls.FAIL if str(status) in FAIL_STATUSES else cls.UNDECIDED
+
+
+def gate_exit_code(outcomes) -> int:
+    """``certsel gate``'s exit status: 1 when any candidate failed, else 3 when any is undecided,
+    else 0 (every candidate passed). 2 is bad input, before anything runs."""
+    outcomes = [Outcome(o) for o in outcomes]
+    return 1 if Outcome.FAIL in outcomes else 3 if Outcome.UNDECIDED in outcomes else 0
