@@ -73,9 +73,10 @@ def junit_xml(cert) -> str:
     """JUnit XML: a test suite named after the job, a test case per candidate; a fail is a
     ``<failure>``, an undecided one ``<skipped>``, each with the bound in its message."""
     rows, g = gate_rows(cert), cert.gate
-    suite = ET.Element("testsuite", name=f"certsel gate: {cert.job}", tests=str(len(rows)),
-                       failures=str(len(g.failed)), errors="0", skipped=str(len(g.undecided)),
-                       time=f"{cert.seconds:.3f}")
+    counts = {"tests": str(len(rows)), "failures": str(len(g.failed)), "errors": "0", "skipped": str(len(g.undecided)),
+              "time": f"{cert.seconds:.3f}"}
+    root = ET.Element("testsuites", name="certsel gate", **counts)
+    suite = ET.SubElement(root, "testsuite", name=f"certsel gate: {cert.job}", **counts)
     props = ET.SubElement(suite, "properties")
     for k, v in (("claim", g.claim), ("delta", f"{g.delta:g}"), ("job_id", cert.job_id or "")):
         ET.SubElement(props, "property", name=k, value=v)
@@ -88,8 +89,8 @@ def junit_xml(cert) -> str:
         elif r.outcome == "undecided":
             ET.SubElement(case, "skipped", message=message + (f" ({r.reason})" if r.reason else ""))
         ET.SubElement(case, "system-out").text = r.line()
-    ET.indent(suite)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
 def gate_markdown(cert) -> str:

@@ -1,0 +1,151 @@
+"""``certsel gate``: a job's candidates each decided on their own as pass, fail or undecided.
+
+The procedure and its outcomes against their definitions, the exit statuses 0/1/2/3 of the
+command (in-process, a real Ray), the files CI reads (JSON, JUnit XML read back by a JUnit
+parser, Markdown), and the type-I error of ``pass`` at the boundary over 2,000 simulated runs."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from junitparser import Failure, JUnitXml, Skipped
+
+from certsel import cli
+from certsel.config import ConfigError, parse_config
+from certsel.gate import as_gate, gate_config
+from certsel.orchestrator.results.outcomes import Outcome, gate_exit_code
+from certsel.policies.autoeval import log_evalue_paths
+from certsel.policies.procedures import get_procedure
+from certsel.policies.recovery import Recovery
+
+
+def _table(tmp_path, n_items=400):
+    """Three candidates with losses of known mean: good 0.02, borderline 0.2, bad 0.6."""
+    rng = np.random.default_rng(7)
+    rows = {"candidate": [], "item": [], "loss_human": []}
+    for name, mean in (("good", 0.02), ("borderline", 0.2), ("bad", 0.6)):
+        loss = np.zeros(n_items)
+        loss[rng.permutation(n_items)[: round(mean * n_items)]] = 1.0
+        rows["candidate"] += [name] * n_items
+        rows["item"] += list(range(n_items))
+        rows["loss_human"] += loss.tolist()
+    path = tmp_path / "losses.parquet"
+    pq.write_table(pa.table(rows), path)
+    return path
+
+
+def _job(tmp_path, n=60):
+    path = tmp_path / "gate.yaml"
+    path.write_text(f"data: {{path: {_table(tmp_path)}}}\npolicy: {{kind: r-eval}}\nalpha: 0.2\ndelta: 0.1\n"
+                    f"budget: {{n: {n}, batch: 20}}\nseed: 3\nstate: {{dir: {tmp_path / 'jobs'}}}\n"
+                    f"tracking: {{uri: 'sqlite:///{tmp_path}/mlruns.db'}}\n")
+    return path
+
+
+def test_outcomes_and_exit_codes_follow_their_definitions():
+    assert Outcome.of("certified", True) is Outcome.PASS
+    assert Outcome.of("futile", False) is Outcome.FAIL and Outcome.of("above alpha", False) is Outcome.FAIL
+    for status in ("not certified", "source failed", "worker lost", "stopped"):
+        assert Outcome.of(status, False) is Outcome.UNDECIDED
+    assert gate_exit_code(["pass", "pass"]) == 0
+    assert gate_exit_code(["pass", "undecided"]) == 3
+    assert gate_exit_code(["undecided", "fail", "pass"]) == 1
+
+
+def test_the_gate_procedure_tests_each_candidate_at_delta_and_selects_none():
+    proc = get_procedure("gate")
+    np.testing.assert_array_equal(proc.candidate_deltas(0.1, 4), np.full(4, 0.1))
+    log_e = np.log([9.0, 10.0, 11.0, 1.0])
+    np.testing.assert_array_equal(proc.certified(log_e, 0.1), [False, True, True, False])
+    assert proc.selection(np.array([True, True]), None) == -1
+    own = np.array([0.05, 0.3])
+    np.testing.assert_array_equal(proc.joint_bounds(0.1, np.array([True, False]), own), own)
+
+
+def test_a_gate_fails_at_delta_and_says_so_when_the_job_file_set_another_futility(tmp_path):
+    raw = {"data": {"path": str(_table(tmp_path))}, "policy": {"kind": "r-eval"}, "alpha": 0.2, "delta": 0.05,
+           "procedure": "gate"}
+    assert parse_config(raw).scheduling.futility == 0.05  # the gate's level, not DEFAULT_FUTILITY
+    with pytest.raises(ConfigError, match="scheduling.futility must be delta"):
+        parse_config({**raw, "scheduling": {"futility": 0.2}})
+    said = []
+    gated = as_gate({**raw, "procedure": "fst", "order": ["good", "bad", "borderline"],
+                     "scheduling": {"futility": 0.2, "start": "pilot"}}, only=["good"], warn=said.append)
+    assert gated["procedure"] == "gate" and "order" not in gated and gated["scheduling"] == {}
+    assert gated["candidates"] == ["good"] and "futility 0.2" in said[0]
+    assert gate_config(raw, only=["bad"]).candidates == ["bad"]
+
+
+@pytest.mark.integration
+def test_the_command_exits_0_1_3_and_2_and_writes_what_ci_reads(tmp_path, capsys):
+    job = _job(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    base = ["gate", str(job), "--no-tracking", "--home", str(tmp_path / "home")]
+    assert cli.main([*base, "--only", "good", "--json", str(out / "good.json")]) == 0
+    got = json.loads((out / "good.json").read_text())
+    assert got["exit_code"] == 0 and got["passed"] == ["good"]
+    (row,) = got["candidates"]
+    assert row["outcome"] == "pass" and row["labels"] <= 60 and row["reused"] == 0
+    assert row["bound_side"] == "upper" and row["bound"] <= 0.2 and row["e_value"] >= 10
+    assert cli.main([*base, "--only", "good", "--only", "borderline"]) == 3
+    assert cli.main([*base, "--json", str(out / "all.json"), "--junit", str(out / "all.xml"),
+                     "--summary", str(out / "summary.md")]) == 1
+    text = capsys.readouterr().out
+    assert "FAIL      bad:" in text and "gate: 1 pass, 1 fail, 1 undecided (exit 1)" in text
+    got = json.loads((out / "all.json").read_text())
+    assert (got["passed"], got["failed"], got["undecided"]) == (["good"], ["bad"], ["borderline"])
+    bad = next(c for c in got["candidates"] if c["candidate"] == "bad")
+    assert bad["fail_e_value"] >= 10 and bad["labels"] < 60  # the fail test reached 1/delta and stopped it early
+    # JUnit XML, read back by a JUnit parser: a test case per candidate, fail as failure, undecided as skipped
+    xml = JUnitXml.fromfile(str(out / "all.xml"))
+    (suite,) = list(xml)
+    assert suite.name == f"certsel gate: {job.stem}" and xml.failures == 1
+    cases = {case.name: case for case in suite}
+    assert set(cases) == {"good", "borderline", "bad"}
+    assert cases["good"].is_passed
+    assert isinstance(cases["bad"].result[0], Failure) and "R <= " in cases["bad"].result[0].message
+    assert isinstance(cases["borderline"].result[0], Skipped)
+    assert suite.tests == 3 and suite.failures == 1 and suite.skipped == 1
+    md = (out / "summary.md").read_text()
+    assert md.startswith("### gate: 1 pass, 1 fail, 1 undecided (exit 1)") and "| bad | ❌ fail |" in md
+    # bad input: nothing runs, exit 2 with one line naming the problem
+    assert cli.main([*base, "--only", "nobody"]) == 2
+    assert "candidates: unknown candidate(s)" in capsys.readouterr().err
+    assert cli.main([*base, "--junit", str(tmp_path / "missing" / "x.xml")]) == 2
+
+
+def _boundary_scores(rng, reps, n, r, p_ref=0.7, disagree=0.1):
+    """Paired scores with E[s] / E[s_ref] = r exactly: s_ref ~ Bernoulli(p_ref), and s copies
+    s_ref except on a share of items where it is redrawn so that E[s] = r p_ref."""
+    ref = (rng.random((reps, n)) < p_ref).astype(float)
+    redraw = rng.random((reps, n)) < disagree
+    # E[s] = (1 - disagree) p_ref + disagree q = r p_ref  ->  q
+    q = (r * p_ref - (1 - disagree) * p_ref) / disagree
+    assert 0 <= q <= 1
+    s = np.where(redraw, (rng.random((reps, n)) < q).astype(float), ref)
+    return s, ref
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("r", [0.95, 0.9])
+def test_pass_at_the_boundary_is_wrong_at_most_delta_of_the_time(r):
+    """2,000 runs of the gate's test with a true recovery of exactly r and a budget of 1,000
+    items: a pass needs the e-process to reach 1/delta at some point of the budget (the fail
+    test stopping it earlier only lowers the rate), so the rate of that event bounds the
+    type-I error of pass. A rate above delta fails the test when its 99% Clopper-Pearson lower
+    bound is above delta (the audit's verdict "failed"); the rate itself is checked against
+    delta too, so that a test near its level cannot hide in the interval's width."""
+    from scipy.stats import beta
+
+    delta, reps, n = 0.1, 2000, 1000
+    claim = Recovery(r)
+    s, ref = _boundary_scores(np.random.default_rng(11), reps, n, r)
+    losses = claim.losses(s, ref)
+    log_e = log_evalue_paths(losses, alpha=claim.alpha, delta=delta, rhos=(0.0,), betting="up", horizon=n,
+                             observation="split")
+    passes = int(np.sum(log_e.max(axis=1) >= np.log(1 / delta)))
+    lower = beta.ppf(0.01, passes, reps - passes + 1) if passes else 0.0
+    assert lower <= delta and passes / reps <= delta, f"{passes} passes in {reps} runs at the boundary"
