@@ -33,7 +33,7 @@ R, BUDGET, BAND = 0.95, 1000, 0.05
 
 
 def _gate_once(seed: int):
-    from certsel.gate import gate_config
+    from certsel.gates import gate_config
     from certsel.orchestrator.engine.driver import LocalRuntime, run_job
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.results.outcomes import Outcome

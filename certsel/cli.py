@@ -87,6 +87,10 @@ def _build_parser() -> argparse.ArgumentParser:
                                      "pass, 1 any fail, 3 any undecided, 2 bad input)")
     _job_arguments(gt, "job file, as certsel run takes it (or an llm-compressor lmeval test config)", "budget.n=1000")
     gt.add_argument("--only", action="append", metavar="NAME", help="gate only this candidate (repeatable)")
+    gt.add_argument("--compressed", metavar="MODEL",
+                    help="an llm-compressor test config: the compressed checkpoint to gate (a folder or model id)")
+    gt.add_argument("--base", metavar="MODEL",
+                    help="an llm-compressor test config: the reference model (default: the config's model)")
     gt.add_argument("--json", type=pathlib.Path, metavar="PATH",
                     help="write the outcomes here: per candidate outcome, labels, reused, bound")
     gt.add_argument("--junit", type=pathlib.Path, metavar="PATH", help="write JUnit XML here (a test case per candidate)")
@@ -434,7 +438,7 @@ def _run(args) -> int:
 
 def _gate(args) -> int:
     """``certsel gate``: a line per candidate, the files CI reads, and the gate's exit status."""
-    from certsel.gate import gate
+    from certsel.gates import gate
     from certsel.orchestrator.outputs.gate_files import gate_markdown, junit_xml, write_json
     from certsel.orchestrator.outputs.paths import output_file
 
@@ -442,7 +446,7 @@ def _gate(args) -> int:
         if path is not None:
             output_file(path, opt)  # a folder that cannot be written is bad input, before anything runs
     res = gate(args.config, only=args.only, overrides=args.overrides, output=args.output,
-               track=not args.no_tracking, fresh=args.fresh,
+               track=not args.no_tracking, fresh=args.fresh, compressed=args.compressed, base=args.base,
                warn=lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True))
     cert = res.selection
     from certsel.orchestrator.outputs.goals import goal_of

@@ -13,7 +13,6 @@ import io
 import json
 from typing import TYPE_CHECKING
 
-from certsel.orchestrator.outputs.cells import headline
 from certsel.orchestrator.outputs.goals import Column, goal_of
 
 if TYPE_CHECKING:  # the schema imports pydantic: only where a certificate is parsed

@@ -14,11 +14,14 @@ from junitparser import Failure, JUnitXml, Skipped
 
 from certsel import cli
 from certsel.config import ConfigError, parse_config
-from certsel.gate import as_gate, gate_config
+from certsel.gates import as_gate, gate_config
 from certsel.orchestrator.results.outcomes import Outcome, gate_exit_code
 from certsel.policies.autoeval import log_evalue_paths
 from certsel.policies.procedures import get_procedure
 from certsel.policies.recovery import Recovery
+from certsel.workers.replay import DATA_DIR
+
+DATA = DATA_DIR / "triviaqa_llama31_8b_mx.parquet"
 
 
 def _table(tmp_path, n_items=400):
@@ -149,3 +152,85 @@ def test_pass_at_the_boundary_is_wrong_at_most_delta_of_the_time(r):
     passes = int(np.sum(log_e.max(axis=1) >= np.log(1 / delta)))
     lower = beta.ppf(0.01, passes, reps - passes + 1) if passes else 0.0
     assert lower <= delta and passes / reps <= delta, f"{passes} passes in {reps} runs at the boundary"
+
+
+@pytest.mark.integration
+def test_assert_certified_passes_fails_and_skips(tmp_path):
+    from certsel.testing import assert_certified
+
+    job = _job(tmp_path)
+    res = assert_certified(job, only=["good"])
+    assert res.passed and res.outcomes == {"good": "pass"}
+    with pytest.raises(AssertionError, match=r"1 candidate\(s\) failed\nFAIL      bad: "):
+        assert_certified(job, only=["bad", "good"])
+    with pytest.raises(pytest.skip.Exception, match="undecided within the budget\nUNDECIDED borderline: "):
+        assert_certified(job, only=["borderline"])
+
+
+LLMC = """\
+cadence: "weekly"
+model: meta-llama/Meta-Llama-3-8B-Instruct
+scheme: FP8_DYNAMIC
+lmeval:
+  model: vllm
+  task: gsm8k
+  num_fewshot: 5
+  limit: 1000
+  apply_chat_template: false
+  dtype: bfloat16
+  add_bos_token: true
+  max_model_len: 2048
+  recovery_threshold: 0.95
+  metrics:
+    exact_match,flexible-extract: 0.75
+    exact_match,strict-match: 0.75
+"""
+
+
+def test_an_llm_compressor_config_is_read_as_it_is(tmp_path):
+    path = tmp_path / "fp8_dynamic_per_token.yaml"
+    path.write_text(LLMC)
+    cfg = gate_config(path, compressed="out/Meta-Llama-3-8B-Instruct-FP8_DYNAMIC")
+    opts = cfg.labels.options
+    assert (cfg.procedure, cfg.recovery.at_least, cfg.budget.n) == ("gate", 0.95, 1000)
+    assert (opts["task"], opts["metric"], opts["filter"]) == ("gsm8k", "exact_match", "flexible-extract")
+    (cand,) = opts["candidates"]
+    assert cand["id"] == "Meta-Llama-3-8B-Instruct-FP8_DYNAMIC" and cand["model"] == "vllm"
+    assert cand["num_fewshot"] == 5
+    assert cand["model_args"] == ("pretrained=out/Meta-Llama-3-8B-Instruct-FP8_DYNAMIC,dtype=bfloat16,"
+                                  "add_bos_token=True,max_model_len=2048")
+    assert opts["reference"]["model_args"].startswith("pretrained=meta-llama/Meta-Llama-3-8B-Instruct,")
+    assert cfg.recovery_reference == "meta-llama/Meta-Llama-3-8B-Instruct"
+    assert gate_config(path, ["budget.n=300"], compressed="ckpt", base="other/base").budget.n == 300
+    # a per-metric threshold, and the older flat form
+    path.write_text(LLMC.replace("recovery_threshold: 0.95", "recovery_threshold:\n    exact_match,flexible-extract: 0.9"))
+    assert gate_config(path, compressed="ckpt").recovery.at_least == 0.9
+    path.write_text("model: org/base\nmodel_args: {dtype: float16}\ntask: arc_easy\nnum_fewshot: 0\nlimit: 500\n"
+                    "recovery_threshold: 0.97\n")
+    cfg = gate_config(path, compressed="ckpt")
+    assert (cfg.labels.options["task"], cfg.budget.n, cfg.recovery.at_least) == ("arc_easy", 500, 0.97)
+    assert cfg.labels.options["candidates"][0]["model_args"] == "pretrained=ckpt,dtype=float16"
+    with pytest.raises(Exception, match="give it"):
+        gate_config(path)
+
+
+@pytest.mark.integration
+def test_an_llm_compressor_gate_decides_on_a_recorded_table(tmp_path):
+    """The config's job with a recorded table standing in for the model runs: the quantization
+    table's scores of a config at recovery 1.00 and one at 0.40 against full precision."""
+    from certsel.config.llmcompressor import gate_job
+    from certsel.gates import gate
+    import yaml
+
+    trivia = pq.read_table(DATA).to_pandas()
+    keep = {"mx_m8_r4_k64": "w8-good", "mx_m3_r2_k16": "w3-bad"}
+    rows = trivia[trivia.candidate.isin(keep)].assign(candidate=lambda d: d.candidate.map(keep))
+    table = tmp_path / "recorded.parquet"
+    rows[["candidate", "item", "score_human", "score_fp_human"]].to_parquet(table)
+    job = gate_job(yaml.safe_load(LLMC), compressed="ckpt", name="llmc")
+    job.pop("labels")
+    job.update(data={"path": str(table), "score": "score_human", "reference": "score_fp_human"},
+               state={"dir": str(tmp_path / "jobs")})
+    res = gate(job, track=False)
+    assert res.outcomes == {"w8-good": "pass", "w3-bad": "fail"} and res.exit_code == 1
+    assert all(r.labels < 1000 for r in res.rows)  # decided well before llm-compressor's 1,000 documents

@@ -127,6 +127,10 @@ class LmEvalSpec:
     cache_dir: str
     batch_size: int = 1
     gen_kwargs: dict = field(default_factory=dict)
+    # a model compared with the candidate on each document: the loss is then the recovery loss
+    # (r s_ref - s + 1) / (1 + r) when ``recovery`` is r, else the drop max(s_ref - s, 0)
+    reference: LmEvalSpec | None = None
+    recovery: float | None = None
 
     def build(self, arrays, rows):
         return LmEvalSource(self)
@@ -142,6 +146,7 @@ class LmEvalSource:
             self._task.set_config(key="num_fewshot", value=spec.num_fewshot)
         self._docs = self._task.eval_docs
         self._lm = None
+        self._ref = None if spec.reference is None else LmEvalSource(spec.reference)
         self._loss: dict[int, float] = {}
         self.requests = 0
         self.log: list = []  # (items, role, losses) of every label bought, in order
@@ -204,11 +209,28 @@ class LmEvalSource:
             raise SourceError(f"lm-eval task {s.task!r} returned no {s.metric!r} for doc(s) {missing[:5]}")
         return out
 
+    def _losses(self, docs: list[int]) -> dict[int, float]:
+        """Each document's loss: the candidate's own, or against the reference's score."""
+        got = self._run(docs)
+        if self._ref is None:
+            return got
+        ref = self._ref._run(docs)
+        self.requests += len(docs)  # the reference's evaluations
+        s = np.array([1.0 - got[d] for d in docs])  # back to scores
+        s_ref = np.array([1.0 - ref[d] for d in docs])
+        if self.spec.recovery is not None:
+            from certsel.policies.recovery import Recovery
+
+            loss = Recovery(self.spec.recovery).losses(s, s_ref)
+        else:
+            loss = np.maximum(s_ref - s, 0.0)
+        return dict(zip(docs, loss.tolist(), strict=True))
+
     def human(self, items) -> np.ndarray:
         items = np.asarray(items, dtype=np.int64)
         new = [i for i in dict.fromkeys(items.tolist()) if i not in self._loss]
         if new:
-            got = self._run(new)
+            got = self._losses(new)
             self._loss.update(got)
             self.requests += len(new)
             self.log.append((np.array(new, dtype=np.int64), "human", np.array([got[i] for i in new])))

@@ -233,12 +233,12 @@ def read_job_file(path) -> dict:
 
 def load_config(path, overrides=None, adjust=None) -> RunConfig:
     """Read and validate a YAML job file; ``overrides`` are ``KEY=VALUE`` strings; ``adjust``
-    turns the mapping (overrides applied) into the job to run (``certsel gate``: a gate)."""
+    turns the file's mapping into the job to run before the overrides apply (``certsel gate``:
+    a gate; an llm-compressor test config: its certsel job)."""
     path = pathlib.Path(path)
-    raw = apply_overrides(read_job_file(path), overrides, str(path))
+    raw = read_job_file(path)
     raw.setdefault("name", path.stem)  # a job without a name is called after its file
-    if adjust is not None:
-        raw = adjust(raw)
+    raw = apply_overrides(raw if adjust is None else adjust(raw), overrides, str(path))
     lines = key_lines(path.read_text())
     sets = {}  # a value given by --set is not the file's: an error about it names the --set
     for item in overrides or ():

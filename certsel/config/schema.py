@@ -547,7 +547,7 @@ class RunConfig(Strict):
             if self.live.reference is None:
                 raise ValueError("recovery: a live job needs live.reference (the model whose score the candidates "
                                  "must recover: a candidate's id or an endpoint)")
-        elif self.data is None:
+        elif self.data is None and self.labels is None:  # a registered source says whether it has a reference
             raise ValueError(f"recovery: needs a table with score columns (data: with data.score and "
                              f"data.reference) or a live job with live.reference; a {self.source_kind} source has "
                              "neither")
@@ -581,6 +581,9 @@ class RunConfig(Strict):
             return self.data.reference
         if self.tasks is not None:  # each task names its reference column; one name when they agree
             return ", ".join(dict.fromkeys(t.data.reference for t in self.tasks if t.data.reference)) or None
+        if self.labels is not None:  # a registered source's reference (labels.reference), named by its id
+            ref = self.labels.options.get("reference")
+            return ref.get("id", "reference") if isinstance(ref, dict) else None
         ref = None if self.live is None else self.live.reference
         if ref is None:
             return None

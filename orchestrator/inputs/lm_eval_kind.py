@@ -10,12 +10,20 @@
       num_fewshot: 0
       candidates:                   # lm_eval --model / --model_args; num_fewshot, apply_chat_template per candidate
         - {id: bf16, model: local-completions, model_args: "base_url=http://host:8000/v1/completions,model=m,tokenizer_backend=remote"}
+      reference:                    # optional: a model every candidate is compared with on each document
+        {id: base, model: local-completions, model_args: "..."}
+
+With a reference, each document's loss compares the candidate's score s with the reference's
+s_ref on that document (score: the metric, or 1 - metric when lower is better): with
+``recovery: r`` the recovery loss (r s_ref - s + 1) / (1 + r), else the drop max(s_ref - s, 0).
 
 Everything is checked when the job's data is loaded, before any label is bought: the task
 exists and is one task, the metric is computed by it, has a direction and lies in [0, 1].
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -50,6 +58,8 @@ class LmEvalOptions(BaseModel):
     apply_chat_template: bool = False
     cache_dir: str = Field(default_factory=lambda: str(home() / "cache"))  # certsel's home unless the job says
     candidates: list[LmEvalCandidate] = Field(min_length=1)
+    # a model the candidates are compared with, document by document (recovery or drop)
+    reference: LmEvalCandidate | None = None
 
     @field_validator("candidates")
     @classmethod
@@ -63,7 +73,8 @@ class LmEvalKind(SourceKind):
     options = LmEvalOptions
 
     def provides(self, cfg):
-        return Provides(False, False, "a judge (the lm-eval source has none)", "features (the lm-eval source has none)")
+        return Provides(False, False, "a judge (the lm-eval source has none)", "features (the lm-eval source has none)",
+                        reference=self.settings(cfg).reference is not None)
 
     def load(self, cfg):
         opts = self.settings(cfg)
@@ -77,6 +88,12 @@ class LmEvalKind(SourceKind):
     def spec(self, cfg, data, k, with_judge):
         opts = self.settings(cfg)
         c = next(c for c in opts.candidates if c.id == data.names[k])
+        ref = None if opts.reference is None else self._model_spec(opts, opts.reference, data)
+        return dataclasses.replace(self._model_spec(opts, c, data), reference=ref,
+                                   recovery=None if cfg.recovery is None else cfg.recovery.at_least)
+
+    @staticmethod
+    def _model_spec(opts, c, data) -> LmEvalSpec:
         metric, higher = data.function
         return LmEvalSpec(candidate=c.id, task=opts.task, include_path=opts.include_path, model=c.model,
                           model_args=c.model_args, metric=metric, higher_is_better=higher,
@@ -84,6 +101,13 @@ class LmEvalKind(SourceKind):
                           else c.apply_chat_template,
                           num_fewshot=opts.num_fewshot if c.num_fewshot is None else c.num_fewshot,
                           filter=opts.filter, cache_dir=opts.cache_dir, batch_size=c.batch_size)
+
+    def loss_words(self, cfg):
+        opts = self.settings(cfg)
+        if opts.reference is None or cfg.recovery is not None:  # a recovery goal words its own loss
+            return None
+        return (f"drop against the reference model {opts.reference.id!r} (per document: max(s_ref - s, 0), s the "
+                f"task's metric as a score)")
 
     def items_words(self, n_items):
         return f"the {n_items} documents of the lm-eval task"

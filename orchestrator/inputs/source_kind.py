@@ -49,6 +49,7 @@ class Provides:
     features: bool
     judge_key: str
     features_key: str
+    reference: bool = False  # each item is also scored by a reference model (recovery and drop claims)
 
 
 class ServerFleet(Protocol):

@@ -123,7 +123,12 @@ def load_job_data(cfg: RunConfig) -> JobData:
         kind = source_of(cfg)
         if cfg.labels is None:
             return kind.load(cfg)
-        cfg.check_policy_inputs(asdict(kind.provides(cfg)))  # the checks config makes for the built-in sections
+        has = kind.provides(cfg)
+        cfg.check_policy_inputs(asdict(has))  # the checks config makes for the built-in sections
+        if cfg.recovery is not None and not has.reference:
+            raise ValueError(f"recovery: needs a reference model's scores; the {kind.name} source has none"
+                             + (" (set labels.reference)" if "reference" in (kind.options.model_fields if kind.options
+                                                                           else {}) else ""))
         data = kind.load(cfg)
         # what the built-in loaders check, for whatever a registered source returned
         check_size(cfg, data.n_items, f"the {kind.name} source")

@@ -1,7 +1,7 @@
 """Certified gates for CI: each candidate of a job passes, fails or stays undecided.
 
     import certsel
-    res = certsel.gate("examples/quantization_recovery.yaml", only=["mx_m8_r4_k64"])
+    res = certsel.gate("examples/gate_recovery.yaml", only=["mx_m8_r4_k64"])
     res.exit_code, res.outcomes        # 0 / 1 / 3, {"mx_m8_r4_k64": "pass"}
 
 A gate takes the job file ``certsel run`` takes (a table, an lm-eval task, inspect logs, live
@@ -56,17 +56,29 @@ def as_gate(raw: dict, only=None, warn=None) -> dict:
     return raw
 
 
-def gate_config(job, overrides=(), only=None, warn=None):
+def gate_config(job, overrides=(), only=None, warn=None, compressed=None, base=None):
     """The :class:`~certsel.config.RunConfig` of ``job``'s gate (a job file, a mapping or a
-    RunConfig; ``overrides``: ``KEY=VALUE`` strings), checked as ``certsel run`` checks a job."""
+    RunConfig; ``overrides``: ``KEY=VALUE`` strings), checked as ``certsel run`` checks a job.
+    An llm-compressor lm-eval test config gates the checkpoint ``compressed`` against ``base``
+    (default: the config's model; :mod:`certsel.config.llmcompressor`)."""
     from certsel.api import job_config
     from certsel.config import RunConfig
+    from certsel.config.llmcompressor import gate_job, is_llmcompressor
     from certsel.config.loading import apply_overrides, load_config
 
+    def adjust(raw, where="job"):
+        if is_llmcompressor(raw):
+            raw = gate_job(raw, compressed=compressed, base=base, name=raw.get("name", "llm-compressor"),
+                           where=where)
+        elif compressed is not None or base is not None:
+            raise InputError(f"{where}: --compressed and --base are for llm-compressor test configs; this is a "
+                             "certsel job (name its candidates and reference in the file)")
+        return as_gate(raw, only, warn)
+
     if isinstance(job, (str, pathlib.Path)):
-        return load_config(job, overrides, adjust=lambda raw: as_gate(raw, only, warn))
+        return load_config(job, overrides, adjust=lambda raw: adjust(raw, str(job)))
     raw = job.model_dump(mode="json", exclude_none=True) if isinstance(job, RunConfig) else dict(job)
-    return job_config(as_gate(apply_overrides(raw, overrides, "job"), only, warn))
+    return job_config(apply_overrides(adjust(raw), overrides, "job"))
 
 
 @dataclass
@@ -94,16 +106,17 @@ def result_of(cert, output_dir=None) -> GateResult:
 
 
 def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh: bool = False,
-         progress=None, warn=None) -> GateResult:
+         progress=None, warn=None, compressed=None, base=None) -> GateResult:
     """Gate ``job``'s candidates (a job file, a mapping or a RunConfig) and return the
     :class:`GateResult`. A job of the same configuration that finished before is not run
-    again: its certificate answers (``fresh=True`` runs it anew)."""
+    again: its certificate answers (``fresh=True`` runs it anew). ``compressed`` and ``base``:
+    an llm-compressor test config's checkpoint and base model (see :func:`gate_config`)."""
     from certsel.orchestrator.commands.job import execute, finished_job
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.outputs.certificate import certificate_of
     from certsel.orchestrator.outputs.selection_schema import parse
 
-    cfg = gate_config(job, overrides, only, warn)
+    cfg = gate_config(job, overrides, only, warn, compressed, base)
     if fresh:
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
     data = load_job_data(cfg)
