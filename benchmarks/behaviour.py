@@ -63,8 +63,9 @@ VOLATILE = {"created", "seconds", "job_id", "certsel_version"}  # differ between
 # the file's format, not the job's behaviour: selection.json gained a schema version after the baseline
 FORMAT = {"schema_version"}
 # fields added after the baseline, left out where they hold the value every baseline job has
-# (a record's exact: a table job never decides on an exact mean; True would still differ)
-ADDED = {"exact": False}
+# (a record's exact: a table job never decides on an exact mean; True would still differ; a record's
+# reused: no baseline job keeps labels across jobs)
+ADDED = {"exact": False, "reused": 0}
 
 
 def plain(x):
@@ -73,7 +74,7 @@ def plain(x):
         return plain(dataclasses.asdict(x))
     if isinstance(x, dict):
         return {str(k): plain(v) for k, v in x.items()
-                if k not in VOLATILE | FORMAT and not (k in ADDED and v is ADDED[k])}
+                if k not in VOLATILE | FORMAT and not (k in ADDED and type(v) is type(ADDED[k]) and v == ADDED[k])}
     if isinstance(x, (list, tuple)):
         return [plain(v) for v in x]
     if isinstance(x, np.ndarray):

@@ -98,6 +98,8 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="append a Markdown summary here (e.g. \"$GITHUB_STEP_SUMMARY\")")
     gt.add_argument("--output", type=pathlib.Path, metavar="DIR",
                     help="write report.html, selection.json and labels.parquet here (default: the job's folder)")
+    gt.add_argument("--labels", type=pathlib.Path, metavar="PATH",
+                    help="the label store, reused across runs (default: HOME/labels.db; a path CI caches)")
     gt.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     gt.add_argument("--fresh", action="store_true", help="run again even if this gate finished before")
     gt.add_argument("--quiet", action="store_true", help="print only the outcome lines")
@@ -447,6 +449,7 @@ def _gate(args) -> int:
             output_file(path, opt)  # a folder that cannot be written is bad input, before anything runs
     res = gate(args.config, only=args.only, overrides=args.overrides, output=args.output,
                track=not args.no_tracking, fresh=args.fresh, compressed=args.compressed, base=args.base,
+               labels=args.labels,
                warn=lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True))
     cert = res.selection
     from certsel.orchestrator.outputs.goals import goal_of

@@ -32,10 +32,21 @@ _SELECTION_ONLY = ("order",)
 _PILOT_ONLY = ("start", "pilot_items", "pilot_margin", "pilot_check")
 
 
-def as_gate(raw: dict, only=None, warn=None) -> dict:
+def as_gate(raw: dict, only=None, warn=None, labels=None) -> dict:
     """A job's mapping turned into its gate: procedure ``gate``, no fixed sequence or pilot, the
-    futility level at delta (a gate's fail rule), and only the candidates ``only`` when given."""
+    futility level at delta (a gate's fail rule), only the candidates ``only`` when given, and
+    labels kept across runs in ``labels`` (default: the job's ``state.store``, else
+    CERTSEL_HOME/labels.db)."""
+    from certsel.home import home
+
     raw = dict(raw)
+    state = dict(raw.get("state") or {})
+    if labels is not None or state.get("store") is None:
+        if labels is None:  # certsel's home, made on first use as the jobs folder is
+            home().mkdir(parents=True, exist_ok=True)
+        state["store"] = str(pathlib.Path(labels).expanduser().absolute() if labels is not None
+                             else home() / "labels.db")
+    raw["state"] = state
     if raw.get("tasks") is not None:
         raise InputError("certsel gate: a multi-task job certifies each candidate on every task; gate each task's "
                          "table on its own, or give an aggregate: section")
@@ -56,7 +67,7 @@ def as_gate(raw: dict, only=None, warn=None) -> dict:
     return raw
 
 
-def gate_config(job, overrides=(), only=None, warn=None, compressed=None, base=None):
+def gate_config(job, overrides=(), only=None, warn=None, compressed=None, base=None, labels=None):
     """The :class:`~certsel.config.RunConfig` of ``job``'s gate (a job file, a mapping or a
     RunConfig; ``overrides``: ``KEY=VALUE`` strings), checked as ``certsel run`` checks a job.
     An llm-compressor lm-eval test config gates the checkpoint ``compressed`` against ``base``
@@ -73,7 +84,7 @@ def gate_config(job, overrides=(), only=None, warn=None, compressed=None, base=N
         elif compressed is not None or base is not None:
             raise InputError(f"{where}: --compressed and --base are for llm-compressor test configs; this is a "
                              "certsel job (name its candidates and reference in the file)")
-        return as_gate(raw, only, warn)
+        return as_gate(raw, only, warn, labels)
 
     if isinstance(job, (str, pathlib.Path)):
         return load_config(job, overrides, adjust=lambda raw: adjust(raw, str(job)))
@@ -106,17 +117,19 @@ def result_of(cert, output_dir=None) -> GateResult:
 
 
 def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh: bool = False,
-         progress=None, warn=None, compressed=None, base=None) -> GateResult:
+         progress=None, warn=None, compressed=None, base=None, labels=None) -> GateResult:
     """Gate ``job``'s candidates (a job file, a mapping or a RunConfig) and return the
     :class:`GateResult`. A job of the same configuration that finished before is not run
     again: its certificate answers (``fresh=True`` runs it anew). ``compressed`` and ``base``:
-    an llm-compressor test config's checkpoint and base model (see :func:`gate_config`)."""
+    an llm-compressor test config's checkpoint and base model (see :func:`gate_config`);
+    ``labels``: the label store's file (default: CERTSEL_HOME/labels.db): a label an earlier
+    gate bought for the same model, task, item and settings is reused, and counted as such."""
     from certsel.orchestrator.commands.job import execute, finished_job
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.outputs.certificate import certificate_of
     from certsel.orchestrator.outputs.selection_schema import parse
 
-    cfg = gate_config(job, overrides, only, warn, compressed, base)
+    cfg = gate_config(job, overrides, only, warn, compressed, base, labels)
     if fresh:
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
     data = load_job_data(cfg)

@@ -22,6 +22,7 @@ from certsel.policies.recovery import Recovery
 from certsel.workers.replay import DATA_DIR
 
 DATA = DATA_DIR / "triviaqa_llama31_8b_mx.parquet"
+ROOT = DATA_DIR.parents[1]
 
 
 def _table(tmp_path, n_items=400):
@@ -234,3 +235,80 @@ def test_an_llm_compressor_gate_decides_on_a_recorded_table(tmp_path):
     res = gate(job, track=False)
     assert res.outcomes == {"w8-good": "pass", "w3-bad": "fail"} and res.exit_code == 1
     assert all(r.labels < 1000 for r in res.rows)  # decided well before llm-compressor's 1,000 documents
+
+
+@pytest.mark.integration
+def test_a_second_gate_on_the_same_model_reuses_every_label_and_buys_none(tmp_path):
+    """Through a real Ray and the durable label log: the rerun (a new job: --fresh) takes every
+    label from the store, bought none, and decides the same; the label log marks them."""
+    from certsel.gates import gate
+
+    store = tmp_path / "labels.db"
+    first = gate(_job(tmp_path), labels=store, track=False)
+    second = gate(_job(tmp_path), labels=store, track=False, fresh=True)
+    assert second.job_id != first.job_id and second.outcomes == first.outcomes
+    for a, b in zip(first.rows, second.rows, strict=True):
+        assert a.reused == 0 and a.labels > 0
+        assert (b.labels, b.reused) == (0, a.labels)  # every label reused, none bought
+        assert (b.e_value, b.bound) == (a.e_value, a.bound)
+    assert all(c.requests == 0 for c in second.selection.candidates)
+    labels = pq.read_table(second.output_dir / "labels.parquet").to_pandas()
+    assert len(labels) == sum(r.reused for r in second.rows)
+
+
+def test_a_changed_table_candidate_column_or_claim_never_reuses_a_label(tmp_path):
+    """The identity the store keys labels by (its table's content, the candidate, the columns
+    read, the recovery claim, the units), checked on the job plans of changed jobs."""
+    from certsel.orchestrator.engine.plan import JobPlan
+    from certsel.orchestrator.inputs.sources import load_job_data
+
+    trivia = pq.read_table(DATA).to_pandas()
+    rows = trivia[trivia.candidate.isin(["mx_m8_r4_k64", "mx_m6_r2_k16"])]
+    table = tmp_path / "t.parquet"
+    rows.to_parquet(table)
+    raw = {"data": {"path": str(table), "score": "score_human", "reference": "score_fp_human"}, "recovery": 0.95,
+           "policy": {"kind": "r-eval"}, "procedure": "gate", "state": {"store": str(tmp_path / "s.db")}}
+
+    def identities(raw):
+        cfg = parse_config(raw)
+        return [s.identity for s in JobPlan(cfg, load_job_data(cfg), None).specs]
+
+    base = identities(raw)
+    assert len(set(base)) == 2 and None not in base  # one identity per candidate
+    assert identities({**raw, "seed": 5, "delta": 0.05, "budget": {"n": 100}}) == base  # what the test asks is not it
+    assert not set(identities({**raw, "recovery": 0.9})) & set(base)  # another claim: other losses
+    changed = rows.assign(score_human=np.where(rows.item == rows.item.min(), 1 - rows.score_human, rows.score_human))
+    changed.to_parquet(table)  # one score changed: the table's content is another
+    assert not set(identities(raw)) & set(base)
+    rows.to_parquet(table)
+    assert identities(raw) == base
+    risk = {**raw, "recovery": None, "data": {"path": str(table), "human": "loss_human"}}
+    assert not set(identities(risk)) & set(base)
+    assert parse_config({**raw, "state": {}}).state.store is None  # off unless asked (certsel gate asks)
+
+
+def test_an_lm_eval_candidate_reuses_labels_only_with_the_same_model_and_settings(tmp_path, monkeypatch):
+    """lm-eval identities: another model argument, few-shot setting, metric or reference is
+    another identity; the candidate's name and the cache folder are not part of it."""
+    from certsel.orchestrator.inputs.lm_eval_kind import LmEvalKind
+    from certsel.orchestrator.inputs.sources import load_job_data
+
+    args = "base_url=http://127.0.0.1:9/v1/completions,model=m,tokenizer_backend=remote"
+    raw = {"labels": {"kind": "lm-eval", "task": "additions_mc",
+                      "include_path": str(ROOT / "examples" / "lm_eval_tasks"),
+                      "candidates": [{"id": "a", "model": "local-completions", "model_args": args}]},
+           "policy": {"kind": "r-eval"}, "procedure": "gate", "alpha": 0.4, "budget": {"n": 100}}
+
+    def identity(**change):
+        labels = {**raw["labels"], **change.pop("labels", {})}
+        cfg = parse_config({**raw, **change, "labels": labels})
+        return LmEvalKind().label_identity(cfg, load_job_data(cfg), 0)
+
+    monkeypatch.chdir(ROOT)  # the task files name their data relative to the repository root
+    base = identity()
+    cand = raw["labels"]["candidates"][0]
+    assert identity(labels={"candidates": [{**cand, "id": "renamed"}], "cache_dir": str(tmp_path)}) == base
+    for change in ({"candidates": [{**cand, "model_args": args.replace("model=m", "model=m2")}]},
+                   {"candidates": [{**cand, "num_fewshot": 3}]}, {"num_fewshot": 1}, {"apply_chat_template": True},
+                   {"reference": {"id": "ref", "model": "local-completions", "model_args": args}}):
+        assert identity(labels=change) != base, change

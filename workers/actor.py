@@ -31,6 +31,7 @@ from .candidate import (
 )
 from .contracts import (CandidateSpec, HostRequest, JobArrays, Journaled, LabelRows, ModelLosses, QueuedSource,
                         QueueReport, Snapshot, SourceError)
+from .label_store import LabelStore, StoredSource
 from .labellog import LabelLog, LoggedSource, log_path
 
 
@@ -41,6 +42,8 @@ def build_candidate(spec: CandidateSpec, arrays: JobArrays, rows=(None, None)):
     """A candidate object from its spec, the job-wide :class:`JobArrays` and, for replay
     sources, its ``rows`` (human, judge) of the loss table."""
     source = spec.source.build(arrays, rows)
+    if spec.store is not None and spec.identity is not None:  # labels an earlier job bought are reused
+        source = StoredSource(source, LabelStore(spec.store), spec.identity)
     if spec.job_dir is not None:  # a durable label log: labels survive crashes, never bought twice
         log = LabelLog(log_path(spec.job_dir, spec.name), spec.name)
         if isinstance(source, Journaled):  # its own records (an annotation queue's) beside the labels

@@ -184,6 +184,9 @@ class CandidateSpec:
     settings: PolicySettings | None = None
     job_dir: str | None = None  # the durable label log's job folder (None: no log)
     snapshot_every: int | None = None  # steps between policy snapshots in the log
+    # labels kept across jobs (workers/label_store.py): the store's file and this candidate's identity in it
+    store: str | None = None
+    identity: str | None = None
 
 
 @dataclass
@@ -201,6 +204,7 @@ class Snapshot:
     n_human: int = 0
     n_judge: int = 0
     requests: int = 0
+    reused: int = 0  # human labels taken from the label store (workers/label_store.py)
     t: int = 0
     exhausted: bool = False
     estimate: float = float("nan")

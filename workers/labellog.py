@@ -41,6 +41,7 @@ import numpy as np
 from certsel.errors import first_line
 
 from .contracts import LabelRows, LabelsPending
+from .label_store import STORED
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +130,9 @@ class LabelLog:
             raise ValueError(f"{self.path} is the label log of {row[0]!r}, not {candidate!r}")
         self.candidate = candidate
         # compact: one dict entry per label, and typed arrays by row (the log can be long)
-        got = self._db.execute("select role = 'human', item, requests from labels order by seq").fetchall()
-        ints = np.array(got, dtype=np.int64).reshape(-1, 3)
+        got = self._db.execute(f"select role = 'human', item, requests, coalesce(response = '{STORED}', 0) from labels "
+                               "order by seq").fetchall()
+        ints = np.array(got, dtype=np.int64).reshape(-1, 4)
         loss = np.array(self._db.execute("select loss from labels order by seq").fetchall(),
                         dtype=np.float64).reshape(-1)
         human, rows = ints[:, 0].astype(bool), np.arange(len(ints))
@@ -138,13 +140,14 @@ class LabelLog:
                      "judge": dict(zip(ints[~human, 1].tolist(), rows[~human].tolist(), strict=True))}
         self._loss = array.array("d", loss.tobytes())  # loss of each row
         self._cum = {}  # human labels, judge labels, requests in the first k rows
-        for k, x in (("human", human), ("judge", ~human), ("requests", ints[:, 2])):
+        for k, x in (("human", human), ("judge", ~human), ("requests", ints[:, 2]), ("reused", human & (ints[:, 3] > 0))):
             self._cum[k] = array.array("q", np.concatenate([[0], np.cumsum(x, dtype=np.int64)]).tobytes())
 
-    def _add(self, role: str, item: int, loss: float, requests: int) -> None:
+    def _add(self, role: str, item: int, loss: float, requests: int, response) -> None:
         self._pos[role][item] = len(self._loss)
         self._loss.append(loss)
-        for k, add in (("human", role == "human"), ("judge", role == "judge"), ("requests", requests)):
+        for k, add in (("human", role == "human"), ("judge", role == "judge"), ("requests", requests),
+                       ("reused", role == "human" and response == STORED)):
             self._cum[k].append(self._cum[k][-1] + add)
 
     def __len__(self) -> int:
@@ -173,6 +176,10 @@ class LabelLog:
         """Human labels, judge labels and requests in the first ``rows`` rows."""
         return self._cum["human"][rows], self._cum["judge"][rows], self._cum["requests"][rows]
 
+    def reused(self, rows: int) -> int:
+        """Human labels in the first ``rows`` rows that came from the label store."""
+        return self._cum["reused"][rows]
+
     @property
     def totals(self) -> dict:
         return {k: v[-1] for k, v in self._cum.items()}
@@ -190,8 +197,8 @@ class LabelLog:
             self._db.executemany("insert into labels (role, item, loss, requests, response) values (?, ?, ?, ?, ?)",
                                  [(role, i, x, c, r) for i, x, c, r in zip(items, losses, costs, responses,
                                                                           strict=True)])
-        for i, x, c in zip(items, losses, costs, strict=True):
-            self._add(role, i, x, c)
+        for i, x, c, r in zip(items, losses, costs, responses, strict=True):
+            self._add(role, i, x, c, r)
 
     def rows(self) -> LabelRows:
         """Every label in purchase order."""
@@ -268,6 +275,10 @@ class LoggedSource:
     def requests(self) -> int:
         return self.log.counts(self.used)[2]
 
+    @property
+    def reused_labels(self) -> int:
+        return self.log.reused(self.used)
+
     def _labels(self, role: str, items) -> np.ndarray:
         items = np.asarray(items, dtype=np.int64)
         log = self.log
@@ -282,7 +293,9 @@ class LoggedSource:
                 log.append(role, got, pending.losses[: len(got)], self.source.requests - before)
                 ready = next((k for k, i in enumerate(items.tolist()) if log.row_of(role, i) is None), items.size)
                 raise LabelsPending(ready, pending.waiting) from None
-            log.append(role, missing, losses, self.source.requests - before)
+            origins = getattr(self.source, "origins", None)  # a StoredSource's: which labels the store gave
+            log.append(role, missing, losses, self.source.requests - before,
+                       None if origins is None else [STORED if o else None for o in origins(role, missing)])
         rows = np.array([log.row_of(role, i) for i in items.tolist()], dtype=np.int64)
         if rows.size:
             self.used = max(self.used, int(rows.max()) + 1)

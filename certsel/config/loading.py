@@ -174,6 +174,13 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"dir": cfg.state.dir.expanduser()})})
     if base_dir is not None and not cfg.state.dir.is_absolute():  # like cache_dir: beside the job file
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"dir": (base_dir / cfg.state.dir).resolve()})})
+    store = cfg.state.store
+    if store is not None:  # the label store, like the jobs folder: ~ expanded, a relative path beside the job file
+        store = store.expanduser()
+        store = (base_dir / store).resolve() if base_dir is not None and not store.is_absolute() else store
+        if not store.parent.is_dir():
+            raise ConfigError(f"{source}: state.store: folder {store.parent} does not exist")
+        cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"store": store})})
     for key in keys:
         p = getattr(getattr(cfg, section), key)
         if key != "cache_dir" and p is not None and not p.is_file():

@@ -263,6 +263,9 @@ class StateConfig(Strict):
     dir: pathlib.Path = Field(default_factory=jobs_dir)
     resume: Literal["auto", "never"] = "auto"
     snapshot_every: int = Field(10, ge=1, description="rounds between policy snapshots and driver checkpoints")
+    # labels kept across jobs (workers/label_store.py): a job on the same model, task, item and settings
+    # reuses what an earlier one bought. None: off (certsel gate uses CERTSEL_HOME/labels.db unless --labels)
+    store: pathlib.Path | None = None
 
 
 class RecoveryConfig(Strict):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from certsel.config import RunConfig
 from certsel.policies.kinds import PolicySettings
 from certsel.workers.contracts import CandidateSpec, JobArrays
+from certsel.workers.label_store import identity_key
 from certsel.workers.replay import label_orders
 
 from certsel.orchestrator.inputs.jobdata import JobData
@@ -73,8 +74,17 @@ class JobPlan:
                                 judge_items=None if order is None else order[1], features=features,
                                 items=self.data.items if cfg.live is not None else ())
         every = cfg.state.snapshot_every if self.job_dir is not None else None
-        self.specs = [CandidateSpec(nm, self._source(k, with_judge), kind, settings[k], self.job_dir, every)
-                      for k, nm in enumerate(names)]
+        self.specs = [CandidateSpec(nm, self._source(k, with_judge), kind, settings[k], self.job_dir, every,
+                                    *self._stored(k)) for k, nm in enumerate(names)]
+
+    def _stored(self, k: int) -> tuple[str | None, str | None]:
+        """The label store's file and candidate ``k``'s identity in it (None, None: no reuse)."""
+        store = self.cfg.state.store
+        identity = None if store is None else source_of(self.cfg).label_identity(self.cfg, self.data, k)
+        if identity is None:
+            return None, None
+        # the loss's units too: a stacked aggregate divides them by M
+        return str(store), identity_key({**identity, "unit": self.data.unit})
 
     def _source(self, k: int, with_judge: bool):
         return source_of(self.cfg).spec(self.cfg, self.data, k, with_judge)

@@ -102,6 +102,15 @@ class LmEvalKind(SourceKind):
                           num_fewshot=opts.num_fewshot if c.num_fewshot is None else c.num_fewshot,
                           filter=opts.filter, cache_dir=opts.cache_dir, batch_size=c.batch_size)
 
+    def label_identity(self, cfg, data, k):
+        # the model and every setting of the request, the task's content, the reference and the claim
+        spec = dataclasses.asdict(self.spec(cfg, data, k, False))
+        for key in ("candidate", "cache_dir", "batch_size"):  # names and plumbing, not what decides a loss
+            spec.pop(key)
+            if spec["reference"] is not None:
+                spec["reference"].pop(key)
+        return {"source": "lm-eval", "task": data.fingerprint, **spec}
+
     def loss_words(self, cfg):
         opts = self.settings(cfg)
         if opts.reference is None or cfg.recovery is not None:  # a recovery goal words its own loss

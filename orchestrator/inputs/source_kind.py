@@ -126,6 +126,12 @@ class SourceKind:
         """What one item's loss is, when the source defines it (None: "loss")."""
         return None
 
+    def label_identity(self, cfg: RunConfig, data: JobData, k: int) -> dict | None:
+        """Everything that decides candidate ``k``'s loss on an item, for the label store
+        (:mod:`certsel.workers.label_store`): two jobs whose candidates have the same identity
+        share labels. None, the default: the kind cannot say (its labels are never reused)."""
+        return None
+
 
 BUILT_IN = ("replay", "live", "python", "tasks")  # the job file's data, live, source and tasks sections
 

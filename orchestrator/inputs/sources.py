@@ -58,6 +58,13 @@ class ReplayKind(SourceKind):
         """The table's words for its loss column (data.measures), else the column's name."""
         return cfg.data.measures or f"loss (column {cfg.data.human!r})"
 
+    def label_identity(self, cfg, data, k):
+        # the table's content (its fingerprint), the candidate, the columns read and the claim's transform
+        d = cfg.data
+        return {"source": "table", "data": data.fingerprint, "candidate": data.names[k],
+                "columns": [d.human, d.judge, d.score, d.reference, d.judge_score, d.judge_reference],
+                "recovery": None if cfg.recovery is None else cfg.recovery.at_least}
+
 
 class PythonKind(SourceKind):
     name = "python"

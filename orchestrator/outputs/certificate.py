@@ -125,6 +125,8 @@ def _fields(result: JobResult) -> dict:
         if r.path:
             row.update(e_value=_round(math.exp(min(r.max_log_e, 700)), 4), log_e_value=_round(r.max_log_e),
                        threshold=_round(1.0 / float(levels[r.index]), 4))
+        if cfg.state.store is not None:  # labels kept across jobs: how many of its labels were reused
+            row["reused"] = r.reused
         if r.exact:  # the e-value is kept for the record; the exact mean decided
             row["exact"] = True
         if r.rho_weights is not None and len(r.rho_weights) > 1:

@@ -14,9 +14,9 @@ from .numbers import bound_text, share_text
 
 @dataclass(frozen=True)
 class GateRow:
-    """One gated candidate: its outcome, the labels it took (``labels``: bought by this run,
-    ``reused``: taken from the label store) and the one-sided bound of its claim's test at
-    delta (an upper bound on R, or a lower bound on a recovery)."""
+    """One gated candidate: its outcome, its human labels (``labels``: bought by this run,
+    ``reused``: taken from the label store; the test used both) and the one-sided bound of its
+    claim's test at delta (an upper bound on R, or a lower bound on a recovery)."""
 
     candidate: str
     outcome: str
@@ -41,8 +41,9 @@ class GateRow:
         """The one line a CI log shows for it."""
         e = "" if self.e_value is None else f", e-value {self.e_value:.3g} / {self.threshold:.3g}"
         f = "" if self.fail_e_value is None or self.outcome != "fail" else f", fail e-value {self.fail_e_value:.3g}"
-        reuse = f" ({self.reused} reused)" if self.reused else ""
-        return f"{self.outcome.upper():9} {self.candidate}: {self.labels} labels{reuse}, {self.bound_words()}{e}{f}"
+        used = f"{self.labels} labels" if not self.reused else \
+            f"{self.labels + self.reused} labels ({self.labels} bought, {self.reused} reused)"
+        return f"{self.outcome.upper():9} {self.candidate}: {used}, {self.bound_words()}{e}{f}"
 
 
 def gate_rows(cert) -> list[GateRow]:
@@ -52,7 +53,8 @@ def gate_rows(cert) -> list[GateRow]:
         rec = c.recovery
         bound, side = (c.upper_bound, "upper") if rec is None else (rec.lower_bound, "lower")
         estimate = c.estimate if rec is None else rec.estimate
-        out.append(GateRow(c.candidate, c.outcome, c.labels_human, c.reused or 0, bound, side, c.e_value,
+        reused = c.reused or 0
+        out.append(GateRow(c.candidate, c.outcome, c.labels_human - reused, reused, bound, side, c.e_value,
                            c.threshold, c.futility_e_value, estimate, c.reason or ""))
     return out
 
@@ -82,7 +84,7 @@ def junit_xml(cert) -> str:
         ET.SubElement(props, "property", name=k, value=v)
     for r in rows:
         case = ET.SubElement(suite, "testcase", classname=f"certsel.gate.{cert.job}", name=r.candidate, time="0")
-        message = f"{r.outcome}: {r.bound_words()} at level {g.delta:g} after {r.labels} labels"
+        message = f"{r.outcome}: {r.bound_words()} at level {g.delta:g} after {r.labels + r.reused} labels"
         if r.outcome == "fail":
             ET.SubElement(case, "failure", message=message, type="certsel.gate.fail").text = \
                 f"{r.line()}\n{g.note}"
@@ -98,7 +100,7 @@ def gate_markdown(cert) -> str:
     goal, g = goal_of(cert), cert.gate
     icon = {"pass": "✅ pass", "fail": "❌ fail", "undecided": "⚠️ undecided"}
     lines = [f"### {goal.headline(cert)}", "", f"**{cert.job}**: pass when {g.claim} is certified at delta = "
-             f"{g.delta:g}", "", "| candidate | outcome | labels | reused | bound | e-value / threshold |",
+             f"{g.delta:g}", "", "| candidate | outcome | labels bought | reused | bound | e-value / threshold |",
              "|---|---|---:|---:|---|---:|"]
     for r in gate_rows(cert):
         e = "" if r.e_value is None else f"{r.e_value:.3g} / {r.threshold:.3g}"

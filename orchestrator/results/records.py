@@ -71,6 +71,7 @@ class CandidateRecord:
     status: Status = Status.PENDING
     reason: str = ""
     n_human: int = 0
+    reused: int = 0  # of n_human: taken from the label store
     n_judge: int = 0
     requests: int = 0
     t: int = 0  # human labels consumed by the policy
@@ -103,6 +104,7 @@ class CandidateRecord:
     def apply(self, snap: Snapshot) -> None:
         """Fold an actor snapshot into the record."""
         self.n_human, self.n_judge, self.requests = snap.n_human, snap.n_judge, snap.requests
+        self.reused = snap.reused
         self.t, self.exhausted = snap.t, snap.exhausted
         self.estimate = snap.estimate
         if snap.ci is not None:

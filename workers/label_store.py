@@ -1,0 +1,136 @@
+"""Labels kept across jobs: a rerun on the same model, task, item and settings reuses them.
+
+A job's own label log (:mod:`~certsel.workers.labellog`) makes one job crash-safe; the store
+makes a label bought by one job available to the next, e.g. a CI gate run again on an
+unchanged checkpoint. A candidate's labels are keyed by its **identity**, a digest of
+everything that decides the loss of an item (:meth:`~certsel.orchestrator.inputs.source_kind.SourceKind.label_identity`:
+for an lm-eval task the model, its arguments, the task's content, metric, filter, few-shot and
+chat settings and the reference and claim; for a table its content, the candidate and the
+columns), by role (human, judge) and by item. A source kind that cannot say what decides its
+losses (a user's function, people) has no identity and never reuses a label.
+
+Reuse keeps every guarantee: a stored label is the loss the source would return for that
+item (it is a function of the identity and the item), and the job still asks for its items in
+its own seeded order, so the test sees the observations it would have bought.
+
+One SQLite file (WAL, ``synchronous=FULL``) shared by jobs and processes; a label is written
+before it is used, as in the label log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+import sqlite3
+
+import numpy as np
+
+STORED = "store"  # a label log row's ``response`` for a label taken from the store
+
+
+def identity_key(identity: dict) -> str:
+    """The store's key of a candidate's identity (a JSON-able mapping)."""
+    canon = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canon.encode()).hexdigest()[:32]
+
+
+class LabelStore:
+    """The store's file: ``(identity, role, item) -> loss``."""
+
+    def __init__(self, path):
+        self.path = pathlib.Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        self._db.execute("pragma journal_mode=wal")
+        self._db.execute("pragma synchronous=full")
+        self._db.execute("create table if not exists labels (identity text not null, role text not null, "
+                         "item integer not null, loss real not null, primary key (identity, role, item))")
+
+    def get(self, identity: str, role: str, items: list[int]) -> dict[int, float]:
+        """The stored losses of ``items`` (those that are stored)."""
+        out: dict[int, float] = {}
+        for start in range(0, len(items), 500):  # SQLite's limit on bound parameters
+            chunk = items[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            out.update(self._db.execute(f"select item, loss from labels where identity = ? and role = ? and item in "
+                                        f"({marks})", (identity, role, *chunk)).fetchall())
+        return out
+
+    def put(self, identity: str, role: str, items, losses) -> None:
+        """Store labels (one transaction, fsync'd); a label already stored is kept as it is."""
+        with self._db:
+            self._db.execute("begin immediate")
+            self._db.executemany("insert or ignore into labels values (?, ?, ?, ?)",
+                                 [(identity, role, int(i), float(x)) for i, x in zip(items, losses, strict=True)])
+
+    def count(self, identity: str | None = None) -> int:
+        if identity is None:
+            return self._db.execute("select count(*) from labels").fetchone()[0]
+        return self._db.execute("select count(*) from labels where identity = ?", (identity,)).fetchone()[0]
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class StoredSource:
+    """A label source whose labels are taken from a :class:`LabelStore` when it holds them, and
+    bought from ``source`` (then stored) when it does not. ``reused_labels`` counts the human
+    labels the store gave; :meth:`origins` says which of the last items asked came from it."""
+
+    def __init__(self, source, store: LabelStore, identity: str):
+        self.source, self.store, self.identity = source, store, identity
+        self._served: dict[str, set[int]] = {"human": set(), "judge": set()}
+        self._from_store: dict[str, set[int]] = {"human": set(), "judge": set()}
+
+    @property
+    def n_items(self) -> int:
+        return self.source.n_items
+
+    @property
+    def human_labels(self) -> int:
+        return len(self._served["human"])
+
+    @property
+    def judge_labels(self) -> int:
+        return len(self._served["judge"])
+
+    @property
+    def requests(self) -> int:
+        return self.source.requests
+
+    @property
+    def reused_labels(self) -> int:
+        return len(self._from_store["human"])
+
+    def prime(self, items) -> None:
+        """Items whose generations were paid for before (the label log's, on a resume)."""
+        prime = getattr(self.source, "prime", None)  # the replay source's: requests are counted as a live one's
+        if prime is not None:
+            prime(items)
+
+    def origins(self, role: str, items) -> list[bool]:
+        """Whether each of ``items`` (asked before, in ``role``) came from the store."""
+        return [int(i) in self._from_store[role] for i in items]
+
+    def _labels(self, role: str, items) -> np.ndarray:
+        items = np.asarray(items, dtype=np.int64)
+        wanted = list(dict.fromkeys(items.tolist()))
+        have = self.store.get(self.identity, role, wanted)
+        self._from_store[role].update(i for i in have if i not in self._served[role])
+        missing = [i for i in wanted if i not in have]
+        if missing:
+            bought = np.asarray(getattr(self.source, role)(np.array(missing, dtype=np.int64)), dtype=np.float64)
+            self.store.put(self.identity, role, missing, bought)
+            have.update(zip(missing, bought.tolist(), strict=True))
+        self._served[role].update(wanted)
+        return np.array([have[i] for i in items.tolist()], dtype=np.float64)
+
+    def human(self, items) -> np.ndarray:
+        return self._labels("human", items)
+
+    def judge(self, items) -> np.ndarray:
+        return self._labels("judge", items)
+
+    def losses(self, items) -> np.ndarray:
+        return self.human(items)
