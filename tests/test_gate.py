@@ -110,7 +110,8 @@ def test_the_command_exits_0_1_3_and_2_and_writes_what_ci_reads(tmp_path, capsys
     cases = {case.name: case for case in suite}
     assert set(cases) == {"good", "borderline", "bad"}
     assert cases["good"].is_passed
-    assert isinstance(cases["bad"].result[0], Failure) and "R <= " in cases["bad"].result[0].message
+    assert isinstance(cases["bad"].result[0], Failure)
+    assert cases["bad"].result[0].message.startswith("fail: R >= 0.2 certified at level 0.1 after ")
     assert isinstance(cases["borderline"].result[0], Skipped)
     assert suite.tests == 3 and suite.failures == 1 and suite.skipped == 1
     md = (out / "summary.md").read_text()
@@ -312,3 +313,12 @@ def test_an_lm_eval_candidate_reuses_labels_only_with_the_same_model_and_setting
                    {"candidates": [{**cand, "num_fewshot": 3}]}, {"num_fewshot": 1}, {"apply_chat_template": True},
                    {"reference": {"id": "ref", "model": "local-completions", "model_args": args}}):
         assert identity(labels=change) != base, change
+    # a checkpoint on this machine: the same path written again is another model
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"v1")
+    local = {"candidates": [{**cand, "model": "hf", "model_args": f"pretrained={ckpt},dtype=float32"}]}
+    before = identity(labels=local)
+    assert identity(labels=local) == before
+    (ckpt / "model.safetensors").write_bytes(b"v2 longer")
+    assert identity(labels=local) != before

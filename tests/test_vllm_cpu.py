@@ -16,6 +16,7 @@ R-AutoEval+ with Bonferroni.
 
 import json
 import os
+import pathlib
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -389,3 +390,44 @@ def test_inspect_task_on_vllm_stops_early_with_a_certificate(shared_url, tmp_pat
                              observation="split")  # as a certsel job tests
     assert cert["log_e_value"] == pytest.approx(float(log_e.max()), abs=1e-9)
     print(cert["words"])  # for docs/inspect.md (pytest -s)
+
+
+def test_gate_through_lm_eval_on_vllm(ray_session, shared_url, tmp_path, monkeypatch):
+    """``certsel gate`` on an lm-eval task through the real server: SmolLM2 with 3 in-context
+    examples and SmolLM2 asked exactly as the reference (0 shots), each gated on recovery >=
+    0.5 against the 0-shot model. The same-settings candidate's recovery is exactly 1, so it
+    passes; every outcome is one of three and the exit status agrees with them. Run again as a
+    new job, every label comes from the label store: none bought, no request to the server."""
+    from junitparser import JUnitXml
+
+    from certsel import cli
+    from helpers.lm_eval_runs import write_choice_task
+
+    url, served = shared_url
+    write_choice_task(tmp_path / "tasks", n=120)
+    args = f"base_url={url}/v1/completions,model={served},tokenizer_backend=remote,num_concurrent=4"
+    job = {"name": "vllm-gate", "labels": {
+        "kind": "lm-eval", "task": "additions_mc", "include_path": str(tmp_path / "tasks"), "cache_dir": "cache",
+        "candidates": [{"id": "same", "model": "local-completions", "model_args": args},
+                       {"id": "3-shot", "model": "local-completions", "model_args": args, "num_fewshot": 3}],
+        "reference": {"id": "0-shot", "model": "local-completions", "model_args": args}},
+        "recovery": {"at_least": 0.5}, "policy": {"kind": "r-eval"}, "delta": 0.1,
+        "budget": {"n": 60, "batch": 20}, "seed": 0, "state": {"dir": "jobs"}}
+    (tmp_path / "gate.yaml").write_text(yaml.safe_dump(job))
+    monkeypatch.chdir(tmp_path)
+    base = ["gate", "gate.yaml", "--no-tracking", "--labels", "labels.db"]
+    code = cli.main([*base, "--json", "first.json", "--junit", "first.xml"])
+    first = json.loads((tmp_path / "first.json").read_text())
+    outcomes = {c["candidate"]: c["outcome"] for c in first["candidates"]}
+    assert outcomes["same"] == "pass" and set(outcomes.values()) <= {"pass", "fail", "undecided"}
+    assert code == first["exit_code"] == (1 if "fail" in outcomes.values() else 3 if "undecided" in
+                                          outcomes.values() else 0)
+    assert all(c["labels"] > 0 and c["reused"] == 0 for c in first["candidates"])
+    cases = {case.name for case in next(iter(JUnitXml.fromfile(str(tmp_path / "first.xml"))))}
+    assert cases == {"same", "3-shot"}
+    assert cli.main([*base, "--fresh", "--json", "again.json"]) == code
+    again = json.loads((tmp_path / "again.json").read_text())
+    for a, b in zip(first["candidates"], again["candidates"], strict=True):
+        assert (b["labels"], b["reused"], b["outcome"]) == (0, a["labels"], a["outcome"])
+    cert = json.loads(pathlib.Path(again["files"]["selection"]).read_text())
+    assert all(c["requests"] == 0 for c in cert["candidates"])

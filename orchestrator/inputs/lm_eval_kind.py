@@ -103,12 +103,14 @@ class LmEvalKind(SourceKind):
                           filter=opts.filter, cache_dir=opts.cache_dir, batch_size=c.batch_size)
 
     def label_identity(self, cfg, data, k):
-        # the model and every setting of the request, the task's content, the reference and the claim
+        # the model and every setting of the request, the task's content, the reference and the claim;
+        # a checkpoint on this machine by its files too: one rebuilt at the same path is another model
         spec = dataclasses.asdict(self.spec(cfg, data, k, False))
-        for key in ("candidate", "cache_dir", "batch_size"):  # names and plumbing, not what decides a loss
-            spec.pop(key)
-            if spec["reference"] is not None:
-                spec["reference"].pop(key)
+        for one in (spec, spec["reference"]):
+            if one is not None:
+                for key in ("candidate", "cache_dir", "batch_size"):  # names and plumbing, not what decides a loss
+                    one.pop(key)
+                one["checkpoint_files"] = local_checkpoint(one["model_args"])
         return {"source": "lm-eval", "task": data.fingerprint, **spec}
 
     def loss_words(self, cfg):
@@ -120,6 +122,28 @@ class LmEvalKind(SourceKind):
 
     def items_words(self, n_items):
         return f"the {n_items} documents of the lm-eval task"
+
+
+def local_checkpoint(model_args: str) -> list | None:
+    """The files of a local checkpoint named in ``model_args`` (``pretrained=``, ``path=`` or
+    ``model=`` a folder or file on this machine): (name, size, modification time) of each, so
+    that a checkpoint written again, even at the same path, is another identity. None for a
+    model that is not a local path (a served model, a hub id: its arguments name it)."""
+    import pathlib
+
+    for part in model_args.split(","):
+        key, _, value = part.partition("=")
+        if key.strip() in ("pretrained", "path", "model") and value.strip():
+            p = pathlib.Path(value.strip()).expanduser()
+            if p.is_file():
+                files = [p]
+            elif p.is_dir():
+                files = sorted(f for f in p.rglob("*") if f.is_file())
+            else:
+                continue
+            return [[str(f.relative_to(p) if f != p else f.name), f.stat().st_size, f.stat().st_mtime_ns]
+                    for f in files]
+    return None
 
 
 register_source_kind(LmEvalKind)

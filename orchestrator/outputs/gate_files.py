@@ -29,6 +29,7 @@ class GateRow:
     fail_e_value: float | None
     estimate: float | None
     reason: str
+    fail_claim: str  # what a fail certifies, in words (the gate's opposite of its claim)
 
     def bound_words(self) -> str:
         if self.bound is None:
@@ -38,12 +39,17 @@ class GateRow:
         return f"R <= {bound_text(self.bound)}"
 
     def line(self) -> str:
-        """The one line a CI log shows for it."""
-        e = "" if self.e_value is None else f", e-value {self.e_value:.3g} / {self.threshold:.3g}"
-        f = "" if self.fail_e_value is None or self.outcome != "fail" else f", fail e-value {self.fail_e_value:.3g}"
+        """The one line a CI log shows for it: a pass's bound and e-value, a fail's certified
+        opposite and the fail test's e-value, an undecided one's bound and e-value so far."""
+        if self.outcome == "fail":
+            e = "" if self.fail_e_value is None else f" (fail e-value {self.fail_e_value:.3g} / {self.threshold:.3g})"
+            claim = f"{self.fail_claim} certified{e}"
+        else:
+            e = "" if self.e_value is None else f", e-value {self.e_value:.3g} / {self.threshold:.3g}"
+            claim = f"{self.bound_words()}{e}"
         used = f"{self.labels} labels" if not self.reused else \
             f"{self.labels + self.reused} labels ({self.labels} bought, {self.reused} reused)"
-        return f"{self.outcome.upper():9} {self.candidate}: {used}, {self.bound_words()}{e}{f}"
+        return f"{self.outcome.upper():9} {self.candidate}: {used}, {claim}"
 
 
 def gate_rows(cert) -> list[GateRow]:
@@ -55,7 +61,7 @@ def gate_rows(cert) -> list[GateRow]:
         estimate = c.estimate if rec is None else rec.estimate
         reused = c.reused or 0
         out.append(GateRow(c.candidate, c.outcome, c.labels_human - reused, reused, bound, side, c.e_value,
-                           c.threshold, c.futility_e_value, estimate, c.reason or ""))
+                           c.threshold, c.futility_e_value, estimate, c.reason or "", cert.gate.opposite))
     return out
 
 
@@ -84,7 +90,8 @@ def junit_xml(cert) -> str:
         ET.SubElement(props, "property", name=k, value=v)
     for r in rows:
         case = ET.SubElement(suite, "testcase", classname=f"certsel.gate.{cert.job}", name=r.candidate, time="0")
-        message = f"{r.outcome}: {r.bound_words()} at level {g.delta:g} after {r.labels + r.reused} labels"
+        said = f"{r.fail_claim} certified" if r.outcome == "fail" else r.bound_words()
+        message = f"{r.outcome}: {said} at level {g.delta:g} after {r.labels + r.reused} labels"
         if r.outcome == "fail":
             ET.SubElement(case, "failure", message=message, type="certsel.gate.fail").text = \
                 f"{r.line()}\n{g.note}"

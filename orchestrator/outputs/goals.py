@@ -866,7 +866,7 @@ class _Gate:
         cfg = result.cfg
         outcomes = {r.name: Outcome.of(r.status, r.name in result.certified) for r in result.records}
         return {**super().top_fields(result), "gate": {
-            "claim": self.gate_claims(cfg)[0], "delta": cfg.delta,
+            "claim": self.gate_claims(cfg)[0], "opposite": self.gate_claims(cfg)[1], "delta": cfg.delta,
             **{k: [n for n, o in outcomes.items() if o is v] for k, v in (("passed", Outcome.PASS),
                                                                          ("failed", Outcome.FAIL),
                                                                          ("undecided", Outcome.UNDECIDED))},

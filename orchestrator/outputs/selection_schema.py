@@ -354,6 +354,7 @@ class Gate(_Doc):
     """A gate (procedure ``gate``, ``certsel gate``): each candidate decided on its own."""
 
     claim: str = Field(description="what a candidate passes on, in words")
+    opposite: str = Field(description="what a failed candidate has certified, in words")
     delta: float = Field(gt=0, lt=1, description="each outcome is wrong with probability <= delta, on its own")
     passed: list[str]
     failed: list[str]
