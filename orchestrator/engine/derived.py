@@ -49,12 +49,13 @@ def oracle_estimate(result: JobResult) -> OracleEstimate | None:
     KL_inf (with a judge, the prediction-powered floor): each certified candidate's
     ``label_minimum``, estimated from its own labels at its decision level
     (:mod:`certsel.policies.limits`). The sum is an estimate (plug-in risks), not a bound;
-    None for a ranking, an estimation policy, or a job that certified nothing (the oracle
-    would spend nothing)."""
+    None for an estimation policy, a gate, or a job that certified nothing (the oracle would
+    spend nothing)."""
     cfg = result.cfg
     if cfg.proc.ranking:
         return _ranking_oracle(result)
-    if not cfg.policy.is_testing:
+    # a gate decides failures too, whose fewest labels are the mirrored test's: not estimated here
+    if not cfg.policy.is_testing or cfg.proc.gates:
         return None
     mins = [r.label_minimum for r in result.records if r.name in set(result.certified)]
     if not mins or any(m is None for m in mins):
