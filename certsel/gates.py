@@ -48,8 +48,8 @@ def as_gate(raw: dict, only=None, warn=None, labels=None) -> dict:
                              else home() / "labels.db")
     raw["state"] = state
     if raw.get("tasks") is not None:
-        raise InputError("certsel gate: a multi-task job certifies each candidate on every task; gate each task's "
-                         "table on its own, or give an aggregate: section")
+        raise InputError("certsel gate: gates one table or source; gate each task of a multi-task job as a job of "
+                         "its own")
     raw["procedure"] = "gate"
     for key in _SELECTION_ONLY:
         raw.pop(key, None)

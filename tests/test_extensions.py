@@ -134,7 +134,7 @@ def test_live_cer_eval_with_holm_is_refused_like_replay(tmp_path):
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
         f"certsel: error: {path}: config: procedure 'holm' needs e-values (r-eval, r-autoeval, r-autoeval+, judge-stratified); "
-        "policy 'cer-eval' supports fst, bonferroni, pairwise"]
+        "policy 'cer-eval' supports fst, bonferroni, gate, pairwise"]
 
 
 LABELS = """
