@@ -80,7 +80,7 @@ def test_a_gate_fails_at_delta_and_says_so_when_the_job_file_set_another_futilit
     assert gated["procedure"] == "gate" and "order" not in gated and gated["scheduling"] == {}
     assert gated["candidates"] == ["good"] and "futility 0.2" in said[0]
     assert gate_config(raw, only=["bad"]).candidates == ["bad"]
-    with pytest.raises(ConfigError, match="procedure 'gate' is not for several tasks"):
+    with pytest.raises(ConfigError, match="procedure 'gate' gates each candidate on one table"):
         from certsel.config import load_config
 
         load_config(ROOT / "examples" / "prompts_aggregate.yaml", ["procedure=gate", "objective=null"])

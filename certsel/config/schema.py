@@ -484,9 +484,11 @@ class RunConfig(Strict):
         if not self.tasks:
             raise ValueError("tasks: list at least one task")
         no_duplicates([t.name for t in self.tasks], "task names")
-        if get_procedure(self.procedure).ranking or get_procedure(self.procedure).gates:
-            raise ValueError(f"tasks: procedure {self.procedure!r} is not for several tasks; a multi-task job certifies "
-                             "each candidate on every task (fst, bonferroni, holm)")
+        proc = get_procedure(self.procedure)
+        if proc.ranking or proc.gates:
+            what = "ranks models" if proc.ranking else "gates each candidate on one table"
+            raise ValueError(f"tasks: procedure {self.procedure!r} {what}; a multi-task job certifies each candidate on "
+                             "every task (fst, bonferroni, holm)")
         base = self.model_dump(exclude={"tasks", "aggregate", "alpha", "recovery", "data"}, exclude_unset=False)
         out = []
         for t in self.tasks:
