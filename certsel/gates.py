@@ -51,11 +51,11 @@ def as_gate(raw: dict, only=None, warn=None, labels=None) -> dict:
         raise InputError("certsel gate: gates one table or source; gate each task of a multi-task job as a job of "
                          "its own")
     raw["procedure"] = "gate"
-    for key in _SELECTION_ONLY:
-        raw.pop(key, None)
+    dropped = [key for key in _SELECTION_ONLY if raw.pop(key, None) is not None]
     sched = dict(raw.get("scheduling") or {})
-    for key in _PILOT_ONLY:
-        sched.pop(key, None)
+    dropped += [f"scheduling.{key}" for key in _PILOT_ONLY if sched.pop(key, None) is not None]
+    if dropped and warn is not None:
+        warn(f"{', '.join(dropped)}: a selection's keys, not used by a gate (each candidate is gated on its own)")
     futility = sched.pop("futility", None)
     delta = raw.get("delta", 0.1)
     if futility is not None and futility != delta and warn is not None:

@@ -78,7 +78,8 @@ def test_a_gate_fails_at_delta_and_says_so_when_the_job_file_set_another_futilit
     gated = as_gate({**raw, "procedure": "fst", "order": ["good", "bad", "borderline"],
                      "scheduling": {"futility": 0.2, "start": "pilot"}}, only=["good"], warn=said.append)
     assert gated["procedure"] == "gate" and "order" not in gated and gated["scheduling"] == {}
-    assert gated["candidates"] == ["good"] and "futility 0.2" in said[0]
+    assert gated["candidates"] == ["good"] and said[0].startswith("order, scheduling.start: a selection's keys")
+    assert "futility 0.2" in said[1]
     assert gate_config(raw, only=["bad"]).candidates == ["bad"]
     with pytest.raises(ConfigError, match="procedure 'gate' gates each candidate on one table"):
         from certsel.config import load_config
