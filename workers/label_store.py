@@ -23,6 +23,7 @@ import hashlib
 import json
 import pathlib
 import sqlite3
+import time
 
 import numpy as np
 
@@ -42,10 +43,20 @@ class LabelStore:
         self.path = pathlib.Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        self._db.execute("pragma journal_mode=wal")
+        # several actors open the store at once: switching a new file to WAL takes a lock that SQLite's
+        # busy timeout does not wait for, so the switch is retried (the driver makes the file first)
+        for attempt in range(100):
+            try:
+                if self._db.execute("pragma journal_mode").fetchone()[0] != "wal":
+                    self._db.execute("pragma journal_mode=wal")
+                self._db.execute("create table if not exists labels (identity text not null, role text not null, "
+                                 "item integer not null, loss real not null, primary key (identity, role, item))")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 99:
+                    raise
+                time.sleep(0.05)
         self._db.execute("pragma synchronous=full")
-        self._db.execute("create table if not exists labels (identity text not null, role text not null, "
-                         "item integer not null, loss real not null, primary key (identity, role, item))")
 
     def get(self, identity: str, role: str, items: list[int]) -> dict[int, float]:
         """The stored losses of ``items`` (those that are stored)."""

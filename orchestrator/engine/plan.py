@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from certsel.config import RunConfig
 from certsel.policies.kinds import PolicySettings
 from certsel.workers.contracts import CandidateSpec, JobArrays
-from certsel.workers.label_store import identity_key
+from certsel.workers.label_store import LabelStore, identity_key
 from certsel.workers.replay import label_orders
 
 from certsel.orchestrator.inputs.jobdata import JobData
@@ -83,6 +83,8 @@ class JobPlan:
         identity = None if store is None else source_of(self.cfg).label_identity(self.cfg, self.data, k)
         if identity is None:
             return None, None
+        if k == 0:  # the file made once here, before the hosts open it together
+            LabelStore(store).close()
         # the loss's units too: a stacked aggregate divides them by M
         return str(store), identity_key({**identity, "unit": self.data.unit})
 
