@@ -442,6 +442,7 @@ def _gate(args) -> int:
     """``certsel gate``: a line per candidate, the files CI reads, and the gate's exit status."""
     from certsel.gates import gate
     from certsel.orchestrator.outputs.gate_files import gate_markdown, junit_xml, write_json
+    from certsel.orchestrator.outputs.goals import goal_of
     from certsel.orchestrator.outputs.paths import output_file
 
     for path, opt in ((args.json, "--json"), (args.junit, "--junit"), (args.summary, "--summary")):
@@ -452,8 +453,6 @@ def _gate(args) -> int:
                labels=args.labels,
                warn=lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True))
     cert = res.selection
-    from certsel.orchestrator.outputs.goals import goal_of
-
     for row in res.rows:
         print(row.line(), flush=True)
     print(goal_of(cert).headline(cert), flush=True)

@@ -37,6 +37,7 @@ def as_gate(raw: dict, only=None, warn=None, labels=None) -> dict:
     futility level at delta (a gate's fail rule), only the candidates ``only`` when given, and
     labels kept across runs in ``labels`` (default: the job's ``state.store``, else
     CERTSEL_HOME/labels.db)."""
+    from certsel.config import RunConfig
     from certsel.home import home
 
     raw = dict(raw)
@@ -56,11 +57,11 @@ def as_gate(raw: dict, only=None, warn=None, labels=None) -> dict:
     dropped += [f"scheduling.{key}" for key in _PILOT_ONLY if sched.pop(key, None) is not None]
     if dropped and warn is not None:
         warn(f"{', '.join(dropped)}: a selection's keys, not used by a gate (each candidate is gated on its own)")
-    futility = sched.pop("futility", None)
-    delta = raw.get("delta", 0.1)
-    if futility is not None and futility != delta and warn is not None:
-        warn(f"scheduling.futility {futility} is the selection's early stop; a gate fails a candidate when "
-             f"the opposite of its claim is certified at delta = {delta}")
+    if "futility" in sched:  # a selection's early stop (or null: none); a gate's fail rule is at delta
+        futility, delta = sched.pop("futility"), raw.get("delta", RunConfig.model_fields["delta"].default)
+        if futility != delta and warn is not None:
+            warn(f"scheduling.futility {futility} is the selection's early stop; a gate fails a candidate when "
+                 f"the opposite of its claim is certified at delta = {delta}")
     raw["scheduling"] = sched
     if only:
         raw["candidates"] = list(only)

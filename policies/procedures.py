@@ -80,6 +80,7 @@ class Procedure:
     allows_prune: ClassVar[bool] = False
     min_candidates: ClassVar[int] = 1
     gates: ClassVar[bool] = False
+    simultaneous: ClassVar[bool] = True  # False: its decisions are per candidate, and no bound holds jointly
 
     # -- levels and thresholds ------------------------------------------------------------
     def candidate_deltas(self, delta: float, K: int) -> np.ndarray:
@@ -123,8 +124,11 @@ class Procedure:
 
     def simultaneous_bounds(self, delta: float, alpha: float, certified: np.ndarray, own: np.ndarray) -> np.ndarray:
         """:meth:`joint_bounds`, with alpha for a certified candidate whose own bound is
-        missing, checked to agree with the decisions: <= alpha exactly for the certified."""
+        missing, checked to agree with the decisions: <= alpha exactly for the certified. NaN
+        everywhere for a procedure that makes no simultaneous statement (``simultaneous``)."""
         certified = np.asarray(certified, dtype=bool)
+        if not self.simultaneous:
+            return np.full(certified.shape, np.nan)
         out = np.asarray(self.joint_bounds(alpha, certified, np.asarray(own, dtype=np.float64)), dtype=np.float64)
         out = np.where(certified & np.isnan(out), float(alpha), out)
         if np.any(certified & (out > alpha)) or np.any(~certified & (out <= alpha)):
@@ -327,22 +331,13 @@ class Gate(Procedure):
     name = "gate"
     needs_objective = False
     gates = True
+    simultaneous = False  # every bound a gate states is the candidate's own, at delta
 
     def candidate_deltas(self, delta, K):
         return np.full(K, float(delta))
 
     def certified(self, max_log_e, delta):
         return np.asarray(max_log_e) >= -np.log(float(delta))
-
-    # no joint statement: every bound is the candidate's own, at delta
-    def joint_levels(self, delta, certified):
-        return np.full(len(certified), float(delta))
-
-    def joint_bounds(self, alpha, certified, own):
-        return own
-
-    def joint_words(self, alpha, n_certified, K):
-        return f"each candidate on its own ({n_certified} of {K} passed R <= {alpha:g}; not simultaneous)"
 
     def selection(self, certified, key):
         return -1  # a gate decides each candidate; it selects none

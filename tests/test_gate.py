@@ -64,8 +64,9 @@ def test_the_gate_procedure_tests_each_candidate_at_delta_and_selects_none():
     log_e = np.log([9.0, 10.0, 11.0, 1.0])
     np.testing.assert_array_equal(proc.certified(log_e, 0.1), [False, True, True, False])
     assert proc.selection(np.array([True, True]), None) == -1
-    own = np.array([0.05, 0.3])
-    np.testing.assert_array_equal(proc.joint_bounds(0.1, np.array([True, False]), own), own)
+    # no simultaneous statement: a gate's bounds are each candidate's own
+    assert np.isnan(proc.joint_levels(0.1, np.array([True, False]))).all()
+    assert np.isnan(proc.simultaneous_bounds(0.1, 0.1, np.array([True, False]), np.array([0.05, 0.3]))).all()
 
 
 def test_a_gate_fails_at_delta_and_says_so_when_the_job_file_set_another_futility(tmp_path):
@@ -80,6 +81,10 @@ def test_a_gate_fails_at_delta_and_says_so_when_the_job_file_set_another_futilit
     assert gated["procedure"] == "gate" and "order" not in gated and gated["scheduling"] == {}
     assert gated["candidates"] == ["good"] and said[0].startswith("order, scheduling.start: a selection's keys")
     assert "futility 0.2" in said[1]
+    said.clear()
+    as_gate({**raw, "scheduling": {"futility": None}}, warn=said.append)  # "no early stop" is a selection's too
+    assert said == ["scheduling.futility None is the selection's early stop; a gate fails a candidate when the "
+                    "opposite of its claim is certified at delta = 0.05"]
     assert gate_config(raw, only=["bad"]).candidates == ["bad"]
     with pytest.raises(ConfigError, match="procedure 'gate' gates each candidate on one table"):
         from certsel.config import load_config
@@ -258,6 +263,7 @@ def test_a_second_gate_on_the_same_model_reuses_every_label_and_buys_none(tmp_pa
         assert (b.labels, b.reused) == (0, a.labels)  # every label reused, none bought
         assert (b.e_value, b.bound) == (a.e_value, a.bound)
     assert all(c.requests == 0 for c in second.selection.candidates)
+    assert all(c.simultaneous_bound is None for c in second.selection.candidates)  # per candidate, not joint
     labels = pq.read_table(second.output_dir / "labels.parquet").to_pandas()
     assert len(labels) == sum(r.reused for r in second.rows)
 

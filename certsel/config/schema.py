@@ -380,7 +380,7 @@ class RunConfig(Strict):
         gate = _gates(v.get("procedure", "fst"))
         if "futility" not in sched and policy.is_testing:
             # a gate fails a candidate once the opposite of its claim is certified at the gate's own level
-            sched["futility"] = v.get("delta", 0.1) if gate else DEFAULT_FUTILITY
+            sched["futility"] = v.get("delta", cls.model_fields["delta"].default) if gate else DEFAULT_FUTILITY
         data = v.get("data")
         judge = data.get("judge") if isinstance(data, dict) else getattr(data, "judge", None)
         if ("start" not in sched and v.get("procedure", "fst") == "fst" and sched.get("mode") != "full"

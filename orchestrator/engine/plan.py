@@ -74,6 +74,8 @@ class JobPlan:
                                 judge_items=None if order is None else order[1], features=features,
                                 items=self.data.items if cfg.live is not None else ())
         every = cfg.state.snapshot_every if self.job_dir is not None else None
+        if cfg.state.store is not None:  # the file made once here, before the hosts open it together
+            LabelStore(cfg.state.store).close()
         self.specs = [CandidateSpec(nm, self._source(k, with_judge), kind, settings[k], self.job_dir, every,
                                     *self._stored(k)) for k, nm in enumerate(names)]
 
@@ -83,8 +85,6 @@ class JobPlan:
         identity = None if store is None else source_of(self.cfg).label_identity(self.cfg, self.data, k)
         if identity is None:
             return None, None
-        if k == 0:  # the file made once here, before the hosts open it together
-            LabelStore(store).close()
         # the loss's units too: a stacked aggregate divides them by M
         return str(store), identity_key({**identity, "unit": self.data.unit})
 

@@ -846,9 +846,14 @@ class _Gate:
                 f"<= {cfg.delta:g} on its own, at any stopping time: a statement per candidate, not simultaneous "
                 f"over them.")
 
+    @staticmethod
+    def outcomes(result) -> list[Outcome]:
+        """Each candidate's outcome, in the job's order."""
+        return [Outcome.of(r.status, r.name in result.certified) for r in result.records]
+
     def statement(self, result) -> str:
         cfg = result.cfg
-        outcomes = [Outcome.of(r.status, r.name in result.certified) for r in result.records]
+        outcomes = self.outcomes(result)
         yes, no = self.gate_claims(cfg)
         counts = ", ".join(f"{outcomes.count(o)} {o}" for o in Outcome)
         return (f"each candidate on its own with probability >= {1 - cfg.delta:g}: pass certifies {yes}, fail "
@@ -856,15 +861,15 @@ class _Gate:
 
     def candidate_fields(self, result) -> list[dict]:
         out = super().candidate_fields(result)
-        for row, r in zip(out, result.records, strict=True):
-            row["outcome"] = str(Outcome.of(r.status, r.name in result.certified))
+        for row, r, outcome in zip(out, result.records, self.outcomes(result), strict=True):
+            row["outcome"] = str(outcome)
             if r.path:
                 row["futility_e_value"] = _round(math.exp(min(r.max_log_futility, 700)), 4)
         return out
 
     def top_fields(self, result) -> dict:
         cfg = result.cfg
-        outcomes = {r.name: Outcome.of(r.status, r.name in result.certified) for r in result.records}
+        outcomes = dict(zip((r.name for r in result.records), self.outcomes(result), strict=True))
         return {**super().top_fields(result), "gate": {
             "claim": self.gate_claims(cfg)[0], "opposite": self.gate_claims(cfg)[1], "delta": cfg.delta,
             **{k: [n for n, o in outcomes.items() if o is v] for k, v in (("passed", Outcome.PASS),
