@@ -2,9 +2,8 @@
 formats or ships it (outputs/, the terminal, the command line, the Python API) reads one of
 its fields by string key (``x["evidence"]``, ``x.get("e_value")``, ``"claim" in x``).
 
-Two checks: this static one over the source, and at run time every test of the suite, since
-pyproject.toml turns the key-read shim's DeprecationWarning into an error. The static check
-flags a string key that names a certificate field; a few such keys are also keys of plain
+The certificate's parts have no key access (a read by key raises TypeError); this static
+check also covers the paths no test reaches. It flags a string key that names a certificate field; a few such keys are also keys of plain
 dicts these modules build (listed with the reason), and are flagged everywhere else."""
 
 import ast

@@ -56,14 +56,11 @@ def test_certificates_validate_against_the_models_and_the_json_schema(cert):
     jsonschema.validate(json.loads(json.dumps(typed.as_json(), allow_nan=False)), json_schema())
 
 
-def test_reading_by_key_still_works_and_warns(cert):
+def test_the_certificate_is_read_by_attribute_only(cert):
     typed, fields = cert
-    with pytest.warns(DeprecationWarning, match=r"by key \('certificate'\).*\.certificate"):
-        assert typed["certificate"] == fields["certificate"]
-    with pytest.warns(DeprecationWarning):
-        assert typed.get("claim", "none") == "none" and ("claim" in typed) is False
-    with pytest.warns(DeprecationWarning), pytest.raises(KeyError):
-        typed["surprise"]
+    assert typed.certificate == fields["certificate"]
+    with pytest.raises(TypeError):  # the by-key shim of release 0.2 is gone
+        typed["certificate"]
     with pytest.raises(ValueError):  # frozen: one certificate per job, as built
         typed.selected = "someone else"
 

@@ -8,7 +8,6 @@ optional field does not change it. Readers should check it.
 
 from __future__ import annotations
 
-import warnings
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,39 +20,15 @@ SCHEMA_ID = f"https://certsel.dev/schemas/selection-{SCHEMA_VERSION}.json"
 
 
 class _Doc(BaseModel):
-    """A part of the certificate: read by attribute (``cert.evidence.upper_bound``).
-
-    Reading it by string key (``cert["evidence"]``) still works for one release, for code
-    written when :func:`certsel.run` returned the certificate as a dict; it warns."""
+    """A part of the certificate, read by attribute (``cert.evidence.upper_bound``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def __getitem__(self, key: str):
-        _warn_key(key)
-        if key not in type(self).model_fields:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def get(self, key: str, default=None):
-        _warn_key(key)
-        value = getattr(self, key, None) if key in type(self).model_fields else None
-        return default if value is None else value
-
-    def __contains__(self, key: str) -> bool:
-        _warn_key(key)
-        return key in self.model_fields_set and getattr(self, key) is not None
 
     def as_json(self) -> dict:
         """This part as selection.json holds it: the fields that were set (a field that does not
         apply to the job is absent), floats as they are, so ``json.dumps(..., allow_nan=False)``
         refuses a non-finite one rather than writing null."""
         return self.model_dump(mode="python", exclude_unset=True)
-
-
-def _warn_key(key: str) -> None:
-    warnings.warn(f"reading the certificate by key ({key!r}) is deprecated and goes in the next release: "
-                  f"read the attribute (.{key}); as_json() gives the dict of selection.json",
-                  DeprecationWarning, stacklevel=3)
 
 
 class Counts(_Doc):
