@@ -83,11 +83,11 @@ def main(argv=None) -> int:
         print(f"configurations with true recovery >= r: {int(np.sum(truth >= r))} of {truth.size}")
         if not args.no_job:
             res = certsel.run(cfg, track=False)
-            sel = next((c for c in res.selection["candidates"] if c["selected"]), None)
-            spent = res.selection["labels"]["spent"]["human"]
-            print(f"job (seed {cfg.seed}): selected {res.selected} (true recovery {sel['recovery']['on_full_table']:.4f}, "
-                  f"joint bound {sel['recovery']['simultaneous_lower_bound']}, own bound {sel['recovery']['lower_bound']}, "
-                  f"estimate {sel['recovery']['estimate']}), {len(res.certified)} certified, {spent} human labels")
+            sel = next((c.recovery for c in res.selection.candidates if c.selected), None)
+            spent = res.selection.labels.spent.human
+            print(f"job (seed {cfg.seed}): selected {res.selected} (true recovery {sel.on_full_table:.4f}, "
+                  f"joint bound {sel.simultaneous_lower_bound}, own bound {sel.lower_bound}, "
+                  f"estimate {sel.estimate}), {len(res.certified)} certified, {spent} human labels")
         au = audit(cfg, data, reps=args.reps, seed=args.seed)
         ov = au.overall
         h0 = [row for row in au.rows if row["h0"]]
