@@ -1,7 +1,7 @@
 """The engine's observable behaviour, written down so that a refactoring can prove it changed nothing.
 
 Runs every bundled replay example (and variants covering each policy kind, betting strategy,
-observation and procedure), ``certsel select``'s replicated selection and ``certsel audit``
+observation and procedure), the vectorised replicated selection and ``certsel audit``
 in-process, and records what a user can observe: the selection, the certified set, every
 candidate's status, e-value path, bounds, interval, labels bought in order (item, role, loss),
 the certificate (without its timestamp and run time), the ranking, and the audit's rows.

@@ -2,12 +2,7 @@
 
 ``certsel run CONFIG.yaml`` runs a selection job (Ray actors per candidate, MLflow
 tracking; see :mod:`certsel.orchestrator.commands.job`); ``certsel show RUN_ID`` prints a past
-job's certificate. ``certsel select`` runs one certified selection on a recorded loss table (by default the
-bundled TriviaQA table of 48 MX-quantized Llama-3.1-8B configurations): it draws n
-human-labelled and r*n judge-labelled items, tests every candidate for R <= alpha with the
-chosen scheme, applies the multiple-testing procedure and selects the certified candidate
-with the smallest objective (average bitwidth). Bad input exits with status 2 and a
-one-line error.
+job's certificate. Bad input exits with status 2 and a one-line error.
 """
 
 from __future__ import annotations
@@ -27,7 +22,6 @@ from certsel.errors import CertselError, first_line
 if TYPE_CHECKING:
     from certsel.orchestrator.outputs.selection_schema import Selection, TasksSelection
 
-JUDGES = {"best": "loss_judge_best", "med": "loss_judge_med", "bad": "loss_judge_bad"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -147,151 +141,7 @@ def _build_parser() -> argparse.ArgumentParser:
     it.add_argument("--scorer", default=None, help="the scorer whose score is used (default: the task's first)")
     it.add_argument("--key", default=None, help="the key of a dict-valued score")
     it.add_argument("--out", required=True, type=pathlib.Path, help="the table to write (.parquet, .csv or .jsonl)")
-    s = sub.add_parser("select", help="certified selection on a recorded loss table")
-    s.add_argument("--data", type=pathlib.Path, default=None,
-                   help="loss table: Parquet, CSV or JSON Lines (default: the bundled TriviaQA table)")
-    s.add_argument("--judge", default="best", help="judge column: best|med|bad or a column name")
-    s.add_argument("--candidate-col", default="candidate", metavar="COL", help="candidate id column (default candidate)")
-    s.add_argument("--item-col", default="item", metavar="COL", help="item id column: integers or strings (default item)")
-    s.add_argument("--human-col", default="loss_human", metavar="COL", help="human loss column (default loss_human)")
-    s.add_argument("--objective-col", default="avg_bitwidth", metavar="COL",
-                   help="per-candidate column the selection minimises (default avg_bitwidth)")
-    s.add_argument("--order-col", default=None, metavar="COL",
-                   help="per-candidate column giving fst's testing order (default: rank if the table has it, else "
-                        "the candidates' names; 'none': the names)")
-    s.add_argument("--scheme", default="r-autoeval+", choices=("r-eval", "r-autoeval", "r-autoeval+"),
-                   help="r-eval (human labels only), r-autoeval (judge with rho = 1), r-autoeval+ (default: "
-                        "a mixture over reliance factors)")
-    s.add_argument("--observation", default="split", choices=["split", "paper"],
-                   help="split (default: two factors sharing each bet) or paper (eq. 10 of R-AutoEval+)")
-    s.add_argument("--betting", default="up",
-                   help="betting strategy of the e-processes (default up: the universal portfolio; also ons, wsr, "
-                        "or a registered strategy), with parameters as NAME:KEY=VALUE,... (up:prior=exact: eq. 19's "
-                        "prior)")
-    s.add_argument("--procedure", default="fst",
-                   help="multiple testing over candidates (default fst: fixed sequence in the table's order; also "
-                        "bonferroni, holm, or a registered procedure)")
-    s.add_argument("--alpha", type=float, default=0.1, help="target risk (default 0.1)")
-    s.add_argument("--delta", type=float, default=0.1, help="error level (default 0.1)")
-    s.add_argument("--n", type=int, default=300, help="human labels per candidate")
-    s.add_argument("--r", type=int, default=3, help="judge-only labels per human label")
-    s.add_argument("--seed", type=int, default=0, help="seed of the item order (default 0)")
-    s.add_argument("--json", type=pathlib.Path, help="write the certificate as JSON here")
-    s.add_argument("--quiet", action="store_true", help="print only the selection")
     return p
-
-
-def _betting_spec(text: str):
-    """``up`` or ``up:prior=exact,cap_mass=0.3`` as a strategy name or ``{kind, **params}``."""
-    import yaml
-
-    name, _, params = text.partition(":")
-    if not params:
-        return name
-    spec = {"kind": name}
-    for item in params.split(","):
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise ValueError(f"betting parameters must be KEY=VALUE, got {item!r}")
-        spec[key.strip()] = yaml.safe_load(value)
-    return spec
-
-
-def _select(args) -> Selection:
-    """``certsel select``: the engine on one recorded table, in this process (a preset of
-    ``certsel run``: the in-process runtime, the replay source, every candidate to its whole
-    budget in one batch, no tracking or job folder). The flags become a job config, so the
-    numbers are those ``certsel run`` prints for the same job: its certificate, whose view
-    the command prints (and whose selection.json ``--json`` writes)."""
-    from certsel.config import parse_config
-    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
-    from certsel.orchestrator.inputs.sources import load_job_data
-    from certsel.orchestrator.outputs.certificate import certificate_of
-    from certsel.policies import get_strategy
-    from certsel.policies._validation import check_level
-    from certsel.policies.procedures import get_procedure
-    from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
-    from certsel.workers.tables import read_table
-
-    check_level(args.alpha, "--alpha")
-    check_level(args.delta, "--delta")
-    if args.n < 1 or args.r < 1:
-        raise ValueError(f"--n and --r must be positive, got n={args.n}, r={args.r}")
-    try:
-        betting = _betting_spec(args.betting)
-        get_strategy(betting)  # an unknown strategy fails here, named as the flag
-    except ValueError as exc:
-        raise ValueError(f"--{exc}") from None
-    try:
-        proc = get_procedure(args.procedure)
-    except ValueError:
-        proc = None
-    if proc is None or not proc.testing:
-        raise ValueError(f"--procedure must be one of fst, bonferroni, holm (the procedures that take per-candidate "
-                         f"e-values), got {args.procedure!r}")
-    if args.data is None:
-        args.data = DEFAULT_TABLE
-    raw = read_table(args.data, "loss table")
-    order = args.order_col
-    if order is None:
-        order = "rank" if "rank" in raw.column_names else None
-    elif order == "none":
-        order = None
-    judge = JUDGES.get(args.judge, args.judge)
-    for opt, col in (("--order-col", order), ("--objective-col", args.objective_col), ("--judge", judge),
-                     ("--candidate-col", args.candidate_col), ("--item-col", args.item_col),
-                     ("--human-col", args.human_col)):
-        if col is not None and col not in raw.column_names:
-            raise ValueError(f"{args.data}: missing column {col!r} (named by {opt}; the table has "
-                             f"{', '.join(raw.column_names)})")
-    # the table's own checks first (item ids, loss ranges, one row per pair), worded as before
-    checked = load_loss_table(raw, judge=judge, candidate=args.candidate_col, item=args.item_col,
-                              human=args.human_col, order=order, objective=args.objective_col, name=str(args.data))
-    n_items = checked.items.size
-    if args.n * (1 + args.r) > n_items:
-        raise ValueError(f"--n {args.n} and --r {args.r} need n*(1+r) = {args.n * (1 + args.r)} items per candidate "
-                         f"but the table has {n_items} (the largest --n that fits is {n_items // (1 + args.r)})")
-    cfg = parse_config({
-        # with no order column, fst tests the candidates in the table's order: their names, sorted
-        "order": checked.candidates.tolist() if order is None and proc.needs_order else None,
-        "data": {"path": str(args.data), "candidate": args.candidate_col, "item": args.item_col,
-                 "human": args.human_col, "judge": judge, "order": order},
-        "objective": {"column": args.objective_col},
-        "policy": {"kind": args.scheme, "betting": betting, "observation": args.observation},
-        "procedure": args.procedure, "alpha": args.alpha, "delta": args.delta, "seed": args.seed,
-        # every candidate's whole budget in one batch: its full e-value path, as the table prints
-        "budget": {"n": args.n, "r": args.r, "batch": args.n}, "scheduling": {"mode": "full"},
-    }, source="certsel select")
-    data = load_job_data(cfg)
-    # the job's own certificate: what `certsel run` would write for the same job, printed as a table
-    return certificate_of(run_job(cfg, data, LocalRuntime(), collect_labels=False))
-
-
-def _print_report(cert: Selection, quiet: bool) -> None:
-    """``certsel select``'s table: a view of the job's certificate (the same numbers as its
-    selection.json, which ``--json`` writes)."""
-    from certsel.terminal import Column, render_table
-
-    console = _console()
-    obj, p, ev = cert.objective.column, cert.procedure, cert.evidence
-    if not quiet:
-        cols = [Column("candidate"), Column(obj, 2), Column("e-value"), Column("labels to certify", 1),
-                Column("two-sided interval" + ("" if ev is None else f" ({ev.ci_level:g})"), 3), Column("certified"),
-                Column("R (full table)", 4)]
-        rows = [[c.candidate + (" *" if c.selected else ""), f"{c.objective:g}",
-                 "" if c.e_value is None else f"{c.e_value:.3g}", str(c.certified_at_labels or "-"),
-                 "" if c.ci is None else f"[{c.ci[0]:.3f}, {c.ci[1]:.3f}]", "yes" if c.certified else "no",
-                 "" if c.risk_on_full_table is None else f"{c.risk_on_full_table:.4f}"]
-                for c in cert.candidates]
-        title = f"{cert.policy.kind} / {cert.policy.betting} / {p.name}  alpha={p.alpha:g} delta={p.delta:g}"
-        render_table(console, title, cols, rows, [c.selected for c in cert.candidates])
-    if cert.selected is None:
-        console.print("selected: none (no candidate certified)", markup=False)
-    else:
-        console.print(f"selected: {cert.selected} ({obj} {cert.selected_objective:g}) — {cert.certificate}",
-                      markup=False)
-        n, r = cert.labels.budget["n"], cert.labels.budget.get("r", 0)
-        console.print(f"labels: {n} human + {r * n} judge per candidate", markup=False)
 
 
 def _console(stderr: bool = False):
@@ -795,35 +645,25 @@ def main(argv=None) -> int:
         os.environ[HOME_ENV] = str(args.home.expanduser().absolute())
     commands = {"run": _run, "gate": _gate, "show": _show, "audit": _audit, "plan": _plan, "jobs": _jobs, "schema": _schema,
                 "lm-eval-table": _lm_eval_table, "inspect-table": _inspect_table}
-    if args.command in commands:
-        try:
-            return commands[args.command](args)
-        except CertselError as exc:  # InputError: 2 (nothing was started); JobError: 1 (runs marked FAILED)
-            print(f"certsel: error: {first_line(exc)}", file=sys.stderr)
-            return exc.exit_code
-        except ValueError as exc:  # a check of the command line itself
-            print(f"certsel: error: {first_line(exc)}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            resume = getattr(args, "resume_command", None)  # set once the job's folder exists
-            print("certsel: interrupted (runs marked KILLED)" + (f"; resume with: {resume}" if resume else ""),
-                  file=sys.stderr)
-            return 130
-        except BrokenPipeError:  # the reader went away (`certsel schema | head`): nothing more to say
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 141
-        except Exception as exc:  # anything else once work started: the job failed
-            print(f"certsel: error: job failed: {exc.__class__.__name__}: {first_line(exc, '')}", file=sys.stderr)
-            return 1
     try:
-        cert = _select(args)
-    except ValueError as exc:
-        print(f"certsel: error: {exc}", file=sys.stderr)
+        return commands[args.command](args)
+    except CertselError as exc:  # InputError: 2 (nothing was started); JobError: 1 (runs marked FAILED)
+        print(f"certsel: error: {first_line(exc)}", file=sys.stderr)
+        return exc.exit_code
+    except ValueError as exc:  # a check of the command line itself
+        print(f"certsel: error: {first_line(exc)}", file=sys.stderr)
         return 2
-    if args.json:
-        args.json.write_text(json.dumps(cert.as_json(), indent=2, allow_nan=False))
-    _print_report(cert, args.quiet)
-    return 0
+    except KeyboardInterrupt:
+        resume = getattr(args, "resume_command", None)  # set once the job's folder exists
+        print("certsel: interrupted (runs marked KILLED)" + (f"; resume with: {resume}" if resume else ""),
+              file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader went away (`certsel schema | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except Exception as exc:  # anything else once work started: the job failed
+        print(f"certsel: error: job failed: {exc.__class__.__name__}: {first_line(exc, '')}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 A refactoring must leave selections, certificates, e-values, bounds and label orders as they
 were. The full comparison (14 cases: every policy kind, strategy, observation, procedure, the
-audit and ``certsel select``) is ``python benchmarks/behaviour.py --compare
+audit and the vectorised replications) is ``python benchmarks/behaviour.py --compare
 benchmarks/behaviour_baseline.json.gz`` and expects a difference of exactly 0 on one machine;
 here a few cases are compared on every run, numbers to 1e-9 (another numpy build may round the
 last bits differently), everything discrete exactly.

@@ -12,6 +12,7 @@ import pytest
 
 from certsel.orchestrator.outputs.numbers import round_down, round_up
 from certsel.orchestrator.outputs.selection_schema import Selection
+from helpers.jobs import table_certificate
 
 pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
 
@@ -23,12 +24,8 @@ def run(*args):
     return subprocess.run([CERTSEL, *args], capture_output=True, text=True, timeout=600)
 
 
-def test_select_on_bundled_triviaqa(tmp_path):
-    out = tmp_path / "cert.json"
-    p = run("select", "--n", "150", "--r", "3", "--betting", "wsr", "--json", str(out))
-    assert p.returncode == 0, p.stderr
-    assert "selected:" in p.stdout
-    cert = json.loads(out.read_text())  # the job's certificate: selection.json's schema
+def test_a_table_job_on_bundled_triviaqa():
+    cert = table_certificate(n=150, r=3, betting="wsr").as_json()  # the job's certificate: selection.json's schema
     Selection.model_validate(cert)
     assert len(cert["candidates"]) == 48
     sel = next(c for c in cert["candidates"] if c["selected"])
@@ -41,34 +38,25 @@ def test_select_on_bundled_triviaqa(tmp_path):
     assert sel["log_e_value"] >= math.log(1 / cert["procedure"]["delta"]) and sel["e_value"] >= sel["threshold"]
     assert all(c["ci"][0] <= c["ci"][1] for c in cert["candidates"])
     assert cert["data"]["sha256_16"] and cert["labels"]["budget"]["r"] * cert["labels"]["budget"]["n"] == 450
-    said = " ".join(p.stdout.split())  # the console wraps long lines
-    assert f"selected: {sel['candidate']} (avg_bitwidth" in said and cert["certificate"] in said
 
 
-def test_select_takes_betting_parameters(tmp_path):
-    """--betting NAME:KEY=VALUE: the paper's prior for UP (up:prior=exact) gives other e-values
-    than the default prior, and the JSON says which was used."""
-    got = {}
-    for betting in ("up", "up:prior=exact"):
-        out = tmp_path / f"{betting.replace(':', '_')}.json"
-        p = run("select", "--n", "150", "--betting", betting, "--json", str(out), "--quiet")
-        assert p.returncode == 0, p.stderr
-        got[betting] = json.loads(out.read_text())
-    assert got["up"]["policy"]["betting"] == "up" and got["up:prior=exact"]["policy"]["betting"] == "up(prior=exact)"
+def test_betting_parameters_reach_the_certificate():
+    """The paper's prior for UP (prior exact) gives other e-values than the default prior, and
+    the certificate says which was used."""
+    got = {b if isinstance(b, str) else "exact": table_certificate(n=150, betting=b).as_json()
+           for b in ("up", {"kind": "up", "prior": "exact"})}
+    assert got["up"]["policy"]["betting"] == "up" and got["exact"]["policy"]["betting"] == "up(prior=exact)"
     assert [c["log_e_value"] for c in got["up"]["candidates"]] != [c["log_e_value"] for c in
-                                                                     got["up:prior=exact"]["candidates"]]
+                                                                     got["exact"]["candidates"]]
 
 
-def test_select_reads_the_prompt_table_with_column_options_at_bonferroni_levels(tmp_path):
+def test_a_prompt_table_at_bonferroni_levels():
     data = pathlib.Path(__file__).resolve().parents[1] / "examples" / "data" / "prompts_sentiment.parquet"
-    out = tmp_path / "cert.json"
-    p = run("select", "--data", str(data), "--judge", "loss_judge_icl5", "--objective-col", "prompt_len",
-            "--alpha", "0.3", "--n", "150", "--procedure", "bonferroni", "--json", str(out))
-    assert p.returncode == 0, p.stderr
-    cert = json.loads(out.read_text())
+    cert = table_certificate(data, judge="loss_judge_icl5", objective="prompt_len", order=None, alpha=0.3,
+                             n=150, procedure="bonferroni").as_json()
     K, delta = len(cert["candidates"]), cert["procedure"]["delta"]
     assert K == 100 and cert["objective"]["column"] == "prompt_len" and cert["procedure"]["name"] == "bonferroni"
-    # the thresholds `certsel run` uses: each candidate at delta / K, its interval at that level
+    # each candidate at delta / K, its interval at that level
     assert all(c["level"] == pytest.approx(delta / K) for c in cert["candidates"])
     assert cert["evidence"]["ci_level"] == pytest.approx(1 - delta / K)
     for c in cert["candidates"]:
@@ -76,61 +64,29 @@ def test_select_reads_the_prompt_table_with_column_options_at_bonferroni_levels(
         assert (c["certified_at_labels"] is not None) == c["certified"]
     sel = next(c for c in cert["candidates"] if c["selected"])
     assert sel["objective"] == min(c["objective"] for c in cert["candidates"] if c["certified"])
-    bad = run("select", "--data", str(data), "--objective-col", "bits")
-    assert bad.returncode == 2 and "missing column 'bits' (named by --objective-col" in bad.stderr
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--alpha", "1.5"], "--alpha must be in (0, 1)"),
-        (["--delta", "0"], "--delta must be in (0, 1)"),
-        (["--n", "0"], "--n and --r must be positive"),
-        (["--n", "5000", "--r", "3"], "need n*(1+r) = 20000 items per candidate but the table has 9960"),
-        (["--judge", "nope"], "missing column 'nope' (named by --judge"),
-        (["--data", "/nonexistent.parquet"], "loss table not found"),
-        (["--procedure", "sidak"], "--procedure must be one of fst, bonferroni, holm"),
-        (["--procedure", "pairwise"], "--procedure must be one of fst, bonferroni, holm"),
-        (["--betting", "kelly"], "--betting must be one of up, wsr, ons"),
-        (["--betting", "up:prior"], "--betting parameters must be KEY=VALUE"),
-        (["--betting", "up:prior=beta"], "up prior must be one of"),
-    ],
-)
-def test_bad_input_is_one_line_and_nonzero(args, message):
-    p = run("select", *args)
-    assert p.returncode == 2
-    assert message in p.stderr
-    assert len(p.stderr.strip().splitlines()) == 1
-    assert p.stdout == ""
-
-
-@pytest.mark.parametrize("flags, ref", [
-    ([], dict(procedure="fst", betting="up")),
+@pytest.mark.parametrize("ref", [
+    dict(procedure="fst", betting="up"),
     # in the names' order the sequence fails early: the later candidates pass their own tests, out of the set
-    (["--order-col", "none", "--n", "150"], dict(procedure="fst", n=150, order=None)),
-    (["--procedure", "bonferroni", "--betting", "wsr", "--seed", "3", "--n", "150"],
-     dict(procedure="bonferroni", betting="wsr", seed=3, n=150)),
-    (["--procedure", "holm", "--scheme", "r-eval", "--observation", "paper", "--order-col", "none", "--alpha", "0.12"],
-     dict(procedure="holm", scheme="r-eval", observation="paper", alpha=0.12, order=None)),
+    dict(procedure="fst", n=150, order=None),
+    dict(procedure="bonferroni", betting="wsr", seed=3, n=150),
+    dict(procedure="holm", scheme="r-eval", observation="paper", alpha=0.12, order=None),
 ])
-def test_select_runs_the_engine_and_equals_the_vectorised_reference(tmp_path, flags, ref):
-    """``certsel select`` is the engine on one table (in-process runtime, replay source, one
-    batch per candidate); the vectorised replications (``replicated_selection``, what the
-    command ran before it became a preset, and what the paper reproductions use) draw the
-    same items, so every number of its certificate (``--json``: selection.json) is theirs, rounded
-    as the certificate documents (bounds outward to 6 decimals, levels to 8)."""
+def test_the_engine_on_a_table_equals_the_vectorised_reference(ref):
+    """The engine on one table (in-process runtime, replay source, one batch per candidate) and
+    the vectorised replications (``replicated_selection``, what the paper reproductions use)
+    draw the same items, so every number of its certificate is theirs, rounded as the
+    certificate documents (bounds outward to 6 decimals, levels to 8)."""
     from certsel.orchestrator.engine.replicated import candidate_intervals, replicated_selection
     from certsel.policies import log_evalue_paths, scheme_rhos
     from certsel.policies.procedures import get_procedure
     from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
 
-    out = tmp_path / "cert.json"
-    p = run("select", *flags, "--json", str(out), "--quiet")
-    assert p.returncode == 0, p.stderr
-    cert = json.loads(out.read_text())  # selection.json's schema
+    kw = dict(n=300, seed=0, alpha=0.1, scheme="r-autoeval+", betting="up", observation="split") | ref
+    cert = table_certificate(**kw).as_json()
     Selection.model_validate(cert)
     rows = sorted(cert["candidates"], key=lambda c: c["position"])  # the table's order
-    kw = dict(n=300, seed=0, alpha=0.1, scheme="r-autoeval+", betting="up", observation="split") | ref
     table = load_loss_table(DEFAULT_TABLE, order=kw.pop("order", "rank"))
     direct = replicated_selection(table, r=3, reps=1, delta=0.1, **kw)
     proc = get_procedure(kw["procedure"])
@@ -180,10 +136,7 @@ def test_show_renders_a_job_folder_certificate_and_refuses_one_off_the_schema(tm
     """``certsel show`` types the file it reads (a job's selection.json here, from its folder in
     certsel's home) before rendering it: the same certificate back in every format, and a file
     that does not validate is one line naming the file and the field, exit 2."""
-    out = tmp_path / "cert.json"
-    p = run("select", "--n", "50", "--json", str(out), "--quiet")
-    assert p.returncode == 0, p.stderr
-    good = json.loads(out.read_text())
+    good = json.loads(json.dumps(table_certificate(n=50).as_json()))
     home, job_id = tmp_path / "home", "0f1e2d3c4b5a69788796a5b4"
     folder = home / "jobs" / job_id
     folder.mkdir(parents=True)

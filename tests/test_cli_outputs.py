@@ -168,10 +168,10 @@ def test_jobs_lists_and_removes(tmp_path):
 
 def test_bare_command_prints_usage_and_log_level():
     p = subprocess.run([CERTSEL], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2 and "COMMAND" in p.stdout and "run" in p.stdout and "select" in p.stdout
-    p = run("select", "--n", "50", "--quiet", "--log-level", "info")
+    assert p.returncode == 2 and "COMMAND" in p.stdout and "run" in p.stdout and "gate" in p.stdout
+    p = run("schema", "--log-level", "info")
     assert p.returncode == 0, p.stderr
-    p = run("select", "--log-level", "loud")
+    p = run("schema", "--log-level", "loud")
     assert p.returncode == 2 and "--log-level" in p.stderr
 
 

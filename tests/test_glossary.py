@@ -1,5 +1,5 @@
 """One name per quantity (docs/glossary.md, GLOSSARY in orchestrator/outputs/cells.py): the
-words in the terminal table, the report and `certsel select`; the key in selection.json, the
+words in the terminal table and the report; the key in selection.json, the
 CSV and to_frame(); the metric on the candidate's MLflow run; and the docs table, all from
 one real job (local Ray, MLflow SQLite store)."""
 
@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import pathlib
-import subprocess
 
 import pytest
 from certsel.config import load_config
@@ -18,7 +17,7 @@ from certsel.terminal import format_job, print_job
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-from helpers.cli import CERTSEL, job_file
+from helpers.cli import job_file
 
 pytestmark = pytest.mark.integration
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "glossary.md"
@@ -53,9 +52,3 @@ def test_every_output_uses_the_glossary_names(job):
         assert f"| {words} | `{key}` | {'-' if metric is None else f'`{metric}`'} | {meaning} |" in docs, words
     for old in ("joint bound", "own bound", "max E"):  # the names these replaced appear nowhere
         assert old not in terminal and old not in report
-
-
-def test_certsel_select_uses_the_glossary_names():
-    p = subprocess.run([CERTSEL, "select", "--n", "40"], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
-    assert "e-value" in p.stdout and "two-sided interval" in p.stdout and "max E" not in p.stdout

@@ -5,8 +5,8 @@ judge-labelled items, run every candidate's e-process to its whole budget, apply
 multiple-testing procedure, pick the certified candidate with the smallest objective, for
 hundreds of replications at once (the paper reproductions in ``benchmarks/``). With the
 job's seed it draws the items the engine draws, which makes it the tests' independent
-reference for the engine (``certsel select``, a preset of the engine, equals it to the
-last bit: ``tests/test_cli.py``).
+reference for the engine (a table job with ``scheduling.mode: full`` equals it to the last bit:
+``tests/test_cli.py``).
 """
 
 from __future__ import annotations

@@ -91,9 +91,9 @@ def objective_head(cert) -> str:
     return "objective" if o is None else f"{o.column} ({'min' if o.goal == 'minimize' else 'max'})"
 
 
-# One name per quantity (docs/glossary.md): the words in the terminal, the report and
-# `certsel select`; the key in selection.json's candidate rows, CSV (`--format csv`) and
-# `Result.to_frame()`; the metric on the candidate's MLflow run (None: not logged there).
+# One name per quantity (docs/glossary.md): the words in the terminal and the report; the key
+# in selection.json's candidate rows, CSV (`--format csv`) and `Result.to_frame()`; the metric
+# on the candidate's MLflow run (None: not logged there).
 # tests/test_glossary.py checks the outputs and the docs table against this list.
 GLOSSARY = (
     # (words, selection.json / CSV key, MLflow metric, meaning)

@@ -73,3 +73,27 @@ def no_duplicates(labels: dict):
     for name, log in labels.items():
         pairs = list(zip(log.item.tolist(), log.role.tolist(), strict=True))
         assert len(pairs) == len(set(pairs)), f"{name}: a label appears twice in the log"
+
+
+def table_certificate(data=None, *, judge="loss_judge_best", objective="avg_bitwidth", order="rank",
+                      scheme="r-autoeval+", betting="up", observation="split", procedure="fst", alpha=0.1,
+                      delta=0.1, n=300, r=3, seed=0):
+    """The certificate of a job on a recorded table, run in this process (every candidate's
+    whole budget in one batch: its full e-value path). ``order`` None: fst tests the candidates
+    in their names' order."""
+    from certsel.config import parse_config
+    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
+    from certsel.orchestrator.inputs.sources import load_job_data
+    from certsel.orchestrator.outputs.certificate import certificate_of
+    from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
+
+    data = DEFAULT_TABLE if data is None else data
+    names = load_loss_table(data, judge=judge, order=order, objective=objective).candidates.tolist()
+    cfg = parse_config({
+        "order": names if order is None and procedure == "fst" else None,
+        "data": {"path": str(data), "judge": judge, "order": order}, "objective": {"column": objective},
+        "policy": {"kind": scheme, "betting": betting, "observation": observation},
+        "procedure": procedure, "alpha": alpha, "delta": delta, "seed": seed,
+        "budget": {"n": n, "r": r, "batch": n}, "scheduling": {"mode": "full"},
+    }, source="table_certificate")
+    return certificate_of(run_job(cfg, load_job_data(cfg), LocalRuntime(), collect_labels=False))

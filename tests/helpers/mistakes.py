@@ -292,9 +292,6 @@ MISTAKES = [
     # the other commands
     Mistake("certsel show with an unknown run", _plain("show", "0123456789abcdef", "--tracking-uri",
                                                        "sqlite:///{dir}/nothing.db"), "no tracking store at"),
-    Mistake("certsel select with alpha 1.5", _plain("select", "--alpha", "1.5"), "--alpha must be in (0, 1)"),
-    Mistake("certsel select with a ranking procedure", _plain("select", "--procedure", "pairwise"),
-            "--procedure must be one of fst, bonferroni, holm"),
     Mistake("certsel audit with 5 repetitions", _plain("audit", "{dir}/job.yaml", "--reps", "5", "--no-tracking"),
             "--reps must be at least 10"),
     Mistake("certsel jobs in a folder with no jobs", _plain("jobs", "{dir}/nojobs"), "no jobs folder"),
