@@ -19,9 +19,9 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))  # the fixtures shared with the tests
 
 from helpers.active_testing import active_bayesian_assessment, random_sampling_estimates, silhouette_clusters
-from certsel.policies.comparison import paired_losses, rank_models, sign_test_paths
 from certsel.policies.ft_eval import bias_variance, select_margin, t_test
 from helpers.alpacaeval import load_preference_table
+from helpers.sign_tests import paired_losses, sign_test_paths
 
 MODELS = ["FuseChat-Llama-3.2-1B-Instruct", "claude", "gpt-3.5-turbo-1106_verbose", "gpt4_gamed"]
 
@@ -69,16 +69,23 @@ def pairwise_table(t, shuffles=200, delta=0.05):
             r = sign_test_paths(u[perms], delta=delta, method=method, radius=radius)
             cells.append(f"{r.n_used.mean():.0f} ({np.mean(r.winner == truth):.2f})")
         print(f"| {a} | {b} | {zb.mean() - za.mean():+.3f} | " + " | ".join(cells) + " |")
-    r = rank_models(t.losses, delta=delta, names=t.models, seed=0)
-    print(f"\nCertified ranking of {len(t.models)} models (Bonferroni over {len(t.models) * (len(t.models) - 1) // 2} "
-          f"pairs, family-wise delta = {delta}): {int(r.better.sum())} of 66 pair orders certified, "
-          f"{r.labels_used} of {r.full_cost} model-item evaluations used "
-          f"({1 - r.labels_used / r.full_cost:.1%} saved).\n")
-    print("| rank | model | mean loss | certified wins | certified losses |")
-    print("|---|---|---|---|---|")
-    for pos, i in enumerate(r.order, 1):
-        print(f"| {pos} | {r.names[i]} | {t.losses[i].mean():.3f} | {int(r.better[i].sum())} | {int(r.better[:, i].sum())} |")
+    # the certified ranking of all 12 models: the engine's pairwise job (examples/alpacaeval_ranking.yaml) with
+    # Seq (betting radius) on every pair until its sign is certified
+    import certsel
 
+    job = pathlib.Path(__file__).resolve().parents[1] / "examples" / "alpacaeval_ranking.yaml"
+    cert = certsel.run(str(job), track=False, fresh=True, delta=delta, policy={"kind": "seq", "radius": "betting"},
+                       pairwise={"goal": "all"}).selection
+    rk, lab = cert.ranking, cert.labels
+    print(f"\nCertified ranking of {len(rk.order)} models (the pairwise job, Seq per pair, goal all, family-wise "
+          f"delta = {delta}): {rk.pairs_certified} of {rk.pairs} pair orders certified, {lab.spent.human} of "
+          f"{lab.full_budget.human} model-item evaluations used ({1 - lab.spent.human / lab.full_budget.human:.1%} "
+          "saved).\n")
+    print("| rank | model | mean loss | certified better than | certified worse than |")
+    print("|---|---|---|---|---|")
+    for pos, m in enumerate(rk.order, 1):
+        worse = sum(m in b for b in rk.better.values())
+        print(f"| {pos} | {m} | {t.losses[t.models.index(m)].mean():.3f} | {len(rk.better[m])} | {worse} |")
 
 def main():
     t = load_preference_table()

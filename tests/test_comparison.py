@@ -1,15 +1,11 @@
-"""Pairwise comparison and certified ranking on real AlpacaEval losses."""
+"""Sign tests of model pairs on real AlpacaEval losses (the vectorised reference of
+tests/helpers/sign_tests.py), and the ranking's pair logic (policies/comparison.py)."""
 
 import numpy as np
 import pytest
 from scipy.stats import binom
-from certsel.policies import NearestNeighborPartition
-from certsel.policies.comparison import (
-    compare_pair,
-    paired_losses,
-    rank_models,
-    sign_test_paths,
-)
+
+from helpers.sign_tests import paired_losses, sign_test_paths
 
 pytestmark = pytest.mark.slow  # error-rate simulations
 
@@ -35,19 +31,16 @@ def test_clear_pair_stops_early_with_the_right_sign(alpaca, method, radius):
 def test_paper_seq_needs_a_larger_gap(alpaca):
     # the Hoeffding radius ignores the variance: a 0.13 gap is never certified on 805 items,
     # a 0.26 gap is, later than with betting
+    order = np.random.default_rng(0).permutation(805)
+
+    def sign(a, b, **kw):
+        return sign_test_paths(paired_losses(a, b)[order], delta=0.05, **kw)
+
     a, b = _pair(alpaca, "FuseChat-Llama-3.2-1B-Instruct", "claude")
-    assert compare_pair(a, b, delta=0.05, method="seq", radius="paper", seed=0).winner == 0
+    assert sign(a, b, method="seq", radius="paper").winner == 0
     a, c = _pair(alpaca, "FuseChat-Llama-3.2-1B-Instruct", "gpt4_gamed")
-    paper = compare_pair(a, c, delta=0.05, method="seq", radius="paper", seed=0)
-    bet = compare_pair(a, c, delta=0.05, method="betting", seed=0)
+    paper, bet = sign(a, c, method="seq", radius="paper"), sign(a, c, method="betting")
     assert paper.winner == bet.winner == 1 and bet.n_used < paper.n_used < 805
-
-
-def test_cer_eval_pair(alpaca):
-    a, c = _pair(alpaca, "FuseChat-Llama-3.2-1B-Instruct", "gpt4_gamed")
-    res = compare_pair(a, c, delta=0.05, method="cer-eval", partitioner=NearestNeighborPartition(alpaca.features),
-                       seed=1)
-    assert res.winner == 1 and res.n_used < 400
 
 
 def null_pair_winners(alpaca, method: str, reps: int, delta: float = 0.1) -> int:
@@ -78,31 +71,14 @@ def test_null_pairs_certify_a_winner_at_most_delta(alpaca, method):
     assert np.all(same.winner == 0)
 
 
-def test_rank_models_is_consistent_with_the_true_means(alpaca):
-    r = rank_models(alpaca.losses, delta=0.05, names=alpaca.models, seed=0)
-    means = alpaca.losses.mean(axis=1)
-    i, j = np.nonzero(r.better)
-    assert i.size > 20
-    assert np.all(means[i] < means[j])  # every certified order is right
-    assert r.names[r.order[0]] == "FuseChat-Llama-3.2-1B-Instruct"
-    assert r.labels_used < r.full_cost
-    assert r.pair_delta == pytest.approx(0.05 / 66)
-
-
-def test_comparison_bad_input(alpaca):
+def test_sign_test_bad_input(alpaca):
     a = alpaca.losses[0]
     with pytest.raises(ValueError, match="same items"):
         paired_losses(a, a[:-1])
     with pytest.raises(ValueError, match="outside"):
         paired_losses(a, a + 1.5)
     with pytest.raises(ValueError, match="method"):
-        compare_pair(a, a, delta=0.05, method="vote")
-    with pytest.raises(ValueError, match="partitioner"):
-        compare_pair(a, a, delta=0.05, method="cer-eval")
-    with pytest.raises(ValueError, match="at least 2 models"):
-        rank_models(alpaca.losses[:1], delta=0.05)
-    with pytest.raises(ValueError, match="delta"):
-        rank_models(alpaca.losses, delta=1.5)
+        sign_test_paths(paired_losses(a, a), delta=0.05, method="vote")
 
 
 def test_implied_orders_and_the_pairs_each_goal_needs():

@@ -26,7 +26,7 @@ from certsel.policies import (
     Seq,
     seq_paths,
 )
-from certsel.policies.comparison import sign_test_paths
+from helpers.sign_tests import sign_test_paths
 from helpers.scenarios import RefitEveryLabel, make_outliers, make_scenario, make_separated
 from certsel.policies.stratified import StratifiedBetting, uniform_observations
 from helpers.reference import hedged_capital_bounds_loop
