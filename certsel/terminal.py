@@ -21,11 +21,6 @@ if TYPE_CHECKING:  # the schema imports pydantic: only where a certificate is pa
 FORMATS = ("table", "json", "csv", "markdown")
 
 
-def table_parts(cert: Selection):
-    """(title, columns, rows, bold) of a job's table, from its goal."""
-    return goal_of(cert).table(cert)
-
-
 def fit_columns(cols: list[Column], rows: list[list[str]], width: int | None) -> list[int]:
     """Indices of the columns to show in ``width`` characters (None: all of them): the
     columns with the largest ``keep`` go first, never one with ``keep`` 0."""
