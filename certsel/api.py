@@ -6,14 +6,12 @@
     res.to_frame()                      # one row per candidate (pandas)
     res.report                          # the HTML report on disk
 
-``job`` is a job file, a mapping with the same keys, or a :class:`~certsel.config.RunConfig`
-(or None: every key from the keyword arguments). Keyword arguments override the job's keys;
-a mapping merges into the section it names (``budget={"n": 200}`` keeps ``budget.r``).
-``data`` replaces a replay job's table: a path (Parquet, CSV, JSON Lines) or a table in
-memory (pandas, polars, pyarrow), which is stored once as Parquet in the job's state folder
-so that the job stays resumable and its fingerprint names the content. Everything is checked
-before the first label, with the same one-line errors (:class:`~certsel.errors.InputError`)
-as the command line.
+``job`` is a job file, a mapping with the same keys, a :class:`~certsel.config.RunConfig`, or None (every key from
+the keyword arguments). Keyword arguments override the job's keys; a mapping merges into the section it names
+(``budget={"n": 200}`` keeps ``budget.r``). ``data`` replaces a replay job's table: a path (Parquet, CSV, JSON Lines)
+or an in-memory table (pandas, polars, pyarrow), stored once as Parquet in the job's state folder so the job stays
+resumable and its fingerprint names the content. Everything is checked before the first label, raising the command
+line's one-line :class:`~certsel.errors.InputError`.
 """
 
 from __future__ import annotations
@@ -40,8 +38,7 @@ class Result:
     selected: str | None
     certificate: str  # the certified statement, in words
     certified: list[str]  # the certified set of the multiple-testing procedure
-    # the certificate, typed: orchestrator.outputs.selection_schema.Selection (a multi-task job's:
-    # TasksSelection, from the same module), read by attribute; to_dict() gives selection.json's dict
+    # the typed certificate (selection_schema.Selection; a multi-task job's TasksSelection); to_dict(): selection.json
     selection: Selection | TasksSelection = field(repr=False)
     job_id: str | None = None  # certsel run --resume JOB_ID (durable jobs)
     run_id: str | None = None  # the MLflow parent run (tracked jobs)
@@ -86,8 +83,8 @@ def _merge(base: dict, updates: dict) -> dict:
 
 
 def _stored_table(table, state_dir: pathlib.Path) -> pathlib.Path:
-    """An in-memory table as Parquet in ``state_dir/tables/``, named by its content's hash
-    (the same table is stored once, and a rerun finds the same job to resume)."""
+    """An in-memory table as Parquet in ``state_dir/tables/``, named by its content's hash (stored once; a rerun
+    finds the same job to resume)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -109,8 +106,7 @@ def _stored_table(table, state_dir: pathlib.Path) -> pathlib.Path:
 
 
 def job_config(job=None, data=None, **overrides):
-    """The :class:`~certsel.config.RunConfig` that :func:`run` and :func:`audit` run (see the
-    module docstring for ``job``, ``data`` and the overrides)."""
+    """The :class:`~certsel.config.RunConfig` that :func:`run` and :func:`audit` run (arguments: module docstring)."""
     from certsel.config import RunConfig, parse_config
     from certsel.config.loading import read_job_file
 
@@ -142,11 +138,11 @@ def job_config(job=None, data=None, **overrides):
 
 def run(job=None, data=None, *, output=None, track: bool = True, resume: str | None = None, fresh: bool = False,
         progress=None, **overrides) -> Result:
-    """Run a selection job (a local Ray, MLflow unless ``track=False``) and return its
-    :class:`Result`; ``output`` is the folder for report.html, selection.json and
-    labels.parquet (default: the job's folder in ``state.dir``). ``resume`` continues an
-    unfinished job by id; ``fresh`` starts a new one even if an unfinished job with this
-    configuration exists; ``progress(records, rounds)`` is called after every round."""
+    """Run a selection job (a local Ray, MLflow unless ``track=False``) and return its :class:`Result`.
+
+    ``output``: the folder for report.html, selection.json and labels.parquet (default: the job's folder in
+    ``state.dir``). ``resume``: continue an unfinished job by id; ``fresh``: start a new one even if an unfinished job
+    with this configuration exists; ``progress(records, rounds)``: called after every round."""
     from certsel.orchestrator.outputs.certificate import certificate_of
     from certsel.orchestrator.commands.job import execute
 
@@ -174,10 +170,9 @@ def run(job=None, data=None, *, output=None, track: bool = True, resume: str | N
 
 def audit(job=None, data=None, *, reps: int = 1000, seed: int = 0, workers: int | None = None, output=None,
           progress=None, **overrides):
-    """Repeat a replay job's policy ``reps`` times on random item orders of its table and
-    return the :class:`~certsel.orchestrator.audit.base.AuditResult` (failure rates with
-    their Clopper-Pearson bounds, coverage, FT-Eval); ``output`` also writes audit.json,
-    audit.md and audit.png there."""
+    """Repeat a replay job's policy ``reps`` times on random item orders of its table; returns the
+    :class:`~certsel.orchestrator.audit.base.AuditResult` (failure rates with Clopper-Pearson bounds, coverage,
+    FT-Eval). ``output``: also write audit.json, audit.md and audit.png there."""
     from certsel.orchestrator.audit.job import write_audit
     from certsel.orchestrator.commands.audit import audit as run_audit
     from certsel.orchestrator.inputs.sources import load_job_data

@@ -2,12 +2,10 @@
 
 Every error certsel raises on purpose is a :class:`CertselError`:
 
-* :class:`InputError` (exit status 2): the job cannot start as given: a bad config, bad
-  data, an unreachable Ray cluster, an unusable tracking store, a model server that does not
-  start, an unknown job id. Raised before any MLflow run exists, so nothing is half-written.
-* :class:`JobError` (exit status 1): the job failed while running (its MLflow runs are then
-  marked FAILED). Anything raised once the job runs, including errors Ray re-raises from an
-  actor, is reported as one.
+* :class:`InputError` (exit status 2): the job cannot start as given (bad config or data, no Ray cluster, unusable
+  tracking store, a model server that does not start, an unknown job id); raised before any MLflow run exists.
+* :class:`JobError` (exit status 1): anything raised once the job runs, errors Ray re-raises from an actor included
+  (its MLflow runs are marked FAILED).
 
 The CLI prints ``certsel: error: <one line>`` and exits with the error's ``exit_code``.
 """
@@ -36,8 +34,7 @@ class JobError(CertselError, RuntimeError):
 
 
 def first_line(exc: BaseException, default: str | None = None, limit: int | None = None) -> str:
-    """The first non-blank line of ``str(exc)`` (cut to ``limit`` characters), or
-    ``default`` (the exception's class name if None) when it has no text."""
+    """The first non-blank line of ``str(exc)`` (cut to ``limit``), else ``default`` (None: the class name)."""
     text = str(exc).strip()
     if not text:
         return exc.__class__.__name__ if default is None else default
@@ -47,8 +44,7 @@ def first_line(exc: BaseException, default: str | None = None, limit: int | None
 
 @contextlib.contextmanager
 def as_input_errors(prefix: str = ""):
-    """Inside: a ``ValueError`` (the validators' and loaders' way of saying "bad input")
-    becomes an :class:`InputError` with the same one-line message."""
+    """Inside, a ``ValueError`` (validators' and loaders' "bad input") becomes an :class:`InputError`, one line."""
     try:
         yield
     except InputError:
@@ -58,8 +54,7 @@ def as_input_errors(prefix: str = ""):
 
 
 def job_error(exc: BaseException) -> JobError:
-    """``exc`` (raised while a job ran) as a :class:`JobError`. Errors Ray re-raises from an
-    actor are unwrapped to their cause, so the message names what actually failed."""
+    """``exc`` (raised while a job ran) as a :class:`JobError`; Ray's wrapped actor errors unwrapped to their cause."""
     if isinstance(exc, JobError):
         return exc
     cause = getattr(exc, "cause", None)  # ray.exceptions.RayTaskError carries the actor's exception

@@ -4,13 +4,11 @@
     res = certsel.gate("examples/gate_recovery.yaml", only=["mx_m8_r4_k64"])
     res.exit_code, res.outcomes        # 0 / 1 / 3, {"mx_m8_r4_k64": "pass"}
 
-A gate takes the job file ``certsel run`` takes (a table, an lm-eval task, inspect logs, live
-servers) and its claim (``alpha``: R <= alpha; ``recovery``: recovery >= r against a
-reference), and tests every candidate on its own at ``delta`` (procedure ``gate``): **pass**
-when the claim is certified, **fail** when its opposite is (the futility test at delta),
-**undecided** when the budget runs out first. Items come in the job's seeded random order,
-never the first N. The exit status (``certsel gate``) is 1 when any candidate failed, else 3
-when any is undecided, else 0; 2 is bad input.
+A gate takes ``certsel run``'s job file and its claim (``alpha``: R <= alpha; ``recovery``: recovery >= r against a
+reference) and tests every candidate on its own at ``delta`` (procedure ``gate``): **pass** when the claim is
+certified, **fail** when its opposite is (the futility test at delta), **undecided** when the budget runs out first.
+Items come in the job's seeded random order, never the first N. Exit status:
+:func:`~certsel.orchestrator.results.outcomes.gate_exit_code`. See docs/gate.md.
 """
 
 from __future__ import annotations
@@ -33,10 +31,9 @@ _PILOT_ONLY = ("start", "pilot_items", "pilot_margin", "pilot_check")
 
 
 def as_gate(raw: dict, only=None, warn=None, labels=None) -> dict:
-    """A job's mapping turned into its gate: procedure ``gate``, no fixed sequence or pilot, the
-    futility level at delta (a gate's fail rule), only the candidates ``only`` when given, and
-    labels kept across runs in ``labels`` (default: the job's ``state.store``, else
-    CERTSEL_HOME/labels.db)."""
+    """A job's mapping as its gate: procedure ``gate``, no fixed sequence or pilot, futility at delta (the fail
+    rule), only the candidates ``only``, labels kept across runs in ``labels`` (default: the job's ``state.store``,
+    else CERTSEL_HOME/labels.db)."""
     from certsel.config import RunConfig
     from certsel.home import home
 
@@ -69,10 +66,9 @@ def as_gate(raw: dict, only=None, warn=None, labels=None) -> dict:
 
 
 def gate_config(job, overrides=(), only=None, warn=None, compressed=None, base=None, labels=None):
-    """The :class:`~certsel.config.RunConfig` of ``job``'s gate (a job file, a mapping or a
-    RunConfig; ``overrides``: ``KEY=VALUE`` strings), checked as ``certsel run`` checks a job.
-    An llm-compressor lm-eval test config gates the checkpoint ``compressed`` against ``base``
-    (default: the config's model; :mod:`certsel.config.llmcompressor`)."""
+    """The :class:`~certsel.config.RunConfig` of ``job``'s gate (a job file, a mapping or a RunConfig; ``overrides``:
+    ``KEY=VALUE`` strings), checked as ``certsel run`` checks a job. An llm-compressor lm-eval test config gates the
+    checkpoint ``compressed`` against ``base`` (default: the config's model; :mod:`certsel.config.llmcompressor`)."""
     from certsel.api import job_config
     from certsel.config import RunConfig
     from certsel.config.llmcompressor import gate_job, is_llmcompressor
@@ -119,12 +115,12 @@ def result_of(cert, output_dir=None) -> GateResult:
 
 def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh: bool = False,
          progress=None, warn=None, compressed=None, base=None, labels=None) -> GateResult:
-    """Gate ``job``'s candidates (a job file, a mapping or a RunConfig) and return the
-    :class:`GateResult`. A job of the same configuration that finished before is not run
-    again: its certificate answers (``fresh=True`` runs it anew). ``compressed`` and ``base``:
-    an llm-compressor test config's checkpoint and base model (see :func:`gate_config`);
-    ``labels``: the label store's file (default: CERTSEL_HOME/labels.db): a label an earlier
-    gate bought for the same model, task, item and settings is reused, and counted as such."""
+    """Gate ``job``'s candidates (a job file, a mapping or a RunConfig) and return the :class:`GateResult`.
+
+    A finished job of the same configuration answers without running (``fresh=True`` runs it anew). ``compressed``,
+    ``base``: an llm-compressor test config's checkpoint and base model (:func:`gate_config`). ``labels``: the label
+    store's file (:func:`as_gate`); a label an earlier gate bought for the same model, task, item and settings is
+    reused and counted as such. Bad input raises :class:`~certsel.errors.InputError`."""
     from certsel.orchestrator.commands.job import execute, finished_job
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.outputs.certificate import certificate_of

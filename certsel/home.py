@@ -1,11 +1,9 @@
 """certsel's home: the one folder where a job's outputs go unless the job says otherwise.
 
-``$CERTSEL_HOME`` if set, else ``~/.certsel``: ``jobs/`` holds every job's folder (its
-durable labels, report.html, selection.json, labels.parquet, plots) and ``mlruns.db`` with
-``mlartifacts/`` is the default MLflow store. One place, outside any source tree, so that
-``certsel jobs`` and ``certsel show`` find a job wherever it was run from. A job file's
-``state.dir`` or ``tracking.uri`` (or ``MLFLOW_TRACKING_URI``) still put either elsewhere,
-and ``certsel run --home DIR`` moves both for one command.
+``$CERTSEL_HOME`` if set, else ``~/.certsel``: ``jobs/`` holds every job's folder, ``mlruns.db`` with
+``mlartifacts/`` is the default MLflow store. One place, so ``certsel jobs`` and ``certsel show`` find a job wherever
+it was run from. ``state.dir`` or ``tracking.uri`` (or ``MLFLOW_TRACKING_URI``) put either elsewhere; ``certsel run
+--home DIR`` moves both for one command.
 """
 
 from __future__ import annotations

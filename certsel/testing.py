@@ -5,12 +5,10 @@
     def test_quantized_model_keeps_95_percent():
         assert_certified("gates/recovery.yaml", only=["w4a16"])
 
-Pass: the claim of every gated candidate is certified at delta (the test passes and the
-:class:`~certsel.gate.GateResult` is returned). Fail: some candidate's opposite is certified
-(an ``AssertionError`` naming each failed candidate with its bound). Undecided: the budget ran
-out first for some candidate and none failed (``pytest.skip`` with their lines: the test is
-neither green nor red; raise the budget). Outside pytest an undecided gate raises
-:class:`Undecided`.
+Pass: every gated candidate's claim is certified at delta (the :class:`~certsel.gates.GateResult` is returned).
+Fail: some candidate's opposite is certified (an ``AssertionError`` naming each with its bound). Undecided: the budget
+ran out first for some candidate and none failed (``pytest.skip``: raise the budget); outside pytest,
+:class:`Undecided` is raised.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ class Undecided(AssertionError):
 
 def assert_certified(job, *, only=None, overrides=(), output=None, track: bool = False, fresh: bool = False,
                      **kw) -> GateResult:
-    """Gate ``job`` (a job file, a mapping or a RunConfig; see :func:`certsel.gate`) and turn
-    its outcome into the test's: return on pass, ``AssertionError`` on fail, skip on undecided."""
+    """Gate ``job`` (as :func:`certsel.gate`) and turn its outcome into the test's (module docstring)."""
     res = gate(job, only=only, overrides=overrides, output=output, track=track, fresh=fresh, **kw)
     lines = "\n".join(r.line() for r in res.rows if r.outcome != "pass")
     if res.exit_code == 1:

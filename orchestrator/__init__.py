@@ -1,9 +1,8 @@
 """certsel.orchestrator: the driver, selection procedures, MLflow tracking, reports and audits.
 
 ``certsel run`` is :func:`certsel.orchestrator.commands.job.execute`; the driver
-(:func:`certsel.orchestrator.engine.driver.run_job`) runs candidates on Ray actors (or in-process)
-under a multiple-testing procedure from :data:`PROCEDURES`. A new procedure subclasses
-:class:`Procedure` and is added with :func:`register_procedure`.
+(:func:`certsel.orchestrator.engine.driver.run_job`) runs candidates on Ray actors (or in-process) under a procedure
+from :data:`PROCEDURES` (new ones: subclass :class:`Procedure`, add with :func:`register_procedure`).
 """
 
 __all__ = ["PROCEDURES", "Procedure", "get_procedure", "register_procedure"]

@@ -1,21 +1,18 @@
 """certsel.policies: the statistics, pure numpy/scipy with no I/O.
 
-Testing by betting (R-Eval, R-AutoEval, R-AutoEval+), certified estimation (Seq, Cer-Eval:
-stratified sampling with one betting confidence sequence), anytime-valid confidence bounds,
-and multiple testing over candidates. Nothing here imports Ray, MLflow or HTTP code.
+Testing by betting (R-Eval, R-AutoEval, R-AutoEval+), certified estimation (Seq, Cer-Eval: stratified sampling with one
+betting confidence sequence), anytime-valid confidence bounds, and multiple testing over candidates. Nothing here
+imports Ray, MLflow or HTTP code.
 
-Equation, section and algorithm numbers in docstrings refer to the papers the package
-implements: "Adaptive Prediction-Powered AutoEval with Reliability and Efficiency
-Guarantees" (Park, Zecchin and Simeone; R-Eval, R-AutoEval, R-AutoEval+, "eq." and "App."
-in :mod:`~certsel.policies.autoeval`, :mod:`~certsel.policies.betting` and
-:mod:`~certsel.policies.sequential`), "Cer-Eval: Certifiable and Cost-Efficient Evaluation
-Framework for LLMs" (Wang, Chen, Li and Xu; Seq, Cer-Eval and pairwise comparison in
-:mod:`~certsel.policies.cer_eval`, :mod:`~certsel.policies.radius`,
-:mod:`~certsel.policies.partition`, :mod:`~certsel.policies.comparison`) and
-"Fault-Tolerant Evaluation for Sample-Efficient Model Performance Estimators" (Zhu, Wu and
-Xu; FT-Eval in :mod:`~certsel.policies.ft_eval`). The betting confidence sequences follow
-Waudby-Smith and Ramdas, "Estimating means of bounded random variables by betting"
-(arXiv:2010.09686).
+Equation, section and algorithm numbers in docstrings refer to the papers the package implements: "Adaptive
+Prediction-Powered AutoEval with Reliability and Efficiency Guarantees" (Park, Zecchin and Simeone; R-Eval, R-AutoEval,
+R-AutoEval+, "eq." and "App." in :mod:`~certsel.policies.autoeval`, :mod:`~certsel.policies.betting` and
+:mod:`~certsel.policies.sequential`), "Cer-Eval: Certifiable and Cost-Efficient Evaluation Framework for LLMs" (Wang,
+Chen, Li and Xu; Seq, Cer-Eval and pairwise comparison in :mod:`~certsel.policies.cer_eval`,
+:mod:`~certsel.policies.radius`, :mod:`~certsel.policies.partition`, :mod:`~certsel.policies.comparison`) and
+"Fault-Tolerant Evaluation for Sample-Efficient Model Performance Estimators" (Zhu, Wu and Xu; FT-Eval in
+:mod:`~certsel.policies.ft_eval`). The betting confidence sequences follow Waudby-Smith and Ramdas, "Estimating means of
+bounded random variables by betting" (arXiv:2010.09686).
 """
 
 from .autoeval import (

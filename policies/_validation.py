@@ -1,8 +1,7 @@
 """Input validation at the boundary of the statistics package.
 
-Every public entry point of :mod:`certsel.policies` passes its arguments through these
-helpers, so bad input fails with a ``ValueError`` that names the offending argument
-instead of producing a silently wrong certificate. Nothing is clipped or dropped.
+Every public entry point of :mod:`certsel.policies` passes its arguments through these helpers, so bad input fails with
+a ``ValueError`` naming the argument instead of producing a silently wrong certificate. Nothing is clipped or dropped.
 """
 
 from __future__ import annotations
@@ -45,10 +44,7 @@ def check_bounds(bounds) -> tuple[float, float]:
 
 
 def check_losses(x, name: str, bounds: tuple[float, float]) -> np.ndarray:
-    """Return ``x`` as a float64 array after checking it is non-empty, finite and in bounds.
-
-    The last axis is the sample axis; leading axes are batch axes.
-    """
+    """``x`` as a float64 array, checked non-empty, finite and in bounds (last axis: samples; leading axes: batch)."""
     try:
         a = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):

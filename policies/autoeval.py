@@ -1,9 +1,8 @@
 """R-Eval, R-AutoEval and R-AutoEval+ (sections 2-3 and Algorithm 1 of R-AutoEval+).
 
-One candidate's evidence that its risk R = E[loss] is at most a target ``alpha`` is an
-e-process built from n human-labelled losses, the judge's losses on the same n items and
-the judge's losses on N unlabelled items. Everything is vectorised over arbitrary leading
-batch axes (e.g. replications x candidates); the last axis is the sample axis.
+One candidate's evidence that its risk R = E[loss] is at most a target ``alpha`` is an e-process built from n
+human-labelled losses, the judge's losses on the same n items and the judge's losses on N unlabelled items. Everything
+is vectorised over arbitrary leading batch axes (e.g. replications x candidates); the last axis is the sample axis.
 
 Schemes differ only in the reliance factors rho (eq. 9-10):
 
@@ -12,8 +11,9 @@ Schemes differ only in the reliance factors rho (eq. 9-10):
 * R-AutoEval+:  rhos = linspace(0,1,S) mixture of S PPI++ e-processes (eq. 11-13)
 
 The exponential-weights update (13) telescopes: with ``w_{s,i} ∝ w_{s,0} E_{s,i-1}``,
-``E_n = prod_i sum_s w_{s,i} e_{s,i} = sum_s w_{s,0} E_{s,n}``. The code uses this closed
-form (a log-sum-exp over rho); the tests check it against the literal update of Algorithm 1.
+``E_n = prod_i sum_s w_{s,i} e_{s,i} = sum_s w_{s,0} E_{s,n}``. The code uses this closed form (a log-sum-exp over rho);
+the tests check it against the literal update of Algorithm 1. Validity and the split observation: docs/statistics.md,
+"Testing by betting" and "R-Eval, R-AutoEval, R-AutoEval+".
 """
 
 from __future__ import annotations
@@ -61,16 +61,15 @@ OBSERVATIONS = ("paper", "split")
 class EffectiveObservations:
     """PPI++ effective observations (eq. 10) for every rho, with their support.
 
-    ``q`` has shape (..., S, n); ``lower``/``upper`` (S,) are the support bounds
-    m_s = lo - rho_s (hi - lo) and M_s = hi + rho_s (hi - lo); ``r`` is floor(N / n).
+    ``q`` has shape (..., S, n); ``lower``/``upper`` (S,) are the support bounds m_s = lo - rho_s (hi - lo) and
+    M_s = hi + rho_s (hi - lo); ``r`` is floor(N / n).
 
-    The ``split`` form (:func:`effective_observations`) also holds ``parts`` (..., S, n, 2):
-    x = h - rho j + rho c and b = rho (jbar - c), with c a predictable estimate of the judge's
-    mean (so x + b = q), ``tops`` (..., S, n), the denominator of each step's bet, and
-    ``cap_target`` (S,), the target at which that denominator is taken (module docstring of
-    :mod:`certsel.policies.bounds`); ``judge_sum``/``judge_count`` (batch shape) carry the
-    judge labels seen, for a test that continues with more labels. ``draws`` (sampling without
-    replacement from a finite table only) are the table's streams after these observations.
+    The ``split`` form (:func:`effective_observations`) also holds ``parts`` (..., S, n, 2): x = h - rho j + rho c and
+    b = rho (jbar - c), with c a predictable estimate of the judge's mean (so x + b = q), ``tops`` (..., S, n), the
+    denominator of each step's bet, and ``cap_target`` (S,), the target at which that denominator is taken (module
+    docstring of :mod:`certsel.policies.bounds`); ``judge_sum``/``judge_count`` carry the judge labels seen, for a test
+    that continues with more labels. ``draws`` (sampling without replacement only) are the table's streams after these
+    observations.
     """
 
     q: np.ndarray
@@ -110,25 +109,17 @@ def effective_observations(
 ) -> EffectiveObservations:
     """Eq. (10): ``q_{s,i} = rho_s mean(judge on unlabelled block i) + human_i - rho_s judge_i``.
 
-    Block i holds the unlabelled items r(i-1)+1 .. ri with r = floor(N / n), so each human
-    label is paired with r judge-only labels. The last N - r n unlabelled items are unused
-    (the protocol of Algorithm 1). With every rho equal to 0 (R-Eval) the judge inputs may
-    be omitted.
+    Block i holds the unlabelled items r(i-1)+1 .. ri, r = floor(N / n); the last N - r n are unused (Algorithm 1). With
+    every rho 0 (R-Eval) the judge inputs may be omitted. ``observation="split"`` adds the split form
+    (docs/statistics.md, "The split observation"): x = h - rho j + rho c_i and b = rho (jbar_i - c_i) share one bet, c_i
+    the mean of every judge label before step i (plus one pseudo-label mid-range); under R >= a, (1 - lambda
+    (x - a))(1 - lambda b) has mean <= 1, and the largest bet is 1/(hi - lo + rho (c_i - lo)) instead of
+    1/(M_s - alpha). ``judge_seen`` = (sum, count) of earlier steps' judge labels continues c for a test fed in batches.
 
-    ``observation="split"`` also splits each observation into two factors that share one bet
-    (docs/statistics.md, "The split observation"): x = h - rho j + rho c_i and
-    b = rho (jbar_i - c_i), where c_i, the mean of every judge label before step i (with one
-    pseudo-label at the middle of the range), is fixed before the step. Under R >= a the
-    product (1 - lambda (x - a))(1 - lambda b) with a common lambda has mean <= 1, and its
-    largest bet is 1/(hi - lo + rho (c_i - lo)) instead of 1/(M_s - alpha). ``judge_seen`` =
-    (sum, count) of the judge labels of earlier steps continues c for a test fed in batches.
-
-    ``sampling=WithoutReplacement(N)`` (:mod:`certsel.policies.sampling`; ``draws``: its streams
-    continued from earlier steps): the items are drawn without replacement from a table of N, the
-    human ones and the judge-only ones in independent random orders, and every loss enters
-    through its stream's finite-population transform, so each observation's conditional mean
-    is the table's mean human loss exactly (docs/statistics.md, "Sampling without
-    replacement"). The judge-only losses must then be exactly r per human label.
+    ``sampling=WithoutReplacement(N)`` (``draws``: its streams so far): human and judge-only items are drawn without
+    replacement from a table of N in independent orders and enter through their streams' finite-population transforms,
+    so each observation's conditional mean is the table's mean human loss exactly (docs/statistics.md, "Sampling without
+    replacement"); the judge-only losses must then be exactly r per human label.
     """
     bounds = check_bounds(loss_bounds)
     rhos = check_rhos(rhos)
@@ -201,9 +192,9 @@ def _drawn(draws: TableDraws, bounds, h, jl=None, ju=None, r: int = 0) -> _Drawn
 
 
 def _split(obs: EffectiveObservations, h, jl, blocks, rhos, judge_seen, wor: _Drawn | None = None) -> EffectiveObservations:
-    """The split form of ``obs`` (see :func:`effective_observations`); with ``wor`` the losses
-    enter through their finite-population transforms (the predictable judge mean c stays the
-    mean of the judge labels themselves) and each step's largest bet through its known range."""
+    """The split form of ``obs`` (:func:`effective_observations`); with ``wor`` the losses enter through their
+    finite-population transforms (c stays the mean of the judge labels themselves) and each step's largest bet through
+    its known range."""
     lo, hi = obs.loss_bounds
     batch, n = h.shape[:-1], h.shape[-1]
     prior_sum, prior_count = (0.5 * (lo + hi), 1) if judge_seen is None else judge_seen
@@ -233,10 +224,9 @@ def _split(obs: EffectiveObservations, h, jl, blocks, rhos, judge_seen, wor: _Dr
 
 
 def _split_drawn(wor: _Drawn, c, rho, lo, blocks):
-    """The split factors of draws without replacement: x = Y^h - rho (Y^j - c), b = rho (mean of
-    the block's Y^g - c), and the smallest top that keeps both factors >= 0 at every target
-    >= lo (the i.i.d. form's 1 + rho c when nothing is known about the pool): each Y lies in a
-    range known before its draw."""
+    """The split factors of draws without replacement: x = Y^h - rho (Y^j - c), b = rho (mean of the block's Y^g - c),
+    and the smallest top that keeps both factors >= 0 at every target >= lo (each Y lies in a range known before its
+    draw)."""
     hy, hh = wor.h.y[..., None, :], wor.h.high[..., None, :]
     if wor.j is None:  # R-Eval: one factor, its top the human stream's
         shape = hy.shape[:-2] + (rho.shape[0], hy.shape[-1])
@@ -265,14 +255,12 @@ def component_log_evalues(
 ):
     """log E_{s,i} (eq. 12) for every rho, shape (..., S, n).
 
-    ``alpha`` is a scalar or an array of the batch shape (one target per batch element; used
-    by the bisection of confidence bounds). ``betting`` is a strategy, its name or its
-    mapping (:func:`~certsel.policies.betting.get_strategy`). With ``ci_scale`` the bet bound
-    is 1/(M_s - m_s) instead of 1/(M_s - alpha) (App. D.5). ``state`` continues the bets of
-    earlier rounds (the returned path then holds only the new increments' cumulative sum).
-    ``test_alpha`` (default ``alpha``) is the target of the test these processes belong to,
-    which the strategy's prior may depend on (:func:`bet_context`); the bound that inverts a
-    test evaluates it at other targets with the test's own prior.
+    ``alpha``: a scalar or one target per batch element (bisection of confidence bounds). ``betting``: a strategy, its
+    name or mapping (:func:`~certsel.policies.betting.get_strategy`). ``ci_scale`` bounds bets by 1/(M_s - m_s) instead
+    of 1/(M_s - alpha) (App. D.5). ``state`` continues earlier rounds' bets (the path then holds only the new
+    increments' cumulative sum). ``test_alpha`` (default ``alpha``) is the target of the test, on which the strategy's
+    prior may depend (:func:`bet_context`): a bound inverting the test evaluates it at other targets with the test's own
+    prior.
     """
     strategy = get_strategy(betting)
     q2, a, scale = _rows(obs, alpha, ci_scale)
@@ -284,10 +272,9 @@ def component_log_evalues(
 
 
 def _rows(obs: EffectiveObservations, alpha, ci_scale: bool):
-    """The observations as strategy rows (rows, n), with each row's target and bet scale:
-    1/(M_s - alpha) for testing (eq. 6), 1/(M_s - m_s) for intervals (App. D.5). The split
-    form (testing only) gives its two factors per step, already in units of the step's
-    largest bet (rows, n, 2), with target 0 and scale 1."""
+    """The observations as strategy rows (rows, n) with each row's target and bet scale: 1/(M_s - alpha) for testing
+    (eq. 6), 1/(M_s - m_s) for intervals (App. D.5). The split form (testing only) gives its two factors per step in
+    units of the step's largest bet (rows, n, 2), with target 0 and scale 1."""
     q = obs.q
     batch, (S, n) = q.shape[:-2], q.shape[-2:]
     a = np.broadcast_to(np.asarray(alpha, dtype=np.float64)[..., None], batch + (S,))
@@ -303,10 +290,8 @@ def _rows(obs: EffectiveObservations, alpha, ci_scale: bool):
 
 
 def bet_context(obs: EffectiveObservations, test_alpha) -> BetContext:
-    """The strategy rows' context (:class:`~certsel.policies.betting.BetContext`): the test's
-    target in units of the loss range, and whether the row's reliance factor is above 0 (its
-    observation subtracts the judge's loss). Fixed by the test, not by the data or by the
-    target a bound evaluates."""
+    """The strategy rows' :class:`~certsel.policies.betting.BetContext`: the test's target in units of the loss range,
+    and whether the row's rho is above 0. Fixed by the test, not by the data or by the target a bound evaluates."""
     lo, hi = obs.loss_bounds
     batch, S = obs.q.shape[:-2], obs.q.shape[-2]
     theta = np.broadcast_to((np.asarray(test_alpha, dtype=np.float64) - lo) / (hi - lo), batch)
@@ -324,8 +309,8 @@ def split_units(obs: EffectiveObservations, target) -> np.ndarray:
 
 
 def decision_fractions(obs: EffectiveObservations, alpha: float, *, delta: float, betting, horizon: int) -> np.ndarray:
-    """The bet fractions u_{s,i} (..., S, n) the test of H0: R > alpha uses on ``obs``: what
-    its e-values and the bound that inverts it (:func:`decision_upper_bound`) are made of."""
+    """The bet fractions u_{s,i} (..., S, n) of the test of H0: R > alpha on ``obs``: what its e-values and the bound
+    that inverts it (:func:`decision_upper_bound`) are made of."""
     q2, a, scale = _rows(obs, alpha, False)
     u, _ = get_strategy(betting).checked_fractions(q2, a, scale, BettingState(), delta=delta, horizon=horizon,
                                                    context=bet_context(obs, alpha))
@@ -333,8 +318,8 @@ def decision_fractions(obs: EffectiveObservations, alpha: float, *, delta: float
 
 
 def mix_log_evalues(log_components: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """log sum_s w_{s,0} E_{s,i}: the R-AutoEval+ e-value (eq. 11 with the weights of eq. 13),
-    as a log-sum-exp over the rho axis (shifted by the maximum, so it never overflows)."""
+    """log sum_s w_{s,0} E_{s,i}: the R-AutoEval+ e-value (eq. 11 with the weights of eq. 13), a shifted log-sum-exp
+    over the rho axis."""
     if log_components.shape[-2] == 1:
         return log_components[..., 0, :].copy()
     z = log_components + np.log(weights)[:, None]
@@ -345,11 +330,11 @@ def mix_log_evalues(log_components: np.ndarray, weights: np.ndarray) -> np.ndarr
 
 
 def judge_agreement(human, judge_labeled) -> dict:
-    """How well the judge's losses track the human ones on the labelled items: ``agreement``
-    (fraction of items on which both are on the same side of 1/2), Cohen's ``kappa`` of those
-    binary verdicts (chance-corrected agreement; None when either side is constant), and
-    ``mean_abs_diff`` = mean |judge - human|. A bad judge costs labels, never validity: these
-    numbers say why a job needed the labels it did."""
+    """How well the judge's losses track the human ones on the labelled items.
+
+    ``agreement``: fraction of items with both on the same side of 1/2; ``kappa``: Cohen's kappa of those verdicts (None
+    when either side is constant); ``mean_abs_diff``: mean |judge - human|. A bad judge costs labels, never validity.
+    """
     from sklearn.metrics import cohen_kappa_score
 
     h = np.asarray(human, dtype=np.float64)
@@ -365,8 +350,8 @@ def judge_agreement(human, judge_labeled) -> dict:
 
 
 def mixture_weights(log_components: np.ndarray, weights: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The exponential weights of eq. (13), w_{s,n+1} proportional to w_{s,0} E_{s,n}, from
-    the components' log e-values along ``axis`` (the rho axis)."""
+    """The exponential weights of eq. (13), w_{s,n+1} ∝ w_{s,0} E_{s,n}, from log e-values along ``axis`` (the rho
+    axis)."""
     shape = [1] * np.ndim(log_components)
     shape[axis] = -1
     z = log_components + np.log(weights).reshape(shape)
@@ -378,13 +363,11 @@ def predictable_mixture(q: np.ndarray, log_components: np.ndarray, weights: np.n
                         log_before: np.ndarray | None = None) -> np.ndarray:
     """Per-label observations of the unbiased R-AutoEval+ point estimate, shape (..., n).
 
-    Label i's observation is sum_s w_{s,i} q_{s,i} with the weights of eq. (13) *before* label
-    i, w_{s,i} proportional to w_{s,0} E_{s,i-1}: they are fixed by the labels before i, and
-    every q_s is unbiased for R (eq. 10), so each observation has conditional mean R and
-    their running mean is an unbiased estimate of R (the weights after label i would favour
-    the rho whose observations happened to be low). ``q`` and ``log_components`` are
-    (..., S, n) (log E_{s,i} after each label); ``log_before`` (..., S) is log E_s before the
-    first of these labels (0 at the start)."""
+    Label i's observation is sum_s w_{s,i} q_{s,i} with the eq. (13) weights *before* label i (∝ w_{s,0} E_{s,i-1}).
+    They are predictable and every q_s is unbiased for R (eq. 10), so each observation has conditional mean R (weights
+    after label i would favour the rho whose observations happened to be low). ``q``, ``log_components``: (..., S, n);
+    ``log_before`` (..., S): log E_s before the first of these labels (default 0).
+    """
     before = np.zeros(log_components.shape[:-1]) if log_before is None else log_before
     prev = np.concatenate([before[..., None], log_components[..., :-1]], axis=-1)
     return np.sum(mixture_weights(prev, weights, axis=-2) * q, axis=-2)
@@ -431,10 +414,9 @@ def log_evalue_paths(
 ) -> np.ndarray:
     """log E_1..E_n of the R-AutoEval+ e-process for H0: R > alpha vs H1: R <= alpha.
 
-    Batched: inputs may carry any leading axes (e.g. replications x candidates); the result
-    has the shape of ``human``. See :func:`evalue_path` for the arguments. ``bet_bound``
-    "target" bounds bets by 1/(M_s - alpha) (eq. 6, for testing); "range" by 1/(M_s - m_s),
-    the confidence-interval form of App. D.5 whose e-values are non-decreasing in alpha.
+    Batched over leading axes; the result has the shape of ``human``. Arguments: :func:`evalue_path`. ``bet_bound``
+    "target" bounds bets by 1/(M_s - alpha) (eq. 6, testing); "range" by 1/(M_s - m_s), the interval form of App. D.5,
+    whose e-values are non-decreasing in alpha.
     """
     delta = check_level(delta, "delta")
     alpha = check_target(alpha, check_bounds(loss_bounds))
@@ -451,8 +433,8 @@ def log_evalue_paths(
 
 
 def evalue_paths(human, judge_labeled=None, judge_unlabeled=None, **kwargs) -> np.ndarray:
-    """Batched e-value paths: ``exp`` of :func:`log_evalue_paths` (may overflow to inf only
-    for astronomically strong evidence; use the log form for long horizons)."""
+    """Batched e-value paths: ``exp`` of :func:`log_evalue_paths` (use the log form for long horizons; this may
+    overflow)."""
     return np.exp(log_evalue_paths(human, judge_labeled, judge_unlabeled, **kwargs))
 
 
@@ -460,30 +442,18 @@ def evalue_path(human, judge_labeled=None, judge_unlabeled=None, *, alpha: float
                 betting: str | dict | BettingStrategy = "up", **kwargs) -> np.ndarray:
     """Running e-values E_1..E_n of R-AutoEval+ (Algorithm 1) for one candidate.
 
-    Parameters
-    ----------
-    human : (n,) losses of the candidate against human labels, in ``loss_bounds``.
-    judge_labeled : (n,) the judge's losses on the same n items (None for R-Eval).
-    judge_unlabeled : (N,) the judge's losses on N >= n unlabelled items (None for R-Eval).
-    alpha : target risk; the e-process tests H0: R > alpha against H1: R <= alpha.
-    delta : reliability level; the candidate is certified once E_i >= 1/delta (eq. 5), at
-        any i, with optional stopping (Ville's inequality).
-    rhos : reliance factors rho_s (eq. 9). Default: 10 evenly spaced in [0, 1]
-        (R-AutoEval+); ``[0]`` gives R-Eval and ``[1]`` R-AutoEval.
-    betting : a betting strategy (:data:`~certsel.policies.betting.STRATEGIES`): its name
-        (``"up"``: Universal Portfolio, eq. 19; ``"wsr"``: eq. 20-21; ``"ons"``: online
-        Newton step), a mapping ``{"kind": "up", "prior": "grid"}`` or an instance.
-    loss_bounds : declared bounds (lo, hi) of the losses (default (0, 1)).
-    weights : initial mixture weights w_{s,0} (default uniform 1/S).
-    horizon : planned number of human labels; enters the WSR bet (the ``n`` of eq. 20) and
-        the exact UP quadrature size. Default: ``len(human)``.
-    observation : ``"paper"`` (eq. 10, one factor per label, bets up to 1/(M_s - alpha)) or
-        ``"split"`` (two factors sharing each bet, whose largest bet does not pay for the
-        judge-only mean's range: :func:`effective_observations`).
-    sampling : :class:`~certsel.policies.sampling.IID` (default: a test of the risk of the
-        distribution the labels come from) or ``WithoutReplacement(N)``: drawn without
-        replacement from a table of N items (human and judge-only items in independent random
-        orders), a test of the table's mean, exactly (:mod:`certsel.policies.sampling`).
+    * human, judge_labeled: (n,) the candidate's losses against human labels and the judge's on the same items;
+      judge_unlabeled: (N >= n,) the judge's losses on unlabelled items (judge inputs None for R-Eval).
+    * alpha: the e-process tests H0: R > alpha against H1: R <= alpha. delta: certified once E_i >= 1/delta (eq. 5), at
+      any i, with optional stopping (Ville's inequality).
+    * rhos: reliance factors (eq. 9); default 10 evenly spaced in [0, 1] (R-AutoEval+), ``[0]`` R-Eval, ``[1]``
+      R-AutoEval. weights: initial mixture weights w_{s,0} (default 1/S).
+    * betting: a name in :data:`~certsel.policies.betting.STRATEGIES` (``"up"``: Universal Portfolio, eq. 19; ``"wsr"``:
+      eq. 20-21; ``"ons"``: online Newton step), a mapping ``{"kind": "up", "prior": "grid"}`` or an instance.
+    * horizon: planned number of human labels (the ``n`` of eq. 20, the UP quadrature size); default ``len(human)``.
+    * observation: ``"paper"`` (eq. 10) or ``"split"`` (:func:`effective_observations`).
+    * sampling: :class:`~certsel.policies.sampling.IID` (the risk of the labels' distribution) or
+      ``WithoutReplacement(N)`` (the mean of a table of N items, exactly; :mod:`certsel.policies.sampling`).
     """
     h = np.asarray(human, dtype=np.float64)
     if h.ndim != 1:
@@ -497,8 +467,8 @@ def evalue_path(human, judge_labeled=None, judge_unlabeled=None, *, alpha: float
 class TestResult:
     """Outcome of the anytime-valid test for each batch element.
 
-    ``certified``: max_i E_i >= 1/delta. ``labels_to_certify``: the first i (1-based) at which
-    that happened, 0 if never. ``max_log_evalue``: log of max_i E_i.
+    ``certified``: max_i E_i >= 1/delta; ``labels_to_certify``: the first such i (1-based), 0 if never;
+    ``max_log_evalue``: log max_i E_i.
     """
 
     certified: np.ndarray
@@ -525,16 +495,12 @@ def test_from_log_evalues(log_e: np.ndarray, delta: float) -> TestResult:
 def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, delta: float, rhos=DEFAULT_RHOS,
                            betting: str | dict | BettingStrategy = "up", loss_bounds=(0.0, 1.0), weights=None,
                            horizon: int | None = None, sampling: Sampling = IID()) -> np.ndarray:
-    """Anytime-valid upper confidence bound on R at level 1 - delta (App. D.5), with the
-    betting strategy's :meth:`~certsel.policies.betting.BettingStrategy.interval_strategy`.
+    """Anytime-valid upper confidence bound on R at level 1 - delta (App. D.5), with the strategy's
+    :meth:`~certsel.policies.betting.BettingStrategy.interval_strategy`.
 
-    ``U_n = inf{a : max_{i<=n} E_i(a) >= 1/delta}``, the smallest target the test would
-    certify. With bets bounded by 1/(M_s - m_s) (``bet_bound="range"``, independent of the
-    target) every E_i(a) is non-decreasing in a, so the confidence set
-    {a : max_{i<=n} E_i(a) < 1/delta} is an interval and bisection finds its end; the reported
-    bound is the upper end of the final bracket (conservative). P(exists n: R > U_n) <= delta
-    by Ville's inequality applied to the e-process at a = R. Returns an array of the batch
-    shape.
+    ``U_n = inf{a : max_{i<=n} E_i(a) >= 1/delta}``. With bets bounded by 1/(M_s - m_s) (independent of the target)
+    every E_i(a) is non-decreasing in a, so the confidence set is an interval and bisection finds its end (the upper end
+    of the final bracket: conservative). P(exists n: R > U_n) <= delta by Ville's inequality at a = R.
     """
     delta = check_level(delta, "delta")
     obs, w, betting, horizon = _prepare(
@@ -543,15 +509,13 @@ def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, d
     if not betting.monotone_in_target:
         raise ValueError(f"betting {betting.name!r} bets depend on the target, so its rejected targets need not "
                          f"form an interval; use {betting.name}.interval_strategy() for confidence bounds")
-    # the strategy's interval form: its prior must not move with the target (UP's alternatives
-    # prior gives way to eq. 19's Beta(1/2, 1/2) here, as in every interval certsel reports)
+    # interval form: a prior that does not move with the target (for UP, eq. 19's Beta(1/2, 1/2))
     return _bisect_upper(obs, w, betting.interval_strategy(), horizon, level=delta)
 
 
 def _bisect_upper(obs, w, betting, horizon, *, level) -> np.ndarray:
-    """inf{a : max_i E_i(a) >= 1/level} by bisection over the range-scaled e-processes of
-    App. D.5 (non-decreasing in a for a strategy that is :attr:`monotone_in_target`): the
-    upper end of the final bracket, a rejected target (conservative)."""
+    """inf{a : max_i E_i(a) >= 1/level} by bisection over the range-scaled e-processes of App. D.5
+    (:attr:`monotone_in_target` strategies only); returns the upper end of the final bracket, a rejected target."""
     lo, hi = obs.loss_bounds
     threshold = np.log(1.0 / level)
     batch = obs.q.shape[:-2]
@@ -577,20 +541,15 @@ def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, lev
                          n_used=None, observation: str = "paper", sampling: Sampling = IID()) -> np.ndarray:
     """The one-sided upper bound that inverts the test of H0: R > alpha itself, at ``level``.
 
-    It inverts a family of tests fixed in advance that contains the test itself at alpha
-    (:mod:`certsel.policies.bounds`): below alpha the test's own bet fractions
-    (:func:`decision_fractions`, sized for ``delta`` as in :func:`log_evalue_paths`) scaled
-    to each target; above alpha the strategy's test at that target when it is monotone in
-    the target (UP, WSR), with the prior of the test at alpha (UP's alternatives prior is
-    chosen for the test's target, and the family must not change it across alpha, or a test
-    that rejected at alpha could stop rejecting just above it), else the same fractions
-    again. U = inf{a : rejected} has
-    P(R > U) <= level, and U <= alpha exactly when the test reached 1/level at alpha, for
-    every strategy. ``max_log_evalue`` (batch shape) is the test's recorded running maximum;
-    given, its decision seeds the bound, so that the two agree to the last bit even when the
-    labels arrived in rounds. ``n_used`` (batch shape) counts the labels each batch element
-    used (a stopped run), default all. It is one-sided at the full level, so it is usually
-    tighter than the upper end of the two-sided interval at level/2.
+    It inverts a family of tests fixed in advance that contains the test at alpha (:mod:`certsel.policies.bounds`):
+    below alpha the test's own bet fractions (:func:`decision_fractions`, sized for ``delta``) scaled to each target;
+    above alpha the strategy's test at that target when it is monotone in the target (UP, WSR), with the prior of the
+    test at alpha (a prior that moved with the target could stop rejecting just above alpha), else the same fractions
+    again. U = inf{a : rejected} has P(R > U) <= level, and U <= alpha exactly when the test reached 1/level at alpha,
+    for every strategy. ``max_log_evalue`` (batch shape), the test's recorded running maximum, seeds the decision so
+    that the two agree to the last bit even when labels arrived in rounds; ``n_used`` counts the labels each element
+    used (default all). One-sided at the full level, it is usually tighter than the two-sided interval's upper end at
+    level/2.
     """
     delta = check_level(delta, "delta")
     level = check_level(level, "level")
@@ -623,8 +582,8 @@ def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, lev
 
 
 def _rows_of(obs: EffectiveObservations, rows, points: int) -> EffectiveObservations:
-    """The batch elements ``rows`` of ``obs`` (flattened batch), repeated for ``points`` targets:
-    batch shape (points, len(rows))."""
+    """The batch elements ``rows`` of ``obs`` (flattened batch), repeated for ``points`` targets: batch shape (points,
+    len(rows))."""
     S, n = obs.q.shape[-2:]
 
     def pick(x, tail):
@@ -637,9 +596,8 @@ def _rows_of(obs: EffectiveObservations, rows, points: int) -> EffectiveObservat
 def lower_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, loss_bounds=(0.0, 1.0), **kwargs):
     """Anytime-valid lower confidence bound at level 1 - delta.
 
-    Mirroring every loss, l -> lo + hi - l, mirrors each effective observation
-    (q -> lo + hi - q, same support since m_s + M_s = lo + hi) and the risk; the lower bound
-    is lo + hi minus the upper bound of the mirrored data (App. D.5).
+    Mirroring every loss, l -> lo + hi - l, mirrors each effective observation (same support since m_s + M_s = lo + hi)
+    and the risk; the bound is lo + hi minus the upper bound of the mirrored data (App. D.5).
     """
     lo, hi = check_bounds(loss_bounds)
 
@@ -658,12 +616,11 @@ def lower_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, l
 
 def interval_excludes(obs: EffectiveObservations, target, *, delta: float, betting="up", horizon: int | None = None,
                       weights=None) -> np.ndarray:
-    """Whether the two-sided anytime interval at level delta (:func:`confidence_interval`)
-    has excluded ``target`` at some step, for every batch element of ``obs``.
+    """Whether the two-sided anytime interval at level delta (:func:`confidence_interval`) has excluded ``target`` at
+    some step, per batch element.
 
-    The interval misses ``target`` exactly when one of its one-sided tests at delta/2 (bets
-    bounded by the range, App. D.5) has rejected it, so this needs one e-process per side
-    instead of a bisection. ``target`` is a scalar or an array of the batch shape.
+    The interval misses ``target`` exactly when one of its one-sided tests at delta/2 (range-bounded bets, App. D.5)
+    rejected it: one e-process per side instead of a bisection.
     """
     delta = check_level(delta, "delta")
     strategy = get_strategy(betting).interval_strategy()
@@ -682,8 +639,8 @@ def interval_excludes(obs: EffectiveObservations, target, *, delta: float, betti
 
 
 def confidence_interval(human, judge_labeled=None, judge_unlabeled=None, *, delta, **kwargs):
-    """Two-sided anytime-valid interval at level 1 - delta: a lower bound at delta/2 and an
-    upper bound at delta/2 (the hedged split epsilon = 1/2 of App. D.5). Returns (low, high)."""
+    """Two-sided anytime-valid interval (low, high) at level 1 - delta: one-sided bounds at delta/2 each (the split
+    epsilon = 1/2 of App. D.5)."""
     delta = check_level(delta, "delta")
     low = lower_confidence_bound(human, judge_labeled, judge_unlabeled, delta=delta / 2, **kwargs)
     high = upper_confidence_bound(human, judge_labeled, judge_unlabeled, delta=delta / 2, **kwargs)

@@ -1,22 +1,18 @@
 """Betting strategies for testing by betting (App. C of R-AutoEval+), as objects in a registry.
 
-A strategy (:class:`BettingStrategy`) turns observation rows laid out as ``(rows, n)`` into
-per-step log wealth factors: one row per (replication, candidate, reliance factor) triple,
-the last axis being time. A row's bet at time i only looks at that row's observations
-1..i-1 (predictability), which is what makes the wealth a test supermartingale under
-H0: R >= alpha, and so an e-process that may be stopped and inspected at any time (Ville's
-inequality). The strategy owns its running state (:class:`BettingState`), so a process can
-be checkpointed, resumed, and stacked with others.
+A strategy (:class:`BettingStrategy`) turns observation rows ``(rows, n)`` (one row per replication, candidate and
+reliance factor; the last axis is time) into per-step log wealth factors. A row's bet at time i looks only at that row's
+observations 1..i-1 (predictability), which makes the wealth a test supermartingale under H0: R >= alpha, and so an
+e-process that may be stopped and inspected at any time (Ville's inequality). The strategy's running state
+(:class:`BettingState`) can be checkpointed, resumed and stacked.
 
-Bets are written as ``lambda_i = scale * u_i`` with ``u_i`` in [0, 1) and
-``scale = 1 / (M - alpha)`` for testing (the bound of eq. 6) or ``scale = 1 / (M - m)`` for
-confidence intervals (App. D.5: the bet then no longer depends on alpha for UP and WSR,
-which makes the wealth monotone in alpha and the confidence set an interval).
+Bets are ``lambda_i = scale * u_i`` with ``u_i`` in [0, 1) and ``scale = 1 / (M - alpha)`` for testing (eq. 6) or
+``1 / (M - m)`` for confidence intervals (App. D.5: for UP and WSR the bet then does not depend on alpha, so the wealth
+is monotone in alpha and the confidence set an interval).
 
-:data:`STRATEGIES` maps names to classes: ``up`` (:class:`UP`, the Universal Portfolio of
-eq. 19, exact Beta(1/2, 1/2) mixture or the paper's grid), ``wsr`` (:class:`WSR`, eq.
-20-21) and ``ons`` (:class:`ONS`, online Newton step). :func:`register_strategy` adds one;
-:func:`get_strategy` resolves a name, a ``{"kind": name, **params}`` mapping or an instance.
+:data:`STRATEGIES` maps names to classes: ``up`` (:class:`UP`, eq. 19), ``wsr`` (:class:`WSR`, eq. 20-21) and ``ons``
+(:class:`ONS`, online Newton step). :func:`register_strategy` adds one; :func:`get_strategy` resolves a name, a
+``{"kind": name, **params}`` mapping or an instance. Priors and measurements: docs/statistics.md, "Bets".
 """
 
 from __future__ import annotations
@@ -34,17 +30,14 @@ from scipy.optimize import brentq
 from scipy.special import roots_jacobi
 
 UP_PRIORS = ("alternatives", "exact", "grid")
-# Where the judge-controlled rows' atom sits, as a fraction of the largest bet: a constant bet
-# there keeps at least 1/20 of its wealth when the worst outcome comes (at most log 20 = 3 nats).
+# The judge-controlled rows' atom, as a fraction of the largest bet: the worst outcome costs at most log 20 = 3 nats.
 CAP_NODE = 0.95
 # The atom's default mass on judge-controlled rows (UP(cap_mass=...)): docs/statistics.md, "Bets".
 DEFAULT_CAP_MASS = 0.5
 
-# Rows of the universal-portfolio wealth processed together: keeps the (rows, nodes)
-# working set inside the L2 cache so every time step is a few cache-resident passes.
+# Rows of the universal-portfolio wealth processed together: keeps the (rows, nodes) working set in the L2 cache.
 _UP_CHUNK_ELEMENTS = 1 << 16
-# The node wealth is renormalised at most every this many steps, and more often when the
-# data allow a faster growth (see _renormalise_every), so it never comes near overflow.
+# The node wealth is renormalised at most every this many steps, more often when it may grow fast (_renormalise_every).
 _UP_RENORMALISE_MAX = 64
 _UP_FLUSH = 1e-200
 # Worker threads for independent row blocks (CERTSEL_THREADS overrides; 1 disables).
@@ -68,23 +61,16 @@ def up_prior(kind: str = "exact", *, horizon: int | None = None, size: int = 10_
              cap_mass: float = 0.0, delta: float | None = None) -> UPPrior:
     """A discretised prior over the bet fraction u of the Universal Portfolio (eq. 19).
 
-    ``kind="alternatives"`` (certsel's default, :func:`alternatives_prior`): the Jeffreys
-    prior over the Bernoulli alternatives below the target that ``horizon`` labels can
-    certify at level ``delta``, carried to the bet each of them calls for, with ``cap_mass``
-    at u = :data:`CAP_NODE`. ``kind="exact"`` and ``"grid"`` are
-    the Beta(1/2, 1/2) prior F of eq. (19):
+    ``kind="alternatives"`` (certsel's default): :func:`alternatives_prior`. ``"exact"`` and ``"grid"`` are the
+    Beta(1/2, 1/2) prior F of eq. (19):
 
-    ``kind="exact"``: Gauss-Chebyshev quadrature. The Beta(1/2, 1/2) density is the
-    Chebyshev weight on [0, 1], so the m nodes ``u_k = (1 + cos((2k - 1) pi / (2m))) / 2``
-    with equal weights 1/m integrate every polynomial of degree <= 2m - 1 exactly. The
-    integrands of eq. (19) after i - 1 observations are polynomials of degree <= i, so
-    ``m = horizon // 2 + 1`` nodes reproduce the continuous-prior bet exactly for the whole
-    horizon. Past the horizon the bet is still a valid mixture bet (a discrete prior), only
-    no longer the continuous one.
+    ``"exact"``: Gauss-Chebyshev quadrature. The Beta(1/2, 1/2) density is the Chebyshev weight on [0, 1], so the m
+    nodes ``u_k = (1 + cos((2k - 1) pi / (2m))) / 2`` with weights 1/m integrate every polynomial of degree <= 2m - 1
+    exactly. The integrands of eq. (19) after i - 1 observations have degree <= i, so ``m = horizon // 2 + 1`` nodes
+    reproduce the continuous-prior bet for the whole horizon (past it, still a valid discrete-prior mixture).
 
-    ``kind="grid"``: the discretisation used by the paper's experiments, ``size`` (default
-    10,000) uniformly spaced points, here the cell midpoints ``(k - 1/2) / size`` (the
-    density is infinite at 0 and 1), weighted by the Beta(1/2, 1/2) density.
+    ``"grid"``: the paper's discretisation, ``size`` cell midpoints ``(k - 1/2) / size`` (the density is infinite at 0
+    and 1) weighted by the Beta(1/2, 1/2) density.
     """
     if kind == "alternatives":
         return alternatives_prior(theta, horizon=horizon, cap_mass=cap_mass, delta=delta)
@@ -107,29 +93,20 @@ def up_prior(kind: str = "exact", *, horizon: int | None = None, size: int = 10_
 
 def alternatives_prior(theta: float, *, horizon: int | None, cap_mass: float = 0.0,
                        delta: float | None = None) -> UPPrior:
-    """The prior over bet fractions that puts Jeffreys' prior on the alternatives, plus an atom.
+    """The prior over bet fractions that puts Jeffreys' prior on the alternatives, plus an atom (docs/statistics.md,
+    "Bets").
 
-    A test of H0: mean >= alpha on observations in [lo, hi] bets u / (hi - alpha). Against the
-    Bernoulli alternative on {lo, hi} with mean lo + p (hi - lo), p < theta = (alpha - lo) /
-    (hi - lo), the log-optimal fraction is u*(p) = 1 - p / theta (it maximises
-    p log(1 - u) + (1 - p) log(1 + u theta / (1 - theta))), and the growth it reaches is
-    kl(p, theta), the Bernoulli Kullback-Leibler divergence. Jeffreys' prior on the Bernoulli
-    parameter, p^(-1/2) (1 - p)^(-1/2), restricted to the alternatives, carried to u by that
-    map, is the prior this function discretises. With ``delta`` given, the alternatives are
-    those ``horizon`` labels can certify, log(1/delta) / kl(p, theta) <= horizon, i.e.
-    p <= p_h < theta: of all laws with a given mean the two-point one is the hardest to test
-    (log(1 - u y) is concave in y), so an alternative left out needs more than the horizon
-    whatever its shape, and its prior mass would only thin the rest. Without ``delta`` every
-    p in [0, theta) counts. Gauss-Jacobi nodes for the p^(-1/2) weight on [0, p_h]
-    (``horizon // 2 + 1`` of them, as for the exact prior), their weights times
-    (1 - p)^(-1/2). For a small theta it is close to Beta(1, 1/2) on the bets it covers (no
-    singular mass at u = 0, where the alternatives lie that need the most labels); for theta
-    near 1 and a long horizon close to eq. (19)'s Beta(1/2, 1/2). It depends on the test's
-    target, level and horizon, never on the data, so every bet it makes is predictable.
+    A test of H0: mean >= alpha on [lo, hi] bets u / (hi - alpha). Against the Bernoulli alternative on {lo, hi} with
+    mean lo + p (hi - lo), p < theta = (alpha - lo) / (hi - lo), the log-optimal fraction is u*(p) = 1 - p / theta, with
+    growth kl(p, theta). This discretises Jeffreys' prior p^(-1/2) (1 - p)^(-1/2) on the alternatives, carried to u by
+    that map: with ``delta``, only those ``horizon`` labels can certify, log(1/delta) / kl(p, theta) <= horizon, i.e.
+    p <= p_h (the two-point law is the hardest with its mean, so an alternative left out needs more than the horizon
+    whatever its shape); without, every p in [0, theta). Nodes: ``horizon // 2 + 1`` Gauss-Jacobi nodes for p^(-1/2) on
+    [0, p_h], weights times (1 - p)^(-1/2). The prior depends on the test, never on the data, so every bet is
+    predictable.
 
-    ``cap_mass`` moves that much of the mass to one node at u = :data:`CAP_NODE` (95% of the
-    largest bet). The node is always present (with mass 0 when ``cap_mass`` is 0) so that
-    rows of one strategy share a node count and their states stack.
+    ``cap_mass`` moves that much mass to one node at u = :data:`CAP_NODE`, always present (mass 0 when ``cap_mass`` is
+    0) so that rows of one strategy share a node count and their states stack.
     """
     theta = float(theta)
     if not 0.0 < theta < 1.0:
@@ -150,8 +127,7 @@ def alternatives_prior(theta: float, *, horizon: int | None, cap_mass: float = 0
 
 
 def _certifiable(theta: float, rate: float) -> float:
-    """The largest p with kl(p, theta) >= ``rate`` (the Bernoulli alternatives whose growth
-    reaches the rate): kl(., theta) falls from log(1/(1 - theta)) at 0 to 0 at theta."""
+    """The largest p with kl(p, theta) >= ``rate``: kl(., theta) falls from log(1/(1 - theta)) at 0 to 0 at theta."""
     def gap(p: float) -> float:
         return (p * math.log(p / theta) if p > 0 else 0.0) + (1.0 - p) * math.log((1.0 - p) / (1.0 - theta)) - rate
 
@@ -162,12 +138,13 @@ def _certifiable(theta: float, rate: float) -> float:
 
 @dataclass(frozen=True)
 class BetContext:
-    """What a strategy may know of each row before its first observation, from the test it
-    serves (never from the data): ``theta`` (rows,), where the test's target sits in the loss
-    range, (alpha - lo) / (hi - lo); ``controlled`` (rows,), whether the row's observation
-    subtracts a judge control (a reliance factor or control scale above 0), so that its worst
-    outcome needs the judge to miss a loss the humans see. A strategy declares that it reads
-    the context with ``takes_context``; the policies in this package always pass one."""
+    """What a strategy may know of each row before its first observation, from the test (never from the data).
+
+    ``theta`` (rows,): the test's target in the loss range, (alpha - lo) / (hi - lo); ``controlled`` (rows,): whether
+    the row's observation subtracts a judge control (reliance factor or control scale above 0), so that its worst
+    outcome needs the judge to miss a loss the humans see. Read by strategies with ``takes_context``; this package
+    always passes one.
+    """
 
     theta: np.ndarray
     controlled: np.ndarray
@@ -184,11 +161,9 @@ class BetContext:
 class BettingState:
     """What the bets of a batch of rows depend on, so that a process can be resumed exactly.
 
-    ``count`` observations have been consumed (the same for every row); ``arrays`` holds the
-    strategy's own running quantities, each with one leading entry per row (WSR: running sum
-    of observations and of squared deviations, eq. 21; UP: the normalised wealth of every
-    prior node, eq. 19; ONS: the current bet fraction and the sum of squared gradients).
-    Rows are independent, so states of several processes stack and split along that axis.
+    ``count`` observations consumed (the same for every row); ``arrays``: the strategy's running quantities, one leading
+    entry per row (WSR: running sums of eq. 21; UP: the normalised wealth of every prior node; ONS: the current fraction
+    and the sum of squared gradients). Rows are independent, so states stack and split along that axis.
     """
 
     count: int = 0
@@ -251,13 +226,10 @@ def wsr_fractions(
     mu0: float = 0.5,
     var0: float = 0.25,
 ) -> np.ndarray:
-    """Waudby-Smith--Ramdas bets, eq. (20)-(21), for every row and time at once.
+    """Waudby-Smith--Ramdas bets lambda (rows, n), eq. (20)-(21), for every row and time at once.
 
-    ``lambda_i = min(c * scale, sqrt(2 log(1/delta) / (horizon * sigma2_{i-1})))`` with
-    ``mu_j = (mu0 + sum_{k<=j} q_k) / (j + 1)`` and
-    ``sigma2_{i-1} = (var0 + sum_{j<i} (q_j - mu_j)^2) / i``. Both running sums are
-    cumulative sums, so no loop over time is needed. ``q`` is (rows, n), ``scale`` (rows,);
-    returns the bets lambda (rows, n).
+    ``lambda_i = min(c * scale, sqrt(2 log(1/delta) / (horizon * sigma2_{i-1})))`` with ``mu_j = (mu0 + sum_{k<=j}
+    q_k) / (j + 1)`` and ``sigma2_{i-1} = (var0 + sum_{j<i} (q_j - mu_j)^2) / i``: cumulative sums, no loop over time.
     """
     lam, _ = _wsr(q, scale, BettingState(), delta=delta, horizon=horizon, c=c, mu0=mu0, var0=var0)
     return lam
@@ -266,17 +238,10 @@ def wsr_fractions(
 def up_fractions(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np.ndarray | None = None):
     """Universal Portfolio bet fractions u_i for observations ``x = q - alpha``, eq. (19).
 
-    ``x`` is (rows, n), or (rows, n, F) for F factors that share each step's bet (the split
-    prediction-powered observation): each prior node's wealth then moves by
-    prod_f (1 - u_k y_f), and the mixture is over constant-fraction processes of that form.
-
-    The UP bet is the posterior mean of the bet under the prior, weighted by the wealth each
-    constant bet would have made so far:
-    ``u_i = sum_k w_k u_k E_{i-1}(scale u_k) / sum_k w_k E_{i-1}(scale u_k)``.
-    The node wealth is kept multiplicatively and both sums come from one (rows, K) x (K, 2)
-    product per step. The loop is over time only; rows are processed in cache-sized blocks.
-    ``wealth0`` (rows, K) resumes from a previous call's final node wealth. Returns the
-    fractions (rows, n) and the final normalised node wealth (rows, K).
+    ``u_i = sum_k w_k u_k E_{i-1}(scale u_k) / sum_k w_k E_{i-1}(scale u_k)``: the prior's posterior mean weighted by
+    the wealth each constant bet would have made. ``x`` is (rows, n), or (rows, n, F) for F factors sharing each step's
+    bet (the split observation): each node's wealth then moves by prod_f (1 - u_k y_f). ``wealth0`` (rows, K) resumes
+    from a previous call. Returns the fractions (rows, n) and the final normalised node wealth (rows, K).
     """
     x = x if x.ndim == 3 else x[..., None]  # (rows, n, F): F factors share each step's bet
     rows, n, F = x.shape
@@ -311,9 +276,8 @@ def up_fractions(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np.n
                 wealth *= factor
             if i % every == every - 1:
                 wealth /= wealth.sum(axis=1, keepdims=True)
-                # Zeroing shares below 1e-200 of the total moves the next bet by less than
-                # that, keeps every bet predictable (so the e-process stays valid) and keeps
-                # the arithmetic out of slow subnormal numbers.
+                # shares below 1e-200 of the total are zeroed: the bets stay predictable (so valid) and the
+                # arithmetic stays out of slow subnormal numbers
                 np.putmask(wealth, wealth < _UP_FLUSH, 0.0)
         out[start:stop] = u.T
         np.divide(wealth, wealth.sum(axis=1, keepdims=True), out=final[start:stop])
@@ -332,10 +296,8 @@ def up_fractions(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np.n
 def _renormalise_every(x: np.ndarray, scale: np.ndarray, u_max: float) -> int:
     """Steps between renormalisations of the node wealth.
 
-    With y = scale * x, a node's factor 1 - u y lies in [f, g] with
-    g = 1 + max(0, -min y) and f = 1 - u_max max(0, max y) > 0. Over k steps the wealth grows
-    by at most g**k and shrinks by at most f**k; k is chosen so that both stay within
-    1e250, far from overflow and underflow.
+    With y = scale * x, a node's factor 1 - u y lies in [f, g], g = 1 + max(0, -min y), f = 1 - u_max max(0, max y) > 0;
+    k steps keep both g**k and f**-k within 1e250.
     """
     y = scale[:, None] * x
     g = 1.0 + max(0.0, float(-y.min()))
@@ -348,10 +310,9 @@ def _renormalise_every(x: np.ndarray, scale: np.ndarray, u_max: float) -> int:
 
 
 def bet_log_factors(u: np.ndarray, q: np.ndarray, alpha: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """log(1 - lambda_i (q_i - alpha)) with lambda_i = scale u_i, for rows of ``u`` (rows, n)
-    and ``q`` (rows, n), targets ``alpha`` and scales ``scale`` (rows,): the one formula every
-    strategy's wealth is made of (eq. 6). With ``q`` (rows, n, F), F factors share each bet and
-    the step's log factor is sum_f log(1 - lambda_i (q_{i,f} - alpha))."""
+    """log(1 - lambda_i (q_i - alpha)), lambda_i = scale u_i, for rows (rows, n): the one formula every strategy's
+    wealth is made of (eq. 6). With ``q`` (rows, n, F), F factors share each bet and the log factors are summed over
+    f."""
     if q.ndim == 3:
         with np.errstate(divide="ignore"):
             return np.log1p(-u[..., None] * (scale[:, None, None] * (q - alpha[:, None, None]))).sum(axis=-1)
@@ -362,44 +323,35 @@ def bet_log_factors(u: np.ndarray, q: np.ndarray, alpha: np.ndarray, scale: np.n
 class BettingStrategy:
     """How the bets lambda_i = scale * u_i, u_i in [0, 1], are chosen from past observations.
 
-    A strategy is a small immutable object (its parameters) with one method to write,
-    :meth:`fractions`: the bet fractions u_i for a batch of observation rows, resuming from
-    and returning a :class:`BettingState`. Whatever it does, it may only use observations
-    1..i-1 for the bet at step i: that is what keeps the wealth prod_i (1 - scale u_i
-    (q_i - alpha)) a test supermartingale under H0 (every factor has conditional mean <= 1
-    when E[q] >= alpha and u >= 0). Everything else is built on the fractions: the log wealth
-    (:meth:`log_factors`) and the one-sided bound that inverts the test
-    (:func:`~certsel.policies.bounds.inverted_upper_bound`), which re-uses the very
-    fractions that decided, so the bound and the certificate agree for every strategy,
-    a user's included. Subclasses are frozen dataclasses whose fields are their parameters,
-    registered in :data:`STRATEGIES` under ``name`` (see :func:`register_strategy`).
+    A strategy is a small immutable object with one method to write, :meth:`fractions`, resuming from and returning a
+    :class:`BettingState`. The bet at step i may use observations 1..i-1 only: that keeps prod_i (1 - scale u_i
+    (q_i - alpha)) a test supermartingale under H0 (each factor has conditional mean <= 1 when E[q] >= alpha and
+    u >= 0). Everything else is built on the fractions: the log wealth (:meth:`log_factors`) and the one-sided bound
+    that inverts the test (:func:`~certsel.policies.bounds.inverted_upper_bound`), which re-uses the fractions that
+    decided, so bound and certificate agree for every strategy, a user's included. Subclasses are frozen dataclasses
+    (fields = parameters) registered in :data:`STRATEGIES` under ``name``.
     """
 
     name: ClassVar[str] = ""
-    # Whether the strategy's wealth at a target a (bets scaled by 1/(M - a) or by the range,
-    # observations centred at a) is non-decreasing in a: true for mixtures of constant bets
-    # (UP) and for bets computed from the observations alone (WSR). Only then is the set of
-    # targets its tests reject an interval that a search may bisect: its two-sided intervals
-    # invert its own tests, and its one-sided bounds above alpha re-choose the bets for each
-    # target. False (the safe default, for ONS and for user strategies that do not declare
-    # it): two-sided intervals come from :meth:`interval_strategy` and one-sided bounds from
-    # the test's own fractions throughout. A strategy that declares True must make it hold.
+    # Whether the wealth at a target a (bets scaled by 1/(M - a) or the range, observations centred at a) is
+    # non-decreasing in a: true for mixtures of constant bets (UP) and bets computed from the observations alone (WSR).
+    # Only then is the rejected set an interval a search may bisect (two-sided intervals invert the strategy's own
+    # tests; one-sided bounds above alpha re-choose the bets per target). False, the safe default: intervals come from
+    # :meth:`interval_strategy`, one-sided bounds from the test's own fractions. Declaring True requires it to hold.
     monotone_in_target: ClassVar[bool] = False
-    # Whether the wealth is a fixed mixture of constant-fraction wealths (UP): then the test
-    # at target a with factors 1 - u (q - a)/(M - a) is non-decreasing in a however the
-    # observations are presented (the judge-stratified test's normalised ones included).
+    # Whether the wealth is a fixed mixture of constant-fraction wealths (UP): then the test at target a with factors
+    # 1 - u (q - a)/(M - a) is non-decreasing in a however the observations are presented (normalised ones included).
     constant_bet_mixture: ClassVar[bool] = False
-    # Whether :meth:`fractions` takes observations with a trailing factor axis (rows, n, F):
-    # F factors that share each step's bet. Otherwise it learns from their capped sum.
+    # Whether :meth:`fractions` takes a factor axis (rows, n, F) sharing each bet; else it sees their capped sum.
     takes_factors: ClassVar[bool] = False
     # Whether :meth:`fractions` takes ``context=`` (a :class:`BetContext`, or None).
     takes_context: ClassVar[bool] = False
 
     def fractions(self, q: np.ndarray, alpha: np.ndarray, scale: np.ndarray, state: BettingState, *,
                   delta: float, horizon: int) -> tuple[np.ndarray, BettingState]:
-        """Bet fractions u (rows, n) in [0, 1] for observations ``q`` (rows, n), targets
-        ``alpha`` (rows,) and bet scales ``scale`` (rows,), after ``state``; and the state
-        after them. The bet at step i is ``scale * u_i`` and may use steps before i only."""
+        """Bet fractions u (rows, n) in [0, 1] for ``q`` (rows, n), targets ``alpha`` and scales ``scale`` (rows,),
+        after ``state``; and the state after them. The bet at step i is ``scale * u_i`` and may use steps before i
+        only."""
         raise NotImplementedError
 
     def log_factors(self, q: np.ndarray, alpha: np.ndarray, scale: np.ndarray, state: BettingState, *,
@@ -410,11 +362,10 @@ class BettingStrategy:
 
     def checked_fractions(self, q, alpha, scale, state, *, delta, horizon,
                           context: BetContext | None = None) -> tuple[np.ndarray, BettingState]:
-        """:meth:`fractions`, checked at the boundary: one fraction per step, each in [0, 1]
-        (a larger one could make a factor negative, a negative one bets for H0). Observations
-        with a factor axis (rows, n, F) reach a strategy that does not take them
-        (:attr:`takes_factors` false) as one learning signal per step, the sum of the scaled
-        factors capped at 1; the wealth still multiplies the factors."""
+        """:meth:`fractions`, checked: one fraction per step, each in [0, 1] (a larger one could make a factor negative,
+        a negative one bets for H0). Factor-axis observations (rows, n, F) reach a strategy without
+        :attr:`takes_factors` as one learning signal per step, the sum of the scaled factors capped at 1; the wealth
+        still multiplies the factors."""
         steps = q.shape[:2]
         if q.ndim == 3 and not self.takes_factors:
             y = np.minimum((scale[:, None, None] * (q - alpha[:, None, None])).sum(axis=-1), 1.0)
@@ -437,8 +388,8 @@ class BettingStrategy:
         return {"kind": self.name, **self.params()}
 
     def interval_strategy(self) -> "BettingStrategy":
-        """The strategy whose e-processes give this one's two-sided intervals: itself when
-        :attr:`monotone_in_target`, else the exact Universal Portfolio (eq. 19)."""
+        """The strategy whose e-processes give this one's two-sided intervals: itself when :attr:`monotone_in_target`,
+        else the exact Universal Portfolio (eq. 19)."""
         return self if self.monotone_in_target else UP(prior="exact")
 
     def describe(self) -> str:
@@ -461,20 +412,13 @@ def _unit(value, name: str, *, closed_high: bool = False) -> float:
 
 @dataclass(frozen=True)
 class UP(BettingStrategy):
-    """Universal Portfolio bets (eq. 19): the wealth-weighted posterior mean of the bet under a
-    prior over constant bet fractions, so the wealth is that prior's mixture of constant-bet
-    wealths.
+    """Universal Portfolio bets (eq. 19): the wealth is the prior's mixture of constant-bet wealths.
 
-    ``prior="alternatives"`` (the default, :func:`alternatives_prior`): Jeffreys' prior over
-    the Bernoulli alternatives below the row's target (``context.theta``) that the horizon
-    can certify at level ``delta``, and on rows whose
-    observation carries a judge control (``context.controlled``) ``cap_mass`` of the mass on
-    95% of the largest bet, where the log-optimal bet sits when the judge is good.
-    ``prior="exact"`` (Gauss-Chebyshev, the continuous Beta(1/2, 1/2) mixture of eq. 19) and
-    ``"grid"`` (``grid`` uniform cells weighted by that density, as in the paper's code) are
-    the paper's prior; they ignore the context. Without a context a row is uncontrolled with
-    its target in the middle of the range (theta = 1/2), which keeps the prior the same at
-    every target (two-sided intervals).
+    ``prior="alternatives"`` (default, :func:`alternatives_prior`): Jeffreys' prior over the Bernoulli alternatives
+    below the row's target (``context.theta``) that the horizon can certify at ``delta``, and on judge-controlled rows
+    (``context.controlled``) ``cap_mass`` at 95% of the largest bet, where the log-optimal bet sits when the judge is
+    good. ``"exact"`` (Gauss-Chebyshev) and ``"grid"`` (``grid`` cells) are the paper's Beta(1/2, 1/2) prior and ignore
+    the context. Without a context a row is uncontrolled with theta = 1/2, so the prior is the same at every target.
     """
 
     name: ClassVar[str] = "up"
@@ -518,15 +462,15 @@ class UP(BettingStrategy):
         return u, BettingState(state.count + q.shape[1], {"wealth": wealth})
 
     def interval_strategy(self) -> "BettingStrategy":
-        """Two-sided intervals bisect over targets, so their prior must not move with the target:
-        the exact Beta(1/2, 1/2) mixture of eq. (19) (App. D.5) for the alternatives prior."""
+        """Two-sided intervals bisect over targets, so their prior must not move with the target: eq. (19)'s exact
+        Beta(1/2, 1/2) mixture (App. D.5) replaces the alternatives prior."""
         return UP(prior="exact") if self.prior == "alternatives" else self
 
 
 @dataclass(frozen=True)
 class WSR(BettingStrategy):
-    """Waudby-Smith--Ramdas predictable plug-in bets (eq. 20-21), capped at ``c`` times the
-    largest allowed bet; ``mu0`` and ``var0`` are the prior mean and variance of eq. 21."""
+    """Waudby-Smith--Ramdas predictable plug-in bets (eq. 20-21), capped at ``c`` times the largest allowed bet; ``mu0``
+    and ``var0`` are the prior mean and variance of eq. 21."""
 
     name: ClassVar[str] = "wsr"
     monotone_in_target: ClassVar[bool] = True  # the plug-in bet sees the observations, not the target
@@ -545,8 +489,8 @@ class WSR(BettingStrategy):
         return np.minimum(lam / scale[:, None], self.c), new
 
 
-# ONS step constant of Cutkosky & Orabona ("Black-box reductions for parameter-free online
-# learning in Banach spaces", COLT 2018, arXiv:1802.06293): 2 / (2 - ln 3)
+# ONS step constant 2 / (2 - ln 3) of Cutkosky & Orabona ("Black-box reductions for parameter-free online learning in
+# Banach spaces", COLT 2018, arXiv:1802.06293)
 _ONS_STEP = 2.0 / (2.0 - math.log(3.0))
 
 
@@ -554,14 +498,11 @@ _ONS_STEP = 2.0 / (2.0 - math.log(3.0))
 class ONS(BettingStrategy):
     """Online Newton step bets: the bet fraction follows the gradient of the log wealth.
 
-    With y_i = scale (q_i - alpha) <= 1 and the factor 1 - u y_i, the loss of a fraction u
-    is -log(1 - u y_i) with gradient g_i = y_i / (1 - u_i y_i). ONS keeps A_i = 1 + sum g^2
-    and sets u_{i+1} = clip(u_i - 2/(2 - ln 3) g_i / A_i, 0, c): the exp-concave online
-    Newton step of Cutkosky & Orabona (arXiv:1802.06293, section 5), also used for betting
-    confidence sequences by Waudby-Smith & Ramdas (arXiv:2010.09686). u_1 = 0 and every bet
-    uses past observations only; the cap ``c`` <= 1/2 keeps every factor >= 1 - c.
-    Its bets depend on the target, so its two-sided intervals come from
-    :meth:`interval_strategy` (UP), not from bisection on its own wealth.
+    With y_i = scale (q_i - alpha) <= 1, the loss -log(1 - u y_i) has gradient g_i = y_i / (1 - u_i y_i); with
+    A_i = 1 + sum g^2, u_{i+1} = clip(u_i - 2/(2 - ln 3) g_i / A_i, 0, c) (Cutkosky & Orabona, arXiv:1802.06293,
+    section 5; used for betting confidence sequences by Waudby-Smith & Ramdas, arXiv:2010.09686). u_1 = 0; the cap
+    ``c`` <= 1/2 keeps every factor >= 1 - c. Its bets depend on the target, so its two-sided intervals come from
+    :meth:`interval_strategy` (UP).
     """
 
     name: ClassVar[str] = "ons"  # not monotone: the fraction follows the centred observations q - alpha
@@ -589,9 +530,8 @@ STRATEGIES: Registry[type[BettingStrategy]] = Registry("betting", BettingStrateg
 
 
 def register_strategy(cls: type[BettingStrategy]) -> type[BettingStrategy]:
-    """Add a strategy class to :data:`STRATEGIES` under ``cls.name`` (usable as a decorator).
-    From then on ``betting: NAME`` (or ``{kind: NAME, param: value}``) selects it in a job
-    file, :class:`~certsel.policies.SequentialTest` and every function that takes ``betting``."""
+    """Add a strategy class to :data:`STRATEGIES` under ``cls.name`` (usable as a decorator); ``betting: NAME`` or
+    ``{kind: NAME, ...}`` then selects it wherever ``betting`` is taken."""
     return STRATEGIES.register(cls)
 
 
@@ -600,8 +540,8 @@ for _cls in (UP, WSR, ONS):
 
 
 def get_strategy(betting) -> BettingStrategy:
-    """A strategy from a name (``"up"``), a mapping (``{"kind": "up", "prior": "grid"}``) or
-    an instance (returned as is). Unknown names and bad parameters are one-line errors."""
+    """A strategy from a name (``"up"``), a mapping (``{"kind": "up", "prior": "grid"}``) or an instance (returned as
+    is). Unknown names and bad parameters are one-line errors."""
     if isinstance(betting, BettingStrategy):
         return betting
     if isinstance(betting, dict):
@@ -618,12 +558,11 @@ def get_strategy(betting) -> BettingStrategy:
 
 def log_factors(q: np.ndarray, alpha: np.ndarray, scale: np.ndarray, *, betting, delta: float, horizon: int,
                 state: BettingState | None = None, context: BetContext | None = None):
-    """Per-step log wealth increments log(1 - lambda_i (q_i - alpha)) for rows of ``q``.
+    """Per-step log wealth increments log(1 - lambda_i (q_i - alpha)) for rows of ``q`` (rows, n); ``alpha``, ``scale``:
+    (rows,).
 
-    ``q`` is (rows, n); ``alpha`` and ``scale`` are (rows,). The e-process of a row is the
-    exponential of the cumulative sum of the increments (eq. 6). ``state`` resumes a process
-    after ``state.count`` earlier observations; ``context`` (:class:`BetContext`) tells the
-    strategy about each row's test. Returns (increments, state after them).
+    A row's e-process is the exponential of the cumulative sum (eq. 6). ``state`` resumes after ``state.count``
+    observations; ``context``: :class:`BetContext`. Returns (increments, state after them).
     """
     return get_strategy(betting).log_factors(q, alpha, scale, BettingState() if state is None else state,
                                              delta=delta, horizon=horizon, context=context)

@@ -1,35 +1,28 @@
 """The one-sided upper bound that inverts a betting test, computed from the test's own bets.
 
-A testing policy certifies R <= alpha when its wealth, built from bet fractions u_i that a
-strategy chose from past observations, reaches 1/level. The bound printed next to that
-certificate must come from the same test, or the two can contradict each other (a
-certified candidate with a bound above alpha, or an uncertified one with a bound below it).
+A testing policy certifies R <= alpha when its wealth, built from bet fractions u_i chosen from past observations,
+reaches 1/level. The bound printed next to that certificate must come from the same test, or the two can contradict each
+other (a certified candidate with a bound above alpha, or an uncertified one with a bound below it).
 
-An upper confidence bound is the inversion of a family of tests {phi_a}, one level-``level``
-test of the null R >= a for every target a, fixed before the data: U = sup{a : phi_a does
-not reject} has P(R > U) <= P(phi_R rejects) <= level. Any family will do, as long as it is
-chosen in advance; certsel's has the test that decided at a = alpha:
+An upper confidence bound inverts a family of tests {phi_a}, one level-``level`` test of the null R >= a per target a,
+fixed before the data: U = sup{a : phi_a does not reject} has P(R > U) <= P(phi_R rejects) <= level. certsel's family
+contains the test that decided at a = alpha:
 
-* **below alpha: the same bets.** Step i's observation q_i lies in [., M_i], with M_i fixed
-  before the draw (the top of the PPI++ observation's range, or of a stratified
-  observation's); the test at alpha bets lambda_i = u_i / (M_i - alpha). Keep the fractions
-  u_i and bet lambda_i(a) = u_i / d_i(a) with d_i(a) = max(M_i - a, eps):
-  f_i(a) = 1 - u_i (q_i - a) / d_i(a) lies in [1 - u_i, 1 + ...] for q_i <= M_i, and under
-  R >= a its conditional mean is 1 - u_i (R - a)/d_i(a) <= 1, so prod_i f_i(a) (or a fixed
-  mixture sum_s w_s prod_i f_{s,i}(a)) is a test supermartingale for R >= a. It is
-  non-decreasing in a, since (q - a)/(M - a) is non-increasing in a when q <= M;
-* **above alpha: the strategy's own test at a** (its bets re-chosen for the target a), when
-  that family is non-decreasing in a (a mixture of constant bets such as UP, or bets from the
-  observations alone such as WSR on PPI++ observations: ``family``). Otherwise the same bets
-  continue above alpha. Either way each test is valid for its target.
+* **below alpha: the same bets.** Step i's observation q_i lies in [., M_i], M_i fixed before the draw (the top of the
+  PPI++ or stratified observation's range); the test at alpha bets lambda_i = u_i / (M_i - alpha). Keep the fractions
+  u_i and bet u_i / d_i(a), d_i(a) = max(M_i - a, eps): f_i(a) = 1 - u_i (q_i - a) / d_i(a) lies in [1 - u_i, 1 + ...]
+  for q_i <= M_i, and under R >= a its conditional mean is 1 - u_i (R - a)/d_i(a) <= 1, so prod_i f_i(a) (or a fixed
+  mixture sum_s w_s prod_i f_{s,i}(a)) is a test supermartingale for R >= a. It is non-decreasing in a, since
+  (q - a)/(M - a) is non-increasing in a when q <= M;
+* **above alpha: the strategy's own test at a** (bets re-chosen for the target), when that family is non-decreasing in a
+  (a mixture of constant bets such as UP, or bets from the observations alone such as WSR on PPI++ observations:
+  ``family``); otherwise the same bets continue. Either way each test is valid for its target.
 
-Both pieces are the test itself at a = alpha, so the rejected targets form an interval
-[U, top], U <= alpha exactly when the test at alpha reached 1/level, and the bisection is
-seeded with the test's recorded decision at alpha (search [bottom, alpha] when it certified,
-[alpha, top] when it did not): the printed bound agrees with the printed decision to the last
-bit, whatever the strategy (UP, WSR, ONS or a user's) and however the labels arrived in
-rounds. Below alpha the same bets are at least as tight as re-chosen ones here (the
-certified candidates' bounds); above alpha re-chosen bets are tighter (the others').
+Both pieces are the test itself at a = alpha, so the rejected targets form an interval [U, top], U <= alpha exactly when
+the test at alpha reached 1/level, and the bisection is seeded with the test's recorded decision at alpha (search
+[bottom, alpha] when it certified, [alpha, top] when not): the printed bound agrees with the printed decision to the
+last bit, for every strategy and however the labels arrived in rounds. Below alpha the same bets are at least as tight
+as re-chosen ones (the certified candidates' bounds); above alpha re-chosen bets are tighter (the others').
 """
 
 from __future__ import annotations
@@ -50,16 +43,14 @@ _PASSES = 8
 def max_log_wealth(q, upper, u, target, *, log_weights=None, n_used=None, cap_target=None, extra=None) -> np.ndarray:
     """log max_{t <= n_used} E_t(target) with the same bets (module docstring), shape (...).
 
-    ``q`` and ``u`` are (..., S, n): observations and the fractions the test used; ``upper`` broadcasts to them (M_i, the top of each observation's range);
-    ``target`` is a scalar or has the batch shape (...), possibly after a leading axis of
-    its own (several targets at once: the result then has that axis too); ``log_weights`` (S,) are the log
-    mixture weights (default: one component, or a uniform mixture); ``n_used`` (...) counts
-    the steps that belong to each row (default: all).
-    The split prediction-powered observation (:func:`~certsel.policies.autoeval.effective_observations`)
-    adds ``extra`` (like ``q``), a second factor 1 - u b / d that shares each bet and does not
-    move with the target, and ``cap_target`` (S,): the bet's denominator is
-    d = max(upper - min(a, cap_target), eps), fixed for a component whose cap is taken at the
-    bottom of the range (every factor stays >= 0 at every target above it)."""
+    ``q``, ``u`` (..., S, n): observations and the test's fractions; ``upper`` (M_i) broadcasts to them. ``target``: a
+    scalar or the batch shape, possibly after a leading axis of its own (several targets; the result then has it too).
+    ``log_weights`` (S,): log mixture weights (default uniform). ``n_used`` (...): steps belonging to each row (default
+    all). The split observation (:func:`~certsel.policies.autoeval.effective_observations`) adds ``extra`` (like ``q``),
+    a second factor 1 - u b / d sharing each bet and not moving with the target, and ``cap_target`` (S,):
+    d = max(upper - min(a, cap_target), eps), fixed for a component whose cap is taken at the bottom of the range (every
+    factor stays >= 0 at every target above it).
+    """
     q = np.asarray(q, dtype=np.float64)
     S, n = q.shape[-2:]
     a = np.asarray(target, dtype=np.float64)[..., None, None]  # (..., 1, 1), with any leading axes
@@ -85,16 +76,14 @@ def inverted_upper_bound(q, upper, u, alpha: float, *, level: float, log_weights
                          bounds=(0.0, 1.0), family=None, cap_target=None, extra=None) -> np.ndarray:
     """U = inf{a : the family rejects a}, the bound that inverts the test (module docstring).
 
-    ``rejected`` (...) is the test's own decision at ``alpha`` and ``level`` (its running
-    maximum log e-value >= -log(level)); it seeds the search so that U <= alpha exactly
-    when it is true. Without it the decision is recomputed from the fractions.
-    ``family(a, rows)`` gives log max_t E_t(a) of the strategy's own test at targets ``a``
-    (points, len(rows)) above alpha, for the batch elements ``rows`` (indices into the
-    flattened batch), when that test is non-decreasing in a; without it the same bets serve
-    there too. ``bounds`` (bottom, top) is the range of R: U = top is the trivial bound,
-    U = bottom means every target was rejected. Returns the upper end of the final bracket
-    (a rejected target, or alpha itself), so U is conservative by at most
-    (top - bottom) / 2**32. Shapes, ``cap_target`` and ``extra`` as in :func:`max_log_wealth`."""
+    ``rejected`` (...): the test's own decision at ``alpha`` and ``level`` (running maximum log e-value >= -log(level));
+    it seeds the search so that U <= alpha exactly when it is true (default: recomputed from the fractions).
+    ``family(a, rows)``: log max_t E_t(a) of the strategy's own test at targets ``a`` (points, len(rows)) above alpha
+    for the flattened batch elements ``rows``, when that test is non-decreasing in a (else the same bets serve).
+    ``bounds`` (bottom, top): the range of R (U = top is trivial; U = bottom: every target rejected). Returns the upper
+    end of the final bracket (a rejected target, or alpha), conservative by at most (top - bottom) / 2**32. Other
+    arguments: :func:`max_log_wealth`.
+    """
     level = check_level(level, "level")
     bottom, top = (float(b) for b in bounds)
     thr = -np.log(level)
@@ -132,9 +121,9 @@ def inverted_upper_bound(q, upper, u, alpha: float, *, level: float, log_weights
 
 
 def _search(rejects, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """The first rejected target in [low, high] of each row, as the upper end of a bracket of
-    width (high - low) / 2**32; ``high`` is rejected or the trivial end, ``low`` is not
-    rejected, and ``rejects(points)`` (points, rows) is non-decreasing along the points."""
+    """The first rejected target in [low, high] per row, as the upper end of a bracket of width (high - low) / 2**32;
+    ``high`` is rejected or the trivial end, ``low`` is not, and ``rejects(points)`` (points, rows) is non-decreasing
+    along the points."""
     if low.size == 0:
         return high
     steps = np.arange(1, _POINTS + 1)[:, None] / (_POINTS + 1)

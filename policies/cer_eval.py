@@ -1,11 +1,9 @@
 """Certified estimation of a model's mean loss: Base, Seq (Algorithm 3) and Cer-Eval (Algorithm 1).
 
-All three policies estimate R, the mean loss in [0, 1] of a model over the ``n_items`` items
-of a test set, label items one at a time (or in batches) and stop when their confidence
-interval is narrow enough (half-width <= ``epsilon``), when a one-sided bound settles a
-``threshold`` (the "is R above c?" decision of section 3), or when the test set is exhausted.
-They share one state-machine interface so that a driver can run them item by item or in
-batches:
+All three estimate R, the mean loss in [0, 1] of a model over the ``n_items`` items of a test set, label items one at a
+time (or in batches) and stop when the confidence interval's half-width is <= ``epsilon``, when a one-sided bound
+settles a ``threshold`` (the "is R above c?" decision of section 3), or when the test set is exhausted. They share one
+state-machine interface:
 
     policy = CerEval(n_items, NearestNeighborPartition(embeddings), epsilon=0.05, delta=0.05)
     while not policy.done:
@@ -13,27 +11,20 @@ batches:
         policy.update(items, losses_of(items))  # the labels, in any batch size and order
     policy.estimate, policy.ci, policy.n_labeled
 
-``state_dict()`` / ``from_state_dict()`` snapshot everything, including the random
-generator, so a restored policy makes exactly the choices the original would have made.
+``state_dict()`` / ``from_state_dict()`` snapshot everything, the random generator included, so a restored policy makes
+exactly the choices the original would have made.
 
-Guarantee (``radius="betting"``, the default). Seq and Cer-Eval draw items without
-replacement through the stratified design of :mod:`certsel.policies.stratified` (Seq with
-one group, Cer-Eval with the groups of its partitioner, refitted on the schedule of
-Algorithm 2) and keep one betting confidence sequence on its observations
-(:mod:`certsel.policies.confseq`). With probability at least 1 - delta:
+Guarantee (``radius="betting"``, the default; docs/cer_eval.md, "What the certificate says"). Seq and Cer-Eval draw
+items without replacement through the stratified design of :mod:`certsel.policies.stratified` (Seq with one group,
+Cer-Eval with its partitioner's groups, refitted on the schedule of Algorithm 2) and keep one betting confidence
+sequence on its observations (:mod:`certsel.policies.confseq`). With probability at least 1 - delta the interval ``ci``
+contains R at every step (each end at delta/2); separately, ``lower_bound`` <= R and R <= ``upper_bound`` at every step,
+each at the full delta, and ``decision`` (-1: R <= threshold, +1: R >= threshold) is false with probability at most
+delta. This holds for any partition refitted from past labels, under optional stopping, and for batches returned in any
+order; with every item labelled the interval is R.
 
-* the interval ``ci`` contains R at every step (each end at delta/2), and
-* ``lower_bound`` <= R (and, separately, R <= ``upper_bound``) at every step, each one-sided
-  at the full delta; ``decision`` uses these: -1 certifies R <= threshold, +1 certifies
-  R >= threshold, and each claim is false with probability at most delta.
-
-This holds for any partition the partitioner returns, refitted as often as it likes from
-past labels, under optional stopping, and for batches returned in any order. The target
-R is the mean over the test set's items; with every item labelled the interval is R.
-
-``radius="paper"`` runs the paper's own closed-form radii instead
-(:mod:`certsel.policies.paper_radii`): exact for Seq and for a fixed partition, not for a
-partition fitted to the labels.
+``radius="paper"`` runs the paper's closed-form radii instead (:mod:`certsel.policies.paper_radii`): exact for Seq and
+for a fixed partition, not for a partition fitted to the labels.
 """
 
 from __future__ import annotations
@@ -73,10 +64,8 @@ def _check_radius(radius):
 
 @dataclass(frozen=True)
 class EstimationResult:
-    """Outcome of :meth:`EstimationPolicy.run`.
-
-    ``path`` (when recorded) has one row per update: (n_labeled, estimate, ci_low, ci_high).
-    """
+    """Outcome of :meth:`EstimationPolicy.run`; ``path`` (when recorded): one row per update, (n_labeled, estimate,
+    ci_low, ci_high)."""
 
     estimate: float
     ci: tuple[float, float]
@@ -98,8 +87,7 @@ class EstimationPolicy:
         self.delta = check_level(delta, "delta")
         self.epsilon = _check_epsilon(epsilon)
         self.threshold = None if threshold is None else check_level(threshold, "threshold")
-        # strict: certify R < threshold (a comparison, where an exact tie is no order);
-        # otherwise R <= threshold, so an upper bound equal to the threshold certifies
+        # strict: certify R < threshold (a comparison, where an exact tie is no order); otherwise R <= threshold
         self.strict = bool(strict)
         self._rng = np.random.default_rng(seed)
         self._labeled: list[int] = []
@@ -165,14 +153,13 @@ class EstimationPolicy:
 
     @property
     def decision(self) -> int:
-        """Threshold decision from the one-sided bounds at level delta: -1 certifies
-        R <= threshold (upper bound at or below it; R < threshold, upper bound below it, for a
-        ``strict`` policy), +1 certifies R >= threshold (lower bound above it), 0 undecided. Each claim is false with probability at most delta."""
+        """Threshold decision from the one-sided bounds at level delta: -1 certifies R <= threshold (upper bound at or
+        below it; for a ``strict`` policy R < threshold, upper bound below it), +1 certifies R >= threshold (lower bound
+        above it), 0 undecided. Each claim is false with probability at most delta."""
         if self.threshold is None:
             return 0
         lo, hi, _, _ = self.bounds()
-        # R <= hi <= threshold certifies R <= threshold (at equality too, so that the printed
-        # bound is <= alpha exactly for the certified); a strict policy needs hi < threshold
+        # hi <= threshold certifies (at equality too, so the printed bound is <= alpha exactly when certified)
         below = hi < self.threshold if self.strict else hi <= self.threshold
         return -1 if below else (1 if lo > self.threshold else 0)
 
@@ -221,9 +208,9 @@ class EstimationPolicy:
     def run(self, losses, *, batch: int = 1, record: bool = False) -> EstimationResult:
         """Drive the policy on a full loss vector, revealing only the losses it asks for.
 
-        With ``epsilon=None`` and no threshold the policy runs until the test set is
-        exhausted, which records the whole path: the choices never depend on epsilon, so
-        the stopping time for any epsilon is the first row of ``path`` with a radius below it.
+        With ``epsilon=None`` and no threshold it runs until the test set is exhausted and records the whole path: the
+        choices never depend on epsilon, so the stopping time for any epsilon is the first row of ``path`` with a radius
+        below it.
         """
         z = check_losses(losses, "losses", (0.0, 1.0))
         if z.shape != (self.n_items,):
@@ -283,9 +270,9 @@ class EstimationPolicy:
 class Base(EstimationPolicy):
     """Static evaluation: label every item, then report the mean with a Hoeffding radius.
 
-    The radius is the two-sided sqrt(ln(2/delta) / (2n)) (:func:`hoeffding_radius`); the
-    paper's reference level :func:`epsilon_star` is the one-sided version. Before all items
-    are labelled the interval is the trivial [0, 1]: a fixed-n bound says nothing earlier.
+    The radius is the two-sided sqrt(ln(2/delta) / (2n)) (:func:`hoeffding_radius`); the paper's reference level
+    :func:`epsilon_star` is the one-sided version. Before all items are labelled the interval is [0, 1]: a fixed-n bound
+    says nothing earlier.
     """
 
     name = "base"
@@ -339,8 +326,8 @@ class Base(EstimationPolicy):
 
 
 class _Engined(EstimationPolicy):
-    """Seq and Cer-Eval: the item bookkeeping here, the statistics in an engine
-    (:class:`StratifiedBetting` for ``radius="betting"``, :class:`PaperEngine` for "paper")."""
+    """Seq and Cer-Eval: the item bookkeeping here, the statistics in an engine (:class:`StratifiedBetting` for
+    ``radius="betting"``, :class:`PaperEngine` for "paper")."""
 
     def _make_engine(self, radius: str, paper_kind: str, floor: float):
         self.radius_kind = _check_radius(radius)
@@ -367,8 +354,8 @@ class _Engined(EstimationPolicy):
         return self._engine.K
 
     def group_stats(self) -> dict:
-        """Per-group size, labels, mean and variance, plus the engine's own columns
-        (betting: pool, allocation, control, spread; paper: interval center and radius)."""
+        """Per-group size, labels, mean and variance, plus the engine's own columns (betting: pool, allocation, control,
+        spread; paper: interval center and radius)."""
         return self._engine.group_stats()
 
     def _observe(self, items, losses):
@@ -383,9 +370,9 @@ class _Engined(EstimationPolicy):
 class Seq(_Engined):
     """Algorithm 3: label uniformly random items until the radius is at most epsilon.
 
-    ``radius="betting"``: sampling without replacement with one betting confidence
-    sequence on the test-set mean (:mod:`certsel.policies.stratified` with one group);
-    ``"paper"``: the adaptive Hoeffding radius of Lemma B.3 on a random order.
+    ``radius="betting"``: sampling without replacement with one betting confidence sequence on the test-set mean (one
+    group of :mod:`certsel.policies.stratified`); ``"paper"``: the adaptive Hoeffding radius of Lemma B.3 on a random
+    order.
     """
 
     name = "seq"
@@ -414,22 +401,17 @@ class Seq(_Engined):
 class CerEval(_Engined):
     """Algorithm 1: adaptive partition, allocation to the groups that vary most, one certificate.
 
-    Parameters
-    ----------
-    n_items : size N of the test set.
-    partitioner : :class:`NearestNeighborPartition` (Algorithm 2, adaptive),
-        :class:`ScorePartition` (judge-score strata), :class:`FixedPartition` /
-        :func:`score_partition` (fixed), or anything with the same ``partition`` method.
-    epsilon, delta, threshold : stopping rule and confidence; see the module docstring.
-    radius : ``"betting"`` (the exactly valid stratified betting sequence, default) or
-        ``"paper"`` (Algorithm 1 lines 10-11 with the union bound over groups).
-    warm_start : m, the number of uniformly random items labelled before the first partition.
-    schedule : (a, beta): an adaptive partition is refitted when the number of labels first
-        reaches a * beta^t, t = 1, 2, ... (section 6.2), so there are O(log N) refits; a beta
-        just above 1 refits after every label. ``a`` defaults to ``warm_start``.
-    floor : with ``radius="betting"``, every group with items left is drawn with probability
-        at least ``floor`` times its share of the remaining items.
-    seed : seed of the generator behind the draws, the warm start and the training subsets.
+    * partitioner: :class:`NearestNeighborPartition` (Algorithm 2, adaptive), :class:`ScorePartition` (judge-score
+      strata), :class:`FixedPartition` / :func:`score_partition` (fixed), or anything with a ``partition`` method.
+    * radius: ``"betting"`` (the exactly valid stratified betting sequence, default) or ``"paper"`` (Algorithm 1 lines
+      10-11 with the union bound over groups).
+    * warm_start: m, the number of uniformly random items labelled before the first partition.
+    * schedule: (a, beta): an adaptive partition is refitted when the label count first reaches a * beta^t, t = 1, 2,
+      ... (section 6.2), so O(log N) refits; beta just above 1 refits after every label. ``a`` defaults to
+      ``warm_start``.
+    * floor: with ``radius="betting"``, every group with items left is drawn with probability at least ``floor`` times
+      its share of the remaining items.
+    * seed: the generator behind the draws, the warm start and the training subsets.
     """
 
     name = "cer-eval"

@@ -1,46 +1,37 @@
 """Anytime-valid betting confidence sequence for a mean, from observations with predictable ranges.
 
-Setting. Observations Y_1, Y_2, ... satisfy E[Y_t | past] = mu for one unknown number mu,
-and Y_t lies in a range [a_t, b_t] that is known before Y_t is drawn. This covers i.i.d.
-bounded losses (a_t = 0, b_t = 1), sampling without replacement from a finite test set, and
-the stratified inverse-probability observations of :mod:`certsel.policies.stratified`, whose
-range changes from draw to draw.
+Setting. Observations Y_1, Y_2, ... satisfy E[Y_t | past] = mu for one unknown number mu, and Y_t lies in a range [a_t,
+b_t] known before Y_t is drawn: i.i.d. bounded losses (a_t = 0, b_t = 1), sampling without replacement from a finite
+test set, and the stratified inverse-probability observations of :mod:`certsel.policies.stratified`.
 
-Construction: the hedged capital process of Waudby-Smith & Ramdas, "Estimating means of
-bounded random variables by betting" (JRSS-B 2024, arXiv:2010.09686, section 4), extended
-to predictable ranges. For every candidate mean m, two gamblers bet on the sign of Y - m:
+Construction: the hedged capital process of Waudby-Smith & Ramdas, "Estimating means of bounded random variables by
+betting" (JRSS-B 2024, arXiv:2010.09686, section 4), extended to predictable ranges. For every candidate mean m, two
+gamblers bet on the sign of Y - m:
 
     K+_t(m) = prod_{s<=t} (1 + l+_s(m) (Y_s - m)),    l+_s(m) = min(l_s, c / (m - a_s))
     K-_t(m) = prod_{s<=t} (1 - l-_s(m) (Y_s - m)),    l-_s(m) = min(l_s, c / (b_s - m))
 
-with c < 1 and a bet size l_s >= 0 fixed before Y_s is seen. Every factor is at least
-1 - c > 0, and at m = mu it has conditional mean 1, so K+(mu) and K-(mu) are nonnegative
-martingales; Ville's inequality gives P(exists t: K+_t(mu) >= 1/alpha) <= alpha, whatever
-the stopping rule. Each factor is non-increasing in m (for m <= a_s it is 1 + l_s (Y_s - m);
-above a_s with the cap active it is 1 - c + c (Y_s - a_s)/(m - a_s), and Y_s >= a_s), so
-K+_t is non-increasing in m and the set {m : max_{s<=t} K+_s(m) >= 1/alpha} of rejected
-means is an interval at the bottom. Its upper end L_t is a lower confidence bound:
+with c < 1 and a bet size l_s >= 0 fixed before Y_s is seen. Every factor is at least 1 - c > 0, and at m = mu it has
+conditional mean 1, so K+(mu) and K-(mu) are nonnegative martingales; Ville's inequality gives P(exists t:
+K+_t(mu) >= 1/alpha) <= alpha, whatever the stopping rule. Each factor is non-increasing in m (for m <= a_s it is
+1 + l_s (Y_s - m); above a_s with the cap active it is 1 - c + c (Y_s - a_s)/(m - a_s), and Y_s >= a_s), so the rejected
+means {m : max_{s<=t} K+_s(m) >= 1/alpha} form an interval at the bottom. Its upper end L_t is a lower confidence bound:
 P(exists t: mu < L_t) <= alpha. The upper bound U_t comes from K- in the same way.
 
-certsel keeps two levels at once: one-sided bounds at ``delta`` (threshold decisions such
-as "R <= alpha") and the two-sided interval at ``delta`` (each end at delta/2). Both read
-the same two capital processes against the thresholds 1/delta and 2/delta.
+Two levels are kept at once: one-sided bounds at ``delta`` (threshold decisions such as "R <= alpha") and the two-sided
+interval at ``delta`` (each end at delta/2), reading the same two capital processes against 1/delta and 2/delta.
 
-Bet size: by default the predictable plug-in of WSR with inverse-variance weights,
-l_s = sqrt(2 log(1/alpha_bet) / (I_s log(1 + s))) / v_s, where v_s is the caller's
-prediction of Var(Y_s | past) (any positive predictable number keeps validity) and
-I_s = sum_{r<=s} 1/v_r. With a constant v this is WSR's lambda_t^PrPl. A caller may instead
-give its own sizes, one per gambler (``bets``: l+_s for K+, l-_s for K-, each >= 0 and fixed
-before Y_s is seen, e.g. :class:`~certsel.policies.pair_bets.MarginBet`); the argument above is the
-same, since it asks of l_s only that it be predictable, non-negative and the same for every m.
+Bet size: by default WSR's predictable plug-in with inverse-variance weights, l_s = sqrt(2 log(1/alpha_bet) / (I_s
+log(1 + s))) / v_s, where v_s is the caller's prediction of Var(Y_s | past) (any positive predictable number keeps
+validity) and I_s = sum_{r<=s} 1/v_r; with a constant v this is WSR's lambda_t^PrPl. A caller may give its own sizes per
+gambler (``bets``, e.g. :class:`~certsel.policies.pair_bets.MarginBet`): the argument above asks of l_s only that it be
+predictable, non-negative and the same for every m.
 
-Numerics: the capital is kept on a grid of candidate means covering the current two-sided
-interval. A bound is reported at a grid point that was rejected (the true bound lies
-between it and the next point, so reporting the grid point is conservative). When the
-interval has shrunk to less than half the grid's span, the grid is rebuilt inside it from
-the stored observations; points above the current lower bound have never been rejected,
-so only their current capital is needed. Every operation is vectorised over a leading
-axis of independent sequences (replications, candidates, pairs).
+Numerics: the capital is kept on a grid of candidate means covering the current two-sided interval. A bound is reported
+at a rejected grid point (conservative: the true bound lies between it and the next point). When the interval has shrunk
+below a quarter of the grid's span (``_REGRID_FRACTION``), the grid is rebuilt inside it from the stored observations
+(its points were never rejected, so only their current capital is needed, not its running maximum). Everything is
+vectorised over a leading axis of independent sequences (replications, candidates, pairs).
 """
 
 from __future__ import annotations
@@ -55,8 +46,8 @@ BET_CAP = 0.5  # c: every factor stays >= 1 - c; WSR recommend 1/2 or 3/4
 GRID_SIZE = 512
 _REGRID_FRACTION = 0.25  # rebuild the grid when the interval is below this fraction of its span
 _MIN_SPACING = 1e-5  # no grid is rebuilt finer than this fraction of the range
-_CHUNK = 1 << 20
-_REGRID_STEP = 64  # observations summed at once when a grid is rebuilt  # elements per block when the capital is recomputed from the history
+_CHUNK = 1 << 20  # elements per block when the capital is recomputed from the history
+_REGRID_STEP = 64  # observations summed at once when a grid is rebuilt
 _FORMAT = 1
 # The stored range check allows this much rounding (a_s <= Y_s <= b_s up to float error).
 _RANGE_TOL = 1e-9
@@ -74,8 +65,8 @@ def _rows(x, B: int, name: str) -> np.ndarray:
 
 
 def _capital_increments(grid, y, a, b, lam, lam_m, cap):
-    """log factors of K+ and K- for grid (B, 1, G) against observations (B, T, 1), with the
-    bet sizes ``lam`` of K+ and ``lam_m`` of K- (B, T, 1)."""
+    """log factors of K+ and K- for grid (B, 1, G) against observations (B, T, 1), with the bet sizes ``lam`` of K+ and
+    ``lam_m`` of K- (B, T, 1)."""
     shape = np.broadcast_shapes(np.shape(grid), np.shape(y))
     dy = y - grid
     gap = grid - a  # the bet on "above m" is capped at c / (m - a) where m > a
@@ -95,9 +86,8 @@ def _capital_increments(grid, y, a, b, lam, lam_m, cap):
 
 
 def _running_sums(start: np.ndarray, inc: np.ndarray) -> np.ndarray:
-    """start (B, G) plus the running sums of inc (B, T, G) along T, in place in ``inc``: the
-    numbers np.cumsum gives on [start, inc_1, ..., inc_T] (the same additions in the same
-    order), without its slow walk along a middle axis when B x G is large."""
+    """start (B, G) plus the running sums of inc (B, T, G) along T, in place in ``inc``: the numbers np.cumsum gives on
+    [start, inc_1, ..., inc_T] (same additions, same order), without its slow walk along a middle axis."""
     inc[:, 0] += start
     if inc.shape[0] * inc.shape[2] < 4096:
         return np.cumsum(inc, axis=1, out=inc)
@@ -134,16 +124,10 @@ class _Chunk:
 class BettingCS:
     """Lower/upper confidence sequences for ``n_seq`` independent means (see the module docstring).
 
-    Parameters
-    ----------
-    n_seq : number of independent sequences updated together (leading axis of every array).
-    delta : level: one-sided bounds hold with probability >= 1 - delta each, the two-sided
-        interval with probability >= 1 - delta.
-    bounds : (lo, hi) known to contain the mean (e.g. (0, 1) for losses).
-    bet_level : the alpha_bet the bet sizes are tuned for (default delta/2, the two-sided
-        interval); any value keeps validity.
-    cap : c in the bet truncation, in (0, 1).
-    grid_size : candidate means kept per sequence.
+    ``delta``: one-sided bounds hold with probability >= 1 - delta each, the two-sided interval with
+    probability >= 1 - delta. ``bounds``: (lo, hi) known to contain the mean. ``bet_level``: the alpha_bet the bet sizes
+    are tuned for (default delta/2, the two-sided interval; any value keeps validity). ``cap``: c in (0, 1).
+    ``grid_size``: candidate means kept per sequence.
     """
 
     def __init__(self, n_seq: int = 1, *, delta: float, bounds=(0.0, 1.0), bet_level: float | None = None,
@@ -203,18 +187,14 @@ class BettingCS:
     def update(self, y, a, b, v, *, known_lo=None, known_hi=None, path: bool = False, bets=None):
         """Consume T observations per sequence, in order (arrays (n_seq, T), or (T,) for one sequence).
 
-        ``a``/``b`` are the ranges fixed before each draw, ``v`` the predicted variances (> 0).
-        ``known_lo``/``known_hi`` (optional, (n_seq, T)) are bounds on the mean known for
-        certain after each observation (e.g. from the labelled part of a finite test set);
-        the confidence sequence is intersected with them. With ``path=True`` returns the
-        bounds after every observation, shape (n_seq, T, 4): one-sided lower, one-sided
-        upper, two-sided lower, two-sided upper. ``bets`` (optional, (2, n_seq, T)): the
-        caller's bet sizes of K+ and K- for each observation, fixed before it was drawn
-        (default: the plug-in of the module docstring).
+        ``a``/``b``: the ranges fixed before each draw; ``v``: predicted variances (> 0). ``known_lo``/``known_hi``
+        (optional, (n_seq, T)): bounds on the mean known for certain after each observation (e.g. from the labelled part
+        of a finite test set), intersected with the sequence. ``path=True`` returns the bounds after every observation,
+        (n_seq, T, 4): one-sided lower, one-sided upper, two-sided lower, two-sided upper. ``bets`` (optional, (2,
+        n_seq, T)): the caller's predictable sizes of K+ and K- (default: the plug-in of the module docstring).
 
-        The result does not depend on how observations are split into calls or on which
-        sequences share a call: sums run in observation order and each sequence's grid is
-        rebuilt after the same observation either way.
+        The result does not depend on how observations are split into calls or which sequences share a call: sums run in
+        observation order and each grid is rebuilt after the same observation either way.
         """
         B = self.n_seq
         y, a, b, v = (_rows(x, B, n) for x, n in ((y, "y"), (a, "a"), (b, "b"), (v, "v")))
@@ -240,8 +220,8 @@ class BettingCS:
         return self.feed(y, a, b, v, klo, khi, path, bets)
 
     def feed(self, y, a, b, v, klo, khi, path: bool = False, bets=None):
-        """:meth:`update` without its input checks, for callers that build valid (n_seq, T)
-        arrays themselves (every observation inside its range, v > 0, bets >= 0)."""
+        """:meth:`update` without its input checks, for valid (n_seq, T) arrays (observations inside their ranges,
+        v > 0, bets >= 0)."""
         B, T = y.shape
         if B == 1 and T == 1:
             given = None if bets is None else (float(bets[0, 0, 0]), float(bets[1, 0, 0]))
@@ -257,8 +237,8 @@ class BettingCS:
         return chunk.bounds if path else None
 
     def _advance_one(self, y, a, b, v, klo, khi, given=None) -> np.ndarray:
-        """:meth:`_advance` for one sequence and one observation, with the same arithmetic
-        (the tests check the two agree bit for bit) and a fraction of its overhead."""
+        """:meth:`_advance` for one sequence and one observation, with the same arithmetic (checked bit for bit by the
+        tests) and a fraction of its overhead."""
         info = np.cumsum(np.array([self._info[0], 1.0 / v]))[1]
         s = np.float64(self._count[0] + 1)
         if given is None:
@@ -291,9 +271,8 @@ class BettingCS:
         return out
 
     def _advance(self, c: _Chunk, rows: np.ndarray) -> np.ndarray:
-        """Feed ``rows`` from their positions in the chunk up to (and including) the first
-        observation after which their grid needs rebuilding; rebuild those grids. Returns
-        the rows that still have observations left."""
+        """Feed ``rows`` from their chunk positions up to (and including) the first observation after which their grid
+        needs rebuilding; rebuild those grids. Returns the rows with observations left."""
         T = c.y.shape[1]
         start = c.pos[rows]
         s0 = int(start.min())
@@ -357,15 +336,16 @@ class BettingCS:
 
     # -- grid ------------------------------------------------------------------------------
     def _needs_regrid(self, lo, hi, grid) -> np.ndarray:
-        """True where the two-sided interval has shrunk below half the grid's span (and is not a point)."""
+        """True where the two-sided interval has shrunk below ``_REGRID_FRACTION`` of the grid's span (and is not a
+        point)."""
         span = (grid[:, -1] - grid[:, 0])[:, None]
         # once the grid's spacing is below _MIN_SPACING of the range, bounds are that precise already
         fine = span <= _MIN_SPACING * (self.grid_size - 1) * (self.bounds[1] - self.bounds[0])
         return (hi - lo < _REGRID_FRACTION * span) & ~fine
 
     def _regrid(self, rows: np.ndarray, chunk: _Chunk | None = None) -> None:
-        """New grids inside the current intervals of ``rows``, with capital recomputed from the
-        history (the stored one, then the part of ``chunk`` each row has been fed)."""
+        """New grids inside the current intervals of ``rows``, with capital recomputed from the history (the stored one,
+        then the part of ``chunk`` each row has been fed)."""
         G = self.grid_size
         stored = self.history()
         upto = np.zeros(rows.size, dtype=np.int64) if chunk is None else chunk.pos[rows]
@@ -394,8 +374,8 @@ class BettingCS:
 
     # -- batching and snapshots ----------------------------------------------------------------
     def take(self, rows) -> BettingCS:
-        """The sequences ``rows`` as a confidence sequence of their own, in that order: fed the
-        same observations, each row goes on exactly as it would here (rows never interact)."""
+        """The sequences ``rows`` as a confidence sequence of their own, in that order: fed the same observations, each
+        row goes on exactly as it would here (rows never interact)."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         if rows.size == 0 or rows.min() < 0 or rows.max() >= self.n_seq:
             raise ValueError(f"rows must be a non-empty selection of the {self.n_seq} sequences")

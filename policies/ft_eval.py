@@ -1,21 +1,18 @@
 """FT-Eval: auditing performance estimators with fault-tolerant equivalence tests.
 
-Given N repeated estimates theta_hat_1..N of a quantity whose ground truth theta* is known
-(e.g. a benchmark mean computed on the full labelled set), FT-Eval asks whether the
-estimator falls within a tolerance epsilon of the truth, accounting for bias and variance
-together ("Fault-Tolerant Evaluation for Sample-Efficient Model Performance Estimators",
-Zhu, Wu and Xu; equation and algorithm numbers below are that paper's):
+Given N repeated estimates theta_hat_1..N of a quantity with known ground truth theta* (e.g. a benchmark mean on the
+full labelled set), FT-Eval asks whether the estimator falls within a tolerance epsilon of the truth, bias and variance
+together ("Fault-Tolerant Evaluation for Sample-Efficient Model Performance Estimators", Zhu, Wu and Xu; equation and
+algorithm numbers are that paper's):
 
 * :func:`bias_variance`: MSE = Bias^2 + Var (eqs. 1-2) and RMSE;
-* :func:`t_test`: the traditional two-sided one-sample t-test of H0: mean = theta* (eqs. 3-4);
-* :func:`tost`: two one-sided t-tests with tolerance epsilon (eqs. 5-9); passing is
-  equivalent to |Bias| + t_{alpha,N-1} sqrt(Var / (N-1)) < epsilon (eq. 15);
-* :func:`select_margin`: Algorithm 1, the binary search for the smallest discrimination
-  margin delta* that separates two estimators, with the dynamic tolerance
-  eps_k = delta + t_{alpha,N-1} s_k / sqrt(N) at every budget k.
+* :func:`t_test`: the two-sided one-sample t-test of H0: mean = theta* (eqs. 3-4);
+* :func:`tost`: two one-sided t-tests with tolerance epsilon (eqs. 5-9); passing is equivalent to |Bias| + t_{alpha,N-1}
+  sqrt(Var / (N-1)) < epsilon (eq. 15);
+* :func:`select_margin`: Algorithm 1, the binary search for the smallest margin delta* that separates two estimators,
+  with the dynamic tolerance eps_k = delta + t_{alpha,N-1} s_k / sqrt(N) at every budget k.
 
-All functions take estimates shaped (N runs, B budgets) (or (N,) for one budget) and are
-vectorised over budgets. The t distribution is scipy.stats.t.
+Estimates are shaped (N runs, B budgets) (or (N,) for one budget); everything is vectorised over budgets.
 """
 
 from __future__ import annotations
@@ -81,11 +78,8 @@ class TTest:
 
 
 def t_test(estimates, truth) -> TTest:
-    """Eqs. (3)-(4): t = (mean - theta*) / (s / sqrt(N)), p = 2 P(T_{N-1} > |t|).
-
-    With zero spread the statistic is +-inf (p = 0) unless the mean equals theta* exactly
-    (then p = 1).
-    """
+    """Eqs. (3)-(4): t = (mean - theta*) / (s / sqrt(N)), p = 2 P(T_{N-1} > |t|); with zero spread t = +-inf (p = 0)
+    unless the mean equals theta* exactly (p = 1)."""
     e = _check_estimates(estimates)
     truth = _check_truth(truth)
     N = e.shape[0]
@@ -126,8 +120,8 @@ def _tost_from_summary(mean, s, N, truth, epsilon, alpha):
 def tost(estimates, truth, epsilon, *, alpha: float = 0.05) -> TOSTResult:
     """Eqs. (5)-(9): reject both H0^(L): mean - theta* <= -eps and H0^(U): mean - theta* >= eps.
 
-    ``epsilon`` is a positive scalar or one value per budget. ``passed`` means both one-sided
-    p-values are below alpha, i.e. |Bias| + t_{alpha,N-1} s / sqrt(N) < epsilon (eq. 14).
+    ``epsilon``: a positive scalar or one per budget. ``passed``: both one-sided p-values below alpha, i.e.
+    |Bias| + t_{alpha,N-1} s / sqrt(N) < epsilon (eq. 14).
     """
     e = _check_estimates(estimates)
     truth = _check_truth(truth)
@@ -148,12 +142,9 @@ def dynamic_tolerance(s, n_runs: int, margin: float, alpha: float):
 
 @dataclass(frozen=True)
 class MarginSearch:
-    """Result of Algorithm 1.
-
-    ``margin``: delta*, the smallest margin found that distinguishes the estimators, or
-    None. ``steps``: every probed margin with (distinguished, first budget where the FT
-    outcomes differ (1-based, 0 if none), pass_A and pass_B at the last budget examined).
-    """
+    """Result of Algorithm 1: ``margin``, the smallest margin delta* found that distinguishes the estimators, or None;
+    ``steps``: every probed margin with (distinguished, first budget where the outcomes differ (1-based, 0 if none),
+    pass_A and pass_B at the last budget examined)."""
 
     margin: float | None
     steps: list
@@ -180,12 +171,10 @@ def ft_eval_passes(estimates, truth, margin: float, *, alpha: float = 0.05) -> T
 def select_margin(estimates_a, estimates_b, truth, *, alpha: float = 0.05, resolution: float = 0.01) -> MarginSearch:
     """Algorithm 1: binary search on [0, 1] for the smallest margin delta* that separates A and B.
 
-    ``estimates_a`` and ``estimates_b`` are (N runs, |S| budgets): column k holds the N
-    estimates at labelling budget k + 1 (``Run(E, N, k)``). For a probed delta the budgets
-    are scanned in order; the estimators are distinguished at the first budget where one
-    passes FT-Eval and the other fails. Distinguished, or both passing at the last budget
-    examined, moves the search left (smaller delta); both failing moves it right. Stops when
-    high - low < ``resolution`` (0.01 in the paper).
+    ``estimates_a``, ``estimates_b``: (N runs, |S| budgets), column k the estimates at budget k + 1 (``Run(E, N, k)``).
+    For a probed delta the budgets are scanned in order; the estimators are distinguished at the first budget where one
+    passes and the other fails. Distinguished, or both passing at the last budget examined, moves the search left; both
+    failing moves it right. Stops when high - low < ``resolution`` (0.01 in the paper).
     """
     a = _check_estimates(estimates_a)
     b = _check_estimates(estimates_b)

@@ -1,37 +1,26 @@
 """Judge-stratified testing: the judge first, then human labels where they tell the most.
 
-The target is mu = (1/N) sum_i z_i, the mean human loss over the N items of the job's test
-set (as for Seq and Cer-Eval; R-AutoEval+ targets the risk of the distribution the items
-are drawn from). The judge's loss is bought on every item first. Items are then grouped
-into strata of the judge's loss (:func:`judge_strata`), and human labels are drawn one at
-a time, without replacement, by :class:`~certsel.policies.stratified.StratifiedBetting`:
-stratum k with a probability pi_k fixed from past labels (proportional to its size by
-default; with ``floor < 1``, Neyman-type: more labels where the judge and the humans
-disagree more), an item uniformly inside it, and the observation
-
-    Y_t = S_{t-1}/N + sum_j (|P_j|/N) c_j + (|P_k| / (N pi_k)) (z - c_k),
-
-whose conditional mean given everything before draw t is exactly mu. The controls c_k are
-prediction-powered: they start at the judge's mean loss in the stratum (``prior_weight``
-pseudo-labels) and move to the human labels of the stratum as they arrive, so a good judge
-removes most of the variance from the first label on, and a bad one is corrected by the
-humans (it costs labels, never validity).
+The target is mu = (1/N) sum_i z_i, the mean human loss over the N items of the job's test set (as for Seq and Cer-Eval;
+R-AutoEval+ targets the risk of the distribution the items are drawn from). The judge's loss is bought on every item
+first; items are grouped into strata of the judge's loss (:func:`judge_strata`) and human labels are drawn without
+replacement by :class:`~certsel.policies.stratified.StratifiedBetting` (stratum k with probability pi_k fixed from past
+labels: proportional by default, Neyman-type with ``floor < 1``), whose observation Y_t with controls c_k has
+conditional mean exactly mu given the past (:mod:`certsel.policies.stratified`). The controls c_k are
+prediction-powered: they start at the judge's mean loss in the stratum (``prior_weight`` pseudo-labels) and move to the
+stratum's human labels, so a good judge removes most of the variance from the first label on and a bad one costs labels,
+never validity.
 
 Y_t lies in [a_t, b_t], both fixed before draw t. The test of H0: mu > alpha bets on it:
 
     E_t = prod_{s<=t} (1 - u_s x_s),   x_s = (Y_s - alpha) / max(b_s - alpha, eps) <= 1,
 
-with bet fractions u_s in [0, 1) from any registered betting strategy
-(:mod:`~certsel.policies.betting`) applied to the normalised observations x_s; under H0
-every factor has conditional mean 1 - u_s (mu - alpha)/(b_s - alpha) <= 1, so (E_t) is a
-test supermartingale and P(exists t: E_t >= 1/delta) <= delta (Ville's inequality) under
-optional stopping and for any strata, allocations and controls chosen from the past. When
-b_s <= alpha the draw cannot bring the mean above alpha (mu <= b_s surely), and the bet
-may be as large as 1/eps. The test keeps its fractions u_s, and its one-sided bound
-(:meth:`StratifiedTest.upper_bound`) re-evaluates the same bets at every target
-(:mod:`certsel.policies.bounds`), so the bound is <= alpha exactly when the test certified,
-for every betting strategy. The two-sided interval reported with the certificate is the
-stratified betting confidence sequence of the same observations
+with fractions u_s in [0, 1) from any registered strategy (:mod:`~certsel.policies.betting`) applied to x_s. Under H0
+every factor has conditional mean 1 - u_s (mu - alpha)/(b_s - alpha) <= 1, so (E_t) is a test supermartingale and
+P(exists t: E_t >= 1/delta) <= delta (Ville) under optional stopping and for any strata, allocations and controls chosen
+from the past. When b_s <= alpha the draw cannot bring the mean above alpha (mu <= b_s surely), and the bet may be as
+large as 1/eps. The one-sided bound (:meth:`StratifiedTest.upper_bound`) re-evaluates the test's own bets at every
+target (:mod:`certsel.policies.bounds`), so it is <= alpha exactly when the test certified, for every strategy. The
+two-sided interval is the stratified betting confidence sequence of the same observations
 (:class:`~certsel.policies.confseq.BettingCS`), at its own level.
 """
 
@@ -51,22 +40,21 @@ from .stratified import StratifiedBetting
 STRATIFIED_SCHEME = "judge-stratified"  # its policy.kind
 DEFAULT_STRATA = 6
 DEFAULT_PRIOR_WEIGHT = 10.0  # pseudo-labels at the judge's mean loss in each stratum
-# pi_k >= floor * |P_k| / |P|. Proportional allocation (1) by default: a test at small alpha is
-# limited by the largest bet 1/(b - alpha), and moving labels to the rare strata raises b
-# (the weight |P_k|/(N pi_k) of the common stratum grows); on the TriviaQA frontier
-# proportional allocation needed 2-4% fewer labels than floor 0.5 and 5-7% fewer than 0.25.
+# pi_k >= floor * |P_k| / |P|. Proportional (1) by default: a test at small alpha is limited by the largest bet
+# 1/(b - alpha), and moving labels to the rare strata raises b; on the TriviaQA frontier proportional allocation needed
+# 2-4% fewer labels than floor 0.5 and 5-7% fewer than 0.25.
 DEFAULT_FLOOR = 1.0
 DEFAULT_RHOS = (0.0, 0.5, 1.0)
 _FORMAT = 4  # 4: the default UP prior has one more node (the atom), so format-3 wealth does not fit
 
 
 def judge_strata(scores, max_groups: int = DEFAULT_STRATA) -> np.ndarray:
-    """Up to ``max_groups`` strata of contiguous judge-loss values of about equal mass.
+    """Up to ``max_groups`` strata of contiguous judge-loss values of about equal mass; a group label per item, 0..K-1
+    in increasing judge loss.
 
-    Equal values always share a stratum; a value carrying more than its share of the mass
-    (a judge whose loss is 0 on most items) is a stratum of its own, and the rest is split
-    evenly, so the few items the judge flags are not lumped with the many it passes.
-    Returns a group label per item, 0..K-1 in increasing judge loss.
+    Equal values share a stratum; a value with more than its share of the mass (a judge whose loss is 0 on most
+    items) is a stratum of its own and the rest is split evenly, so the few items the judge flags are not lumped with
+    the many it passes.
     """
     s = _check_scores(scores)
     k = check_positive_int(max_groups, "max_groups")
@@ -89,23 +77,16 @@ def judge_strata(scores, max_groups: int = DEFAULT_STRATA) -> np.ndarray:
 
 
 class StratifiedTest:
-    """Anytime-valid test of H0: mu > alpha with judge-stratified human labels (module doc).
+    """Anytime-valid test of H0: mu > alpha with judge-stratified human labels (module docstring).
 
-    Parameters
-    ----------
-    judge_losses : (N,) the judge's loss on every item of the test set, in [0, 1].
-    alpha, delta : the target and the level: certified once E_t >= 1/delta.
-    horizon : the planned number of human labels (sizes the exact UP prior, WSR's bet).
-    betting : a registered betting strategy (name, mapping or instance).
-    seed : the seed of the draws.
-    ci_delta : level of the two-sided interval reported with the certificate (default delta).
-    max_groups, floor, prior_weight : strata of the judge loss (:func:`judge_strata`), the
-        allocation floor (1: proportional allocation, the default; below 1 labels move to
-        strata where judge and humans disagree more), and the pseudo-labels at the judge's
-        mean loss behind each control.
-    futility : delta_f, or None: also run the mirrored test of H0': mu < alpha on the same
-        observations (1 - Y against 1 - alpha, range 1 - a); ``futile`` once it reaches
-        1/delta_f (evidence that mu >= alpha; it never certifies anything).
+    * judge_losses: (N,) the judge's loss on every item, in [0, 1]. Certified once E_t >= 1/delta.
+    * horizon: the planned number of human labels (sizes the UP prior, WSR's bet). ci_delta: level of the two-sided
+      interval (default delta).
+    * max_groups, floor, prior_weight: strata (:func:`judge_strata`), the allocation floor (1: proportional, the
+      default; below 1 labels move to strata where judge and humans disagree more), and the pseudo-labels behind each
+      control.
+    * futility: delta_f, or None: also run the mirrored test of H0': mu < alpha on the same observations (1 - Y against
+      1 - alpha, range 1 - a); ``futile`` once it reaches 1/delta_f (evidence that mu >= alpha; it never certifies).
     """
 
     __test__ = False
@@ -181,23 +162,22 @@ class StratifiedTest:
 
     @staticmethod
     def _mix(paths: np.ndarray, before: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """log of the uniform mixture over scales of the wealth after each draw, given each
-        scale's log wealth ``before`` and the cumulative log factors ``paths`` (S, t)."""
+        """log of the uniform mixture over scales of the wealth after each draw, from each scale's log wealth ``before``
+        and the cumulative log factors ``paths`` (S, t)."""
         wealth = before[:, None] + paths
         return logsumexp(wealth, axis=0) - np.log(wealth.shape[0]), wealth[:, -1].copy()
 
     def _bet(self, x: np.ndarray, state: BettingState, delta: float, target: float):
-        """The strategy's fractions on normalised observations x (S, t) (target 0, scale 1) of
-        the test of ``target``: each scale's cumulative log factors on these draws, the state
-        after them and the fractions."""
+        """The strategy's fractions on normalised observations x (S, t) (target 0, scale 1) of the test of ``target``:
+        each scale's cumulative log factors, the state after them and the fractions."""
         one, zero = np.ones(x.shape[0]), np.zeros(x.shape[0])
         u, state = self.strategy.checked_fractions(x, zero, one, state, delta=delta, horizon=self.horizon,
                                                    context=self._context(target, x.shape[0] // self.rhos.size))
         return np.cumsum(bet_log_factors(u, x, zero, one), axis=-1), state, u
 
     def _context(self, target: float, copies: int = 1) -> BetContext:
-        """Each row's test: its target, and whether its control scale is above 0 (the judge's
-        controls enter the observation), for ``copies`` stacked copies of the scales."""
+        """Each row's test: its target, and whether its control scale is above 0, for ``copies`` stacked copies of the
+        scales."""
         return BetContext.of(copies * self.rhos.size, target, np.tile(self.rhos > 0, copies))
 
     # -- reading ---------------------------------------------------------------------------------
@@ -221,8 +201,7 @@ class StratifiedTest:
 
     @property
     def observations(self) -> np.ndarray:
-        """The stratified observations Y_t with the largest control scale (the judge's
-        controls in full by default), in draw order."""
+        """The observations Y_t with the largest control scale (full judge controls by default), in draw order."""
         return self._y[self._top].copy()
 
     @property
@@ -232,8 +211,7 @@ class StratifiedTest:
 
     @property
     def estimate(self) -> float:
-        """The mean of the observations with the largest control scale: unbiased for mu (each
-        has conditional mean mu) at a fixed number of labels."""
+        """The mean of the observations with the largest control scale: unbiased for mu at a fixed number of labels."""
         return float(self._y[self._top].mean()) if self.n else float(np.dot(self.judge_means,
                                                                           np.bincount(self.groups) / self.N))
 
@@ -250,13 +228,11 @@ class StratifiedTest:
     def upper_bound(self, level: float, *, recorded: bool = True) -> float:
         """inf{a : max_t E_t(a) >= 1/level}: the one-sided bound that inverts this test.
 
-        The fractions u_t the test bet with are kept, and the wealth prod (1 - u_t (Y_t - a) /
-        max(b_t - a, eps)) is valid for the null mu >= a at every a and non-decreasing in a;
-        above alpha a mixture of constant bets (UP, with the prior of the test at alpha)
-        re-chooses its bets for the target
-        (:mod:`certsel.policies.bounds`): P(mu > U) <= level, and U <= alpha exactly when the
-        test at alpha reached 1/level, for every strategy. ``recorded=False`` recomputes the
-        decision at alpha from the fractions instead of reading the recorded evidence (a check).
+        With the test's fractions u_t kept, prod (1 - u_t (Y_t - a) / max(b_t - a, eps)) is valid for the null mu >= a
+        at every a and non-decreasing in a; above alpha a mixture of constant bets (UP, with the prior of the test at
+        alpha) re-chooses its bets per target (:mod:`certsel.policies.bounds`). P(mu > U) <= level, and U <= alpha
+        exactly when the test at alpha reached 1/level, for every strategy. ``recorded=False`` recomputes the decision
+        at alpha from the fractions instead of reading the recorded evidence (a check).
         """
         level = check_level(level, "level")
         if self.n == 0:
@@ -307,6 +283,6 @@ class StratifiedTest:
 
 
 def normalised(y: np.ndarray, b: np.ndarray, alpha: float) -> np.ndarray:
-    """x = (Y - alpha) / max(b - alpha, eps) <= 1: the observation in units of the largest
-    bet that keeps every factor 1 - u x non-negative."""
+    """x = (Y - alpha) / max(b - alpha, eps) <= 1: the observation in units of the largest bet that keeps every factor
+    1 - u x non-negative."""
     return (y - alpha) / np.maximum(b - alpha, MIN_RANGE)

@@ -1,27 +1,21 @@
 """Policy kinds: what each policy needs from a job, and how its policy object is built.
 
-A job's ``policy.kind`` names a :class:`PolicyKind` in :data:`POLICY_KINDS`. The entry
-*declares* what the policy needs, and everything above reads those declarations instead of
-comparing names: the job file's validation (a judge, item features, judge-only labels, which
-``policy.*`` options apply), the plan (the shared item order, the judge's loss on every item
-first), the workers (which driver runs the policy) and the reports (the family's wording).
+A job's ``policy.kind`` names a :class:`PolicyKind` in :data:`POLICY_KINDS`. The entry *declares* what the policy needs,
+and validation, plan, workers and reports read those declarations instead of comparing names:
 
-* :attr:`PolicyKind.family`: :attr:`Family.TESTING` policies run an e-process for
-  H0: R > alpha, and the multiple-testing procedure thresholds their e-values;
-  :attr:`Family.ESTIMATION` policies keep an anytime-valid interval on R that decides R
+* :attr:`PolicyKind.family`: :attr:`Family.TESTING` policies run an e-process for H0: R > alpha, thresholded by the
+  multiple-testing procedure; :attr:`Family.ESTIMATION` policies keep an anytime-valid interval on R that decides R
   against alpha at the policy's own level.
-* :attr:`PolicyKind.labels`: :attr:`Labels.ORDER` policies label the job's seeded item order
-  (every candidate the same items; r judge-only items per human label), the policy object is
-  a :class:`~certsel.policies.SequentialTest`; :attr:`Labels.CHOSEN` policies choose their
-  own items (``next_items(b)`` then ``update(items, losses)``).
-* :meth:`PolicyKind.judge_use`: no judge, judge labels paired with each human label
-  (``budget.r``), or the judge's loss on every item before any human label.
+* :attr:`PolicyKind.labels`: :attr:`Labels.ORDER` policies label the job's seeded item order (every candidate the same
+  items; r judge-only items per human label) as a :class:`~certsel.policies.SequentialTest`; :attr:`Labels.CHOSEN`
+  policies choose their own items (``next_items(b)`` then ``update(items, losses)``).
+* :meth:`PolicyKind.judge_use`: no judge, judge labels paired with each human label (``budget.r``), or the judge's loss
+  on every item before any human label.
 
-:meth:`PolicyKind.build` turns :class:`PolicySettings` (the job's numbers for one candidate)
-and :class:`PolicyInputs` (what the label source and the plan provide) into the policy
-object; :meth:`PolicyKind.restore` rebuilds it from its ``state_dict()`` (a resumed job).
-A new kind is a subclass and :func:`register_policy_kind`; ``policy.kind: NAME`` then selects
-it in a job file, and Ray ships it to the workers by value when it lives in user code.
+:meth:`PolicyKind.build` turns :class:`PolicySettings` (one candidate's numbers) and :class:`PolicyInputs` (from the
+label source and the plan) into the policy object; :meth:`PolicyKind.restore` rebuilds it from its ``state_dict()``. A
+new kind is a subclass and :func:`register_policy_kind`; Ray ships it to the workers by value when it lives in user
+code.
 """
 
 from __future__ import annotations
@@ -62,8 +56,8 @@ class JudgeUse(StrEnum):
 
 
 class Replication(StrEnum):
-    """How ``certsel audit`` repeats a testing kind's job, vectorised over repetitions (a kind
-    without one is not audited by repetition)."""
+    """How ``certsel audit`` repeats a testing kind's job, vectorised over repetitions (None: not audited by
+    repetition)."""
 
     BETTING = "betting"  # one e-process per candidate on a seeded item order (the R-Eval family)
     STRATIFIED = "stratified"  # items drawn by judge strata, per repetition
@@ -73,11 +67,11 @@ class Replication(StrEnum):
 class PolicySettings:
     """One candidate's policy numbers, from the job file and the procedure.
 
-    ``delta`` is the policy's own level (testing: the e-process's horizon level for its
-    bets; estimation: the level its interval decides at), ``ci_delta`` the level of the
-    two-sided interval reported with a testing certificate, ``budget`` the human labels it
-    may buy, ``seed`` (job seed, candidate index) its draws, ``strict`` certifies R < alpha
-    instead of R <= alpha (pairwise signs, where a tie is no order)."""
+    ``delta``: the policy's own level (testing: the level its bets are sized for; estimation: the level its interval
+    decides at); ``ci_delta``: the two-sided interval reported with a testing certificate; ``budget``: the human labels
+    it may buy; ``seed``: (job seed, candidate index); ``strict`` certifies R < alpha instead of R <= alpha (pairwise
+    signs, where a tie is no order).
+    """
 
     alpha: float
     delta: float
@@ -97,9 +91,8 @@ class PolicySettings:
 
 @dataclass(frozen=True)
 class PolicyInputs:
-    """What a policy is built on: the test set's size, the job's shared order (ORDER
-    policies: ``human_items`` (n,), ``judge_items`` (r n,)), item features, and the judge's
-    loss on every item (JudgeUse.FIRST)."""
+    """What a policy is built on: the test set's size, the job's shared order (ORDER policies: ``human_items`` (n,),
+    ``judge_items`` (r n,)), item features, and the judge's loss on every item (JudgeUse.FIRST)."""
 
     n_items: int
     human_items: np.ndarray | None = None
@@ -109,22 +102,20 @@ class PolicyInputs:
 
 
 class PolicyKind:
-    """One ``policy.kind`` (see the module docstring). Subclasses set the class attributes
-    and implement :meth:`build`; the defaults say: no judge, no features, no extra options."""
+    """One ``policy.kind`` (see the module docstring). Subclasses set the class attributes and implement :meth:`build`;
+    the defaults say: no judge, no features, no extra options."""
 
     name: ClassVar[str] = ""
     family: ClassVar[Family]
     labels: ClassVar[Labels]
     # policy.* options beyond kind, betting and radius that apply to this kind
     takes: ClassVar[frozenset[str]] = frozenset()
-    # why the policy's statement holds, in words (the certificate prints it); the built-in kinds'
-    # wording lives with the certificate, which fills in the job's numbers
+    # why the policy's statement holds, in words (the certificate prints it; the built-in kinds' wording is its own)
     guarantee: ClassVar[str | None] = None
     # measured human labels to certify over the kind's limit (certsel plan's prediction; None: not measured)
     efficiency: ClassVar[float | None] = None
     replication: ClassVar[Replication | None] = None  # how certsel audit repeats it (None: it cannot)
-    # whether the certificate words this kind's guarantee itself (the built-in kinds, whose argument it
-    # states with the job's numbers); a registered kind says its own in ``guarantee``
+    # whether the certificate words this kind's guarantee itself with the job's numbers (the built-in kinds)
     worded: ClassVar[bool] = False
 
     def judge_use(self, partition: str = "embeddings") -> JudgeUse:
@@ -140,14 +131,13 @@ class PolicyKind:
         raise NotImplementedError
 
     def restore(self, policy, state: dict):
-        """The policy rebuilt from ``state`` (its ``state_dict()``); ``policy`` is a fresh one
-        built from the same settings."""
+        """The policy rebuilt from ``state`` (its ``state_dict()``); ``policy`` is a fresh one built from the same
+        settings."""
         return type(policy).from_state_dict(state)
 
     def reaches_at_zero(self, settings: PolicySettings, n_items: int, level: float) -> bool:
-        """Whether a test of this kind reaches 1/``level`` within ``settings.budget`` human labels when
-        every loss is 0 (the feasibility check before a job runs); True where the kind cannot say
-        (the check is advisory)."""
+        """Whether a test of this kind reaches 1/``level`` within ``settings.budget`` human labels when every loss is 0
+        (an advisory feasibility check before a job runs); True where the kind cannot say."""
         return True
 
     def banks(self, radius: str) -> bool:
@@ -155,10 +145,9 @@ class PolicyKind:
         return False
 
     def build_bank(self, settings: PolicySettings, n_items: int, n_runs: int, bet=None) -> Any:
-        """``n_runs`` policies with the same settings and no judge, on one shared order, as
-        one vectorised object whose rows equal :meth:`build`'s policies (a ranking's pairs),
-        or None where the kind has none (the default: one object per run). ``bet`` (a
-        :class:`~certsel.policies.pair_bets.MarginBet`) replaces the policies' own bets."""
+        """``n_runs`` policies with the same settings and no judge on one shared order, as one vectorised object whose
+        rows equal :meth:`build`'s policies (a ranking's pairs), or None (the default: one object per run). ``bet``
+        (:class:`~certsel.policies.pair_bets.MarginBet`) replaces the policies' own bets."""
         return None
 
     def __repr__(self) -> str:
@@ -166,8 +155,8 @@ class PolicyKind:
 
 
 class BettingTestKind(PolicyKind):
-    """R-Eval, R-AutoEval and R-AutoEval+: testing by betting on the job's seeded order
-    (Algorithm 1 of R-AutoEval+), with reliance factors ``rhos`` (0 alone: no judge)."""
+    """R-Eval, R-AutoEval and R-AutoEval+: testing by betting on the job's seeded order (Algorithm 1 of R-AutoEval+),
+    with reliance factors ``rhos`` (0 alone: no judge)."""
 
     worded = True
     family = Family.TESTING
@@ -197,9 +186,9 @@ class BettingTestKind(PolicyKind):
 
 
 def with_futility(kind: PolicyKind, settings: PolicySettings, inputs: PolicyInputs):
-    """A testing kind's e-process and its futility test (None without ``settings.futility``):
-    the same kind on mirrored losses (1 - loss against 1 - alpha) at level delta_f, whose
-    crossing certifies R >= alpha. Every front end builds its tests here."""
+    """A testing kind's e-process and its futility test (None without ``settings.futility``): the same kind on mirrored
+    losses (1 - loss against 1 - alpha) at level delta_f, whose crossing certifies R >= alpha. Every front end builds
+    its tests here."""
     futility = None
     if settings.futility is not None:
         futility = kind.build(dataclasses.replace(settings, alpha=1.0 - settings.alpha, delta=settings.futility),
@@ -208,8 +197,8 @@ def with_futility(kind: PolicyKind, settings: PolicySettings, inputs: PolicyInpu
 
 
 class JudgeStratifiedKind(PolicyKind):
-    """The judge-stratified test (:class:`~certsel.policies.StratifiedTest`): the judge's loss
-    on every item first, then human labels drawn by judge strata."""
+    """The judge-stratified test (:class:`~certsel.policies.StratifiedTest`): the judge's loss on every item first, then
+    human labels drawn by judge strata."""
 
     name = "judge-stratified"
     worded = True
@@ -302,9 +291,8 @@ POLICY_KINDS: Registry[PolicyKind] = Registry("policy.kind", PolicyKind)
 
 
 def register_policy_kind(kind: PolicyKind | type[PolicyKind]) -> PolicyKind:
-    """Add a kind (an instance, or a class with a no-argument constructor) to
-    :data:`POLICY_KINDS` under its ``name``; from then on ``policy.kind: NAME`` selects it.
-    Returns the instance."""
+    """Add a kind (an instance, or a class with a no-argument constructor) to :data:`POLICY_KINDS` under its ``name``
+    (``policy.kind: NAME``). Returns the instance."""
     if isinstance(kind, type) and issubclass(kind, PolicyKind):
         kind = kind()
     if not isinstance(kind, PolicyKind):

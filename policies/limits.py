@@ -1,20 +1,17 @@
 """How few labels any test could need: log(1/delta) / KL_inf, the information-theoretic limit.
 
-For i.i.d. observations X with mean below alpha and values at most M, every level-delta test
-of H0: E[X] >= alpha needs on average at least
+For i.i.d. observations X with mean below alpha and values at most M, every level-delta test of H0: E[X] >= alpha needs
+on average at least
 
     log(1/delta) / KL_inf(P, alpha),   KL_inf(P, alpha) = max_{0 <= l <= 1/(M - alpha)} E_P[log(1 - l (X - alpha))]
 
-observations to reject (Honda and Takemura's dual form of the smallest KL divergence from P
-to a distribution with mean >= alpha on (-inf, M]; the lower bound: Agrawal and Ramdas,
-arXiv:2504.19952). KL_inf is the best growth rate of the wealth prod (1 - l (X_i - alpha)),
-so a betting test whose bets track the maximiser l* reaches the limit (Waudby-Smith, Sandoval
-and Jordan, arXiv:2504.02818).
+observations to reject (Honda and Takemura's dual form of the smallest KL divergence from P to a distribution with
+mean >= alpha on (-inf, M]; the lower bound: Agrawal and Ramdas, arXiv:2504.19952). KL_inf is the best growth rate of
+the wealth prod (1 - l (X_i - alpha)), so bets that track the maximiser l* reach the limit (Waudby-Smith, Sandoval and
+Jordan, arXiv:2504.02818).
 
-With a judge, the floor for any policy is the same bound on the prediction-powered variable
-X_rho = h - rho j + rho mu_J (the judge's mean mu_J known, the best rho), whose range tops at
-1 + rho mu_J for losses in [0, 1]: :func:`ppi_limit`. Here X is given by samples (a
-candidate's labels, or a whole loss table as the population).
+With a judge, the floor for any policy is the same bound on X_rho = h - rho j + rho mu_J (the judge's mean mu_J known,
+the best rho), whose range tops at 1 + rho mu_J for losses in [0, 1]: :func:`ppi_limit`. X is given by samples.
 """
 
 from __future__ import annotations
@@ -28,9 +25,9 @@ from ._validation import check_level
 
 
 def kl_inf(x, alpha: float, upper: float) -> tuple[float, float]:
-    """(KL_inf, u*) of the empirical distribution of ``x`` at ``alpha``, for values at most
-    ``upper``: the best growth rate of the wealth and the best bet as a fraction u* = l* (M -
-    alpha) of the largest one (1 at the cap). Zero when the mean of x is not below alpha."""
+    """(KL_inf, u*) of the empirical distribution of ``x`` at ``alpha`` for values at most ``upper``: the best growth
+    rate and the best bet as a fraction u* = l* (M - alpha) of the largest one (1 at the cap). Zero when
+    mean(x) >= alpha."""
     x = np.asarray(x, dtype=np.float64).ravel()
     if x.size == 0 or not np.all(np.isfinite(x)):
         raise ValueError("kl_inf needs finite samples")
@@ -55,8 +52,7 @@ def kl_inf(x, alpha: float, upper: float) -> tuple[float, float]:
 
 
 def label_limit(x, alpha: float, delta: float, upper: float = 1.0) -> float:
-    """log(1/delta) / KL_inf: the fewest labels any level-delta test needs on average (inf
-    when the mean of x is not below alpha)."""
+    """log(1/delta) / KL_inf: the fewest labels any level-delta test needs on average (inf when mean(x) >= alpha)."""
     delta = check_level(delta, "delta")
     k, _ = kl_inf(x, alpha, upper)
     return float(np.log(1.0 / delta) / k) if k > 0 else float("inf")
@@ -64,8 +60,8 @@ def label_limit(x, alpha: float, delta: float, upper: float = 1.0) -> float:
 
 @dataclass(frozen=True)
 class PPILimit:
-    """The prediction-powered floor: ``labels`` at the best ``rho``, with the fraction
-    ``u_star`` of the largest bet that reaches it (1: the log-optimal bet sits at the cap)."""
+    """The prediction-powered floor: ``labels`` at the best ``rho``, and the fraction ``u_star`` of the largest bet that
+    reaches it (1: the log-optimal bet sits at the cap)."""
 
     labels: float
     rho: float
@@ -74,9 +70,8 @@ class PPILimit:
 
 def ppi_limit(human, judge, alpha: float, delta: float, *, judge_mean: float | None = None,
               rhos=np.linspace(0.0, 1.0, 101)) -> PPILimit:
-    """The floor for any policy with this judge: min over rho of log(1/delta) / KL_inf of
-    X_rho = h - rho j + rho mu_J (losses in [0, 1], so X_rho <= 1 + rho mu_J), the judge's
-    mean ``judge_mean`` known (default: the mean of ``judge``)."""
+    """The floor for any policy with this judge: min over rho of log(1/delta) / KL_inf of X_rho = h - rho j + rho mu_J
+    (X_rho <= 1 + rho mu_J), with ``judge_mean`` known (default: the mean of ``judge``)."""
     delta = check_level(delta, "delta")
     h = np.asarray(human, dtype=np.float64)
     j = np.asarray(judge, dtype=np.float64)
@@ -94,12 +89,13 @@ def ppi_limit(human, judge, alpha: float, delta: float, *, judge_mean: float | N
 
 def split_limit(human, judge, alpha: float, delta: float, *, r: int, judge_mean: float | None = None,
                 rhos=np.linspace(0.0, 1.0, 21), draws: int = 20_000, seed: int = 0) -> PPILimit:
-    """The fewest labels an oracle constant bet needs on the split observation with ``r``
-    judge-only labels per human label (:func:`~certsel.policies.autoeval.effective_observations`):
-    min over rho of log(1/delta) / max_l E[log(1 - l x) + log(1 - l b)], x = h - rho j - alpha +
-    rho mu_J and b = rho (jbar - mu_J), jbar the mean of r judge losses, l <= 1/(1 + rho mu_J).
-    The expectation over jbar is a Monte Carlo average over ``draws`` blocks of the judge's
-    losses (seeded: deterministic). What the judge ratio r costs against the floor."""
+    """The fewest labels an oracle constant bet needs on the split observation with ``r`` judge-only labels per human
+    label (:func:`~certsel.policies.autoeval.effective_observations`): what r costs against the floor.
+
+    min over rho of log(1/delta) / max_l E[log(1 - l x) + log(1 - l b)], x = h - rho j - alpha + rho mu_J, b = rho
+    (jbar - mu_J), jbar the mean of r judge losses, l <= 1/(1 + rho mu_J); the expectation over jbar is a seeded
+    Monte Carlo average over ``draws`` blocks of the judge's losses.
+    """
     delta = check_level(delta, "delta")
     h = np.asarray(human, dtype=np.float64)
     j = np.asarray(judge, dtype=np.float64)

@@ -1,19 +1,17 @@
 """Family-wise error control over candidates, from per-candidate e-values.
 
-Each candidate k carries an e-process; ``E_k`` below is its running maximum up to the time
-the decision is taken. By Ville's inequality ``p_k = min(1, 1 / E_k)`` is a valid p-value
-even when the time was chosen by looking at the data, so the classical procedures apply:
+Each candidate k carries an e-process; ``E_k`` is its running maximum up to the decision time. By Ville's inequality
+``p_k = min(1, 1 / E_k)`` is a valid p-value even when that time was chosen by looking at the data, so the classical
+procedures apply:
 
-* fixed-sequence testing (FST): test candidates in a pre-set order at the full level delta
-  and stop at the first failure; the certified set is the longest certified prefix;
+* fixed-sequence testing (FST): candidates in a pre-set order at the full level delta, stopping at the first failure;
+  the certified set is the longest certified prefix;
 * Bonferroni: certify k when E_k >= K / delta;
-* Holm: step-down over the sorted p-values, certify while p_(j) <= delta / (K - j + 1);
-  it certifies everything Bonferroni does and possibly more.
+* Holm: step-down over the sorted p-values, certify while p_(j) <= delta / (K - j + 1); it certifies everything
+  Bonferroni does and possibly more.
 
-All three control P(certify any candidate whose null is true) <= delta. Inputs may carry
-leading batch axes (replications); the candidate axis is the last one. These are the
-classical procedures on e-values, validated at the boundary; a job's procedures are the
-objects of :mod:`certsel.policies.procedures`, which the tests check against these.
+All three control P(certify any candidate whose null is true) <= delta. The candidate axis is the last one. A job's
+procedures are the objects of :mod:`certsel.policies.procedures`, which the tests check against these.
 """
 
 from __future__ import annotations
@@ -39,12 +37,8 @@ def p_values(evalues) -> np.ndarray:
 
 
 def fixed_sequence(evalues, delta: float, order=None) -> np.ndarray:
-    """Certified mask of fixed-sequence testing at level delta.
-
-    ``order`` lists candidate indices in testing order (default: the given order, e.g. by
-    decreasing bitwidth). The certified set is the longest prefix of that order whose
-    members all have E >= 1/delta.
-    """
+    """Certified mask of fixed-sequence testing at level delta: the longest prefix of ``order`` (default: the given
+    order) whose members all have E >= 1/delta."""
     delta = check_level(delta, "delta")
     e = _check_evalues(evalues)
     K = e.shape[-1]
@@ -78,8 +72,8 @@ def holm(evalues, delta: float) -> np.ndarray:
 
 
 def select(certified, objective) -> np.ndarray:
-    """Index of the certified candidate with the smallest objective (e.g. model size or
-    prompt length), or -1 where nothing is certified. Ties go to the lower index."""
+    """Index of the certified candidate with the smallest objective (e.g. model size), -1 where none is certified; ties
+    go to the lower index."""
     c = np.asarray(certified, dtype=bool)
     obj = np.asarray(objective, dtype=np.float64)
     if obj.shape != c.shape[-1:]:

@@ -1,20 +1,15 @@
 """Bet sizes for :class:`~certsel.policies.confseq.BettingCS` tuned to the claim a test is after.
 
-The confidence sequence's default bet (WSR's predictable plug-in) is sized for the width the
-sequence has reached, whatever the test wants to decide. A test that stops on a claim about
-the mean -- "mu > 1/2" (one model better than another), "|mu - 1/2| < epsilon/2" (a tie) --
-needs the lower bound past the claim's lower end and the upper bound past its upper end, and
-what decides how soon is the margin between mu and those ends. For a margin d and an
-observation of conditional variance v, the bet that makes log capital grow fastest is about
-d / (v + d^2) (the growth-rate-optimal bet of Waudby-Smith & Ramdas, "Estimating means of
-bounded random variables by betting", JRSS-B 2024, arXiv:2010.09686, their aGRAPA).
+The sequence's default bet (WSR's plug-in) is sized for the width reached, whatever the test wants to decide. A test
+that stops on a claim about the mean -- "mu > 1/2" (one model better), "|mu - 1/2| < epsilon/2" (a tie) -- needs its
+bounds past the claim's ends, and the margin between mu and those ends decides how soon. For a margin d and conditional
+variance v the growth-rate-optimal bet is about d / (v + d^2) (aGRAPA of Waudby-Smith & Ramdas, "Estimating means of
+bounded random variables by betting", JRSS-B 2024, arXiv:2010.09686).
 
-:class:`MarginBet` predicts the margin from what is known before each draw (the test's own
-estimate of mu and its standard error), picks the claim with the widest predicted margin, and
-sizes each gambler's bet for its end of that claim. The sizes are fixed before the draw, are
-non-negative and are the same for every candidate mean, which is all the confidence
-sequence's guarantee asks of a bet (:mod:`certsel.policies.confseq`): the choice of claim,
-however adaptive, changes how fast the bounds move, never their coverage.
+:class:`MarginBet` predicts the margin from what is known before each draw (the test's estimate of mu and its standard
+error), picks the claim with the widest predicted margin and sizes each gambler's bet for its end of that claim. The
+sizes are predictable, non-negative and the same for every candidate mean, all the sequence's guarantee asks
+(:mod:`certsel.policies.confseq`): the choice of claim changes how fast the bounds move, never their coverage.
 """
 
 from __future__ import annotations
@@ -27,12 +22,11 @@ import numpy as np
 
 from .registry import Registry
 
-# The cap c of the margin bet: every capital factor stays >= 1 - c. Above the plug-in's 1/2
-# because a paired difference of two models' losses is mostly 1/2 (both right or both wrong):
-# its variance is far below what its [0, 1] range allows, and a cap of 1/2 keeps the bet short
-# of the growth-optimal size for many of a ranking's pairs; much higher, a rare extreme draw
-# costs more than the larger bets gain (on AlpacaEval's 66 pairs, 20 shuffles at epsilon 0.05:
-# model evaluations 5,750 at 0.5, 5,611 at 0.6, 5,601 at 0.65, 5,699 at 0.75, 5,903 at 0.85).
+# The cap c of the margin bet: every capital factor stays >= 1 - c. Above the plug-in's 1/2 because a paired difference
+# of two models' losses is mostly 1/2 (both right or both wrong): its variance is far below what its [0, 1] range
+# allows, and a cap of 1/2 keeps the bet short of the growth-optimal size for many of a ranking's pairs; much higher, a
+# rare extreme draw costs more than the larger bets gain (on AlpacaEval's 66 pairs, 20 shuffles at epsilon 0.05: model
+# evaluations 5,750 at 0.5, 5,611 at 0.6, 5,601 at 0.65, 5,699 at 0.75, 5,903 at 0.85).
 MARGIN_CAP = 0.65
 _SMALLEST_MARGIN = 1e-3
 
@@ -41,9 +35,9 @@ _SMALLEST_MARGIN = 1e-3
 class MarginBet:
     """Bets sized for the claim among ``claims`` with the widest predicted margin.
 
-    ``claims``: the statements the test stops on, each an interval (lo, hi) of the mean with
-    ``-inf`` or ``inf`` for an open end ("mu > 1/2" is (1/2, inf)). ``cap`` is the confidence
-    sequence's truncation c that goes with these bets."""
+    ``claims``: intervals (lo, hi) of the mean the test stops on, ``-inf``/``inf`` for an open end ("mu > 1/2" is (1/2,
+    inf)). ``cap``: the sequence's truncation c that goes with these bets.
+    """
 
     claims: tuple[tuple[float, float], ...]
     cap: float = MARGIN_CAP
@@ -58,10 +52,8 @@ class MarginBet:
             raise ValueError(f"cap must be in (0, 1), got {self.cap!r}")
 
     def sizes(self, mean, stderr, v) -> tuple[np.ndarray, np.ndarray]:
-        """(l+, l-), each shaped like ``v`` (B, T): the bets of the lower-bound gambler K+ and
-        the upper-bound gambler K- for draws with predicted conditional variances ``v``, given
-        the estimate ``mean`` (B,) of the mean and its standard error ``stderr`` (B,), both
-        known before the draws."""
+        """(l+, l-), each shaped like ``v`` (B, T): the bets of K+ and K- for draws with predicted variances ``v``,
+        given the estimate ``mean`` (B,) and its ``stderr`` (B,), both known before the draws."""
         mean = np.asarray(mean, dtype=np.float64)[:, None]
         lo = np.array([c[0] for c in self.claims])[None, :]
         hi = np.array([c[1] for c in self.claims])[None, :]
@@ -80,16 +72,16 @@ class MarginBet:
 
 
 def pair_claims(epsilon: float | None) -> tuple[tuple[float, float], ...]:
-    """The claims of a ranking's pair test on u = (loss_a - loss_b + 1) / 2: an order either
-    way, and with ``epsilon`` a tie, |R_a - R_b| < epsilon."""
+    """The claims of a ranking's pair test on u = (loss_a - loss_b + 1) / 2: an order either way, and with ``epsilon`` a
+    tie,
+    |R_a - R_b| < epsilon."""
     order = ((0.5, math.inf), (-math.inf, 0.5))
     return order if epsilon is None else order + ((0.5 - epsilon / 2.0, 0.5 + epsilon / 2.0),)
 
 
 class PairBet:
-    """How a ranking's pair tests bet (``pairwise.bet``, ``CertifiedRanking(bet=)``): one object per
-    name in :data:`PAIR_BETS`; :meth:`for_claims` gives the bet for the claims a pair stops on, or
-    None for the pair policy's own."""
+    """How a ranking's pair tests bet (``pairwise.bet``, ``CertifiedRanking(bet=)``), one object per name in
+    :data:`PAIR_BETS`: :meth:`for_claims` gives the bet for a pair's claims, or None for the pair policy's own."""
 
     name: ClassVar[str] = ""
     sized: ClassVar[bool] = False  # whether it replaces the pair policy's own bet (the policy must take one)

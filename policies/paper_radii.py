@@ -1,18 +1,15 @@
 """The Cer-Eval paper's own intervals (``radius="paper"``): per-group closed-form radii and a union bound.
 
-Seq uses the adaptive Hoeffding radius of Lemma B.3 on a uniformly random order of the
-items (Algorithm 3). Cer-Eval runs Algorithm 1 literally: the 1-NN partition of Algorithm 2
-fitted on the labelled items and applied to every item (the labelled ones included), the
-per-group adaptive empirical-Bernstein radius of lines 10-11 at a union-bound share of
-delta, the stratified interval sum_k N_k/N * (mean_k +- eps_k), and the next label from the
-group whose radius shrinks the most (line 18).
+Seq uses the adaptive Hoeffding radius of Lemma B.3 on a uniformly random order (Algorithm 3). Cer-Eval runs Algorithm 1
+literally: the 1-NN partition of Algorithm 2 fitted on the labelled items and applied to every item (labelled ones
+included), the per-group adaptive empirical-Bernstein radius of lines 10-11 at a union-bound share of delta, the
+stratified interval sum_k N_k/N * (mean_k +- eps_k), and the next label from the group whose radius shrinks the most
+(line 18).
 
-This is the published method, kept so that its numbers can be reproduced. Its guarantee
-is exact for Seq and for a partition fixed before any label. With a partition fitted to the
-labels it is not: a labelled item is grouped by its own loss, so the per-group samples are
-not random draws from their groups, and every refit starts a new family of per-group
-sequences outside the union bound. :mod:`certsel.policies.stratified` is the exactly valid
-engine (``radius="betting"``).
+Kept to reproduce the published numbers. The guarantee is exact for Seq and for a partition fixed before any label, not
+for one fitted to the labels: a labelled item is grouped by its own loss, so the per-group samples are not random draws
+from their groups, and every refit starts new per-group sequences outside the union bound.
+:mod:`certsel.policies.stratified` is the exactly valid engine (``radius="betting"``).
 """
 
 from __future__ import annotations
@@ -77,11 +74,8 @@ class GroupRadii:
         return mean, np.where(n > 0, rad, 0.5)
 
     def gains(self, weights: np.ndarray, pending: np.ndarray) -> np.ndarray:
-        """Weighted reduction of each group's radius from one more label (line 18).
-
-        ``pending`` counts labels already requested for the group but not yet received;
-        they are counted as if they had arrived with the current variance estimate.
-        """
+        """Weighted reduction of each group's radius from one more label (line 18); ``pending`` labels (requested, not
+        received) count as arrived with the current variance estimate."""
         n = self.acc[0] + pending
         m = np.maximum(n, 1.0)
         _, v = self._mean_var()
@@ -96,8 +90,8 @@ def stratified_interval(center: np.ndarray, radius: np.ndarray, weights: np.ndar
 
 
 class PaperEngine:
-    """The paper's Seq (``kind="hoeffding"``, one group, random order) or Cer-Eval
-    (``kind="bernstein"``, Algorithm 1) for an :class:`~certsel.policies.cer_eval.EstimationPolicy`."""
+    """The paper's Seq (``kind="hoeffding"``, one group, random order) or Cer-Eval (``kind="bernstein"``, Algorithm 1)
+    for an :class:`~certsel.policies.cer_eval.EstimationPolicy`."""
 
     def __init__(self, n_items: int, kind: str, *, delta: float, rng: np.random.Generator):
         self.N = int(n_items)

@@ -1,20 +1,15 @@
 """Partition subroutines for Cer-Eval (Algorithm 1 line 4, Algorithm 2).
 
-A partitioner maps the items of the test set to groups ``0..K-1``. It is called with the
-items labelled so far (in the order they were labelled), their losses, a function that
-scores a candidate partition (lower is better: the predicted spread of the stratified
-observation, or the paper's total radius) and the policy's random generator, and returns
-one group per item.
+A partitioner maps the test set's items to groups ``0..K-1``, given the items labelled so far (in labelling order),
+their losses, a function scoring a candidate partition (lower is better: the predicted spread of the stratified
+observation, or the paper's total radius) and the policy's random generator.
 
-What the groups are used for: Cer-Eval draws its next items from the groups of the items
-not labelled yet, so any partition computed from past labels keeps its certificate exact
-(:mod:`certsel.policies.stratified`). The groups of the *labelled* items only feed the
-per-group means and spreads that steer the allocation; a partitioner should assign them as
-it would an unlabelled item (never by the item's own loss), or the allocation is steered by
-an optimistic picture. Fixed partitions (a user column such as "subject", the true groups
-of a simulation) ignore the labels; :class:`ScorePartition` bins a per-item score known in
-advance, such as a judge's loss; :class:`NearestNeighborPartition` is the adaptive 1-NN
-subroutine of Algorithm 2.
+Cer-Eval draws its next items from the groups of the unlabelled items, so any partition computed from past labels keeps
+its certificate exact (:mod:`certsel.policies.stratified`). The groups of *labelled* items only feed the per-group means
+and spreads that steer the allocation; a partitioner should assign them as it would an unlabelled item (never by the
+item's own loss), or the allocation is steered by an optimistic picture. :class:`FixedPartition` ignores the labels,
+:class:`ScorePartition` bins a per-item score known in advance (a judge's loss), and :class:`NearestNeighborPartition`
+is the adaptive 1-NN subroutine of Algorithm 2.
 """
 
 from __future__ import annotations
@@ -48,10 +43,9 @@ def _encode(labels: np.ndarray) -> np.ndarray:
 
 
 class FixedPartition:
-    """A partition known before any label: user groups, judge-score bins, oracle groups.
+    """A partition known before any label (user groups, judge-score bins, oracle groups): one hashable label per item.
 
-    ``labels`` holds one group label (any hashable numpy dtype) per item. The groups do not
-    depend on the losses, which also makes the paper's per-group union bound exact.
+    The groups do not depend on the losses, which also makes the paper's per-group union bound exact.
     """
 
     adaptive = False
@@ -88,10 +82,8 @@ def _check_groups(n, name: str) -> None:
 
 
 def score_partition(scores, n_groups: int) -> FixedPartition:
-    """Equal-mass bins of a per-item score known in advance (e.g. a judge's predicted loss).
-
-    Raises if a bin would be empty (too many groups for the number of distinct scores).
-    """
+    """Equal-mass bins of a per-item score known in advance (e.g. a judge's predicted loss); raises if a bin would be
+    empty."""
     s = _check_scores(scores)
     _check_groups(n_groups, "n_groups")
     edges = np.quantile(s, np.linspace(0.0, 1.0, n_groups + 1)[1:-1])
@@ -110,9 +102,8 @@ _SORTED_CACHE: dict = {}
 
 
 def _sorted_others(features: np.ndarray) -> np.ndarray:
-    """(N, N-1): for every item the other items by increasing distance (ties by index).
-    Cached per feature matrix, so the partitioners of many policies (the pairs of a ranking)
-    share one."""
+    """(N, N-1): for every item the other items by increasing distance (ties by index), cached per feature matrix so
+    that many policies (the pairs of a ranking) share one."""
     key = (features.shape, hashlib.sha1(np.ascontiguousarray(features).tobytes()).hexdigest())
     order = _SORTED_CACHE.get(key)
     if order is None:
@@ -145,8 +136,8 @@ def check_features(features, n_items: int | None = None) -> np.ndarray:
 
 
 def _value_bins(s: np.ndarray, k: int) -> np.ndarray:
-    """Up to k bins of about equal mass of ``s``; equal values always share a bin (a score
-    with k or fewer distinct values gets one bin per value)."""
+    """Up to k bins of about equal mass of ``s``; equal values share a bin (k or fewer distinct values: one bin each).
+    """
     if k <= 1:
         return np.zeros(s.size, dtype=np.int64)
     values = np.unique(s)
@@ -160,11 +151,9 @@ def _value_bins(s: np.ndarray, k: int) -> np.ndarray:
 class ScorePartition:
     """Strata of a per-item score known before any label, such as the judge's loss or score.
 
-    The candidate partitions are 1..``max_groups`` equal-mass bins of the score (tied scores
-    share a bin, so a 0/1 judge gives at most two groups); at every refit the one with the
-    best score (the predicted spread of the stratified observation) is used. The bins never
-    depend on the labels, only the choice among them does, so every item, labelled or not,
-    is grouped by its score alone.
+    The candidates are 1..``max_groups`` equal-mass bins of the score (tied scores share a bin); each refit uses the one
+    with the best score. The bins never depend on the labels, only the choice among them, so every item, labelled or
+    not, is grouped by its score alone.
     """
 
     adaptive = True
@@ -194,35 +183,17 @@ class ScorePartition:
 class NearestNeighborPartition:
     """Algorithm 2: partition by nearest neighbours among the labelled items.
 
-    Every item gets a predicted loss from the labelled items nearest to it in feature space;
-    for k = 1 .. ceil(ln |S|) + 1 the items are grouped by floor(k * predicted loss) (capped
-    at k - 1), and the k whose partition has the best score wins. The neighbours of every
-    item do not depend on k, so one scikit-learn query serves all k.
+    Every item gets a predicted loss from its nearest labelled items; for k = 1 .. ceil(ln |S|) + 1 the items are
+    grouped by floor(k * predicted loss) (capped at k - 1), and the k with the best score wins. :meth:`partition`
+    (``radius="betting"``) averages the ``n_neighbors`` nearest labelled items, never the item itself (leave-one-out),
+    so a labelled item is grouped as an unlabelled one would be; 20 neighbours group items by their neighbourhood's
+    error rate rather than one 0/1 outcome (about a quarter fewer labels on well-separated clusters,
+    ``docs/cer_eval.md``). :meth:`paper_partition` is the literal Algorithm 2 (``radius="paper"``): 1-NN trained on a
+    random ``subset_fraction`` of the labelled items, whose own training items land in the group of their own loss.
 
-    :meth:`partition` (Cer-Eval with ``radius="betting"``) predicts an item's loss as the
-    mean loss of its ``n_neighbors`` nearest labelled items, never counting the item itself
-    (leave-one-out), so a labelled item is grouped exactly as an unlabelled one would be and
-    the per-group spreads that steer the allocation are honest. Averaging over neighbours
-    (20 by default) groups items by their neighbourhood's error rate rather than by one
-    neighbour's 0/1 outcome; on well-separated clusters it cuts the labels Cer-Eval needs by
-    about a quarter against 1-NN (``docs/cer_eval.md``).
-
-    :meth:`paper_partition` is the literal Algorithm 2 (``radius="paper"``): a 1-NN classifier
-    trained on a random ``subset_fraction`` of the labelled items and applied to every item,
-    its own training items included, which land in the group of their own loss.
-
-    Parameters
-    ----------
-    features : (n_items, d) item embeddings.
-    n_neighbors : neighbours whose mean loss predicts an item's loss in :meth:`partition`.
-    train_fraction : fraction of the labelled items the neighbours are taken from in
-        :meth:`partition` (all of them by default: leave-one-out already keeps it honest).
-    subset_fraction : the paper's random training subset, for :meth:`paper_partition`.
-    max_train : cap on the training set size, bounding the cost of one partition at
-        O(n_items * max_train * d).
-    n_components : if set, project the features once onto this many principal components
-        (scikit-learn PCA) before any neighbour search; 384-d sentence embeddings lose little
-        neighbour structure at 32 components and the search gets an order of magnitude cheaper.
+    ``train_fraction``: share of the labelled items neighbours come from (default all); ``max_train`` caps the training
+    set (O(n_items * max_train * d) per partition); ``n_components``: PCA dimensions the features are projected on once
+    (384-d sentence embeddings lose little neighbour structure at 32, and the search is ten times cheaper).
     """
 
     adaptive = True
@@ -254,8 +225,8 @@ class NearestNeighborPartition:
         self.train_fraction = float(train_fraction)
 
     def _neighbour_losses(self, labeled, z, rng, *, leave_one_out: bool, fraction: float, k: int):
-        """The mean loss of every item's ``k`` nearest training items (its own row excluded
-        with ``leave_one_out``); the training items are a random ``fraction`` of the labelled."""
+        """The mean loss of every item's ``k`` nearest training items (a random ``fraction`` of the labelled; its own
+        row excluded with ``leave_one_out``)."""
         m = labeled.size
         size = max(1, math.ceil(fraction * m))
         if self.max_train is not None:
@@ -281,10 +252,8 @@ class NearestNeighborPartition:
         return z[train][nearest].mean(axis=1)
 
     def _sorted_neighbour_losses(self, train_items, z_train, k):
-        """:meth:`_neighbour_losses` (leave-one-out) from every item's other items sorted by
-        distance, computed once per feature matrix: a test set of up to _SORTED_MAX items then
-        costs a few array passes per refit instead of a neighbour search. Only the first
-        columns that hold every row's k nearest training items are read."""
+        """:meth:`_neighbour_losses` (leave-one-out) from every item's other items sorted by distance, computed once per
+        feature matrix: up to _SORTED_MAX items cost a few array passes per refit instead of a neighbour search."""
         if self._order is None:
             self._order = _sorted_others(self.features)
         order = self._order

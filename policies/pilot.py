@@ -1,39 +1,30 @@
 """Where a fixed sequence starts: a judge-only pilot on its own random draws.
 
-A fixed-sequence job (FST) tests its candidates in a pre-set order, heaviest (safest) first,
-and certifies the longest passing prefix; the user wants the end of that prefix. Testing
-the configs far above the frontier spends labels on certificates nobody needs. The pilot
-estimates the frontier from the judge alone and the sequence starts a few configs before
-it (``margin``, toward the heavier ones):
+A fixed-sequence job (FST) tests its candidates in a pre-set order, heaviest (safest) first, and certifies the longest
+passing prefix; the user wants its end, and testing configs far above the frontier spends labels on certificates nobody
+needs. The pilot estimates the frontier from the judge alone and the sequence starts a few configs before it
+(``margin``, toward the heavier ones):
 
-1. ``m`` pilot items are drawn uniformly without replacement with a random stream of their
-   own (:func:`pilot_items`), independent of the item order the tests draw;
+1. ``m`` pilot items are drawn uniformly without replacement from a random stream of their own (:func:`pilot_items`),
+   independent of the item order the tests draw;
 2. each config's pilot estimate is its mean judge loss on those items;
-3. the estimated frontier ``f`` is the number of leading configs whose estimate is at most
-   alpha; the sequence starts at ``max(0, f - 1 - margin)`` (:func:`pilot_start`).
+3. the estimated frontier ``f`` is the number of leading configs whose estimate is at most alpha; the sequence starts at
+   ``max(0, f - 1 - margin)`` (:func:`pilot_start`).
 
-**Why the guarantee is unchanged.** Fixed-sequence testing controls the family-wise error
-at delta for any order fixed before the tests' own draws. The start is a function of the
-pilot's draws and the judge's losses only; the tests' draws are independent of the pilot's
-(a separate random stream), so conditionally on the start the order ``start, start + 1,
-...`` is fixed and independent of the tests' data, and every statement holds at delta as
-for any fixed order. On a recorded table the losses are fixed numbers and the draws are the
-only randomness, so the argument is exact there; with fresh draws it holds likewise. The
-configs before the start are not tested: the certificate says so and makes no statement
-about them.
+**Why the guarantee is unchanged.** Fixed-sequence testing controls the family-wise error at delta for any order fixed
+before the tests' own draws. The start is a function of the pilot's draws and the judge's losses only, and the tests'
+draws are independent of the pilot's (a separate stream), so conditionally on the start the order
+``start, start + 1, ...`` is fixed and independent of the tests' data, and every statement holds at delta. (On a
+recorded table the draws are the only randomness, so the argument is exact there; with fresh draws it holds likewise.)
+Configs before the start are not tested, and the certificate says so.
 
-**People check the start** (``check`` human labels, :func:`checked_start`): a judge can put
-the frontier far past where it is (a judge no better than chance does), and a sequence that
-starts past its frontier certifies nothing. So the start's mean human loss on the first
-``check`` pilot items is computed; while it is above alpha the start moves back toward the
-top, 1, 2, 4, ... configs at a time, until a checked config is within alpha or the top is
-reached. These human labels are the pilot's own draws too, so the start still depends only
-on the pilot, and the argument above is unchanged.
+**People check the start** (``check`` human labels, :func:`checked_start`): a judge can put the frontier far past where
+it is, and a sequence that starts past its frontier certifies nothing. While the start's mean human loss on the first
+``check`` pilot items is above alpha, the start moves back toward the top, 1, 2, 4, ... configs at a time. These labels
+are the pilot's own draws too, so the argument above is unchanged.
 
-**When the start fails** (its test does not pass), the sequence stops there, as any fixed
-sequence does, and nothing is certified: the margin and the check make this rare. Running
-the job again from the top is a second look at the same data and would need its own share
-of delta.
+**When the start fails**, the sequence stops there and nothing is certified (the margin and the check make this rare).
+Running again from the top is a second look at the same data and would need its own share of delta.
 """
 
 from __future__ import annotations
@@ -50,8 +41,7 @@ PILOT_STREAM = 0x9170
 
 
 def pilot_items(n_items: int, m: int, seed: int) -> np.ndarray:
-    """``min(m, n_items)`` item indices drawn uniformly without replacement from the pilot's
-    own stream (independent of the tests' item order)."""
+    """``min(m, n_items)`` item indices drawn uniformly without replacement from the pilot's own stream."""
     if m < 1:
         raise ValueError(f"pilot items must be at least 1, got {m}")
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), PILOT_STREAM]))
@@ -59,8 +49,8 @@ def pilot_items(n_items: int, m: int, seed: int) -> np.ndarray:
 
 
 def pilot_start(judge: np.ndarray, alpha: float, margin: int) -> tuple[int, np.ndarray]:
-    """(the index the sequence starts at, each config's pilot estimate) from the judge's
-    losses on the pilot items, ``judge`` (K configs in testing order, m items)."""
+    """(the start index, each config's pilot estimate) from the judge's losses ``judge`` (K configs in testing order, m
+    items)."""
     check_level(alpha, "alpha")
     if margin < 0:
         raise ValueError(f"pilot margin must be at least 0, got {margin}")
@@ -71,10 +61,8 @@ def pilot_start(judge: np.ndarray, alpha: float, margin: int) -> tuple[int, np.n
 
 
 def checked_start(human: np.ndarray, start: int, alpha: float) -> tuple[int, dict[int, float]]:
-    """(the start once people checked it, each checked config's mean human loss) from the human
-    losses ``human`` (K configs in testing order, c check items): while the start's mean is above
-    alpha it moves back toward the top by 1, 2, 4, ... configs, so a judge that misplaced the
-    frontier by d configs costs about log2(d) checks."""
+    """(the start once people checked it, each checked config's mean human loss) from ``human`` (K configs in testing
+    order, c check items); a judge that misplaced the frontier by d configs costs about log2(d) checks."""
     check_level(alpha, "alpha")
     checked: dict[int, float] = {}
     step = 1
@@ -87,9 +75,8 @@ def checked_start(human: np.ndarray, start: int, alpha: float) -> tuple[int, dic
 
 @dataclass(frozen=True)
 class PilotRun:
-    """What the pilot did: where the sequence starts, the piloted configs' mean judge losses (in
-    testing order, up to the first above alpha), the items it drew, and the configs people
-    checked (index: mean human loss on the first ``check_items`` of them)."""
+    """What the pilot did: the start, the piloted configs' mean judge losses (testing order, up to the first above
+    alpha), the items it drew, and the configs people checked (index: mean human loss on the first ``check_items``)."""
 
     start: int
     estimates: np.ndarray
@@ -108,11 +95,9 @@ class PilotRun:
 
 def run_pilot(judge: np.ndarray, alpha: float, items: int, margin: int, seed: int,
               human: np.ndarray | None = None, check: int = 0) -> PilotRun:
-    """The pilot as a job with ``seed`` runs it, on the judge's losses of every config (K, I)
-    in testing order. The pilot goes down the sequence and stops at the first config it puts
-    above alpha, so only those configs' estimates (and judge labels) are part of it; with
-    ``human`` (K, I) and ``check`` > 0, people then check the start (:func:`checked_start`) on
-    the first ``check`` pilot items."""
+    """The pilot as a job with ``seed`` runs it, on every config's judge losses (K, I) in testing order. It stops at the
+    first config it puts above alpha, so only those configs' estimates (and judge labels) are part of it; with ``human``
+    (K, I) and ``check`` > 0, people then check the start (:func:`checked_start`)."""
     if check < 0:
         raise ValueError(f"pilot check must be at least 0, got {check}")
     drawn = pilot_items(judge.shape[1], items, seed)

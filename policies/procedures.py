@@ -2,30 +2,22 @@
 
 A :class:`Procedure` answers the four questions a job asks of it, and nothing else:
 
-* **levels**: the level each candidate's own decision or interval runs at
-  (:meth:`~Procedure.candidate_deltas`; estimation policies are built at that level and the
-  reported intervals are simultaneous at it);
-* **thresholds given the evidence so far**: the log e-value each candidate needs now,
-  given which candidates are certified (:meth:`~Procedure.log_thresholds`; Holm loosens its
-  level as candidates are certified);
-* **the final certified set** from the final evidence (:meth:`~Procedure.certified` for
-  running-maximum e-values, :meth:`~Procedure.certified_by_decisions` for the decisions of
-  estimation policies);
-* **the statement about the selection**: upper bounds on every candidate's R that hold
-  *together* with probability >= 1 - delta and agree with the decisions
-  (:meth:`~Procedure.joint_levels`, :meth:`~Procedure.joint_bounds`). A candidate's own
-  bound holds at its own level, but the selected candidate was chosen *because* its test
-  passed, so its own bound alone does not keep that level after the selection; the joint
-  bounds do, whatever the selection rule;
+* **levels**: the level of each candidate's own decision or interval (:meth:`~Procedure.candidate_deltas`; the reported
+  intervals are simultaneous at it);
+* **thresholds given the evidence so far**: the log e-value each candidate needs now (:meth:`~Procedure.log_thresholds`;
+  Holm loosens its level as candidates are certified);
+* **the final certified set** (:meth:`~Procedure.certified` for running-maximum e-values,
+  :meth:`~Procedure.certified_by_decisions` for the decisions of estimation policies);
+* **the statement about the selection**: upper bounds on every candidate's R that hold *together* with
+  probability >= 1 - delta and agree with the decisions (:meth:`~Procedure.joint_levels`,
+  :meth:`~Procedure.joint_bounds`). The selected candidate was chosen *because* its test passed, so its own bound alone
+  does not keep its level after the selection; the joint bounds do, whatever the selection rule;
 * **wording** for the certificate (:meth:`~Procedure.level`).
 
-Scheduling hooks with trivial defaults (:meth:`~Procedure.active`,
-:meth:`~Procedure.after_settle`) let a procedure restrict which candidates run (FST's
-frontier) without the driver knowing which procedure it runs. They see a frozen
-:class:`CandidateView` of each candidate and return their decisions (the candidates to run,
-:class:`Stop` decisions); only the engine changes its records. Config validation, the
-scheduler, the driver, the report and the audit all consult :data:`PROCEDURES`; a new
-procedure is a subclass passed to :func:`register_procedure`.
+Scheduling hooks with trivial defaults (:meth:`~Procedure.active`, :meth:`~Procedure.after_settle`) let a procedure
+restrict which candidates run (FST's frontier): they see a frozen :class:`CandidateView` of each candidate and return
+decisions (the candidates to run, :class:`Stop`); only the engine changes its records. Everything that depends on the
+procedure consults :data:`PROCEDURES`; a new procedure is a subclass passed to :func:`register_procedure`.
 
 Why early stopping keeps the guarantees: see :mod:`certsel.orchestrator.engine.selection`.
 """
@@ -52,8 +44,8 @@ class CandidateView:
 
 @dataclass(frozen=True)
 class Stop:
-    """A procedure's decision: end this unfinished candidate, it can no longer change the
-    selection (the engine marks a running one stopped, a waiting one skipped)."""
+    """A procedure's decision: end this unfinished candidate, it can no longer change the selection (the engine marks a
+    running one stopped, a waiting one skipped)."""
 
     name: str
     reason: str
@@ -63,12 +55,10 @@ class Stop:
 class Procedure:
     """Family-wise error control over K candidates at level delta (see the module docstring).
 
-    Class attributes say what the procedure needs and supports; config validation reads them:
-    ``testing`` / ``estimation`` (runs with e-value policies / with Seq and Cer-Eval),
-    ``ranking`` (compares every pair of models instead of testing R <= alpha),
-    ``needs_order`` (a fixed sequence), ``needs_objective`` (selects by an objective),
-    ``allows_prune`` (``scheduling.prune`` keeps its selection), ``min_candidates``,
-    ``gates`` (each candidate is decided on its own, nothing selected: ``certsel gate``).
+    Class attributes, read by config validation: ``testing`` / ``estimation`` (runs with e-value policies / with Seq and
+    Cer-Eval), ``ranking`` (compares every pair of models instead of testing R <= alpha), ``needs_order`` (a fixed
+    sequence), ``needs_objective`` (selects by an objective), ``allows_prune`` (``scheduling.prune`` keeps its
+    selection), ``min_candidates``, ``gates`` (each candidate decided on its own, nothing selected: ``certsel gate``).
     """
 
     name: ClassVar[str] = ""
@@ -88,44 +78,41 @@ class Procedure:
         raise NotImplementedError
 
     def log_thresholds(self, delta: float, certified: np.ndarray) -> np.ndarray:
-        """log of the e-value each candidate needs now, given the certified mask so far (K,).
-        Default: 1 / candidate level, which does not depend on the evidence."""
+        """log of the e-value each candidate needs now, given the certified mask so far (K,). Default: 1 / candidate
+        level."""
         return -np.log(self.candidate_deltas(delta, len(certified)))
 
     def decision_deltas(self, delta: float, max_log_e: np.ndarray) -> np.ndarray:
-        """The level at which each candidate's decision was taken, given the final evidence
-        (K,): what its one-sided bound is reported at, so that the bound is <= alpha exactly
-        when the candidate passed its test. Default: :meth:`candidate_deltas`."""
+        """The level at which each candidate's decision was taken, given the final evidence (K,): its one-sided bound is
+        reported there, so that it is <= alpha exactly when the candidate passed. Default: :meth:`candidate_deltas`."""
         return self.candidate_deltas(delta, len(max_log_e))
 
     # -- the final set ----------------------------------------------------------------------
     def certified(self, max_log_e: np.ndarray, delta: float) -> np.ndarray:
-        """Certified mask from running-maximum log e-values (..., K). Comparisons are
-        ``max_log_e >= -log(level)``, the same test the candidates' bounds are seeded with."""
+        """Certified mask from running-maximum log e-values (..., K): ``max_log_e >= -log(level)``, the same test the
+        candidates' bounds are seeded with."""
         raise NotImplementedError
 
     def certified_by_decisions(self, ok: np.ndarray) -> np.ndarray:
-        """Certified mask from estimation policies' own decisions (..., K), each made at
-        :meth:`candidate_deltas`. Default: the decisions themselves."""
+        """Certified mask from estimation policies' own decisions (..., K), each made at :meth:`candidate_deltas`.
+        Default: the decisions themselves."""
         return np.asarray(ok, dtype=bool)
 
     # -- the statement about the selection ----------------------------------------------------
     def joint_levels(self, delta: float, certified: np.ndarray) -> np.ndarray:
-        """The level at which each candidate's own one-sided bound enters the simultaneous
-        statement (K,), NaN where it enters none. Default: none."""
+        """The level at which each candidate's own one-sided bound enters the simultaneous statement (K,), NaN where
+        none. Default: none."""
         return np.full(len(certified), np.nan)
 
     def joint_bounds(self, alpha: float, certified: np.ndarray, own: np.ndarray) -> np.ndarray:
-        """Upper bounds on every candidate's R that hold together with probability >= 1 - delta
-        (K,), NaN for "no statement"; ``own`` are the candidates' own bounds at
-        :meth:`joint_levels` (NaN where none). Default: alpha for the certified candidates,
-        which is the family-wise guarantee itself."""
+        """Upper bounds on every candidate's R that hold together with probability >= 1 - delta (K,), NaN for "no
+        statement"; ``own``: the candidates' own bounds at :meth:`joint_levels`. Default: alpha for the certified
+        candidates (the family-wise guarantee itself)."""
         return np.where(certified, float(alpha), np.nan)
 
     def simultaneous_bounds(self, delta: float, alpha: float, certified: np.ndarray, own: np.ndarray) -> np.ndarray:
-        """:meth:`joint_bounds`, with alpha for a certified candidate whose own bound is
-        missing, checked to agree with the decisions: <= alpha exactly for the certified. NaN
-        everywhere for a procedure that makes no simultaneous statement (``simultaneous``)."""
+        """:meth:`joint_bounds`, with alpha for a certified candidate whose own bound is missing, checked to agree with
+        the decisions (<= alpha exactly for the certified). All NaN for a procedure that is not ``simultaneous``."""
         certified = np.asarray(certified, dtype=bool)
         if not self.simultaneous:
             return np.full(certified.shape, np.nan)
@@ -141,9 +128,9 @@ class Procedure:
 
     # -- the selection -----------------------------------------------------------------------------
     def selection(self, certified: np.ndarray, key: np.ndarray | None) -> int:
-        """The index of the selected candidate, -1 for none: the certified one with the smallest
-        ``key`` (the objective, smaller is better; ties to the lower index), or without an
-        objective the last certified one (a fixed sequence: the end of its certified prefix)."""
+        """The selected candidate's index, -1 for none: the certified one with the smallest ``key`` (smaller is better;
+        ties to the lower index), or without an objective the last certified one (the end of a fixed sequence's
+        certified prefix)."""
         certified = np.asarray(certified, dtype=bool)
         if not certified.any():
             return -1
@@ -157,8 +144,7 @@ class Procedure:
         return list(open_)
 
     def after_settle(self, candidates: Sequence[CandidateView]) -> list[Stop]:
-        """The candidates the procedure stops once others are settled (adaptive mode).
-        Default: none."""
+        """The candidates the procedure stops once others are settled (adaptive mode). Default: none."""
         return []
 
     # -- wording -----------------------------------------------------------------------------------
@@ -172,8 +158,8 @@ class Procedure:
 
 
 class FixedSequence(Procedure):
-    """Fixed-sequence testing: every candidate at the full delta in a pre-set order; the
-    certified set is the longest certified prefix."""
+    """Fixed-sequence testing: every candidate at the full delta in a pre-set order; the certified set is the longest
+    certified prefix."""
 
     name = "fst"
     needs_order = True
@@ -188,14 +174,12 @@ class FixedSequence(Procedure):
     def certified_by_decisions(self, ok):
         return np.cumprod(np.asarray(ok, dtype=bool), axis=-1).astype(bool)
 
-    # Compatible simultaneous bounds of fixed-sequence testing (Hsu and Berger, JASA 1999):
-    # R <= alpha for the certified prefix, the first candidate that failed at its own bound
-    # at delta, nothing after it; with the whole sequence certified, the last candidate at its
-    # own bound. Why they hold together: let j be the first candidate in the order with
-    # R_j > alpha (or the last one, if there is none). Any false statement needs the test of
-    # j to reject the target max(R_j, alpha) (for a certified j: it rejected alpha, so every
-    # larger target; for the first failure or the last: its own bound missed R_j), one event
-    # of probability <= delta for the one fixed candidate j.
+    # Compatible simultaneous bounds of fixed-sequence testing (Hsu and Berger, JASA 1999): R <= alpha for the certified
+    # prefix, the first candidate that failed at its own bound at delta, nothing after it; with the whole sequence
+    # certified, the last candidate at its own bound. Why they hold together: let j be the first candidate in the order
+    # with R_j > alpha (or the last one, if there is none). Any false statement needs the test of j to reject the target
+    # max(R_j, alpha) (for a certified j: it rejected alpha, so every larger target; for the first failure or the last:
+    # its own bound missed R_j), one event of probability <= delta for the one fixed candidate j.
     def joint_levels(self, delta, certified):
         out = np.full(len(certified), np.nan)
         out[min(int(np.sum(certified)), len(certified) - 1)] = delta
@@ -254,9 +238,8 @@ class Bonferroni(Procedure):
 
 
 class Holm(Bonferroni):
-    """Holm's step-down on p = 1/E: with c candidates certified, the next needs E >= (K - c)/delta.
-    It starts at Bonferroni's level delta/K (the level of the reported intervals) and certifies
-    everything Bonferroni does."""
+    """Holm's step-down on p = 1/E: with c candidates certified, the next needs E >= (K - c)/delta. It starts at
+    Bonferroni's level delta/K (the level of the reported intervals) and certifies everything Bonferroni does."""
 
     name = "holm"
     estimation = False  # needs e-values: the estimation policies decide at one fixed level
@@ -292,15 +275,14 @@ class Holm(Bonferroni):
         out[order] = np.where(np.arange(K) < c, levels, delta / max(K - c, 1))
         return out
 
-    # Compatible simultaneous bounds of Holm's procedure (Strassburger and Bretz, Stat. Med.
-    # 2008): with m > 0 candidates not certified, R <= alpha for the certified and each other
-    # one at its own bound at delta/m; with all certified, min(alpha, own bound at delta/K).
-    # Why they hold together: let T be the t candidates with R > alpha. If T is empty, only an
-    # own bound can be wrong: at most K(delta/K). Otherwise every false statement needs some
-    # k in T whose test rejects R_k at level delta/t: a certified one was rejected at a level
-    # <= delta/t (Holm's first rejection of a candidate in T happens with >= t left), an
-    # uncertified one's bound at delta/m missed (m >= t when no candidate in T is certified),
-    # and with all certified some k in T was rejected. Union over T: <= t (delta/t) = delta.
+    # Compatible simultaneous bounds of Holm's procedure (Strassburger and Bretz, Stat. Med. 2008): with m > 0
+    # candidates not certified, R <= alpha for the certified and each other one at its own bound at delta/m; with all
+    # certified, min(alpha, own bound at delta/K). Why they hold together: let T be the t candidates with R > alpha. If
+    # T is empty, only an own bound can be wrong: at most K(delta/K). Otherwise every false statement needs some k in T
+    # whose test rejects R_k at level delta/t: a certified one was rejected at a level <= delta/t (Holm's first
+    # rejection of a candidate in T happens with >= t left), an uncertified one's bound at delta/m missed (m >= t when
+    # no candidate in T is certified), and with all certified some k in T was rejected. Union over T: <= t (delta/t) =
+    # delta.
     def joint_levels(self, delta, certified):
         K, m = len(certified), len(certified) - int(np.sum(certified))
         return np.full(K, delta / K) if m == 0 else np.where(certified, np.nan, delta / m)
@@ -321,12 +303,11 @@ class Holm(Bonferroni):
 class Gate(Procedure):
     """A gate: each candidate tested on its own at delta, nothing selected (``certsel gate``).
 
-    Each candidate ends in one of three outcomes: pass (R <= alpha certified at delta), fail
-    (R >= alpha certified at delta by the futility test on the mirrored losses) or undecided
-    (its budget spent first). Each outcome is wrong with probability at most delta on its
-    own: the statement is per candidate, not simultaneous (K candidates gated at delta can
-    hold up to K delta wrong outcomes in expectation; gate at delta / K for a family-wise
-    statement)."""
+    Outcomes: pass (R <= alpha certified at delta), fail (R >= alpha certified at delta by the futility test on the
+    mirrored losses) or undecided (budget spent first). Each is wrong with probability at most delta on its own: K
+    candidates gated at delta can hold up to K delta wrong outcomes in expectation (gate at delta / K for a family-wise
+    statement).
+    """
 
     name = "gate"
     needs_objective = False
@@ -347,8 +328,8 @@ class Gate(Procedure):
 
 
 class PairwiseRanking(Procedure):
-    """Every pair of models compared at delta/P (Bonferroni over the P = K(K-1)/2 pairs);
-    a model is selected when it is certified better than every other one."""
+    """Every pair of models compared at delta/P (Bonferroni over the P = K(K-1)/2 pairs); a model is selected when it is
+    certified better than every other one."""
 
     name = "pairwise"
     testing = False
@@ -381,9 +362,8 @@ PROCEDURES: Registry[Procedure] = Registry("procedure", Procedure)
 
 
 def register_procedure(proc: Procedure | type[Procedure]) -> Procedure:
-    """Add a procedure (an instance, or a class with a no-argument constructor) to
-    :data:`PROCEDURES` under its ``name``; from then on ``procedure: NAME`` selects it in a
-    job file. Returns the instance."""
+    """Add a procedure (an instance, or a class with a no-argument constructor) to :data:`PROCEDURES` under its ``name``
+    (``procedure: NAME`` in a job file). Returns the instance."""
     return PROCEDURES.register(proc)
 
 

@@ -1,20 +1,15 @@
 """Confidence radii for certified estimation of a mean loss in [0, 1].
 
-Two families live here:
+* the closed-form radii of Cer-Eval ("Cer-Eval: Certifiable and Cost-Efficient Evaluation Framework for LLMs"): the
+  static Hoeffding radius of ``Base``, the adaptive Hoeffding radius of Lemma B.3 / Algorithm 3 (Seq with
+  ``radius="paper"``) and the per-group adaptive empirical-Bernstein radius of Algorithm 1, lines 10-11;
+* the predictable-plug-in empirical-Bernstein confidence sequence (PrPl-EB, Theorem 2 of Waudby-Smith & Ramdas,
+  "Estimating means of bounded random variables by betting", arXiv:2010.09686) for i.i.d. observations in [0, 1], a
+  closed-form reference (``radius="betting"`` uses the tighter :mod:`certsel.policies.confseq`).
 
-* the closed-form radii of Cer-Eval ("Cer-Eval: Certifiable and Cost-Efficient Evaluation
-  Framework for LLMs"): the static Hoeffding radius of ``Base``, the adaptive Hoeffding
-  radius of Lemma B.3 / Algorithm 3 (Seq with ``radius="paper"``) and the per-group
-  adaptive empirical-Bernstein radius of Algorithm 1, lines 10-11;
-* the predictable-plug-in empirical-Bernstein confidence sequence (PrPl-EB, Theorem 2 of
-  Waudby-Smith & Ramdas, "Estimating means of bounded random variables by betting",
-  arXiv:2010.09686) for i.i.d. observations in [0, 1], a closed-form reference. The
-  policies' ``radius="betting"`` uses the tighter hedged-capital sequence of
-  :mod:`certsel.policies.confseq` instead.
-
-``log`` inside the iterated-logarithm terms is base 2: the proofs of Lemmas B.3 and B.5
-peel time into epochs [2^l, 2^(l+1)), and ``u_{2^l} = 2 ln(l + 1) + ln(4/delta)`` is what
-makes the union over epochs sum to ``delta/4 * pi^2/6 <= delta/2``.
+``log`` inside the iterated-logarithm terms is base 2: the proofs of Lemmas B.3 and B.5 peel time into epochs [2^l,
+2^(l+1)), and ``u_{2^l} = 2 ln(l + 1) + ln(4/delta)`` makes the union over epochs sum to
+``delta/4 * pi^2/6 <= delta/2``.
 """
 
 from __future__ import annotations
@@ -38,9 +33,8 @@ def _as_counts(n) -> np.ndarray:
 def epsilon_star(n, delta: float):
     """The paper's reference error level of static evaluation: sqrt(ln(1/delta) / (2n)).
 
-    This is the one-sided Hoeffding deviation at level delta (section 6.1); the saving
-    ratios of section 6 are reported over epsilon in [epsilon_star, 0.1]. As a two-sided
-    interval it covers with probability 1 - 2 delta, which is why :class:`Base` reports
+    The one-sided Hoeffding deviation at level delta (section 6.1); section 6's saving ratios are reported over epsilon
+    in [epsilon_star, 0.1]. As a two-sided interval it covers with probability 1 - 2 delta, so :class:`Base` reports
     :func:`hoeffding_radius` instead.
     """
     delta = check_level(delta, "delta")
@@ -73,10 +67,10 @@ def _bernstein(v: np.ndarray, n: np.ndarray, n_groups: int, delta: float) -> np.
 
 
 def adaptive_hoeffding_radius(n, delta: float):
-    """Lemma B.3 / Algorithm 3 line 3: sqrt((2 ln(log2 n + 1) + ln(4/delta)) / n).
+    """Lemma B.3 / Algorithm 3 line 3: sqrt((2 ln(log2 n + 1) + ln(4/delta)) / n); ``n = 0`` gives inf.
 
-    Time-uniform: with probability >= 1 - delta the sample mean stays within this radius
-    of the mean at every n (each tail is bounded by delta/4 * pi^2/6). ``n = 0`` gives inf.
+    Time-uniform: with probability >= 1 - delta the sample mean stays within this radius of the mean at every n (each
+    tail bounded by delta/4 * pi^2/6).
     """
     return _adaptive_hoeffding(_as_counts(n), check_level(delta, "delta"))
 
@@ -92,11 +86,10 @@ def bernstein_eta(n, n_groups: int, delta: float):
 
 
 def bernstein_radius(variance, n, n_groups: int, delta: float):
-    """Algorithm 1 line 11: eps_k = 2 eta_k^2 / 3 + 2 sqrt((v_k + eta_k + eta_k^2) eta_k^2).
+    """Algorithm 1 line 11: eps_k = 2 eta_k^2 / 3 + 2 sqrt((v_k + eta_k + eta_k^2) eta_k^2); ``n = 0`` gives inf.
 
-    ``variance`` is the empirical variance v_k with divisor n_k (line 9). The eta_k inside
-    the square root pays for estimating v_k (the event E in the proof of Theorem 5.2), which
-    is why this radius cannot fall below 2 eta_k^(3/2). ``n = 0`` gives inf.
+    ``variance``: the empirical v_k with divisor n_k (line 9). The eta_k inside the root pays for estimating v_k (the
+    event E in the proof of Theorem 5.2), so the radius cannot fall below 2 eta_k^(3/2).
     """
     delta = check_level(delta, "delta")
     if n_groups < 1:
@@ -116,10 +109,7 @@ def _psi_e(lam):
 
 
 def prpl_path(x, alpha: float):
-    """PrPl-EB interval after every observation: (center, radius), batched over leading axes.
-
-    ``x`` has shape (..., n): the last axis is time.
-    """
+    """PrPl-EB interval (center, radius) after every observation of ``x`` (..., n), time on the last axis."""
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[-1]
     t = np.arange(1, n + 1, dtype=np.float64)

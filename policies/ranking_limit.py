@@ -1,16 +1,14 @@
-"""What an oracle would spend on a full ranking: the yardstick of ``labels.oracle`` for a
-ranking job and of ``benchmarks/ranking_ties.py``.
+"""What an oracle would spend on a full ranking: the yardstick of ``labels.oracle`` for a ranking job and of
+``benchmarks/ranking_ties.py``.
 
-The oracle knows each pair's per-item standard deviation s of the loss difference and decides
-the pair after n of the N items once z s sqrt((N - n) / ((N - 1) n)) -- the normal bound for the
-mean of n items drawn without replacement from N, at the pair's level z = z_(level) -- falls
-below its margin: |Delta| to order it, epsilon - |Delta| to tie it. Settling a pair (a, b) takes
-model a into one decision of its own: the pair itself (ordered or tied, whichever is cheaper),
-or, for an order implied through a chain a < c < ... < b, a's order with the chain's first model
-c, which lies strictly between a and b. A tie is never implied, and an order with a model c that
-is tied to a costs what ordering that near-tie costs, so a model's need is, over its pairs, the
-cheapest of these ways, and at least its furthest such pair. Any valid test needs about this
-much or more (a normal approximation of the limit, which an anytime-valid test pays more than).
+The oracle knows each pair's per-item standard deviation s of the loss difference and decides the pair after n of the N
+items once z s sqrt((N - n) / ((N - 1) n)) -- the normal bound for the mean of n items drawn without replacement,
+z = z_(level) -- falls below its margin: |Delta| to order it, epsilon - |Delta| to tie it. Settling a pair (a, b) takes
+model a into one decision of its own: the pair itself (ordered or tied, whichever is cheaper), or, for an order implied
+through a chain a < c < ... < b, a's order with c, which lies strictly between a and b. A tie is never implied, and an
+order with a model tied to a costs what ordering that near-tie costs, so a model's need is, over its pairs, the cheapest
+of these ways, and at least its furthest such pair. Any valid test needs about this much or more (a normal approximation
+of the limit, which an anytime-valid test pays more than).
 """
 
 from __future__ import annotations
@@ -20,9 +18,9 @@ import numpy as np
 
 def ranking_need(means: np.ndarray, gaps: np.ndarray, sds: np.ndarray, n_items: int, level: float,
                  epsilon: float | None) -> np.ndarray:
-    """Items each model needs for a full ranking (K,): ``means`` (K,) the models' mean losses,
-    ``gaps`` and ``sds`` (K, K) each pair's |mean difference| and per-item standard deviation
-    of the difference, ``level`` each pair's one-sided level (per direction)."""
+    """Items each model needs for a full ranking (K,): ``means`` (K,) the models' mean losses, ``gaps``, ``sds`` (K, K)
+    each pair's |mean difference| and per-item sd of the difference, ``level`` each pair's one-sided level (per
+    direction)."""
     from scipy.stats import norm  # here: the driver imports this module, and scipy.stats costs a CLI start 0.3 s
 
     z = norm.isf(level)
@@ -55,9 +53,8 @@ def table_moments(losses: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 def labelled_moments(labels: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(means, gaps, sds) estimated from each model's labels, a list of (items, losses): each
-    model's mean over its own labels, each pair's moments over the items both labelled (a
-    pair with fewer than two shared items counts as undecided: gap 0, sd 0.5)."""
+    """(means, gaps, sds) estimated from each model's labels, a list of (items, losses): means over each model's own
+    labels, pair moments over the items both labelled (fewer than two shared items: undecided, gap 0, sd 0.5)."""
     K = len(labels)
     means = np.array([float(loss.mean()) if loss.size else np.nan for _, loss in labels])
     gaps, sds = np.zeros((K, K)), np.full((K, K), 0.5)

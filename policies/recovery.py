@@ -1,30 +1,25 @@
 """Recovery: certify that a candidate keeps at least a share r of a reference model's score.
 
-Quantization users and model cards state *accuracy recovery*, the compressed model's mean
-score over the reference's, Rec = E[s] / E[s_ref] (a point estimate, usually). certsel
-certifies Rec >= r with the anytime-valid tests it uses for risks, on one bounded
-observation per item: with scores s, s_ref in [0, 1] and r > 0,
+Accuracy recovery is the compressed model's mean score over the reference's, Rec = E[s] / E[s_ref]. certsel certifies
+Rec >= r with its anytime-valid risk tests, on one bounded observation per item: with scores s, s_ref in [0, 1] and
+r > 0,
 
     l_i = (r s_ref,i - s_i + 1) / (1 + r)  in [0, 1],
     E[l] <= alpha_r = 1 / (1 + r)   <=>   E[s] >= r E[s_ref]   <=>   Rec >= r   (E[s_ref] > 0).
 
-So a recovery test is a risk test on the losses l at the target alpha_r (:class:`Recovery`):
-every policy, betting strategy and multiple-testing procedure applies unchanged, with the
-same guarantee (P(certify Rec >= r) <= delta when Rec < r, at any stopping time). Unlike the
-drop max(s_ref - s, 0), the observation is signed: an item where the candidate beats the
-reference counts in its favour, as it does in the ratio.
+So a recovery test is a risk test on l at alpha_r (:class:`Recovery`): every policy, strategy and procedure applies
+unchanged, with the same guarantee (P(certify Rec >= r) <= delta when Rec < r, at any stopping time). Unlike the drop
+max(s_ref - s, 0), the observation is signed: an item where the candidate beats the reference counts in its favour.
 
-The bound next to it (:func:`recovery_lower_bound`) inverts the family of tests over r'
-that keeps the decision test's bet fractions u_i: the bet u_i / (1 - alpha_r) on l_i -
-alpha_r is, at r', the factor
+The bound (:func:`recovery_lower_bound`) inverts the family of tests over r' that keeps the decision test's fractions
+u_i: the bet u_i / (1 - alpha_r) on l_i - alpha_r is, at r', the factor
 
     1 - u_i (s_ref,i - s_i / r')   >= 1 - u_i >= 0,
 
-whose conditional mean 1 - u_i E[s_ref] (1 - Rec / r') is at most 1 whenever Rec <= r': a
-test supermartingale for H0': Rec < r' at every r', and non-increasing in r' (s_i >= 0). The
-rejected r' form an interval (0, L], L = sup{r' : rejected} has P(Rec < L) <= level, and
-L >= r exactly when the test at r certified. Only the test of the humans' scores (R-Eval,
-one component) has this form; a judge-assisted test's certificate is its decision at r.
+with conditional mean 1 - u_i E[s_ref] (1 - Rec / r') <= 1 whenever Rec <= r': a test supermartingale for H0': Rec < r'
+at every r', non-increasing in r' (s_i >= 0). The rejected r' form an interval (0, L], P(Rec < L) <= level, and L >= r
+exactly when the test at r certified. Only R-Eval's test (one component) has this form; a judge-assisted test's
+certificate is its decision at r (docs/statistics.md, "Recovery").
 """
 
 from __future__ import annotations
@@ -53,7 +48,7 @@ def _scores(x, name: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Recovery:
-    """The claim Rec = E[score] / E[reference score] >= ``at_least`` as a risk test (module doc)."""
+    """The claim Rec = E[score] / E[reference score] >= ``at_least`` as a risk test (module docstring)."""
 
     at_least: float
 
@@ -85,8 +80,8 @@ def recovery_of(score, reference, axis=-1) -> np.ndarray:
 
 
 def _log_wealth(score, reference, u, r, n_used) -> np.ndarray:
-    """log max_{t <= n_used} prod_{i <= t} (1 - u_i (s_ref,i - s_i / r')) for targets r'
-    (points, rows) on rows of (rows, n) scores and fractions."""
+    """log max_{t <= n_used} prod_{i <= t} (1 - u_i (s_ref,i - s_i / r')) for targets r' (points, rows) on rows of
+    (rows, n) scores and fractions."""
     r = np.asarray(r, dtype=np.float64)[..., None]  # (points, rows, 1)
     with np.errstate(divide="ignore"):
         path = np.cumsum(np.log1p(-np.minimum(u * (reference - score / r), 1.0)), axis=-1)
@@ -97,17 +92,15 @@ def _log_wealth(score, reference, u, r, n_used) -> np.ndarray:
 
 def recovery_lower_bound(score, reference, fractions, *, at_least: float, level: float, rejected=None,
                          n_used=None) -> np.ndarray:
-    """L = sup{r' : the same-bets test at r' rejects Rec < r'} (module docstring), per row.
+    """L = sup{r' : the same-bets test at r' rejects Rec < r'} (module docstring), per row; P(Rec < L) <= level.
 
-    ``score`` and ``reference`` (..., n) are the labelled items' scores in purchase order,
-    ``fractions`` (..., n) the bet fractions u_i the test at ``at_least`` used
-    (:func:`~certsel.policies.autoeval.decision_fractions` of R-Eval on :meth:`Recovery.losses`);
-    ``rejected`` (...) the test's recorded decision at ``level`` (seeds the search, so that
-    L >= at_least exactly when it is true; recomputed from the fractions when None);
-    ``n_used`` (...) the labels each row used (default all). P(Rec < L) <= level. L is the
-    lower end of the search's final bracket (a rejected r', or at_least itself), so it errs
-    low, by at most (at_least / 2**32 or (100 - at_least) / 2**32). A row that rejects even
-    r' = 100 gets 100."""
+    ``score``, ``reference`` (..., n): the labelled items' scores in purchase order; ``fractions`` (..., n): the u_i of
+    the test at ``at_least`` (:func:`~certsel.policies.autoeval.decision_fractions` of R-Eval on
+    :meth:`Recovery.losses`); ``rejected`` (...): the test's recorded decision at ``level``, seeding the search so that
+    L >= at_least exactly when it is true (default: recomputed); ``n_used``: labels per row (default all). L is the
+    lower end of the final bracket (a rejected r', or at_least), low by at most at_least / 2**32 or
+    (100 - at_least) / 2**32; a row rejecting r' = 100 gets 100.
+    """
     level = check_level(level, "level")
     r0 = Recovery(at_least).at_least
     s, ref = _scores(score, "candidate"), _scores(reference, "reference")
@@ -148,12 +141,10 @@ def recovery_decision_bound(score, reference, *, at_least: float, level: float, 
                             observation: str = "split") -> np.ndarray:
     """The lower bound on the recovery that inverts R-Eval's own test of Rec >= ``at_least``.
 
-    R-Eval tests the losses :meth:`Recovery.losses` at alpha_r with bet fractions
-    (:func:`~certsel.policies.autoeval.decision_fractions`, sized for ``delta`` and the
-    ``horizon`` as in the job); :func:`recovery_lower_bound` keeps them for every r'. Given
-    the test's recorded ``max_log_evalue``, its decision at ``level`` seeds the bound, so that
-    L >= at_least exactly when the test reached 1/level. Shapes (..., n) as in
-    :func:`recovery_lower_bound`."""
+    R-Eval's fractions on :meth:`Recovery.losses` at alpha_r (:func:`~certsel.policies.autoeval.decision_fractions`,
+    sized for ``delta`` and ``horizon`` as in the job) are kept for every r' (:func:`recovery_lower_bound`); the
+    recorded ``max_log_evalue`` seeds the bound, so that L >= at_least exactly when the test reached 1/level.
+    """
     claim = Recovery(at_least)
     losses = claim.losses(score, reference)
     obs, _, strategy, horizon = _prepare(losses, None, None, (0.0,), (0.0, 1.0), None, betting, horizon, observation)

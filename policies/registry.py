@@ -1,11 +1,10 @@
-"""One registry mechanism for every variation point: procedures, betting strategies, policy
-kinds and label-source kinds.
+"""One registry mechanism for every variation point: procedures, betting strategies, policy kinds and label-source
+kinds.
 
-A :class:`Registry` is a ``dict`` from a name to what is registered under it (an instance, or
-for betting strategies the class, built per use with its parameters), with one way in
-(:meth:`Registry.register`: the type and the name checked) and one way out
-(:meth:`Registry.lookup`: an unknown name is a one-line ``ValueError`` worded the same for
-every registry: ``KEY must be one of A, B, got 'X'``, KEY being the job-file key that names it).
+A :class:`Registry` is a ``dict`` from a name to what is registered under it (an instance, or for betting strategies
+the class, built per use with its parameters), with one way in (:meth:`Registry.register`: type and name checked) and
+one way out (:meth:`Registry.lookup`: an unknown name is the one-line ``ValueError``
+``KEY must be one of A, B, got 'X'``, KEY being the job-file key that names it).
 """
 
 from __future__ import annotations
@@ -18,10 +17,10 @@ T = TypeVar("T")
 class Registry(dict, Generic[T]):
     """Names to registered items of one base type (see the module docstring).
 
-    ``key``: the job-file key that names an item (for messages); ``base``: what must be
-    registered; ``classes``: store the class itself (built per use) instead of an instance
-    (a class given to an instance registry is built with no arguments); ``listed``: which
-    names an unknown-name error lists (default: all)."""
+    ``key``: the job-file key naming an item (for messages); ``base``: what must be registered; ``classes``: store the
+    class itself (built per use) instead of an instance (a class given to an instance registry is built with no
+    arguments); ``listed``: which names an unknown-name error lists (default: all).
+    """
 
     def __init__(self, key: str, base: type, *, classes: bool = False,
                  listed: Callable[[str], bool] | None = None):

@@ -1,27 +1,20 @@
-"""How a betting test's items are drawn: the sampling object every test takes
-(``sampling=IID()``, the default, or ``sampling=WithoutReplacement(N)``), and the streams that
-make sampling without replacement from a finite table exact.
+"""How a betting test's items are drawn (``sampling=IID()``, the default, or ``WithoutReplacement(N)``), and the streams
+that make sampling without replacement from a finite table exact.
 
-Without replacement, the observations' conditional mean is the table's mean, exactly (Waudby-Smith & Ramdas, "Confidence sequences for sampling without
-replacement", NeurIPS 2020, arXiv:2006.04347).
-
-A stream draws items of a table of ``size`` N one at a time, uniformly among those it has not
-drawn. Before its k-th draw the stream has seen k - 1 values with sum S_{k-1}; the N - k + 1
-items left have mean (N mu - S_{k-1}) / (N - k + 1), so
+Without replacement, the observations' conditional mean is the table's mean, exactly (Waudby-Smith & Ramdas, "Confidence
+sequences for sampling without replacement", NeurIPS 2020, arXiv:2006.04347). A stream draws items of a table of
+``size`` N one at a time, uniformly among those not yet drawn. Before its k-th draw it has seen k - 1 values with sum
+S_{k-1}; the N - k + 1 items left have mean (N mu - S_{k-1}) / (N - k + 1), so
 
     Y_k = (S_{k-1} + (N - k + 1) v_k) / N
 
-has E[Y_k | past] = mu, the mean of all N values, whatever happened before. Y_k lies in
-[(S_{k-1} + (N - k + 1) lo) / N, (S_{k-1} + (N - k + 1) hi) / N], a range known before the
-draw that closes on mu as the table runs out (at k = N, Y_N = mu). A test or a confidence
-sequence that needs only "conditional mean mu, predictable range" (the betting tests of
-:mod:`certsel.policies.autoeval`, the confidence sequences of :mod:`certsel.policies.confseq`)
-is then exact for the table's mean instead of for the risk of a distribution the items were
-drawn from. With one value per item (k <= N) the transform is a reweighting of the draws,
-so nothing else changes.
+has E[Y_k | past] = mu, the mean of all N values. Y_k lies in [(S_{k-1} + (N - k + 1) lo) / N, (S_{k-1} + (N - k + 1)
+hi) / N], known before the draw and closing on mu as the table runs out (Y_N = mu). A test or confidence sequence that
+needs only "conditional mean mu, predictable range" (:mod:`certsel.policies.autoeval`, :mod:`certsel.policies.confseq`)
+is then exact for the table's mean instead of the risk of a distribution.
 
-:class:`Stream` is one such stream's running count and sum, so a test fed in batches (or
-restored from a checkpoint) continues exactly; it is vectorised over leading batch axes.
+:class:`Stream` keeps one stream's running count and sum, so a test fed in batches (or restored) continues exactly; it
+is vectorised over leading batch axes.
 """
 
 from __future__ import annotations
@@ -36,8 +29,8 @@ from ._validation import check_positive_int
 
 @dataclass(frozen=True)
 class Drawn:
-    """A stream's transformed draws ``y`` (..., t) with the range [``low``, ``high``] each
-    was known to lie in before it was drawn, and the stream after them."""
+    """A stream's transformed draws ``y`` (..., t), the range [``low``, ``high``] each was known to lie in before its
+    draw, and the stream after them."""
 
     y: np.ndarray
     low: np.ndarray
@@ -47,8 +40,8 @@ class Drawn:
 
 @dataclass(frozen=True)
 class Stream:
-    """Draws without replacement from a table of ``size`` items: ``count`` drawn so far and
-    the ``total`` of their values (one per batch element)."""
+    """Draws without replacement from a table of ``size`` items: ``count`` drawn so far and the ``total`` of their
+    values (per batch element)."""
 
     size: int
     count: int = 0
@@ -64,8 +57,8 @@ class Stream:
         return self.size - int(self.count)
 
     def draw(self, values, bounds: tuple[float, float]) -> Drawn:
-        """Y_k for the next t draws ``values`` (..., t) with values in ``bounds``; one-line
-        error when the table has fewer than t items left."""
+        """Y_k for the next t draws ``values`` (..., t) in ``bounds``; one-line error when fewer than t items are left.
+        """
         v = np.asarray(values, dtype=np.float64)
         t = v.shape[-1]
         if t > self.left:
@@ -87,14 +80,14 @@ class TableDraws:
     """The streams of a test on a finite table of ``size`` items (see the module docstring):
 
     * ``human``: the human-labelled items, in the job's random order;
-    * ``judge``: the judge's losses on those same items (the same draws, so its count is
-      ``human``'s): the paired difference h - rho j of step k transforms as Y^h_k - rho Y^j_k;
-    * ``judge_only``: the judge-only items of R-AutoEval+, drawn by a random order of their
-      own over the whole table, independent of the human order (an item may be in both).
+    * ``judge``: the judge's losses on those same items (same draws and count): the paired difference h - rho j of step
+      k transforms as Y^h_k - rho Y^j_k;
+    * ``judge_only``: R-AutoEval+'s judge-only items, in a random order of their own over the whole table, independent
+      of the human order (an item may be in both).
 
-    Independent orders are what make the split observation's two factors independent given
-    the past, as in the i.i.d. argument; judge-only items taken from the items the human
-    order has not reached would leave a pool whose human mean is unknown."""
+    Independent orders make the split observation's two factors independent given the past, as in the i.i.d. argument;
+    judge-only items taken from those the human order has not reached would leave a pool whose human mean is unknown.
+    """
 
     size: int
     human: Stream
@@ -140,11 +133,12 @@ class TableDraws:
 
 
 class Sampling:
-    """How a test's items are drawn, and so what it certifies (docs/statistics.md, "Sampling
-    without replacement"). :class:`IID`: the risk of the distribution the items come from (the
-    papers' setting). :class:`WithoutReplacement`: the mean of the finite table of ``size``
-    items they are drawn from, exactly, with judge-only items in an order of their own.
-    A test asks its sampling for the streams it starts with; i.i.d. draws need none."""
+    """How a test's items are drawn, and so what it certifies (docs/statistics.md, "Sampling without replacement").
+
+    :class:`IID`: the risk of the distribution the items come from (the papers' setting). :class:`WithoutReplacement`:
+    the mean of the finite table of ``size`` items, exactly, with judge-only items in an order of their own. A test asks
+    its sampling for the streams it starts with; i.i.d. draws need none.
+    """
 
     name: ClassVar[str]
     size: ClassVar[int | None] = None

@@ -1,23 +1,18 @@
 """Many runs of Seq on one shared random order, vectorised: the pair policies of a ranking.
 
-A pairwise ranking of K models runs P = K(K-1)/2 Seq sign tests (``radius="betting"``), all
-with the job's seed, so all of them draw the same items in the same order for as long as they
-run. :class:`SeqBank` holds the P runs as rows: row b fed the values of the first n_b items
-of the order is, number for number, :class:`~certsel.policies.cer_eval.Seq` (same seed,
-delta, threshold and strictness) fed the same items -- the same designs
-(:func:`~certsel.policies.stratified.one_group_design`), observations
-(:func:`~certsel.policies.stratified.draw_observations`) and betting confidence sequence
-(:class:`~certsel.policies.confseq.BettingCS`, whose rows are independent). Rows fed together
-share one confidence sequence object ("cohort"), so a round of the ranking is one vectorised
-update instead of one per pair; a cohort whose rows part ways (some stop, the others go on)
-is split with :meth:`BettingCS.take`.
+A pairwise ranking of K models runs P = K(K-1)/2 Seq sign tests (``radius="betting"``), all with the job's seed, so they
+draw the same items in the same order for as long as they run. :class:`SeqBank` holds the P runs as rows: row b fed the
+first n_b items of the order is, number for number, :class:`~certsel.policies.cer_eval.Seq` (same seed, delta, threshold
+and strictness) fed the same items -- the same designs (:func:`~certsel.policies.stratified.one_group_design`),
+observations (:func:`~certsel.policies.stratified.draw_observations`) and betting confidence sequence
+(:class:`~certsel.policies.confseq.BettingCS`, whose rows are independent). Rows fed together share one sequence object
+("cohort"), so a ranking round is one vectorised update; a cohort whose rows part ways is split with
+:meth:`BettingCS.take`.
 
-The guarantee is each run's own (Seq's, see :mod:`certsel.policies.stratified`): sharing the
-order couples the runs' errors, which the ranking's Bonferroni split over pairs allows.
-
-With ``bet`` (a :class:`~certsel.policies.pair_bets.MarginBet`) the runs bet for the claims they stop
-on instead of Seq's plug-in: same order, designs and observations, other (equally valid)
-capital processes, so the rows are no longer Seq's number for number.
+The guarantee is each run's own (Seq's, :mod:`certsel.policies.stratified`): sharing the order couples the runs' errors,
+which the ranking's Bonferroni split over pairs allows. With ``bet`` (:class:`~certsel.policies.pair_bets.MarginBet`)
+the runs bet for the claims they stop on instead of Seq's plug-in: other, equally valid capital processes, so the rows
+are no longer Seq's number for number.
 """
 
 from __future__ import annotations
@@ -35,11 +30,9 @@ _FORMAT = 1
 class SeqBank:
     """``n_runs`` Seq runs (threshold decisions at ``threshold``) over ``n_items`` items.
 
-    ``feed(rows, x)`` gives the rows ``rows`` the values ``x`` (R, T) of their next T items
-    (:meth:`next_items`); rows fed together must have been fed equally far. Readouts are
-    per row: :attr:`n_labeled`, :meth:`bounds` (one-sided lower/upper at delta, then the
-    two-sided interval), :attr:`decision` (-1: R below the threshold certified, +1: above,
-    0: neither) and :attr:`done`.
+    ``feed(rows, x)`` gives ``rows`` the values ``x`` (R, T) of their next T items (:meth:`next_items`); rows fed
+    together must have been fed equally far. Readouts are per row: :attr:`n_labeled`, :meth:`bounds`, :attr:`decision`
+    (-1: R below the threshold certified, +1: above, 0: neither) and :attr:`done`.
     """
 
     def __init__(self, n_items: int, n_runs: int, *, delta: float, threshold: float, seed=None,
@@ -92,8 +85,8 @@ class SeqBank:
 
     # -- feeding -------------------------------------------------------------------------
     def feed(self, rows, x) -> None:
-        """Rows ``rows`` (all fed equally far so far, none done) observe the values ``x``
-        (len(rows), T), in [0, 1], of their next T items of the order."""
+        """Rows ``rows`` (all fed equally far so far, none done) observe the values ``x`` (len(rows), T) in [0, 1] of
+        their next T items."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         x = np.asarray(x, dtype=np.float64)
         if rows.size == 0:
@@ -136,8 +129,8 @@ class SeqBank:
         self._n[rows] += T
 
     def _split(self, rows: np.ndarray) -> list[tuple[np.ndarray, BettingCS]]:
-        """The cohorts holding ``rows``, each cut down to exactly the rows in ``rows`` (the
-        rest of a cut cohort stays a cohort of its own)."""
+        """The cohorts holding ``rows``, each cut down to exactly those rows (the rest of a cut cohort stays a cohort of
+        its own)."""
         wanted = np.zeros(self.n_runs, dtype=bool)
         wanted[rows] = True
         out, kept = [], []

@@ -1,15 +1,10 @@
 """Online form of the R-Eval / R-AutoEval / R-AutoEval+ e-process, for drivers and actors.
 
-:class:`SequentialTest` consumes human labels (with their judge labels) as they arrive, in
-batches of any size, and after every batch gives exactly the e-values that
-:func:`certsel.policies.log_evalue_paths` gives on the concatenated data. Its state is a
-handful of arrays (:meth:`state_dict`), so a candidate can be checkpointed and restored
-without replaying its labels. Like the functional form it is vectorised over a batch of
-candidates/replications.
-
-Stopping, resuming or inspecting the process at data-dependent times keeps the guarantee:
-the e-value is a test supermartingale under H0, and Ville's inequality bounds the
-probability that it *ever* reaches 1/delta.
+:class:`SequentialTest` consumes human labels (with their judge labels) as they arrive, in batches of any size, and
+after every batch gives exactly the e-values of :func:`certsel.policies.log_evalue_paths` on the concatenated data. Its
+state is a handful of arrays (:meth:`state_dict`), so a candidate can be checkpointed and restored without replaying its
+labels; it is vectorised over a batch of candidates/replications. Stopping, resuming or inspecting the process at
+data-dependent times keeps the guarantee (a test supermartingale under H0; Ville's inequality).
 """
 
 from __future__ import annotations
@@ -43,17 +38,11 @@ _FORMAT = 4
 class SequentialTest:
     """Anytime-valid test of H0: R > alpha for a batch of candidates, fed incrementally.
 
-    Parameters mirror :func:`certsel.policies.evalue_path`; in addition ``batch_shape`` is
-    the shape of the candidate batch (``()`` for one candidate) and ``r`` the number of
-    judge-only labels that accompany every human label (``floor(N/n)`` in Algorithm 1;
-    ignored for R-Eval). ``horizon`` (the planned number of human labels) is required: the
-    WSR bet and the exact UP prior depend on it and must be fixed before the first label.
-    ``betting`` is a strategy object, its registered name or a mapping
-    (:func:`~certsel.policies.betting.get_strategy`); ``self.strategy`` is the object and
-    ``self.betting`` its name. ``observation`` is ``"paper"`` (eq. 10) or ``"split"``
-    (:func:`~certsel.policies.autoeval.effective_observations`), whose running judge mean is
-    part of the state. ``sampling`` (:mod:`certsel.policies.sampling`): ``WithoutReplacement(N)`` makes it the
-    test of a finite table's mean, whose streams are part of the state too.
+    Parameters as :func:`certsel.policies.evalue_path`, plus ``batch_shape`` (``()`` for one candidate) and ``r``, the
+    judge-only labels per human label (``floor(N/n)`` in Algorithm 1; ignored for R-Eval). ``horizon`` is required: the
+    WSR bet and the UP prior depend on it and must be fixed before the first label. ``self.strategy`` is the betting
+    object, ``self.betting`` its name. The split observation's running judge mean and the ``WithoutReplacement`` streams
+    are part of the state.
     """
 
     def __init__(
@@ -99,8 +88,8 @@ class SequentialTest:
 
     # -- feeding -----------------------------------------------------------------------
     def update(self, human, judge_labeled=None, judge_unlabeled=None) -> np.ndarray:
-        """Consume t new human labels per batch element (last axis), with the judge's losses
-        on the same items and r*t judge-only losses. Returns log E for the t new rounds."""
+        """Consume t new human labels per batch element (last axis), with the judge's losses on the same items and r*t
+        judge-only losses. Returns log E for the t new rounds."""
         h = np.asarray(human, dtype=np.float64)
         if h.shape[:-1] != self.batch_shape:
             raise ValueError(f"human must have batch shape {self.batch_shape}, got {h.shape[:-1]}")
@@ -164,10 +153,8 @@ class SequentialTest:
 
     @property
     def estimate(self) -> np.ndarray:
-        """The unbiased R-AutoEval+ point estimate: the mean over labels of the rho mixture of
-        the effective observations with each label's weights fixed before it
-        (:func:`~certsel.policies.autoeval.predictable_mixture`); NaN before any label. For
-        R-Eval it is the mean human loss."""
+        """The unbiased R-AutoEval+ point estimate (:func:`~certsel.policies.autoeval.predictable_mixture`; for R-Eval
+        the mean human loss); NaN before any label."""
         with np.errstate(invalid="ignore", divide="ignore"):
             return self._est_sum / self.n if self.n else np.full(self.batch_shape, np.nan)
 
@@ -185,10 +172,9 @@ class SequentialTest:
 
     @classmethod
     def stack(cls, tests) -> SequentialTest:
-        """One test over the batch (k,) made of k single-candidate tests with the same
-        configuration and the same number of labels, so that a host advances them with one
-        vectorised :meth:`update`; :meth:`split` gives them back. Nothing is recomputed:
-        the rows of the betting state are concatenated."""
+        """One test over the batch (k,) of k single-candidate tests with the same configuration and label count, so that
+        a host advances them with one :meth:`update` (:meth:`split` gives them back); the betting state's rows are
+        concatenated."""
         tests = list(tests)
         first = tests[0]
         key = first._key()
@@ -227,8 +213,7 @@ class SequentialTest:
 
     # -- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Everything needed to continue exactly: configuration and state, as plain values
-        and numpy arrays (picklable, or storable with ``np.savez``)."""
+        """Everything needed to continue exactly: configuration and state, as plain values and numpy arrays."""
         st = self._state
         out = {
             "format": _FORMAT,
@@ -253,9 +238,8 @@ class SequentialTest:
 
     @classmethod
     def from_state_dict(cls, state: dict, strategy: BettingStrategy | None = None) -> SequentialTest:
-        """Rebuild a test from :meth:`state_dict`. ``strategy`` is the strategy object when the
-        caller has it (one defined outside the registry of this process); by default the
-        snapshot's strategy spec is looked up in the registry."""
+        """Rebuild a test from :meth:`state_dict`; ``strategy``: the strategy object when it is not in this process's
+        registry (default: the snapshot's spec looked up there)."""
         if state.get("format") != _FORMAT:
             raise ValueError(f"unsupported SequentialTest state format {state.get('format')!r}")
         config = dict(state["config"])

@@ -1,41 +1,37 @@
 """Stratified sampling with one betting confidence sequence: the exact engine of Seq and Cer-Eval.
 
-The target is mu = (1/N) sum_i z_i, the mean loss over the N items of the test set. Items
-are labelled one at a time, without replacement. Before draw t the policy holds a
-partition of the items not yet drawn (the pool) into groups P_1..P_K, chosen from past
-labels only, and fixes from past labels only:
+The target is mu = (1/N) sum_i z_i, the mean loss over the N items of the test set. Items are labelled one at a time,
+without replacement. Before draw t the policy holds a partition of the items not yet drawn (the pool) into groups
+P_1..P_K, and fixes, from past labels only:
 
-* pi_k > 0, the probability of drawing from group k (Neyman-type allocation: proportional
-  to |P_k| times a predictable spread estimate, mixed with the proportional share so that
-  every group gets at least ``floor`` times it and no group's weight is unbounded), and
+* pi_k > 0, the probability of drawing from group k (Neyman-type: proportional to |P_k| times a predictable spread
+  estimate, mixed with the proportional share so that every group gets at least ``floor`` times it and no group's weight
+  is unbounded), and
 * c_k, a control value per group (a shrunk running mean of the group's past labels).
 
 It draws group k with probability pi_k, then an item uniformly from P_k, and records
 
     Y_t = S_{t-1}/N + sum_j (|P_j|/N) c_j + (|P_k| / (N pi_k)) (z - c_k)
 
-where S_{t-1} is the sum of the labels of all earlier draws. Given everything before draw
-t, the draw is uniform inside P_k, so E[(z - c_k) | k] = m_k - c_k (m_k the mean of P_k) and
+where S_{t-1} is the sum of the labels of all earlier draws. Given the past, the draw is uniform inside P_k, so
+E[(z - c_k) | k] = m_k - c_k (m_k the mean of P_k) and
 
     E[Y_t | past] = S_{t-1}/N + sum_j (|P_j|/N) c_j + sum_k (|P_k|/N) (m_k - c_k) = mu,
 
-exactly, for any partition, allocation and controls chosen from the past: a partition
-refitted from the labels at every step, a 1-NN classifier trained on the labelled items,
-or judge-score strata. The pool is what the partition acts on, so an item's group is never
-chosen with its own label. Y_t lies in [a_t, b_t] with a_t = S_{t-1}/N + sum_j (|P_j|/N) c_j
-+ min_k (|P_k|/(N pi_k)) (-c_k) and b_t the same with max_k ... (1 - c_k), known before the
-draw. One :class:`~certsel.policies.confseq.BettingCS` on (Y_t) is therefore an anytime-valid
-confidence sequence for mu with no split of delta over groups or refits. Since the labelled
-part of the test set is known exactly, mu also lies in [S_t/N, (S_t + N - t)/N] with
-certainty, and the sequence is intersected with that (after all N items the interval is
-the test-set mean itself, widened by 1e-9 against rounding).
+exactly, for any partition, allocation and controls chosen from the past (a partition refitted at every step, a 1-NN
+classifier trained on the labelled items, judge-score strata). The partition acts on the pool, so an item's group is
+never chosen with its own label. Y_t lies in [a_t, b_t] with a_t = S_{t-1}/N + sum_j (|P_j|/N) c_j + min_k (|P_k|/(N
+pi_k)) (-c_k) and b_t the same with max_k ... (1 - c_k), known before the draw. One
+:class:`~certsel.policies.confseq.BettingCS` on (Y_t) is therefore an anytime-valid confidence sequence for mu with no
+split of delta over groups or refits. The labelled part of the test set also puts mu in [S_t/N, (S_t + N - t)/N] with
+certainty, and the sequence is intersected with that (after all N items: the test-set mean, widened by 1e-9).
 
-With one group this is sequential sampling without replacement (Seq): Y_t = (S_{t-1} +
-(N - t + 1) z_t)/N, whose range is exactly the known-for-certain interval; stratification
-removes the between-group variance and moves labels to the groups that vary most.
+With one group this is sequential sampling without replacement (Seq): Y_t = (S_{t-1} + (N - t + 1) z_t)/N, whose range
+is exactly the known-for-certain interval; stratification removes the between-group variance and moves labels to the
+groups that vary most.
 
-Labels may arrive in any order; observations are fed to the sequence in draw order once all
-earlier labels are in, so every bet only uses what was known before its draw.
+Labels may arrive in any order; observations are fed to the sequence in draw order once all earlier labels are in, so
+every bet only uses what was known before its draw.
 """
 
 from __future__ import annotations
@@ -47,9 +43,8 @@ import numpy as np
 
 from .confseq import GRID_SIZE, BettingCS
 
-# The labelled part of the test set bounds the mean for certain; the bounds are widened by
-# this much so that rounding in the running sums never decides anything (at an exact tie the
-# exhausted interval is [mu - 1e-9, mu + 1e-9], not a rounded point on one side of it).
+# Widening of the known-for-certain bounds so that rounding in the running sums never decides anything (the exhausted
+# interval is [mu - 1e-9, mu + 1e-9], not a rounded point on one side of mu).
 KNOWN_TOL = 1e-9
 DEFAULT_FLOOR = 0.25  # pi_k >= floor * |P_k| / |P|: bounds every draw's weight by 1/floor
 _PRIOR_MEAN, _PRIOR_VAR = 0.5, 0.25  # one pseudo-observation at the worst case for a [0, 1] loss
@@ -59,10 +54,9 @@ _FORMAT = 1
 
 
 def group_queues(groups: np.ndarray, K: int, status: np.ndarray, rng: np.random.Generator):
-    """For every group its items not drawn yet (``status == 0``) in a uniformly random order:
-    one array ``queue`` holding the groups one after another, with group k's next item at
-    ``queue[pos[k]]`` and its end at ``end[k]``. Taking from the front of a group's queue is
-    a uniform draw among its remaining items, whatever was observed since the shuffle."""
+    """For every group its undrawn items (``status == 0``) in a uniformly random order: one array ``queue`` holding the
+    groups one after another, group k's next item at ``queue[pos[k]]`` and its end at ``end[k]``. Taking from the front
+    of a group's queue is a uniform draw among its remaining items, whatever was observed since the shuffle."""
     free = np.flatnonzero(status == 0)
     free = free[rng.permutation(free.size)]
     queue = free[np.argsort(groups[free], kind="stable")]
@@ -74,11 +68,10 @@ def group_queues(groups: np.ndarray, K: int, status: np.ndarray, rng: np.random.
 def shrunk_moments(moments: np.ndarray, prior_mean=None, prior_weight: float = 1.0):
     """Predictable group means and variances from (count, sum, sum of squares) rows.
 
-    One pseudo-observation at mean 1/2 and variance 1/4 (the widest a [0, 1] loss allows)
-    keeps an unseen or rarely seen group from looking certain. ``prior_mean`` (one value per
-    group, e.g. the judge's mean loss in the group) with ``prior_weight`` pseudo-observations
-    replaces the mean's pseudo-observation: the controls then start at what the judge says
-    and move to the human labels as they come (the variance keeps its worst-case one).
+    One pseudo-observation at mean 1/2 and variance 1/4 (the widest for a [0, 1] loss) keeps a rarely seen group from
+    looking certain. ``prior_mean`` (per group, e.g. the judge's mean loss there) with ``prior_weight``
+    pseudo-observations replaces the mean's pseudo-observation: the controls start at what the judge says and move to
+    the human labels (the variance keeps its worst-case one).
     """
     n, s, ss = moments
     if prior_mean is None:
@@ -93,8 +86,8 @@ def shrunk_moments(moments: np.ndarray, prior_mean=None, prior_weight: float = 1
 def allocation(pool: np.ndarray, spread: np.ndarray, floor: float) -> np.ndarray:
     """Draw probabilities pi_k = floor * |P_k|/|P| + (1 - floor) * (Neyman share |P_k| spread_k / sum).
 
-    Every group with items left gets at least ``floor`` times its proportional share, so
-    |P_k| / (N pi_k) <= |P| / (N floor); groups with an empty pool get 0.
+    Every group with items left gets at least ``floor`` times its proportional share, so |P_k| / (N pi_k) <= |P| / (N
+    floor); groups with an empty pool get 0.
     """
     share = pool / pool.sum()
     w = pool * spread
@@ -111,9 +104,9 @@ def neyman_score(pool: np.ndarray, moments: np.ndarray) -> float:
 
 
 def one_group_design(sizes, mean, var, N: int, pi) -> np.ndarray:
-    """Design records (columns _K.._VAR) of draws from one group whose pool holds ``sizes``
-    items before each draw (last axis), with the group's control ``mean``, predicted
-    variance ``var`` and draw probability ``pi`` (arrays broadcast against ``sizes[..., :1]``)."""
+    """Design records (columns _K.._VAR) of draws from one group whose pool holds ``sizes`` items before each draw, with
+    the group's control ``mean``, predicted variance ``var`` and probability ``pi`` (broadcast against
+    ``sizes[..., :1]``)."""
     fac = sizes / (float(N) * pi)
     shape = np.broadcast_shapes(fac.shape, np.shape(mean), np.shape(var))
     fac, mean = np.broadcast_to(fac, shape), np.broadcast_to(mean, shape)
@@ -122,11 +115,9 @@ def one_group_design(sizes, mean, var, N: int, pi) -> np.ndarray:
 
 
 def draw_observations(z, d, prev_sum, drawn: int, N: int):
-    """The observations of consecutive draws with labels ``z`` (..., T) and design records
-    ``d`` (..., T, 7), the earlier draws' labels summing to ``prev_sum`` and ``drawn`` of
-    them: (y, lo, hi, v, known_lo, known_hi, before, total), each (..., T) but ``total`` (the
-    labels' sum after the last draw, (...)) -- what :class:`~certsel.policies.confseq.BettingCS`
-    is fed."""
+    """What :class:`~certsel.policies.confseq.BettingCS` is fed for consecutive draws with labels ``z`` (..., T) and
+    design records ``d`` (..., T, 7) after ``drawn`` earlier draws summing to ``prev_sum``: (y, lo, hi, v, known_lo,
+    known_hi, before, total), each (..., T) but ``total`` (the labels' sum after the last draw, (...))."""
     N = float(N)
     # running sums in draw order, rounded as one-by-one updates would be
     run = np.cumsum(np.concatenate([np.asarray(prev_sum, dtype=np.float64)[..., None], z], axis=-1), axis=-1)
@@ -142,11 +133,10 @@ def draw_observations(z, d, prev_sum, drawn: int, N: int):
 
 @dataclass(frozen=True)
 class Design:
-    """What is fixed before one draw: draw probabilities ``pi`` per group, the weight
-    |P_k| / (N pi_k) and control c_k of each group, and the parts of Y_t that do not depend
-    on the draw (added to S_{t-1}/N): ``base`` = sum_j |P_j| c_j / N, and the range offsets
-    min_k / max_k of weight_k (z - c_k) over z in [0, 1]. ``variance`` is the predicted
-    Var(Y_t | past) that sizes the bet."""
+    """What is fixed before one draw: ``pi`` per group, each group's weight |P_k| / (N pi_k) and control c_k, and the
+    parts of Y_t that do not depend on the draw (added to S_{t-1}/N): ``base`` = sum_j |P_j| c_j / N, and the range
+    offsets min_k / max_k of weight_k (z - c_k) over z in [0, 1]. ``variance``: the predicted Var(Y_t | past) that
+    sizes the bet."""
 
     pi: np.ndarray
     weight: np.ndarray
@@ -155,16 +145,16 @@ class Design:
     lo_offset: float
     hi_offset: float
     variance: float
-    # with control scales rho_1..rho_S (controls rho c_k): the range offsets of each scaled
-    # observation, min_k / max_k of weight_k (z - rho c_k), and rho sum_j |P_j| c_j / N is its base
+    # with control scales rho_1..rho_S (controls rho c_k): each scaled observation's range offsets, min_k / max_k of
+    # weight_k (z - rho c_k); its base is rho sum_j |P_j| c_j / N
     lo_scaled: np.ndarray | None = None
     hi_scaled: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
 class Observed:
-    """Observations that became complete: Y_t and its range [lo_t, hi_t] (full controls),
-    and with control scales the same for each scale, shape (S, t) (controls rho_s c_k)."""
+    """Observations that became complete: Y_t and its range [lo_t, hi_t] (full controls), and with control scales the
+    same per scale, shape (S, t) (controls rho_s c_k)."""
 
     y: np.ndarray
     lo: np.ndarray
@@ -177,9 +167,8 @@ class Observed:
 class StratifiedBetting:
     """Sampling design, observations and the betting confidence sequence for one test set.
 
-    The owner (:class:`~certsel.policies.cer_eval.EstimationPolicy`) keeps the item
-    bookkeeping; this class decides the next draws (:meth:`choose`), turns labels into
-    observations (:meth:`observe`) and holds the bounds.
+    The owner (:class:`~certsel.policies.cer_eval.EstimationPolicy`) keeps the item bookkeeping; this class chooses the
+    next draws (:meth:`choose`), turns labels into observations (:meth:`observe`) and holds the bounds.
     """
 
     def __init__(self, n_items: int, *, delta: float, rng: np.random.Generator, floor: float = DEFAULT_FLOOR,
@@ -202,9 +191,8 @@ class StratifiedBetting:
         self._loss = np.full(self.N, np.nan)
         self._items = np.zeros(self.N, dtype=np.int64)  # draws in order (the first _drawn)
         self._design = np.zeros((self.N, 7))  # one record per draw (columns _K.._VAR)
-        # optional scales rho_s of the controls: every draw is also observed with controls
-        # rho_s c_k (still unbiased for mu; a smaller rho narrows the range); their range
-        # offsets per draw, lo then hi
+        # optional control scales rho_s: every draw is also observed with controls rho_s c_k (still unbiased for mu; a
+        # smaller rho narrows the range); their range offsets per draw, lo then hi
         self.scales = None if control_scales is None else np.asarray(control_scales, dtype=np.float64).reshape(-1)
         self._scaled = None if self.scales is None else np.zeros((self.N, 2 * self.scales.size))
         self._drawn = 0
@@ -214,8 +202,8 @@ class StratifiedBetting:
 
     # -- partition -------------------------------------------------------------------------
     def set_partition(self, groups: np.ndarray, status: np.ndarray, prior_mean=None) -> None:
-        """Use ``groups`` (one label per item) from now on; ``status`` marks items already drawn.
-        ``prior_mean`` (one per group, known before any label): where the controls start."""
+        """Use ``groups`` (one per item) from now on; ``status`` marks items already drawn. ``prior_mean`` (one per
+        group, known before any label): where the controls start."""
         self.groups = np.asarray(groups, dtype=np.int64)
         self.K = int(self.groups.max()) + 1
         self.prior_mean = None if prior_mean is None else np.asarray(prior_mean, dtype=np.float64).reshape(self.K)
@@ -248,9 +236,8 @@ class StratifiedBetting:
         return self.design().pi
 
     def design(self, pool: np.ndarray | None = None, moments=None) -> Design:
-        """The design of the next draw given the labels observed so far (and the pool sizes
-        ``pool``, default the current ones; ``moments`` = (mean, var, spread) when already
-        computed from the same labels)."""
+        """The design of the next draw given the labels so far (``pool``: pool sizes, default the current ones;
+        ``moments`` = (mean, var, spread) when already computed from the same labels)."""
         pool = self.pool_sizes() if pool is None else pool
         mean, var, spread = self._moments() if moments is None else moments
         live = pool > 0
@@ -306,9 +293,8 @@ class StratifiedBetting:
         return out
 
     def _choose_one_group(self, batch: int, pool: np.ndarray, moments) -> list[int]:
-        """:meth:`choose` for one group (Seq), all draws of the batch at once: the same
-        designs, number for number (the pool shrinks by one per draw, nothing else changes),
-        and the same random numbers consumed (one per draw, though one group needs none)."""
+        """:meth:`choose` for one group (Seq), the whole batch at once: the same designs number for number (only the
+        pool shrinks) and the same random numbers consumed (one per draw, though one group needs none)."""
         n = int(min(batch, pool[0]))
         if n <= 0:
             return []
@@ -326,10 +312,9 @@ class StratifiedBetting:
 
     # -- labels ----------------------------------------------------------------------------------
     def observe(self, items: np.ndarray, losses: np.ndarray):
-        """Labels of earlier draws (any subset, any order); feeds every draw whose label and
-        all earlier labels are known to the confidence sequence, in draw order. Returns the
-        new observations (y, a, b): Y_t and its range [a_t, b_t], fixed before draw t (empty
-        when no draw became complete)."""
+        """Labels of earlier draws (any subset, any order); feeds every draw whose label and all earlier labels are
+        known to the confidence sequence, in draw order. Returns the new observations (y, a, b): Y_t and its range
+        [a_t, b_t], fixed before draw t (empty when no draw became complete)."""
         got = self.observe_block(items, losses)
         return got.y, got.lo, got.hi
 
@@ -441,11 +426,9 @@ class StratifiedBetting:
 
 
 def uniform_observations(x: np.ndarray):
-    """Seq's observations for rows ``x`` (B, N), each the whole test set in a uniformly random order.
-
-    Returns (y, a, b, v, known_lo, known_hi), each (B, N): the same numbers as
-    :class:`StratifiedBetting` with one group computes draw by draw, from cumulative sums.
-    """
+    """Seq's observations (y, a, b, v, known_lo, known_hi), each (B, N), for rows ``x`` (B, N), each the whole test set
+    in a uniformly random order: what :class:`StratifiedBetting` with one group computes draw by draw, from
+    cumulative sums."""
     x = np.asarray(x, dtype=np.float64)
     N = x.shape[-1]
     t = np.arange(1, N + 1, dtype=np.float64)
@@ -468,9 +451,8 @@ def seq_paths(x, *, delta: float, grid_size: int = GRID_SIZE, bet_level: float |
               chunk: int = 32) -> np.ndarray:
     """Seq's bounds after every label for a batch of uniformly random orders ``x`` (B, N).
 
-    Each row is one run of :class:`~certsel.policies.cer_eval.Seq` (``radius="betting"``) on
-    the test set whose items the row lists, in the order drawn. Returns (B, N, 4): one-sided
-    lower and upper bounds at level delta, then the two-sided interval.
+    Each row is one run of :class:`~certsel.policies.cer_eval.Seq` (``radius="betting"``) on the items the row lists, in
+    draw order. Returns (B, N, 4): one-sided lower and upper bounds at level delta, then the two-sided interval.
     """
     x = np.atleast_2d(np.asarray(x, dtype=np.float64))
     B, N = x.shape

@@ -1,13 +1,10 @@
 """The Ray actor that hosts candidates: their policy state and label-source clients.
 
 A ``CandidateWorker`` actor (:func:`worker_class`) holds one candidate (the default when the cluster has a CPU per
-candidate) or a shard of several; each keeps its own, independent state, so how candidates
-are packed never changes a result (tested). The driver owns the control flow: it calls
-:meth:`step` with the candidates to advance and gets their snapshots back.
-
-Candidates are described by typed specs (:class:`~certsel.workers.contracts.CandidateSpec`)
-so that the driver can build the same objects in-process for the reference computation and
-for replay benchmarks.
+candidate) or a shard of several, each with its own independent state, so packing never changes a result (tested). The
+driver owns the control flow: it calls :meth:`~CandidateHost.step` and gets snapshots back. Typed specs
+(:class:`~certsel.workers.contracts.CandidateSpec`) let the driver build the same objects in-process for the reference
+computation and replay benchmarks.
 """
 
 from __future__ import annotations
@@ -39,8 +36,8 @@ _TESTING = (TestingCandidate, ChosenTestingCandidate)
 
 
 def build_candidate(spec: CandidateSpec, arrays: JobArrays, rows=(None, None)):
-    """A candidate object from its spec, the job-wide :class:`JobArrays` and, for replay
-    sources, its ``rows`` (human, judge) of the loss table."""
+    """A candidate object from its spec, the job-wide :class:`JobArrays` and, for replay sources, its ``rows`` (human,
+    judge) of the loss table."""
     source = spec.source.build(arrays, rows)
     if spec.store is not None and spec.identity is not None:  # labels an earlier job bought are reused
         source = StoredSource(source, LabelStore(spec.store), spec.identity)
@@ -55,14 +52,13 @@ def build_candidate(spec: CandidateSpec, arrays: JobArrays, rows=(None, None)):
 
 
 class NotLoaded(CertselError):
-    """A call for candidates this host does not hold: Ray restarted it (a new process with
-    an empty state) before the driver rebuilt them. The driver treats it as a lost host."""
+    """A call for candidates this host does not hold: Ray restarted it (a new process with an empty state) before the
+    driver rebuilt them. The driver treats it as a lost host."""
 
 
 class CandidateHost:
-    """Plain-Python host of several candidates (the body of the Ray actor
-    :data:`CandidateWorker`). :meth:`load` starts a job; an actor can serve many jobs in a
-    row (replications), which keeps Ray's process start-up out of the loop."""
+    """Plain-Python host of several candidates (the body of the Ray actor :data:`CandidateWorker`); an actor can serve
+    many jobs in a row (replications), keeping Ray's process start-up out of the loop."""
 
     def __init__(self):
         self.candidates: dict = {}
@@ -72,14 +68,13 @@ class CandidateHost:
         self._pristine: set = set()  # candidates as load() built them (not stepped or restored since)
 
     def handle(self, request: HostRequest):
-        """Every driver call arrives here: the request runs the method it names
-        (:mod:`~certsel.workers.contracts`)."""
+        """Every driver call arrives here: the request runs the method it names (:mod:`~certsel.workers.contracts`)."""
         return request.run(self)
 
     def load(self, specs: list[CandidateSpec], arrays: JobArrays, rows) -> int:
-        """Build the candidates of a job; ``rows[name]`` is ``(human, judge)`` losses (or a
-        Ray reference to that dict: the driver stores it once for all hosts). A spec's
-        ``snapshot_every`` (with a durable log) snapshots it every that many steps."""
+        """Build the candidates of a job; ``rows[name]`` is ``(human, judge)`` losses (or a Ray reference to that dict,
+        stored once for all hosts). With a durable log a spec's ``snapshot_every`` snapshots it every that many steps.
+        """
         if not isinstance(rows, dict):  # inside a request, Ray does not resolve the reference itself
             import ray
 
@@ -112,9 +107,8 @@ class CandidateHost:
             raise NotLoaded(f"this host does not hold {missing[0]!r} (restarted?)")
 
     def step(self, names: list[str], batch) -> list[Snapshot]:
-        """Advance ``names`` by ``batch`` human labels each (one number, or one per name);
-        testing candidates at the same label count and round size are advanced together
-        (:func:`step_together`)."""
+        """Advance ``names`` by ``batch`` human labels each (one number, or one per name); testing candidates at the
+        same label count and round size are advanced together (:func:`step_together`)."""
         self._have(names)
         sizes = dict(zip(names, batch, strict=True)) if isinstance(batch, (list, tuple)) else dict.fromkeys(names, batch)
         before = {n: self.candidates[n].t for n in names}
@@ -145,9 +139,8 @@ class CandidateHost:
             c.source.log.write_snapshot(self.history[name], {"candidate": c.state_dict(), "log_used": c.source.used})
 
     def finalize(self, names: list[str], levels: list | None = None) -> list[Snapshot]:
-        """Final snapshots with the two-sided interval and, for testing candidates, the
-        one-sided bounds that invert their test at each of ``levels[i]`` (the level of the
-        decision, and the level the candidate enters the simultaneous statement at)."""
+        """Final snapshots with the two-sided interval and, for testing candidates, the one-sided bounds that invert
+        their test at ``levels[i]`` (the decision's level and the level of the simultaneous statement)."""
         self._have(names)
         # what can be, stacked across candidates first (the same numbers as one call each)
         testing = [(k, c) for k, n in enumerate(names) if isinstance(c := self.candidates[n], TestingCandidate)]
@@ -171,9 +164,8 @@ class CandidateHost:
         return out
 
     def losses(self, requests: dict, role: str = "human") -> dict[str, ModelLosses]:
-        """Losses of the requested items per model (``role`` "judge": the judge's), or the
-        error of a model whose label source failed for good (the driver ends that model's
-        pairs only)."""
+        """Losses of the requested items per model (``role`` "judge": the judge's), or the error of a model whose label
+        source failed for good (the driver ends that model's pairs only)."""
         self._have(list(requests))
         out = {}
         for n, items in requests.items():
@@ -190,8 +182,8 @@ class CandidateHost:
         return source if isinstance(source, QueuedSource) else None
 
     def withdraw(self, names: list[str]) -> dict[str, QueueReport]:
-        """Settled candidates: their queues take back the tasks nobody started and say what
-        they did (by name; queues only)."""
+        """Settled candidates: their queues take back the tasks nobody started and say what they did (by name; queues
+        only)."""
         self._have(names)
         return {n: q.withdraw() for n in names if (q := self.queued(n)) is not None}
 
@@ -217,14 +209,15 @@ class CandidateHost:
         return ray.get_runtime_context().get_node_id()
 
     def restore(self, batches: dict) -> list[Snapshot]:
-        """Bring rebuilt candidates back to where they were: ``batches[name]`` is the list of
-        labels the candidate consumed at each of its steps. It starts from its newest
-        snapshot whose history is a prefix of that list (if any), then replays the steps
-        after it with labels from the durable log (no request). The policy sees them in the
-        same batches, so adaptive policies (Cer-Eval) choose the same items and every state
-        is the one before the restart. Candidates with the same remaining steps replay as
-        one stacked update per step. Each returned snapshot says in ``restored_steps`` how
-        many steps came from a policy snapshot (0: replayed from the start)."""
+        """Bring rebuilt candidates back to where they were: ``batches[name]`` lists the labels the candidate consumed
+        at each step.
+
+        It starts from its newest snapshot whose history is a prefix of that list (if any) and replays the later steps
+        with labels from the durable log (no request) in the same batches, so adaptive policies (Cer-Eval) choose the
+        same items and every state is the one before the restart. Candidates with the same remaining steps replay as one
+        stacked update per step. ``restored_steps`` of each snapshot counts the steps from a policy snapshot (0:
+        replayed from the start).
+        """
         self._have(list(batches))
         groups: dict = {}
         start = {}
@@ -263,10 +256,9 @@ class CandidateHost:
 
 
 def worker_class():
-    """``CandidateWorker``: :class:`CandidateHost` as a Ray actor class (zero CPUs reserved:
-    it waits on numpy or on model servers; spread over the cluster's nodes)."""
+    """``CandidateWorker``: :class:`CandidateHost` as a Ray actor class (zero CPUs reserved: it waits on numpy or on
+    model servers; spread over the cluster's nodes)."""
     import ray
 
-    # Ray restarts a dead host (kill -9, OOM, node loss) a few times; the driver then
-    # rebuilds its candidates from the durable label log (orchestrator.engine.hosts.HostPool)
+    # Ray restarts a dead host a few times; the driver then rebuilds its candidates from the label log (HostPool)
     return ray.remote(num_cpus=0, scheduling_strategy="SPREAD", max_restarts=3)(CandidateHost)

@@ -1,19 +1,14 @@
-"""People's answers as losses: the answer scale, the labelling config certsel writes for it,
-the rule that makes one loss of several annotators' answers, and their agreement.
+"""People's answers as losses: the answer scale, the labelling config certsel writes for it, the rule that makes one
+loss of several annotators' answers, and their agreement.
 
-* :class:`AnswerScale` maps one annotation to a loss in [0, 1]: ``Choices`` (each declared
-  choice has its loss) or ``Rating`` (1..``scale`` stars; the loss falls linearly from 1 at
-  one star to 0 at ``scale``, unless each star's loss is declared). An annotation certsel
-  cannot map (a choice outside the declared ones, several choices, a rating off the scale,
-  no answer for the control) is an :class:`Refusal`: recorded with its reason, never
-  turned into a loss of 0 or 1. Label Studio accepts any result (its server validates
-  nothing), so this is the only check there is.
-* :func:`labelling_config` writes the Label Studio config of a job's project; :func:`control_of`
-  finds, in an existing project's config, the control the scale maps (or says why none fits).
-* :data:`COMBINE`: how ``annotators_per_item`` annotators' losses make the item's loss (the
-  certificate is about that loss: the mean by default).
-* :func:`agreement`: Krippendorff's alpha (the ``krippendorff`` package) and the mean pairwise
-  Cohen's kappa (scikit-learn) over the items with at least two annotators.
+* :class:`AnswerScale` maps one annotation to a loss in [0, 1]: ``Choices`` (each declared choice has its loss) or
+  ``Rating`` (1..``scale`` stars, linear from 1 at one star to 0 at ``scale`` unless declared). An annotation certsel
+  cannot map is a :class:`Refusal`: recorded with its reason, never a loss of 0 or 1. Label Studio's server validates
+  nothing, so this is the only check there is.
+* :func:`labelling_config` writes a job's project config; :func:`control_of` finds, in an existing config, the control
+  the scale maps (or says why none fits).
+* :data:`COMBINE`: how ``annotators_per_item`` losses make the item's loss (the certificate is about it; default: mean).
+* :func:`agreement`: Krippendorff's alpha and mean pairwise Cohen's kappa over items with two or more answers.
 """
 
 from __future__ import annotations
@@ -35,10 +30,9 @@ class Refusal(ValueError):
 
 @dataclass(frozen=True)
 class AnswerScale:
-    """The control annotators answer with and the loss of each answer (see the module
-    docstring). ``control``: the control's name in the labelling config; ``kind``:
-    ``"choices"`` or ``"rating"``; ``losses``: the loss of each choice (its label) or of each
-    star (``"1"`` .. ``str(scale)``)."""
+    """The control annotators answer with and the loss of each answer. ``control``: its name in the labelling config;
+    ``kind``: ``"choices"`` or ``"rating"``; ``losses``: the loss of each choice (its label) or star (``"1"`` ..
+    ``str(scale)``)."""
 
     control: str
     kind: str
@@ -74,8 +68,8 @@ class AnswerScale:
         return len(self.losses)
 
     def answer(self, result: list) -> str:
-        """The answer an annotation's ``result`` gives for this control (a choice label, or
-        the number of stars as a string); :class:`Refusal` when there is none certsel can map."""
+        """The answer an annotation's ``result`` gives for this control (a choice label, or the number of stars as a
+        string); :class:`Refusal` when there is none certsel can map."""
         mine = [r for r in result or [] if isinstance(r, dict) and r.get("from_name") == self.control]
         if not mine:
             raise Refusal(f"no answer for {self.control!r}")
@@ -102,9 +96,9 @@ class AnswerScale:
 
 
 def labelling_config(scale: AnswerScale, *, instructions: str, reference: bool, judge: bool) -> str:
-    """The labelling config of a project certsel creates: the question, the candidate's
-    answer, the reference answer (if the items have one), the judge's loss (only if the job
-    shows it) and the control of ``scale``. The candidate's name is never shown."""
+    """The labelling config of a project certsel creates: the question, the candidate's answer, the reference answer (if
+    the items have one), the judge's loss (only if the job shows it) and the control of ``scale``. The candidate's name
+    is never shown."""
     view = ET.Element("View")
 
     def text(title, name):
@@ -131,9 +125,9 @@ def labelling_config(scale: AnswerScale, *, instructions: str, reference: bool, 
 
 
 def control_of(label_config: str, scale: AnswerScale) -> str | None:
-    """Why the labelling config ``label_config`` cannot be answered on ``scale`` (None: it can).
-    It needs a control named ``scale.control`` of the scale's kind whose answers are exactly the
-    declared ones (Choices: the same labels; Rating: the same number of stars)."""
+    """Why the labelling config ``label_config`` cannot be answered on ``scale`` (None: it can). It needs a control
+    named ``scale.control`` of the scale's kind whose answers are exactly the declared ones (Choices: the same labels;
+    Rating: the same number of stars)."""
     try:
         root = ET.fromstring(label_config)
     except ET.ParseError as err:
@@ -166,11 +160,10 @@ def data_keys(label_config: str) -> set[str]:
 
 
 def agreement(answers: list[tuple[int, int, str]], scale: AnswerScale) -> dict | None:
-    """Agreement of the annotators over the items two or more of them answered:
-    ``answers`` is (item, annotator, answer) per valid annotation. Krippendorff's alpha
-    (nominal for choices, ordinal for ratings; the ``krippendorff`` package) and the mean
-    Cohen's kappa over annotator pairs with two or more items in common (scikit-learn;
-    quadratic weights for ratings). None when no item has two answers."""
+    """Agreement of the annotators over the items two or more of them answered: ``answers`` is (item, annotator, answer)
+    per valid annotation. Krippendorff's alpha (nominal for choices, ordinal for ratings; the ``krippendorff`` package)
+    and the mean Cohen's kappa over annotator pairs with two or more items in common (scikit-learn; quadratic weights
+    for ratings). None when no item has two answers."""
     import krippendorff
     from sklearn.metrics import cohen_kappa_score
 

@@ -1,16 +1,11 @@
 """One candidate's evaluation state: its policy and its label-source client (no Ray here).
 
 A :class:`TestingCandidate` runs the R-Eval / R-AutoEval / R-AutoEval+ e-process
-(:class:`certsel.policies.SequentialTest`) on items drawn in the job's seeded order: the
-t-th human label is paired with judge-only items r(t-1)..rt-1, exactly as Algorithm 1
-pairs them, so a run stopped after m labels has the e-values of the first m entries of the
-full-budget path. An :class:`EstimationCandidate` runs Seq or Cer-Eval with
-``threshold=alpha``: it asks the policy which items to label. A :class:`LabelServer`
-serves losses on demand for pairwise comparisons, which live in the driver.
-
-``step`` returns a :class:`~certsel.workers.contracts.Snapshot`: plain numbers and short
-arrays (what the driver needs to decide and what MLflow records). The Ray actor in
-:mod:`certsel.workers.actor` hosts one or more of these objects.
+(:class:`certsel.policies.SequentialTest`) on items in the job's seeded order: the t-th human label is paired with
+judge-only items r(t-1)..rt-1, exactly as Algorithm 1 pairs them, so a run stopped after m labels has the e-values of
+the first m entries of the full-budget path. An :class:`EstimationCandidate` runs Seq or Cer-Eval with
+``threshold=alpha`` (the policy chooses the items). A :class:`LabelServer` serves losses on demand for pairwise
+comparisons, which live in the driver. The Ray actor in :mod:`certsel.workers.actor` hosts these objects.
 """
 
 from __future__ import annotations
@@ -31,19 +26,17 @@ class _Candidate:
         self.name = name
         self.source = source
         self.waiting = 0  # answers its source awaits from people (LabelsPending)
-        # items a policy that chooses them has drawn and waits for (an annotation queue): kept
-        # for the next step, since drawing again would draw others
+        # items a choosing policy has drawn and awaits (an annotation queue): kept, since drawing again draws others
         self.asked: np.ndarray | None = None
 
     @property
     def holds_unlabelled(self) -> bool:
-        """Whether its policy has drawn items whose labels have not come yet (no snapshot now:
-        a restored policy would draw them again)."""
+        """Whether its policy has drawn items still unlabelled (no snapshot now: a restored policy would draw them
+        again)."""
         return self.asked is not None
 
     def labels_for(self, items) -> np.ndarray:
-        """The human labels of ``items``, all of them or :class:`LabelsPending` (the count
-        awaited is kept for the snapshot)."""
+        """The human labels of ``items``, all of them or :class:`LabelsPending` (the count awaited is kept)."""
         try:
             h = self.source.human(items)
         except LabelsPending as pending:
@@ -53,8 +46,8 @@ class _Candidate:
         return h
 
     def failed(self, err: Exception) -> Snapshot:
-        """The snapshot of a candidate whose label source failed (its state is unchanged:
-        a batch is consumed whole or not at all)."""
+        """The snapshot of a candidate whose source failed (state unchanged: a batch is consumed whole or not at all).
+        """
         snap = self.snapshot()
         snap.error = first_line(err, limit=300)
         return snap
@@ -68,14 +61,10 @@ class _Candidate:
 
 
 class TestingCandidate(_Candidate):
-    """Anytime-valid test of H0: R > alpha for one candidate (Algorithm 1 of R-AutoEval+).
-
-    ``human_items`` (n,) and ``judge_items`` (r n,) are the job's shared item order; the
-    e-process's horizon is n, as in the full-budget computation. ``ci_delta`` is the level
-    of the two-sided interval reported with the certificate (delta under FST, delta/K under
-    Bonferroni/Holm so that the intervals are simultaneous); ``intervals`` says when to
-    compute it: ``"every_round"``, ``"final"`` (on request) or ``"none"``.
-    """
+    """Anytime-valid test of H0: R > alpha for one candidate (Algorithm 1 of R-AutoEval+). ``human_items`` (n,) and
+    ``judge_items`` (r n,) are the job's shared item order (horizon n, as in the full-budget computation); ``ci_delta``
+    is the level of the reported two-sided interval (delta under FST, delta/K under Bonferroni/Holm, so the intervals
+    are simultaneous); ``intervals``: ``"every_round"``, ``"final"`` or ``"none"``."""
 
     __test__ = False  # a domain name, not a pytest test class
 
@@ -92,8 +81,7 @@ class TestingCandidate(_Candidate):
             raise ValueError(f"{name}: need r*n = {self.r * self.n} judge-only items, got {self.judge_items.size}")
         self.ci_delta, self.intervals = ci_delta, intervals
         self.betting = self.test.strategy
-        # futility: the same test on mirrored losses (1 - loss against 1 - alpha) certifies R >= alpha;
-        # reaching 1/futility stops the candidate as hopeless (it never certifies anything)
+        # futility: the same test on mirrored losses certifies R >= alpha; reaching 1/futility stops it as hopeless
         self.futility = futility
         self._h: list[np.ndarray] = []
         self._jl: list[np.ndarray] = []
@@ -134,9 +122,8 @@ class TestingCandidate(_Candidate):
 
     def upper_bound(self, level: float) -> float:
         """The one-sided upper bound that inverts this candidate's own test at ``level``
-        (:func:`~certsel.policies.autoeval.decision_upper_bound`): the test's own bets,
-        seeded with its recorded evidence, so it is <= alpha exactly when the e-process
-        reached 1/level."""
+        (:func:`~certsel.policies.autoeval.decision_upper_bound`): the test's own bets, seeded with its recorded
+        evidence, so it is <= alpha exactly when the e-process reached 1/level."""
         if level not in self._bound:
             h, jl, ju = self._data()
             self._bound[level] = 1.0 if h.size == 0 else float(decision_upper_bound(
@@ -146,19 +133,17 @@ class TestingCandidate(_Candidate):
         return self._bound[level]
 
     def judge_report(self) -> dict | None:
-        """The judge's agreement with the human labels on this candidate's labelled items
-        (:func:`~certsel.policies.autoeval.judge_agreement`); None without a judge."""
+        """The judge's agreement with the human labels on its labelled items (None without a judge)."""
         if not self.test.uses_judge or self.t == 0:
             return None
         h, jl, _ = self._data()
         return judge_agreement(h, jl)
 
     def label_minimum(self, level: float) -> float | None:
-        """The fewest human labels any level-``level`` test would need on average, estimated
-        from this candidate's labels (:mod:`certsel.policies.limits`): log(1/level) / KL_inf
-        of its human losses, or with a judge the prediction-powered floor at the best rho with
-        the judge's mean from every judge label bought. None when its labels do not put R
-        below alpha."""
+        """The fewest human labels any level-``level`` test would need on average, estimated from this candidate's
+        labels (:mod:`certsel.policies.limits`): log(1/level) / KL_inf of its human losses, or with a judge the
+        prediction-powered floor at the best rho (judge mean from every judge label bought). None when its labels do not
+        put R below alpha."""
         if self.t == 0:
             return None
         h, jl, ju = self._data()
@@ -169,13 +154,13 @@ class TestingCandidate(_Candidate):
         return None if not np.isfinite(limit) else float(limit)
 
     def estimate(self) -> float:
-        """The R-AutoEval+ point estimate (:attr:`SequentialTest.estimate`): unbiased at a fixed number of
-        labels, not at a stop that depends on the evidence."""
+        """The R-AutoEval+ point estimate: unbiased at a fixed number of labels, not at a stop that depends on the
+        evidence."""
         return float(self.test.estimate)
 
     def fetch(self, batch: int):
-        """Buy the next ``b <= batch`` human labels (and their judge labels) from the source;
-        returns (h, jl, ju) with jl = ju = None for R-Eval, or None when the budget is spent."""
+        """Buy the next ``b <= batch`` human labels (with judge labels): (h, jl, ju), jl = ju = None for R-Eval; None
+        when the budget is spent."""
         t = self.t
         b = min(int(batch), self.n - t)
         if b <= 0:
@@ -199,8 +184,7 @@ class TestingCandidate(_Candidate):
 
     # -- snapshots (workers/labellog.py) --------------------------------------------------
     def state_dict(self) -> dict:
-        """Everything needed to continue exactly: the e-process state, the labels it holds
-        (for the interval) and the running sums, bit for bit."""
+        """Everything needed to continue bit for bit: e-process state, held labels, running sums."""
         h, jl, ju = self._data()
         out = {"kind": "testing", "t": self.t, "test": self.test.state_dict(), "h": h, "jl": jl, "ju": ju}
         if self.futility is not None:
@@ -250,9 +234,8 @@ class TestingCandidate(_Candidate):
         return self.after_update(self.test.update(*got))
 
     def snapshot(self, path=None, numbers=None) -> Snapshot:
-        """``path``: log E after each label of this step (none: no new label); ``numbers``:
-        (log E, max log E, rho weights, estimate) when already computed for a stacked batch
-        (:func:`step_together`)."""
+        """``path``: log E after each label of this step (none: no new label); ``numbers``: (log E, max log E, rho
+        weights, estimate) when already computed for a stacked batch (:func:`step_together`)."""
         if numbers is None:
             numbers = (float(self.test.log_evalue), float(self.test.max_log_evalue), self.test.rho_weights.tolist(),
                        self.estimate())
@@ -267,8 +250,8 @@ class TestingCandidate(_Candidate):
 
 
 class EstimationCandidate(_Candidate):
-    """Seq / Cer-Eval with ``threshold=alpha``: certified when the upper end of the
-    anytime-valid interval falls below alpha, hopeless when the lower end rises above it."""
+    """Seq / Cer-Eval with ``threshold=alpha``: certified when the upper end of the anytime-valid interval falls below
+    alpha, hopeless when the lower end rises above it."""
 
     def __init__(self, name, source, policy, *, budget: int, kind: PolicyKind):
         super().__init__(name, source)
@@ -319,8 +302,8 @@ class EstimationCandidate(_Candidate):
 
 
 class LabelServer(_Candidate):
-    """Serves one model's losses on the items a pairwise comparison asks for (``role``
-    "judge": the judge's losses, for Cer-Eval's judge strata)."""
+    """Serves one model's losses on the items a pairwise comparison asks for (``role`` "judge": the judge's losses, for
+    Cer-Eval's judge strata)."""
 
     def losses(self, items, role: str = "human") -> np.ndarray:
         return self.source.judge(items) if role == "judge" else self.source.human(items)
@@ -330,14 +313,14 @@ class LabelServer(_Candidate):
 
 
 def mirrored(h, jl=None, ju=None):
-    """Losses l -> 1 - l (losses in [0, 1]): R becomes 1 - R, so a test of the mirrored
-    losses against 1 - alpha certifies R >= alpha."""
+    """Losses l -> 1 - l (losses in [0, 1]): R becomes 1 - R, so a test of the mirrored losses against 1 - alpha
+    certifies R >= alpha."""
     return 1.0 - h, None if jl is None else 1.0 - jl, None if ju is None else 1.0 - ju
 
 
 def guarded_step(c, batch: int) -> Snapshot:
-    """``c.step(batch)``; a label source that failed for good (after its retries) ends this
-    candidate only: its snapshot says so, and the driver marks it not certified."""
+    """``c.step(batch)``; a label source that failed for good ends this candidate only (its snapshot says so; the driver
+    marks it not certified)."""
     try:
         return c.step(batch)
     except SourceError as err:
@@ -347,11 +330,9 @@ def guarded_step(c, batch: int) -> Snapshot:
 
 
 def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
-    """Advance testing candidates that are at the same label count as one batch: their
-    :class:`SequentialTest` states are stacked, updated with one vectorised call and split
-    back (the e-values of one update each, up to the last bit: a stacked sum may be added in
-    another order, which BLAS chooses per machine; no Python loop over the numerics).
-    A candidate whose source fails for good ends; the others go on with the labels they
+    """Advance testing candidates at the same label count as one batch: their :class:`SequentialTest` states are
+    stacked, updated with one vectorised call and split back (each candidate's e-values up to the last bit: BLAS may add
+    a stacked sum in another order). A candidate whose source fails for good ends; the others go on with the labels they
     already bought (each label bought and held once)."""
     t, n = cands[0].t, cands[0].n
     if len(cands) == 1 or any(c.t != t or c.n != n for c in cands):
@@ -376,8 +357,8 @@ def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
 
 
 def _update_together(fetched: list[tuple[TestingCandidate, tuple | None]]) -> list[Snapshot]:
-    """The stacked update of :func:`step_together` on labels already fetched (None: the
-    budget was spent, for all of them alike since they share t and n)."""
+    """The stacked update of :func:`step_together` on fetched labels (None: the budget is spent, for all alike: they
+    share t and n)."""
     if not fetched:
         return []
     cands = [c for c, _ in fetched]
@@ -407,10 +388,8 @@ def _update_together(fetched: list[tuple[TestingCandidate, tuple | None]]) -> li
 
 
 def _stackable(cands: list[TestingCandidate], todo, key) -> list[list[TestingCandidate]]:
-    """Groups (of two or more) of the candidates with labels for which ``todo(c)`` holds and
-    whose labels and test settings ``key(c)`` agree, so that one stacked call serves a group.
-    A key that cannot be hashed (a user's strategy with list parameters) leaves the
-    candidate to its own call."""
+    """Groups (of two or more) of the candidates for which ``todo(c)`` holds and whose ``key(c)`` (labels, test
+    settings) agree: one stacked call per group; an unhashable key leaves a candidate to its own call."""
     groups: dict = {}
     for c in cands:
         if c.t == 0 or not todo(c):
@@ -433,9 +412,8 @@ def _stacked(members: list[TestingCandidate]):
 
 
 def intervals_together(cands: list[TestingCandidate]) -> None:
-    """:meth:`TestingCandidate.interval` for many candidates with one stacked call per group
-    of equal label counts and interval tests: each row's bisection is its own, so the bounds
-    are those of one call per candidate."""
+    """:meth:`TestingCandidate.interval` for many candidates, one stacked call per group of equal label counts and tests
+    (each row's bisection is its own: the bounds of one call per candidate)."""
     for members in _stackable(cands, lambda c: c._ci is None,
                               lambda c: (c.ci_delta, c.betting.interval_strategy(), c.test.sampling)):
         first = members[0]
@@ -447,9 +425,8 @@ def intervals_together(cands: list[TestingCandidate]) -> None:
 
 
 def upper_bounds_together(cands: list[TestingCandidate], levels: list[float]) -> None:
-    """:meth:`TestingCandidate.upper_bound` of ``cands[i]`` at ``levels[i]`` with one stacked
-    call per group of equal label counts, tests and levels (each row's search is its own:
-    the bounds are those of one call per candidate)."""
+    """:meth:`TestingCandidate.upper_bound` of ``cands[i]`` at ``levels[i]``, one stacked call per group of equal label
+    counts, tests and levels (each row's search is its own)."""
     at = {id(c): float(lv) for c, lv in zip(cands, levels, strict=True)}
     for members in _stackable(cands, lambda c: at[id(c)] not in c._bound,
                               lambda c: (at[id(c)], c.test.delta, c.test.alpha, c.betting, c.test.observation,
@@ -464,11 +441,9 @@ def upper_bounds_together(cands: list[TestingCandidate], levels: list[float]) ->
 
 
 class ChosenTestingCandidate(_Candidate):
-    """A test of H0: R > alpha that chooses its items (the judge-stratified test,
-    :class:`~certsel.policies.StratifiedTest`: the judge's loss on every item first, bought
-    and logged before any human label, then human labels drawn by judge strata). Same
-    snapshot fields as :class:`TestingCandidate` (``t`` human labels, ``path``, ``log_e``,
-    ``max_log_e``), no rho weights."""
+    """A test of H0: R > alpha that chooses its items (:class:`~certsel.policies.StratifiedTest`: the judge's loss on
+    every item first, bought and logged before any human label, then human labels drawn by judge strata); snapshot
+    fields as :class:`TestingCandidate`, without rho weights."""
 
     __test__ = False
 
@@ -499,8 +474,8 @@ class ChosenTestingCandidate(_Candidate):
         return judge_agreement(h, self.test.judge[items])
 
     def label_minimum(self, level: float) -> float | None:
-        """As :meth:`TestingCandidate.label_minimum`, with the judge's mean over the whole test
-        set (known: the judge scored every item)."""
+        """As :meth:`TestingCandidate.label_minimum`, with the judge's mean over the whole test set (the judge scored
+        every item)."""
         if self.t == 0:
             return None
         items, h = self.test.labelled()
@@ -548,9 +523,8 @@ ADAPTERS = {  # what drives a policy of each (family, labels): the loop around i
 
 def policy_candidate(name: str, source: LabelSource, kind: PolicyKind, settings: PolicySettings,
                      arrays: JobArrays):
-    """The candidate that runs ``kind``'s policy on ``source``: the judge's loss on every item
-    first when the kind asks for it (bought, and logged, before any human label), the job's
-    shared order and item features (:class:`JobArrays`) as the kind's inputs."""
+    """The candidate that runs ``kind``'s policy on ``source``, with the job's shared order and item features
+    (:class:`JobArrays`) as inputs (the judge's loss on every item first when the kind asks for it)."""
     scores = source.judge(np.arange(source.n_items)) if kind.judge_use(settings.partition) is JudgeUse.FIRST else None
     inputs = PolicyInputs(source.n_items, human_items=arrays.human_items, judge_items=arrays.judge_items,
                           features=arrays.features, judge_scores=scores)

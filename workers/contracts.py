@@ -1,24 +1,11 @@
 """Typed contracts between the driver and the workers: candidate specs, snapshots, label sources.
 
-* :class:`CandidateSpec` says what a worker builds: a candidate's name, the policy it runs
-  (a registered :class:`~certsel.policies.kinds.PolicyKind` and its
-  :class:`~certsel.policies.kinds.PolicySettings`; none for a pairwise label server) and
-  where its labels come from (a :class:`SourceSpec`).
-* :class:`Snapshot` is what a worker returns after each step: counters, the evidence and,
-  when its label source failed for good, the error.
-* :class:`JobArrays` are the arrays every candidate of a job shares (sent once per host).
-* Requests (:class:`Load`, :class:`Step`, :class:`Finalize`, ...) are every call the driver
-  makes to a candidate host, each a frozen dataclass whose ``run(host)`` calls the host's
-  method of the same name; their replies are typed too (:class:`Snapshot`,
-  :class:`ModelLosses`). A runtime ships a request to its host and
-  returns the reply, or says that the host was lost.
-* :class:`LabelSource` is what a candidate asks for labels. Replay tables, live model
-  servers and user functions implement it; :class:`~certsel.workers.labellog.LoggedSource`
-  wraps any of them with the durable label log.
-
-Everything here is plain data that Ray ships between processes (extension objects such as
-a betting strategy defined in user code travel by value; see
-:meth:`certsel.orchestrator.engine.runtime.RayRuntime.ship_by_value`).
+A worker builds a :class:`CandidateSpec` (policy and :class:`SourceSpec`) with the job's shared :class:`JobArrays` and
+returns a :class:`Snapshot` after each step. Every driver call to a candidate host is a frozen request dataclass
+(:class:`Load`, :class:`Step`, :class:`Finalize`, ...) whose ``run(host)`` calls the host's method of the same name.
+:class:`LabelSource` is what a candidate asks for labels (:class:`~certsel.workers.labellog.LoggedSource` wraps any with
+the durable log). All of it is plain data that Ray ships between processes (user-defined extension objects travel by
+value: :meth:`certsel.orchestrator.engine.runtime.RayRuntime.ship_by_value`).
 """
 
 from __future__ import annotations
@@ -35,10 +22,8 @@ from certsel.policies.kinds import PolicyKind, PolicySettings
 
 
 class SourceError(CertselError):
-    """A label source's request that failed for good (after retries, or a non-retryable
-    answer): the candidate it labels ends, not certified; the others go on. ``status``: the
-    HTTP status of a non-retryable answer (a 400 for a parameter the server does not
-    support), else None."""
+    """A label source's request that failed for good (after retries, or a non-retryable answer): its candidate ends, not
+    certified; the others go on. ``status``: the HTTP status of a non-retryable answer, else None."""
 
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
@@ -46,12 +31,9 @@ class SourceError(CertselError):
 
 
 class LabelsPending(Exception):  # noqa: N818  (a state, not an error: people have not answered yet)
-    """Labels a source has asked people for and does not hold yet (an annotation queue such
-    as :mod:`certsel.workers.label_studio`): not a failure. ``ready`` leading items of the
-    request have their labels (``losses``, in the order asked), the others do not;
-    ``waiting`` is how many answers the source is waiting for. A candidate takes the ready
-    prefix when its policy allows (labels in the job's order) and otherwise waits whole;
-    asking again later is free (requests are idempotent)."""
+    """Labels a source has asked people for and does not hold yet (an annotation queue): not a failure. The first
+    ``ready`` items of the request have their labels (``losses``, in order); ``waiting`` answers are outstanding. A
+    candidate takes the ready prefix when its policy allows, else waits whole; asking again is free (idempotent)."""
 
     def __init__(self, ready: int, waiting: int, losses=None):
         super().__init__(f"{waiting} answer(s) awaited; the first {ready} item(s) of the request are labelled")
@@ -61,12 +43,10 @@ class LabelsPending(Exception):  # noqa: N818  (a state, not an error: people ha
 
 @dataclass
 class QueueReport:
-    """What a source that asks people (an annotation queue) did for one candidate: tasks put
-    in front of annotators and taken back, the annotations that saved, the valid answers the
-    test used and those it did not (they came after its decision, or for an item beyond
-    where it stopped: recorded, never used), the answers refused (outside the declared
-    choices), and the annotators' agreement (Krippendorff's alpha, mean pairwise Cohen's
-    kappa; None when no item has two answers)."""
+    """What an annotation queue did for one candidate: tasks shown and taken back, annotations saved, valid answers used
+    and unused (after the decision, or beyond where the test stopped: recorded, never used), answers refused (outside
+    the declared choices), and annotator agreement (Krippendorff's alpha, mean pairwise Cohen's kappa; None when no item
+    has two answers)."""
 
     tasks_imported: int = 0
     tasks_withdrawn: int = 0
@@ -81,17 +61,15 @@ class QueueReport:
 
 @runtime_checkable
 class QueuedSource(Protocol):
-    """A label source that puts items in front of people and takes back those nobody has
-    started once its candidate is settled (:meth:`withdraw`, which may be called again: it
-    then looks for late answers and withdraws what is left); it returns what the queue did."""
+    """A label source that puts items in front of people; :meth:`withdraw` takes back those nobody has started once its
+    candidate is settled (callable again: it then collects late answers) and returns what the queue did."""
 
     def withdraw(self) -> QueueReport: ...
 
 
 class Journal(Protocol):
-    """Durable records a label source keeps beside its labels (the label log's ``journal``
-    table, :class:`~certsel.workers.labellog.LabelLog`): ``record`` commits one (key -> JSON
-    body, a later one with the same key replacing it) before it returns."""
+    """Durable records a label source keeps beside its labels (the label log's ``journal`` table): ``record`` commits
+    one (key -> JSON body; a later one with the same key replaces it) before it returns."""
 
     def record(self, key: str, body: dict) -> None: ...
 
@@ -113,23 +91,18 @@ class MemoryJournal:
 
 @runtime_checkable
 class Journaled(Protocol):
-    """A label source with records of its own to keep durable (an annotation queue's tasks
-    and every annotation it has seen): the worker hands it the candidate's label-log journal."""
+    """A label source with durable records of its own (an annotation queue's tasks and annotations): the worker hands it
+    the candidate's label-log journal."""
 
     def attach(self, journal: Journal) -> None: ...
 
 
 @runtime_checkable
 class LabelSource(Protocol):
-    """Losses of one candidate on the items a policy asks for.
-
-    ``human(items)`` are the costly labels (a person's reference, or recorded human
-    losses), ``judge(items)`` the judge's losses; both return one loss in [0, 1] per item,
-    in the order asked, and asking again for an item returns the same loss without a new
-    purchase (requests are idempotent). The counters say what was bought so far. A source
-    that fails for good raises :class:`~certsel.workers.openai_source.SourceError`; the
-    candidate then ends as "source failed" and the others go on.
-    """
+    """Losses of one candidate on the items a policy asks for. ``human(items)``: the costly labels (a person's
+    reference, or recorded human losses); ``judge(items)``: the judge's. One loss in [0, 1] per item, in order; asking
+    again returns the same loss without a new purchase. A source that fails for good raises :class:`SourceError`; the
+    candidate ends as "source failed" and the others go on."""
 
     @property
     def n_items(self) -> int: ...
@@ -150,9 +123,8 @@ class LabelSource(Protocol):
 
 @dataclass(frozen=True, eq=False)
 class JobArrays:
-    """The arrays every candidate of a job shares: the seeded item order of testing policies
-    (``human_items``: the first n, ``judge_items``: the next r n, judge-only), the item
-    features of estimation policies (``features``) and a live job's items (``items``)."""
+    """The arrays every candidate of a job shares: the seeded item order of testing policies (``human_items``: the first
+    n, ``judge_items``: the next r n, judge-only), estimation policies' ``features`` and a live job's ``items``."""
 
     human_items: np.ndarray | None = None
     judge_items: np.ndarray | None = None
@@ -162,21 +134,18 @@ class JobArrays:
 
 @runtime_checkable
 class SourceSpec(Protocol):
-    """One candidate's label source as the workers receive it: a frozen dataclass, defined
-    beside the source it builds (:class:`~certsel.workers.replay.ReplaySpec`,
-    :class:`~certsel.workers.live.LiveSpec`, :class:`~certsel.workers.python_source.PythonSpec`,
-    or a registered kind's own, :mod:`certsel.orchestrator.inputs.sources`). ``build`` returns
-    the candidate's :class:`LabelSource` from the job-wide :class:`JobArrays` and the
-    candidate's loss-table ``rows`` (human, judge; replay only)."""
+    """One candidate's label source as the workers receive it: a frozen dataclass defined beside the source it builds
+    (or a registered kind's, :mod:`certsel.orchestrator.inputs.sources`). ``build`` returns the :class:`LabelSource`
+    from the :class:`JobArrays` and the candidate's loss-table ``rows`` (human, judge; replay only)."""
 
     def build(self, arrays: JobArrays, rows) -> LabelSource: ...
 
 
 @dataclass(frozen=True)
 class CandidateSpec:
-    """What a worker builds for one candidate (see the module docstring): ``policy`` and
-    ``settings`` say which policy runs and with what numbers; without a policy the candidate
-    serves losses on demand (a pairwise ranking's model: the comparisons live in the driver)."""
+    """What a worker builds for one candidate: ``policy`` and ``settings`` say which policy runs and with what numbers;
+    without a policy the candidate serves losses on demand (a pairwise ranking's model: the comparisons live in the
+    driver)."""
 
     name: str
     source: SourceSpec
@@ -184,21 +153,17 @@ class CandidateSpec:
     settings: PolicySettings | None = None
     job_dir: str | None = None  # the durable label log's job folder (None: no log)
     snapshot_every: int | None = None  # steps between policy snapshots in the log
-    # labels kept across jobs (workers/label_store.py): the store's file and this candidate's identity in it
+    # label store (workers/label_store.py): its file and this candidate's identity in it
     store: str | None = None
     identity: str | None = None
 
 
 @dataclass
 class Snapshot:
-    """A candidate after a step: what the driver decides on and what MLflow records.
-
-    Testing candidates fill ``path`` (log E after each new human label), ``log_e``,
-    ``max_log_e`` and ``rho_weights``; estimation candidates fill ``decision`` (-1: R <=
-    alpha certified, +1: R >= alpha certified, 0: undecided). ``error`` is set when the
-    label source failed for good; ``restored_steps`` when a worker rebuilt the candidate
-    (steps that came from a policy snapshot rather than a replay of the log).
-    """
+    """A candidate after a step: what the driver decides on and what MLflow records. Testing candidates fill ``path``
+    (log E after each new human label), ``log_e``, ``max_log_e``, ``rho_weights``; estimation ones ``decision`` (-1: R
+    <= alpha certified, +1: R >= alpha certified, 0: undecided). ``error``: the source failed for good;
+    ``restored_steps``: steps a rebuilt worker took from a policy snapshot rather than the log."""
 
     name: str
     n_human: int = 0
@@ -225,8 +190,8 @@ class Snapshot:
     queue: QueueReport | None = None  # an annotation queue's account (final snapshots, QueuedSource)
 
     def in_units(self, unit: float) -> Snapshot:
-        """The snapshot with its risk numbers (estimate, interval, bounds) multiplied by
-        ``unit``: a stacked aggregate's policies see losses divided by M (JobData.unit)."""
+        """The snapshot with its risk numbers (estimate, interval, bounds) multiplied by ``unit``: a stacked aggregate's
+        policies see losses divided by M (JobData.unit)."""
         if unit == 1.0:
             return self
         return dataclasses.replace(
@@ -237,8 +202,7 @@ class Snapshot:
 
 @dataclass
 class ModelLosses:
-    """A pairwise model's losses on the items asked for, or why its label source failed for
-    good (the driver then ends that model's pairs only; the others go on)."""
+    """A pairwise model's losses on the items asked for, or why its source failed for good (only its pairs end)."""
 
     losses: np.ndarray | None = None
     error: str | None = None
@@ -277,8 +241,8 @@ class Rebuild:
 
 @dataclass(frozen=True, eq=False)
 class Restore:
-    """Bring candidates back to where they were: ``batches[name]`` are the labels each
-    consumed at each of its steps (from its newest snapshot plus the label log)."""
+    """Bring candidates back: ``batches[name]`` are the labels each consumed at each step (newest snapshot plus the
+    label log)."""
 
     batches: dict[str, list[int]]
 
@@ -321,8 +285,7 @@ class Losses:
 
 @dataclass(frozen=True, eq=False)
 class LabelRows:
-    """One candidate's labels in purchase order (the rows of the ``labels.parquet`` artifact):
-    item indices, roles ("human" or "judge") and losses, one entry per label."""
+    """One candidate's labels in purchase order (the ``labels.parquet`` rows): items, roles, losses."""
 
     item: np.ndarray  # int64
     role: np.ndarray  # object: "human" / "judge"
@@ -349,8 +312,7 @@ class LabelRows:
         return int(self.item.size)
 
     def human_items(self, t: int | None = None) -> np.ndarray:
-        """The items of the first ``t`` human labels (all without ``t``), in purchase order:
-        what a candidate's policy used."""
+        """The items of the first ``t`` human labels (all without ``t``): what its policy used."""
         items = self.item[self.role == "human"]
         if t is not None and items.size < t:
             raise ValueError(f"the label log has {items.size} human labels, the policy used {t}")

@@ -1,20 +1,13 @@
-"""GPU time of a job's own model servers, measured like labels.
+"""GPU time of a job's own model servers, measured like labels (docs/live.md, 'GPU time').
 
-A server's life is a sequence of spells: asked for (``requested``), placed by Ray
-(``placed``: its actor runs, so it holds its GPUs from here), ready to answer (``ready``:
-``/health`` says 200) and stopped (``stopped``). Clients report when their requests were in
-flight (:class:`Busy` spans: one span per batch of requests a candidate sent). From these:
+A server's life is a sequence of spells: ``requested``, ``placed`` by Ray (it holds its GPUs from here), ``ready``
+(``/health`` says 200) and ``stopped``. Clients report :class:`Busy` spans (one per batch of requests a candidate sent).
+Per server: waiting for placement, loading (placed -> ready), busy (the union of the spans within ready spells) and idle
+(the rest of the time it held its GPUs), in seconds and GPU-seconds. Per candidate: the GPU-seconds of its generations,
+each instant of busy time shared equally between the candidates with requests in flight then.
 
-* per server: waiting for placement, loading (placed -> ready), busy (the union of the
-  spans, within ready spells), idle (the rest of the time it held its GPUs), each in
-  seconds and in GPU-seconds (seconds times the GPUs it asks for);
-* per candidate: the GPU-seconds of its generations, each instant of a server's busy time
-  shared equally between the candidates with requests in flight at that instant (a judge
-  server grading two candidates at once charges each half).
-
-Clocks are wall clocks (``time.time``) of the processes that report: on a cluster, nodes
-whose clocks disagree shift the spans by that much; the totals per server come from one
-process (the fleet's) and do not depend on it.
+Clocks are the reporting processes' wall clocks: on a cluster, clock disagreement shifts the spans; the totals per
+server come from one process (the fleet's) and do not depend on it.
 """
 
 from __future__ import annotations
@@ -77,8 +70,8 @@ class ServerUsage:
 
 @dataclass
 class FleetUsage:
-    """A job's servers: each one's :class:`ServerUsage`, each candidate's generation
-    GPU-seconds and requests, and the most servers (and GPUs) up at one time."""
+    """A job's servers: each one's :class:`ServerUsage`, each candidate's generation GPU-seconds and requests, and the
+    most servers (and GPUs) up at one time."""
 
     servers: list[ServerUsage] = field(default_factory=list)
     candidate_gpu_s: dict[str, float] = field(default_factory=dict)
@@ -124,8 +117,8 @@ def _clip(spans: np.ndarray, windows: np.ndarray) -> np.ndarray:
 
 
 def fair_shares(busy: list[Busy], windows: np.ndarray) -> dict[str, float]:
-    """Seconds of busy time charged to each candidate: every elementary stretch between
-    two span ends is split equally between the candidates in flight then (within ``windows``)."""
+    """Seconds of busy time charged to each candidate: every elementary stretch between two span ends is split equally
+    between the candidates in flight then (within ``windows``)."""
     if not busy:
         return {}
     whos = sorted({b.who for b in busy})

@@ -1,20 +1,15 @@
 """Labels kept across jobs: a rerun on the same model, task, item and settings reuses them.
 
-A job's own label log (:mod:`~certsel.workers.labellog`) makes one job crash-safe; the store
-makes a label bought by one job available to the next, e.g. a CI gate run again on an
-unchanged checkpoint. A candidate's labels are keyed by its **identity**, a digest of
-everything that decides the loss of an item (:meth:`~certsel.orchestrator.inputs.source_kind.SourceKind.label_identity`:
-for an lm-eval task the model, its arguments, the task's content, metric, filter, few-shot and
-chat settings and the reference and claim; for a table its content, the candidate and the
-columns), by role (human, judge) and by item. A source kind that cannot say what decides its
-losses (a user's function, people) has no identity and never reuses a label.
+The label log (:mod:`~certsel.workers.labellog`) makes one job crash-safe; the store makes a label bought by one job
+available to the next (e.g. a CI gate rerun on an unchanged checkpoint). Labels are keyed by the candidate's
+**identity** (a digest of everything that decides an item's loss,
+:meth:`~certsel.orchestrator.inputs.source_kind.SourceKind.label_identity`), role and item. A source kind that cannot
+say what decides its losses (a user's function, people) has no identity and never reuses a label.
 
-Reuse keeps every guarantee: a stored label is the loss the source would return for that
-item (it is a function of the identity and the item), and the job still asks for its items in
-its own seeded order, so the test sees the observations it would have bought.
-
-One SQLite file (WAL, ``synchronous=FULL``) shared by jobs and processes; a label is written
-before it is used, as in the label log.
+Reuse keeps every guarantee: a stored label is the loss the source would return for that item (a function of the
+identity and the item), and the job still asks for its items in its own seeded order, so the test sees the observations
+it would have bought. One SQLite file (WAL, ``synchronous=FULL``) shared by jobs and processes; a label is written
+before it is used.
 """
 
 from __future__ import annotations
@@ -85,9 +80,9 @@ class LabelStore:
 
 
 class StoredSource:
-    """A label source whose labels are taken from a :class:`LabelStore` when it holds them, and
-    bought from ``source`` (then stored) when it does not. ``reused_labels`` counts the human
-    labels the store gave; :meth:`origins` says which of the last items asked came from it."""
+    """A label source whose labels are taken from a :class:`LabelStore` when it holds them, and bought from ``source``
+    (then stored) when it does not. ``reused_labels`` counts the human labels the store gave; :meth:`origins` says which
+    of the last items asked came from it."""
 
     def __init__(self, source, store: LabelStore, identity: str):
         self.source, self.store, self.identity = source, store, identity

@@ -1,22 +1,14 @@
 """The few Label Studio REST calls certsel makes (httpx; tested against label-studio 1.23).
 
-Authentication is the ``Authorization: Token <key>`` header (Label Studio's legacy API
-tokens; ``deploy/label-studio/serve.sh`` enables them). The key is read from an environment
-variable and never appears in an error, a log line or a ``repr``. Every failure is a
-:class:`LabelStudioError` with one line that names what went wrong (the server unreachable,
-the token refused, a project that does not exist), the HTTP status when there is one.
+Authentication is the ``Authorization: Token <key>`` header (legacy API tokens; ``deploy/label-studio/serve.sh`` enables
+them); the key is read from an environment variable and never appears in an error, log line or ``repr``. Every failure
+is a one-line :class:`LabelStudioError` naming what went wrong, with the HTTP status when there is one.
 
-The calls, and what the server answers (``deploy/label-studio/NOTES.md`` has the details):
-
-* ``GET /api/current-user/whoami``: checks the address and the token;
-* ``GET /api/projects/{id}``, ``GET /api/projects`` (paged), ``POST /api/projects``;
-* ``POST /api/projects/{id}/import?return_task_ids=true``: a list of ``{"data": ...}``, the new
-  task ids in order;
-* ``GET /api/tasks?project=&page=&page_size=`` (``{"total", "tasks"}``; a page past the end is
-  a 404), ``GET /api/tasks/{id}`` (its data and annotations);
-* ``DELETE /api/annotations/{id}``, ``POST``/``GET``/``DELETE /api/webhooks``;
-* ``POST /api/dm/actions?id=delete_tasks&project=``: deletes tasks by id (they leave every
-  annotator's queue at once).
+The calls (what the server answers: ``deploy/label-studio/NOTES.md``): ``GET /api/current-user/whoami``; ``GET
+/api/projects/{id}``, ``GET /api/projects`` (paged), ``POST /api/projects``; ``POST
+/api/projects/{id}/import?return_task_ids=true``; ``GET /api/tasks?project=&page=&page_size=`` (a page past the end is a
+404), ``GET /api/tasks/{id}``; ``DELETE /api/annotations/{id}``; ``POST``/``GET``/``DELETE /api/webhooks``; ``POST
+/api/dm/actions?id=delete_tasks&project=`` (deletes tasks by id).
 """
 
 from __future__ import annotations
@@ -74,8 +66,8 @@ class LabelStudioClient:
         self.close()
 
     def _send(self, method: str, path: str, what: str, ok=(200, 201, 204), missing_ok: bool = False, **kw):
-        """The JSON answer of one call (retried on connection trouble and 5xx); with
-        ``missing_ok`` a 404 is None (a task or annotation that no longer exists)."""
+        """The JSON answer of one call (retried on connection trouble and 5xx); with ``missing_ok`` a 404 is None (a
+        task or annotation that no longer exists)."""
         def once():
             try:
                 resp = self._http.request(method, path, **kw)

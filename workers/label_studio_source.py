@@ -1,32 +1,14 @@
 """Human labels from people in Label Studio: :class:`LabelStudioSpec` and :class:`LabelStudioSource`.
 
-One source per candidate; every candidate of a job shares one Label Studio project, each
-task carrying an opaque key (``data.certsel``), never the candidate's name.
-
-**Only what the test still needs.** A policy asks for items; the source puts a task in front
-of the annotators only for items asked for and, for a policy that labels in the job's seeded
-order, the next items of that order, never more than ``queue`` unanswered tasks at once (and
-never beyond the candidate's budget). Answers are polled task by task. Until an item has
-``annotators_per_item`` valid answers its label is pending: the source raises
-:class:`~certsel.workers.contracts.LabelsPending` with the answered prefix of the request,
-which a policy in order consumes at once. Items reach the test in the order the policy asked
-for them, never in the order people answer, so a fast answer to an easy item cannot jump the
-queue (the order is what makes the test valid; see ``docs/annotators.md``).
-
-**Withdrawing.** Once the candidate is settled (:meth:`withdraw`), its tasks that nobody has
-touched (no annotation, skip or draft) are deleted: they leave every annotator's queue. Tasks
-someone has started stay; answers that arrive after the decision are recorded as unused and
-never reach the finished test.
-
-**Durable.** Every task imported and every annotation seen is committed to the candidate's
-journal (the label log, :class:`~certsel.workers.labellog.LabelLog`) before its loss can reach
-the policy, so a job stopped while it waits and started again (hours later) imports no task
-twice and counts no annotation twice. The project itself is the ground truth for what was
-imported: the job's preparation maps every task's key back to its candidate and item.
-
-**Refused answers.** Label Studio's server accepts any annotation. One certsel cannot map to a
-loss (:class:`~certsel.workers.annotations.Refusal`) is recorded with its reason and does not
-count: the item waits for a valid answer. Skips (``was_cancelled``) are recorded too.
+One source per candidate; a job's candidates share one project, each task carrying an opaque key (``data.certsel``),
+never the candidate's name. Behaviour: docs/annotators.md, 'How it asks only for what is needed'. Contracts: tasks are
+imported only for items asked for (and, for a policy in the job's order, the next ones), at most ``queue`` unanswered,
+never beyond the budget; an item is pending (:class:`~certsel.workers.contracts.LabelsPending`) until it has
+``annotators_per_item`` valid answers, and items reach the test in the order asked, never the order answered (the order
+is what makes the test valid); :meth:`LabelStudioSource.withdraw` deletes a settled candidate's untouched tasks, later
+answers are recorded as unused; every task and annotation is journaled before its loss reaches the policy, so a
+restarted job imports and counts nothing twice; an answer that maps to no loss
+(:class:`~certsel.workers.annotations.Refusal`) or a skip is recorded and does not count.
 """
 
 from __future__ import annotations
@@ -48,11 +30,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LabelStudioSpec:
-    """One candidate's Label Studio source as the workers receive it (the token is read from
-    ``token_env`` in the worker, never shipped). ``tasks``: the candidate's tasks already in
-    the project, item -> task id (a resumed job); ``payload[i]``: the task data of item i;
-    ``keys[i]``: its opaque key; ``judge``: recorded judge losses (or None); ``ordered``: the
-    policy labels in the job's seeded order (the queue may then run ahead of it)."""
+    """One candidate's Label Studio source as the workers receive it (the token is read from ``token_env`` in the
+    worker, never shipped). ``tasks``: item -> task id already in the project (a resumed job); ``payload[i]`` and
+    ``keys[i]``: item i's task data and opaque key; ``judge``: recorded judge losses (or None); ``ordered``: the policy
+    labels in the job's seeded order (the queue may run ahead of it)."""
 
     candidate: str
     url: str
@@ -79,8 +60,8 @@ class LabelStudioSpec:
 
 
 def started_before(annotation: dict, task_created: str | None, slack: float = 1.0) -> bool:
-    """Whether an annotation was begun (its submit time less the seconds the annotator
-    spent, ``lead_time``, which Label Studio's page records) before its task was created."""
+    """Whether an annotation was begun (its submit time less the seconds the annotator spent, ``lead_time``, which Label
+    Studio's page records) before its task was created."""
     if not task_created or not annotation.get("created_at") or not annotation.get("lead_time"):
         return False
     try:
@@ -94,10 +75,10 @@ def started_before(annotation: dict, task_created: str | None, slack: float = 1.
 class LabelStudioSource:
     """Labels of one candidate from annotators in Label Studio (see the module docstring).
 
-    Label Studio (on SQLite) reuses the id of a deleted task for the next one imported, and
-    with it the ids of annotations; so a task is known by its import record (``seq``, the
-    item and its key) and every read checks the task's key, and an annotation by (import
-    record, annotation id)."""
+    Label Studio (on SQLite) reuses a deleted task's id, and its annotations' ids, for the next import; so a task is
+    known by its import record (``seq``, item, key), every read checks the task's key, and an annotation is known by
+    (import record, annotation id).
+    """
 
     def __init__(self, spec: LabelStudioSpec, client: LabelStudioClient, order=None):
         self.spec, self.client = spec, client
@@ -219,10 +200,9 @@ class LabelStudioSource:
 
     # -- the queue -----------------------------------------------------------------------------
     def _top_up(self, items: list[int]) -> None:
-        """Import tasks for the items asked for and, for a test in order, the next ones, up to
-        ``queue`` tasks whose labels it has not taken (answered or not): imports never run more
-        than ``queue`` ahead of the labels used. A policy that chose its items needs its whole
-        batch: it is imported whole (and nothing ahead, since nobody knows its next draw)."""
+        """Import tasks for the items asked for and, for a test in order, the next ones, up to ``queue`` tasks whose
+        labels it has not taken: imports never run more than ``queue`` ahead of the labels used. A policy that chose its
+        items gets its whole batch imported (and nothing ahead: nobody knows its next draw)."""
         want = [i for i in dict.fromkeys(items) if i not in self.live and not self._complete(i)]
         if not self.spec.ordered:
             if want:
@@ -262,8 +242,8 @@ class LabelStudioSource:
                 if isinstance(t.get("data"), dict) and t["data"].get("certsel") in key_item}
 
     def _fetch(self, item: int) -> dict | None:
-        """The item's task as the project holds it now, or None when it is gone (an id the
-        project reuses for another task counts as gone: its key differs)."""
+        """The item's task as the project holds it now, or None when gone (a reused id with another key counts as gone).
+        """
         rec = self.imports[self.live[item]]
         task = self.client.task(rec["task"])
         if task is None or (task.get("data") or {}).get("certsel") != self.spec.keys[item]:
@@ -271,8 +251,7 @@ class LabelStudioSource:
         return task
 
     def _poll(self, items: list[int]) -> None:
-        """Record every new annotation of these items' tasks (a task deleted by hand in Label
-        Studio is imported again while its item is still needed)."""
+        """Record every new annotation of these items' tasks (a task deleted by hand is imported again while needed)."""
         for i in items:
             task = self._fetch(i)
             seq = self.live[i]
@@ -294,8 +273,7 @@ class LabelStudioSource:
         if a.get("was_cancelled"):
             rec.update(status="skipped")
         elif started_before(a, task_created):
-            # Label Studio on SQLite gives a deleted (withdrawn) task's id to the next task
-            # imported: an answer begun on the old task before this one existed is not about it
+            # Label Studio on SQLite reuses a deleted task's id: an answer begun before this task is not about it
             rec.update(status="refused", reason="begun before this task existed (on a withdrawn task with its id)")
         else:
             try:
@@ -308,8 +286,7 @@ class LabelStudioSource:
         self.journal.record(f"annotation/{seq}/{rec['id']}", rec)
         self._remember(rec)
         if rec["status"] == "refused" and not self.settled:
-            # recorded above; taken out of the project so that the task goes back to the queue
-            # (Label Studio counts it toward the task's annotators, and would ask nobody again)
+            # recorded above; taken out of the project, or Label Studio would count it and ask nobody again
             try:
                 self.client.delete_annotation(rec["id"])
             except LabelStudioError as err:
@@ -318,8 +295,8 @@ class LabelStudioSource:
 
     # -- settling --------------------------------------------------------------------------------
     def withdraw(self) -> QueueReport:
-        """The candidate is settled: record what has come in, delete the tasks nobody has
-        touched, and say what the queue did (safe to call again)."""
+        """The candidate is settled: record what has come in, delete the tasks nobody has touched, and say what the
+        queue did (safe to call again)."""
         try:
             if not self.settled:
                 self.journal.record("settled/", {})

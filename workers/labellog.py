@@ -1,29 +1,22 @@
-"""The durable label log of a job: every label is written to disk before a policy sees it.
+"""The durable label log of a job: every label is written to disk before a policy sees it (docs/reliability.md, 'The
+durable label log').
 
-One SQLite file per candidate (``JOB_DIR/labels/<sha256 of the name>.db``: one writer per
-file, the actor that hosts the candidate, and no candidate name ever becomes a path), in
-WAL mode with ``synchronous=FULL``: a label whose transaction committed survives a
-``kill -9`` of the actor, of the driver, or a power loss. A row is (seq, role, item, loss,
-requests, response): ``requests`` is what buying it cost at the model servers, ``response``
-identifies the answer it came from (the response-cache key for live sources). (role, item)
-is unique: a label cannot be recorded twice.
+One SQLite file per candidate (``JOB_DIR/labels/<sha256 of the name>.db``: one writer, the actor that hosts the
+candidate; names never become paths), in WAL mode with ``synchronous=FULL``: a committed label survives ``kill -9`` of
+the actor or the driver, or a power loss. A row is (seq, role, item, loss, requests, response): ``requests`` is what
+buying it cost at the model servers, ``response`` the answer it came from (the response-cache key for live sources);
+(role, item) is unique.
 
-:class:`LoggedSource` wraps a label source (:class:`~certsel.workers.replay.ReplaySource`
-or :class:`~certsel.workers.live.LiveSource`): a label already in the log is served from
-it, a new one is bought from the source and committed before it is returned. Its counters
-are the log's up to the last row the candidate has used: a candidate asks for its labels
-in a deterministic order, so the rows it has used are a prefix of the log, and a
-candidate rebuilt after a crash counts, at every step, exactly the labels an
-uninterrupted one had bought by then, once each (even while it replays steps whose labels
-were bought, before the crash, further than the driver's last checkpoint).
+:class:`LoggedSource` wraps a label source: a label in the log is served from it, a new one is bought and committed
+before it is returned. Its counters are the log's up to the last row the candidate has used: a candidate asks for labels
+in a deterministic order, so the rows it used are a prefix of the log, and a candidate rebuilt after a crash counts at
+every step exactly the labels an uninterrupted one had bought, once each (even while replaying steps bought beyond the
+driver's last checkpoint).
 
-Policy snapshots live in the same file (table ``snapshots``): every ``snapshot_every``
-steps the host writes the candidate's whole state (its policy's ``state_dict()`` and the
-label arrays it holds) with the batch history that led to it, and keeps the newest
-:data:`KEEP_SNAPSHOTS`. A rebuilt candidate starts from the newest snapshot whose history
-is a prefix of the driver's, and replays only the batches after it from the log. States
-are stored without pickle (:func:`pack`: JSON plus a NumPy ``.npz``), so reading a state
-directory never runs code from it.
+Policy snapshots (table ``snapshots``): every ``snapshot_every`` steps the host writes the candidate's whole state with
+the batch history that led to it, keeping the newest :data:`KEEP_SNAPSHOTS`. A rebuilt candidate starts from the newest
+snapshot whose history is a prefix of the driver's and replays only the later batches from the log. States are stored
+without pickle (:func:`pack`), so reading a state directory never runs code from it.
 """
 
 from __future__ import annotations
@@ -49,9 +42,9 @@ KEEP_SNAPSHOTS = 2  # the newest, and the one before it (a driver checkpoint may
 
 
 def pack(obj) -> bytes:
-    """A state (nested dicts with string keys, lists, tuples, numbers, strings, None and
-    NumPy arrays) as one ``.npz`` blob: the arrays as they are, the rest as exact JSON
-    (floats round-trip through ``repr``; Python ints of any size stay exact)."""
+    """A state (nested dicts with string keys, lists, tuples, numbers, strings, None and NumPy arrays) as one ``.npz``
+    blob: the arrays as they are, the rest as exact JSON (floats round-trip through ``repr``; Python ints of any size
+    stay exact)."""
     arrays: dict = {}
 
     def walk(x):
@@ -129,7 +122,7 @@ class LabelLog:
         elif row[0] != candidate:
             raise ValueError(f"{self.path} is the label log of {row[0]!r}, not {candidate!r}")
         self.candidate = candidate
-        # compact: one dict entry per label, and typed arrays by row (the log can be long)
+        # compact: one dict entry per label, typed arrays by row (the log can be long)
         got = self._db.execute(f"select role = 'human', item, requests, coalesce(response = '{STORED}', 0) from labels "
                                "order by seq").fetchall()
         ints = np.array(got, dtype=np.int64).reshape(-1, 4)
@@ -207,9 +200,8 @@ class LabelLog:
                          np.array([g[2] for g in got], dtype=np.float64))
 
     def write_snapshot(self, batches: list[int], state: dict) -> None:
-        """Store the state reached after the steps ``batches`` (labels consumed per step),
-        replacing any other of that length, and drop all but the newest
-        :data:`KEEP_SNAPSHOTS`; one fsync'd transaction."""
+        """Store the state reached after the steps ``batches`` (labels consumed per step), replacing any other of that
+        length, and drop all but the newest :data:`KEEP_SNAPSHOTS`; one fsync'd transaction."""
         blob = pack(state)
         with self._db:
             self._db.execute("begin immediate")
@@ -219,9 +211,8 @@ class LabelLog:
                              "(select steps from snapshots order by steps desc limit ?)", (KEEP_SNAPSHOTS,))
 
     def latest_snapshot(self, batches: list[int]):
-        """``(steps, state)`` of the newest snapshot whose history is a prefix of
-        ``batches``, or None: a snapshot from further along (a step the driver never
-        received) or from another history is not used."""
+        """``(steps, state)`` of the newest snapshot whose history is a prefix of ``batches``, or None: a snapshot from
+        further along (a step the driver never received) or from another history is not used."""
         want = [int(b) for b in batches]
         for steps, hist, blob in self._db.execute("select steps, batches, state from snapshots where steps <= ? "
                                                   "order by steps desc", (len(want),)).fetchall():
@@ -235,8 +226,8 @@ class LabelLog:
         return None
 
     def record(self, key: str, body: dict) -> None:
-        """A label source's own durable record (:class:`~certsel.workers.contracts.Journal`),
-        committed (fsync'd) before this returns."""
+        """A label source's own durable record (:class:`~certsel.workers.contracts.Journal`), committed (fsync'd) before
+        this returns."""
         with self._db:
             self._db.execute("begin immediate")
             self._db.execute("insert or replace into journal values (?, ?)", (str(key), json.dumps(body)))

@@ -1,24 +1,13 @@
-"""A live label source: a candidate model answers through an OpenAI-compatible server, its
-answers are scored against human references, and a judge model gives synthetic labels.
+"""A live label source: a candidate model answers through an OpenAI-compatible server, its answers are scored against
+human references, and a judge model gives synthetic labels.
 
-It has the interface of :class:`certsel.workers.replay.ReplaySource` (``human(items)``,
-``judge(items)``, counters), so the candidates and the driver use it unchanged.
-
-* **Human loss**: ``loss(candidate answer, references)`` with one of
-  :data:`certsel.workers.losses.LOSSES`.
-* **Judge loss**, two settings:
-  ``judge_mode="answer"`` — the judge answers the question itself and its answer is the
-  synthetic reference (R-AutoEval+'s setting): ``loss(candidate answer, [judge answer])``;
-  ``judge_mode="grade"`` — the judge grades the candidate's answer on a rubric and the loss
-  is ``1 - score`` (:func:`certsel.workers.losses.parse_score`);
-  ``judge_mode="pairwise"`` — with a reference model, the judge sees the question and the
-  two answers (in both orders, or one seeded order) and the loss is the probability that the
-  candidate's answer loses (hard A/B verdicts, or soft from the letters' token
-  probabilities); the human loss is then whether it loses against the human references
-  (1, a tie 1/2, 0: :func:`certsel.workers.losses.preference_loss`). An unparsable verdict is
-  asked again with a different sampling seed (a different request, so the cache does not
-  replay the bad verdict), then fails the request with :class:`SourceError`; it is never
-  counted as a loss of 0 or 1.
+It has the interface of :class:`certsel.workers.replay.ReplaySource`. Human loss: ``loss(candidate answer, references)``
+(:data:`certsel.workers.losses.LOSSES`). Judge loss, by ``judge_mode``: ``"answer"``, the judge's own answer is the
+synthetic reference (R-AutoEval+'s setting); ``"grade"``, ``1 - score`` of a rubric grade
+(:func:`certsel.workers.losses.parse_score`); ``"pairwise"`` (with a reference model), the probability that the
+candidate's answer loses to the reference's, whose human loss is then :func:`certsel.workers.losses.preference_loss`. An
+unparsable verdict is asked again with another sampling seed (a new request, so the cache does not replay it), then
+fails with :class:`SourceError`; it never counts as a loss of 0 or 1. Details: docs/live.md, 'What a label is'.
 """
 
 from __future__ import annotations
@@ -88,8 +77,7 @@ class LiveSource:
         if judge_order not in ("both", "random"):
             raise ValueError(f"judge_order must be 'both' or 'random', got {judge_order!r}")
         self.judge_order = judge_order
-        # losses against the reference are "does it lose to the reference" (a pairwise job),
-        # whether or not this source's policy asks the judge
+        # a pairwise job's losses against the reference are "does it lose", whether or not its policy asks the judge
         self.preference = judge_mode == "pairwise" if preference is None else preference
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {loss!r}")
@@ -149,15 +137,13 @@ class LiveSource:
         return self._generate(self.target, self.template, self.sampling, self._answers, items)
 
     def reference_answers(self, items) -> list[str]:
-        """The reference model's answers (``live.reference``; cached and shared by the job's
-        candidates through the response cache)."""
+        """The reference model's answers (``live.reference``; shared through the response cache)."""
         return self._generate(self.reference, self.reference_template, self.reference_sampling,
                               self._reference_answers, items)
 
     def human(self, items) -> np.ndarray:
-        """Human losses: the candidate's answers against the human references; with a
-        reference model, the candidate's drop against the reference's answer on the item,
-        max(loss(candidate) - loss(reference), 0) (:func:`~certsel.workers.losses.relative_loss`)."""
+        """Human losses: the candidate's answers against the human references; with a reference model, against the
+        reference's answer on the item (:meth:`_against_reference`)."""
         idx = [int(i) for i in items]
         refs = [list(self.items[i].references) for i in idx]
         out = np.array([answer_loss(self.loss, a, r) for a, r in zip(self.answers(idx), refs, strict=True)],
@@ -169,10 +155,10 @@ class LiveSource:
         return out
 
     def _against_reference(self, candidate, reference) -> np.ndarray:
-        """The candidate's loss against the reference model's on the same items: the drop
-        max(loss - loss_ref, 0); with a pairwise judge, whether it loses to the reference
-        (1, a tie 1/2, 0: :func:`~certsel.workers.losses.preference_loss`); in a recovery job
-        (r s_ref - s + 1)/(1 + r) with score = 1 - loss."""
+        """The candidate's loss against the reference model's on the same items: the drop max(loss - loss_ref, 0)
+        (:func:`~certsel.workers.losses.relative_loss`); with a pairwise judge, whether it loses
+        (:func:`~certsel.workers.losses.preference_loss`); in a recovery job (r s_ref - s + 1)/(1 + r) with score = 1 -
+        loss."""
         if self.preference:
             return preference_loss(candidate, reference)
         if self.recovery is None:
@@ -187,7 +173,7 @@ class LiveSource:
         done.update(idx)
 
     def judge(self, items) -> np.ndarray:
-        """Judge losses (see the module docstring for the two settings)."""
+        """Judge losses (the settings: module docstring)."""
         if self.judge_client is None:
             raise ValueError("this source has no judge")
         idx = [int(i) for i in items]
@@ -211,9 +197,8 @@ class LiveSource:
         return out
 
     def _choices(self) -> list[str] | None:
-        """The verdicts the judge may give, for structured outputs: A/B for a pairwise judge,
-        yes/no for a soft one, "Score: v" for every integer v of an integer scale (at most 101
-        of them), else None."""
+        """The verdicts allowed by structured outputs: A/B (pairwise), yes/no (soft), "Score: v" per integer of an
+        integer scale (at most 101), else None."""
         if not self._constrain:
             return None
         if self.judge_mode == "pairwise":
@@ -226,9 +211,8 @@ class LiveSource:
         return None
 
     def _ask_judge(self, prompts, params):
-        """The judge's replies, constrained to :meth:`_choices` when the server takes
-        structured outputs; a server that refuses them (HTTP 400/422) is asked without, and
-        its verdicts are parsed from then on."""
+        """The judge's replies, constrained to :meth:`_choices` until a server refuses structured outputs
+        (HTTP 400/422): then parsed."""
         ask = self.judge_client.chat_logprobs if self.judge_soft else self.judge_client.chat
         choices = self._choices()
         if choices is None:
@@ -255,17 +239,16 @@ class LiveSource:
         return self._verdicts(asks, [self._verdict_loss] * len(asks))
 
     def candidate_first(self, item: int) -> list[bool]:
-        """The orders a pairwise judge sees the two answers in for ``item``: both (the
-        candidate first, then the reference first; a judge's position bias cancels in the
-        mean), or one chosen by the item's id (``random``: seeded, the same in every run)."""
+        """The orders a pairwise judge sees the two answers in for ``item``: both (a judge's position bias cancels in
+        the mean), or one chosen by the item's id (``random``: the same in every run)."""
         if self.judge_order == "both":
             return [True, False]
         digest = hashlib.sha256(self.items[item].id.encode()).digest()
         return [bool(digest[0] & 1)]
 
     def _preferences(self, idx, answers, reference) -> list[float]:
-        """P(the candidate's answer loses to the reference's) per item: the mean over the
-        orders it is asked in (:meth:`candidate_first`)."""
+        """P(the candidate's answer loses to the reference's) per item, the mean over :meth:`candidate_first`'s orders.
+        """
         asks, parsers, owner = [], [], []
         for k, i in enumerate(idx):
             for first in self.candidate_first(i):
@@ -279,9 +262,8 @@ class LiveSource:
         return (losses / counts).tolist()
 
     def _verdicts(self, asks, parsers) -> list[float]:
-        """The judge's verdicts on ``asks`` ((item, template fields) pairs), each parsed by its
-        parser; an unparsable one is asked again with another sampling seed (a new request)
-        up to ``verdict_attempts`` times, then :class:`SourceError`."""
+        """The judge's parsed verdicts on ``asks`` ((item, template fields) pairs); an unparsable one is asked again
+        with another sampling seed up to ``verdict_attempts`` times, then :class:`SourceError`."""
         losses: dict[int, float] = {}
         pending = list(range(len(asks)))
         for attempt in range(self.verdict_attempts):
@@ -310,8 +292,8 @@ _ENDPOINT_KEYS = ("base_url", "model", "api_key_env", "timeout", "max_retries", 
 
 
 def client(ep: dict, cache: ResponseCache, fleet: str | None, who: str) -> OpenAIClient:
-    """An :class:`OpenAIClient` for an endpoint dict; one that names a server of the job's
-    fleet (``server``) asks the fleet for its URL on a cache miss, on behalf of ``who``."""
+    """An :class:`OpenAIClient` for an endpoint dict; one naming a fleet ``server`` asks the fleet for its URL on a
+    cache miss."""
     endpoint = Endpoint(**{k: ep.get(k) for k in _ENDPOINT_KEYS if k in ep})
     handle = None
     if endpoint.server is not None:
@@ -325,10 +307,8 @@ def client(ep: dict, cache: ResponseCache, fleet: str | None, who: str) -> OpenA
 
 @dataclass(frozen=True)
 class LiveSpec:
-    """A model behind an OpenAI-compatible server, scored against references (and a judge):
-    the ``candidate`` and ``judge`` endpoint dicts, the ``loss``, ``cache_dir`` (one SQLite
-    response cache, shared by the job's actors) and the ``reference`` model of relative
-    losses (``live.reference``)."""
+    """A model behind an OpenAI-compatible server, scored against references (and a judge): ``cache_dir`` is one SQLite
+    response cache shared by the job's actors; ``reference`` the model of relative losses (``live.reference``)."""
 
     candidate: dict
     judge: dict | None
@@ -341,9 +321,8 @@ class LiveSpec:
     kind = "live"
 
     def servers(self, prefetched=frozenset()) -> set[str]:
-        """The fleet's servers this candidate's labels ask (its target, the judge, the
-        reference), leaving out shared ones whose answers were all generated before the
-        rounds (``prefetched``); its own server is always in."""
+        """The fleet's servers this candidate's labels ask (its target, the judge, the reference), leaving out shared
+        ones whose answers were all generated before the rounds (``prefetched``); its own server is always in."""
         own = {self.candidate.get("server")}
         shared = {ep.get("server") for ep in (self.judge, self.reference) if ep is not None} - set(prefetched)
         return (own | shared) - {None}
@@ -375,12 +354,10 @@ def live_source(spec: LiveSpec, items) -> LiveSource:
 
 def prefetch_answers(spec: dict, template: str, items, indices, cache_dir, fleet: str | None = None,
                      who: str = "job:reference") -> tuple[int, int]:
-    """Generate one model's answers to ``template`` on ``indices`` once, in the driver,
-    before the candidates start: the reference model's (``live.reference``) or an
-    answer-mode judge's (it answers the question itself, whatever the candidate said). The
-    candidates' sources then read them from the shared response cache (the same requests,
-    so the same keys) instead of asking for the same answers at the same time, and a
-    server of the job's own is not kept up for them. Returns (sent, cached)."""
+    """Generate one model's answers to ``template`` on ``indices`` once, in the driver, before the candidates start: the
+    reference model's or an answer-mode judge's (independent of the candidate's answer). The candidates then read them
+    from the shared response cache (same requests, same keys) instead of asking at the same time, and no job server is
+    kept up for them. Returns (sent, cached)."""
     model = client(spec, ResponseCache(pathlib.Path(cache_dir) / "responses.db"), fleet, who)
     prompts = [[{"role": "user", "content": template.format(question=items[int(i)].question)}] for i in indices]
     model.chat(prompts, **{"temperature": 0.0, **(spec.get("sampling") or {})})
@@ -393,9 +370,9 @@ def prefetch_reference(spec: dict, items, indices, cache_dir, fleet: str | None 
 
 
 def embed_items(cfg: dict, items, cache_dir, fleet: str | None = None) -> np.ndarray:
-    """Item features for Cer-Eval's partition: ``/v1/embeddings`` of ``cfg["template"]``
-    filled with each item's question, as an ``(n_items, d)`` array (cached like any answer).
-    Vectors of different lengths, or with NaN/inf, are an error, not silently repaired."""
+    """Item features for Cer-Eval's partition: ``/v1/embeddings`` of ``cfg["template"]`` filled with each item's
+    question, as an ``(n_items, d)`` array (cached like any answer). Vectors of different lengths, or with NaN/inf, are
+    an error, not silently repaired."""
     embedder = client(cfg, ResponseCache(pathlib.Path(cache_dir) / "responses.db"), fleet, "job:features")
     vectors = embedder.embed([cfg["template"].format(question=it.question) for it in items])
     where = cfg.get("base_url") or f"server {cfg.get('server')}"

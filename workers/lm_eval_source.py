@@ -1,17 +1,13 @@
 """A live label source that runs lm-evaluation-harness tasks: ``labels: {kind: lm-eval, ...}``.
 
-lm-eval defines a task's documents, prompt (few-shot examples, chat template), request type
-(``generate_until``, ``loglikelihood`` for multiple choice), filters and metrics. This source
-uses all of that as it is: when a candidate's policy asks for items, it runs exactly those
-documents (``evaluate(..., samples={task: [doc ids]})``) through the candidate's lm-eval model
-(any registered model, e.g. ``local-chat-completions`` or ``local-completions`` against a vLLM
-server) and turns each document's metric into a loss: 1 - metric when higher is better, the
-metric itself when lower is better. Only documents not asked for before are sent; lm-eval's own
-response cache (``CachingLM``, a SQLite file per candidate in ``cache_dir``) answers repeats
-across runs, and certsel's label log keeps every label for resume and audit.
+lm-eval's task definition (documents, prompt, request type, filters, metrics) is used as it is: for the items a policy
+asks for, exactly those documents (``evaluate(..., samples={task: [doc ids]})``) run through the candidate's lm-eval
+model (e.g. ``local-completions`` against a vLLM server), and each document's metric becomes a loss: 1 - metric when
+higher is better, else the metric. Only new documents are sent; lm-eval's ``CachingLM`` (a SQLite file per candidate in
+``cache_dir``) answers repeats across runs, and the label log keeps every label.
 
-Only metrics known to lie in [0, 1] per document are accepted (:data:`BOUNDED_METRICS`):
-a loss outside [0, 1] would void the certificate.
+Only metrics known to lie in [0, 1] per document are accepted (:data:`BOUNDED_METRICS`): a loss outside [0, 1] would
+void the certificate.
 """
 
 from __future__ import annotations
@@ -40,10 +36,10 @@ def _quiet() -> None:
 def load_task(task: str, include_path: str | None):
     """lm-eval's task object (from its registry, or a task config under ``include_path``).
 
-    A task under ``include_path`` is looked up there alone first: indexing lm-eval's whole
-    registry takes about 10 s, paid by the driver and by every candidate's worker. Only a task
-    not found there, or one whose config needs the registry (an ``include:`` of a built-in
-    template), goes through the full index, which also gives the errors."""
+    A task under ``include_path`` is looked up there alone first: indexing lm-eval's whole registry takes about 10 s, in
+    the driver and every worker. Only a task not found there, or one whose config needs the registry (an ``include:`` of
+    a built-in template), goes through the full index, which also gives the errors.
+    """
     _quiet()
     from lm_eval.tasks import TaskManager
 
@@ -80,8 +76,8 @@ def _one_task(loaded: dict, task: str):
 
 
 def task_metric(obj, metric: str | None) -> tuple[str, bool]:
-    """The metric (the task's only one when not given) and whether higher is better; one-line
-    errors for a metric the task does not compute, without a direction, or not in [0, 1]."""
+    """The metric (the task's only one when not given) and whether higher is better; one-line errors for a metric the
+    task does not compute, without a direction, or not in [0, 1]."""
     directions = dict(obj.higher_is_better() or {})
     if metric is None:
         if len(directions) != 1:

@@ -1,13 +1,9 @@
 """Losses of a generated answer against references, and judge verdicts parsed into scores.
 
-Every loss is in [0, 1] (0 = correct), so it plugs into the policies unchanged. Answers are
-compared after :func:`normalize` (Unicode NFKC, lower case, punctuation and English
-articles removed, whitespace collapsed; the usual open-QA normalisation) except by
-:func:`exact_match_loss`. With several references the best match counts.
-
-Judge verdicts (:func:`parse_score`, :func:`parse_binary`) are parsed strictly: a verdict
-that does not state one unambiguous score raises :class:`UnparsableVerdict` — the caller
-retries or counts a failed request, never a loss of 0 or 1 by default.
+Every loss is in [0, 1] (0 = correct). Answers are compared after :func:`normalize` (the usual open-QA normalisation)
+except by :func:`exact_match_loss`; with several references the best match counts. Judge verdicts are parsed strictly:
+one that does not state one unambiguous score raises :class:`UnparsableVerdict` (the caller retries or counts a failed
+request, never a loss of 0 or 1).
 """
 
 from __future__ import annotations
@@ -56,8 +52,8 @@ def normalized_exact_match_loss(prediction: str, references) -> float:
 
 
 def contains_answer_loss(prediction: str, references) -> float:
-    """0 if a normalised reference occurs in the normalised prediction as whole words
-    ("4" is not found in "14"), else 1. An empty normalised reference never matches."""
+    """0 if a normalised reference occurs in the normalised prediction as whole words ("4" is not found in "14"), else
+    1. An empty normalised reference never matches."""
     words = normalize(prediction).split()
     for r in _refs(references):
         ref = normalize(r).split()
@@ -67,8 +63,8 @@ def contains_answer_loss(prediction: str, references) -> float:
 
 
 def token_f1_loss(prediction: str, references) -> float:
-    """1 - max over references of the token-level F1 of the normalised strings (SQuAD's F1);
-    two empty strings match (F1 = 1)."""
+    """1 - max over references of the token-level F1 of the normalised strings (SQuAD's F1); two empty strings match
+    (F1 = 1)."""
     p = normalize(prediction).split()
     best = 0.0
     for r in _refs(references):
@@ -83,15 +79,15 @@ def token_f1_loss(prediction: str, references) -> float:
 
 
 def last_number(text: str) -> float | None:
-    """The last number written in ``text`` (thousands separators and exponents allowed).
-    The last, because models often restate the question first ("12+30 = 42")."""
+    """The last number written in ``text`` (thousands separators and exponents allowed). The last, because models often
+    restate the question first ("12+30 = 42")."""
     found = re.findall(_NUMBER, text)
     return None if not found else float(found[-1].replace(",", ""))
 
 
 def numeric_match_loss(prediction: str, references, *, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> float:
-    """0 if the last number in the prediction equals a reference's number within tolerance.
-    References must contain a number (a reference without one is a data error)."""
+    """0 if the last number in the prediction equals a reference's within tolerance; a reference without a number is a
+    data error."""
     x = last_number(prediction)
     ok = False
     for r in _refs(references):
@@ -141,14 +137,10 @@ _SCORE_PATTERNS = (
 
 
 def parse_score(text: str, scale=(0.0, 10.0)) -> float:
-    """A judge's rubric score mapped to [0, 1]: ``(x - lo) / (hi - lo)``.
-
-    Accepted, in order: ``[[x]]``; ``Score: x`` (also rating/grade/verdict, optionally
-    ``x/y`` or ``x out of y``); ``x/y`` or ``x out of y`` anywhere; a reply that is only a
-    number. With an explicit denominator y the scale is (0, y). Every match of the first
-    pattern that applies must agree, and the value must lie in the scale; otherwise
-    :class:`UnparsableVerdict`.
-    """
+    """A judge's rubric score mapped to [0, 1]: ``(x - lo) / (hi - lo)``. Accepted, in order: ``[[x]]``; ``Score: x``
+    (also rating/grade/verdict, optionally ``x/y`` or ``x out of y``); ``x/y`` or ``x out of y`` anywhere; a reply that
+    is only a number. A denominator y makes the scale (0, y). Every match of the first pattern that applies must agree
+    and lie in the scale; otherwise :class:`UnparsableVerdict`."""
     lo, hi = (float(v) for v in scale)
     if not hi > lo:
         raise ValueError(f"scale must be (lo, hi) with lo < hi, got {scale!r}")
@@ -189,8 +181,8 @@ _NO = {"no", "incorrect", "wrong", "false", "fail"}
 
 
 def parse_binary(text: str) -> float:
-    """1.0 for a verdict that says yes/correct/true/pass, 0.0 for no/incorrect/false/fail
-    (whole words, after normalisation); both or neither is :class:`UnparsableVerdict`."""
+    """1.0 for a verdict that says yes/correct/true/pass, 0.0 for no/incorrect/false/fail (whole words, after
+    normalisation); both or neither is :class:`UnparsableVerdict`."""
     if not isinstance(text, str):
         raise UnparsableVerdict("verdict is not text")
     words = set(normalize(text).split())
@@ -202,20 +194,17 @@ def parse_binary(text: str) -> float:
 
 
 def relative_loss(candidate, reference) -> np.ndarray:
-    """A candidate's drop against a reference model on the same items:
-    max(score(reference) - score(candidate), 0) with score = 1 - loss, i.e.
-    max(loss(candidate) - loss(reference), 0), in [0, 1] for losses in [0, 1]. A candidate
-    that does better than the reference on an item loses nothing there (the quantization
-    loss of R-AutoEval+'s experiments: the drop against the full-precision model)."""
+    """A candidate's drop against a reference model on the same items: max(loss(candidate) - loss(reference), 0), in
+    [0, 1]; an item where the candidate does better costs nothing (the quantization loss of R-AutoEval+'s experiments:
+    the drop against the full-precision model)."""
     return np.maximum(np.asarray(candidate, dtype=np.float64) - np.asarray(reference, dtype=np.float64), 0.0)
 
 
 def preference_loss(candidate, reference) -> np.ndarray:
-    """Whether the candidate's answer loses to the reference's on the same item, from their
-    losses against the human references: (1 + loss(candidate) - loss(reference)) / 2, which
-    for 0/1 losses is 1 (it loses), 1/2 (a tie: both right or both wrong) or 0 (it wins).
-    Its mean is the candidate's loss rate against the reference with ties counted as half,
-    the quantity a pairwise judge estimates (1 - the win rate, as AlpacaEval counts it)."""
+    """Whether the candidate's answer loses to the reference's on the same item, from their losses against the human
+    references: (1 + loss(candidate) - loss(reference)) / 2, for 0/1 losses 1 (loses), 1/2 (tie) or 0 (wins). Its mean
+    is the loss rate against the reference with ties as half, what a pairwise judge estimates (1 - the win rate, as
+    AlpacaEval counts it)."""
     return (1.0 + np.asarray(candidate, dtype=np.float64) - np.asarray(reference, dtype=np.float64)) / 2.0
 
 
@@ -223,14 +212,10 @@ _PAIR = re.compile(r"\[\[\s*([ABC])\s*\]\]")
 
 
 def pairwise_verdict(reply, candidate_first: bool, soft: bool) -> float:
-    """The probability that the candidate's answer loses, from a pairwise judge's verdict on
-    (answer A, answer B), the candidate being A when ``candidate_first``.
-
-    Soft (a reply with ``top`` log-probabilities of its first token): P(other) / (P(A) +
-    P(B)), every spelling of each letter summed (" A", "a", ...); without either letter
-    among them, the text decides. Hard: the reply is ``A`` or ``B`` (a constrained choice),
-    or contains ``[[A]]``, ``[[B]]`` or ``[[C]]`` (a tie: 1/2). Anything else is
-    :class:`UnparsableVerdict`."""
+    """The probability that the candidate's answer loses, from a pairwise judge's verdict on (A, B), the candidate being
+    A when ``candidate_first``. Soft (``top`` log-probabilities of the first token): P(other) / (P(A) + P(B)), every
+    spelling of each letter summed; without either letter, the text decides. Hard: ``A`` or ``B``, or ``[[A]]``,
+    ``[[B]]``, ``[[C]]`` (a tie: 1/2). Anything else is :class:`UnparsableVerdict`."""
     other = "b" if candidate_first else "a"
     if soft:
         p = {"a": 0.0, "b": 0.0}
@@ -254,10 +239,9 @@ def pairwise_verdict(reply, candidate_first: bool, soft: bool) -> float:
 
 
 def soft_verdict(reply: dict) -> float | None:
-    """The loss of a yes/no verdict from its token probabilities: P(no) / (P(yes) + P(no)),
-    summing the first token's top log-probabilities over the spellings of each word ("yes",
-    " Yes", ...). Without either word among them, the verdict's text decides (yes: 0, no: 1);
-    None when that is not a yes or a no either (the caller asks again)."""
+    """The loss of a yes/no verdict from its token probabilities: P(no) / (P(yes) + P(no)), summing the first token's
+    top log-probabilities over the spellings of each word ("yes", " Yes", ...). Without either word among them, the
+    verdict's text decides (yes: 0, no: 1); None when that is not a yes or a no either (the caller asks again)."""
     p_yes = p_no = 0.0
     for token, logprob in reply.get("top", {}).items():
         word = token.strip().lower()

@@ -1,19 +1,16 @@
-"""Client for OpenAI-compatible servers (vLLM's ``/v1/chat/completions``, ``/v1/completions``,
-``/v1/embeddings``): many requests in flight, retries, and a durable response cache.
+"""Client for OpenAI-compatible servers (vLLM's ``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``): many
+requests in flight, retries, and a durable response cache.
 
-* Concurrency: up to ``Endpoint.concurrency`` requests in flight (an asyncio semaphore over
-  one ``httpx.AsyncClient``); vLLM batches what is in flight, so this is what makes a
-  server efficient.
-* Retries: connection errors, timeouts, HTTP 429/5xx and malformed bodies (not JSON, or
-  without the expected fields) are retried with exponential backoff up to
-  ``max_retries`` times, then :class:`SourceError` says what failed, where and how often.
-  Other 4xx answers fail at once (retrying a bad request cannot help).
-* Cache: every successful answer is stored in a SQLite file keyed by the SHA-256 of (kind,
-  server URL or ``cache_key``, served model, payload with sampling parameters); a rerun or a restarted actor reads it
-  back instead of paying for the generation again. Identical requests in one batch are
-  sent once. ``stats`` counts what was actually sent, so no label is counted twice.
-* Secrets: the API key is read from the environment variable named by
-  ``Endpoint.api_key_env`` and never appears in errors, logs or ``repr``.
+* Concurrency: up to ``Endpoint.concurrency`` requests in flight on one ``httpx.AsyncClient`` (vLLM batches what is in
+  flight).
+* Retries: connection errors, timeouts, the HTTP statuses of ``_RETRY_STATUS`` (408, 409, 425, 429, 5xx) and malformed
+  bodies are retried with exponential backoff up to ``max_retries`` times, then :class:`SourceError` says what failed,
+  where and how often; other 4xx answers fail at once.
+* Cache: every successful answer is stored in SQLite keyed by the SHA-256 of (kind, server URL or ``cache_key``, served
+  model, payload with sampling parameters); a rerun or restarted actor reads it back instead of paying again. Identical
+  requests in one batch are sent once, and ``stats`` counts what was actually sent, so no label is counted twice.
+* Secrets: the API key is read from the environment variable ``Endpoint.api_key_env`` and never appears in errors, logs
+  or ``repr``.
 """
 
 from __future__ import annotations
@@ -31,16 +28,16 @@ from dataclasses import dataclass, field
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from .contracts import SourceError  # noqa: F401  (its home before it moved beside the source contract)
+from .contracts import SourceError  # noqa: F401  (re-exported)
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One served model. ``base_url`` ends before ``/v1`` (e.g. ``http://host:8000``); or
-    ``server``, a server of the job's fleet whose URL the client asks for on its first
-    cache miss (:class:`~certsel.workers.server_fleet.ServerHandle`; ``cache_key`` then names it)."""
+    """One served model. ``base_url`` ends before ``/v1`` (e.g. ``http://host:8000``); or ``server``, a server of the
+    job's fleet whose URL the client asks for on its first cache miss
+    (:class:`~certsel.workers.server_fleet.ServerHandle`; ``cache_key`` then names it)."""
 
     base_url: str | None
     model: str
@@ -49,8 +46,7 @@ class Endpoint:
     max_retries: int = 4
     backoff: float = 0.5  # seconds before the first retry; doubles, capped at 8 s
     concurrency: int = 16
-    # what names the server in the response cache (default: base_url); a server certsel
-    # starts itself gets a new port every run, so it is named by what it serves instead
+    # names the server in the response cache (default: base_url); a server certsel starts gets a new port every run
     cache_key: str | None = None
     server: str | None = None
 
@@ -77,9 +73,8 @@ class Endpoint:
 
 
 def check_served(ep: Endpoint, seconds: float = 4.0) -> str | None:
-    """Whether the server at ``ep.base_url`` answers and serves ``ep.model``, asked once
-    (``GET /v1/models``, no retries) before a job spends anything: None when it does (or when it
-    has no model list to ask), else what is wrong, in words."""
+    """Whether the server at ``ep.base_url`` serves ``ep.model``, asked once (``GET /v1/models``, no retries) before a
+    job spends anything: None when it does (or has no model list), else what is wrong."""
     url = ep.base_url.rstrip("/") + "/v1/models"
     try:
         got = httpx.get(url, headers=ep.headers(), timeout=seconds)
@@ -163,8 +158,7 @@ def _text(value) -> str:
 
 
 def _extract(kind: str, body) -> object:
-    """The useful part of an answer; ValueError/KeyError/IndexError/TypeError when the body
-    is malformed (missing fields, an answer that is not text, vectors that are not numbers)."""
+    """The useful part of an answer; ValueError/KeyError/IndexError/TypeError for a malformed body."""
     if kind == "chat":
         return _text(body["choices"][0]["message"]["content"])
     if kind == "chat_logprobs":  # the answer and the top log-probabilities of its first token
@@ -186,11 +180,10 @@ def _extract(kind: str, body) -> object:
 class _GroupCommit:
     """Answers go to the cache in groups: a commit (an fsync) per group, not per answer.
 
-    A writer task commits what arrived every ``every`` seconds in a worker thread, so the
-    event loop keeps sending meanwhile; :meth:`close` commits the rest. The batch of
-    requests returns only after :meth:`close`, so no policy ever sees an answer that is not
-    durable, and a crash loses at most the answers of the last few milliseconds, which a
-    rerun asks again (requests are idempotent)."""
+    A writer task commits what arrived every ``every`` seconds in a worker thread while the event loop keeps sending. A
+    batch returns only after :meth:`close` (which commits the rest), so no policy sees an answer that is not durable; a
+    crash loses at most the last few milliseconds' answers, which a rerun asks again (requests are idempotent).
+    """
 
     def __init__(self, cache: ResponseCache | None, every: float = 0.005):
         self.cache, self.every = cache, every
@@ -234,8 +227,7 @@ class OpenAIClient:
         self.endpoint = endpoint
         self.cache = cache
         self.stats = Stats()
-        # a server of the job's fleet (ServerHandle): its URL is asked for on a cache miss, and
-        # the time each batch was in flight is reported to it (GPU time)
+        # a server of the job's fleet (ServerHandle): asked for its URL on a cache miss, told each batch's GPU time
         self.server = server
         if (endpoint.server is None) != (server is None):
             raise ValueError("an endpoint that names a server needs its handle, and only then")
@@ -244,8 +236,8 @@ class OpenAIClient:
         return f"OpenAIClient({self.endpoint.base_url or self.endpoint.server!r}, model={self.endpoint.model!r})"
 
     async def _post(self, client: httpx.AsyncClient, base: str, kind: str, payload: dict):
-        """One request with up to ``max_retries`` retries (exponential backoff, at most 8 s) on
-        timeouts, connection failures, 408/429/5xx, oversized or malformed bodies."""
+        """One request, retried up to ``max_retries`` times (exponential backoff, at most 8 s) on failures
+        :meth:`_attempt` marks."""
         ep = self.endpoint
         url = base.rstrip("/") + _PATHS[kind]
         retrying = AsyncRetrying(stop=stop_after_attempt(ep.max_retries + 1),
@@ -263,8 +255,8 @@ class OpenAIClient:
         self.stats.retries += 1
 
     async def _attempt(self, client: httpx.AsyncClient, url: str, kind: str, payload: dict):
-        """One POST: the value, :class:`_Retry` for a failure worth retrying, or
-        :class:`SourceError` for an answer no retry can change (a 4xx other than 408/429)."""
+        """One POST: the value, :class:`_Retry` (a failure worth retrying), or :class:`SourceError` (a 4xx outside
+        ``_RETRY_STATUS``)."""
         try:
             status, text, raw = await self._send(client, url, payload)
         except httpx.TimeoutException:
@@ -288,8 +280,7 @@ class OpenAIClient:
         return _Retry(reason)
 
     async def _send(self, client: httpx.AsyncClient, url: str, payload: dict):
-        """POST; returns (status, short text for errors, body bytes or None when the body
-        exceeds :data:`MAX_BODY`)."""
+        """POST; returns (status, short text for errors, body bytes or None when the body exceeds :data:`MAX_BODY`)."""
         ep = self.endpoint
         async with client.stream("POST", url, json=payload, headers=ep.headers(), timeout=ep.timeout) as resp:
             chunks, size = [], 0
@@ -354,8 +345,8 @@ class OpenAIClient:
         return self._call("chat", [{"messages": c, **params} for c in conversations])
 
     def chat_logprobs(self, conversations: list[list[dict]], top: int = 20, **params) -> list[dict]:
-        """Chat completions with the ``top`` log-probabilities of the first generated token:
-        ``{"text": answer, "top": {token: logprob}}`` per conversation."""
+        """Chat completions with the ``top`` log-probabilities of the first generated token: ``{"text": answer, "top":
+        {token: logprob}}`` per conversation."""
         return self._call("chat_logprobs", [{"messages": c, "logprobs": True, "top_logprobs": top, **params}
                                             for c in conversations])
 

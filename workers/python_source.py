@@ -9,12 +9,11 @@ tool, a grader service, a cached evaluation run). The job file names the functio
       candidates: [model-a, model-b]
       judge: true                   # the function also answers role "judge"
 
-and certsel calls ``losses(candidate, items, role)`` with a candidate id, an integer array
-of item indices and ``"human"`` or ``"judge"``; it returns one loss in [0, 1] per item. It
-gets the same log, cache and failure semantics as the other sources: every label is logged
-before a policy uses it and never asked for twice; an exception is retried ``retries``
-times, then ends only that candidate ("source failed"); a reply of the wrong length or with
-values outside [0, 1] is a source failure naming the function, never silently clipped.
+and certsel calls ``losses(candidate, items, role)`` with a candidate id, an integer array of item indices and
+``"human"`` or ``"judge"``; it returns one loss in [0, 1] per item. It gets the same log, cache and failure semantics as
+the other sources: every label is logged before a policy uses it and never asked for twice; an exception is retried
+``retries`` times, then ends only that candidate ("source failed"); a reply of the wrong length or with values outside
+[0, 1] is a source failure naming the function, never silently clipped.
 """
 
 from __future__ import annotations
@@ -124,8 +123,8 @@ class PythonSource:
 
 @dataclass(frozen=True)
 class PythonSpec:
-    """A user function ``module:function`` called as ``f(candidate, items, role)`` (a
-    callable also works in-process)."""
+    """A user function ``module:function`` called as ``f(candidate, items, role)`` (a callable also works in-process).
+    """
 
     function: str | Callable
     candidate: str

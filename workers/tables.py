@@ -1,11 +1,9 @@
 """Reading users' tables: Parquet, CSV/TSV, JSON Lines, or a table already in memory.
 
-Every table certsel reads (loss tables, item features, items files) goes through
-:func:`read_table`, so that the formats and the error messages are the same everywhere.
-The format follows the file's suffix; a file that cannot be read is one error naming the
-file, the format tried and pyarrow's first line, never a silent fallback to another format.
-In memory, anything ``pyarrow.table`` accepts works: a ``pyarrow.Table``, a pandas or polars
-DataFrame, a dict of columns.
+Every table certsel reads (loss tables, item features, items files) goes through :func:`read_table`, so that the formats
+and the error messages are the same everywhere. The format follows the file's suffix; a file that cannot be read is one
+error naming the file, the format tried and pyarrow's first line, never a silent fallback to another format. In memory,
+anything ``pyarrow.table`` accepts works: a ``pyarrow.Table``, a pandas or polars DataFrame, a dict of columns.
 """
 
 from __future__ import annotations
@@ -51,8 +49,8 @@ def _read_file(path: pathlib.Path, fmt: str) -> pa.Table:
 
 
 def read_table(source, what: str = "table") -> pa.Table:
-    """``source`` as a ``pyarrow.Table``: a path (Parquet, CSV, TSV, JSON Lines by suffix) or
-    a table in memory. Raises ``ValueError`` naming the file and the format on failure."""
+    """``source`` as a ``pyarrow.Table``: a path (Parquet, CSV, TSV, JSON Lines by suffix) or a table in memory. Raises
+    ``ValueError`` naming the file and the format on failure."""
     if isinstance(source, (str, pathlib.Path)):
         path = pathlib.Path(source)
         fmt = table_format(path)
@@ -75,8 +73,8 @@ def read_table(source, what: str = "table") -> pa.Table:
 
 
 def id_column(values: np.ndarray, name: str, where) -> np.ndarray:
-    """An item-id column as integers or strings; floats (``1.0``), booleans and missing ids
-    are errors, since an id must match exactly across tables."""
+    """An item-id column as integers or strings; floats (``1.0``), booleans and missing ids are errors, since an id must
+    match exactly across tables."""
     if values.dtype.kind in "iu":
         return values.astype(np.int64)
     if values.dtype.kind in "OUS":
@@ -87,9 +85,9 @@ def id_column(values: np.ndarray, name: str, where) -> np.ndarray:
 
 
 def match_items(have: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """Positions in ``have`` (sorted, unique ids) of every id in ``want``, -1 where missing.
-    Integer and string ids never match each other silently: a string table and an integer
-    features file are compared as strings, so ``7`` and ``"7"`` agree and ``"007"`` does not."""
+    """Positions in ``have`` (sorted, unique ids) of every id in ``want``, -1 where missing. Integer and string ids
+    never match each other silently: a string table and an integer features file are compared as strings, so ``7`` and
+    ``"7"`` agree and ``"007"`` does not."""
     if have.dtype.kind != want.dtype.kind:
         have, want = have.astype(str), want.astype(str)
         order = np.argsort(have)

@@ -1,17 +1,12 @@
 """llm-compressor's lm-eval test configs, read as they are, as certsel gate jobs.
 
-llm-compressor's end-to-end tests (``tests/lmeval/configs/*.yaml``) compress ``model`` with a
-``scheme`` or ``recipe``, run an lm-evaluation-harness task on the compressed and the base
-model and pass when, for each metric under ``lmeval.metrics``, round(compressed / base, 2) >=
-``lmeval.recovery_threshold`` (a number, or one per metric), on the first ``lmeval.limit``
-documents. :func:`gate_job` states the same claim for ``certsel gate``: recovery >= the
-threshold on the config's task, metric and few-shot setting, with ``limit`` as the budget,
-documents in a seeded random order, the compressed checkpoint as the candidate and the base
-model as the reference. The compression itself is not run: certsel gates a checkpoint that
-exists (``compressed``), as a CI step after the compression.
-
-The older flat form (``model``, ``model_args``, ``task``, ``num_fewshot``, ``limit``,
-``recovery_threshold`` at the top level) is read too.
+llm-compressor's end-to-end tests (``tests/lmeval/configs/*.yaml``) pass when, for each metric under
+``lmeval.metrics``, round(compressed / base, 2) >= ``lmeval.recovery_threshold`` (one number, or one per metric) on
+the first ``lmeval.limit`` documents. :func:`gate_job` states the same claim for ``certsel gate``: recovery >= the
+threshold on the config's task, metric and few-shot setting, ``limit`` as the budget, documents in a seeded random
+order, the existing checkpoint ``compressed`` as the candidate and the base model as the reference (the compression
+is not run). The flat form (``model``, ``model_args``, ``task``, ``num_fewshot``, ``limit``,
+``recovery_threshold`` at the top level) is read too. See docs/gate.md.
 """
 
 from __future__ import annotations
@@ -67,8 +62,7 @@ def _args(pretrained: str, lm: dict, extra) -> str:
 
 def gate_job(raw: dict, *, compressed: str, base: str | None = None, name: str = "llm-compressor",
              where: str = "config") -> dict:
-    """The certsel job (a mapping) that gates ``compressed`` against ``base`` (default: the
-    config's ``model``, the model the test compresses) on the config's claim."""
+    """The certsel job (a mapping) gating ``compressed`` against ``base`` (default: the config's ``model``)."""
     if not compressed:
         raise InputError(f"{where}: an llm-compressor config gates a compressed checkpoint: give it (certsel gate "
                          "CONFIG --compressed PATH)")

@@ -1,6 +1,5 @@
-"""From a YAML file or a mapping to a :class:`~certsel.config.schema.RunConfig`: ``--set``
-overrides, plugins imported before validation, user modules beside the job file, relative
-paths resolved against it, one-line errors."""
+"""From a YAML file or a mapping to a :class:`~certsel.config.schema.RunConfig`: ``--set`` overrides, plugins
+imported before validation, user modules and relative paths beside the job file, one-line errors."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ from .sources import LabelsConfig, ServeConfig
 
 
 def key_lines(text: str) -> dict[tuple[str, ...], int]:
-    """The 1-based line of every key (and list item) of a YAML text, by its path
-    (``("budget", "r")``), so an error names the line to fix."""
+    """The 1-based line of every key (and list item) of a YAML text by its path (``("budget", "r")``)."""
     try:
         root = yaml.compose(text)
     except yaml.YAMLError:
@@ -98,8 +96,8 @@ def _beside(p: pathlib.Path, base_dir: pathlib.Path) -> pathlib.Path:
 
 
 def _resolve_serve(s: ServeConfig, base_dir: pathlib.Path) -> ServeConfig:
-    """Relative paths in a serve entry are relative to the config file: the model when such
-    a directory exists (otherwise it is a model id), the interpreter when it names a path."""
+    """A serve entry's relative paths beside the config file: the model when such a directory exists (else it is a
+    model id), the interpreter when it names a path."""
     update = {}
     if not pathlib.Path(s.model).is_absolute() and (base_dir / s.model).exists():
         update["model"] = str((base_dir / s.model).resolve())
@@ -109,8 +107,7 @@ def _resolve_serve(s: ServeConfig, base_dir: pathlib.Path) -> ServeConfig:
 
 
 def _user_modules_path(raw: dict, base_dir: pathlib.Path | None) -> None:
-    """User code named by the job (plugins, a python source) is looked up next to the job
-    file first, then on the usual path."""
+    """User code named by the job (plugins, a python source) is looked up beside the job file first."""
     if base_dir is None or not (raw.get("plugins") or isinstance(raw.get("source"), dict)):
         return
     where = str(base_dir.resolve())
@@ -133,8 +130,7 @@ def load_plugins(names, source: str) -> None:
 
 def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None = None,
                  lines: dict | None = None, sets: dict | None = None) -> RunConfig:
-    """Validate a mapping (e.g. parsed YAML) into a :class:`RunConfig`; ``plugins`` are
-    imported first, so that the procedures and strategies they register are known."""
+    """Validate a mapping into a :class:`RunConfig`; ``plugins`` are imported first, so what they register is known."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
     _user_modules_path(raw, base_dir)
@@ -220,8 +216,7 @@ def apply_overrides(raw: dict, overrides, source: str) -> dict:
 
 
 def read_job_file(path) -> dict:
-    """A YAML job file's mapping, not yet validated (one-line errors for a missing or
-    unreadable file)."""
+    """A YAML job file's mapping, not yet validated."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -239,9 +234,8 @@ def read_job_file(path) -> dict:
 
 
 def load_config(path, overrides=None, adjust=None) -> RunConfig:
-    """Read and validate a YAML job file; ``overrides`` are ``KEY=VALUE`` strings; ``adjust``
-    turns the file's mapping into the job to run before the overrides apply (``certsel gate``:
-    a gate; an llm-compressor test config: its certsel job)."""
+    """Read and validate a YAML job file; ``overrides``: ``KEY=VALUE`` strings; ``adjust``: turns the mapping into
+    the job to run before the overrides apply (e.g. into a gate)."""
     path = pathlib.Path(path)
     raw = read_job_file(path)
     raw.setdefault("name", path.stem)  # a job without a name is called after its file

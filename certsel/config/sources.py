@@ -1,6 +1,5 @@
-"""The label-source sections of a job file: ``data`` (a recorded loss table), ``live``
-(models behind OpenAI-compatible servers), ``source`` (a Python function) and ``labels``
-(a registered source kind)."""
+"""The label-source sections of a job file: ``data`` (a recorded loss table), ``live`` (models behind
+OpenAI-compatible servers), ``source`` (a Python function) and ``labels`` (a registered source kind)."""
 
 from __future__ import annotations
 
@@ -25,11 +24,9 @@ class DataConfig(Strict):
     judge: str | None = None
     order: str | None = None
     features: pathlib.Path | None = None  # item embeddings (Parquet: item, e0..e{d-1}) for Cer-Eval
-    # what the human loss column measures, in words ("accuracy drop against full precision"): the answer
-    # states it (R: a candidate's mean ...); wording only, not part of the job's identity
+    # what the human loss measures, in words ("accuracy drop against full precision"); wording only, not identity
     measures: str | None = Field(None, min_length=1, max_length=200)
-    # recovery jobs (``recovery:``): per-item scores in [0, 1], higher is better, of the candidate and of
-    # the reference model on the same item (human-labelled), and the same two as the judge scores them
+    # recovery jobs: per-item scores in [0, 1] (higher is better) of candidate and reference, human and judge
     score: str | None = None
     reference: str | None = None
     judge_score: str | None = None
@@ -43,8 +40,8 @@ class DataConfig(Strict):
 
 
 class ServeConfig(Strict):
-    """A model that certsel serves itself (``vllm serve`` in a Ray actor, see
-    :mod:`certsel.workers.serving`); endpoints refer to it as ``server: NAME``."""
+    """A model certsel serves itself (``vllm serve`` in a Ray actor, :mod:`certsel.workers.serving`); endpoints
+    refer to it as ``server: NAME``."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     model: str = Field(min_length=1)  # a local model directory or a model id the server can load
@@ -66,9 +63,8 @@ class ServeConfig(Strict):
 
 
 class EndpointConfig(Strict):
-    """An OpenAI-compatible server and one of its served models: ``base_url`` (and
-    ``model``), or ``server``, the name of a ``live.serve`` entry (``model`` then defaults to
-    its served name)."""
+    """An OpenAI-compatible server and one of its models: ``base_url`` and ``model``, or ``server``, a ``live.serve``
+    entry's name (``model`` then defaults to its served name)."""
 
     base_url: str | None = Field(None, pattern=r"^https?://")
     server: str | None = None
@@ -78,8 +74,8 @@ class EndpointConfig(Strict):
     max_retries: int = Field(4, ge=0)
     concurrency: int = Field(16, ge=1)
     sampling: dict = Field(default_factory=dict)
-    # names the server in the response cache (default: base_url; for `server:` endpoints, the
-    # served model and its `vllm serve` arguments, so a restarted server on a new port hits the cache)
+    # the server's name in the response cache (default: base_url; for `server:`, the served model and its
+    # arguments, so a restarted server on a new port hits the cache)
     cache_key: str | None = None
 
     @model_validator(mode="after")
@@ -92,8 +88,7 @@ class EndpointConfig(Strict):
 
 
 class _Templated(EndpointConfig):
-    """An endpoint that is sent each item through ``template`` (which must say where the
-    question goes)."""
+    """An endpoint sent each item through ``template`` (which must contain ``{question}``)."""
 
     template: str = "{question}"
 
@@ -106,8 +101,7 @@ class _Templated(EndpointConfig):
 
 
 class LabelsConfig(BaseModel):
-    """A registered label source: ``kind`` and the options its kind declares (checked by the
-    kind when the job's data is loaded)."""
+    """A registered label source: ``kind`` and its options (checked by the kind when the data is loaded)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
     kind: str = Field(min_length=1)
@@ -135,25 +129,22 @@ class LiveCandidate(_Templated):
 
 
 class ReferenceConfig(_Templated):
-    """The model every candidate is compared with (``live.reference``), when it is not one of
-    the candidates: an endpoint, its prompt template and sampling (e.g. the full-precision
-    checkpoint served next to its quantized versions)."""
+    """The model every candidate is compared with (``live.reference``) when it is not a candidate (e.g. the
+    full-precision checkpoint next to its quantized versions)."""
 
 
 class JudgeConfig(EndpointConfig):
-    # answer: the judge answers the question itself; grade: it grades the candidate's answer;
-    # pairwise: it compares the candidate's answer with the reference model's (live.reference)
+    # answer: the judge answers itself; grade: it grades the candidate's answer; pairwise: it compares it with the
+    # reference model's (live.reference)
     mode: Literal["answer", "grade", "pairwise"] = "answer"
     template: str | None = None
     scale: tuple[float, float] = (0.0, 10.0)
-    # grade and pairwise modes: the verdict constrained to the scale (or to A/B) by the server's
-    # structured outputs (vLLM); a server that refuses them is asked without and its verdicts are parsed
+    # grade / pairwise: the verdict constrained to the scale (or A/B) by structured outputs (vLLM); a server that
+    # refuses them is asked without and its verdicts are parsed
     constrained: bool = True
-    # grade mode: a yes/no verdict whose loss is P(no) from the judge's token probabilities;
-    # pairwise mode: the loss is P(the reference's letter) from the A/B token probabilities
+    # grade: a yes/no verdict, loss P(no) from token probabilities; pairwise: loss P(the reference's letter)
     soft: bool = False
-    # pairwise mode: both orders (the candidate's answer as A, then as B: position bias cancels
-    # in the mean) or one order per item, chosen by its id
+    # pairwise: both orders (candidate as A, then as B: position bias cancels in the mean) or one per item, by its id
     order: Literal["both", "random"] = "both"
 
     @model_validator(mode="after")
@@ -170,8 +161,8 @@ class JudgeConfig(EndpointConfig):
 
 
 class FeaturesConfig(_Templated):
-    """Item embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint (Cer-Eval's
-    partition features); ``template`` turns an item into the embedded text."""
+    """Item embeddings from a ``/v1/embeddings`` endpoint (Cer-Eval's partition features); ``template`` makes the
+    embedded text."""
 
 
 class LiveConfig(Strict):
@@ -183,10 +174,8 @@ class LiveConfig(Strict):
     cache_dir: pathlib.Path = Field(default_factory=lambda: home() / "cache")
     candidates: list[LiveCandidate] = Field(min_length=1)
     judge: JudgeConfig | None = None
-    # losses relative to a reference model: a candidate's id, or an endpoint of its own. A
-    # candidate's loss on an item is then its drop against the reference's answer,
-    # max(score(reference) - score(candidate), 0), scored against the human references
-    # (human labels) or the judge (judge labels)
+    # losses relative to a reference model (a candidate's id, or an endpoint): an item's loss is
+    # max(score(reference) - score(candidate), 0), scored by the human references or the judge
     reference: Annotated[Annotated[str, Tag("id")] | Annotated[ReferenceConfig, Tag("endpoint")],
                          Discriminator(lambda v: "id" if isinstance(v, str) else "endpoint")] | None = None
     features: FeaturesConfig | None = None  # item embeddings, for Cer-Eval
@@ -219,9 +208,8 @@ class LiveConfig(Strict):
         return self
 
     def resolved(self) -> LiveConfig:
-        """This section with every ``server: NAME`` endpoint given the served model name and
-        a cache key that names what the server serves (its URL changes every time it starts,
-        so the key does not use it)."""
+        """Every ``server: NAME`` endpoint given the served model name and a cache key naming what it serves (not
+        its URL, which changes at every start)."""
         served = {s.name: s for s in self.serve}
 
         def fix(ep):
@@ -236,8 +224,7 @@ class LiveConfig(Strict):
                                        "features": fix(self.features), "reference": ref})
 
     def reference_endpoint(self) -> dict | None:
-        """The reference model as an endpoint dict with its template and sampling (None
-        without ``reference``): a candidate's own, or the ``reference`` section's."""
+        """The reference model's endpoint dict (a candidate's, or the ``reference`` section's); None without one."""
         if self.reference is None:
             return None
         if isinstance(self.reference, ReferenceConfig):
@@ -246,16 +233,15 @@ class LiveConfig(Strict):
 
 
 class PythonSourceConfig(Strict):
-    """Labels from a user function (see :mod:`certsel.workers.python_source`): ``python`` names it
-    as ``module:function``; it is called as ``f(candidate, items, role)``."""
+    """Labels from a user function ``module:function`` (:mod:`certsel.workers.python_source`), called as
+    ``f(candidate, items, role)``."""
 
     python: str
     items: int = Field(gt=0, description="number of items; the function is asked about indices 0..items-1")
     candidates: list[LiveCandidateRef] = Field(min_length=1)
     judge: bool = False  # the function also answers role "judge"
     features: pathlib.Path | None = None  # item embeddings (Parquet: item, e0..e{d-1}) for Cer-Eval
-    # what the human loss column measures, in words ("accuracy drop against full precision"): the answer
-    # states it (R: a candidate's mean ...); wording only, not part of the job's identity
+    # what the human loss measures, in words (as in DataConfig); wording only, not identity
     measures: str | None = Field(None, min_length=1, max_length=200)
     retries: int = Field(2, ge=0, description="calls retried after an exception before the source fails")
 

@@ -1,13 +1,9 @@
 """A selection or ranking decided inside inspect-ai, kept as a certsel job like any other.
 
-When the last task of a :class:`~certsel.inspect.CertifiedSelection` or
-:class:`~certsel.inspect.CertifiedRanking` is done, its candidates' evidence becomes the
-engine's records and result (:class:`~certsel.orchestrator.results.records.JobResult`), and
-certsel's outputs write it: a folder under certsel's home (``jobs/JOB_ID``: ``selection.json``
-with the published ``Selection`` certificate, the report, ``scores.parquet`` with every score
-the tests used), listed by ``certsel jobs``, printed by ``certsel show JOB_ID``, and a run in
-the MLflow store's results view. The claim is about the loss 1 - score: R <= alpha with
-alpha = 1 - T is "mean score >= T".
+When the last task of a :class:`~certsel.inspect.CertifiedSelection` or :class:`~certsel.inspect.CertifiedRanking` is
+done, its evidence becomes the engine's :class:`~certsel.orchestrator.results.records.JobResult`, written by certsel's
+outputs: a folder ``jobs/JOB_ID`` under certsel's home (``selection.json``, the report, ``scores.parquet`` with every
+score the tests used) and an MLflow run. The claim is about the loss 1 - score: R <= 1 - T is "mean score >= T".
 """
 
 from __future__ import annotations
@@ -30,9 +26,8 @@ JUDGE = "loss_judge"
 
 
 def member_losses(m) -> list:
-    """A selection member's losses as its test saw them, in schedule order: (sample id, human
-    loss or NaN, judge loss or None). Judge-assisted, the samples of its complete blocks: one
-    labelled sample, then ``ratio`` judge-only ones."""
+    """A member's (sample id, human loss or NaN, judge loss or None) in schedule order; judge-assisted, its complete
+    blocks (one labelled sample, then ``ratio`` judge-only ones)."""
     run = m.run
     if run.judge is None:
         return [(i, loss, None) for i, loss in zip(run.ledger.order, run.losses)]
@@ -45,8 +40,7 @@ def member_losses(m) -> list:
 
 
 def scores_table(names: list, losses: dict, order: bool) -> pa.Table:
-    """The losses the tests used: one row per candidate and sample it scored, in the order the
-    test saw them (``position``); the judge's losses where there is a judge."""
+    """The losses the tests used: one row per candidate and scored sample, in test order (``position``)."""
     judged = any(j is not None for n in names for _, _, j in losses[n])
     rows = {"candidate": [], "item": [], "loss_human": [], "position": [], **({JUDGE: []} if judged else {})}
     if order:
@@ -65,9 +59,8 @@ def scores_table(names: list, losses: dict, order: bool) -> pa.Table:
 
 
 def loss_table(names: list, items: list, losses: dict, objective: dict | None) -> LossTable:
-    """The candidates' losses as the engine's dense table over every sample of the task (NaN
-    where a candidate's task did not score the sample: the certificate states no full-table risk
-    for it)."""
+    """The losses as the engine's dense table over the task's samples (NaN where unscored: no full-table risk is
+    stated then)."""
     index = {str(i): k for k, i in enumerate(items)}
     judged = any(j is not None for n in names for _, _, j in losses[n])
     human = np.full((len(names), len(items)), np.nan)
@@ -91,11 +84,10 @@ def table_fingerprint(table: pa.Table) -> str:
 
 
 def write(build, table: pa.Table, settings: dict, *, home=None, track: bool = True):
-    """Keep what inspect decided as a certsel job: its folder (``home``: a jobs folder, default
-    certsel's) with ``table`` (the scores the tests used), its report and certificate, and its
-    MLflow run (``track``). ``build(path, fingerprint)`` makes the JobResult, its data at ``path``
-    with that fingerprint. What makes two inspect decisions the same job: the scores and the
-    ``settings``. Returns the result with ``job_id``, ``output_dir``, ``files`` and ``tracking`` set."""
+    """Keep what inspect decided as a certsel job: its folder under ``home`` (default: certsel's jobs folder) with
+    ``table``, report and certificate, and an MLflow run (``track``). ``build(path, fingerprint)`` makes the
+    JobResult. The scores and ``settings`` identify the job. Returns the result with ``job_id``, ``output_dir``,
+    ``files`` and ``tracking`` set."""
     from certsel.home import jobs_dir
     from certsel.orchestrator.engine.state import JobState
     from certsel.orchestrator.outputs.report import write_report
@@ -134,9 +126,8 @@ def write(build, table: pa.Table, settings: dict, *, home=None, track: bool = Tr
 
 
 def selection_result(sel, final, items: list, losses: dict, path, data_fp: str):
-    """A :class:`~certsel.inspect.CertifiedSelection`'s final evidence as the engine's result:
-    its members' records (statuses by the decision core, as the engine's are), the job's
-    configuration (R-Eval or R-AutoEval+ on the loss 1 - score at alpha = 1 - T) and data."""
+    """A :class:`~certsel.inspect.CertifiedSelection`'s final evidence as the engine's result (R-Eval or R-AutoEval+
+    on the loss 1 - score at alpha = 1 - T; statuses by the decision core)."""
     from certsel.api import job_config
     from certsel.orchestrator.engine import decisions
     from certsel.orchestrator.engine.derived import derive
@@ -213,9 +204,8 @@ def write_selection(sel, final, *, home=None, track: bool = True):
 
 
 def ranking_result(rk, losses: dict, path, data_fp: str):
-    """A finished :class:`~certsel.inspect.CertifiedRanking` as the engine's result: a
-    ``pairwise`` job's configuration, each model's record (the samples its pairs used) and the
-    ranking the decision core certified."""
+    """A finished :class:`~certsel.inspect.CertifiedRanking` as a ``pairwise`` job's result (each model's record: the
+    samples its pairs used)."""
     from certsel.api import job_config
     from certsel.orchestrator.engine.derived import derive
     from certsel.orchestrator.inputs.jobdata import JobData

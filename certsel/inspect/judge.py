@@ -1,9 +1,7 @@
 """Judge-assisted testing inside inspect (R-AutoEval+ with a cheap scorer as the judge).
 
-The expensive scorer is wrapped (:func:`gated_scorer`) so that it runs only on the samples
-whose label the test needs: one in every ratio + 1, by position in the schedule order. The
-cheap scorer runs on every sample. :class:`JudgeFeed` groups the samples the ledger releases,
-in schedule order, into Algorithm 1's blocks: one labelled sample and ratio judge-only ones.
+The expensive scorer is wrapped (:func:`gated_scorer`) to run only on one sample in every ratio + 1 in schedule order;
+the cheap scorer runs on every sample. :class:`JudgeFeed` groups the released samples into Algorithm 1's blocks.
 """
 
 from __future__ import annotations
@@ -72,9 +70,8 @@ def labelled_mean():
 
 
 def gated_scorer(scorer, name: str | None, needs_label):
-    """``scorer`` wrapped to run only where ``needs_label(sample_id)``; elsewhere a score of 0
-    marked "not labelled", which its metric (:func:`labelled_mean`) leaves out. Returns the
-    scorer and its name."""
+    """``scorer`` wrapped to run only where ``needs_label(sample_id)``; elsewhere a 0 marked "not labelled", left
+    out by its metric (:func:`labelled_mean`). Returns the scorer and its name."""
     from inspect_ai._util.registry import registry_unqualified_name
     from inspect_ai.scorer import Score
     from inspect_ai.scorer import scorer as register

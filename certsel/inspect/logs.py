@@ -1,18 +1,16 @@
 """inspect-ai logs as certsel tables: ``certsel inspect-table LOG_DIR_OR_FILES ... --out TABLE``.
 
-Every log given (an ``.eval`` or ``.json`` file, or every such file in a folder, by name) is one
-candidate: one model, or one prompt variant of a task. The table is what ``certsel run`` and
-``certsel audit`` read, with the samples of every log paired by sample id:
+Every log given (an ``.eval`` or ``.json`` file, or every such file in a folder, by name) is one candidate (a model,
+or a prompt variant); samples are paired by id:
 
-    candidate   the model (the task when the models are all the same; task@model when neither
-                alone tells the logs apart), in the order given (``rank``: 0, 1, ... for FST)
+    candidate   the model (the task when the models are the same; task@model when neither alone tells the logs
+                apart), in the order given (``rank``: 0, 1, ... for FST)
     item        the sample id
-    score       the sample's score, through inspect's value-to-float, mean over its epochs
+    score       the sample's score (inspect's value-to-float), mean over its epochs
     loss        1 - score
 
-Nothing is guessed: a log that did not finish, a log that stopped samples early (its scored
-samples are a subset its stop chose), an unknown scorer, a score that is not a number in
-[0, 1], or logs that do not cover the same samples are one-line errors.
+Nothing is guessed: an unfinished log, a log that stopped samples early (its scored samples are a subset its stop
+chose), an unknown scorer, a score not in [0, 1], or logs over different samples are one-line errors.
 """
 
 from __future__ import annotations

@@ -1,24 +1,18 @@
 """``CertifiedRanking``: several models (or prompt variants) ranked by paired tests inside inspect-ai.
 
-Every model runs the same shuffled samples; each pair of models is compared on the paired
-difference of their scores, sample by sample, by the pair tests of a ``pairwise`` certsel job
-(Seq's betting sign tests at delta / P per pair, with the bet sized for the claims a pair stops
-on) and decided by the same core (:mod:`certsel.orchestrator.engine.decisions`): a pair stops
-once its order is certified, or with ``epsilon`` once |mean score difference| < epsilon is
-(a tie), or once the goal no longer needs it (``best``: pairs between two possible winners;
-``topk``: pairs that can still change the k best). A model's task stops when none of its pairs
-is open. The result is the ranking job's certificate: the certified partial order, ties, rank
-intervals and the top-k set, all holding together with probability >= 1 - delta.
+Every model runs the same shuffled samples; each pair is compared on the paired score difference by the pair tests
+of a ``pairwise`` certsel job (Seq's betting sign tests at delta / P per pair, bets sized for the claims a pair stops
+on), decided by the same core (:mod:`certsel.orchestrator.engine.decisions`). A pair stops once its order is
+certified, or (with ``epsilon``) a tie |difference| < epsilon is, or the goal no longer needs it; a model's task
+stops when none of its pairs is open. The certificate (partial order, ties, rank intervals, top-k set) holds jointly
+with probability >= 1 - delta.
 
-The pairs see the samples in one fixed order, the dataset's shuffled order (which the scores
-cannot influence), and a position is fed to every open pair at once when each model that is in
-an open pair has scored it: a round of the ``pairwise`` job with ``budget.batch: 1``. Models
-finish samples out of order and at different speeds; the pairs never see that, so the draws
-are a uniformly random order of the samples whatever inspect's concurrency does.
+Validity under concurrency: the pairs see the samples in the dataset's shuffled order, which the scores cannot
+influence; a position is fed to every open pair once each model in an open pair has scored it (a ``pairwise`` round
+with ``budget.batch: 1``), so completion order and speed never reach the tests.
 
-Two ways to run it: one task over several models, ``eval(task, model=[...])`` with
-``Task(early_stopping=ranking)`` (the ranking tells the models apart by the task each call
-comes from), or one task per model with ``ranking.member(name)`` as its manager.
+Run it as one task over several models (``eval(task, model=[...])`` with ``Task(early_stopping=ranking)``), or one
+task per model with ``ranking.member(name)`` as its manager.
 """
 
 from __future__ import annotations
@@ -96,12 +90,12 @@ class _Member:
 class CertifiedRanking:
     """Certified pairwise ranking of ``models`` inside inspect (see the module docstring).
 
-    ``epsilon``: pairs whose mean scores are certified closer than this are tied (None: no ties);
-    ``goal``: ``"ranking"`` (the whole order), ``"best"``, ``"topk"`` (with ``topk``) or
-    ``"all"``; ``delta``: the error probability of the whole ranking; ``bet``: ``"margin"``
-    (bets sized for the claims a pair stops on) or ``"plug-in"`` (Seq's own); ``seed``: the pair
-    tests' seed (as a job's); ``scorer``, ``key``: the score ranked (default: the task's first
-    scorer); ``budget``: the most samples a pair uses (default: all)."""
+    ``epsilon``: pairs whose mean scores are certified closer than this are tied (None: no ties); ``goal``:
+    ``"ranking"`` (the whole order), ``"best"``, ``"topk"`` (with ``topk``) or ``"all"``; ``delta``: the error
+    probability of the whole ranking; ``bet``: ``"margin"`` (sized for the claims a pair stops on) or ``"plug-in"``
+    (Seq's own); ``seed``: the pair tests' seed; ``scorer``, ``key``: the score ranked (default: the task's first
+    scorer); ``budget``: the most samples a pair uses (default: all). Bad arguments raise
+    :class:`~certsel.errors.InputError`."""
 
     def __init__(self, models, *, epsilon: float | None = None, delta: float = 0.05, goal: str = "ranking",
                  topk: int | None = None, bet: str = "margin", seed: int = 0, scorer: str | None = None,
@@ -283,9 +277,8 @@ class CertifiedRanking:
                      self.tied.copy(), frozenset(self.dead))
 
     def _advance(self) -> None:
-        """Feed the pairs every position each model in an open pair has scored, one position at a
-        time to all open pairs at once (a round of a ``pairwise`` job with batch 1), then stop the
-        models none of whose pairs is open."""
+        """Feed every open pair each position its models have all scored, one position at a time (module
+        docstring), then stop the models none of whose pairs is open."""
         names, ii, jj = self.names, self.ii, self.jj
         while True:
             ev = self.evidence()

@@ -1,9 +1,8 @@
-"""What ``CertifiedStopping.complete_task`` returns, and inspect saves in the log as
-``results.early_stopping.metadata``: one task's record, as plain JSON values.
+"""What ``CertifiedStopping.complete_task`` returns and inspect saves as ``results.early_stopping.metadata``: one
+task's record, as plain JSON values.
 
-The certificate is the job's (the published ``Selection`` that ``certsel show JOB_ID`` prints;
-``job_id`` names it). The record is what inspect's log keeps of it for the task: the same
-decision, level, e-value and bound, with the task's samples counted as inspect ran them."""
+The certificate is the job's (``certsel show JOB_ID``, ``job_id``); the record is the task's part of it (decision,
+level, e-value, bound) with the samples counted as inspect ran them."""
 
 from __future__ import annotations
 
@@ -40,8 +39,9 @@ class TaskRecord:
     reason: str
     log_e_value: float  # log of the running maximum of the e-process
     threshold: float  # the e-value that certifies (1/delta, or the procedure's)
-    lower_bound: float | None  # one-sided lower bound on the mean score at 1 - delta (>= T exactly when
-    # certified); in a selection the joint bound, None where the procedure states none
+    # one-sided lower bound on the mean score at 1 - delta (>= T exactly when certified); in a selection the joint
+    # bound, None where the procedure states none
+    lower_bound: float | None
     estimate: float  # the mean score of the samples scored
     futility_log_e_value: float | None
     futility: float | None

@@ -1,16 +1,13 @@
 """Samples in the order inspect scheduled them, released to the test only as a complete prefix.
 
-inspect runs several samples at once and they finish out of order: long answers finish last
-and are more often wrong, so a test fed in completion order would see the easy samples first
-and certify too early. The order in which samples are *scheduled* is the dataset's shuffled
-order (up to the slots that free up, which depend only on samples scheduled before), so a
-:class:`ScheduleLedger` keeps that order and releases a sample's value only when it and every
-sample scheduled before it are complete.
+inspect runs several samples at once and they finish out of order: long answers finish last and are more often
+wrong, so a test fed in completion order would see the easy samples first and certify too early. The order in which
+samples are *scheduled* is the dataset's shuffled order (slots free up depending only on samples scheduled before),
+so a :class:`ScheduleLedger` keeps that order and releases a sample's value only when it and every sample scheduled
+before it are complete.
 
-Epochs are combined per sample: its value is the mean over its epochs (inspect's default
-reducer), and it takes the position of its first epoch's scheduling. The sample is then the
-unit drawn at random, and its epoch mean is one number per sample, so the without-replacement
-argument for samples applies unchanged (see docs/inspect.md).
+A sample's value is the mean over its epochs (inspect's default reducer), at its first epoch's position: the sample
+stays the unit drawn at random, so the without-replacement argument applies unchanged (docs/inspect.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """A sample's score as a number in [0, 1]: which scorer, which key, and no silent zeros.
 
-inspect's ``value_to_float`` maps "C"/"I"/"P"/"N", booleans, "yes"/"no" and numeric strings
-to floats, but turns anything else into 0.0 with a warning. A certificate cannot rest on a
-made-up 0, so :func:`score_value` converts only the values ``value_to_float`` converts on
-purpose and refuses the rest with a one-line :class:`ScoreError`.
+inspect's ``value_to_float`` maps "C"/"I"/"P"/"N", booleans, "yes"/"no" and numeric strings to floats, and anything
+else to 0.0 with a warning. A certificate cannot rest on a made-up 0, so :func:`score_value` refuses the rest with a
+one-line :class:`ScoreError`.
 """
 
 from __future__ import annotations
@@ -35,8 +34,7 @@ def _scalar(value) -> bool:
 
 
 def score_value(value, where: str) -> float:
-    """``value`` through inspect's own value-to-float, in [0, 1]; ``where`` names the
-    sample in the message of a refusal."""
+    """``value`` through inspect's value-to-float, in [0, 1]; ``where`` names the sample in a refusal."""
     from inspect_ai.scorer import value_to_float
 
     if not _scalar(value):
@@ -55,8 +53,8 @@ class ScoreReader:
     key: str | None = None  # the key of a dict-valued score
 
     def resolve(self, scorers: list) -> "ScoreReader":
-        """The reader bound to a task's scorers (``EvalSpec.scorers``): the scorer named, or the
-        first; refuses an unknown name and a dict-valued scorer without ``key``."""
+        """The reader bound to a task's scorers (``EvalSpec.scorers``): the one named, or the first; refuses an
+        unknown name and a dict-valued scorer without ``key``."""
         names = [s.name for s in scorers or []]
         if not names:
             raise ScoreError("the task has no scorer, so there is no score to certify")

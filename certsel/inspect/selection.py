@@ -1,15 +1,12 @@
 """``CertifiedSelection``: one multiple-testing procedure over the tasks of several models or
 prompt variants that inspect runs in one ``eval()``.
 
-Every candidate's task gets its own manager (:meth:`CertifiedSelection.member`), because
-inspect calls a manager's ``complete_sample`` without saying which task the sample belongs
-to. The members' tests run at the procedure's levels (``policies/procedures.py``: fixed
-sequence at delta each, Bonferroni at delta/K, Holm stepping down from delta/K), and the
-selection decides for all of them after every score: a member stops once it is certified,
-futile, or no longer needed (under a fixed sequence, every candidate after one that failed).
-At the end the procedure runs on the members' final evidence, as in a certsel job, and the
-selection (the certified candidate with the best objective, or the end of the certified
-prefix) comes with bounds that hold together for every candidate.
+Every candidate's task gets its own manager (:meth:`CertifiedSelection.member`), because inspect calls
+``complete_sample`` without naming the task. The members' tests run at the procedure's levels
+(``policies/procedures.py``: fixed sequence at delta each, Bonferroni at delta/K, Holm stepping down from delta/K),
+and the selection decides for all of them after every score: a member stops once certified, futile, or no longer
+needed (under a fixed sequence, every candidate after one that failed). At the end the procedure runs on the final
+evidence, as in a certsel job, and the selection comes with bounds that hold together for every candidate.
 """
 
 from __future__ import annotations
@@ -64,14 +61,12 @@ class SelectionResult:
 class CertifiedSelection:
     """Certified selection among ``candidates`` (names, in the procedure's order) inside inspect.
 
-    ``procedure``: ``"fst"`` (fixed sequence, in the given order), ``"bonferroni"`` or
-    ``"holm"``. ``objective``: a number per candidate (its cost, size, latency), and ``goal``
-    whether smaller (``"minimize"``) or larger is better; the selected candidate is the
-    certified one with the best objective. Without one, a fixed sequence selects the end of its
-    certified prefix and the others the certified candidate with the highest joint lower bound.
-    ``out``: a path the selection's JSON is written to once every candidate's task is done;
-    ``mlflow``: a tracking URI to log it to (``experiment`` names the MLflow experiment). The
-    other parameters are the task test's (:class:`~certsel.inspect.task.TaskTest`), shared by every candidate.
+    ``procedure``: ``"fst"`` (fixed sequence, in the given order), ``"bonferroni"`` or ``"holm"``. ``objective``: a
+    number per candidate (cost, size, latency), ``goal`` whether smaller (``"minimize"``) or larger is better; the
+    selected candidate is the certified one with the best objective (:meth:`select`). ``out``: a path the certificate
+    JSON is written to once every task is done; ``mlflow``: a tracking URI (``experiment``: the MLflow experiment). The
+    other parameters are :class:`~certsel.inspect.task.TaskTest`'s, shared by every candidate. Bad arguments raise
+    :class:`~certsel.errors.InputError`.
     """
 
     def __init__(self, candidates, at_least: float | None = None, *, alpha: float | None = None, delta: float = 0.05,
@@ -122,15 +117,13 @@ class CertifiedSelection:
 
     @property
     def rules(self) -> Rules:
-        """What the selection decides by: the engine's rules (no pruning: the objective only
-        picks among the certified)."""
+        """The engine's rules (no pruning: the objective only picks among the certified)."""
         return Rules(self.proc, self.delta, testing=True, futility=self.futility)
 
     def evidence(self) -> tuple[Evidence, ...]:
-        """Each member's evidence as the decision core reads it: its running-maximum log e-value,
-        +inf / -inf where every sample was scored and the exact mean passed / failed (the exact
-        p-value is 0 or 1), 0 before its task runs; a task that ran all its samples is out of
-        budget."""
+        """Each member's evidence for the decision core: its running-maximum log e-value, +inf / -inf where every
+        sample was scored and the exact mean passed / failed (exact p-value 0 or 1), 0 before its task runs; a task
+        that ran all its samples is out of budget."""
         return tuple(m.evidence() for m in self._all())
 
     def decision_levels(self) -> np.ndarray:
@@ -172,9 +165,9 @@ class CertifiedSelection:
 
     # -- the result -------------------------------------------------------------------------------
     def joint(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """On the evidence so far, by the decision core's final rules: the procedure's certified
-        set, each candidate's decision level, and the lower bounds on the mean scores that hold
-        together with probability >= 1 - delta (NaN: no statement), agreeing with the certified set."""
+        """On the evidence so far, by the decision core's final rules: the certified set, each candidate's decision
+        level, and lower bounds on the mean scores holding together with probability >= 1 - delta (NaN: no
+        statement), agreeing with the certified set."""
         evidence, rules = self.evidence(), self.rules
         certified = decisions.final_certified(evidence, rules)
         levels = decisions.decision_levels(evidence, rules)
@@ -235,9 +228,8 @@ class CertifiedSelection:
         return self.goal if self.objective is not None else "maximize"
 
     def objective_of(self, lower: np.ndarray) -> dict | None:
-        """The objective the job selects by: the one given, or (Bonferroni, Holm without one)
-        each candidate's joint lower bound on its mean score (0 where none is stated); a fixed
-        sequence without one selects the end of its certified prefix."""
+        """The objective the job selects by: the one given; else None for a fixed sequence (the end of its
+        certified prefix), or each candidate's joint lower bound (0 where none is stated)."""
         if self.objective is not None:
             return {n: float(self.objective[n]) for n in self.names}
         if self.proc.needs_order:

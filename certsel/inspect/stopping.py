@@ -1,10 +1,9 @@
 """``CertifiedStopping``: an inspect-ai ``EarlyStopping`` manager that stops a task once its mean
 score is certified to be at least T (or certified to be at most T, the futility stop).
 
-On its own a task is a selection of one candidate, the task's model: a fixed sequence of one,
-whose threshold is the test's own 1/delta. It is decided by the same core and kept as the same
-kind of certsel job as a :class:`~certsel.inspect.CertifiedSelection` (:mod:`certsel.inspect.task`
-holds the test and inspect's protocol).
+On its own a task is a selection of one candidate (a fixed sequence of one, threshold 1/delta), decided by the same
+core and kept as the same kind of certsel job as a :class:`~certsel.inspect.CertifiedSelection`; the test and
+inspect's protocol are in :mod:`certsel.inspect.task`.
 """
 
 from __future__ import annotations
@@ -16,9 +15,7 @@ from .task import TaskTest
 class CertifiedStopping(TaskTest):
     """An inspect-ai early-stopping manager that certifies "mean score >= T" for one task.
 
-    The test's parameters are :class:`~certsel.inspect.task.TaskTest`'s: ``at_least`` (or
-    ``alpha``), ``delta``, ``scorer``, ``key``, ``betting``, ``futility``, ``budget``,
-    ``sampling``, ``judge`` and ``ratio``. ``keep``, ``home``, ``name``, ``mlflow``,
+    The test's parameters are :class:`~certsel.inspect.task.TaskTest`'s. ``keep``, ``home``, ``name``, ``mlflow``,
     ``experiment``, ``track``: the certsel job the task is kept as, as for a
     :class:`~certsel.inspect.CertifiedSelection` (``keep=False``: no job).
     """

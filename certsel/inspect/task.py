@@ -2,21 +2,18 @@
 (``start_task``, ``schedule_sample``, ``complete_sample``, ``complete_task``), the task's test of
 "mean score >= T" and its record.
 
-The test is certsel's R-Eval betting test (``certsel.policies.SequentialTest``) on the loss
-1 - score against alpha = 1 - T. By default it is the exact test for the mean over the task's
-N samples under sampling without replacement (``policies/sampling.py``): inspect runs the
-samples in a shuffled order, so the samples it has run are a uniformly random subset, drawn one
-at a time. With ``sampling="iid"`` it is the test of the expected score of a sample drawn from
-the distribution the dataset was drawn from.
+The test is certsel's R-Eval betting test (``certsel.policies.SequentialTest``) on the loss 1 - score against
+alpha = 1 - T. By default it is the exact test for the mean over the task's N samples under sampling without
+replacement (``policies/sampling.py``): inspect runs the samples in a shuffled order, so those run so far are a
+uniformly random subset. With ``sampling="iid"`` it tests the expected score of a sample from the dataset's
+distribution.
 
-A task never decides for itself: its selection (:class:`~certsel.inspect.CertifiedSelection`,
-or the selection of one a :class:`~certsel.inspect.CertifiedStopping` makes) applies the
-decision core to every task's evidence after each score.
+A task never decides for itself: its selection (:class:`~certsel.inspect.CertifiedSelection`, or the one a
+:class:`~certsel.inspect.CertifiedStopping` makes) applies the decision core to every task's evidence after each score.
 
-Why inspect's concurrency keeps the guarantee: see :mod:`certsel.inspect.schedule`. A stop is a
-stopping time of the schedule-ordered scores, and Ville's inequality covers every such time;
-samples still running at the stop are scored and fed in their schedule order too, which only
-looks at the same e-process at a later stopping time.
+Concurrency (:mod:`certsel.inspect.schedule`): a stop is a stopping time of the schedule-ordered scores, covered by
+Ville's inequality; samples in flight at the stop are fed in schedule order too, which only looks at the same
+e-process at a later stopping time. See docs/inspect.md, "What the certificate means".
 """
 
 from __future__ import annotations
@@ -104,21 +101,20 @@ class TaskTest:
 
     Parameters
     ----------
-    at_least : T in (0, 1), the mean score to certify; or ``alpha`` for a risk <= alpha with the
-        loss 1 - score (the same claim with T = 1 - alpha).
+    at_least : T in (0, 1), the mean score to certify; or ``alpha`` = 1 - T (a risk with the loss 1 - score).
     delta : the certificate's error probability.
-    scorer, key : the scorer whose score is tested (default: the task's first) and, for a
-        dict-valued score, the key. Values go through inspect's value-to-float (C/I/P/N, yes/no,
-        numbers in [0, 1]); anything else is refused, never counted as 0.
-    betting : certsel's betting strategy (``"up"``, ``"wsr"``, ``"ons"`` or an object).
-    futility : delta_f of the futility stop (the mirrored test of "mean score <= T"), None: off.
-    budget : the most samples to run (default: all of the task's samples).
-    sampling : ``"without-replacement"`` (the mean over the task's samples, exact) or ``"iid"``;
-        default: without replacement, or iid with a judge.
-    judge, ratio : judge-assisted testing (R-AutoEval+): ``judge`` names a cheap scorer of the
-        task that scores every sample; ``scorer`` is the expensive one, wrapped with
-        :meth:`gate` so that it runs only on the samples whose label the test needs: one in every
-        ``ratio + 1`` in schedule order, the others judge-only (Algorithm 1's r = ``ratio``).
+    scorer, key : the scorer tested (default: the task's first) and, for a dict-valued score, the key. Values go
+        through inspect's value-to-float (C/I/P/N, yes/no, numbers in [0, 1]); anything else is refused, never 0.
+    betting : ``"up"``, ``"wsr"``, ``"ons"`` or a strategy object.
+    futility : delta_f of the futility stop (the mirrored test of "mean score <= T"); None: off.
+    budget : the most samples to run (default: all).
+    sampling : ``"without-replacement"`` (exact for the task's samples) or ``"iid"``; default: without
+        replacement, iid with a judge.
+    judge, ratio : R-AutoEval+: ``judge`` names a cheap scorer that scores every sample; ``scorer``, wrapped with
+        :meth:`gate`, runs only on one sample in every ``ratio + 1`` in schedule order (Algorithm 1's r).
+
+    Raises :class:`~certsel.errors.InputError` on bad arguments and :class:`SetupError` (at ``start_task``) on a
+    task that cannot be certified.
     """
 
     def __init__(self, at_least: float | None = None, *, alpha: float | None = None, delta: float = 0.05,
@@ -143,8 +139,8 @@ class TaskTest:
             raise InputError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
         self.sampling = sampling
         if judge is not None and self.sampling != IID.name:
-            # the finite-table form needs the judge-only items in an order of their own (docs/statistics.md);
-            # one shuffled order split into labelled and judge-only samples is not that
+            # the finite-table form needs the judge-only items in an order of their own (docs/statistics.md),
+            # not one shuffled order split into labelled and judge-only samples
             raise InputError("judge-assisted testing is the i.i.d. test: leave sampling unset or pass sampling='iid'")
         if isinstance(ratio, bool) or not isinstance(ratio, int) or ratio < 1:
             raise InputError(f"ratio must be a positive number of judge-only samples per label, got {ratio!r}")
@@ -238,8 +234,7 @@ class TaskTest:
             self.stop(StopReason.REFUSED, str(err))
             raise
         if not run.ledger.is_scheduled(id):
-            # inspect reports samples it reuses from an earlier log (eval_retry) without asking
-            # the manager first: their place in the random order is unknown
+            # inspect reports samples reused from an earlier log (eval_retry) unscheduled: their place is unknown
             err = SetupError(f"sample {id!r} was scored without being scheduled (reused from an earlier log?); "
                              "certsel cannot place it in the random order: run the task afresh")
             self.stop(StopReason.REFUSED, str(err))
@@ -286,17 +281,16 @@ class TaskTest:
 
     # -- judge-assisted testing ----------------------------------------------------------------------
     def needs_label(self, id) -> bool:
-        """Whether the test needs sample ``id``'s label (one in every ratio + 1 samples, by its
-        position in the schedule order); every sample without a judge."""
+        """Whether the test needs ``id``'s label: one in every ratio + 1 in schedule order (all without a judge)."""
         run = self.run
         if run is None or run.judge is None:
             return True
         return run.ledger.position[id] % (self.ratio + 1) == 0
 
     def gate(self, scorer, name: str | None = None):
-        """``scorer`` (an inspect Scorer) made to run only on the samples whose label the test
-        needs; on the others it returns a score marked "not labelled" (value 0, ignored by its
-        metric). ``name``: the gated scorer's name in the task (default: the scorer's own)."""
+        """``scorer`` (an inspect Scorer) made to run only on the samples whose label the test needs; on the others
+        it returns a score marked "not labelled" (value 0, ignored by its metric). ``name``: its name in the task
+        (default: the scorer's own)."""
         gated, name = gated_scorer(scorer, name, self.needs_label)
         self.gated.add(name)
         return gated
@@ -311,8 +305,7 @@ class TaskTest:
 
     # -- decisions ---------------------------------------------------------------------------------
     def exact_pass(self) -> bool | None:
-        """With every sample scored and sampling without replacement the mean is known exactly:
-        whether it is >= T (None while it is not known)."""
+        """Whether the exactly known mean is >= T (every sample scored without replacement); None until then."""
         run = self.run
         if self.sampling != WithoutReplacement.name or run.ledger.released < run.size:
             return None
@@ -333,9 +326,8 @@ class TaskTest:
 
     # -- the certificate ------------------------------------------------------------------------------
     def lower_bound(self, level: float) -> float:
-        """The one-sided lower bound on the mean score at 1 - ``level`` that inverts the test
-        itself (it is >= T exactly when the test certified at ``level``); the exact mean when
-        every sample was scored without replacement."""
+        """The one-sided lower bound on the mean score at 1 - ``level`` that inverts the test itself (>= T exactly
+        when the test certified at ``level``); the exact mean once every sample was scored without replacement."""
         run = self.run
         exact = self.exact_pass()
         if exact is not None:
@@ -354,9 +346,8 @@ class TaskTest:
         return float(1.0 - u)
 
     def statement(self) -> tuple[float, bool, float | None]:
-        """(level, certified, lower bound on the mean score) of the claim, agreeing with each
-        other: the procedure's decision and its joint bound (>= T exactly when certified; None:
-        no statement), on the final evidence once every candidate is done."""
+        """(level, certified, lower bound on the mean score): the procedure's decision and its joint bound (>= T
+        exactly when certified; None: no statement), on the final evidence once every candidate is done."""
         certified, levels, lower = self.selection.final_joint or self.selection.joint()
         k = self.index
         return float(levels[k]), bool(certified[k]), None if np.isnan(lower[k]) else float(lower[k])
@@ -407,10 +398,8 @@ class TaskTest:
 
 
 def check_samples(task, samples) -> None:
-    """Refuse, before any sample runs, a task whose first samples are not a uniformly random
-    subset in the order they run (not shuffled, or sorted after shuffling), whose samples the
-    manager cannot follow (no ids, repeated ids, none at all), or whose scores it would not see
-    or could not read as the mean over epochs."""
+    """Refuse (:class:`SetupError`) a task whose run order is not a uniformly random order, whose samples cannot be
+    followed, or whose scores the manager would not see or could not read as the mean over epochs."""
     if not getattr(task.dataset, "shuffled", False):
         raise SetupError("the task's samples are not shuffled, so the first ones are not a random subset: "
                          "pass sample_shuffle=True to eval() (or call dataset.shuffle() before Task(dataset=dataset))")
@@ -440,9 +429,8 @@ def _text_length(sample) -> int:
 
 
 def sorted_by_length(samples, odds: float = 1e-6) -> bool:
-    """Whether the samples' input lengths are in non-decreasing order although a random order
-    would be so with probability below ``odds`` (prod(count_l!) / N!): a dataset sorted after
-    it was shuffled. Equal lengths throughout are not a sort (a stable sort keeps the shuffle)."""
+    """Whether input lengths are non-decreasing although a random order would be with probability below ``odds``
+    (prod(count_l!) / N!): sorted after shuffling. Equal lengths are not a sort (a stable sort keeps the shuffle)."""
     lengths = np.array([_text_length(s) for s in samples])
     if lengths.size < 2 or np.any(np.diff(lengths) < 0):
         return False

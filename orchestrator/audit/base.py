@@ -1,5 +1,4 @@
-"""What every ``certsel audit`` shares: the result object, exact binomial bounds, and running
-repetitions in worker processes."""
+"""What every ``certsel audit`` shares: the result, exact binomial bounds, repetitions in worker processes."""
 
 from __future__ import annotations
 
@@ -45,9 +44,7 @@ class Verdict(StrEnum):
 
     @staticmethod
     def overall(familywise: "Verdict", rows) -> "Verdict":
-        """The audit's verdict on the job's guarantee, the family-wise one: failed when it or
-        any row failed, confirmed when it is confirmed, inconclusive otherwise (rows whose own,
-        stricter levels need more repetitions are shown as such in the table)."""
+        """The audit's verdict on the job's (family-wise) guarantee: failed when it or any row failed, else its own."""
         if familywise is Verdict.FAILED or any(v is Verdict.FAILED for v in rows):
             return Verdict.FAILED
         return familywise
@@ -70,8 +67,7 @@ def overall_cells(k_fail: int, reps: int, delta: float, rows: list) -> dict:
 
 
 def reps_to_confirm(k: int, n: int, level: float) -> int | None:
-    """About how many repetitions would confirm ``level`` if failures kept their observed rate
-    k/n (None when that rate is not below the level)."""
+    """About how many repetitions would confirm ``level`` at the observed rate k/n (None: rate not below it)."""
     rate = k / n
     if rate >= level:
         return None
@@ -184,8 +180,7 @@ def job_features(cfg, table):
 
 
 def repeat(fn, jobs: list, workers: int, progress) -> list:
-    """``fn`` over the repetitions' jobs, in worker processes when ``workers`` > 1; the
-    results are in job order and do not depend on the number of workers."""
+    """``fn`` over the jobs, in worker processes when ``workers`` > 1; results in job order, whatever ``workers``."""
     if workers <= 1 or len(jobs) <= 1:
         out = []
         for i, job in enumerate(jobs):

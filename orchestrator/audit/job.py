@@ -1,36 +1,17 @@
 """``certsel audit CONFIG``: does the job's policy keep its guarantee on this data?
 
-The job's policy is repeated ``reps`` times on its replay table, whose full-table risk of
-every candidate is the ground truth, each repetition with a fresh random item order shared
-by all candidates (as in one job). Per candidate it reports:
+The policy is repeated ``reps`` times on the replay table (full-table risks are the ground truth), each repetition
+with a fresh random item order shared by all candidates. Per candidate: **failure** (testing policies: certifying
+R <= alpha when the true R > alpha; Seq / Cer-Eval: the anytime interval ever missing the true risk) with one-sided
+99% Clopper-Pearson bounds and a :class:`~.base.Verdict` against the candidate's level; **power**; **coverage** of
+the two-sided anytime interval at delta (testing policies: two one-sided tests of App. D.5 at delta/2); **labels**
+to the decision; the **FT-Eval** check at the full budget (Algorithm 1's margin against the human-label mean, with
+RMSE and a t-test). Overall: the procedure's family-wise failure (a candidate with true R > alpha certified), whose
+verdict against delta is the audit's (failed also when any row failed). See docs/reliability.md, "`certsel audit
+CONFIG`". A pairwise job is replayed and every claim it prints checked (:mod:`.pairwise`).
 
-* **failure**: for a testing policy (R-Eval / R-AutoEval / R-AutoEval+), the rate of
-  certifying R <= alpha for a candidate whose true R is above alpha (the type-I error the
-  e-process bounds by its level); for Seq / Cer-Eval, the rate at which the anytime interval
-  ever misses the true risk. Each with one-sided Clopper-Pearson bounds (99%) and a
-  verdict against the candidate's level: **confirmed** when the upper bound is at most the
-  level, **failed** when the lower bound is above it, **inconclusive** in between (more
-  repetitions needed);
-* **power**: the certification rate of candidates whose true R is at most alpha;
-* **coverage** of the two-sided anytime interval at level delta (testing policies: the true
-  risk is never rejected by the two one-sided tests of App. D.5 at delta/2);
-* **labels** used until the decision (mean, 10/50/90% quantiles);
-* the **FT-Eval** verdict on the point estimate at the full budget: TOST with the margin
-  that Algorithm 1 selects against the plain human-label mean (the classical estimator),
-  with RMSE and the one-sample t-test for contrast.
-
-Overall: the family-wise failure rate of the job's procedure (FST / Bonferroni / Holm on the
-per-repetition e-values): any candidate with true R > alpha in the certified set, with its
-verdict against delta, which is the audit's verdict (failed also when any row failed).
-
-A pairwise job is audited as the ranking it is: the job itself replayed on the table with a
-fresh seed per repetition (its schedule, bets, goal and epsilon), and every claim it prints
-checked against the table's means: each certified order (an exact tie makes any order
-wrong), each tie within epsilon, each rank interval and rank group, and a top-k set; the
-family-wise failure is a repetition with any wrong claim (:mod:`.pairwise`).
-
-Testing policies are vectorised over repetitions and candidates (chunks of repetitions);
-estimation policies run one repetition at a time (their item choices are adaptive).
+Testing policies are vectorised over chunks of repetitions and candidates; estimation policies run one repetition
+at a time (their item choices are adaptive).
 """
 
 from __future__ import annotations
@@ -65,8 +46,7 @@ def _orders(rng, reps: int, n_items: int, m: int) -> np.ndarray:
 
 
 def _testing_chunk(cfg, human, judge, orders, n, r, rhos):
-    """Per repetition and candidate: max log E, first crossing, estimates on the budget grid,
-    and whether the true risk is excluded by the two-sided interval."""
+    """Log e-value paths, estimates and classical means on the budget grid, the grid, and the observations."""
     h = human[:, orders[:, :n]].transpose(1, 0, 2)  # (reps, K, n)
     jl = ju = None
     if judge is not None and np.any(rhos != 0):
@@ -89,10 +69,9 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
           workers: int | None = None, ranking_replay=None) -> AuditResult:
     """Repeat ``cfg``'s policy ``reps`` times on its replay table (see the module docstring).
 
-    Seq / Cer-Eval repetitions (and a ranking's) run in ``workers`` processes (default: one
-    per CPU); the result is the same for any number of workers. A ranking is repeated by
-    ``ranking_replay`` (the engine's :func:`~certsel.orchestrator.engine.ranking_replay.replay_ranking`,
-    which :func:`certsel.orchestrator.commands.audit.audit` passes)."""
+    Seq / Cer-Eval and ranking repetitions run in ``workers`` processes (default: one per CPU); the result does not
+    depend on their number. A ranking needs ``ranking_replay`` (the engine's
+    :func:`~certsel.orchestrator.engine.ranking_replay.replay_ranking`)."""
     table = data.table
     if table is None:
         raise ValueError("certsel audit needs a replay job (a data: section with recorded losses and ground truth)")
@@ -138,9 +117,8 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
 
 
 def _pilot_audit(cfg: RunConfig, data, reps: int, rng, progress, chunk: int) -> AuditResult:
-    """A fixed sequence that starts from a pilot, repeated as its job runs: repetition i is the
-    job with seed i's draws (the pilot's stream and the tests' item order both follow from the
-    seed), its sequence from that repetition's start; a config before the start is not tested."""
+    """A fixed sequence that starts from a pilot: repetition i is the job with seed i's draws (pilot stream and item
+    order), its sequence from that repetition's start; a config before the start is not tested."""
     from certsel.policies.pilot import run_pilot
 
     table, names, truth = data.table, data.names, data.table.true_risk
@@ -191,12 +169,11 @@ def _result(cfg, names, truth, levels, certified, fam, first, missed, est, class
 
 def betting_repetitions(cfg: RunConfig, table, truth, reps: int, rng, progress=None, chunk: int = 50,
                         seeds=None):
-    """R-Eval / R-AutoEval(+) repeated on ``reps`` random orders, vectorised over chunks of
-    repetitions and candidates: max log E (reps, K), labels to the first crossing of the
-    candidate's level, whether the two-sided interval missed ``truth``, and the estimates on
-    the budget grid. With ``seeds`` (reps,), repetition i draws the order a job with seed
-    ``seeds[i]`` draws (:func:`~certsel.workers.replay.label_orders`): jobs that share a seed,
-    as a multi-task job's tasks do, are replayed with the same coupling."""
+    """R-Eval / R-AutoEval(+) on ``reps`` random orders: max log E (reps, K), labels to the first crossing of the
+    candidate's level, whether the two-sided interval missed ``truth``, estimates on the budget grid. With ``seeds``
+    (reps,), repetition i draws the order of a job with seed ``seeds[i]``
+    (:func:`~certsel.workers.replay.label_orders`), so jobs sharing a seed (a multi-task job's tasks) keep their
+    coupling."""
     K, I = table.human.shape
     n, rhos = cfg.budget.n, cfg.policy.policy_kind.rhos
     levels = cfg.proc.candidate_deltas(cfg.delta, K)
@@ -243,8 +220,7 @@ def _ft_eval(est: np.ndarray, classical: np.ndarray, truth: float) -> dict:
 
 
 def _estimation_once(job) -> tuple:
-    """One repetition of Seq / Cer-Eval for every candidate (module level: it runs in worker
-    processes): decision, labels to decide, interval ever missed, estimates on the grid."""
+    """One repetition of Seq / Cer-Eval for every candidate (module level: it runs in worker processes)."""
     cfg, table, truth, features, t_grid, seed = job
     K, I = table.human.shape
     n = min(cfg.budget.n, I)
@@ -287,8 +263,7 @@ def _estimation_once(job) -> tuple:
 
 
 def _estimation(cfg, table, truth, reps, rng, progress, workers: int = 1):
-    """Seq / Cer-Eval repeated ``reps`` times: decisions against alpha at the level the job
-    uses, interval misses, labels used, estimates on the budget grid."""
+    """Seq / Cer-Eval repeated ``reps`` times: decisions, labels used, interval misses, estimates on the grid."""
     n = min(cfg.budget.n, table.human.shape[1])
     t_grid = np.unique(np.linspace(1, n, BUDGET_GRID).round().astype(int))
     features = job_features(cfg, table)
@@ -299,8 +274,7 @@ def _estimation(cfg, table, truth, reps, rng, progress, workers: int = 1):
 
 
 def write_audit(result: AuditResult, outdir) -> list:
-    """audit.json, audit.md and audit.png (failure rates with their bounds against delta,
-    coverage against 1 - delta) into ``outdir``."""
+    """Write audit.json, audit.md and audit.png into ``outdir``; returns their paths."""
     import json
     import pathlib
 
@@ -321,8 +295,7 @@ def write_audit(result: AuditResult, outdir) -> list:
 
 
 def _audit_figure(result: AuditResult, plt):
-    """Failure rates (with their 99% upper bounds, against each level) and coverage per
-    candidate, the candidates named on the shared y axis; the whole summary as the title."""
+    """Failure rates (with 99% upper bounds and levels) and coverage per candidate; the summary as the title."""
     import textwrap
 
     rows = result.rows

@@ -1,13 +1,11 @@
 """``certsel audit`` of a multi-task job: does the intersection-union certificate keep delta?
 
-Each task's policy is repeated on its own table. The tasks' jobs share the job's seed, so
-their item orders are coupled (tables of the same size are labelled in the same order); each
-repetition draws one seed and runs every task with it, so the audit replays that coupling
-rather than independent orders per task. The combined evidence of a candidate is the smallest of its tasks' max
-log e-values (:func:`~certsel.orchestrator.results.multitask.intersection_union`), and the procedure
-runs on it. A candidate is a null when it misses the target of at least one task on that
-task's whole table; the family-wise failure is a repetition whose certified set holds a null.
-Per candidate: how often it was certified (failure for a null, power otherwise).
+Each task's policy is repeated on its own table. Each repetition draws one seed and runs every task with it, so the
+audit keeps the coupling of the tasks' item orders in a job (tables of the same size are labelled in the same
+order). A candidate's evidence is the smallest of its tasks' max log e-values
+(:func:`~certsel.orchestrator.results.multitask.intersection_union`), and the procedure runs on it. A candidate is a
+null when it misses at least one task's target on that task's whole table; the family-wise failure is a repetition
+whose certified set holds a null.
 """
 
 from __future__ import annotations
@@ -52,8 +50,7 @@ class TasksAudit:
 
 
 def task_repetitions(cfg: RunConfig, data, seeds: np.ndarray, progress=None) -> np.ndarray:
-    """max log E (reps, K) of one task's policy on its table, repetition i as its job would run
-    with seed ``seeds[i]``."""
+    """max log E (reps, K) of one task's policy on its table, repetition i as its job runs with seed ``seeds[i]``."""
     table, kind, reps = data.table, cfg.policy.policy_kind, len(seeds)
     if kind.replication is Replication.STRATIFIED:
         return stratified_repetitions(cfg, table, table.true_risk, reps, None, progress, 1, seeds=seeds)[0]

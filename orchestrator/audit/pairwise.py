@@ -1,25 +1,19 @@
 """``certsel audit`` of a pairwise job: the ranking replayed as the job runs it, every printed
 claim checked against the table.
 
-Each repetition is the job itself with a fresh seed (item order): the engine's rounds, the
-pairs' bets and round sizes, the goal and ``pairwise.epsilon``, handed in by the command as
-``replay`` (:func:`~certsel.orchestrator.engine.ranking_replay.replay_ranking`). Its result is checked
-claim by claim against the full table's mean losses (the truth of a replay job):
+Each repetition is the job itself with a fresh seed (rounds, bets, round sizes, goal, ``pairwise.epsilon``), run by
+``replay`` (:func:`~certsel.orchestrator.engine.ranking_replay.replay_ranking`). Claims are checked against the full
+table's mean losses R:
 
-* an **order** "A better than B" (certified directly or implied) is wrong when R(A) >= R(B),
-  an exact tie included;
+* an **order** "A better than B" (direct or implied) is wrong when R(A) >= R(B), an exact tie included;
 * a **tie** "A ~ B within epsilon" is false when |R(A) - R(B)| >= epsilon;
-* a **rank interval** [lo, hi] misses when the model's true rank (1 + the models with a
-  strictly lower mean) lies outside it;
-* a **rank group** is wrong when a model of an earlier group does not have a strictly lower
-  mean than every model of a later group;
-* a **top-k** claim is wrong when a certified-in model has fewer than K - k models with a
-  strictly higher mean, or a certified-out model fewer than k with a strictly lower one.
+* a **rank interval** misses when the true rank (1 + the models with a strictly lower mean) lies outside it;
+* a **rank group** is wrong when a model of an earlier group is not strictly better than every later one;
+* a **top-k** claim is wrong when a certified-in model has fewer than K - k models strictly worse, or a
+  certified-out one fewer than k strictly better.
 
-Per pair the audit reports how often it was ordered, wrongly ordered, tied and falsely tied,
-against the pair's level delta / P (a wrong order or a false tie needs one of the pair's two
-one-sided bounds, each at delta / (2P), to miss); per model the rank interval's coverage. The
-family-wise failure -- a repetition with any wrong claim of any kind -- is what the job's
+Per pair, the rates are against the pair's level delta / P (a wrong order or false tie needs one of its two one-sided
+bounds, each at delta / (2P), to miss). The family-wise failure, a repetition with any wrong claim, is what the job's
 guarantee bounds by delta.
 """
 
@@ -33,10 +27,9 @@ _ORDERED, _WRONG, _TIED, _FALSE_TIE, _ITEMS, _COVERED = range(6)
 
 
 def claims_checked(ranking, names: list[str], truth: np.ndarray) -> tuple[np.ndarray, dict]:
-    """One repetition's claims against ``truth`` (each model's mean loss on the table): per
-    pair (i < j in ``names`` order) the rows ordered, wrongly ordered, tied, falsely tied,
-    items used and difference interval covering, shape (6, P); and per repetition the rank
-    intervals' and groups' and top-k's misses."""
+    """One repetition's claims against ``truth`` (mean losses): per pair (i < j in ``names`` order) the rows
+    ordered, wrongly ordered, tied, falsely tied, items used, interval covering, shape (6, P); and the repetition's
+    rank-interval, group and top-k misses."""
     K = len(names)
     at = {m: k for k, m in enumerate(names)}
     ii, jj = np.triu_indices(K, 1)
@@ -79,8 +72,7 @@ def claims_checked(ranking, names: list[str], truth: np.ndarray) -> tuple[np.nda
 
 
 def pairwise_audit(cfg, data, reps, rng, progress, workers: int, replay) -> AuditResult:
-    """The ranking job replayed ``reps`` times (one seed each) and its claims checked (see the
-    module docstring)."""
+    """The ranking job replayed ``reps`` times (one seed each), its claims checked (module docstring)."""
     table, names = data.table, data.names
     truth = np.asarray(table.true_risk, dtype=np.float64)
     K = len(names)

@@ -1,12 +1,9 @@
 """``certsel audit`` for the judge-stratified test: repetitions of the policy itself.
 
-Each repetition runs :class:`~certsel.policies.judge_stratified.StratifiedTest` for every
-candidate to its whole budget, with the job's batches, its level per candidate (the
-procedure's) and a fresh seed: the same object the driver's actors run. It returns what the
-testing audit reads from the vectorised R-AutoEval+ path: the largest log e-value, the
-labels to the first crossing, whether the two-sided interval ever missed the table's mean,
-and the estimates on the budget grid (the mean of the stratified observations, the
-driver's estimate) with the classical mean of the same labels.
+Each repetition runs :class:`~certsel.policies.judge_stratified.StratifiedTest` (the object the driver's actors run)
+for every candidate to its whole budget, with the job's batches, per-candidate levels and a fresh seed, and returns
+what the vectorised betting path returns (:func:`~.job.betting_repetitions`); the estimate is the mean of the
+stratified observations, as the driver reports.
 """
 
 from __future__ import annotations
@@ -42,10 +39,9 @@ def stratified_once(job) -> tuple:
 
 def run_to_budget(test: StratifiedTest, losses: np.ndarray, batch: int, threshold: float, *, truth=None,
                   stop_at_crossing: bool = False) -> tuple[int, bool]:
-    """Feed ``test`` the human ``losses`` it asks for, ``batch`` draws at a time, up to its
-    horizon (or its first crossing of ``threshold``, a log e-value, with
-    ``stop_at_crossing``). Returns (labels at the first crossing, or the labels used when
-    none; whether the two-sided interval ever missed ``truth``)."""
+    """Feed ``test`` the ``losses`` it asks for, ``batch`` at a time, up to its horizon (or, with
+    ``stop_at_crossing``, its first crossing of the log e-value ``threshold``). Returns (labels at the first
+    crossing, else labels used; whether the two-sided interval ever missed ``truth``)."""
     first, missed = 0, False
     while test.drawn < test.horizon and not (stop_at_crossing and first):
         items = test.next_items(batch)

@@ -1,3 +1,2 @@
-"""The commands: ``certsel run`` (job.py: a job from its config to its report and MLflow runs),
-multi-task jobs (multitask.py) and the job's named, timed stages (stages.py). The top of
-``orchestrator``: it uses the engine, the inputs and the outputs; nothing here is imported by them."""
+"""The commands: ``certsel run`` (job.py), multi-task jobs (multitask.py), timed stages (stages.py). The top layer:
+it uses the engine, inputs and outputs; none of them imports it."""

@@ -1,7 +1,5 @@
-"""``certsel audit`` as the command runs it: the audit layer's repetitions, with the engine's
-replay of a ranking job for pairwise jobs (the audit repeats what the job does, schedule,
-bets and epsilon included, so it needs the engine's rounds; the two layers do not import
-each other, so the command joins them)."""
+"""``certsel audit`` as the command runs it: the audit's repetitions joined with the engine's ranking replay (a
+pairwise audit repeats the engine's rounds; the two layers do not import each other)."""
 
 from __future__ import annotations
 

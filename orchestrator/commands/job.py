@@ -1,11 +1,9 @@
 """``certsel run``: validate everything, then track, run and report one selection job.
 
-Order matters for the "no half-written run" rule: the config, the data, the tracking store
-and the Ray connection are all checked *before* the MLflow parent run is created, so bad
-input leaves no run at all (an :class:`~certsel.errors.InputError`, exit status 2); once
-runs exist, any failure marks them FAILED (KILLED on Ctrl-C) and propagates as a
-:class:`~certsel.errors.JobError` (exit status 1), errors Ray re-raises from an actor
-included.
+No half-written run: the config, data, tracking store and Ray connection are checked *before* the MLflow parent run
+is created, so bad input leaves no run (:class:`~certsel.errors.InputError`, exit status 2); once runs exist, any
+failure marks them FAILED (KILLED on Ctrl-C) and propagates as a :class:`~certsel.errors.JobError` (exit status 1),
+errors Ray re-raises from an actor included.
 """
 
 from __future__ import annotations
@@ -46,19 +44,15 @@ log = logging.getLogger(__name__)
 class RunOptions:
     """How one job runs besides its configuration (:func:`execute`).
 
-    ``durable`` (the default): the job keeps its labels in ``cfg.state.dir`` and resumes an
-    unfinished job with the same configuration (or the job ``resume``), see
-    :mod:`certsel.orchestrator.engine.state`. The outputs (report.html, report.md,
-    selection.json, labels.parquet, plots) go to ``output``, else to the job's folder, else (not
-    durable) only to MLflow (``track``). ``check_outputs``: ``(path, option)`` pairs of further
-    files the caller will write, checked before anything starts like ``output``. ``parent_run``
-    nests the job's MLflow run under that run (a task of a multi-task job); ``data`` is the
-    job's data when the caller has loaded and checked it already.
+    ``durable``: keep the labels in ``cfg.state.dir`` and resume an unfinished job with the same configuration (or the
+    job ``resume``; :mod:`certsel.orchestrator.engine.state`). The outputs go to ``output``, else the job's folder, else
+    (not durable) only to MLflow (``track``). ``check_outputs``: ``(path, option)`` pairs of further files the caller
+    will write, checked up front like ``output``. ``parent_run``: the MLflow run to nest under (a multi-task job's
+    task); ``data``: already loaded and checked data.
 
-    The callbacks: ``progress(records, round)`` after every round; ``on_job(state)`` when the job
-    is known; ``warn(line)`` for warnings before it runs (default: logging); ``on_servers(status)``
-    every second with the job's own servers (``live.serve``) up and waiting; ``on_stage(name)``
-    when each stage starts (:mod:`certsel.orchestrator.commands.stages`)."""
+    Callbacks: ``progress(records, round)`` after every round; ``on_job(state)`` when the job is known; ``warn(line)``
+    before it runs (default: logging); ``on_servers(status)`` every second while the job's own servers (``live.serve``)
+    are up and waiting; ``on_stage(name)`` as each stage starts (:mod:`certsel.orchestrator.commands.stages`)."""
 
     progress: Callable | None = None
     output: pathlib.Path | str | None = None
@@ -75,10 +69,9 @@ class RunOptions:
 
 
 def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[JobResult, str | None]:
-    """Run ``cfg`` end to end (``options``, or its fields as keywords: :class:`RunOptions`);
-    returns the result and the MLflow parent run id. ``result.output_dir`` and ``result.files``
-    say where the outputs went, ``result.stages`` how long each stage took. The MLflow store
-    opens in a thread while Ray starts."""
+    """Run ``cfg`` end to end (``options``, or its fields as keywords); returns the result and the MLflow parent run
+    id. ``result.output_dir`` and ``result.files`` say where the outputs went, ``result.stages`` how long each stage
+    took."""
     o = options if options is not None else RunOptions(**kw)
     clock = StageClock(o.on_stage)
     started = time.time()
@@ -97,8 +90,8 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
     job = _open_job(cfg, data, o)
     tracker = run_id = None
     with contextlib.ExitStack() as resources:  # released in reverse order, whatever happens
-        # late-bound: a job discarded when Ray is missing is None by then; a source's release sees
-        # the configuration and data the job ran with (prepare_source may replace them)
+        # late-bound: a job discarded when Ray is missing is None by then; release sees the cfg and data the job
+        # ran with (prepare_source may replace them)
         resources.callback(lambda: job is not None and job.release())
         resources.callback(lambda: source_of(cfg).release(cfg, data))
         try:
@@ -180,8 +173,8 @@ def _warn_if_hopeless(cfg: RunConfig, data, warn) -> None:
 
 
 def finished_job(cfg: RunConfig, data) -> Finished | None:
-    """The finished job this configuration and data would be (None: none, or
-    the job file does not resume jobs): a rerun shows it instead of buying its labels again."""
+    """The finished job this configuration and data would be (None: none, or no auto-resume): a rerun shows it
+    instead of buying its labels again."""
     if cfg.state.resume != "auto":
         return None
     return JobState.finished(cfg.state.dir, config_fingerprint(cfg, data.fingerprint))
@@ -205,8 +198,7 @@ def _stop_runtime(runtime, clock: StageClock) -> None:
 
 
 def _write_outputs(result: JobResult, folder, tracker, clock: StageClock) -> None:
-    """The report and certificate into ``folder`` (a temporary one when there is none: MLflow
-    still gets them), then the tracker's final logging."""
+    """The report and certificate into ``folder`` (None: a temporary one, for MLflow), then the final logging."""
     with tempfile.TemporaryDirectory() as tmp:
         with clock.stage(REPORT):
             files = write_report(result, folder or tmp)
@@ -218,12 +210,10 @@ def _write_outputs(result: JobResult, folder, tracker, clock: StageClock) -> Non
 
 
 def prepare_source(kind: SourceKind, cfg: RunConfig, data, on_servers=None):
-    """The job's source kind ``kind`` prepares the job before any tracking run exists
-    (:meth:`~certsel.orchestrator.inputs.source_kind.SourceKind.prepare`), after the job's own
-    model servers are started when it has any (the fleet that starts each one on its first
-    cache miss, :mod:`certsel.orchestrator.engine.servers`; a server that no node can hold is
-    an error here). Returns the config and data the job runs with and the
-    :class:`FleetSchedule` (or None); the fleet is closed if preparing fails."""
+    """``kind`` prepares the job (:meth:`~certsel.orchestrator.inputs.source_kind.SourceKind.prepare`) before any
+    tracking run exists, after starting the job's own server fleet if any (:mod:`certsel.orchestrator.engine.servers`;
+    a server no node can hold is an error here). Returns the config and data the job runs with and the
+    :class:`FleetSchedule` or None; the fleet is closed if preparing fails."""
     specs = kind.server_specs(cfg)
     fleet = FleetSchedule.start(specs) if specs else None
     try:

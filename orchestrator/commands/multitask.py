@@ -1,5 +1,5 @@
-"""``certsel run`` on a multi-task job: every task as a job of its own, then the combined
-certificate (:mod:`certsel.orchestrator.results.multitask` has the combination, and the argument)."""
+"""``certsel run`` on a multi-task job: every task as a job of its own, then the combined certificate
+(:mod:`certsel.orchestrator.results.multitask`)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from certsel.orchestrator.results.multitask import MultiTaskResult, TaskOutcome,
 
 def execute_tasks(cfg: RunConfig, *, output=None, track: bool = True, progress=None, warn=None,
                   on_job=None) -> MultiTaskResult:
-    """Run every task of ``cfg`` (each a durable, tracked job of its own, its outputs in
-    ``output/TASK``, else in its job folder), then combine them; the combined certificate goes
-    to ``output`` (default: ``state.dir/NAME.tasks``; selection.json, report.md, report.html)
-    and to an MLflow run that holds the tasks' runs."""
+    """Run every task of ``cfg`` as a durable, tracked job (outputs in ``output/TASK``, else its job folder), then
+    combine them; the combined certificate goes to ``output`` (default: ``state.dir/NAME.tasks``) and to an MLflow
+    run holding the tasks' runs."""
     given = output is not None
     folder = output_dir(output if given else pathlib.Path(cfg.state.dir) / f"{_slug(cfg.name)}.tasks",
                         "--output" if given else "state.dir")

@@ -1,9 +1,7 @@
-"""A job's stages, named and timed: what the progress line shows between rounds, what
-``--log-level info`` prints, and the seconds saved in ``selection.json``'s ``stages``.
+"""A job's stages, named and timed (the progress line, ``--log-level info``, ``selection.json``'s ``stages``).
 
-``on_stage(name)`` is told when a stage starts, so a front end never shows a frozen line
-while Ray starts or the report is written. Stages may overlap (the MLflow store opens in a
-thread while Ray starts): each keeps its own wall-clock seconds.
+``on_stage(name)`` is told when a stage starts, so a front end never shows a frozen line. Stages may overlap (the
+MLflow store opens while Ray starts): each keeps its own wall-clock seconds.
 """
 
 from __future__ import annotations
@@ -14,9 +12,8 @@ import time
 
 log = logging.getLogger("certsel.job")
 
-# the stages of `certsel run`, in the order they start (a job without tracking skips some); after
-# Ray, a source kind that prepares the job runs its own stage (SourceKind.prepare_stage: the live
-# kind's "starting servers")
+# the stages of `certsel run` in start order (some skipped without tracking); after Ray, a source kind may run its
+# own (SourceKind.prepare_stage, e.g. "starting servers")
 LOADING, RAY, TRACKING, RUNS, ROUNDS, REPORT, LOGGING, STOPPING = (
     "loading data", "starting Ray", "opening MLflow", "creating MLflow runs", "rounds",
     "writing the report", "logging to MLflow", "stopping Ray")

@@ -1,17 +1,16 @@
 """The decision core of a selection: pure functions from a frozen view of the evidence to decisions.
 
-Every front end that tests candidates under a multiple-testing procedure decides with these
-functions and nothing else, and so does every front end that ranks models by their pairs
-(:class:`Pairs`, :func:`open_pairs`, :func:`new_ties`, :func:`ranking_outcome`): the engine's rounds (:class:`~.selection.Scheduler`) and
-``certsel.inspect``'s :class:`~certsel.inspect.CertifiedSelection` build an
-:class:`Evidence` per candidate, ask :func:`settle` (after every round or score) and the final
-functions (:func:`final_certified`, :func:`reconcile`, :func:`bound_levels`,
-:func:`joint_bounds`) when the candidates are done, and apply the decisions to their own
-records. A rule changed here changes every front end alike.
+Every front end that tests candidates under a multiple-testing procedure, or ranks models by their pairs
+(:class:`Pairs`, :func:`open_pairs`, :func:`new_ties`, :func:`ranking_outcome`), decides with these functions and
+nothing else: the engine's rounds (:class:`~.selection.Scheduler`) and ``certsel.inspect``'s
+:class:`~certsel.inspect.CertifiedSelection` build an :class:`Evidence` per candidate, ask :func:`settle` after every
+round or score and the final functions (:func:`final_certified`, :func:`reconcile`, :func:`bound_levels`,
+:func:`joint_bounds`) when done, and apply the decisions to their own records. A rule changed here changes every front
+end alike.
 
-Why deciding early keeps every guarantee is in :mod:`.selection`'s docstring: a certification
-is the running maximum of an e-process crossing its level, contained in the event "it ever
-crosses", which Ville's inequality bounds whatever schedule decided when to look.
+Why deciding early keeps every guarantee is in :mod:`.selection`'s docstring: a certification is the running maximum of
+an e-process crossing its level, contained in the event "it ever crosses", which Ville's inequality bounds whatever
+schedule decided when to look.
 """
 
 from __future__ import annotations
@@ -54,14 +53,11 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Rules:
-    """What a selection decides by: its procedure at ``delta``, e-values (``testing``) or an
-    estimation policy's own decisions, and the early stops it allows.
-
-    ``adaptive``: candidates are settled as soon as their evidence allows (False: the
-    full-budget baseline, where a testing candidate is certified only once its budget is
-    spent and nothing is stopped early). ``futility``: delta_f of the futility stop (None:
-    off). ``prune_keys``: the objective as "smaller is better", to stop candidates that can no
-    longer improve the selection (None: off)."""
+    """What a selection decides by: its procedure at ``delta``, e-values (``testing``) or an estimation policy's own
+    decisions, and the early stops it allows. ``adaptive``: settle candidates as soon as the evidence allows (False: the
+    full-budget baseline: certified only at budget's end, nothing stops early); ``futility``: delta_f of the futility
+    stop; ``prune_keys``: the objective as "smaller is better", to stop candidates that cannot improve the selection
+    (None: off)."""
 
     procedure: Procedure
     delta: float
@@ -76,8 +72,8 @@ class Rules:
 
 
 class Certify(NamedTuple):
-    """Certify candidate ``index``: its evidence passed ``log_level`` (None for an estimation
-    policy's own decision); ``reason`` empty for a crossing seen while it ran."""
+    """Certify candidate ``index``: its evidence passed ``log_level`` (None for an estimation policy's own decision);
+    ``reason`` empty for a crossing seen while it ran."""
 
     index: int
     log_level: float | None
@@ -106,11 +102,10 @@ def views(statuses: Sequence[Status], names: Sequence[str]) -> tuple[CandidateVi
 
 
 def settle(evidence: Sequence[Evidence], rules: Rules) -> list[Decision]:
-    """The decisions after new evidence, in the order they apply. Certifications come first,
-    until none changes a threshold (Holm: each one loosens the others'); only then do
-    candidates end that can no longer be certified (R >= alpha certified, the futility test,
-    the budget spent), at the thresholds reached; then those the selection no longer needs
-    (pruning by objective, the procedure's own stops, e.g. a fixed sequence after a failure)."""
+    """The decisions after new evidence, in the order they apply. Certifications come first, until none changes a
+    threshold (Holm: each one loosens the others'); only then do candidates end that can no longer be certified (R >=
+    alpha certified, the futility test, the budget spent), at the thresholds reached; then those the selection no longer
+    needs (pruning by objective, the procedure's own stops, e.g. a fixed sequence after a failure)."""
     status = [e.status for e in evidence]
     out: list[Decision] = []
 
@@ -172,10 +167,9 @@ def final_certified(evidence: Sequence[Evidence], rules: Rules) -> np.ndarray:
 
 
 def reconcile(evidence: Sequence[Evidence], rules: Rules, certified: np.ndarray) -> list[Decision]:
-    """Statuses that agree with the final set. A candidate that ended at a stricter level than
-    the one the procedure finally reached (Holm: its budget ran out before others were
-    certified) is in the final set: it is certified, at that level. One that passed its own
-    test but is not in the set (a fixed sequence after an earlier failure) says so."""
+    """Statuses that agree with the final set: a candidate that ended at a stricter level than the procedure finally
+    reached (Holm: out of budget before others were certified) is certified at that level; one that passed its own test
+    but is not in the set (a fixed sequence after a failure) says so."""
     levels = decision_levels(evidence, rules)
     out: list[Decision] = []
     for k, (e, ok) in enumerate(zip(evidence, certified, strict=True)):
@@ -188,8 +182,8 @@ def reconcile(evidence: Sequence[Evidence], rules: Rules, certified: np.ndarray)
 
 
 def decision_levels(evidence: Sequence[Evidence], rules: Rules) -> np.ndarray:
-    """Each candidate's decision level (its e-value's threshold is 1 / level): the procedure's
-    levels at the final e-values for a testing policy, the per-candidate levels otherwise."""
+    """Each candidate's decision level (its e-value's threshold is 1 / level): the procedure's levels at the final
+    e-values for a testing policy, the per-candidate levels otherwise."""
     proc = rules.procedure
     if rules.testing:
         return proc.decision_deltas(rules.delta, np.array([e.max_log_e for e in evidence]))
@@ -197,15 +191,13 @@ def decision_levels(evidence: Sequence[Evidence], rules: Rules) -> np.ndarray:
 
 
 def bound_levels(rules: Rules, certified: np.ndarray) -> np.ndarray:
-    """The level at which each candidate's own bound enters the simultaneous bounds (NaN: the
-    procedure states none for it)."""
+    """The level at which each candidate's own bound enters the simultaneous bounds (NaN: none)."""
     return rules.procedure.joint_levels(rules.delta, certified)
 
 
 def joint_bounds(rules: Rules, alpha: float, certified: np.ndarray, own: np.ndarray) -> np.ndarray:
-    """Bounds on every candidate's risk that hold together with probability >= 1 - delta, from
-    each one's own bound at its :func:`bound_levels` level (NaN: no statement); <= alpha
-    exactly for the certified set."""
+    """Bounds on every candidate's risk that hold together with probability >= 1 - delta, from each one's own bound at
+    its :func:`bound_levels` level (NaN: no statement); <= alpha exactly for the certified set."""
     return rules.procedure.simultaneous_bounds(rules.delta, alpha, certified, own)
 
 
@@ -237,8 +229,8 @@ class Pairs:
 
 @dataclass(frozen=True)
 class RankingRules:
-    """What a ranking decides by: its goal (``ranking``, ``best``, ``topk`` with ``topk``,
-    ``all``), the tie tolerance ``epsilon`` (None: no ties) and the most items a pair may use."""
+    """What a ranking decides by: its goal (``ranking``, ``best``, ``topk`` with ``topk``, ``all``), the tie tolerance
+    ``epsilon`` (None: no ties) and the most items a pair may use."""
 
     goal: str
     topk: int | None = None
@@ -266,8 +258,8 @@ def open_pairs(pairs: Pairs, rules: RankingRules) -> np.ndarray:
 
 
 def new_ties(pairs: Pairs, rules: RankingRules, which) -> np.ndarray:
-    """Among the pairs ``which``, those whose bounds now certify |R_i - R_j| < epsilon (a tie
-    stands once certified: the bounds hold at every step on the pair's event)."""
+    """Among the pairs ``which``, those whose bounds now certify |R_i - R_j| < epsilon (a tie stands once certified: the
+    bounds hold at every step on the pair's event)."""
     which = np.fromiter(which, dtype=np.int64)
     if rules.epsilon is None:
         return which[:0]
@@ -293,9 +285,8 @@ class RankingOutcome:
 
 def ranking_outcome(pairs: Pairs, rules: RankingRules, pair_delta: float, pair_delta_per_direction: float
                     ) -> RankingOutcome:
-    """The certified partial order, ties, rank intervals and top-k set of the pairs' final
-    evidence, and each model's status: certified when it is certified best (or among the k
-    best), stopped otherwise."""
+    """The certified partial order, ties, rank intervals and top-k set of the pairs' final evidence, and each model's
+    status: certified when it is certified best (or among the k best), stopped otherwise."""
     names, ii, jj, dead = list(pairs.names), pairs.ii, pairs.jj, pairs.dead
     K, P = len(names), ii.size
     direct = direct_orders(pairs)

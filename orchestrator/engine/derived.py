@@ -1,17 +1,13 @@
-"""Statistics of a finished job's evidence that its outputs print: computed here, once, when
-the job ends, and kept on the :class:`~certsel.orchestrator.results.records.JobResult`, so
-that the certificate, the report and the plots only format them (no output recomputes one).
+"""Statistics of a finished job's evidence that its outputs print, computed once when the job ends and kept on the
+:class:`~certsel.orchestrator.results.records.JobResult` (the certificate, report and plots only format them).
 
-* ``levels``: each candidate's decision level (its e-value's threshold is 1 / level):
-  the procedure's step-down levels at the final e-values for a testing policy, the
-  per-candidate levels for an estimation one;
+* ``levels``: each candidate's decision level (threshold 1 / level): the procedure's step-down levels at the final
+  e-values for a testing policy, the per-candidate levels for an estimation one;
 * ``ci_delta``: the level of the candidates' two-sided intervals;
 * ``recovery``: a recovery job's figures (:mod:`.recovery`; needs the label log);
-* ``budget_curve``: what the job would have selected with a smaller per-candidate budget,
-  recomputed from the recorded evidence (each candidate's evidence up to b labels is a prefix
-  of what it recorded);
-* ``oracle``: the human labels the job used against an estimate of the fewest an oracle
-  would need for what it certified (:func:`oracle_estimate`).
+* ``budget_curve``: what the job would have selected with a smaller per-candidate budget (each candidate's evidence up
+  to b labels is a prefix of what it recorded);
+* ``oracle``: the human labels used against an estimate of the fewest an oracle would need (:func:`oracle_estimate`).
 """
 
 from __future__ import annotations
@@ -43,14 +39,12 @@ def derive(result: JobResult) -> JobResult:
 def oracle_estimate(result: JobResult) -> OracleEstimate | None:
     """The job's human labels against the fewest an oracle would need for what it certified.
 
-    An oracle that knows every candidate's risk tests only the candidates it will certify
-    (under a fixed sequence it must still test each of them: the certified set is a prefix)
-    and spends on each the fewest labels any level test can need on average, log(1/level) /
-    KL_inf (with a judge, the prediction-powered floor): each certified candidate's
-    ``label_minimum``, estimated from its own labels at its decision level
-    (:mod:`certsel.policies.limits`). The sum is an estimate (plug-in risks), not a bound;
-    None for an estimation policy, a gate, or a job that certified nothing (the oracle would
-    spend nothing)."""
+    An oracle that knows every risk tests only the candidates it will certify (under a fixed sequence still each of
+    them: the certified set is a prefix) and spends on each the fewest labels any level test can need on average,
+    log(1/level) / KL_inf (with a judge, the prediction-powered floor): each certified candidate's ``label_minimum`` at
+    its decision level (:mod:`certsel.policies.limits`). The sum is a plug-in estimate, not a bound; None for an
+    estimation policy, a gate, or a job that certified nothing.
+    """
     cfg = result.cfg
     if cfg.proc.ranking:
         return _ranking_oracle(result)
@@ -66,9 +60,8 @@ def oracle_estimate(result: JobResult) -> OracleEstimate | None:
 
 def _ranking_oracle(result: JobResult) -> OracleEstimate | None:
     """A full ranking (``pairwise.goal: ranking``): the model evaluations an oracle would need
-    (:func:`~.oracle.ranking_need`, each pair at the job's level per direction, with the job's
-    epsilon), its pair moments estimated from the job's own labels; None for the other goals
-    or without the label log."""
+    (:func:`~.oracle.ranking_need`, each pair at the job's level per direction, with the job's epsilon), its pair
+    moments estimated from the job's own labels; None for the other goals or without the label log."""
     rk = result.ranking
     if rk is None or rk.goal != "ranking" or result.labels is None:
         return None
@@ -90,8 +83,8 @@ def budgets(cfg) -> list[int]:
 
 
 def budget_curve(result: JobResult) -> list[tuple[int, float | None]] | None:
-    """(b, the objective of what the job would have selected with b human labels per
-    candidate) for each of :func:`budgets`; None for a ranking or a job without an objective."""
+    """(b, the objective of what the job would have selected with b human labels per candidate) for each of
+    :func:`budgets`; None for a ranking or a job without an objective."""
     cfg, objective = result.cfg, result.data.objective
     proc = cfg.proc
     if objective is None or proc.ranking:

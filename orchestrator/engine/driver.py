@@ -1,20 +1,12 @@
 """The engine: one loop runs every job's rounds; :func:`run_job` is the body of ``certsel run``.
 
-:func:`run_job` plans the job (:mod:`~certsel.orchestrator.engine.plan`: one typed spec per
-candidate, the shared seeded item order), loads the candidates onto hosts
-(:mod:`~certsel.orchestrator.engine.hosts`: Ray actors or in-process, lost hosts rebuilt) and hands
-the job's :class:`Rounds` to :func:`run_rounds`.
-
-:func:`run_rounds` owns what every kind of job shares: resuming from the driver's
-checkpoint, one round after another until the rounds say they are done, the tracker's and
-the progress callback's hooks, a checkpoint every ``state.snapshot_every`` rounds, and the
-result's timing. What a round does is the :class:`Rounds` object's decision (as a Ray Tune
-scheduler decides and the tuner's loop acts):
-
-* :class:`~certsel.orchestrator.engine.selection.SelectionRounds`: FST, Bonferroni, Holm or any
-  registered procedure; advance the candidates the procedure schedules, settle them;
-* :class:`~certsel.orchestrator.engine.pairwise.PairwiseRounds`: a ranking; the pair policies in
-  the driver ask the models' label servers for the losses they need.
+:func:`run_job` plans the job (:mod:`~certsel.orchestrator.engine.plan`), loads the candidates onto hosts
+(:mod:`~certsel.orchestrator.engine.hosts`) and hands the job's :class:`Rounds` to :func:`run_rounds`, which owns what
+every kind of job shares: resuming from the driver's checkpoint, rounds until done, the tracker's and progress hooks, a
+checkpoint every ``state.snapshot_every`` rounds, and the result's timing. What a round does is the :class:`Rounds`
+object's decision: :class:`~certsel.orchestrator.engine.selection.SelectionRounds` (a multiple-testing procedure) or
+:class:`~certsel.orchestrator.engine.pairwise.PairwiseRounds` (a ranking: the pair policies in the driver ask the
+models' label servers for losses).
 """
 
 from __future__ import annotations
@@ -64,9 +56,9 @@ class Rounds(Protocol):
 
 def run_rounds(rounds: Rounds, records: list[CandidateRecord], *, job_dir=None, every: int = 1, tracker=None,
                progress=None, t0: float | None = None) -> JobResult:
-    """Run ``rounds`` to the end (see the module docstring); ``progress(records, round)``
-    after every round, ``tracker.on_round(moved)`` too; with ``job_dir``, resumed from its
-    checkpoint and checkpointed every ``every`` rounds."""
+    """Run ``rounds`` to the end (see the module docstring); ``progress(records, round)`` after every round,
+    ``tracker.on_round(moved)`` too; with ``job_dir``, resumed from its checkpoint and checkpointed every ``every``
+    rounds."""
     t0 = time.perf_counter() if t0 is None else t0
     names = [r.name for r in records]
     n, resume = 0, None
@@ -99,17 +91,12 @@ def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n
             tracker=None, collect_labels: bool = True, job_dir=None, servers=None) -> JobResult:
     """Run one job on ``runtime`` (:class:`RayRuntime` or :class:`LocalRuntime`).
 
-    ``progress(records, round)`` is called after every round; ``tracker`` (if given) gets
-    ``on_round(records)``. With ``collect_labels`` the result carries every label bought
-    (the ``labels.parquet`` artifact: the certificate can be recomputed from it). With
-    ``job_dir`` every label goes to the job's durable log before a policy uses it
-    (:mod:`certsel.workers.labellog`), hosts snapshot their policies and the driver
-    checkpoints its state every ``cfg.state.snapshot_every`` rounds: a host that dies is
-    replaced and its candidates rebuilt from snapshot + log, and a rerun of the same job
-    starts from the last checkpoint and buys nothing twice. ``servers`` (the job's
-    :class:`~certsel.orchestrator.engine.servers.FleetSchedule`, for ``live.serve``) decides which
-    candidates run together on the cluster's resources, starts a lost server again where it
-    fits, and measures the servers' GPU time (``result.gpu``).
+    With ``collect_labels`` the result carries every label bought (the ``labels.parquet`` artifact, from which the
+    certificate can be recomputed). With ``job_dir`` every label goes to the durable log before a policy uses it, hosts
+    snapshot their policies and the driver checkpoints every ``cfg.state.snapshot_every`` rounds: a dead host's
+    candidates are rebuilt from snapshot + log, and a rerun starts from the last checkpoint and buys nothing twice.
+    ``servers`` (a :class:`~certsel.orchestrator.engine.servers.FleetSchedule`, for ``live.serve``) decides which
+    candidates run together, restarts lost servers and measures GPU time (``result.gpu``).
     """
     t0 = time.perf_counter()
     data = start_from_pilot(cfg, data)  # scheduling.start: pilot (a no-op when execute already ran it)

@@ -1,17 +1,13 @@
 """The host pool: every driver call to the candidate hosts, recovering hosts that die mid-call.
 
-Each method sends one typed request (:mod:`certsel.workers.contracts`) to the hosts of the
-candidates it concerns, in parallel, through the :class:`~certsel.orchestrator.engine.runtime.Runtime`
-protocol, and returns typed replies by candidate name.
+Each method sends one typed request (:mod:`certsel.workers.contracts`) to the hosts of the candidates it concerns, in
+parallel through the :class:`~certsel.orchestrator.engine.runtime.Runtime` protocol, and returns typed replies by name.
 
-A lost host (on the actor Ray restarted, or a fresh one) rebuilds its candidates, each from
-its newest policy snapshot plus the batches after it from the durable label log
-(``CandidateHost.rebuild``: no request, the same states); hosts lost in the same call are
-rebuilt in parallel. Then the interrupted call is sent again. The labels that step had
-already bought were logged before use, so it finds them in the log: nothing is bought or
-counted twice. A host lost more than :data:`MAX_HOST_LOSSES` times in a row (no step
-completed between: a crash loop) ends its candidates as "worker lost" (not certified); the
-others go on.
+A lost host (on the actor Ray restarted, or a fresh one) rebuilds its candidates from their newest policy snapshots plus
+the later batches from the durable label log (``CandidateHost.rebuild``: no request, the same states), lost hosts in
+parallel; then the interrupted call is sent again. Its labels were logged before use, so nothing is bought or counted
+twice. A host lost more than :data:`MAX_HOST_LOSSES` times in a row (a crash loop) ends its candidates as "worker lost"
+(not certified); the others go on.
 """
 
 from __future__ import annotations
@@ -47,8 +43,8 @@ MAX_HOST_LOSSES = 6  # a host lost this often in a row, with no step done betwee
 
 
 def assign(names: list[str], n_hosts: int) -> dict:
-    """Round-robin: neighbours in the FST order land on different hosts, so the frontier
-    and its look-ahead advance in parallel."""
+    """Round-robin: neighbours in the FST order land on different hosts, so the frontier and its look-ahead advance in
+    parallel."""
     return {nm: k % n_hosts for k, nm in enumerate(names)}
 
 
@@ -92,9 +88,8 @@ class HostPool:
             counts.steps_replayed += len(batches[snap.name]) - snap.restored_steps
 
     def restore_all(self, from_round: int) -> Resume:
-        """Every candidate that has run, rebuilt on its host (a driver resumed at round
-        ``from_round``); how many of their steps came from policy snapshots and how many
-        were replayed from the log."""
+        """Every candidate that has run, rebuilt on its host (a driver resumed at round ``from_round``); how many of
+        their steps came from policy snapshots and how many were replayed from the log."""
         by_host: dict = {}
         for name, r in self.records.items():
             if r.rounds:
@@ -105,11 +100,9 @@ class HostPool:
         return resume
 
     def step(self, sizes: dict[str, int]) -> dict[str, Snapshot]:
-        """Advance each candidate of ``sizes`` by its number of human labels; their snapshots
-        by name. When a label source failed because one of the job's own model servers died
-        (its process, actor or node), the server starts again where it fits on the next
-        request, the failed candidates are rebuilt (policy snapshot + label log: nothing
-        bought or counted twice) and their steps are sent again."""
+        """Advance each candidate of ``sizes`` by its number of human labels; their snapshots by name. A label source
+        that failed because one of the job's own model servers died: the server starts again on the next request, the
+        failed candidates are rebuilt (nothing bought or counted twice) and their steps sent again."""
         got = self.call({h: Step(nms, [sizes[n] for n in nms]) for h, nms in self.by_host(list(sizes)).items()})
         snaps = {s.name: s for group in got.values() for s in group}
         failed = [n for n in sizes if n in snaps and snaps[n].error]
@@ -135,17 +128,16 @@ class HostPool:
             self._check_restored(snaps, batches[h], self.recovered)
 
     def finalize(self, names, levels: dict | None = None) -> dict[str, Snapshot]:
-        """Final snapshots (intervals; with ``levels[name]``, a list of levels, testing
-        candidates' one-sided bounds at each of them)."""
+        """Final snapshots (intervals; with ``levels[name]``, a list of levels, testing candidates' one-sided bounds at
+        each of them)."""
         got = self.call({h: Finalize(nms, None if levels is None else [levels[n] for n in nms])
                          for h, nms in self.by_host(names).items()})
         return {s.name: s for group in got.values() for s in group}
 
     def losses_of(self, requests: dict, role: str = "human", open_names=()) -> dict[str, ModelLosses]:
-        """``{name: items}`` -> each model's losses or error (pairwise label servers), asked in
-        waves whose servers fit on the cluster together (``open_names``: the models still
-        needed later, whose servers may stay up). A model whose server died is asked again
-        once the server is found lost (it starts again on that request)."""
+        """``{name: items}`` -> each model's losses or error (pairwise label servers), asked in waves whose servers fit
+        on the cluster together (``open_names``: the models still needed later, whose servers may stay up). A model
+        whose server died is asked again once the server is found lost (it starts again on that request)."""
         out = {}
         for wave in self.schedule.waves(list(requests), list(open_names)):
             out.update(self._losses({n: requests[n] for n in wave}, role))
@@ -164,8 +156,8 @@ class HostPool:
         return out
 
     def withdraw(self, names) -> dict[str, QueueReport]:
-        """Settled candidates' annotation queues take back what nobody started; what each
-        queue did, by name (candidates without a queue are left out)."""
+        """Settled candidates' annotation queues take back what nobody started; what each queue did, by name (candidates
+        without a queue are left out)."""
         out = {}
         for part in self.call({h: Withdraw(nms) for h, nms in self.by_host(names).items()}).values():
             out.update(part)
@@ -179,8 +171,8 @@ class HostPool:
         return out
 
     def call(self, requests: dict[int, HostRequest]) -> dict:
-        """``requests[host]`` on every host in parallel, recovering lost hosts and sending
-        their request again; ``{host: reply}`` (hosts given up on are left out)."""
+        """``requests[host]`` on every host in parallel, recovering lost hosts and sending their request again; ``{host:
+        reply}`` (hosts given up on are left out)."""
         out = {}
         pending = list(requests)
         while pending:
@@ -202,11 +194,10 @@ class HostPool:
                 r.end(Status.WORKER_LOST, f"worker lost {self.losses[h]} times in a row ({why})")
 
     def _recover(self, lost: dict, patience: float = 120.0) -> list[int]:
-        """Rebuild the lost hosts (``{host: why}``) all at once, each in one call
-        (``CandidateHost.rebuild``: load + restore from snapshot + log), on the actor Ray
-        restarted or on a fresh one; returns the hosts to send the interrupted call again.
-        A host still restarting is waited for (a fresh actor after ``patience`` s); one
-        lost again while rebuilding counts as another loss in a row."""
+        """Rebuild the lost hosts (``{host: why}``) at once, each in one ``CandidateHost.rebuild`` call, on the actor
+        Ray restarted or a fresh one; returns the hosts to send the interrupted call again. A host still restarting is
+        waited for (a fresh actor after ``patience`` s); one lost again while rebuilding counts as another loss in a
+        row."""
         t0 = time.monotonic()
         deadline = {h: t0 + patience for h in lost}
         todo, new_loss, done = dict(lost), dict(lost), []

@@ -1,10 +1,9 @@
 """The pair policies of a ranking, read and fed as arrays over the P pairs.
 
-:class:`PairPolicies` is what :class:`~certsel.orchestrator.engine.pairwise.PairwiseRounds`
-needs from them. :class:`PolicyList` holds one policy object per pair (any policy kind);
-:class:`BankedPairs` holds Seq's pairs as one :class:`~certsel.policies.seq_bank.SeqBank`,
-whose rows are exactly those objects (a round is one vectorised update instead of P).
-:func:`pair_policies` picks the bank wherever the policy kind builds one.
+:class:`PairPolicies` is what :class:`~certsel.orchestrator.engine.pairwise.PairwiseRounds` needs from them.
+:class:`PolicyList` holds one policy object per pair (any policy kind); :class:`BankedPairs` holds Seq's pairs as one
+:class:`~certsel.policies.seq_bank.SeqBank`, whose rows are exactly those objects (a round is one vectorised update
+instead of P). :func:`pair_policies` picks the bank wherever the policy kind builds one.
 """
 
 from __future__ import annotations
@@ -125,8 +124,7 @@ class BankedPairs:
 
 def pair_policies(kind: PolicyKind, settings: PolicySettings, inputs: list[PolicyInputs], bet=None) -> PairPolicies:
     """The P pair policies of ``kind``: a bank where the kind builds one for these settings
-    (:meth:`~certsel.policies.kinds.PolicyKind.build_bank`), betting ``bet`` if given, else
-    one object per pair."""
+    (:meth:`~certsel.policies.kinds.PolicyKind.build_bank`), betting ``bet`` if given, else one object per pair."""
     bank = kind.build_bank(settings, inputs[0].n_items, len(inputs), bet)
     if bank is not None:
         return BankedPairs(bank)

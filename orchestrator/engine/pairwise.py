@@ -1,12 +1,10 @@
 """Pairwise ranking: every pair of models compared by Seq or Cer-Eval on paired losses.
 
-Every pair (i, j) is compared on u = (loss_i - loss_j + 1)/2 with threshold 1/2 at level
-delta/P (Bonferroni over the P pairs, :class:`~certsel.policies.procedures.PairwiseRanking`);
-a pair stops as soon as its sign is certified, or, with ``pairwise.epsilon``, once the same
-bounds certify |R_i - R_j| < epsilon (a tie). The pair policies live in the driver; the
-models' label sources live in the hosts (label servers). All pairs share one seed, so they
-ask for the same items for as long as their states agree, and a model is labelled once per
-item whatever the number of pairs it is in.
+Every pair (i, j) is compared on u = (loss_i - loss_j + 1)/2 with threshold 1/2 at level delta/P (Bonferroni over the P
+pairs, :class:`~certsel.policies.procedures.PairwiseRanking`); a pair stops as soon as its sign is certified, or, with
+``pairwise.epsilon``, once the same bounds certify |R_i - R_j| < epsilon (a tie). The pair policies live in the driver;
+the models' label sources live in the hosts (label servers). All pairs share one seed, so they ask for the same items
+for as long as their states agree, and a model is labelled once per item whatever the number of pairs it is in.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ from .decisions import Pairs, RankingRules
 
 
 def _mark_failed(records, dead: set, answers: dict[str, ModelLosses], names: list) -> dict:
-    """Losses per model from the hosts' replies; a model whose source failed for good is
-    dead (its pairs end undecided, the others go on)."""
+    """Losses per model from the replies; a model whose source failed for good is dead (its pairs end undecided)."""
     out = {}
     for nm, reply in answers.items():
         m = names.index(nm)
@@ -40,8 +37,7 @@ def _mark_failed(records, dead: set, answers: dict[str, ModelLosses], names: lis
 
 
 def _pair_scores(plan, pool, records, dead, ii, jj):
-    """Cer-Eval's judge strata per pair: every model's judge loss on every item (bought
-    before any human label), as paired scores; None per pair without strata."""
+    """Cer-Eval's judge strata per pair, as paired scores of every model's judge losses (None: no strata)."""
     P = ii.size
     if not plan.judge_strata:
         return [None] * P
@@ -102,8 +98,8 @@ class PairwiseRounds:
         self.tied[decisions.new_ties(self.evidence(), self.rules, which)] = True
 
     def _round_sizes(self, which: np.ndarray) -> np.ndarray:
-        """The next round of each pair in ``which``: ``budget.batch``, or with
-        ``scheduling.rounds: predicted`` about the items its bounds say it still needs."""
+        """Each pair's next round: ``budget.batch``, or (``scheduling.rounds: predicted``) what its bounds say it needs.
+        """
         cfg = self.plan.cfg
         if cfg.scheduling.rounds != "predicted":
             return np.full(which.size, cfg.budget.batch)
@@ -179,14 +175,11 @@ def pair_evidence(names, pairs: PairPolicies, ii, jj, tied, dead) -> Pairs:
 
 def pair_round_sizes(bounds: np.ndarray, n: np.ndarray, claims, batch: int, smallest: int,
                      n_items: int) -> np.ndarray:
-    """Items each pair asks for next: about what its one-sided bounds (``bounds[:, :2]``, on u)
-    say it still needs to make the claim among ``claims`` it is closest to, between ``smallest``
-    and ``batch``; ``batch`` before any label. The half-width h = (U - L) / 2 after n of the
-    N = ``n_items`` items shrinks about as sqrt((N - n) / (N n)) (sampling without
-    replacement), and a claim whose nearer end lies m from the centre needs h <= m: the n' with
-    (N - n') / n' = (m / h)^2 (N - n) / n. Rounds sized from a pair's own past keep its
-    guarantee (the bounds hold at any stopping time), as the testing candidates' predicted
-    rounds do."""
+    """Items each pair asks for next: about what its one-sided bounds (``bounds[:, :2]``, on u) say it still needs for
+    the claim among ``claims`` it is closest to, between ``smallest`` and ``batch`` (``batch`` before any label). The
+    half-width h = (U - L) / 2 after n of N = ``n_items`` items shrinks about as sqrt((N - n) / (N n)) (sampling without
+    replacement); a claim whose nearer end lies m from the centre needs h <= m: the n' with (N - n') / n' = (m / h)^2
+    (N - n) / n. Rounds sized from a pair's own past keep its guarantee (the bounds hold at any stopping time)."""
     lo, hi = bounds[:, 0], bounds[:, 1]
     mid, half = (lo + hi) / 2.0, np.maximum((hi - lo) / 2.0, 0.0)
     ends = np.array(claims, dtype=np.float64)  # (claims, 2)
@@ -200,9 +193,8 @@ def pair_round_sizes(bounds: np.ndarray, n: np.ndarray, claims, batch: int, smal
 
 
 def pair_bet(cfg) -> MarginBet | None:
-    """The pair tests' bet (``pairwise.bet``): sized for the claims a pair stops on -- an order
-    either way, a tie within epsilon -- where the pair policies take a bet and the job did not
-    ask for the policy's own (``plug-in``)."""
+    """The pair tests' bet (``pairwise.bet``): sized for the claims a pair stops on -- an order either way, a tie within
+    epsilon -- where the pair policies take a bet and the job did not ask for the policy's own (``plug-in``)."""
     if not cfg.policy.policy_kind.banks(cfg.policy.radius):
         return None
     return PAIR_BETS.lookup(cfg.pairwise.bet or "margin").for_claims(pair_claims(cfg.pairwise.epsilon))

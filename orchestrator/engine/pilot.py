@@ -1,7 +1,7 @@
-"""``scheduling.start: pilot``: a fixed sequence that starts near its frontier. The judge-only
-pilot (:mod:`certsel.policies.pilot`, which says why the guarantee is unchanged) picks the
-start; the job's candidates are then the configs from the start on, in the same order, and
-the configs before it are recorded as not tested (``JobData.pilot``)."""
+"""``scheduling.start: pilot``: a fixed sequence that starts near its frontier. The judge-only pilot
+(:mod:`certsel.policies.pilot`, which says why the guarantee is unchanged) picks the start; the job's candidates are
+then the configs from the start on, in the same order, and the configs before it are recorded as not tested
+(``JobData.pilot``)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from certsel.orchestrator.inputs.jobdata import JobData, PilotStart, _subset
 
 
 def start_from_pilot(cfg: RunConfig, data: JobData) -> JobData:
-    """``data`` restricted to the configs from the pilot's start on (unchanged for a job that
-    starts at the top, or whose pilot already ran)."""
+    """``data`` restricted to the configs from the pilot's start on (unchanged for a job that starts at the top, or
+    whose pilot already ran)."""
     if cfg.scheduling.start != "pilot" or data.pilot is not None:
         return data
     table = data.table

@@ -1,8 +1,8 @@
 """A job's plan: one typed spec per candidate and the arrays every candidate shares.
 
-Independent of where candidates run. Every candidate is labelled on the same seeded item
-order (the paper's protocol), so the plan is a deterministic function of the
-configuration, the data and the seed: a resumed driver rebuilds exactly the same one.
+Independent of where candidates run. Every candidate is labelled on the same seeded item order (the paper's protocol),
+so the plan is a deterministic function of the configuration, the data and the seed: a resumed driver rebuilds exactly
+the same one.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from certsel.orchestrator.inputs.sources import source_of
 
 @dataclass
 class JobPlan:
-    """Specs and shared arrays of a job (see the module docstring). ``rows[name]`` holds a
-    replay candidate's (human, judge) losses; ``arrays`` the item order (testing), the
-    features (estimation) and the items (live)."""
+    """Specs and shared arrays of a job (see the module docstring). ``rows[name]`` holds a replay candidate's
+    (human, judge) losses; ``arrays`` the item order (testing), the features (estimation) and the items (live)."""
 
     cfg: RunConfig
     data: JobData

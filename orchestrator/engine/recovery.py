@@ -1,23 +1,20 @@
 """A recovery job's certificate in its own terms: "recovery >= r of <reference>".
 
-A recovery job runs as the risk job it compiles to (:class:`~certsel.policies.recovery.Recovery`:
-the losses (r s_ref - s + 1) / (1 + r) at alpha = 1 / (1 + r)), so its decisions, e-values and
-family-wise guarantee are the risk job's. This module restates them as recoveries (the engine
-computes them once when the job ends: ``JobResult.recovery``), each number from the labels the
-job bought (the label log, in purchase order):
+A recovery job runs as the risk job it compiles to (:class:`~certsel.policies.recovery.Recovery`: losses
+(r s_ref - s + 1) / (1 + r) at alpha = 1 / (1 + r)), so its decisions, e-values and family-wise guarantee are the risk
+job's. This module restates them as recoveries once the job ends (``JobResult.recovery``), from the labels in the label
+log:
 
 * **estimate**: the ratio of the mean scores over the candidate's human-labelled items;
-* **lower_bound** at the level of the candidate's decision: for R-Eval on a table,
-  :func:`~certsel.policies.recovery.recovery_decision_bound`, the inversion over r' of the
-  test's own bets, seeded with its recorded decision, so it is >= r exactly when the candidate
-  passed. A judge-assisted test's observations mix the judge's scores, whose same-bets family
-  is not monotone in r', and a live job's label log holds the losses, not the two scores; for
-  them the bound is the one the risk bound U implies, r + 1 - (1 + r) U when U <= alpha
-  (:func:`from_risk_bound`), looser (it uses E[s_ref] <= 1) and >= r exactly when it passed;
+* **lower_bound** at the candidate's decision level: for R-Eval on a table,
+  :func:`~certsel.policies.recovery.recovery_decision_bound` (the inversion over r' of the test's own bets, seeded with
+  its recorded decision: >= r exactly when it passed). A judge-assisted test's same-bets family is not monotone in r',
+  and a live job's log holds losses, not the two scores; for them the bound the risk bound U implies,
+  :func:`from_risk_bound` (looser, also >= r exactly when it passed);
 * **simultaneous_lower_bound**: for R-Eval on a table, the procedure's joint statement
-  (:meth:`~certsel.policies.procedures.Procedure.simultaneous_bounds`) applied to -recovery,
-  an upper bound at target -r; otherwise the joint risk bounds carried over the same way.
-  Either way the certified set is exactly the candidates with a joint bound >= r.
+  (:meth:`~certsel.policies.procedures.Procedure.simultaneous_bounds`) applied to -recovery, an upper bound at target
+  -r; otherwise the joint risk bounds carried over the same way. Either way the certified set is exactly the candidates
+  with a joint bound >= r.
 """
 
 from __future__ import annotations
@@ -42,10 +39,10 @@ def human_items(result: JobResult, name: str, t: int) -> np.ndarray:
 
 
 def from_risk_bound(upper: float | None, at_least: float) -> float | None:
-    """The recovery bound implied by an upper bound U on the mean recovery loss: from
-    r E[s_ref] - E[s] + 1 <= (1 + r) U, Rec >= r + (1 - (1 + r) U) / E[s_ref] >= r + 1 - (1 + r) U
-    when U <= 1/(1 + r) (then 1 - (1 + r) U >= 0 and E[s_ref] <= 1); no statement otherwise.
-    It is >= r exactly when U <= alpha, and holds wherever U holds (jointly for joint bounds)."""
+    """The recovery bound implied by an upper bound U on the mean recovery loss: from r E[s_ref] - E[s] + 1 <= (1 + r)
+    U, Rec >= r + (1 - (1 + r) U) / E[s_ref] >= r + 1 - (1 + r) U when U <= 1/(1 + r) (then 1 - (1 + r) U >= 0 and
+    E[s_ref] <= 1); no statement otherwise. It is >= r exactly when U <= alpha, and holds wherever U holds (jointly for
+    joint bounds)."""
     if upper is None or upper > 1.0 / (1.0 + at_least):
         return None
     return at_least + 1.0 - (1.0 + at_least) * float(upper)
@@ -87,9 +84,9 @@ def _on_table(result: JobResult, k: int) -> float | None:
 
 
 def _implied_rows(result: JobResult) -> list[RecoveryRow]:
-    """Judge-assisted tests and live jobs: the recovery bounds implied by the risk bounds the
-    job already states (:func:`from_risk_bound`); without bounds (``tracking.intervals: none``)
-    the decision itself, r for the certified."""
+    """Judge-assisted tests and live jobs: the recovery bounds implied by the risk bounds the job already states
+    (:func:`from_risk_bound`); without bounds (``tracking.intervals: none``) the decision itself, r for the certified.
+    """
     r0 = result.cfg.recovery.at_least
     certified = set(result.certified)
     rows = []
@@ -105,8 +102,8 @@ def _implied_rows(result: JobResult) -> list[RecoveryRow]:
 
 def _inverted_rows(result: JobResult) -> list[RecoveryRow]:
     """R-Eval on a table: each bound inverts the test itself over r'
-    (:func:`~certsel.policies.recovery.recovery_decision_bound`), and the joint bounds apply
-    the procedure's rules to -recovery, an upper bound at target -r."""
+    (:func:`~certsel.policies.recovery.recovery_decision_bound`), and the joint bounds apply the procedure's rules to
+    -recovery, an upper bound at target -r."""
     cfg = result.cfg
     proc, r0, K = cfg.proc, cfg.recovery.at_least, len(result.records)
     max_log_e = np.array([x.max_log_e for x in result.records])

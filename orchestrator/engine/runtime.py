@@ -1,11 +1,10 @@
 """Where candidates run: the runtime protocol, the in-process runtime and the Ray runtime.
 
-A runtime hosts ``CandidateHost`` objects and hands them the driver's typed requests
-(:mod:`certsel.workers.contracts`). The driver only uses the :class:`Runtime` protocol, so
-the in-process :class:`LocalRuntime` (benchmarks' baseline, no Ray) and :class:`RayRuntime`
-(one actor per host, local or on a cluster) are interchangeable; only Ray can lose a host,
-and :meth:`Runtime.gather_tolerant` reports that as a :class:`HostLost` in the reply's
-place, so the driver never handles a Ray exception itself.
+A runtime hosts ``CandidateHost`` objects and hands them the driver's typed requests (:mod:`certsel.workers.contracts`).
+The driver uses only the :class:`Runtime` protocol, so :class:`LocalRuntime` (in-process, no Ray) and
+:class:`RayRuntime` (one actor per host) are interchangeable; only Ray can lose a host, and
+:meth:`Runtime.gather_tolerant` reports that as a :class:`HostLost` in the reply's place, so the driver never handles a
+Ray exception itself.
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ class RuntimeProblem(InputError):
 
 @dataclass
 class HostLost:
-    """A candidate host (actor) that died during a call; ``restarting`` when Ray is still
-    bringing it back (the call may be sent again shortly)."""
+    """A candidate host (actor) that died during a call; ``restarting`` when Ray is still bringing it back (the call may
+    be sent again shortly)."""
 
     host: int
     why: str
@@ -40,8 +39,8 @@ class HostLost:
 
 
 class Runtime(Protocol):
-    """What the driver needs from the place candidates run. ``calls`` are ``(host,
-    request)`` pairs; replies come back in their order."""
+    """What the driver needs from the place candidates run. ``calls`` are ``(host, request)`` pairs; replies come back
+    in their order."""
 
     def default_hosts(self, n_candidates: int) -> int: ...
 
@@ -63,8 +62,8 @@ class Runtime(Protocol):
 
 
 class LocalRuntime:
-    """Candidates hosted in this process (benchmarks' in-process baseline; no Ray). A host
-    here cannot be lost, so :meth:`gather_tolerant` is :meth:`gather`."""
+    """Candidates hosted in this process (benchmarks' in-process baseline; no Ray). A host here cannot be lost, so
+    :meth:`gather_tolerant` is :meth:`gather`."""
 
     def __init__(self, n_hosts: int = 1):
         self.hosts = [CandidateHost() for _ in range(n_hosts)]
@@ -111,10 +110,9 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
 
 
 class RayRuntime:
-    """Ray: the local machine by default, or the cluster in ``address`` / ``RAY_ADDRESS``
-    (under ``ray job submit`` the job's driver joins its cluster this way). A runtime made
-    while Ray is already initialised (a test fixture, a notebook) uses that session and
-    leaves it running."""
+    """Ray: the local machine by default, or the cluster in ``address`` / ``RAY_ADDRESS`` (under ``ray job submit`` the
+    job's driver joins its cluster this way). A runtime made while Ray is already initialised (a test fixture, a
+    notebook) uses that session and leaves it running."""
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None, max_actors: int | None = None):
         import ray
@@ -153,9 +151,8 @@ class RayRuntime:
         return self.ray.get(self.hosts[host].handle.remote(request))
 
     def gather_tolerant(self, calls) -> list:
-        """Every call's reply; a host that died (kill -9, OOM, node loss: Ray reports it as
-        soon as it notices, so nothing waits forever) gives a :class:`HostLost` in its place
-        instead of failing the whole round."""
+        """Every call's reply; a host that died (kill -9, OOM, node loss: Ray reports it as soon as it notices, so
+        nothing waits forever) gives a :class:`HostLost` in its place instead of failing the whole round."""
         refs = [self.hosts[h].handle.remote(req) for h, req in calls]
         out = []
         for (h, _), ref in zip(calls, refs, strict=True):
@@ -182,9 +179,8 @@ class RayRuntime:
         return self.ray.put(obj)
 
     def ship_by_value(self, objects) -> None:
-        """Extension objects (a betting strategy, a label function) defined in modules the
-        actors cannot import (a test file, a notebook, a script next to the job) travel by
-        value: their modules are registered with Ray's pickler."""
+        """Extension objects (a betting strategy, a label function) defined in modules the actors cannot import (a test
+        file, a notebook, a script next to the job) travel by value: their modules are registered with Ray's pickler."""
         import ray.cloudpickle as cloudpickle
 
         for obj in objects:

@@ -1,33 +1,25 @@
 """The rounds of a selection job: which candidates to advance, how far, when each is settled.
 
-Each round asks the hosts of the candidates the procedure schedules (:class:`Scheduler`) to
-advance them by about as many human labels as their evidence says they still need
-(:func:`round_sizes`, at most ``budget.batch``), folds the snapshots into the records and
-settles statuses. At the end the procedure is applied to the final evidence, each
-candidate's bounds are computed at the level of its decision and the selection is made by
-objective (:meth:`SelectionRounds.result`).
+Each round asks the hosts of the candidates the procedure schedules (:class:`Scheduler`, pure bookkeeping over
+:class:`CandidateRecord` objects) to advance them by about as many human labels as their evidence says they still need
+(:func:`round_sizes`, at most ``budget.batch``), folds the snapshots into the records and settles statuses. At the end
+the procedure is applied to the final evidence, each candidate's bounds are computed at the level of its decision and
+the selection is made by objective (:meth:`SelectionRounds.result`).
 
-The scheduler is pure bookkeeping over :class:`CandidateRecord` objects (no Ray, no I/O).
+Why stopping early keeps every guarantee: a candidate is certified when the running maximum of its e-process (or the end
+of its confidence sequence) crosses the level; that event is contained in "the e-process *ever* crosses the level within
+the budget", whose probability under the null Ville's inequality bounds by the level, whatever rule decided when to stop
+or how far to run. So the schedule may depend on every candidate's data (e.g. FST's frontier), and:
 
-Why stopping early keeps every guarantee: a candidate is certified when the running
-maximum of its e-process (or the end of its confidence sequence) crosses the level, and
-that event is contained in "the e-process *ever* crosses the level within the budget",
-whose probability Ville's inequality bounds by the level under the null, whatever rule
-decided when to stop or how far to run. So the schedule may depend on every candidate's
-data (e.g. FST's frontier) without touching validity, and:
-
-* **FST**: the certified set is the longest certified prefix of the order. Labels go to
-  the frontier (the first candidate not yet certified) and ``lookahead`` candidates after
-  it; once a candidate has spent its budget without being certified, no candidate after it
-  can join the prefix, so they are stopped (or never started). The certified set equals
-  the full-budget one.
-* **Bonferroni**: each candidate runs at level delta/K and stops once certified (or out of
-  budget). The certified set equals the full-budget one. With ``prune``, candidates whose
-  objective is no better than a certified one's stop too: the selection (the best
-  certified objective) is still the full-budget one; the certified set is then a subset.
-* **Holm**: with c candidates certified, the next one needs E >= (K - c)/delta. A
-  candidate stopped at that level is in Holm's final set, and Holm applied to the final
-  running maxima returns exactly the full-budget Holm set (the argument is in
+* **FST**: the certified set is the longest certified prefix of the order. Labels go to the frontier (the first
+  candidate not yet certified) and ``lookahead`` candidates after it; once a candidate has spent its budget uncertified,
+  no later candidate can join the prefix, so they are stopped (or never started). The certified set equals the
+  full-budget one.
+* **Bonferroni**: each candidate runs at level delta/K and stops once certified (or out of budget); the certified set
+  equals the full-budget one. With ``prune``, candidates whose objective is no better than a certified one's stop too:
+  the selection (the best certified objective) is still the full-budget one, the certified set a subset.
+* **Holm**: with c candidates certified, the next one needs E >= (K - c)/delta. A candidate stopped at that level is in
+  Holm's final set, and Holm applied to the final running maxima returns exactly the full-budget Holm set (the argument:
   ``docs/driver.md``; the tests check it against the full-budget computation).
 """
 
@@ -70,13 +62,9 @@ def apply(records: list[CandidateRecord], decisions) -> None:
 
 
 class Scheduler:
-    """Statuses and the next round's candidates for one procedure: the decision core's
-    :func:`~.decisions.settle` applied to the records after every round.
-
-    ``testing``: e-value policies (thresholds on max log E from the procedure); otherwise
-    estimation policies, whose own decision (+1/-1 against alpha at the level they were
-    built with) settles them.
-    """
+    """Statuses and the next round's candidates for one procedure: :func:`~.decisions.settle` applied to the records
+    after every round. ``testing``: e-value policies (thresholds on max log E from the procedure); otherwise estimation
+    policies, settled by their own decision (+1/-1 against alpha at their level)."""
 
     def __init__(self, records: list[CandidateRecord], *, procedure: Procedure, delta: float, testing: bool,
                  mode: str = "adaptive", lookahead: int = 1, prune_keys=None, futility: float | None = None,
@@ -105,11 +93,10 @@ class Scheduler:
         apply(self.records, settle(evidence(self.records), self.rules))
 
     def active(self) -> list[CandidateRecord]:
-        """The candidates to advance in the next round. Look-ahead (the candidates a fixed
-        sequence would test after the first unsettled one) is spent only while that one is
-        :meth:`on_track`: a candidate after a failure can never be certified, so labels bought
-        for it while its predecessor is heading for failure are lost. Which candidates run
-        when never changes a decision, only what the job spends and how many rounds it takes."""
+        """The candidates to advance in the next round. Look-ahead (the candidates a fixed sequence would test after the
+        first unsettled one) is spent only while that one is :meth:`on_track`: a candidate after a failure can never be
+        certified, so labels bought for it while its predecessor heads for failure are lost. Which candidates run when
+        never changes a decision, only what the job spends and how many rounds it takes."""
         open_ = [r for r in self.records if not r.finished]
         if self.mode == "adaptive":
             lookahead = self.lookahead if not open_ or self.on_track(open_[0]) else 0
@@ -118,9 +105,8 @@ class Scheduler:
         return open_
 
     def on_track(self, r: CandidateRecord) -> bool:
-        """Whether ``r``'s evidence, growing at its recent rate (:func:`recent_growth`), reaches
-        its threshold within its budget; true before its first label and for estimation
-        policies, whose evidence is not a log e-value."""
+        """Whether ``r``'s evidence, growing at its recent rate (:func:`recent_growth`), reaches its threshold within
+        its budget; true before its first label and for estimation policies, whose evidence is not a log e-value."""
         if not self.testing or self.budget is None or r.t == 0:
             return True
         need = float(self.log_thresholds()[r.index]) - r.log_e
@@ -159,11 +145,10 @@ def rules_of(plan) -> Rules:
 
 
 def final_bounds(plan, pool, records, certified_mask) -> None:
-    """Each candidate's own one-sided bound at the level of its decision and the bounds that
-    hold together for all candidates (:meth:`Procedure.simultaneous_bounds`): a testing
-    candidate's host computes its bounds at both levels; an estimation candidate's own bound
-    (at its policy's level) is already in its record. Without intervals (``tracking.intervals:
-    none``) only the procedure's family-wise statement remains: alpha for the certified."""
+    """Each candidate's own one-sided bound at the level of its decision and the bounds that hold together for all
+    candidates (:meth:`Procedure.simultaneous_bounds`): a testing candidate's host computes its bounds at both levels;
+    an estimation candidate's own bound (at its policy's level) is already in its record. With ``tracking.intervals:
+    none`` only the procedure's family-wise statement remains: alpha for the certified."""
     cfg, proc, rules = plan.cfg, plan.procedure, rules_of(plan)
     K = len(records)
     joint_levels = decisions.bound_levels(rules, certified_mask)
@@ -194,12 +179,10 @@ def final_bounds(plan, pool, records, certified_mask) -> None:
 
 
 def round_sizes(active, log_thresholds, batch: int, smallest: int) -> dict:
-    """The next round's labels per candidate: about what its evidence so far says it still
-    needs to reach its threshold, (threshold - log E) / g with a 25% margin, g the growth of
-    log E per label over the later half of its path (:func:`recent_growth`), between
-    ``smallest`` and ``batch``; ``batch`` before any growth. The rounds may depend on the
-    evidence: a candidate's e-process is valid at any stopping time, so rounds sized from
-    its path keep its certificate (docs/statistics.md)."""
+    """The next round's labels per candidate: about what its evidence says it still needs, (threshold - log E) / g with
+    a 25% margin, g the growth of log E per label over the later half of its path (:func:`recent_growth`), between
+    ``smallest`` and ``batch`` (``batch`` before any growth). Sizing rounds from the path keeps the certificate: the
+    e-process is valid at any stopping time (docs/statistics.md)."""
     out = {}
     for r in active:
         growth = recent_growth(r.path)
@@ -212,8 +195,8 @@ def round_sizes(active, log_thresholds, batch: int, smallest: int) -> dict:
 
 
 def recent_growth(path) -> float:
-    """log E gained per label over the later half of the path: a mixture's evidence grows
-    faster once its weights have concentrated, so the early labels under-state the rate."""
+    """log E gained per label over the later half of the path: a mixture's evidence grows faster once its weights have
+    concentrated, so the early labels under-state the rate."""
     t = len(path)
     if t == 0:
         return 0.0
@@ -222,8 +205,8 @@ def recent_growth(path) -> float:
 
 
 class SelectionRounds:
-    """The rounds of a selection job (FST, Bonferroni, Holm, or any registered procedure),
-    driven by :func:`~certsel.orchestrator.engine.driver.run_rounds`."""
+    """The rounds of a selection job (FST, Bonferroni, Holm, or any registered procedure), driven by
+    :func:`~certsel.orchestrator.engine.driver.run_rounds`."""
 
     kind = "select"
 

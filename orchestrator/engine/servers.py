@@ -1,25 +1,18 @@
 """Which candidates' servers may be up together: the schedule of a job's own model servers.
 
-A job whose candidates are served by certsel itself (``live.serve``) may have more servers
-than its cluster can hold at once (48 checkpoints, 8 GPUs). Every round, the job's rounds
-ask :meth:`ServerSchedule.admit` which of the candidates the procedure wants to advance can
-run now: the first one always (the procedure's own priority: FST's frontier), then those
-whose servers are already up, then the rest in the procedure's order, each only if its
-servers (target, judge, reference) fit next to those already admitted
-(:func:`~certsel.workers.serving.pack` on the nodes' resources; where each server runs is
-Ray's decision). The others wait for a later round. Servers no unfinished candidate needs
-are stopped at once; servers the round does not use are stopped when room is needed.
-A ranking asks for its models' labels in waves (:meth:`ServerSchedule.waves`): each wave's
-servers fit together, the servers already up go first.
+A job served by certsel itself (``live.serve``) may have more servers than its cluster holds at once. Every round
+:meth:`ServerSchedule.admit` chooses which of the candidates the procedure wants to advance run now: the first always
+(the procedure's priority: FST's frontier), then those whose servers are up, then the rest in the procedure's order,
+each only if its servers (target, judge, reference) fit next to those admitted (:func:`~certsel.workers.serving.pack`;
+placement is Ray's). The others wait. Servers no unfinished candidate needs stop at once; servers the round does not use
+stop when room is needed. A ranking labels its models in waves (:meth:`ServerSchedule.waves`) whose servers fit
+together, servers already up first. Details: docs/live.md, 'Servers as a scheduled resource'.
 
-Why the schedule cannot change a certificate: it only decides *when* a candidate receives
-labels, never which labels (each candidate's items follow its own seeded order) nor how
-its evidence is judged. Each candidate's e-process is a test supermartingale in its own
-label count and its certificate holds at any stopping time (Ville's inequality), so
-pausing it for a few rounds is optional stopping and continuation, which the guarantee
-already covers; the procedures' arguments (docs/driver.md) hold for any schedule that
-depends only on the past. The default, :class:`AllAtOnce`, admits everything (a job with
-no servers of its own).
+Why the schedule cannot change a certificate: it decides only *when* a candidate receives labels, never which (each
+follows its own seeded order) nor how its evidence is judged. Each e-process is a test supermartingale in its own label
+count and its certificate holds at any stopping time (Ville's inequality), so pausing it is optional stopping and
+continuation; the procedures' arguments (docs/driver.md) hold for any schedule that depends only on the past. The
+default, :class:`AllAtOnce`, admits everything (a job with no servers of its own).
 """
 
 from __future__ import annotations
@@ -33,10 +26,9 @@ from certsel.workers.serving import ServeError, amounts, demand, node_capacities
 
 def choose(order: list[str], needs: dict[str, set[str]], up: set[str], demands: dict[str, dict[str, float]],
            nodes: list[dict[str, float]], head: bool = True) -> tuple[list[str], set[str]]:
-    """The names of ``order`` to run together and their servers: with ``head`` the first
-    always, then the others by how few of their servers are down (those with all theirs
-    ``up`` first), ties in ``order``'s order, each only if its servers fit next to those
-    already chosen (:func:`pack`)."""
+    """The names of ``order`` to run together and their servers: with ``head`` the first always, then the others by how
+    few of their servers are down (those with all theirs ``up`` first), ties in ``order``'s order, each only if its
+    servers fit next to those already chosen (:func:`pack`)."""
     first, rest = (order[:1], order[1:]) if head else ([], order)
     ranked = first + sorted(rest, key=lambda n: len(needs.get(n, set()) - up))  # stable: order kept in ties
     chosen, servers = [], set()
@@ -55,12 +47,12 @@ class ServerSchedule(Protocol):
         """Each candidate's servers (checked to fit together on the cluster)."""
 
     def admit(self, active: list, open_: list) -> list:
-        """The records among ``active`` (in the procedure's order) to advance this round;
-        ``open_``: every unfinished record (their servers stay available)."""
+        """The records among ``active`` (in the procedure's order) to advance this round; ``open_``: every unfinished
+        record (their servers stay available)."""
 
     def waves(self, names: list[str], open_names: list[str]):
-        """``names`` (models to label now) in groups whose servers fit together, each
-        group's servers reserved as it is yielded; ``open_names``: every model still needed."""
+        """``names`` (models to label now) in groups whose servers fit together, each group's servers reserved as it is
+        yielded; ``open_names``: every model still needed."""
 
     def lost(self) -> list[str]:
         """Servers found dead since they started (they start again on their next request)."""
@@ -97,8 +89,8 @@ class AllAtOnce:
 
 
 class FleetSchedule:
-    """The schedule over a job's :class:`~certsel.workers.server_fleet.ServerFleet` (see
-    the module docstring). ``needs``: each candidate's servers."""
+    """The schedule over a job's :class:`~certsel.workers.server_fleet.ServerFleet` (see the module docstring).
+    ``needs``: each candidate's servers."""
 
     def __init__(self, fleet, specs: list[dict], needs: dict[str, set[str]]):
         import ray
@@ -107,15 +99,14 @@ class FleetSchedule:
         self.fleet, self.name = fleet, None
         self.demands = {s["name"]: demand(s) for s in specs}
         self.needs = {k: set(v) for k, v in needs.items()}
-        # shared servers whose work is done before the rounds (the reference's and an
-        # answer-mode judge's answers, generated up front): the candidates' needs leave them
-        # out (LiveSpec.servers), so they are stopped at round 1
+        # shared servers whose answers are generated before the rounds (reference, answer-mode judge): left out of
+        # the candidates' needs (LiveSpec.servers), so they are stopped at round 1
         self.prefetched: set[str] = set()
 
     @classmethod
     def start(cls, specs: list[dict]) -> FleetSchedule:
-        """Check that every server fits on some node (else :class:`ServeError`, one line,
-        before any label), then start the job's fleet actor (no server yet)."""
+        """Check that every server fits on some node (else :class:`ServeError`, one line, before any label), then start
+        the job's fleet actor (no server yet)."""
         import ray
 
         from certsel.workers.server_fleet import start_fleet
@@ -131,8 +122,8 @@ class FleetSchedule:
         return out
 
     def set_needs(self, needs: dict[str, set[str]]) -> None:
-        """Each candidate's servers; a candidate whose servers cannot be up together on
-        the cluster could never run: :class:`ServeError`, one line, before any label."""
+        """Each candidate's servers; a candidate whose servers cannot be up together on the cluster could never run:
+        :class:`ServeError`, one line, before any label."""
         nodes = node_capacities(self._ray)
         for who, servers in needs.items():
             if not pack([self.demands[s] for s in servers], nodes):
@@ -148,9 +139,8 @@ class FleetSchedule:
         return self._ray.get(getattr(self.fleet, method).remote(*args))
 
     def _pick(self, order: list[str], open_names: list[str], head: bool = True) -> tuple[list[str], set[str]]:
-        """Retire the servers no open name needs; then admit ``order`` (with ``head`` its
-        first always, then those whose servers are up, then the rest) while their servers
-        fit together, and reserve their servers."""
+        """Retire the servers no open name needs; then admit ``order`` (with ``head`` its first always, then those whose
+        servers are up, then the rest) while their servers fit together, and reserve their servers."""
         up = set(self._call("up"))
         later = set().union(*(self.needs.get(n, set()) for n in open_names))
         if up - later:
@@ -169,11 +159,10 @@ class FleetSchedule:
         return [r for r in active if r.name in keep]
 
     def _warm_instead(self, chosen: list[str], servers: set[str]) -> list[str]:
-        """A round lasts as long as its slowest candidate: a candidate after the first whose
-        servers are down would hold every other admitted server idle while its own loads. So
-        such candidates wait, and their servers load in the background (reserved, so nothing
-        stops them), to join once up. Only once this job has started a server at all: a rerun
-        served from the cache starts none."""
+        """A round lasts as long as its slowest candidate: a candidate after the first whose servers are down would hold
+        every other admitted server idle while its own loads. Such candidates wait while their servers load in the
+        background (reserved, so nothing stops them), and join once up. Only once this job has started a server at all:
+        a rerun served from the cache starts none."""
         if len(chosen) < 2 or not self._call("started"):
             return chosen
         up = set(self._call("up"))
@@ -203,8 +192,8 @@ class FleetSchedule:
         return self._call("usage")
 
     def watch(self, callback, every: float = 1.0) -> None:
-        """Call ``callback(status)`` every ``every`` seconds from a thread until :meth:`close`:
-        the servers up and those waiting to be placed (a wait is never silent)."""
+        """Call ``callback(status)`` every ``every`` seconds from a thread until :meth:`close`: the servers up and those
+        waiting to be placed (a wait is never silent)."""
         import threading
 
         self._watching = threading.Event()

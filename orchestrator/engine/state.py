@@ -1,26 +1,18 @@
 """A job's durable state: its directory, its fingerprint, and resuming an unfinished job.
 
-``STATE_DIR/JOB_ID/`` holds ``job.json`` (id, config fingerprint, status, MLflow run ids,
-written atomically) and ``labels/`` (the per-candidate label logs of
-:mod:`certsel.workers.labellog`). A job that did not finish (killed driver, lost cluster,
-Ctrl-C) is resumed by ``certsel run CONFIG --resume JOB_ID``, or automatically when
-``certsel run`` finds an unfinished job with the same fingerprint.
+``STATE_DIR/JOB_ID/`` holds ``job.json`` (id, config fingerprint, status, MLflow run ids; written atomically) and
+``labels/`` (the label logs of :mod:`certsel.workers.labellog`). An unfinished job is resumed by ``certsel run CONFIG
+--resume JOB_ID``, or automatically when ``certsel run`` finds one with the same fingerprint (docs/reliability.md,
+'Resuming a job').
 
-Why resuming is exact and valid: every label is in the log before a policy used it, and
-everything else in a job (item orders, Cer-Eval's partitions, the driver's rounds and
-decisions) is a deterministic function of the configuration, the seed and the labels.
-Every ``state.snapshot_every`` rounds the driver writes a checkpoint (``driver.npz``: its
-records and round number, and for pairwise ranking the pair policies' states) and each
-candidate host snapshots its policies into their label logs. The resumed driver starts
-from its last checkpoint; each candidate starts from its newest snapshot on the same
-history and replays the steps after it, then the driver replays the rounds after its
-checkpoint, with each label it already bought served from the log instead of the source.
-It reaches the state at the crash with no request and then goes on, so its e-values,
-decisions and label counts are those of an uninterrupted run (snapshots are exact
-copies of the states, so starting from one or replaying from the start is the same).
-The labels are the same random draws (items in the seeded order) whichever process buys
-them, so the e-processes are the same test supermartingales and Ville's inequality holds
-at every stopping time, including the one at which the first driver died.
+Why resuming is exact and valid: every label is in the log before a policy uses it, and everything else (item orders,
+Cer-Eval's partitions, the driver's rounds and decisions) is a deterministic function of the configuration, the seed and
+the labels. The resumed driver starts from its last checkpoint (``driver.npz``, every ``state.snapshot_every`` rounds),
+each candidate from its newest policy snapshot on the same history (exact copies of the states); both replay the later
+steps with labels served from the log, reaching the state at the crash with no request. So e-values, decisions and label
+counts are those of an uninterrupted run; the labels are the same random draws whichever process buys them, so the
+e-processes are the same test supermartingales and Ville's inequality holds at every stopping time, including the one at
+which the first driver died.
 """
 
 from __future__ import annotations
@@ -51,16 +43,15 @@ class StateProblem(InputError):
 
 
 def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
-    """What makes two runs the same job (:func:`certsel.config.identity.config_fingerprint`;
-    imported here when called: listing and showing jobs imports no configuration layer)."""
+    """What makes two runs the same job (:func:`certsel.config.identity.config_fingerprint`; imported here when called:
+    listing and showing jobs imports no configuration layer)."""
     from certsel.config.identity import config_fingerprint as fingerprint
 
     return fingerprint(cfg, data_fingerprint)
 
 
 def _write_atomic(path: pathlib.Path, payload) -> None:
-    """Write ``payload`` (a dict as JSON, or bytes) so that ``path`` is the old file or the
-    new one, never a part: a temporary file, fsync, rename, fsync of the directory."""
+    """Write ``payload`` (dict as JSON, or bytes) atomically: temporary file, fsync, rename, fsync of the directory."""
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb" if isinstance(payload, bytes) else "w") as f:
         if isinstance(payload, bytes):
@@ -85,8 +76,8 @@ class JobState:
         self._lock = None
 
     def lock(self) -> bool:
-        """Hold the job's lock for this process's lifetime (an OS lock, released when the
-        process dies, even by kill -9): two drivers never write one job. False if held elsewhere."""
+        """Hold the job's lock for this process's lifetime (an OS lock, released when the process dies, even by
+        kill -9): two drivers never write one job. False if held elsewhere."""
         self.dir.mkdir(parents=True, exist_ok=True)
         lock = filelock.FileLock(self.dir / "lock", thread_local=False)
         try:
@@ -119,8 +110,8 @@ class JobState:
 
     @classmethod
     def open(cls, root, fingerprint: str, *, resume: str | None = None, auto: bool = True) -> JobState:
-        """The job to run: ``resume`` (a job id), else the unfinished job with this
-        fingerprint (``auto``), else a new one."""
+        """The job to run: ``resume`` (a job id), else the unfinished job with this fingerprint (``auto``), else a new
+        one."""
         root = pathlib.Path(root)
         if resume is not None:
             if not resume or any(c not in "0123456789abcdef" for c in resume):
@@ -179,17 +170,16 @@ class JobState:
 
 
 def write_checkpoint(job_dir, state: dict) -> None:
-    """The driver's state after a round (records, round number, pairwise policies), written
-    atomically: a crash leaves the previous checkpoint or this one."""
+    """The driver's state after a round (records, round number, pairwise policies), written atomically: a crash leaves
+    the previous checkpoint or this one."""
     from certsel.workers.labellog import pack  # here: listing jobs (certsel jobs, show) needs none of it
 
     _write_atomic(pathlib.Path(job_dir) / CHECKPOINT, pack({"format": 1, **state}))
 
 
 def read_checkpoint(job_dir, kind: str, names: list[str]) -> dict | None:
-    """The job's last driver checkpoint, or None (no checkpoint yet). One that cannot be
-    read, or that is of another job shape, is not used (with a warning): the job then
-    replays from its start, which is slower but just as exact."""
+    """The job's last driver checkpoint, or None (no checkpoint yet). One that cannot be read, or that is of another job
+    shape, is not used (with a warning): the job then replays from its start, which is slower but just as exact."""
     path = pathlib.Path(job_dir) / CHECKPOINT
     if not path.is_file():
         return None
@@ -280,10 +270,9 @@ def list_jobs(root) -> list[JobInfo]:
 
 
 def find_certificate(root, ref: str) -> pathlib.Path | None:
-    """The ``selection.json`` of the finished job in ``root`` whose job id or MLflow parent
-    run id starts with ``ref`` (what ``certsel run`` prints), read from the job's folder
-    without MLflow; None when no job here matches (a candidate's run, a job kept elsewhere).
-    Two jobs matching are an error naming both."""
+    """The ``selection.json`` of the finished job in ``root`` whose job id or MLflow parent run id starts with ``ref``
+    (what ``certsel run`` prints), read without MLflow; None when no job here matches. Two jobs matching are an error
+    naming both."""
     root = pathlib.Path(root)
     if len(ref) < 4 or not root.is_dir():  # too short a prefix to mean one job
         return None
@@ -304,8 +293,8 @@ def find_certificate(root, ref: str) -> pathlib.Path | None:
 
 
 def remove_job(root, job_id: str) -> int:
-    """Delete a job's folder (its labels, checkpoints and outputs); returns the bytes freed.
-    A job that a driver is running is refused."""
+    """Delete a job's folder (its labels, checkpoints and outputs); returns the bytes freed. A job that a driver is
+    running is refused."""
     job = next((j for j in list_jobs(root) if j.job_id == job_id), None)
     if job is None:
         raise StateProblem(f"no job {job_id} in {root}")

@@ -1,9 +1,8 @@
 """Can a candidate be certified at all within its budget? Checked before a job runs.
 
-The most a candidate can do is to have every loss at its minimum. If even then its test
-cannot reach its level within ``budget.n`` human labels, the job would spend the whole
-budget for nothing; :func:`feasibility_warning` says so in one line, with the smallest
-budget that could. It is a warning, not an error: the job is still valid, only hopeless.
+The most a candidate can do is to have every loss at its minimum. If even then its test cannot reach its level within
+``budget.n`` human labels, the job would spend the whole budget for nothing; :func:`feasibility_warning` says so in one
+line, with the smallest budget that could. It is a warning, not an error: the job is still valid, only hopeless.
 """
 
 from __future__ import annotations
@@ -18,8 +17,8 @@ MAX_N = 1 << 16  # budgets searched for the smallest feasible one
 
 
 def _testing_reaches(cfg: RunConfig, level: float, n: int, n_items: int | None = None) -> bool:
-    """Whether the e-process reaches 1/level within n labels when every loss is 0 (the policy
-    kind answers: :meth:`~certsel.policies.kinds.PolicyKind.reaches_at_zero`)."""
+    """Whether the e-process reaches 1/level within n labels when every loss is 0 (the policy kind answers:
+    :meth:`~certsel.policies.kinds.PolicyKind.reaches_at_zero`)."""
     # without replacement the test knows the items left (a table all drawn is its mean): it reaches sooner
     settings = PolicySettings(alpha=cfg.alpha, delta=cfg.delta, budget=n, betting=cfg.policy.strategy,
                               r=cfg.budget.r if cfg.policy.uses_judge else 0, observation=cfg.policy.observation,
@@ -57,8 +56,8 @@ def smallest_budget(reaches, n: int, cap: int) -> int | None:
 
 
 def feasibility_warning(cfg: RunConfig, n_candidates: int, n_items: int) -> str | None:
-    """One line when no candidate could be certified within ``budget.n`` even with every
-    loss at 0 (at the strictest level the procedure tests a candidate at); None otherwise."""
+    """One line when no candidate could be certified within ``budget.n`` even with every loss at 0 (at the strictest
+    level the procedure tests a candidate at); None otherwise."""
     proc = cfg.proc
     if proc.ranking:
         return None

@@ -1,9 +1,6 @@
-"""Loading and checking the data of a ``certsel run`` job (before any Ray or MLflow work).
-
-Everything a job needs from disk is read and validated here, so that bad input fails with
-a one-line error *before* a tracking run exists: missing columns, losses out of range,
-unknown or duplicated candidates, an order that names unknown candidates, too few items.
-"""
+"""Loading and checking the data of a ``certsel run`` job before any Ray or MLflow work, so that bad input (missing
+columns, losses out of range, unknown or duplicated candidates, too few items) fails with a one-line error *before* a
+tracking run exists."""
 
 from __future__ import annotations
 
@@ -23,15 +20,14 @@ from certsel.workers.tables import read_table, table_format
 
 @dataclass(frozen=True)
 class RecoveryScores:
-    """A recovery job's scores (candidates x items, the job's candidate order): what its losses
-    were compiled from (:meth:`Recovery.losses`), kept to state the certificate as a recovery."""
+    """A recovery job's scores (candidates x items, the job's candidate order): what its losses were compiled from
+    (:meth:`Recovery.losses`), kept to state the certificate as a recovery."""
 
     claim: Recovery
     reference_name: str
     score: np.ndarray
     reference: np.ndarray
-    # an aggregate's stacked tasks: item i's weight w_t N / N_t, so that a weighted ratio of sums
-    # is the weighted recovery sum_t w_t E[s_t] / sum_t w_t E[s_ref,t] (None: all 1)
+    # an aggregate's item weights w_t N / N_t: a weighted ratio of sums is sum_t w_t E[s_t] / sum_t w_t E[s_ref,t]
     weight: np.ndarray | None = None
 
     @property
@@ -42,8 +38,8 @@ class RecoveryScores:
         return self.ratio(self.score, self.reference, np.arange(self.score.shape[1]))
 
     def ratio(self, score: np.ndarray, reference: np.ndarray, items: np.ndarray) -> np.ndarray:
-        """sum w s / sum w s_ref over ``items`` (the last axis of ``score`` and ``reference``);
-        nan where the reference's sum is 0."""
+        """sum w s / sum w s_ref over ``items`` (the last axis of ``score`` and ``reference``); nan where the
+        reference's sum is 0."""
         w = np.ones(items.size) if self.weight is None else self.weight[items]
         den = (reference * w).sum(axis=-1)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -55,10 +51,9 @@ class RecoveryScores:
 
 @dataclass(frozen=True)
 class PilotStart:
-    """Where a fixed sequence started (``scheduling.start: pilot``, policies/pilot.py): the
-    configs before ``start`` were not tested; ``estimates`` are the piloted configs' mean judge
-    losses on the pilot's ``items`` items, which cost ``judge_labels`` judge labels; ``checked``
-    the configs people checked the start on (mean human loss), which cost ``human_labels``."""
+    """Where a fixed sequence started (``scheduling.start: pilot``, policies/pilot.py): the configs before ``start``
+    were not tested; ``estimates``: the piloted configs' mean judge losses on ``items`` items (``judge_labels`` judge
+    labels); ``checked``: the configs people checked the start on (mean human loss; ``human_labels`` labels)."""
 
     start: str
     skipped: tuple[str, ...]
@@ -72,8 +67,8 @@ class PilotStart:
 
 @dataclass(frozen=True)
 class JobData:
-    """The candidates of a job (in testing order for FST) and what labels them: a recorded
-    loss table (replay), live candidates with their items, or a user function (python)."""
+    """The candidates of a job (in testing order for FST) and what labels them: a recorded loss table (replay), live
+    candidates with their items, or a user function (python)."""
 
     table: LossTable | None
     features: np.ndarray | None
@@ -83,16 +78,15 @@ class JobData:
     function: object = None  # python: the label function; a registered source: what its load() returns for spec()
     n_source_items: int = 0  # python and registered sources: the number of items
     recovery: RecoveryScores | None = None  # a recovery job's scores (its table's losses come from them)
-    # the factor from the losses the policies see to the risk the job certifies: M of a stacked
-    # aggregate (orchestrator/inputs/tasks.py), whose policies test alpha / M; 1 otherwise
+    # losses the policies see -> the certified risk: M of a stacked aggregate (stacked_tasks.py; alpha / M), else 1
     unit: float = 1.0
     aggregate: object = None  # an aggregate job's Aggregate (how its table was stacked)
     servers: str | None = None  # live.serve: the name of the job's server fleet (a Ray actor)
     pilot: PilotStart | None = None  # scheduling.start: pilot: where the sequence starts (engine/pilot.py)
 
     def policy_config(self, cfg: RunConfig) -> RunConfig:
-        """``cfg`` as the policies see it: alpha in the units of the losses they are given
-        (alpha / M for a stacked aggregate)."""
+        """``cfg`` as the policies see it: alpha in the units of the losses they are given (alpha / M for a stacked
+        aggregate)."""
         return cfg if self.unit == 1.0 else cfg.model_copy(update={"alpha": cfg.alpha / self.unit})
 
     @property
@@ -109,8 +103,8 @@ class JobData:
 
     @property
     def item_ids(self) -> np.ndarray:
-        """Each item's id as a string (the table's item column, the items file's ids, or the
-        index a python source is asked about)."""
+        """Each item's id as a string (the table's item column, the items file's ids, or the index a python source is
+        asked about)."""
         if self.table is not None:
             return self.table.items.astype(str)
         if self.items:
@@ -126,8 +120,8 @@ class JobData:
 
     @property
     def true_risk(self) -> np.ndarray | None:
-        """Risk on the whole table (replay only: the reference the reports show), in the job's
-        units (an aggregate's: the weighted risk over its tasks)."""
+        """Risk on the whole table (replay only: the reference the reports show), in the job's units (an aggregate's:
+        the weighted risk over its tasks)."""
         return self.table.true_risk * self.unit if self.table is not None else None
 
 
@@ -176,9 +170,8 @@ def _subset(table: LossTable, idx: np.ndarray) -> LossTable:
 
 
 def load_items(path) -> tuple:
-    """Evaluation items from JSON Lines (read line by line: one bad line is named) or any
-    other table format (Parquet, CSV): ``id``, ``question`` and ``answers`` (a list of
-    reference strings) or ``answer`` (one string)."""
+    """Evaluation items from JSON Lines (read line by line: one bad line is named) or any other table format (Parquet,
+    CSV): ``id``, ``question`` and ``answers`` (a list of reference strings) or ``answer`` (one string)."""
     import json
 
     from certsel.workers.live import Item
@@ -211,9 +204,8 @@ def load_items(path) -> tuple:
 
 
 def listed(cfg: RunConfig, cands, where: str) -> tuple:
-    """The listed candidates (objects with an ``id``) in job order: ``order`` if given, else
-    the source's order restricted to ``candidates``; an id the source does not have is an
-    error naming ``where``."""
+    """The listed candidates (objects with an ``id``) in job order: ``order`` if given, else the source's order
+    restricted to ``candidates``; an id the source does not have is an error naming ``where``."""
     by_id = {c.id: c for c in cands}
     for key in ("candidates", "order"):
         unknown = [n for n in getattr(cfg, key) or () if n not in by_id]
@@ -227,8 +219,8 @@ def listed(cfg: RunConfig, cands, where: str) -> tuple:
 
 
 def check_size(cfg: RunConfig, n_items: int, where: str) -> None:
-    """Testing policies label n human items and r*n judge-only items, all distinct (i.i.d.), or
-    each from its own order over the table (without replacement: n and r*n at most the items)."""
+    """Testing policies label n human items and r*n judge-only items, all distinct (i.i.d.), or each from its own order
+    over the table (without replacement: n and r*n at most the items)."""
     r = cfg.budget.r if cfg.policy.uses_judge else 0
     if cfg.policy.is_testing and cfg.policy.without_replacement:
         if max(cfg.budget.n, r * cfg.budget.n) > n_items:
@@ -275,9 +267,8 @@ def load_python(cfg: RunConfig) -> JobData:
 
 
 def _recovery_table(raw, cfg: RunConfig, path: pathlib.Path) -> tuple[LossTable, RecoveryScores]:
-    """A recovery job's table: the losses (r s_ref - s + 1) / (1 + r) of its score columns
-    (human, and judge when given), with the scores kept beside them. A reference whose mean
-    score over the table is 0 has no recovery to certify."""
+    """A recovery job's table: the losses (r s_ref - s + 1) / (1 + r) of its score columns, scores kept beside them (a
+    reference with mean score 0 has no recovery to certify)."""
     d, claim = cfg.data, cfg.recovery.claim
 
     def scores(human, judge):

@@ -1,11 +1,11 @@
-"""The endpoint Label Studio's webhooks call while a job waits for people: each call wakes the
-driver's wait (:class:`~certsel.orchestrator.inputs.source_kind.Poll`), so an answer is taken up
-at once instead of at the next poll. The answers themselves are still read from the project
-(the webhook only says "look now"), so a lost or forged call can cost a look, never a label.
+"""The endpoint Label Studio's webhooks call while a job waits for people: each call wakes the driver's wait
+(:class:`~certsel.orchestrator.inputs.source_kind.Poll`), so an answer is taken up at once instead of at the next poll.
+The answers themselves are still read from the project (the webhook only says "look now"), so a lost or forged call can
+cost a look, never a label.
 
-A call counts only with the job's secret header; anything else gets 403. It listens on the
-address the job names (Label Studio must be able to reach it; on one machine, 127.0.0.1 with
-Label Studio's SSRF protection off, as deploy/label-studio/serve.sh starts it).
+A call counts only with the job's secret header; anything else gets 403. It listens on the address the job names (Label
+Studio must be able to reach it; on one machine, 127.0.0.1 with Label Studio's SSRF protection off, as
+deploy/label-studio/serve.sh starts it).
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
-"""The ``label-studio`` label source kind: people label in Label Studio, asked only for what
-each candidate's test still needs (:mod:`certsel.workers.label_studio_source`). A job selects
-it with::
+"""The ``label-studio`` label source kind: people label in Label Studio, asked only for what each candidate's test still
+needs (:mod:`certsel.workers.label_studio_source`); selected by ``labels: {kind: label-studio, url: ..., api_key_env:
+..., outputs: ..., choices: ... or rating: ..., ...}`` (docs/annotators.md, 'The job').
 
-    labels:
-      kind: label-studio
-      url: http://127.0.0.1:8080
-      api_key_env: LABEL_STUDIO_API_KEY        # the token's environment variable, never the token
-      outputs: answers.parquet                 # candidate, item, question, answer[, reference][, judge]
-      judge: judge                             # a column of recorded judge losses (optional)
-      choices: {Correct: 0.0, Partly correct: 0.5, Wrong: 1.0}   # or rating: {scale: 5}
-      annotators_per_item: 2                   # the item's loss: combine (mean) of their losses
-      queue: 10                                # unanswered tasks per candidate, at most
-      project: {title: "Templates, free-form answers"}   # or the id of an existing project
-
-Everything is checked when the job's data is loaded, before any task is imported: the table,
-the server (reachable, the token accepted), and an existing project's labelling config (a
-Choices or Rating control the declared losses map, and no data field certsel does not send).
-A project certsel creates is found again by a marker in its description when the same job
-runs again (resumed), and its tasks are mapped back to candidates and items by their keys.
+Everything is checked when the job's data is loaded, before any task is imported: the table, the server (reachable, the
+token accepted), and an existing project's labelling config (a Choices or Rating control the declared losses map, and no
+data field certsel does not send). A project certsel creates is found again by a marker in its description when the job
+runs again, and its tasks are mapped back to candidates and items by their keys.
 """
 
 from __future__ import annotations
@@ -115,8 +103,8 @@ class LabelStudioOptions(BaseModel):
 
 @dataclass(frozen=True)
 class Annotation:
-    """What the specs of a Label Studio job share (``JobData.function``): the project and,
-    per candidate, the task data, the task keys and the tasks already in the project."""
+    """What the specs of a Label Studio job share (``JobData.function``): the project and, per candidate, the task data,
+    the task keys and the tasks already in the project."""
 
     marker: str  # the job's mark in its project's description and every task key
     project: int | None  # None until prepared
@@ -141,8 +129,8 @@ COLUMNS = ("candidate", "item", "question", "answer")
 
 
 def read_outputs(opts: LabelStudioOptions):
-    """The candidates' answers: (candidate ids in table order, item ids, payload per item,
-    answers per candidate, judge losses per candidate or None)."""
+    """The candidates' answers: (candidate ids in table order, item ids, payload per item, answers per candidate, judge
+    losses per candidate or None)."""
     path = opts.outputs
     table = read_table(path, "outputs table")
     cols = set(table.column_names)
@@ -196,8 +184,8 @@ def read_outputs(opts: LabelStudioOptions):
 
 
 def check_server(opts: LabelStudioOptions, sends: set[str]) -> None:
-    """The server answers, accepts the token and, for an existing project, its labelling
-    config can be answered on the declared scale with the data certsel sends."""
+    """The server answers, accepts the token and, for an existing project, its labelling config can be answered on the
+    declared scale with the data certsel sends."""
     with LabelStudioClient(opts.url, token_from(opts.api_key_env), retries=0) as client:
         client.whoami()
         if isinstance(opts.project, int):
@@ -234,8 +222,8 @@ class LabelStudioKind(SourceKind):
         return data.function.poll
 
     def release(self, cfg, data):
-        """Delete the job's webhook and stop its endpoint (a failure is logged: the job's
-        outcome does not depend on it)."""
+        """Delete the job's webhook and stop its endpoint (a failure is logged: the job's outcome does not depend on
+        it)."""
         ann = data.function
         if not isinstance(ann, Annotation) or ann.hook is None:
             return
@@ -271,8 +259,8 @@ class LabelStudioKind(SourceKind):
                                            tasks={}))
 
     def prepare(self, cfg: RunConfig, data: JobData, fleet):
-        """The project (found again by the job's marker, else created; or the one named by id)
-        and the tasks already in it, mapped back to candidates and items by their keys."""
+        """The project (found again by the job's marker, else created; or the one named by id) and the tasks already in
+        it, mapped back to candidates and items by their keys."""
         opts = self.settings(cfg)
         ann: Annotation = data.function
         marker = config_fingerprint(cfg, data.fingerprint)[:16]  # the job's identity, as its folder's

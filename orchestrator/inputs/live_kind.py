@@ -1,11 +1,10 @@
-"""The ``live`` label source kind: candidates, judge and reference answered by model servers
-(``live:``), through :mod:`certsel.workers.live`.
+"""The ``live`` label source kind: candidates, judge and reference answered by model servers (``live:``), through
+:mod:`certsel.workers.live`.
 
-Its hooks do what only a live job needs, before any tracking run exists: start the job's own
-servers (``live.serve``) and say which of them each candidate needs up together, generate the
-reference model's answers and a served answer-mode judge's answers once, and fetch the items'
-embeddings (``live.features``). A server, reference or embedding endpoint that fails is a
-one-line input error and leaves no half-written run.
+Its hooks do what only a live job needs, before any tracking run exists: start the job's own servers (``live.serve``)
+and say which of them each candidate needs up together, generate the reference model's answers and a served answer-mode
+judge's answers once, and fetch the items' embeddings (``live.features``). A server, reference or embedding endpoint
+that fails is a one-line input error and leaves no half-written run.
 """
 
 from __future__ import annotations
@@ -29,10 +28,9 @@ log = logging.getLogger("certsel.job")
 
 
 def reference_items(cfg: RunConfig, n_items: int):
-    """The items whose reference answers a job will need: the human and judge-only items of
-    R-Eval/R-AutoEval(+) (:func:`~certsel.workers.replay.label_orders`), which label exactly
-    those; every item for the policies that choose items as they go (judge-stratified, Seq,
-    Cer-Eval, pairwise)."""
+    """The items whose reference answers a job will need: the human and judge-only items of R-Eval/R-AutoEval(+)
+    (:func:`~certsel.workers.replay.label_orders`), which label exactly those; every item for the policies that choose
+    items as they go (judge-stratified, Seq, Cer-Eval, pairwise)."""
     if cfg.policy.is_testing and not cfg.policy.judge_first and not cfg.proc.ranking:
         r = cfg.budget.r if cfg.policy.uses_judge else 0
         human, judge = label_orders(n_items, cfg.seed, cfg.budget.n, r, cfg.policy.without_replacement)
@@ -54,9 +52,8 @@ class LiveKind(SourceKind):
         return Provides(cfg.live.judge is not None, cfg.live.features is not None, "live.judge", "live.features")
 
     def precheck(self, cfg):
-        """Every running server the job names (a ``base_url`` endpoint) answers and serves its
-        model: asked once each, all at once, within seconds (a request would retry for half a
-        minute first)."""
+        """Every running server the job names (a ``base_url`` endpoint) answers and serves its model: asked once each,
+        all at once, within seconds (a request would retry for half a minute first)."""
         from concurrent.futures import ThreadPoolExecutor
 
         from certsel.config.sources import ReferenceConfig
@@ -98,8 +95,7 @@ class LiveKind(SourceKind):
                         preference=live.judge is not None and live.judge.mode == "pairwise")
 
     def loss_words(self, cfg):
-        """The answer's loss in words; with a reference model, each item's loss is the
-        candidate's drop against it."""
+        """The answer's loss in words; with a reference model, each item's loss is the candidate's drop against it."""
         from certsel.workers.losses import LOSS_WORDS
 
         ref = cfg.live.reference

@@ -1,24 +1,13 @@
 """The ``lm-eval`` label source kind: lm-evaluation-harness tasks run live, item by item
-(:mod:`certsel.workers.lm_eval_source`). A job selects it with::
+(:mod:`certsel.workers.lm_eval_source`), selected by ``labels: {kind: lm-eval, task: ..., candidates: [...], ...}``
+(docs/lm_eval.md, 'Tasks run live').
 
-    labels:
-      kind: lm-eval
-      task: arc_easy                # an lm-eval task, or one defined under include_path
-      include_path: tasks/          # local task configs (optional)
-      metric: acc                   # default: the task's only metric
-      apply_chat_template: false
-      num_fewshot: 0
-      candidates:                   # lm_eval --model / --model_args; num_fewshot, apply_chat_template per candidate
-        - {id: bf16, model: local-completions, model_args: "base_url=http://host:8000/v1/completions,model=m,tokenizer_backend=remote"}
-      reference:                    # optional: a model every candidate is compared with on each document
-        {id: base, model: local-completions, model_args: "..."}
+With a ``reference`` model, each document's loss compares the candidate's score s with the reference's s_ref (score: the
+metric, or 1 - metric when lower is better): with ``recovery: r`` the recovery loss (r s_ref - s + 1) / (1 + r), else
+the drop max(s_ref - s, 0).
 
-With a reference, each document's loss compares the candidate's score s with the reference's
-s_ref on that document (score: the metric, or 1 - metric when lower is better): with
-``recovery: r`` the recovery loss (r s_ref - s + 1) / (1 + r), else the drop max(s_ref - s, 0).
-
-Everything is checked when the job's data is loaded, before any label is bought: the task
-exists and is one task, the metric is computed by it, has a direction and lies in [0, 1].
+Everything is checked when the job's data is loaded, before any label is bought: the task exists and is one task, the
+metric is computed by it, has a direction and lies in [0, 1].
 """
 
 from __future__ import annotations
@@ -103,8 +92,8 @@ class LmEvalKind(SourceKind):
                           filter=opts.filter, cache_dir=opts.cache_dir, batch_size=c.batch_size)
 
     def label_identity(self, cfg, data, k):
-        # the model and every setting of the request, the task's content, the reference and the claim;
-        # a checkpoint on this machine by its files too: one rebuilt at the same path is another model
+        # the model, every request setting, the task's content, the reference and the claim; a local checkpoint
+        # by its files too (one rebuilt at the same path is another model)
         spec = dataclasses.asdict(self.spec(cfg, data, k, False))
         for one in (spec, spec["reference"]):
             if one is not None:
@@ -125,10 +114,10 @@ class LmEvalKind(SourceKind):
 
 
 def local_checkpoint(model_args: str) -> list | None:
-    """The files of a local checkpoint named in ``model_args`` (``pretrained=``, ``path=`` or
-    ``model=`` a folder or file on this machine): (name, size, modification time) of each, so
-    that a checkpoint written again, even at the same path, is another identity. None for a
-    model that is not a local path (a served model, a hub id: its arguments name it)."""
+    """The files of a local checkpoint named in ``model_args`` (``pretrained=``, ``path=`` or ``model=`` a folder or
+    file on this machine): (name, size, modification time) of each, so that a checkpoint written again, even at the same
+    path, is another identity. None for a model that is not a local path (a served model, a hub id: its arguments name
+    it)."""
     import pathlib
 
     for part in model_args.split(","):

@@ -1,9 +1,9 @@
 """lm-evaluation-harness runs as certsel tables: ``certsel lm-eval-table``.
 
-``lm_eval ... --log_samples --output_path DIR`` writes, per model, ``samples_TASK_DATE.jsonl``
-(one line per document and filter: ``doc_id``, ``filter`` and the value of every metric of the
-task) and ``results_DATE.json`` (which metrics are higher-is-better). This module pairs the
-runs of several models on one task by ``doc_id`` into the loss table certsel reads:
+``lm_eval ... --log_samples --output_path DIR`` writes, per model, ``samples_TASK_DATE.jsonl`` (one line per document
+and filter: ``doc_id``, ``filter`` and the value of every metric of the task) and ``results_DATE.json`` (which metrics
+are higher-is-better). This module pairs the runs of several models on one task by ``doc_id`` into the loss table
+certsel reads:
 
     candidate   the run's name (as given), in the order given (``rank``: 0, 1, ... for FST)
     item        the document id
@@ -13,9 +13,8 @@ runs of several models on one task by ``doc_id`` into the loss table certsel rea
                 with a reference run: its score on the same document, and the drop
                 max(score_reference - score, 0) (a recovery job reads score and score_reference)
 
-Nothing is guessed: a task, metric or filter that is not in a run, a metric outside [0, 1] or
-without a direction, runs that do not cover the same documents, or a document logged twice
-are one-line errors.
+Nothing is guessed: a task, metric or filter that is not in a run, a metric outside [0, 1] or without a direction, runs
+that do not cover the same documents, or a document logged twice are one-line errors.
 """
 
 from __future__ import annotations
@@ -118,8 +117,8 @@ def _metric(logs: list[TaskLog], metric: str | None) -> tuple[str, bool]:
 
 def lm_eval_table(runs: dict[str, str | pathlib.Path], task: str, *, metric: str | None = None,
                   flt: str | None = None, reference: str | None = None) -> tuple[pa.Table, dict]:
-    """The loss table of ``task`` over ``runs`` (name -> lm_eval output folder), and what it
-    holds (metric, direction, filter, documents); see the module docstring."""
+    """The loss table of ``task`` over ``runs`` (name -> lm_eval output folder), and what it holds (metric, direction,
+    filter, documents); see the module docstring."""
     if len(runs) < 1:
         raise ValueError("give at least one run (--run NAME=FOLDER)")
     if reference is not None and reference not in runs:

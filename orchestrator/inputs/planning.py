@@ -1,18 +1,14 @@
 """``certsel plan CONFIG``: which policy and judge ratio is cheapest for this job, in its prices.
 
-From a pilot of ``m`` items per candidate (drawn with a seed of its own, independent of the
-job's item order), it estimates for every candidate the fewest human labels a test would need
-(:mod:`certsel.policies.limits`: log(1/level) / KL_inf for R-Eval, the split observation's
-oracle with r judge-only labels for R-AutoEval+, the prediction-powered floor for
-judge-stratified testing), turns them into expected labels with each policy's measured ratio
-to its limit (each policy kind's ``efficiency``), caps them at the budget, and prices human labels, target
-generations and judge calls with the job's ``costs:``.
+From a pilot of ``m`` items per candidate (drawn with a seed of its own, independent of the job's item order), it
+estimates for every candidate the fewest human labels a test would need (:mod:`certsel.policies.limits`: log(1/level) /
+KL_inf for R-Eval, the split observation's oracle with r judge-only labels for R-AutoEval+, the prediction-powered floor
+for judge-stratified testing), scales them by each policy kind's measured ``efficiency``, caps them at the budget, and
+prices them with the job's ``costs:``.
 
-Why choosing with it keeps the guarantee: the choice is a function of the pilot's draws
-only, which are independent of the job's own seeded draws, so conditionally on the choice
-the job's test is the same level-delta test it always is. Pilot labels are never evidence.
-The predictions are rough (the ratios were measured on one table's frontier); they rank
-policies, they certify nothing.
+Why choosing with it keeps the guarantee: the choice is a function of the pilot's draws only, independent of the job's
+own seeded draws, so conditionally on the choice the job's test is the same level-delta test. Pilot labels are never
+evidence; the predictions (ratios measured on one table's frontier) rank policies, they certify nothing.
 """
 
 from __future__ import annotations
@@ -58,8 +54,8 @@ def expected_labels(limits: np.ndarray, ratio: float, budget: int) -> tuple[np.n
 
 
 def evaluated(cfg: RunConfig, ok: np.ndarray) -> np.ndarray:
-    """Which candidates the procedure runs: under FST the prefix up to the first expected
-    failure and its look-ahead, otherwise every candidate."""
+    """Which candidates the procedure runs: under FST the prefix up to the first expected failure and its look-ahead,
+    otherwise every candidate."""
     if not cfg.proc.needs_order or ok.all():
         return np.ones(ok.size, dtype=bool)
     stop = int(np.argmin(ok)) + cfg.scheduling.lookahead
@@ -67,8 +63,8 @@ def evaluated(cfg: RunConfig, ok: np.ndarray) -> np.ndarray:
 
 
 def plan(cfg: RunConfig, data, *, m: int = 50, seed: int = 0) -> list[PlanRow]:
-    """Expected spend of R-Eval, R-AutoEval+ at several judge ratios and judge-stratified
-    testing on ``cfg``'s replay data, from a pilot of ``m`` items per candidate."""
+    """Expected spend of R-Eval, R-AutoEval+ at several judge ratios and judge-stratified testing on ``cfg``'s replay
+    data, from a pilot of ``m`` items per candidate."""
     table = data.table
     if table is None:
         raise ValueError("certsel plan needs a replay job (data:): its pilot comes from the loss table")
@@ -105,9 +101,9 @@ def plan(cfg: RunConfig, data, *, m: int = 50, seed: int = 0) -> list[PlanRow]:
 
 
 def plan_table(cfg: RunConfig, rows: list[PlanRow], m: int) -> str:
-    """The plan as Markdown. With ``costs:``, each policy priced in the job's unit and the
-    cheapest named; without, label and call counts only (no prices, so no "cheapest"), and
-    the policy with the fewest human labels next to the one with the fewest calls in all."""
+    """The plan as Markdown. With ``costs:``, each policy priced in the job's unit and the cheapest named; without,
+    label and call counts only (no prices, so no "cheapest"), and the policy with the fewest human labels next to the
+    one with the fewest calls in all."""
     priced = cfg.costs is not None
     head = [f"Expected spend of {cfg.name!r} by policy, from a pilot of {m} items per candidate (its own draws, "
             f"never evidence): alpha = {cfg.alpha:g}, delta = {cfg.delta:g}, n = {cfg.budget.n}, procedure "

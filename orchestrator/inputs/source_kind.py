@@ -1,11 +1,10 @@
-"""The label-source kind interface and its registry (:mod:`certsel.orchestrator.inputs.sources`
-has the built-in kinds and the loading of a job's data).
+"""The label-source kind interface and its registry (:mod:`certsel.orchestrator.inputs.sources` has the built-in kinds
+and the loading of a job's data).
 
-Besides loading, a kind may prepare a job before any tracking run exists
-(:meth:`SourceKind.prepare`: the live kind starts the job's model servers and generates the
-reference answers there) and say which of those servers each candidate needs up while it is
-labelled (:meth:`SourceKind.server_needs`). The defaults do nothing: the commands and the
-engine call the hooks of every kind and know no kind's specifics.
+Besides loading, a kind may prepare a job before any tracking run exists (:meth:`SourceKind.prepare`: the live kind
+starts the job's model servers and generates the reference answers) and say which servers each candidate needs up while
+it is labelled (:meth:`SourceKind.server_needs`). The defaults do nothing: the commands and the engine call every kind's
+hooks and know no kind's specifics.
 """
 
 from __future__ import annotations
@@ -24,8 +23,8 @@ if TYPE_CHECKING:  # jobdata imports this module
 
 
 class Poll:
-    """The driver's wait while every candidate waits for people: ``seconds`` between looks,
-    cut short by :meth:`wake` (a webhook saying an answer came)."""
+    """The driver's wait while every candidate waits for people: ``seconds`` between looks, cut short by :meth:`wake` (a
+    webhook saying an answer came)."""
 
     def __init__(self, seconds: float):
         self.seconds = float(seconds)
@@ -76,27 +75,27 @@ class SourceKind:
         return []
 
     def precheck(self, cfg: RunConfig) -> None:
-        """Before anything is spent (no job folder, no Ray, no tracking run): the external
-        services the job names answer, or a one-line error naming the key; nothing by default."""
+        """Before anything is spent (no job folder, no Ray, no tracking run): the external services the job names
+        answer, or a one-line error naming the key; nothing by default."""
 
     def prepare(self, cfg: RunConfig, data: JobData, fleet: ServerFleet | None) -> tuple[RunConfig, JobData]:
-        """Before any tracking run exists: fetch what the job needs up front (an error here
-        leaves no half-written run). Returns the config and data the job runs with."""
+        """Before any tracking run exists: fetch what the job needs up front (an error here leaves no half-written run).
+        Returns the config and data the job runs with."""
         return cfg, data
 
     def queue_waiter(self, cfg: RunConfig, data: JobData) -> Poll | None:
-        """How the driver waits between looks at a source that asks people for labels (an
-        annotation queue: a candidate's step may then wait for answers, and settled
-        candidates' queues are withdrawn); None, the default: labels come when asked."""
+        """How the driver waits between looks at a source that asks people for labels (an annotation queue: a
+        candidate's step may then wait for answers, and settled candidates' queues are withdrawn); None, the default:
+        labels come when asked."""
         return None
 
     def release(self, cfg: RunConfig, data: JobData) -> None:
-        """After the job (finished or not): let go of what :meth:`prepare` set up outside the
-        job's servers (a webhook, a listening socket); nothing by default."""
+        """After the job (finished or not): let go of what :meth:`prepare` set up outside the job's servers (a webhook,
+        a listening socket); nothing by default."""
 
     def server_needs(self, specs: list, prefetched: set[str]) -> dict[str, set[str]]:
-        """Which of the fleet's servers each candidate (by name) needs up while it is labelled,
-        from its :class:`~certsel.workers.contracts.CandidateSpec`; none by default."""
+        """Which of the fleet's servers each candidate (by name) needs up while it is labelled, from its
+        :class:`~certsel.workers.contracts.CandidateSpec`; none by default."""
         return {}
 
     def settings(self, cfg: RunConfig):
@@ -128,8 +127,8 @@ class SourceKind:
 
     def label_identity(self, cfg: RunConfig, data: JobData, k: int) -> dict | None:
         """Everything that decides candidate ``k``'s loss on an item, for the label store
-        (:mod:`certsel.workers.label_store`): two jobs whose candidates have the same identity
-        share labels. None, the default: the kind cannot say (its labels are never reused)."""
+        (:mod:`certsel.workers.label_store`): two jobs whose candidates have the same identity share labels. None, the
+        default: the kind cannot say (its labels are never reused)."""
         return None
 
 
@@ -141,9 +140,8 @@ SOURCE_KINDS: Registry[SourceKind] = Registry("labels.kind", SourceKind, listed=
 
 
 def register_source_kind(kind: SourceKind | type[SourceKind]) -> SourceKind:
-    """Add a label-source kind (an instance, or a class with a no-argument constructor) to
-    :data:`SOURCE_KINDS`; from then on ``labels: {kind: NAME, ...}`` selects it. Returns the
-    instance."""
+    """Add a label-source kind (an instance, or a class with a no-argument constructor) to :data:`SOURCE_KINDS`; from
+    then on ``labels: {kind: NAME, ...}`` selects it. Returns the instance."""
     if isinstance(kind, type) and issubclass(kind, SourceKind):
         kind = kind()
     if isinstance(kind, SourceKind) and kind.name and kind.name not in BUILT_IN and kind.options is None:

@@ -1,25 +1,17 @@
 """Label-source kinds: where a job's labels come from, as a typed registry.
 
-A :class:`SourceKind` says, for one kind of label source, everything the driver needs:
+A :class:`SourceKind` (interface and registry: :mod:`~certsel.orchestrator.inputs.source_kind`) gives the driver, for
+one kind of source, what it provides (judge, item features: checked against the policy's needs), the job's
+:class:`~certsel.orchestrator.inputs.jobdata.JobData` (read and checked before anything runs), each candidate's source
+spec for the workers (a frozen dataclass whose ``build`` returns the candidate's
+:class:`~certsel.workers.contracts.LabelSource`; Ray ships it, by value in user code) and the items' words for the
+certificate.
 
-* :meth:`~SourceKind.provides`: whether it gives a judge and item features (the job file's
-  validation checks the policy's needs against it, naming the key to set);
-* :meth:`~SourceKind.load`: the job's :class:`~certsel.orchestrator.inputs.jobdata.JobData` (the
-  candidates, the number of items, objectives, features, a fingerprint), read and checked
-  before anything runs;
-* :meth:`~SourceKind.spec`: one candidate's source spec for the workers, a frozen dataclass
-  whose ``build(shared, rows)`` returns the :class:`~certsel.workers.contracts.LabelSource`
-  the candidate's policy asks for labels (Ray ships it; in user code, by value);
-* :meth:`~SourceKind.items_words`: what the items are, for the certificate.
-
-The interface and the registry are in :mod:`~certsel.orchestrator.inputs.source_kind`;
-:mod:`~certsel.orchestrator.inputs.live_kind` is the live kind (model servers, with its
-preparation hooks) and :mod:`~certsel.orchestrator.inputs.lm_eval_kind` registers ``lm-eval``.
-The built-in sources are the job file's sections ``data`` (a recorded loss table, replay),
-``live`` (model servers) and ``source`` (a Python function). A new source is a subclass
-registered with :func:`register_source_kind`; a job selects it with
-``labels: {kind: NAME, ...its options}``, its options validated by the kind's ``options``
-model (a pydantic model) when the job's data is loaded.
+The built-in sources are the job file's sections ``data`` (replay), ``live`` (model servers,
+:mod:`~certsel.orchestrator.inputs.live_kind`) and ``source`` (a Python function); :mod:`.lm_eval_kind` and
+:mod:`.label_studio_kind` register theirs. A new source is a subclass registered with :func:`register_source_kind`; a
+job selects it with ``labels: {kind: NAME, ...its options}``, validated by the kind's ``options`` pydantic model when
+the job's data is loaded.
 """
 
 from __future__ import annotations
@@ -86,8 +78,8 @@ class PythonKind(SourceKind):
 
 
 class TasksKind(SourceKind):
-    """``tasks:`` with ``aggregate:``: one stacked table (:mod:`.tasks`); without it the tasks
-    run as jobs of their own (:mod:`certsel.orchestrator.commands.multitask`)."""
+    """``tasks:`` with ``aggregate:``: one stacked table (:mod:`.stacked_tasks`); without it the tasks run as jobs of
+    their own (:mod:`certsel.orchestrator.commands.multitask`)."""
 
     name = "tasks"
 
@@ -123,9 +115,9 @@ __all__ = ["SOURCE_KINDS", "load_job_data", "Provides", "SourceKind", "get_sourc
 
 
 def load_job_data(cfg: RunConfig) -> JobData:
-    """Read, validate and arrange the job's data through its source kind: a one-line
-    :class:`~certsel.errors.InputError` for anything wrong with it (a registered source's
-    options, what the policy needs from it), before any Ray or MLflow work."""
+    """Read, validate and arrange the job's data through its source kind: a one-line :class:`~certsel.errors.InputError`
+    for anything wrong with it (a registered source's options, what the policy needs from it), before any Ray or MLflow
+    work."""
     with as_input_errors():
         kind = source_of(cfg)
         if cfg.labels is None:

@@ -1,24 +1,20 @@
-"""A multi-task job's data: every task's table, checked together, and for ``aggregate:`` one
-stacked table whose mean is the weighted aggregate's.
+"""A multi-task job's data: every task's table, checked together, and for ``aggregate:`` one stacked table whose mean is
+the weighted aggregate's (docs/recovery_and_tasks.md, 'A weighted aggregate').
 
-**The stacked table.** Tasks t = 1..T with N_t items, risks R_t (a candidate's mean loss on
-task t) and weights w_t summing to 1. Put every task's items in one table of N = sum_t N_t
-rows and scale task t's losses by f_t = c_t / M, with c_t = w_t N / N_t and M = max_t c_t
-(so every f_t is in (0, 1] and the largest is 1). The stacked table's mean loss is
+**The stacked table.** Tasks t = 1..T with N_t items, risks R_t and weights w_t summing to 1. Put every task's items in
+one table of N = sum_t N_t rows and scale task t's losses by f_t = c_t / M, with c_t = w_t N / N_t and M = max_t c_t
+(every f_t in (0, 1]). The stacked table's mean loss is
 
     (1/N) sum_t N_t f_t R_t = (1/M) sum_t w_t R_t,
 
-so testing the stacked table at alpha / M is testing sum_t w_t R_t <= alpha, with everything
-the job already has: one random order over the stacked items (without replacement, as for one
-table), the same policies, e-values and procedures. Every risk number the policies report
-(estimates, intervals, bounds) is in the stacked units, and M times it is in the aggregate's
-(:attr:`~certsel.orchestrator.inputs.jobdata.JobData.unit`). With ``weights: size`` every c_t
-is 1 (M = 1): the micro average, nothing scaled. Equal weights on tasks of unequal sizes give
-M > 1: the small tasks' items carry more weight, and the test needs more labels than on one
-table of N items.
+so testing it at alpha / M is testing sum_t w_t R_t <= alpha with the same machinery: one random order over the stacked
+items (without replacement, as for one table), the same policies, e-values and procedures. The policies' risk numbers
+are in stacked units; M times them is the aggregate's (:attr:`~certsel.orchestrator.inputs.jobdata.JobData.unit`).
+``weights: size`` gives every c_t = 1 (M = 1, the micro average); equal weights on tasks of unequal sizes give M > 1
+(the small tasks' items weigh more, and the test needs more labels than one table of N items).
 
-A recovery aggregate stacks the tasks' recovery losses (r s_ref - s + 1) / (1 + r) the same
-way: sum_t w_t E[loss_t] <= 1 / (1 + r) exactly when sum_t w_t E[s_t] >= r sum_t w_t E[s_ref,t].
+A recovery aggregate stacks the recovery losses (r s_ref - s + 1) / (1 + r) the same way: sum_t w_t E[loss_t] <=
+1 / (1 + r) exactly when sum_t w_t E[s_t] >= r sum_t w_t E[s_ref,t].
 """
 
 from __future__ import annotations
@@ -68,9 +64,9 @@ class Aggregate:
 
 
 def load_tasks(cfg: RunConfig, *, sized: bool = True) -> tuple[list[RunConfig], list[JobData]]:
-    """Every task's job and data, all checked before anything runs: the same candidates on
-    every task and, for a fixed sequence, in the same order. ``sized=False`` skips each task's
-    own budget check (an aggregate's budget is for the stacked table)."""
+    """Every task's job and data, all checked before anything runs: the same candidates on every task and, for a fixed
+    sequence, in the same order. ``sized=False`` skips each task's own budget check (an aggregate's budget is for the
+    stacked table)."""
     if not cfg.policy.is_testing:
         raise InputError(f"tasks: a multi-task job combines e-values; policy {cfg.policy.kind!r} has none "
                          "(use r-eval, r-autoeval, r-autoeval+ or judge-stratified)")
@@ -96,8 +92,7 @@ def load_tasks(cfg: RunConfig, *, sized: bool = True) -> tuple[list[RunConfig], 
 
 
 def load_aggregate(cfg: RunConfig) -> JobData:
-    """The stacked table of an ``aggregate:`` job (module docstring), checked against the
-    job's budget."""
+    """The stacked table of an ``aggregate:`` job (module docstring), checked against the job's budget."""
     cfgs, datas = load_tasks(cfg, sized=False)
     data = stack_tasks(cfg, datas)
     try:
@@ -108,8 +103,8 @@ def load_aggregate(cfg: RunConfig) -> JobData:
 
 
 def stack_tasks(cfg: RunConfig, datas: list[JobData]) -> JobData:
-    """One table from the tasks' tables, in the first task's candidate order, each task's
-    losses (and judge losses) scaled by its f_t."""
+    """One table from the tasks' tables, in the first task's candidate order, each task's losses (and judge losses)
+    scaled by its f_t."""
     names = datas[0].names
     sizes = [d.n_items for d in datas]
     weights = cfg.task_weights(sizes)

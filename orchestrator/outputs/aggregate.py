@@ -1,10 +1,8 @@
 """An aggregate job's certificate in its own terms: R = sum_t w_t R_t over its tasks.
 
-The job ran as one test on the tasks' stacked table (:mod:`certsel.orchestrator.inputs.stacked_tasks`);
-its records are already in the aggregate's units (the driver multiplies the policies' numbers
-by M, :meth:`~certsel.workers.contracts.Snapshot.in_units`). This module says what was stacked
-and how, and gives each candidate's per-task rows: the human labels its test drew from each
-task (from the label log) and its risk on each task's whole table.
+The job ran as one test on the tasks' stacked table (:mod:`certsel.orchestrator.inputs.stacked_tasks`); its records
+are already in the aggregate's units (:meth:`~certsel.workers.contracts.Snapshot.in_units`). This module states what
+was stacked and each candidate's per-task labels and full-table risks.
 """
 
 from __future__ import annotations

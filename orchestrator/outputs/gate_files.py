@@ -1,6 +1,5 @@
-"""A gate's answer in the forms CI reads: one row per candidate (:class:`GateRow`), the
-``--json`` file, JUnit XML (``--junit``: one test case per candidate) and a Markdown summary
-(``--summary``, e.g. a GitHub step summary). Every number is the certificate's own."""
+"""A gate's answer in the forms CI reads: rows (:class:`GateRow`), ``--json``, JUnit XML (``--junit``) and a
+Markdown summary (``--summary``). Every number is the certificate's own."""
 
 from __future__ import annotations
 
@@ -14,9 +13,8 @@ from .numbers import bound_text, share_text
 
 @dataclass(frozen=True)
 class GateRow:
-    """One gated candidate: its outcome, its human labels (``labels``: bought by this run,
-    ``reused``: taken from the label store; the test used both) and the one-sided bound of its
-    claim's test at delta (an upper bound on R, or a lower bound on a recovery)."""
+    """One gated candidate: its outcome, human labels (``labels`` bought by this run, ``reused`` from the label
+    store; the test used both) and its claim's one-sided bound at delta."""
 
     candidate: str
     outcome: str
@@ -39,8 +37,7 @@ class GateRow:
         return f"R <= {bound_text(self.bound)}"
 
     def line(self) -> str:
-        """The one line a CI log shows for it: a pass's bound and e-value, a fail's certified
-        opposite and the fail test's e-value, an undecided one's bound and e-value so far."""
+        """The one line a CI log shows for it: bound (a fail's certified opposite) and e-value."""
         if self.outcome == "fail":
             e = "" if self.fail_e_value is None else f" (fail e-value {self.fail_e_value:.3g} / {self.threshold:.3g})"
             claim = f"{self.fail_claim} certified{e}"
@@ -78,8 +75,7 @@ def write_json(cert, path, files: dict | None = None) -> None:
 
 
 def junit_xml(cert) -> str:
-    """JUnit XML: a test suite named after the job, a test case per candidate; a fail is a
-    ``<failure>``, an undecided one ``<skipped>``, each with the bound in its message."""
+    """JUnit XML: a test case per candidate; a fail is a ``<failure>``, an undecided one ``<skipped>``."""
     rows, g = gate_rows(cert), cert.gate
     counts = {"tests": str(len(rows)), "failures": str(len(g.failed)), "errors": "0", "skipped": str(len(g.undecided)),
               "time": f"{cert.seconds:.3f}"}

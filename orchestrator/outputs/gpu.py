@@ -1,13 +1,9 @@
-"""The GPU time of a job's own model servers, as the certificate, the terminal and MLflow
-show it (``selection.json``'s ``gpu`` block).
+"""The GPU time of a job's own model servers (``selection.json``'s ``gpu`` block, the terminal, MLflow).
 
-Measured (:mod:`certsel.workers.gpu_time`): per server its starts and its seconds waiting
-for placement, loading, busy and idle, times the GPUs it holds; per candidate the
-GPU-seconds of its generations (a server's busy time shared between the candidates in
-flight). Estimated: what running every candidate to its whole budget would have used at
-the rates this job measured, ``full requests x (busy GPU-seconds per request) + one load
-per server`` (the load: the mean measured load GPU-seconds per start). The estimate is a
-projection, not a measurement: a cached rerun, which measured no request, has none.
+Measured (:mod:`certsel.workers.gpu_time`): per server its starts and seconds waiting for placement, loading, busy
+and idle, times its GPUs; per candidate the GPU-seconds of its generations (busy time shared among the candidates in
+flight). Estimated: the GPU time of every candidate at its whole budget at this job's rates
+(:func:`_full_budget_estimate`), a projection that a cached rerun (nothing measured) does not have.
 """
 
 from __future__ import annotations
@@ -55,12 +51,10 @@ def gpu_block(result) -> dict | None:
 
 
 def _full_budget_estimate(result, use) -> float | None:
-    """GPU-seconds for every candidate to its whole budget at this job's measured rates: the
-    GPU time that grew with the labels (every server's time up, less its loads and the
-    shared work done once before the rounds) per label bought, times every candidate's full
-    budget of labels; plus the shared work (the same in a full run) and one load per server
-    at the mean measured load. Idle time is in the per-label rate, so a full run is assumed
-    as idle per label as this one. None when nothing was measured (a cached rerun)."""
+    """GPU-seconds for every candidate at its whole budget at this job's rates: the GPU time that grew with the
+    labels (servers' time up, less loads and the shared work before the rounds) per label bought, times the full
+    budget's labels, plus the shared work and one mean load per server. Idle time is in the per-label rate (a full
+    run is assumed as idle per label). None when nothing was measured (a cached rerun)."""
     bought = result.spent["human"] + result.spent["judge"]
     starts = [s for s in use.servers if s.starts]
     if not bought or not starts:

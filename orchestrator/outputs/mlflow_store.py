@@ -1,9 +1,8 @@
-"""The MLflow store certsel tracks to: finding and checking it, its experiments and the results
-view, the links to its UI, and reading a finished job's certificate back (``certsel show RUN``).
+"""The MLflow store certsel tracks to: finding and checking it, its experiments and results view, links to its UI,
+and reading a finished job's certificate back (``certsel show RUN``).
 
-The embedded default store is SQLite (``mlruns.db`` in certsel's home, ``$CERTSEL_HOME`` else
-``~/.certsel``: :mod:`certsel.home`) with artifacts in ``mlartifacts/`` beside the database;
-``MLFLOW_TRACKING_URI`` or ``tracking.uri`` point at a server.
+The default store is SQLite (``mlruns.db`` in certsel's home, :mod:`certsel.home`) with artifacts in
+``mlartifacts/`` beside it; ``MLFLOW_TRACKING_URI`` or ``tracking.uri`` point at a server.
 """
 
 from __future__ import annotations
@@ -54,10 +53,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def ui_link(base: str, experiment_id: str, run_id: str | None = None) -> str:
-    """A link into the MLflow UI at ``base`` that opens certsel's runs table (or one run).
-    MLflow 3's UI opens every experiment on its GenAI overview unless the URL (or the user's
-    last choice, kept in the browser) names the model-training view: the experiment-kind tag
-    alone does not decide it, so the link carries ``workflowType=machine_learning``."""
+    """A link into the MLflow UI at ``base`` that opens certsel's runs table (or one run). It carries
+    ``workflowType=machine_learning``: MLflow 3 opens experiments on the GenAI overview otherwise, whatever the
+    experiment-kind tag."""
     path = f"#/experiments/{experiment_id}/runs" + (f"/{run_id}" if run_id else "")
     view = "" if run_id else f"&viewStateShareKey={RESULTS_VIEW}"  # the runs table: one row per job, results as columns
     return f"{base.rstrip('/')}/{path}?workflowType=machine_learning{view}"
@@ -88,8 +86,7 @@ def _check_server(uri: str) -> None:
 
 
 def precheck(uri: str | None) -> str:
-    """Cheap checks of the store before anything is created (e.g. before Ray starts): a
-    local SQLite file's folder, or an HTTP server answering within seconds."""
+    """Cheap checks before anything is created: a local SQLite file's folder, or an HTTP server answering in time."""
     uri = resolve_uri(uri)
     if uri.startswith(("http://", "https://")):
         _check_server(uri)
@@ -107,9 +104,7 @@ def precheck(uri: str | None) -> str:
 
 
 def no_telemetry() -> None:
-    """Before mlflow is imported: its usage telemetry reaches out to the network from every
-    client; certsel's runs send none unless the user asks (``MLFLOW_DISABLE_TELEMETRY=false``
-    in the environment turns it back on)."""
+    """Turn off mlflow's telemetry before its import (unless ``MLFLOW_DISABLE_TELEMETRY=false`` is set)."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
@@ -128,10 +123,9 @@ def client_for(uri: str | None):
     return client, uri
 
 
-# The runs table as certsel's users read it: one row per job (its candidates' nested runs
-# filtered out) with the results as columns. MLflow's UI keeps named views as experiment tags
-# ("mlflow.sharedViewState.<id>": an envelope whose ``state`` is the table's state as JSON) and
-# opens one from the link's ``viewStateShareKey``; certsel writes its view once per experiment.
+# The runs table: one row per job (nested runs filtered out), results as columns. MLflow's UI keeps named views as
+# experiment tags ("mlflow.sharedViewState.<id>", ``state``: the table's state as JSON), opened by the link's
+# ``viewStateShareKey``; certsel writes its view once per experiment.
 RESULTS_VIEW = "certsel-results"
 RESULT_COLUMNS = [("params", "selected"), ("metrics", "n_certified"), ("metrics", "n_candidates"),
                   ("metrics", "human_labels_saved_percent"), ("metrics", "labels_human"), ("params", "alpha"),

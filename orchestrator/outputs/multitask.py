@@ -1,10 +1,8 @@
-"""A multi-task job's outputs: the combined certificate (``selection.json`` with ``kind:
-multi-task``), its report (Markdown and HTML) and its MLflow run, which holds every task's
-own job run. Each task's own outputs (its certificate, report, labels) are in ``TASK/``.
+"""A multi-task job's outputs: the combined certificate (``selection.json`` with ``kind: multi-task``), its report
+and its MLflow run, under which every task's run is nested; each task's own outputs are in ``TASK/``.
 
-Every row is a candidate with its evidence on each task: the task's e-value, its upper bound
-(a risk's upper bound or a recovery's lower bound, at the level of the task's decision) and
-its labels; the combined e-value (the smallest of them) against the job's threshold decides.
+A row is a candidate with, per task, its e-value, bound (at the level of the task's decision) and labels; the
+combined e-value (the smallest) against the job's threshold decides.
 """
 
 from __future__ import annotations
@@ -34,8 +32,7 @@ def target_words(cfg) -> str:
 
 
 def tasks_certificate(res: MultiTaskResult) -> TasksSelection:
-    """The combined certificate (module docstring), built once and kept on the result: every
-    output of the job shows the same one."""
+    """The combined certificate, built once and kept on the result so every output shows the same one."""
     if res.certificate is None:
         res.certificate = TasksSelection.model_validate(_fields(res))
     return res.certificate

@@ -1,5 +1,5 @@
-"""Numbers for people and for selection.json: bounds rounded outward, so that a printed number
-never claims more than the computed one (upper bounds up, lower bounds down)."""
+"""Numbers for people and selection.json: bounds rounded outward (upper up, lower down), so a printed bound never
+claims more than the computed one."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ def _round(x, nd=6):
 
 
 def round_up(x, nd: int = 6, cap: float | None = None):
-    """An upper bound rounded up to ``nd`` decimals, so that the printed bound is still a true
-    bound; never past ``cap`` (alpha) when the bound itself is not past it."""
+    """An upper bound rounded up to ``nd`` decimals; never past ``cap`` (alpha) when the bound itself is not."""
     if x is None or not math.isfinite(float(x)):
         return None
     x = float(x)
@@ -36,8 +35,7 @@ def round_down(x, nd: int = 6):
 
 
 def bound_text(x, alpha: float | None = None, digits: int = 3) -> str:
-    """An upper bound for people: rounded up to ``digits`` significant digits (never past
-    alpha when the bound is not), "" for no bound."""
+    """An upper bound rounded up to ``digits`` significant digits (not past alpha unless the bound is); "": none."""
     if x is None:
         return ""
     x = float(x)
@@ -52,8 +50,7 @@ def bound_text(x, alpha: float | None = None, digits: int = 3) -> str:
 
 
 def share_text(x, digits: int = 3) -> str:
-    """A lower bound on a share (recovery) for people, as a percentage rounded *down* to
-    ``digits`` significant digits ("99.3%"); "" for no bound."""
+    """A lower bound on a share as a percentage rounded *down* to ``digits`` significant digits; "": none."""
     if x is None:
         return ""
     x = float(x) * 100.0

@@ -1,10 +1,5 @@
-"""Where a job's outputs go, checked before the first label is bought.
-
-A path that cannot be written (a file where a folder is wanted, a folder that does not
-exist, no write permission) is an :class:`~certsel.errors.InputError` raised before Ray
-starts, a job folder is created or an MLflow run exists, so a job never buys its labels and
-then fails to save them.
-"""
+"""Where a job's outputs go, checked before the first label is bought: a path that cannot be written is an
+:class:`~certsel.errors.InputError` raised before Ray starts, a job folder or an MLflow run exists."""
 
 from __future__ import annotations
 

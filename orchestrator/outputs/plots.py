@@ -1,8 +1,5 @@
-"""The report's plots: bounds against alpha, e-values against their thresholds, the selection
-against the budget, and a ranking's certified pairs.
-
-Written to be read at a glance: labels at least 8 pt, the threshold drawn on every plot that
-has one, e-values on a log axis (no log base to convert), the selected candidate marked.
+"""The report's plots: bounds against alpha, e-values against their thresholds, the selection against the budget, and a
+ranking's certified pairs. Labels at least 8 pt, thresholds drawn, e-values on a log axis, the selection marked.
 """
 
 from __future__ import annotations
@@ -40,8 +37,7 @@ def _save(fig, path: pathlib.Path) -> pathlib.Path:
 
 
 def bounds_plot(result: JobResult, cert: Selection, path: pathlib.Path) -> pathlib.Path | None:
-    """Each candidate's own one-sided upper bound on R (a bar from its estimate, at the level of
-    its own test), against alpha: the certified ones end left of the alpha line."""
+    """Each candidate's own upper bound on R (a bar from its estimate, at its test's level) against alpha."""
     if cert.claim:
         return _recovery_bounds_plot(cert, path)
     rows = [c for c in cert.candidates if c.upper_bound is not None and c.labels_human > 0]
@@ -66,8 +62,7 @@ def bounds_plot(result: JobResult, cert: Selection, path: pathlib.Path) -> pathl
 
 
 def _recovery_bounds_plot(cert: Selection, path: pathlib.Path) -> pathlib.Path | None:
-    """A recovery job's bounds: each candidate's own lower bound on its recovery (a bar down
-    from its estimate) against r: the certified ones end right of the r line."""
+    """A recovery job's bounds: each candidate's own lower bound on its recovery (a bar from its estimate) against r."""
     rows = [c for c in cert.candidates if c.recovery.lower_bound is not None and c.labels_human > 0]
     if not rows:
         return None

@@ -1,14 +1,12 @@
 """MLflow tracking of a selection job: a parent run, one nested run per candidate.
 
-Parent run: params (alpha, delta, policy, betting, procedure, budgets, scheduling, data
-path and fingerprint), final metrics (labels spent against the full budget), tags
-(``certsel.selected``), artifacts (``selection.json``, ``report.md``/``report.html`` and
-plots). Nested runs: the candidate's params, step metrics after every round (labels,
-log e-value and its running maximum, estimate, interval, rho weights; the e-value path per
-human label as ``log_evalue_path``), final tags ``certified`` / ``selected`` / ``status``.
+Parent run: the job's params, final metrics (labels spent against the full budget), tags (``certsel.selected``),
+artifacts (``selection.json``, reports, plots). Nested runs: the candidate's params, step metrics after every round
+(labels, log e-value and running maximum, estimate, interval, rho weights; the per-label e-value path as
+``log_evalue_path``), final tags ``certified`` / ``selected`` / ``status``. See docs/driver.md, "MLflow".
 
-The store, its experiments and the results view are :mod:`.mlflow_store`'s. A job that fails after its runs exist marks them
-FAILED (KILLED on Ctrl-C), so no half-written run is ever left marked FINISHED.
+The store is :mod:`.mlflow_store`'s. A job that fails after its runs exist marks them FAILED (KILLED on Ctrl-C), so
+no half-written run is left FINISHED.
 """
 
 from __future__ import annotations
@@ -38,14 +36,13 @@ class JobTracker:
         self.child: dict[str, str] = {}
         self._logged: dict[str, int] = {}  # rounds already logged per candidate
         self._path_logged: dict[str, int] = {}  # e-value path entries already logged
-        # step metrics are written by one thread, in order, while the next round runs: the
-        # driver never waits on the store between rounds (finish and fail wait for them)
+        # one thread writes step metrics in order while the next round runs (finish and fail wait for it)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="certsel-mlflow-steps")
         self._pending: list = []
 
     def start(self, cfg, data, records, job=None, parent_run: str | None = None, started: float | None = None) -> str:
-        """``job``: the :class:`~certsel.orchestrator.engine.state.JobState` (its id and attempt are
-        tagged; runs of earlier attempts that a killed driver left RUNNING become KILLED)."""
+        """``job``: the :class:`~certsel.orchestrator.engine.state.JobState` (id and attempt are tagged; runs a killed
+        driver left RUNNING become KILLED)."""
         from mlflow.entities import Param, RunTag
 
         c = self.client
@@ -98,8 +95,7 @@ class JobTracker:
         return self.parent_id
 
     def on_round(self, records) -> None:
-        """Step metrics of the rounds not yet logged (one batched call per candidate), built
-        here from the records as they are now and written by the tracker's thread."""
+        """Step metrics of the rounds not yet logged, built from the records now, written by the tracker's thread."""
         from mlflow.entities import Metric
 
         self._check_writes()
@@ -206,8 +202,7 @@ class JobTracker:
                 RunTag(NOTE, _job_note(result))]
         if result.cfg.costs is not None:
             tags.append(RunTag("certsel.cost_unit", result.cfg.costs.unit))
-        # what was certified, as a column of the runs table (the headline without its "selected: "; the
-        # objective has columns of its own)
+        # what was certified, as a runs-table column (the headline without "selected: " or the objective)
         shown = headline(whole, objective=False).removeprefix("selected: ")
         c.log_batch(self.parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags,
                     params=[Param("selected", shown[:6000])])
@@ -246,8 +241,7 @@ class JobTracker:
 
 
 def log_audit(cfg, result, files) -> str:
-    """One MLflow run for a ``certsel audit``: parameters, the overall and per-candidate
-    rates as metrics (step = candidate position), the table, JSON and plot as artifacts."""
+    """One MLflow run for a ``certsel audit``: rates as metrics (step = candidate position), its files as artifacts."""
     from mlflow.entities import Metric, Param
 
     client, uri = client_for(cfg.tracking.uri)

@@ -1,20 +1,16 @@
 """Multi-task jobs (``tasks:``): a candidate is certified when it is certified on every task.
 
-Each task is a job of its own (:meth:`~certsel.config.RunConfig.task_configs`: the task's
-table, target and budget), run by the same engine with the same procedure, so every
-(candidate, task) pair has an e-process E_{k,t} for its own null H_{k,t} ("candidate k misses
-task t's target") that is valid at any stopping time. The job's null for candidate k is the
-union H_k = OR_t H_{k,t} ("it misses at least one task"), and its evidence is
+Each task is a job of its own (:meth:`~certsel.config.RunConfig.task_configs`), run by the same engine and
+procedure, so every (candidate, task) has an e-process E_{k,t}, valid at any stopping time, for H_{k,t} ("candidate k
+misses task t's target"). The job's null is the union H_k = OR_t H_{k,t}, with evidence
 
     E_k = min_t sup_s E_{k,t,s}:
 
-if H_{k,t*} is true, E_k <= sup_s E_{k,t*,s}, so P(E_k >= 1/level) <= level whatever the
-other tasks did (an intersection-union test: no correction across tasks, because a candidate
-must clear *every* task and one true null already holds it back). The procedure (FST,
-Bonferroni, Holm) then runs on the E_k exactly as on one task's e-values. A task's own
-procedure may stop a candidate early (FST after a failure, Holm once it passed its task's
-threshold); a stopped e-process is still valid at its stop, and one never run is 1, so the
-combination stays valid; it may only certify less.
+if H_{k,t*} is true, E_k <= sup_s E_{k,t*,s}, so P(E_k >= 1/level) <= level whatever the other tasks did (an
+intersection-union test: no correction across tasks, since one true null already holds the candidate back). The
+procedure (FST, Bonferroni, Holm) then runs on the E_k as on one task's e-values. A task's procedure may stop a
+candidate early; a stopped e-process is still valid at its stop and one never run is 1, so the combination stays
+valid and may only certify less.
 """
 
 from __future__ import annotations

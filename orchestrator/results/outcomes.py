@@ -1,5 +1,4 @@
-"""A gated candidate's outcome and a gate's exit status: plain enums, no heavy imports (the
-outputs read them from a certificate)."""
+"""A gated candidate's outcome and a gate's exit status: plain enums, no heavy imports."""
 
 from __future__ import annotations
 
@@ -10,10 +9,8 @@ FAIL_STATUSES = ("futile", "above alpha")
 
 
 class Outcome(StrEnum):
-    """A gated candidate's outcome (procedure ``gate``): its claim certified at delta (``pass``),
-    the opposite certified at delta (``fail``: the futility test, or an estimation policy's
-    R > alpha), or neither within its budget (``undecided``; also a candidate whose label
-    source failed, which says nothing about it)."""
+    """A gated candidate's outcome: ``pass`` (claim certified at delta), ``fail`` (the opposite certified: futility
+    test, or an estimation policy's R > alpha), ``undecided`` (neither within budget, or the source failed)."""
 
     PASS = "pass"
     FAIL = "fail"
@@ -28,7 +25,6 @@ class Outcome(StrEnum):
 
 
 def gate_exit_code(outcomes) -> int:
-    """``certsel gate``'s exit status: 1 when any candidate failed, else 3 when any is undecided,
-    else 0 (every candidate passed). 2 is bad input, before anything runs."""
+    """``certsel gate``'s exit status: 1 if any candidate failed, else 3 if any is undecided, else 0 (2: bad input)."""
     outcomes = [Outcome(o) for o in outcomes]
     return 1 if Outcome.FAIL in outcomes else 3 if Outcome.UNDECIDED in outcomes else 0

@@ -1,6 +1,5 @@
-"""What a pairwise ranking certified, as the engine records it and the certificate states it
-(the certificate's ``ranking`` block is this dataclass). Only the standard library: ``certsel
-show`` reads a certificate without importing the engine."""
+"""What a pairwise ranking certified (the certificate's ``ranking`` block). Standard library only: ``certsel show``
+reads a certificate without importing the engine."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class TopK:
-    """A top-k ranking's certified set: the models certified among the ``k`` best, those
-    certified outside them, and the rest."""
+    """A top-k ranking: the models certified among the ``k`` best, those certified outside them, the rest."""
 
     k: int
     certified_in: list[str]
@@ -21,11 +19,9 @@ class TopK:
 
 @dataclass(frozen=True)
 class Ranking:
-    """What a pairwise ranking certified. ``better[a]`` lists the models ``a`` is certified
-    better than, directly or through certified pairs (``better_direct``: by its own pair);
-    these orders hold together on one simultaneous event at the job's delta. ``order`` and
-    ``score`` (Copeland: certified wins minus certified losses) only list the models; they
-    are not certified."""
+    """What a pairwise ranking certified. ``better[a]``: the models ``a`` is certified better than, directly or
+    through certified pairs (``better_direct``: by its own pair); these hold together on one event at the job's
+    delta. ``order`` and ``score`` (Copeland: certified wins minus losses) only list the models: not certified."""
 
     better: dict[str, list[str]]
     better_direct: dict[str, list[str]]

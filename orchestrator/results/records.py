@@ -1,8 +1,5 @@
-"""What the driver knows: each candidate's record (status and the evidence folded in from
-its snapshots) and the job's result, which the certificate, the report and the tracker read.
-
-Pure bookkeeping; no Ray, no I/O.
-"""
+"""What the driver knows: each candidate's record (status and evidence folded in from its snapshots) and the job's
+result. Pure bookkeeping; no Ray, no I/O."""
 
 from __future__ import annotations
 
@@ -20,14 +17,13 @@ from certsel.workers.gpu_time import FleetUsage
 
 from certsel.orchestrator.inputs.jobdata import JobData
 
-from .ranking import Ranking, TopK  # noqa: F401  (re-exported: where they were)
+from .ranking import Ranking, TopK  # noqa: F401  (re-exported)
 
 
 class Status(StrEnum):
-    """Where a candidate stands. The values are what reports, ``selection.json`` and MLflow
-    tags show. A test that ended without certifying (its own evidence) is kept apart from a
-    label source that failed and from a worker that kept dying: none of them is certified,
-    only the first says anything about the candidate."""
+    """Where a candidate stands (the values are shown in reports, ``selection.json`` and MLflow tags). A test that
+    ended without certifying is kept apart from a failed source or worker: only the first says anything about the
+    candidate."""
 
     PENDING = "pending"
     RUNNING = "running"
@@ -54,8 +50,7 @@ class Status(StrEnum):
 
     @property
     def test_failed(self) -> bool:
-        """Ended without certification while it was being evaluated (for FST: no later
-        candidate can join the certified prefix)."""
+        """Ended without certification while evaluated (for FST: no later candidate joins the certified prefix)."""
         return self in (Status.NOT_CERTIFIED, Status.ABOVE_ALPHA, Status.FUTILE, Status.SOURCE_FAILED,
                         Status.WORKER_LOST)
 
@@ -170,8 +165,8 @@ class Recovered:
 
 @dataclass(frozen=True)
 class RecoveryRow:
-    """A recovery job's figures for one candidate, unrounded (None: no statement); see
-    :mod:`certsel.orchestrator.engine.recovery`."""
+    """A recovery job's unrounded figures for one candidate (None: no statement;
+    :mod:`certsel.orchestrator.engine.recovery`)."""
 
     estimate: float | None
     lower_bound: float | None
@@ -182,8 +177,8 @@ class RecoveryRow:
 
 @dataclass(frozen=True)
 class OracleEstimate:
-    """The job's human labels against an estimate of the fewest a level-delta oracle would
-    need for what the job certified (:func:`~certsel.orchestrator.engine.derived.oracle_estimate`)."""
+    """The job's human labels against the fewest a level-delta oracle would need for what it certified
+    (:func:`~certsel.orchestrator.engine.derived.oracle_estimate`)."""
 
     labels: int  # human labels the job bought, every candidate
     oracle: float  # the fewest any test would need for the certified candidates, estimated from their labels
@@ -217,20 +212,17 @@ class JobResult:
     resume: Resume | None = None  # a run that started from a driver checkpoint
     recovered: Recovered | None = None  # hosts lost and rebuilt during the run
     gpu: FleetUsage | None = None  # live.serve: the job's own servers' GPU time (workers/gpu_time.py)
-    # where the job is tracked: {"uri", "experiment_id", "run_id"} (None without tracking)
-    tracking: dict[str, str] | None = None
+    tracking: dict[str, str] | None = None  # {"uri", "experiment_id", "run_id"}; None without tracking
     output_dir: pathlib.Path | None = None  # the folder with report.html, selection.json, labels.parquet
     files: list[pathlib.Path] = dataclasses.field(default_factory=list)  # what was written there
-    # statistics of the final evidence, computed once by the engine when the job ends
-    # (engine/derived.py), so that no output recomputes one:
+    # statistics of the final evidence, computed once when the job ends (engine/derived.py), not by the outputs:
     levels: list[float] | None = None  # each candidate's decision level (its e-value's threshold is 1 / level)
     ci_delta: float | None = None  # the level of the candidates' two-sided intervals (1 - ci_delta)
     recovery: list[RecoveryRow] | None = None  # a recovery job: every candidate's recovery figures
     # what the job would have selected with a smaller per-candidate budget: (human labels, its objective)
     budget_curve: list[tuple[int, float | None]] | None = None
     oracle: OracleEstimate | None = None  # labels used against an oracle's estimate (testing procedures)
-    # the certificate, built once when the job has ended (outputs.certificate.certificate_of): the
-    # file, the MLflow runs and the terminal show the same one, down to its timestamp
+    # built once at the end (outputs.certificate.certificate_of): file, MLflow and terminal show the same one
     certificate: Any = dataclasses.field(default=None, repr=False)  # outputs.selection_schema.Selection
 
     @property
@@ -239,8 +231,8 @@ class JobResult:
 
     @property
     def evaluated(self) -> int:
-        """Candidates whose labels could be had: all but those whose source failed for good
-        or whose worker kept dying (none evaluated: the job's answer says nothing)."""
+        """Candidates whose labels could be had (not SOURCE_FAILED or WORKER_LOST); with none, the answer says
+        nothing."""
         return sum(r.status not in (Status.SOURCE_FAILED, Status.WORKER_LOST) for r in self.records)
 
 
