@@ -21,6 +21,8 @@ Candidates: the 48 real TriviaQA configurations, and 500 candidates drawn from t
 from __future__ import annotations
 
 import tempfile
+import pathlib
+import sys
 import time
 
 import numpy as np
@@ -31,7 +33,8 @@ import ray
 from certsel.config import parse_config
 from certsel.orchestrator.engine.driver import LocalRuntime, RayRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.orchestrator.engine.replicated import replicated_selection
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))  # the tests' reference
+from helpers.replicated import replicated_selection  # noqa: E402
 from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
 
 N, R, BATCH = 300, 3, 25

@@ -19,6 +19,8 @@ reused across jobs. Prints Markdown tables for ``docs/driver.md``:
 from __future__ import annotations
 
 import argparse
+import pathlib
+import sys
 import time
 
 import numpy as np
@@ -27,7 +29,8 @@ import ray
 from certsel.config import parse_config
 from certsel.orchestrator.engine.driver import RayRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.orchestrator.engine.replicated import replicated_selection
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))  # the tests' reference
+from helpers.replicated import replicated_selection  # noqa: E402
 from certsel.workers.replay import DEFAULT_TABLE
 
 SCHEMES = ("r-eval", "r-autoeval", "r-autoeval+")

@@ -78,7 +78,7 @@ def test_the_engine_on_a_table_equals_the_vectorised_reference(ref):
     the vectorised replications (``replicated_selection``, what the paper reproductions use)
     draw the same items, so every number of its certificate is theirs, rounded as the
     certificate documents (bounds outward to 6 decimals, levels to 8)."""
-    from certsel.orchestrator.engine.replicated import candidate_intervals, replicated_selection
+    from helpers.replicated import candidate_intervals, replicated_selection
     from certsel.policies import log_evalue_paths, scheme_rhos
     from certsel.policies.procedures import get_procedure
     from certsel.workers.replay import DEFAULT_TABLE, load_loss_table

@@ -5,7 +5,7 @@ import pytest
 from certsel.config import parse_config
 from certsel.orchestrator.engine.driver import LocalRuntime, RayRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.orchestrator.engine.replicated import replicated_selection
+from helpers.replicated import replicated_selection
 from certsel.policies import Seq, holm, log_evalue_paths
 from certsel.workers.replay import DATA_DIR, item_order
 

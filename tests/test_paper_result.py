@@ -5,7 +5,7 @@ checked not to select heavier models than it."""
 
 import numpy as np
 import pytest
-from certsel.orchestrator.engine.replicated import replicated_selection
+from helpers.replicated import replicated_selection
 from certsel.policies import certify, scheme_rhos
 from certsel.workers.replay import sample_replications
 
