@@ -32,8 +32,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _job_arguments(parser: argparse.ArgumentParser, config_help: str, set_example: str, *, seed_help: str | None = None):
-    """The job file and its ``--set`` overrides (every command that reads a job file), and
-    ``--seed`` where the command draws its own samples."""
+    """The job file and its ``--set`` overrides, and ``--seed`` where the command draws its own samples."""
     parser.add_argument("config", type=pathlib.Path, help=config_help)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help=f"override a config key, e.g. --set {set_example} (repeatable)")
@@ -51,8 +50,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    # nothing heavy is imported here: `certsel --help` must answer at once (names that come from
-    # registries, such as betting strategies, are checked when the command runs)
+    # no heavy imports: `certsel --help` answers at once (registry names are checked when the command runs)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
                         help="logging of certsel, Ray and MLflow on stderr (default: warning)")
@@ -217,8 +215,7 @@ def _duration(sec: float) -> str:
 
 
 def servers_text(status: dict) -> str:
-    """The progress line's part about the job's own servers: how many are up, and those
-    waiting for the cluster to place them (resources held by others), with seconds waited."""
+    """The progress line's part on the job's own servers: how many are up, and those awaiting placement (seconds)."""
     waiting = status.get("waiting") or {}
     text = f"; servers up: {len(status.get('up') or [])}"
     if waiting:
@@ -528,9 +525,8 @@ def _show(args) -> int:
 
 
 def _typed_certificate(raw, where: str) -> Selection | TasksSelection:
-    """A selection.json file's content as the typed certificate (a multi-task job's or one
-    job's), or a one-line ``ValueError`` naming the file (``where``) and the first field that
-    does not match the schema."""
+    """A selection.json file's content as the typed certificate (a multi-task job's or one job's), or a one-line
+    ``ValueError`` naming the file (``where``) and the first field that does not match the schema."""
     from pydantic import ValidationError
 
     from certsel.orchestrator.outputs.selection_schema import parse_any
@@ -574,9 +570,8 @@ def _lm_eval_table(args) -> int:
 
 
 def _suggest_job(table: pathlib.Path, items: int, comment: str | None = None) -> None:
-    """Write a complete job for a table just written (beside it, ``NAME.job.yaml``) and print the
-    command that runs it: a fixed sequence in the table's order, R-Eval (the table has no judge),
-    every item as the budget. A job file already there is the user's: kept, never overwritten."""
+    """Write a job for a table just written (``NAME.job.yaml`` beside it) and print the command that runs it: a fixed
+    sequence in the table's order, R-Eval (no judge), every item as the budget. A job file already there is kept."""
     job = table.with_name(table.name.split(".")[0] + ".job.yaml")
     if job.exists():
         print(f"certify with: certsel run {job}  (the job file already there, kept as it is)")
@@ -617,8 +612,7 @@ def _inspect_table(args) -> int:
     return 0
 
 
-# libraries whose debug output drowns certsel's (matplotlib alone writes ~2,000 font lines):
-# kept at warning whatever --log-level says
+# libraries whose debug output drowns certsel's (matplotlib: ~2,000 font lines): at warning whatever --log-level says
 _NOISY = ("matplotlib", "PIL", "urllib3", "filelock", "asyncio", "httpcore", "httpx", "alembic", "git", "numba",
           "fsspec", "h5py", "graphviz", "opentelemetry")
 

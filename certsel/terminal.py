@@ -1,9 +1,8 @@
-"""What ``certsel run`` and ``certsel show`` print: a job's certificate as a terminal table
-or as JSON, CSV or Markdown (``--format``).
+"""What ``certsel run`` and ``certsel show`` print: a job's certificate as a terminal table or as JSON, CSV or Markdown
+(``--format``).
 
-The terminal table never cuts a candidate id: on a narrow terminal it drops secondary
-columns (the two-sided interval first, the candidate id never) and, only if the id alone is
-wider than the terminal, wraps it. Output to a pipe or a file is never narrowed at all.
+The table never cuts a candidate id: on a narrow terminal it drops secondary columns (the two-sided interval first, the
+id never) and wraps an id only if it alone is wider than the terminal. Output to a pipe or a file is never narrowed.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ FORMATS = ("table", "json", "csv", "markdown")
 
 
 def fit_columns(cols: list[Column], rows: list[list[str]], width: int | None) -> list[int]:
-    """Indices of the columns to show in ``width`` characters (None: all of them): the
-    columns with the largest ``keep`` go first, never one with ``keep`` 0."""
+    """Indices of the columns to show in ``width`` characters (None: all): largest ``keep`` dropped first, 0 never."""
     keep = list(range(len(cols)))
     if width is None:
         return keep
@@ -47,8 +45,7 @@ def render_table(console, title: str, cols: list[Column], rows: list[list[str]],
     t = Table(title=title)
     id_width = max([len(cols[0].name), *(len(r[0]) for r in rows)])
     for i in shown:
-        # the id column keeps its width while the others can give way; an id longer than the
-        # terminal folds onto the next line rather than being cut
+        # the id column keeps its width while the others give way; one wider than the terminal folds, never cut
         t.add_column(cols[i].name, justify="left" if i == 0 else "right", overflow="fold",
                      min_width=min(id_width, console.width - 24) if i == 0 else None)
     for r, b in zip(rows, bold, strict=True):

@@ -48,7 +48,6 @@ from .betting import (
     get_strategy,
     register_strategy,
     up_prior,
-    wsr_fractions,
 )
 from .bounds import inverted_upper_bound, max_log_wealth
 from .cer_eval import (
@@ -149,5 +148,4 @@ __all__ = [
     "test_from_log_evalues",
     "up_prior",
     "upper_confidence_bound",
-    "wsr_fractions",
 ]

@@ -216,25 +216,6 @@ def _wsr(q, scale, state: BettingState, *, delta, horizon, c, mu0, var0):
     return lam, new
 
 
-def wsr_fractions(
-    q: np.ndarray,
-    scale: np.ndarray,
-    *,
-    delta: float,
-    horizon: int,
-    c: float = 0.75,
-    mu0: float = 0.5,
-    var0: float = 0.25,
-) -> np.ndarray:
-    """Waudby-Smith--Ramdas bets lambda (rows, n), eq. (20)-(21), for every row and time at once.
-
-    ``lambda_i = min(c * scale, sqrt(2 log(1/delta) / (horizon * sigma2_{i-1})))`` with ``mu_j = (mu0 + sum_{k<=j}
-    q_k) / (j + 1)`` and ``sigma2_{i-1} = (var0 + sum_{j<i} (q_j - mu_j)^2) / i``: cumulative sums, no loop over time.
-    """
-    lam, _ = _wsr(q, scale, BettingState(), delta=delta, horizon=horizon, c=c, mu0=mu0, var0=var0)
-    return lam
-
-
 def up_fractions(x: np.ndarray, scale: np.ndarray, prior: UPPrior, wealth0: np.ndarray | None = None):
     """Universal Portfolio bet fractions u_i for observations ``x = q - alpha``, eq. (19).
 

@@ -1,6 +1,5 @@
-"""The job schema: the policy, budget, procedure, scheduling, tracking and state sections and
-:class:`RunConfig`, which validates a whole job once against the registries
-(procedures, betting strategies, policy kinds, label-source kinds)."""
+"""The job schema: the policy, budget, procedure, scheduling, tracking and state sections and :class:`RunConfig`,
+which validates a whole job once against the registries (procedures, betting strategies, policy and source kinds)."""
 
 from __future__ import annotations
 
@@ -27,16 +26,14 @@ class PolicyConfig(Strict):
     # a registered policy kind (certsel.policies.kinds.POLICY_KINDS): r-eval, r-autoeval, r-autoeval+,
     # judge-stratified, seq, cer-eval, or one added with register_policy_kind
     kind: str = "r-autoeval+"
-    # a registered betting strategy (certsel.policies.STRATEGIES): its name, or a mapping
-    # with its parameters, e.g. {kind: up, prior: grid}
+    # a registered betting strategy (certsel.policies.STRATEGIES): a name or a mapping, e.g. {kind: up, prior: grid}
     betting: str | dict = "up"
     radius: Literal["betting", "paper"] = "betting"
     # R-Eval / R-AutoEval(+): "split" (two factors sharing each bet, so the largest bet does not pay for the
     # judge-only mean's range; docs/statistics.md) or "paper" (eq. 10 of R-AutoEval+, one factor)
     observation: Literal["split", "paper"] = "split"
-    # R-Eval / R-AutoEval(+): "iid" certifies the risk of the distribution the items come from (the papers'
-    # setting); "without-replacement" certifies the mean over the finite table's items exactly, the
-    # judge-only items in an order of their own (docs/statistics.md, "Sampling without replacement")
+    # R-Eval / R-AutoEval(+): "iid" certifies the risk of the items' distribution (the papers' setting);
+    # "without-replacement" the exact mean over the table's items (docs/statistics.md, "Sampling without replacement")
     sampling: Literal[SAMPLINGS] = "iid"
     # Cer-Eval's groups: 1-NN on item embeddings (Algorithm 2), or strata of the judge's loss
     partition: Literal["embeddings", "judge"] = "embeddings"
@@ -65,8 +62,7 @@ class PolicyConfig(Strict):
 
     @property
     def is_testing(self) -> bool:
-        """An e-process policy (R-Eval, R-AutoEval, R-AutoEval+, judge-stratified), not an
-        estimation policy."""
+        """An e-process policy (R-Eval, R-AutoEval, R-AutoEval+, judge-stratified), not an estimation one."""
         return self.policy_kind.family is Family.TESTING
 
     @property
@@ -76,8 +72,8 @@ class PolicyConfig(Strict):
 
     @property
     def judge_first(self) -> bool:
-        """The judge's loss on every item is bought before any human label (Cer-Eval's judge
-        strata, the judge-stratified test)."""
+        """The judge's loss on every item is bought before any human label (Cer-Eval's judge strata, the
+        judge-stratified test)."""
         return self.policy_kind.judge_use(self.partition) is JudgeUse.FIRST
 
     @property
@@ -114,7 +110,6 @@ class BudgetConfig(Strict):
     n: int = Field(300, gt=0, description="human labels per candidate")
     r: int = Field(3, ge=0, description="judge-only labels per human label")
     batch: int = Field(25, gt=0, description="human labels per candidate per driver round (the largest round)")
-    # the smallest round a testing candidate close to its threshold gets (scheduling.rounds: predicted)
     min_batch: int = Field(5, gt=0, description="smallest round of a candidate close to its decision")
     max_requests: int | None = Field(None, gt=0, description="cap on label-source requests over the job")
 
@@ -131,9 +126,9 @@ class BudgetConfig(Strict):
 
 
 class CostsConfig(Strict):
-    """What a job's labels cost, in any one unit (dollars, GPU-seconds, minutes of an annotator):
-    per human label, per target generation (a request that is not a judge call) and per judge
-    call. The spend in that unit goes to the CLI, the report, selection.json and MLflow."""
+    """What a job's labels cost in one unit (dollars, GPU-seconds, annotator minutes): per human label, per target
+    generation (a request that is not a judge call) and per judge call; the spend goes to the CLI, report,
+    selection.json and MLflow."""
 
     human: float = Field(0.0, ge=0, allow_inf_nan=False, description="per human label")
     generation: float = Field(0.0, ge=0, allow_inf_nan=False, description="per target generation")
@@ -143,8 +138,7 @@ class CostsConfig(Strict):
     unit: str = Field("units", min_length=1, max_length=24)
 
     def of(self, human: int, judge: int, requests: int) -> dict:
-        """The spend of these counters, by kind and in total (generations: the requests that
-        were not judge calls)."""
+        """The spend of these counters, by kind and in total (generations: requests that were not judge calls)."""
         generation = max(int(requests) - int(judge), 0)
         out = {"human": human * self.human, "generation": generation * self.generation, "judge": judge * self.judge}
         out["total"] = sum(out.values())
@@ -159,22 +153,18 @@ class SchedulingConfig(Strict):
     # Bonferroni: stop candidates whose objective is no better than a certified one's; the
     # selection is unchanged, the certified set then only lists candidates that could matter
     prune: bool = False
-    # futility (testing policies): stop a candidate once "R >= alpha" is certified at this level
-    # by a second e-process on the mirrored losses; it never certifies, so the family-wise error
-    # is unchanged, and a candidate with R < alpha is stopped with probability <= futility.
-    # A job with a testing policy that does not set it gets DEFAULT_FUTILITY; null turns it off
+    # futility (testing policies): stop a candidate once "R >= alpha" is certified at this level by a second
+    # e-process on the mirrored losses; it never certifies, so the family-wise error is unchanged, and a candidate
+    # with R < alpha is stopped with probability <= futility. Unset: DEFAULT_FUTILITY; null: off
     futility: float | None = Field(None, gt=0, lt=1)
-    # rounds (testing policies, and a ranking's pairs): "predicted" gives a candidate close to its threshold
-    # (a pair close to an order or a tie) a round of about the labels its evidence so far says it still
-    # needs (between budget.min_batch and budget.batch), so that it does not buy a whole round past its
-    # decision; "fixed": budget.batch for every candidate (pair)
+    # rounds (testing policies, a ranking's pairs): "predicted" gives a candidate close to its threshold (a pair close
+    # to an order or a tie) a round of about the labels its evidence says it still needs, between budget.min_batch
+    # and budget.batch, so it does not buy a whole round past its decision; "fixed": budget.batch for every one
     rounds: Literal["predicted", "fixed"] = "predicted"
-    # FST: where the sequence starts. "top": its first config; "pilot": a judge-only pilot on
-    # pilot_items items of its own random draws estimates the frontier, and the sequence starts
-    # pilot_margin configs before it (toward the heavier ones); the configs before the start are
-    # not tested (policies/pilot.py says why the guarantee is unchanged). A job that does not set it
-    # starts from the pilot where one applies (procedure fst, a replay table's judge, a policy that
-    # pairs human labels with it, no recovery or tasks), else from the top
+    # FST: where the sequence starts: "top" (its first config) or "pilot" (a judge-only pilot on pilot_items items of
+    # its own random draws estimates the frontier; the sequence starts pilot_margin configs before it, toward the
+    # heavier ones; configs before it are not tested, policies/pilot.py says why the guarantee holds). Unset: "pilot"
+    # where one applies (fst, a replay table's judge, a policy pairing human labels with it, no recovery or tasks)
     start: Literal["top", "pilot"] = "top"
     pilot_items: int = Field(200, ge=1, description="start: pilot: items the judge labels for each config")
     pilot_margin: int = Field(2, ge=0, description="start: pilot: configs before the estimated frontier")
@@ -199,18 +189,17 @@ PILOT_KEYS = ("start", "pilot_items", "pilot_margin", "pilot_check")
 
 
 class PairwiseConfig(Strict):
-    """What a pairwise ranking is for (``procedure: pairwise``): ``ranking`` certifies as much
-    of the order as the budget allows, stopping pairs whose order is already implied by
-    certified pairs; ``best`` certifies the best model only, comparing possible winners;
-    ``topk`` certifies the set of the ``topk`` best; ``all`` runs every pair until its sign is
-    certified (the earlier behaviour). With ``epsilon`` (loss units) a pair also ends as "tied
-    within epsilon" once |R_A - R_B| < epsilon is certified (goals ranking, best, topk)."""
+    """What a pairwise ranking is for (``procedure: pairwise``): ``ranking`` certifies as much of the order as the
+    budget allows, stopping pairs whose order certified pairs already imply; ``best`` the best model only, comparing
+    possible winners; ``topk`` the set of the ``topk`` best; ``all`` runs every pair until its sign is certified. With
+    ``epsilon`` (loss units) a pair also ends "tied within epsilon" once |R_A - R_B| < epsilon is certified (not
+    with ``all``)."""
 
     goal: Literal["ranking", "best", "topk", "all"] = "ranking"
     topk: int | None = Field(None, ge=1, description="goal topk: how many of the best to certify")
     epsilon: float | None = Field(None, description="a pair closer than this (in loss units) can be certified tied")
-    # None: bets sized for the pair's claims where the pair policies take them (Seq with the betting
-    # radius), the policy's own elsewhere; "plug-in": Seq's own bet (WSR's predictable plug-in)
+    # None: "margin" where the pair policies take a bet (Seq, radius betting), else the policy's own; "plug-in":
+    # Seq's own bet (WSR's predictable plug-in)
     bet: str | None = Field(
         None, description="the pair tests' bets (policies/bets.py, PAIR_BETS): 'margin' (sized for the order or tie "
                           "each pair is closest to deciding) or 'plug-in' (Seq's own); default: margin where the "
@@ -270,9 +259,8 @@ class StateConfig(Strict):
 
 class RecoveryConfig(Strict):
     """Certify recovery, E[score] / E[reference score] >= ``at_least``, instead of a risk
-    (:class:`~certsel.policies.recovery.Recovery`): the job tests the per-item losses
-    (r s_ref - s + 1) / (1 + r) at alpha = 1 / (1 + r). ``reference_name`` names the reference
-    model in every output (default: the reference column)."""
+    (:class:`~certsel.policies.recovery.Recovery`): the job tests the per-item losses (r s_ref - s + 1) / (1 + r) at
+    alpha = 1 / (1 + r). ``reference_name`` names the reference model in outputs (default: the reference column)."""
 
     at_least: float = Field(gt=0, le=100)
     reference_name: str | None = Field(None, min_length=1)
@@ -288,9 +276,9 @@ class RecoveryConfig(Strict):
 
 
 class TaskConfig(Strict):
-    """One task of a multi-task job (``tasks:``): its table and, when they differ from the job's,
-    its target (``alpha`` or ``recovery``) and budget keys. A candidate is certified only when it
-    is certified on every task (an intersection-union test, docs/statistics.md)."""
+    """One task of a multi-task job (``tasks:``): its table and, where they differ from the job's, its target (``alpha``
+    or ``recovery``) and budget keys. A candidate is certified only when certified on every task (an intersection-union
+    test, docs/statistics.md)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     data: DataConfig
@@ -306,12 +294,10 @@ class TaskConfig(Strict):
 
 
 class AggregateConfig(Strict):
-    """Certify a weighted aggregate over the tasks instead of every task (``aggregate:``): the
-    candidate's risk is sum_t w_t R_t (weights normalised to sum to 1) and the job's target is
-    the job's ``alpha`` (or ``recovery``: sum_t w_t E[s_t] >= r sum_t w_t E[s_ref,t]). ``weights``
-    is ``equal`` (each task counts the same, the macro average), ``size`` (each task by its
-    number of items, the micro average) or a mapping task -> weight > 0 naming every task.
-    The job runs as one test on the tasks' stacked tables (docs/statistics.md)."""
+    """Certify a weighted aggregate over the tasks instead of every task (``aggregate:``): R = sum_t w_t R_t (weights
+    normalised to sum to 1) against the job's ``alpha`` (or ``recovery``: sum_t w_t E[s_t] >= r sum_t w_t E[s_ref,t]).
+    ``weights``: ``equal`` (macro average), ``size`` (by items, micro average) or task -> weight > 0 for every task.
+    One test on the tasks' stacked tables (docs/statistics.md, "A weighted aggregate")."""
 
     weights: Literal["equal", "size"] | dict[str, float] = "equal"
 
@@ -329,9 +315,8 @@ class AggregateConfig(Strict):
 
 class RunConfig(Strict):
     name: str = Field("certsel", min_length=1)
-    # modules imported before the rest is validated: they register procedures and betting
-    # strategies (certsel.orchestrator.register_procedure, certsel.policies.register_strategy);
-    # a module next to the job file is found there
+    # modules imported before the rest is validated, to register procedures and betting strategies
+    # (certsel.orchestrator.register_procedure, certsel.policies.register_strategy); one beside the job file is found
     plugins: list[str] = Field(default_factory=list)
     data: DataConfig | None = None  # recorded losses (replay), or:
     live: LiveConfig | None = None  # candidates answering through model servers, or:
@@ -366,10 +351,9 @@ class RunConfig(Strict):
     @model_validator(mode="before")
     @classmethod
     def _measured_defaults(cls, v):
-        # the defaults that depend on the rest of the job, chosen by the measurements in
-        # docs/results.md ("Defaults"): a testing policy stops a candidate once R >= alpha is
-        # certified at DEFAULT_FUTILITY, and a fixed sequence whose policy pairs human labels with a
-        # recorded judge starts from the judge-only pilot; a key the job sets is left as it is
+        # defaults that depend on the rest of the job, chosen by measurement (docs/results.md, "Defaults against the old
+        # settings"): a testing policy gets scheduling.futility DEFAULT_FUTILITY, and a fixed sequence whose policy
+        # pairs human labels with a recorded judge starts from the judge-only pilot; keys the job sets are kept
         if not isinstance(v, dict) or not isinstance(v.get("scheduling", {}), dict):
             return v
         try:
@@ -421,8 +405,7 @@ class RunConfig(Strict):
 
     @property
     def proc(self) -> Procedure:
-        """The multiple-testing procedure the job runs (``procedure:``, resolved in the registry
-        here, where the config is built: the one place that looks a procedure up by name)."""
+        """The multiple-testing procedure the job runs (``procedure:``): the one place that looks one up by name."""
         return get_procedure(self.procedure)
 
     @property
@@ -532,8 +515,8 @@ class RunConfig(Strict):
                                  + (f" (not a task: {', '.join(extra)})" if extra else ""))
 
     def task_weights(self, sizes: list[int]) -> list[float]:
-        """The aggregate's weights, in task order, normalised to sum to 1 (``sizes``: the
-        tasks' numbers of items, for ``weights: size``)."""
+        """The aggregate's weights in task order, normalised to sum to 1 (``sizes``: the tasks' item counts, for
+        ``weights: size``)."""
         w = self.aggregate.weights
         raw = ([1.0] * len(self.tasks) if w == "equal" else [float(n) for n in sizes] if w == "size"
                else [float(w[t.name]) for t in self.tasks])
@@ -634,8 +617,8 @@ class RunConfig(Strict):
                                  f"{self.pairwise.topk}")
 
     def check_policy_inputs(self, has: dict) -> None:
-        """What the policy needs from the source: a judge, features, judge-only labels.
-        ``has``: ``judge`` and ``features`` (bools) and the keys that give them, for messages."""
+        """What the policy needs from the source: a judge, features, judge-only labels. ``has``: ``judge`` and
+        ``features`` (bools) and the keys that give them, for messages."""
         kind = self.policy.kind
         if self.scheduling.futility is not None and not self.policy.is_testing:
             raise ValueError(f"scheduling.futility applies to the testing policies "

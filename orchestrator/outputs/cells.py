@@ -1,21 +1,18 @@
-"""Table cells of a certificate (the typed :class:`~.selection_schema.Selection`), shared by the terminal, the
-report and ``certsel show``: pure formatting with no heavy imports, so that printing a past
-job's certificate starts at once."""
+"""Table cells of a certificate (the typed :class:`~.selection_schema.Selection`), shared by the terminal, the report
+and ``certsel show``: pure formatting with no heavy imports, so that showing a past job's certificate starts at once."""
 
 from __future__ import annotations
 
 
 def efficiency_cell(row) -> str:
-    """A certified candidate's labels to certify against the fewest any test would need on
-    its labels' distribution: "174 / 60" (blank when not certified or no estimate)."""
+    """A certified candidate's labels to certify against the fewest any test would need: "174 / 60" (else blank)."""
     if not row.certified or not row.certified_at_labels or row.labels_minimum_estimate is None:
         return ""
     return f"{row.certified_at_labels} / {row.labels_minimum_estimate:.0f}"
 
 
 def oracle_line(oracle) -> str:
-    """The job's human labels against the oracle's estimate (a certificate's ``labels.oracle``):
-    "labels used / oracle estimate: 1,457 / 612 = 2.38x (...)"; blank without one."""
+    """The job's human labels against ``labels.oracle``: "labels used / oracle estimate: 1,457 / 612 = 2.38x (...)"."""
     if oracle is None:
         return ""
     n = oracle.candidates
@@ -35,8 +32,7 @@ def judge_cell(judge) -> str:
 
 
 def tasks_cell(people) -> str:
-    """A candidate's annotation queue for tables: "24 / 2 (2 saved)" (tasks imported /
-    withdrawn, and the annotations the withdrawn tasks would have needed)."""
+    """A candidate's annotation queue: "24 / 2 (2 saved)" (tasks imported / withdrawn, annotations saved)."""
     if people is None:
         return ""
     return f"{people.tasks_imported} / {people.tasks_withdrawn} ({people.annotations_saved} saved)"
@@ -68,9 +64,8 @@ def tie_counts(rk) -> dict:
 
 
 def headline(cert, objective: bool = True) -> str:
-    """What the job certified, first: ``top-3: A, B, C`` for a top-k ranking (with the
-    undetermined places when the top set is not fully certified), else ``selected: NAME
-    (OBJECTIVE VALUE)`` (``none`` when nothing was; ``objective=False``: the name alone)."""
+    """What the job certified, first: ``top-3: A, B, C`` for a top-k ranking (with its open places), else ``selected:
+    NAME (OBJECTIVE VALUE)`` (``none`` when nothing was; ``objective=False``: the name alone)."""
     topk = None if cert.ranking is None else cert.ranking.topk
     if topk is not None:
         inside, open_ = topk.certified_in, topk.undetermined
@@ -91,9 +86,8 @@ def objective_head(cert) -> str:
     return "objective" if o is None else f"{o.column} ({'min' if o.goal == 'minimize' else 'max'})"
 
 
-# One name per quantity (docs/glossary.md): the words in the terminal and the report; the key
-# in selection.json's candidate rows, CSV (`--format csv`) and `Result.to_frame()`; the metric
-# on the candidate's MLflow run (None: not logged there).
+# One name per quantity (docs/glossary.md): the words in the terminal and the report; the key in selection.json's
+# candidate rows, CSV and `Result.to_frame()`; the metric on the candidate's MLflow run (None: not logged there).
 # tests/test_glossary.py checks the outputs and the docs table against this list.
 GLOSSARY = (
     # (words, selection.json / CSV key, MLflow metric, meaning)
@@ -118,8 +112,7 @@ GLOSSARY = (
 
 
 def e_value_cell(c) -> str:
-    """A candidate's e-value against its threshold; "exact mean" where every item was scored and
-    the exact mean decided (its e-value, in selection.json, did not)."""
+    """A candidate's e-value / threshold; "exact mean" where the exact mean of every item decided, not its e-value."""
     if c.e_value is None:
         return ""
     return "exact mean" if c.exact else f"{c.e_value:.3g} / {c.threshold:.3g}"
@@ -146,8 +139,8 @@ def cost_line(costs) -> str:
 
 
 def setting_lines(cert) -> list[str]:
-    """Where a measured default may not have been the best for this job: what the other setting
-    would likely have changed, with the ``--set`` that gives it (docs/results.md, "Defaults")."""
+    """Where a measured default may not have been the best for this job: what the other setting would likely have
+    changed, with the ``--set`` that gives it (docs/results.md, "Defaults against the old settings")."""
     lines = []
     futile = [c for c in cert.candidates if c.status == "futile"]
     budget = cert.labels.budget.get("n")

@@ -1,21 +1,18 @@
 """The certificate (``selection.json``): what was chosen, on what evidence, at what cost.
 
-Every number next to the certificate agrees with it and is stated at the level it has:
+Every number next to the certificate agrees with it and is stated at the level it has (docs/driver.md, "The
+certificate (`selection.json`) and the report"):
 
-* ``simultaneous_bound``: bounds on every candidate's R that hold *together* with
-  probability >= 1 - delta and are <= alpha exactly for the certified set
-  (:meth:`~certsel.policies.procedures.Procedure.joint_bounds`); the selected
-  candidate's is the number the certificate quotes, because it keeps its level whatever
-  made the candidate the selected one;
-* ``upper_bound`` at ``level``: the one-sided bound that inverts the candidate's own test,
-  at the level of its decision (<= alpha exactly when it passed); a per-candidate statement,
-  not adjusted for the selection;
-* ``e_value`` with the ``threshold`` it was compared to; the ``estimate`` (the mean of
-  observations that are each unbiased given the past: unbiased at a fixed number of labels,
-  not at a stop that depends on the evidence).
+* ``simultaneous_bound``: bounds on every candidate's R that hold *together* with probability >= 1 - delta, <= alpha
+  exactly for the certified set (:meth:`~certsel.policies.procedures.Procedure.joint_bounds`); the certificate quotes
+  the selected candidate's because it keeps its level whatever made that candidate the selected one;
+* ``upper_bound`` at ``level``: inverts the candidate's own test at the level of its decision (<= alpha exactly when it
+  passed); a per-candidate statement, not adjusted for the selection;
+* ``e_value`` with its ``threshold``; the ``estimate``, a mean of observations each unbiased given the past (unbiased
+  at a fixed number of labels, not at a stop that depends on the evidence).
 
-Upper bounds are rounded up and lower bounds down, so a printed number never claims more
-than the computed one. ``guarantee`` says in words what R is and why the statement holds.
+Upper bounds are rounded up and lower bounds down, so a printed number never claims more than the computed one.
+``guarantee`` says in words what R is and why the statement holds.
 """
 
 from __future__ import annotations
@@ -91,8 +88,7 @@ def _guarantee(result: JobResult) -> str:
 
 
 def certificate(result: JobResult) -> Selection:
-    """The certificate: what was chosen, on what evidence, at what cost, checked against the
-    published schema (``as_json()`` is selection.json)."""
+    """The certificate, checked against the published schema (``as_json()`` is selection.json)."""
     return parse(_fields(result))
 
 
@@ -233,17 +229,15 @@ def _pilot(p) -> dict:
 
 
 def certificate_of(result: JobResult) -> Selection:
-    """The job's certificate, built the first time it is asked for and kept on the result:
-    every output of one job (selection.json, MLflow, the terminal, the Python API) shows the
-    same one."""
+    """The job's certificate, built once and kept on the result: every output of one job (selection.json, MLflow, the
+    terminal, the Python API) shows the same one."""
     if result.certificate is None:
         result.certificate = certificate(result)
     return result.certificate
 
 
 def _costs(cfg, result: JobResult) -> dict:
-    """The job's spend in the user's unit (``costs:``): by kind and in total, for what it
-    bought and for every candidate run to its full budget."""
+    """The job's spend in the user's unit (``costs:``), by kind and in total, for what it bought and at full budget."""
     c = cfg.costs
     spent = {k: _round(v, 6) for k, v in c.of(result.spent["human"], result.spent["judge"],
                                                 result.spent["requests"]).items()}
@@ -266,8 +260,7 @@ def _budget(cfg) -> dict:
 
 
 def _sorted_rows(cfg, rows: list, by_objective: bool) -> list:
-    """Candidates in the order the job uses them: its fixed sequence, or by objective (best first)
-    for procedures that select by objective; each row keeps its ``position``."""
+    """Candidates in the job's order, or by objective (best first) when ``by_objective``; each keeps its ``position``."""
     for k, row in enumerate(rows):
         row["position"] = k
     if not by_objective or any(r["objective"] is None for r in rows):

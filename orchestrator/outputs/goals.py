@@ -1,15 +1,10 @@
 """What a job certifies, as its outputs present it: one object per goal, asked for its parts.
 
-A certificate (:class:`~.selection_schema.Selection`) states one of a few goals: a selection of
-candidates whose risk R is at most alpha (:class:`RiskSelection`), the same stated as a recovery
-against a reference model (:class:`RecoverySelection`), a pairwise ranking
-(:class:`RankingGoal`); an aggregate over stacked tasks adds its per-task parts to either
-selection (:class:`Aggregate`). :func:`goal_of` finds the goal once; the terminal
-(``certsel/terminal.py``) and the report (``report.py``) ask it for the headline's
-companions, the table, the legend, the summary box and the sections, and know no goal
-themselves. A new goal is a new class here.
-
-Pure formatting of the typed certificate, no heavy imports: ``certsel show`` starts at once.
+A certificate (:class:`~.selection_schema.Selection`) states one goal: candidates certified R <= alpha
+(:class:`RiskSelection`), the same as a recovery against a reference model (:class:`RecoverySelection`) or a pairwise
+ranking (:class:`RankingGoal`); stacked tasks (:class:`_Stacked`) and gates (:class:`_Gate`) are mixed into a selection.
+:func:`goal_of` finds the goal once; the terminal (``certsel/terminal.py``) and the report (``report.py``) ask it for
+each part and know no goal themselves. A new goal is a new class here. No heavy imports: ``certsel show`` starts fast.
 """
 
 from __future__ import annotations
@@ -26,8 +21,7 @@ from certsel.orchestrator.results.outcomes import Outcome, gate_exit_code
 
 @dataclass(frozen=True)
 class Column:
-    """A terminal table column: ``keep`` 0 is never dropped; larger values are dropped first when
-    the terminal is too narrow."""
+    """A terminal table column: ``keep`` 0 is never dropped; larger values go first on a narrow terminal."""
 
     name: str
     keep: int = 0
@@ -118,8 +112,7 @@ FAILED = ("source failed", "worker lost")  # the statuses of a candidate that wa
 
 
 class Goal:
-    """One goal's parts, with the defaults of a goal that has none of them (the outputs ask every
-    goal for every part)."""
+    """One goal's parts, with the defaults of a goal that lacks them (the outputs ask every goal for every part)."""
 
     table_heading = "Candidates"
     has_evidence = False  # whether the certificate has the selected candidate's evidence block
@@ -128,7 +121,7 @@ class Goal:
 
     # -- the terminal and --format ---------------------------------------------------------------------
     def headline(self, cert) -> str:
-        """What the job certified, first (the terminal's and markdown's first line of the answer)."""
+        """What the job certified: the first line of the terminal's and markdown's answer."""
         return headline(cert)
 
     def table(self, cert) -> tuple[str, list[Column], list[list[str]], list[bool]]:
@@ -204,8 +197,7 @@ class Goal:
 
     # -- the certificate (built from the job's result) ---------------------------------------------
     def loss_words(self, cfg) -> str:
-        """What one item's loss is: the source's words where its loss needs saying (a drop against a
-        reference model, people's verdicts), else "loss"."""
+        """What one item's loss is: the source's words where it needs saying, else "loss"."""
         from certsel.orchestrator.inputs.sources import source_of
 
         return source_of(cfg).loss_words(cfg) or "loss"
@@ -229,8 +221,7 @@ class Goal:
         return {}
 
     def by_objective(self, cfg) -> bool:
-        """Whether the certificate lists the candidates by objective (best first) rather than in the
-        job's order."""
+        """Whether the certificate lists the candidates by objective (best first), not in the job's order."""
         return False
 
     # -- MLflow ------------------------------------------------------------------------------------
@@ -275,9 +266,8 @@ class RiskSelection(Goal):
         return [], [[] for _ in cert.candidates]
 
     def table(self, cert) -> tuple[str, list[Column], list[list[str]], list[bool]]:
-        """The terminal's per-candidate table: the simultaneous bound (what the certificate is about)
-        first, then the candidate's own bound at its level, the two-sided interval as a secondary
-        column; the judge's agreement when there is one."""
+        """The terminal's table: the simultaneous bound (what the certificate is about) first, then the candidate's
+        own bound at its level; the interval and the judge's agreement as secondary columns."""
         alpha, cands = cert.procedure.alpha, cert.candidates
         testing = any(c.e_value is not None for c in cands)
         judged = any(c.judge is not None for c in cands)
@@ -314,8 +304,7 @@ class RiskSelection(Goal):
 
 
     def evidence(self, cert) -> str | None:
-        """The selected candidate's own evidence, one labelled line per number, each with the level
-        it has (the names of docs/glossary.md)."""
+        """The selected candidate's own evidence, one line per number with its level (names: docs/glossary.md)."""
         ev = cert.evidence
         if ev is None or ev.upper_bound is None:
             return None
@@ -369,8 +358,7 @@ class RiskSelection(Goal):
         return lines
 
     def rows(self, cert, extra) -> list[list[str]]:
-        """The report's candidate table; ``extra(c)`` gives the source's cells after the judge's
-        (annotators), with their heads as ``extra.heads``."""
+        """The report's candidate table; ``extra(c)``: the source's cells after the judge's, heads ``extra.heads``."""
         cands, alpha = cert.candidates, cert.procedure.alpha
         testing = any(c.e_value is not None for c in cands)
         judged = any(c.judge is not None for c in cands)
@@ -434,8 +422,7 @@ class RiskSelection(Goal):
         return {"alpha": cfg.alpha}
 
     def by_objective(self, cfg) -> bool:
-        """Whether the certificate lists the candidates by objective (best first) rather than in the
-        job's order: for procedures that select by objective."""
+        """True for procedures that select by objective."""
         return not cfg.proc.needs_order and cfg.objective is not None
 
     # -- MLflow ------------------------------------------------------------------------------------
@@ -458,8 +445,7 @@ class RiskSelection(Goal):
 
 
 class RecoverySelection(RiskSelection):
-    """A selection certified as recovery >= r against a reference model: the same evidence, stated
-    as shares of the reference's score."""
+    """A selection certified as recovery >= r against a reference model: the evidence as shares of its score."""
 
     joint_head, own_word, estimate_head, interval_head = "simultaneous lower bound", "lower bound", \
         "recovery estimate", "recovery on table"
@@ -561,7 +547,6 @@ class RecoverySelection(RiskSelection):
 
     def candidate_metrics(self, result, row) -> dict:
         rec = row.recovery.as_json()
-        # a recovery job: its statement's numbers, as shares
         return {f"recovery_{k}": rec[k] for k in ("lower_bound", "simultaneous_lower_bound", "estimate",
                                                   "on_full_table") if rec.get(k) is not None}
 
@@ -631,8 +616,7 @@ class RankingGoal(Goal):
         return ["selected" if m == cert.selected else "" for m in cert.ranking.order]
 
     def sections(self, cert) -> list[Section]:
-        """The pairs: the certified order (if any), the anytime interval on the difference of the two
-        models' mean losses over the test set, and the items the pair used."""
+        """Per pair: the certified order, the anytime interval on R(A) - R(B) and the items it used."""
         rk = cert.ranking
         out = [["pair (A - B)", "certified", "interval on R(A) - R(B)", "items"]]
         for pair, (lo, hi) in rk.difference_intervals.items():
@@ -671,7 +655,6 @@ class RankingGoal(Goal):
         return {} if lo is None else {"rank_best": lo, "rank_worst": hi}
 
     def job_metrics(self, result) -> dict:
-        # how much of the order is certified: orders and ties
         return {"pairs_certified": result.ranking.pairs_certified, "pairs_tied": result.ranking.pairs_tied}
 
     def candidate_note(self, result, row) -> list[str]:
@@ -698,8 +681,8 @@ def _ties_words(rk) -> str:
 
 
 class _Stacked:
-    """A selection (of risks or recoveries) on the stacked items of several tasks (mixed into the
-    goal it stacks): each candidate's labels by task, the tasks' tables and the aggregate's words."""
+    """Mixin: a selection (risk or recovery) on the stacked items of several tasks; adds labels by task, the tasks'
+    tables and the aggregate's words."""
 
     def extra_columns(self, cert):
         tasks = [t.name for t in cert.aggregate.tasks]
@@ -771,9 +754,8 @@ class StackedRecovery(_Stacked, RecoverySelection):
 
 
 class _Gate:
-    """A gate (procedure ``gate``), mixed into the goal whose claim it tests (a risk or a
-    recovery): each candidate decided on its own at delta, as pass, fail or undecided; nothing
-    selected, no simultaneous statement."""
+    """Mixin for procedure ``gate`` on a risk or recovery claim: each candidate decided on its own at delta (pass,
+    fail or undecided); nothing selected, no simultaneous statement."""
 
     has_evidence = False
     table_heading = "Gate"
@@ -893,8 +875,7 @@ class GateRecovery(_Gate, RecoverySelection):
         return self.claim_words_of(cfg), f"recovery <= {r * 100:g}% of {cfg.recovery_reference!r}"
 
 class MultiTaskGoal(Goal):
-    """A multi-task job (tasks run as jobs of their own, a candidate certified on every task): a row
-    per candidate with its evidence on each task."""
+    """A multi-task job (each task a job of its own; a candidate certified on every task): its evidence per task."""
 
     beside_report = "selection.json beside it; each task's own report is listed above"
     runs_note = "; the tasks' runs are nested under it"

@@ -1,9 +1,8 @@
-"""The human report: ``report.md`` and a self-contained ``report.html`` (plots embedded), next
-to ``selection.json`` (:mod:`~certsel.orchestrator.outputs.certificate`) and ``labels.parquet``.
+"""The human report: ``report.md`` and a self-contained ``report.html`` (plots embedded), next to ``selection.json``
+(:mod:`~certsel.orchestrator.outputs.certificate`) and ``labels.parquet``.
 
-The report opens with what a person needs in ten seconds: what to deploy and the claim it
-comes with (a summary box), what R means, then the candidates with the selected row
-highlighted, each bound next to alpha and each e-value next to its threshold.
+It opens with what a person needs in ten seconds: what to deploy and its claim (a summary box), what R means, then the
+candidates with the selected row highlighted, each bound next to alpha and each e-value next to its threshold.
 """
 
 from __future__ import annotations
@@ -68,8 +67,7 @@ def _policy_words(cert: Selection) -> str:
 
 
 def _incidents(cert: Selection) -> list[str]:
-    """Candidates that ended for a reason other than their evidence (a label source that
-    failed for good, a worker lost too often): not certified, and said so."""
+    """Candidates that ended, not certified, for a reason other than their evidence (source failed, worker lost)."""
     return [f"{c.candidate}: not certified ({c.reason})" for c in cert.candidates
             if c.status in ("source failed", "worker lost")]
 
@@ -91,9 +89,8 @@ def _labels_table(cert: Selection) -> list[list[str]]:
 
 
 def _gpu_tables(cert: Selection) -> list[list[list[str]]]:
-    """The job's own model servers (``live.serve``): GPU time used against every candidate to
-    its budget, then each server's starts, waits, loads, generation and idle seconds, then
-    each candidate's share; no tables for a job without servers of its own."""
+    """The GPU time of the job's own model servers (``live.serve``): in all against the full budget, per server and per
+    candidate; none for a job without servers of its own."""
     g = cert.gpu
     if g is None or not g.server_starts:  # none, or none started (a cached rerun): nothing measured
         return []

@@ -1,9 +1,8 @@
 """The schema of ``selection.json``, as pydantic models: what a certificate file holds.
 
-Every ``selection.json`` a job writes is validated against :class:`Selection` first, so the
-JSON Schema that ``certsel schema`` prints (:func:`json_schema`) describes every file that
-exists. ``schema_version`` changes when a field is removed or changes meaning; adding an
-optional field does not change it. Readers should check it.
+Every ``selection.json`` a job writes is validated against :class:`Selection` first, so the JSON Schema that
+``certsel schema`` prints (:func:`json_schema`) describes every file that exists. ``schema_version`` changes when a
+field is removed or changes meaning, not when an optional field is added; readers should check it.
 """
 
 from __future__ import annotations
@@ -25,9 +24,8 @@ class _Doc(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     def as_json(self) -> dict:
-        """This part as selection.json holds it: the fields that were set (a field that does not
-        apply to the job is absent), floats as they are, so ``json.dumps(..., allow_nan=False)``
-        refuses a non-finite one rather than writing null."""
+        """This part as selection.json holds it: the fields that were set (one that does not apply is absent), floats
+        as they are, so ``json.dumps(..., allow_nan=False)`` refuses a non-finite one rather than writing null."""
         return self.model_dump(mode="python", exclude_unset=True)
 
 
@@ -379,8 +377,7 @@ class Selection(_Doc):
 
 
 def parse(cert: dict) -> Selection:
-    """A certificate's dict (selection.json, or as built) as a :class:`Selection`: checked
-    against the schema (a ``ValueError`` naming the field otherwise)."""
+    """A certificate's dict as a :class:`Selection`, checked against the schema (a ``ValueError`` naming the field)."""
     return Selection.model_validate(cert)
 
 
@@ -390,8 +387,7 @@ def json_schema() -> dict:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 
-# A multi-task job's combined certificate (``selection.json`` with ``kind: multi-task``);
-# each task's own certificate is a :class:`Selection` in its folder.
+# A multi-task job's certificate (``kind: multi-task``); each task's own is a :class:`Selection` in its folder.
 
 class TaskEvidence(_Doc):
     """A candidate on one task of a multi-task job: its numbers from that task's certificate."""
