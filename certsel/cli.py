@@ -408,7 +408,7 @@ def _audit(args) -> int:
 
 
 def _audit_tasks(args, cfg) -> int:
-    """``certsel audit`` of a multi-task job (orchestrator/audit/tasks.py): Markdown on stdout."""
+    """``certsel audit`` of a multi-task job (orchestrator/audit/multitask.py): Markdown on stdout."""
     import json as _json
 
     from certsel.orchestrator.audit.multitask import audit_tasks

@@ -72,8 +72,7 @@ class PolicyConfig(Strict):
 
     @property
     def judge_first(self) -> bool:
-        """The judge's loss on every item is bought before any human label (Cer-Eval's judge strata, the
-        judge-stratified test)."""
+        """The judge's loss on every item is bought before any human label (Cer-Eval judge strata, judge-stratified)."""
         return self.policy_kind.judge_use(self.partition) is JudgeUse.FIRST
 
     @property
@@ -183,17 +182,16 @@ def _gates(name) -> bool:
     return isinstance(name, str) and name in PROCEDURES and PROCEDURES[name].gates
 
 
-# the scheduling keys a job states only when it starts from a pilot (its certificate and its
-# identity are otherwise those of a job written before the keys existed)
+# the scheduling keys a job states only when it starts from a pilot (other jobs keep the certificate and identity they
+# had before these keys existed)
 PILOT_KEYS = ("start", "pilot_items", "pilot_margin", "pilot_check")
 
 
 class PairwiseConfig(Strict):
     """What a pairwise ranking is for (``procedure: pairwise``): ``ranking`` certifies as much of the order as the
     budget allows, stopping pairs whose order certified pairs already imply; ``best`` the best model only, comparing
-    possible winners; ``topk`` the set of the ``topk`` best; ``all`` runs every pair until its sign is certified. With
-    ``epsilon`` (loss units) a pair also ends "tied within epsilon" once |R_A - R_B| < epsilon is certified (not
-    with ``all``)."""
+    possible winners; ``topk`` the ``topk`` best; ``all`` runs every pair until its sign is certified. With ``epsilon``
+    (loss units) a pair also ends "tied within epsilon" once |R_A - R_B| < epsilon is certified (not with ``all``)."""
 
     goal: Literal["ranking", "best", "topk", "all"] = "ranking"
     topk: int | None = Field(None, ge=1, description="goal topk: how many of the best to certify")
@@ -201,7 +199,7 @@ class PairwiseConfig(Strict):
     # None: "margin" where the pair policies take a bet (Seq, radius betting), else the policy's own; "plug-in":
     # Seq's own bet (WSR's predictable plug-in)
     bet: str | None = Field(
-        None, description="the pair tests' bets (policies/bets.py, PAIR_BETS): 'margin' (sized for the order or tie "
+        None, description="the pair tests' bets (policies/pair_bets.py, PAIR_BETS): 'margin' (sized for the order or tie "
                           "each pair is closest to deciding) or 'plug-in' (Seq's own); default: margin where the "
                           "policy takes it")
 

@@ -1,18 +1,14 @@
 """The certificate (``selection.json``): what was chosen, on what evidence, at what cost.
 
-Every number next to the certificate agrees with it and is stated at the level it has (docs/driver.md, "The
-certificate (`selection.json`) and the report"):
-
-* ``simultaneous_bound``: bounds on every candidate's R that hold *together* with probability >= 1 - delta, <= alpha
-  exactly for the certified set (:meth:`~certsel.policies.procedures.Procedure.joint_bounds`); the certificate quotes
-  the selected candidate's because it keeps its level whatever made that candidate the selected one;
-* ``upper_bound`` at ``level``: inverts the candidate's own test at the level of its decision (<= alpha exactly when it
-  passed); a per-candidate statement, not adjusted for the selection;
-* ``e_value`` with its ``threshold``; the ``estimate``, a mean of observations each unbiased given the past (unbiased
-  at a fixed number of labels, not at a stop that depends on the evidence).
-
-Upper bounds are rounded up and lower bounds down, so a printed number never claims more than the computed one.
-``guarantee`` says in words what R is and why the statement holds.
+Every number is stated at the level it has (docs/driver.md, "The certificate (`selection.json`) and the report"):
+``simultaneous_bound`` holds for every candidate's R *together* with probability >= 1 - delta and is <= alpha exactly
+for the certified set (:meth:`~certsel.policies.procedures.Procedure.joint_bounds`); the certificate quotes the selected
+candidate's because it keeps its level whatever made that candidate the selected one. ``upper_bound`` inverts the
+candidate's own test at ``level``, the level of its decision (<= alpha exactly when it passed): a per-candidate
+statement, not adjusted for the selection. ``e_value`` comes with its ``threshold``; the ``estimate``, a mean of
+observations each unbiased given the past, is unbiased at a fixed number of labels, not at a stop that depends on the
+evidence. Upper bounds are rounded up and lower bounds down, so a printed number never claims more than the computed
+one. ``guarantee`` says in words what R is and why the statement holds.
 """
 
 from __future__ import annotations

@@ -299,9 +299,7 @@ class RiskSelection(Goal):
         return self.title(cert), cols, rows, [c.selected for c in cands]
 
     def after_table(self, cert) -> list[str]:
-        """The terminal's lines under the table: what its bounds mean."""
         return [BOUNDS_LEGEND.format(conf=1 - cert.procedure.delta)]
-
 
     def evidence(self, cert) -> str | None:
         """The selected candidate's own evidence, one line per number with its level (names: docs/glossary.md)."""
@@ -392,9 +390,7 @@ class RiskSelection(Goal):
                 for c in cert.candidates]
 
     def note(self, cert) -> str | None:
-        """What the report's bounds mean (under the candidates' table)."""
         return BOUNDS_NOTE.format(conf=1 - cert.procedure.delta)
-
 
     # -- the certificate (built from the job's result) ---------------------------------------------
     states_own_words = False  # a recovery's statement replaces the risk statement, aggregate words included
@@ -433,7 +429,6 @@ class RiskSelection(Goal):
         return f", alpha = {cfg.alpha:g}"
 
     def candidate_note(self, result, row) -> list[str]:
-        """A candidate run's description: the numbers its statement holds."""
         alpha, delta, bits = result.cfg.alpha, result.cfg.delta, []
         if row.simultaneous_bound is not None:
             bits.append(f"R <= {bound_text(row.simultaneous_bound, alpha)} together with every other candidate's "
@@ -596,8 +591,6 @@ class RankingGoal(Goal):
         return ["possible winners (no other model is certified better): " + ", ".join(cert.ranking.possible_winners)]
 
     def summary(self, cert) -> tuple[str, list[str]]:
-        from .cells import headline
-
         rk, sel = cert.ranking, cert.selected
         head = f"Best model: {sel}" if sel else "No model is certified better than all others"
         if rk.topk is not None:  # a top-k ranking leads with its top set
@@ -873,6 +866,7 @@ class GateRecovery(_Gate, RecoverySelection):
     def gate_claims(self, cfg) -> tuple[str, str]:
         r = cfg.recovery.at_least
         return self.claim_words_of(cfg), f"recovery <= {r * 100:g}% of {cfg.recovery_reference!r}"
+
 
 class MultiTaskGoal(Goal):
     """A multi-task job (each task a job of its own; a candidate certified on every task): its evidence per task."""
