@@ -192,11 +192,8 @@ class CandidateHost:
         self._have(names)
         out = {}
         for n in names:
-            source = self.candidates[n].source
-            if isinstance(source, LoggedSource):  # the durable log: labels bought before a restart too
-                out[n] = source.log_rows
-                continue
-            out[n] = LabelRows.from_batches(source.log)
+            source = self.candidates[n].source  # the durable log holds the labels bought before a restart too
+            out[n] = source.log_rows if isinstance(source, LoggedSource) else LabelRows.from_batches(source.log)
         return out
 
     def pid(self) -> int:

@@ -181,23 +181,21 @@ def job_features(cfg, table):
 
 def repeat(fn, jobs: list, workers: int, progress) -> list:
     """``fn`` over the jobs, in worker processes when ``workers`` > 1; results in job order, whatever ``workers``."""
-    if workers <= 1 or len(jobs) <= 1:
+    def collect(results) -> list:  # in job order, reporting each as it arrives
         out = []
-        for i, job in enumerate(jobs):
-            out.append(fn(job))
+        for res in results:
+            out.append(res)
             if progress is not None:
-                progress(i + 1, len(jobs))
+                progress(len(out), len(jobs))
         return out
+
+    if workers <= 1 or len(jobs) <= 1:
+        return collect(map(fn, jobs))
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    out = []
     ctx = multiprocessing.get_context("spawn" if multiprocessing.get_start_method() != "fork" else "fork")
     with ProcessPoolExecutor(workers, mp_context=ctx) as ex:
-        for i, res in enumerate(ex.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * workers)))):
-            out.append(res)
-            if progress is not None:
-                progress(i + 1, len(jobs))
-    return out
+        return collect(ex.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
 
 

@@ -69,6 +69,14 @@ class HostPool:
             out.setdefault(self.home[nm], []).append(nm)
         return out
 
+    def _ask(self, names, request) -> dict:
+        """``request(names on a host)`` sent to the hosts of ``names``; the replies merged by name (a list of snapshots
+        by their names)."""
+        out = {}
+        for part in self.call({h: request(nms) for h, nms in self.by_host(names).items()}).values():
+            out.update({s.name: s for s in part} if isinstance(part, list) else part)
+        return out
+
     def load(self) -> None:
         self.call({h: Load(specs, self.plan.arrays, self.rows) for h, specs in enumerate(self.per_host)})
 
@@ -78,6 +86,12 @@ class HostPool:
     def _batches(self, name: str) -> list[int]:
         """Labels the candidate consumed at each of its steps, from the driver's records."""
         return np.diff([0] + [row["step"] for row in self.records[name].rounds]).tolist()
+
+    def _host_batches(self, h: int) -> dict:
+        """The batches of host ``h``'s candidates that have run (label servers, pairwise, have no steps: their labels
+        come back from the log on request)."""
+        return {s.name: self._batches(s.name) for s in self.per_host[h]
+                if self.records[s.name].rounds and s.policy is not None}
 
     def _check_restored(self, snaps: list[Snapshot], batches: dict, counts: Resume | Recovered) -> None:
         for snap in snaps:
@@ -103,8 +117,7 @@ class HostPool:
         """Advance each candidate of ``sizes`` by its number of human labels; their snapshots by name. A label source
         that failed because one of the job's own model servers died: the server starts again on the next request, the
         failed candidates are rebuilt (nothing bought or counted twice) and their steps sent again."""
-        got = self.call({h: Step(nms, [sizes[n] for n in nms]) for h, nms in self.by_host(list(sizes)).items()})
-        snaps = {s.name: s for group in got.values() for s in group}
+        snaps = self._ask(list(sizes), lambda nms: Step(nms, [sizes[n] for n in nms]))
         failed = [n for n in sizes if n in snaps and snaps[n].error]
         if failed and self._servers_lost():
             self._rebuild_names(failed)
@@ -120,19 +133,15 @@ class HostPool:
 
     def _rebuild_names(self, names) -> None:
         """Rebuild the hosts of these candidates (policy snapshot + label log, no request)."""
-        hosts = {self.home[n] for n in names}
-        batches = {h: {s.name: self._batches(s.name) for s in self.per_host[h]
-                       if self.records[s.name].rounds and s.policy is not None} for h in hosts}
-        got = self.call({h: self._rebuild(h, batches[h]) for h in hosts})
+        batches = {h: self._host_batches(h) for h in {self.home[n] for n in names}}
+        got = self.call({h: self._rebuild(h, b) for h, b in batches.items()})
         for h, snaps in got.items():
             self._check_restored(snaps, batches[h], self.recovered)
 
     def finalize(self, names, levels: dict | None = None) -> dict[str, Snapshot]:
         """Final snapshots (intervals; with ``levels[name]``, a list of levels, testing candidates' one-sided bounds at
         each of them)."""
-        got = self.call({h: Finalize(nms, None if levels is None else [levels[n] for n in nms])
-                         for h, nms in self.by_host(names).items()})
-        return {s.name: s for group in got.values() for s in group}
+        return self._ask(names, lambda nms: Finalize(nms, None if levels is None else [levels[n] for n in nms]))
 
     def losses_of(self, requests: dict, role: str = "human", open_names=()) -> dict[str, ModelLosses]:
         """``{name: items}`` -> each model's losses or error (pairwise label servers), asked in waves whose servers fit
@@ -147,28 +156,16 @@ class HostPool:
         return out
 
     def _losses(self, requests: dict, role: str) -> dict[str, ModelLosses]:
-        calls: dict = {}
-        for nm, items in requests.items():
-            calls.setdefault(self.home[nm], {})[nm] = items
-        out = {}
-        for part in self.call({h: Losses(c, role) for h, c in calls.items()}).values():
-            out.update(part)
-        return out
+        return self._ask(list(requests), lambda nms: Losses({n: requests[n] for n in nms}, role))
 
     def withdraw(self, names) -> dict[str, QueueReport]:
         """Settled candidates' annotation queues take back what nobody started; what each queue did, by name (candidates
         without a queue are left out)."""
-        out = {}
-        for part in self.call({h: Withdraw(nms) for h, nms in self.by_host(names).items()}).values():
-            out.update(part)
-        return out
+        return self._ask(names, Withdraw)
 
     def labels(self, names) -> dict[str, LabelRows]:
         """Every label each candidate bought (see :class:`~certsel.workers.contracts.Labels`)."""
-        out = {}
-        for part in self.call({h: Labels(nms) for h, nms in self.by_host(names).items()}).values():
-            out.update(part)
-        return out
+        return self._ask(names, Labels)
 
     def call(self, requests: dict[int, HostRequest]) -> dict:
         """``requests[host]`` on every host in parallel, recovering lost hosts and sending their request again; ``{host:
@@ -210,9 +207,7 @@ class HostPool:
                     self._give_up(h, why)
                     del todo[h]
             new_loss = {}
-            # label servers (pairwise) have no steps: their labels come back from the log on request
-            batches = {h: {s.name: self._batches(s.name) for s in self.per_host[h]
-                           if self.records[s.name].rounds and s.policy is not None} for h in todo}
+            batches = {h: self._host_batches(h) for h in todo}
             hosts = list(todo)
             got = self.runtime.gather_tolerant([(h, self._rebuild(h, batches[h])) for h in hosts])
             waiting = False

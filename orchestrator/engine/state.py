@@ -130,11 +130,7 @@ class JobState:
                 raise StateProblem(f"--resume: job {resume} is running in another process")
             return state._resume()
         if auto and root.is_dir():
-            found = []
-            for path in root.glob("*/job.json"):
-                meta = _read(path, strict=False)
-                if meta and meta.get("fingerprint") == fingerprint and meta.get("status") != "finished":
-                    found.append(meta)
+            found = [m for _, m in _jobs(root) if m.get("fingerprint") == fingerprint and m.get("status") != "finished"]
             for meta in sorted(found, key=lambda m: m.get("created", ""), reverse=True):
                 state = cls(root, meta)
                 if state.lock():  # not one that another driver is running right now
@@ -152,10 +148,8 @@ class JobState:
     def finished(root, fingerprint: str) -> Finished | None:
         """The newest finished job with this fingerprint whose certificate is on disk, or None."""
         root = pathlib.Path(root)
-        done = [m for p in (root.glob("*/job.json") if root.is_dir() else ())
-                if (m := _read(p, strict=False)) and m.get("fingerprint") == fingerprint
-                and m.get("status") == "finished" and m.get("output")
-                and (pathlib.Path(m["output"]) / "selection.json").is_file()]
+        done = [m for _, m in _jobs(root) if m.get("fingerprint") == fingerprint and m.get("status") == "finished"
+                and m.get("output") and (pathlib.Path(m["output"]) / "selection.json").is_file()]
         m = max(done, key=lambda m: m.get("created", ""), default=None)
         return None if m is None else Finished(m["job_id"], pathlib.Path(m["output"]), m.get("mlflow_run"))
 
@@ -197,6 +191,14 @@ def read_checkpoint(job_dir, kind: str, names: list[str]) -> dict | None:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _jobs(root: pathlib.Path):
+    """``(path, meta)`` of each readable ``job.json`` in ``root`` (none when ``root`` is missing)."""
+    for path in root.glob("*/job.json"):
+        meta = _read(path, strict=False)
+        if meta is not None:
+            yield path, meta
 
 
 def _read(path: pathlib.Path, strict: bool = True) -> dict | None:
@@ -256,10 +258,7 @@ def list_jobs(root) -> list[JobInfo]:
     """The jobs in ``root``, newest first; folders without a readable job.json are skipped."""
     root = pathlib.Path(root)
     out = []
-    for path in root.glob("*/job.json"):
-        meta = _read(path, strict=False)
-        if meta is None:
-            continue
+    for path, meta in _jobs(root):
         status = meta.get("status", "unknown")
         if status == "running" and not _held(path.parent):
             status = "unfinished"  # its driver died: `certsel run` resumes it
@@ -277,10 +276,7 @@ def find_certificate(root, ref: str) -> pathlib.Path | None:
     if len(ref) < 4 or not root.is_dir():  # too short a prefix to mean one job
         return None
     hits = {}
-    for path in root.glob("*/job.json"):
-        meta = _read(path, strict=False)
-        if meta is None:
-            continue
+    for path, meta in _jobs(root):
         ids = [meta.get("job_id", ""), *meta.get("mlflow_runs", [])]
         if any(i.startswith(ref) for i in ids if i):
             hits[meta.get("job_id", path.parent.name)] = pathlib.Path(meta.get("output") or path.parent)

@@ -898,15 +898,13 @@ class MultiTaskGoal(Goal):
 
     def csv_rows(self, cert) -> tuple[list[str], list[dict]]:
         """One row per candidate and task."""
-        rows = []
-        for c in cert.candidates:
-            for task, r in c.tasks.items():
-                rows.append({"candidate": c.candidate, "task": task, "certified": c.certified, "selected": c.selected,
-                             "combined_e_value": c.e_value, "threshold": c.threshold,
-                             "recovery_lower_bound": None if r.recovery is None else r.recovery.lower_bound,
-                             **{k: getattr(r, k) for k in ("status", "e_value", "upper_bound", "level", "estimate",
-                                                           "labels_human", "labels_judge")}})
-        return self.TASK_FIELDS, [{k: row[k] for k in self.TASK_FIELDS} for row in rows]
+        return self.TASK_FIELDS, [
+            {"candidate": c.candidate, "task": task, "certified": c.certified, "selected": c.selected,
+             "combined_e_value": c.e_value, "threshold": c.threshold, "status": r.status, "e_value": r.e_value,
+             "upper_bound": r.upper_bound,
+             "recovery_lower_bound": None if r.recovery is None else r.recovery.lower_bound, "level": r.level,
+             "estimate": r.estimate, "labels_human": r.labels_human, "labels_judge": r.labels_judge}
+            for c in cert.candidates for task, r in c.tasks.items()]
 
     @staticmethod
     def rows(cert) -> tuple[list[str], list[list[str]]]:

@@ -66,12 +66,6 @@ def _policy_words(cert: Selection) -> str:
     return f"{pol.kind} ({pol.betting} betting{drawn})"
 
 
-def _incidents(cert: Selection) -> list[str]:
-    """Candidates that ended, not certified, for a reason other than their evidence (source failed, worker lost)."""
-    return [f"{c.candidate}: not certified ({c.reason})" for c in cert.candidates
-            if c.status in ("source failed", "worker lost")]
-
-
 def _labels_table(cert: Selection) -> list[list[str]]:
     """Labels bought against the full budget, and with ``costs:`` the spend in the user's unit."""
     lab = cert.labels
@@ -151,7 +145,7 @@ def _markdown(cert: Selection, plots) -> str:
     note = goal.note(cert)
     if note is not None:
         out += [note, ""]
-    incidents = _incidents(cert)
+    incidents = goal.failures(cert)  # ended for a reason other than their evidence (source failed, worker lost)
     if incidents:
         out += ["**Ended without evidence:**", *[f"- {x}" for x in incidents], ""]
     out += [f"![{q.stem}]({q.name})" for q in plots] + [""]
@@ -212,7 +206,7 @@ def _html(cert: Selection, plots) -> str:
         delta=f"{p.delta:g}", alpha=f"{p.alpha:g}" if p.alpha is not None else None, level=p.level,
         labels=_labels_table(cert), labels_note=oracle_line(cert.labels.oracle), table_heading=goal.table_heading,
         rows=goal.rows(cert, _PeopleCells(cert)), classes=goal.classes(cert), note=goal.note(cert),
-        sections=goal.sections(cert), incidents=_incidents(cert), images=images, gpu=_gpu_tables(cert),
+        sections=goal.sections(cert), incidents=goal.failures(cert), images=images, gpu=_gpu_tables(cert),
         gpu_heading=_gpu_heading(cert))
 
 
