@@ -28,28 +28,43 @@ def _job(tmp_path, **over):
     return job_file(tmp_path, state={"dir": str(tmp_path / "jobs")}, **over)
 
 
-def test_formats_parse_back_and_the_outputs_are_where_it_says(tmp_path):
+def _in_process(capsys):
+    """``certsel ARGS`` in this process (cli.main, on the module's Ray): (exit status, stdout, stderr)."""
+    from certsel import cli
+
+    def main(*args):
+        code = cli.main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return main
+
+
+def test_formats_parse_back_and_the_outputs_are_where_it_says(tmp_path, ray_session, capsys):
+    """Stdout holds the format alone."""
+    main = _in_process(capsys)
     path = _job(tmp_path)
-    p = run("run", str(path), "--format", "json", "--no-progress")
-    assert p.returncode == 0, p.stderr
-    cert = json.loads(p.stdout)  # stdout holds the JSON alone
+    code, out, err = main("run", str(path), "--format", "json", "--no-progress")
+    assert code == 0, err
+    cert = json.loads(out)  # stdout holds the JSON alone
     (job_dir,) = _jobs(tmp_path)
     assert json.loads((job_dir / "selection.json").read_text())["selected"] == cert["selected"]
     assert (job_dir / "report.html").is_file() and (job_dir / "labels.parquet").is_file()
-    assert f"job {job_dir.name}" in p.stderr  # the job id (for --resume) still reaches the user
+    assert f"job {job_dir.name}" in err  # the job id (for --resume) still reaches the user
     # the same job again as CSV and Markdown, from its certificate (show reads MLflow)
     run_id = cert_run_id(tmp_path)
-    c = run("show", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/store.db", "--format", "csv")
-    rows = list(csv.DictReader(io.StringIO(c.stdout)))
+    _, out, _ = main("show", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/store.db", "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
     assert [r["candidate"] for r in rows] == [x["candidate"] for x in cert["candidates"]]
     assert {r["candidate"] for r in rows if r["selected"] == "True"} == {cert["selected"]}
     assert float(rows[0]["labels_human"]) == cert["candidates"][0]["labels_human"]
-    m = run("show", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/store.db", "--format", "markdown")
-    assert m.stdout.count("\n| ") == len(cert["candidates"]) + 1 and f"selected: {cert['selected']}" in m.stdout
+    _, out, _ = main("show", run_id, "--tracking-uri", f"sqlite:///{tmp_path}/store.db", "--format", "markdown")
+    assert out.count("\n| ") == len(cert["candidates"]) + 1 and f"selected: {cert['selected']}" in out
     # the table format says where the report is
-    t = run("run", str(path), "--no-progress", "--fresh", "--no-tracking", "--output", str(tmp_path / "out"))
-    assert t.returncode == 0, t.stderr
-    assert f"report: {tmp_path / 'out' / 'report.html'}" in t.stdout and (tmp_path / "out" / "report.html").is_file()
+    code, out, err = main("run", str(path), "--no-progress", "--fresh", "--no-tracking", "--output",
+                          str(tmp_path / "out"))
+    assert code == 0, err
+    assert f"report: {tmp_path / 'out' / 'report.html'}" in out and (tmp_path / "out" / "report.html").is_file()
 
 
 def cert_run_id(tmp_path) -> str:
@@ -151,19 +166,20 @@ def test_no_candidate_evaluated_exits_1(tmp_path):
     assert "selected: none" in p.stdout
 
 
-def test_jobs_lists_and_removes(tmp_path):
+def test_jobs_lists_and_removes(tmp_path, ray_session, capsys):
+    main = _in_process(capsys)
     path = _job(tmp_path)
-    assert run("run", str(path), "--no-progress", "--no-tracking").returncode == 0
+    assert main("run", str(path), "--no-progress", "--no-tracking")[0] == 0
     (job_dir,) = _jobs(tmp_path)
-    p = run("jobs", str(tmp_path / "jobs"))
-    assert p.returncode == 0 and job_dir.name in p.stdout and "finished" in p.stdout
-    assert str(job_dir / "report.html") in p.stdout.replace("\n", "")
-    p = run("jobs", str(tmp_path / "jobs"), "--clean", "failed")
-    assert "removed 0 job(s)" in p.stdout and job_dir.is_dir()
-    p = run("jobs", str(tmp_path / "jobs"), "--remove", job_dir.name)
-    assert p.returncode == 0 and "removed 1 job(s)" in p.stdout and not job_dir.exists()
-    p = run("jobs", str(tmp_path / "jobs"), "--remove", "abc")
-    assert p.returncode == 2 and "no job abc" in p.stderr
+    code, out, _ = main("jobs", str(tmp_path / "jobs"))
+    assert code == 0 and job_dir.name in out and "finished" in out
+    assert str(job_dir / "report.html") in out.replace("\n", "")
+    _, out, _ = main("jobs", str(tmp_path / "jobs"), "--clean", "failed")
+    assert "removed 0 job(s)" in out and job_dir.is_dir()
+    code, out, _ = main("jobs", str(tmp_path / "jobs"), "--remove", job_dir.name)
+    assert code == 0 and "removed 1 job(s)" in out and not job_dir.exists()
+    code, _, err = main("jobs", str(tmp_path / "jobs"), "--remove", "abc")
+    assert code == 2 and "no job abc" in err
 
 
 def test_bare_command_prints_usage_and_log_level():
@@ -175,39 +191,39 @@ def test_bare_command_prints_usage_and_log_level():
     assert p.returncode == 2 and "--log-level" in p.stderr
 
 
-def test_one_home_for_every_output(tmp_path):
+def test_one_home_for_every_output(tmp_path, ray_session, capsys, monkeypatch):
     """A job file that names no folders: its job folder and the MLflow store go to certsel's
     home (--home here, CERTSEL_HOME or ~/.certsel otherwise), nothing beside the job file or
     in the working directory; `certsel jobs` from another folder lists it, and `certsel show`
     answers from the job's folder with the MLflow store gone (it never opened MLflow)."""
+    main = _in_process(capsys)
     home, here, elsewhere = tmp_path / "home", tmp_path / "src", tmp_path / "elsewhere"
     here.mkdir(), elsewhere.mkdir()
     path = job_file(here, tracking=None)
     raw = yaml.safe_load(path.read_text())
     path.write_text(yaml.safe_dump({k: v for k, v in raw.items() if k != "tracking"}))
-    env = {**os.environ, "CERTSEL_HOME": str(home)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    p = subprocess.run([CERTSEL, "run", "job.yaml", "--no-progress"], cwd=here, env=env, capture_output=True,
-                       text=True, timeout=600)
-    assert p.returncode == 0, p.stderr
+    monkeypatch.setenv("CERTSEL_HOME", str(home))  # restored after the test, --home's change included
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(here)
+    code, out, err = main("run", "job.yaml", "--no-progress")
+    assert code == 0, err
     (job_dir,) = [d for d in (home / "jobs").iterdir() if d.is_dir()]
     assert (job_dir / "report.html").is_file() and (home / "mlruns.db").is_file() and (home / "mlartifacts").is_dir()
     assert sorted(x.name for x in here.iterdir()) == ["job.yaml", "t.parquet"]  # nothing left in the source folder
-    assert f"report: {job_dir / 'report.html'}" in p.stdout
-    run_prefix = p.stdout.split("(certsel show ")[1].split(")")[0]
-    jobs = subprocess.run([CERTSEL, "jobs"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
-    assert jobs.returncode == 0 and job_dir.name in jobs.stdout and "finished" in jobs.stdout, jobs.stderr
+    assert f"report: {job_dir / 'report.html'}" in out
+    run_prefix = out.split("(certsel show ")[1].split(")")[0]
+    monkeypatch.chdir(elsewhere)
+    code, out, err = main("jobs")
+    assert code == 0 and job_dir.name in out and "finished" in out, err
     (home / "mlruns.db").unlink()
     for ref in (run_prefix, job_dir.name[:6]):  # the MLflow run id as run prints it, or the job's id
-        shown = subprocess.run([CERTSEL, "show", ref, "--format", "json"], cwd=elsewhere, env=env,
-                               capture_output=True, text=True, timeout=120)
-        assert shown.returncode == 0, shown.stderr
-        assert json.loads(shown.stdout) == json.loads((job_dir / "selection.json").read_text())
+        code, out, err = main("show", ref, "--format", "json")
+        assert code == 0, err
+        assert json.loads(out) == json.loads((job_dir / "selection.json").read_text())
     # --home moves all of it for one command; a home with no jobs yet is not an error
     other = tmp_path / "other"
-    p = subprocess.run([CERTSEL, "run", "job.yaml", "--no-progress", "--no-tracking", "--home", str(other)], cwd=here,
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0 and len(list((other / "jobs").iterdir())) == 1, p.stderr
-    empty = subprocess.run([CERTSEL, "jobs", "--home", str(tmp_path / "nothing")], env=env, capture_output=True,
-                           text=True, timeout=120)
-    assert empty.returncode == 0 and "no jobs yet in" in empty.stdout
+    monkeypatch.chdir(here)
+    code, _, err = main("run", "job.yaml", "--no-progress", "--no-tracking", "--home", str(other))
+    assert code == 0 and len(list((other / "jobs").iterdir())) == 1, err
+    code, out, _ = main("jobs", "--home", str(tmp_path / "nothing"))
+    assert code == 0 and "no jobs yet in" in out
