@@ -19,7 +19,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for k, m in enumerate(MISTAKES, 1):
-            out = attempt(m, pathlib.Path(tmp) / f"m{k}")
+            out = attempt(m, pathlib.Path(tmp) / f"m{k}", process=True)  # the real command, Python's start included
             msg = out.message.replace(tmp, "…").replace("|", "\\|") if m.expect else "(prints the usage)"
             print(f"| {k} | {m.what} | {out.status} | `{msg}` | {', '.join(out.left) or 'nothing'} | "
                   f"{out.seconds:.1f} |", flush=True)
