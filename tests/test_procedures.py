@@ -126,13 +126,13 @@ def test_procedures_import_nothing_that_can_change_a_record():
 
 def test_get_procedure_is_called_only_where_a_config_is_built():
     """The job's procedure is resolved once, in the config (RunConfig.proc); the engine, the
-    outputs and the audits read it from there. Outside the config only the registry itself and
-    the replicated selection's own keyword argument (its config) look a name up."""
+    outputs and the audits read it from there. Outside the config only the registry itself looks a
+    name up."""
     import ast
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    allowed = {"certsel/config/schema.py", "policies/procedures.py", "orchestrator/engine/replicated.py"}
+    allowed = {"certsel/config/schema.py", "policies/procedures.py"}
     calls = []
     for folder in ("certsel", "orchestrator", "workers", "policies"):
         for path in sorted((root / folder).rglob("*.py")):

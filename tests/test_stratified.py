@@ -282,7 +282,7 @@ def exact_null_pair_errors(runs: int, delta: float = 0.1) -> dict:
     u = (la - lb + 1.0) / 2.0
     assert abs(u.mean() - 0.5) < 1e-15
     part = NearestNeighborPartition(rng.standard_normal((250, 5)))
-    # Cer-Eval pairs: compare_pair's policy, threshold 1/2, delta/2 per direction
+    # Cer-Eval pairs: a pair's policy, threshold 1/2, delta/2 per direction
     misses = signs = 0
     for r in range(runs):
         p = CerEval(250, part, delta=delta / 2, threshold=0.5, seed=r, warm_start=20)
