@@ -9,27 +9,39 @@ number of human labels until its e-value first reaches 1/delta, the limit and th
 * R-Eval against log(1/delta) / KL_inf of the human losses (range [0, 1]);
 * R-AutoEval+ and judge-stratified against the prediction-powered floor: the same bound on
   h - rho j + rho mu_J with the judge's mean known and the best rho
-  (:func:`certsel.policies.limits.ppi_limit`).
+  (:func:`certsel.policies.limits.ppi_limit`);
+* R-AutoEval+ (split) also against the split observation's oracle with r judge-only labels
+  (:func:`certsel.policies.limits.split_limit`), the limit ``certsel plan`` scales.
+
+The mean ratios are the ``efficiency`` of each policy kind (``policies/kinds.py``), by which
+``certsel plan`` turns a limit into its expected labels.
 
 The planned budget (``horizon``, which sizes the exact UP prior and WSR's bet) is ``--horizon``
 human labels, so that nearly every order certifies; "cert" is the fraction that did (an
 order that did not counts its whole horizon). The last rows give each policy's mean ratio.
 
-    python benchmarks/limit.py [--orders 500] [--horizon 600] [--judge best]
+    python benchmarks/limit.py [--orders 500] [--horizon 600] [--judge best] [--docs]
+
+With ``--docs`` (and the default policies) what it prints becomes the section "limit" of docs/results.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import pathlib
+import sys
 import time
 
 import numpy as np
 
 from certsel.orchestrator.audit.stratified import run_to_budget
 from certsel.policies import certify, get_strategy
-from certsel.policies.limits import label_limit, ppi_limit
+from certsel.policies.limits import label_limit, ppi_limit, split_limit
 from certsel.policies.judge_stratified import DEFAULT_RHOS as STRATIFIED_RHOS, StratifiedTest
 from certsel.workers.replay import load_loss_table
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from results_doc import results_section  # noqa: E402
 
 ALPHA = DELTA = 0.1
 R = 3
@@ -83,7 +95,13 @@ def main(argv=None) -> int:
     ap.add_argument("--horizon", type=int, default=600)
     ap.add_argument("--judge", default="best")
     ap.add_argument("--policies", nargs="*", default=list(POLICIES))
+    ap.add_argument("--docs", action="store_true", help="write what this prints as its section of docs/results.md")
     args = ap.parse_args(argv)
+    with results_section("limit", "Labels against the limit, and certsel plan's efficiencies", write=args.docs):
+        return run(args)
+
+
+def run(args) -> int:
     t0 = time.perf_counter()
     table = load_loss_table(judge=f"loss_judge_{args.judge}")
     ks = frontier(table)
@@ -91,13 +109,15 @@ def main(argv=None) -> int:
     print(f"alpha = delta = {ALPHA}, judge {args.judge}, {args.orders} orders, horizon {args.horizon} human labels, "
           f"r = {R}: mean human labels to the first crossing of 1/delta (cert: fraction certified within the "
           "horizon), the limit, and the ratio\n")
-    print("| candidate | R | policy | labels (cert) | limit | ratio |")
-    print("|---|---|---|---|---|---|")
+    print("| candidate | R | policy | labels (cert) | limit | ratio | ratio to the split oracle |")
+    print("|---|---|---|---|---|---|---|")
     ratios: dict = {p: [] for p in args.policies}
+    split_ratios: dict = {p: [] for p in args.policies}
     for k in ks:
         h, j = table.human[k], table.judge[k]
         reval_limit = label_limit(h, ALPHA, DELTA)
         floor = ppi_limit(h, j, ALPHA, DELTA)
+        oracle = split_limit(h, j, ALPHA, DELTA, r=R, rhos=RHOS)
         for name in args.policies:
             kind, rhos, betting, observation = POLICIES[name]
             strategy = get_strategy(betting)
@@ -108,12 +128,16 @@ def main(argv=None) -> int:
                                           seed=1000 * int(k))
             limit = reval_limit if kind == "testing" and np.all(np.asarray(rhos) == 0) else floor.labels
             ratios[name].append(labels.mean() / limit)
+            split = observation == "split"
+            if split:
+                split_ratios[name].append(labels.mean() / oracle.labels)
             print(f"| {table.candidates[k]} | {h.mean():.4f} | {name} | {labels.mean():.1f} ({cert.mean():.3f}) | "
-                  f"{limit:.1f} | {labels.mean() / limit:.2f} |", flush=True)
-    print("\n| policy | mean ratio over the frontier |")
-    print("|---|---|")
+                  f"{limit:.1f} | {labels.mean() / limit:.2f} | "
+                  f"{f'{labels.mean() / oracle.labels:.2f}' if split else ''} |", flush=True)
+    print("\n| policy | mean ratio over the frontier | to the split oracle |")
+    print("|---|---|---|")
     for name, r in ratios.items():
-        print(f"| {name} | {np.mean(r):.2f} |")
+        print(f"| {name} | {np.mean(r):.2f} | {f'{np.mean(split_ratios[name]):.2f}' if split_ratios[name] else ''} |")
     print(f"\n{time.perf_counter() - t0:.0f} s")
     return 0
 

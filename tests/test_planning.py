@@ -88,3 +88,18 @@ def test_a_plan_without_prices_compares_counts_only(job):
     assert f"Fewest human labels: {fewest.policy}" in text and f"{fewest.judge:,.0f} judge calls" in text
     priced = plan_table(cfg.model_copy(update={"costs": CostsConfig(human=1.0, judge=0.001, unit="USD")}), rows, 50)
     assert "cost (USD)" in priced and "cheapest: " in priced
+
+
+def test_the_efficiencies_are_the_measured_ratios():
+    """certsel plan scales each limit by its policy kind's efficiency: the mean ratios that
+    `python benchmarks/limit.py --docs` wrote into docs/results.md (section "limit")."""
+    from certsel.policies.kinds import POLICY_KINDS
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text()
+    section = text.split("<!-- section: limit -->")[1].split("<!-- end: limit -->")[0]
+    means = {row.split("|")[1].strip(): [c.strip() for c in row.split("|")[2:4]]
+             for row in section.splitlines() if row.startswith("| ") and row.count("|") == 4}
+    assert POLICY_KINDS.lookup("r-eval").efficiency == float(means["R-Eval (up)"][0])
+    assert POLICY_KINDS.lookup("r-autoeval+").efficiency == float(means["R-AutoEval+ (up, split; the default)"][1])
+    assert POLICY_KINDS.lookup("judge-stratified").efficiency == float(
+        means["judge-stratified (up, control scales 0, 1/2, 1; the default)"][0])
