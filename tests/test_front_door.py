@@ -23,7 +23,7 @@ def untracked() -> set[str]:
 
 
 @pytest.mark.integration
-def test_the_readme_examples_write_nothing_under_the_clone(monkeypatch, capsys):
+def test_the_readme_examples_write_nothing_under_the_clone(ray_session, monkeypatch, capsys):
     """The quickstart job and the inspect example, run from the clone's root as the README says:
     caches, logs, job folders and the MLflow store go to certsel's home, none into the clone."""
     if subprocess.run(["git", "rev-parse"], cwd=ROOT, capture_output=True).returncode != 0:
@@ -73,7 +73,7 @@ def test_an_unreachable_server_is_refused_in_seconds_before_anything_exists(tmp_
 
 
 @pytest.mark.integration
-def test_a_finished_job_run_again_is_shown_and_fresh_runs_it_again(tmp_path, monkeypatch, capsys):
+def test_a_finished_job_run_again_is_shown_and_fresh_runs_it_again(ray_session, tmp_path, monkeypatch, capsys):
     """The same configuration and data a second time: the finished job's certificate, at once,
     without a second job folder; ``--fresh`` computes it again under a new id."""
     import json
@@ -134,7 +134,7 @@ def test_a_job_whose_every_source_failed_is_failed_and_its_rerun_resumes_it(ray_
 
 
 @pytest.mark.integration
-def test_long_commands_show_progress_when_piped(tmp_path, monkeypatch, capsys):
+def test_long_commands_show_progress_when_piped(ray_session, tmp_path, monkeypatch, capsys):
     """Where no live bar can be drawn (output to a pipe or a file, as here under capsys), a plain
     progress line comes every few seconds (here every update), with no carriage return."""
     monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
