@@ -79,7 +79,7 @@ def audit(cfg: RunConfig, data, *, reps: int = 1000, seed: int = 0, chunk: int =
         raise ValueError(f"--reps must be at least 10, got {reps}")
     names = data.names
     truth = table.true_risk
-    K, I = table.human.shape
+    K = table.human.shape[0]
     rng = np.random.default_rng(seed)
     kind = cfg.policy.policy_kind
     workers = max(1, (os.cpu_count() or 1) if workers is None else int(workers))
