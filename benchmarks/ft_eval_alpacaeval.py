@@ -87,6 +87,7 @@ def pairwise_table(t, shuffles=200, delta=0.05):
         worse = sum(m in b for b in rk.better.values())
         print(f"| {pos} | {m} | {t.losses[t.models.index(m)].mean():.3f} | {len(rk.better[m])} | {worse} |")
 
+
 def main():
     t = load_preference_table()
     ft_eval_table(t)

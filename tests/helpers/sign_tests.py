@@ -17,7 +17,7 @@ import numpy as np
 
 from certsel.policies._validation import check_level, check_losses
 from certsel.policies.autoeval import log_evalue_paths, scheme_rhos
-from certsel.policies.radius import _adaptive_hoeffding
+from certsel.policies.radius import adaptive_hoeffding_radius
 from certsel.policies.stratified import seq_paths
 
 
@@ -63,7 +63,7 @@ def sign_test_paths(u, *, delta: float, method: str = "betting", betting: str = 
         t = np.arange(1, n + 1, dtype=np.float64)
         if radius == "paper":
             center = np.cumsum(u, axis=-1) / t
-            rad = _adaptive_hoeffding(t, delta)
+            rad = adaptive_hoeffding_radius(t, delta)
             low, high = center - rad, center + rad
         else:
             bounds = seq_paths(u.reshape(-1, n), delta=delta).reshape(u.shape + (4,))
