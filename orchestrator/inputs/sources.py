@@ -16,7 +16,10 @@ the job's data is loaded.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict
+
+import numpy as np
 
 from certsel.config import RunConfig
 from certsel.errors import as_input_errors
@@ -51,11 +54,21 @@ class ReplayKind(SourceKind):
         return cfg.data.measures or f"loss (column {cfg.data.human!r})"
 
     def label_identity(self, cfg, data, k):
-        # the table's content (its fingerprint), the candidate, the columns read and the claim's transform
-        d = cfg.data
-        return {"source": "table", "data": data.fingerprint, "candidate": data.names[k],
-                "columns": [d.human, d.judge, d.score, d.reference, d.judge_score, d.judge_reference],
+        # derived from what the candidate's source serves (its item ids and its rows of losses as read, after any
+        # transform), never from the keys that chose them: a job that reads other rows, ids or columns for the same
+        # name is another identity whatever key made the difference (tests/test_label_identity.py walks the schema)
+        t = data.table
+        return {"source": "table", "values": rows_digest(t.items, t.human[k], None if t.judge is None else t.judge[k]),
                 "recovery": None if cfg.recovery is None else cfg.recovery.at_least}
+
+
+def rows_digest(items, *rows) -> str:
+    """sha256 of item ids (as strings) and loss rows (float64; None: absent): what a replay candidate's labels are."""
+    h = hashlib.sha256()
+    h.update("\x1f".join(np.asarray(items).astype(str).tolist()).encode())
+    for row in rows:
+        h.update(b"\x1e" if row is None else b"\x1d" + np.ascontiguousarray(row, dtype=np.float64).tobytes())
+    return h.hexdigest()[:32]
 
 
 class PythonKind(SourceKind):
