@@ -125,11 +125,13 @@ def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.outputs.certificate import certificate_of
     from certsel.orchestrator.outputs.selection_schema import parse
+    from certsel.workers.label_store import check_store
 
     cfg = gate_config(job, overrides, only, warn, compressed, base, labels)
     if fresh:
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
     data = load_job_data(cfg)
+    check_store(cfg.state.store)  # a store CI restored corrupt or locked is bad input, before any answer
     done = None if fresh or output is not None else finished_job(cfg, data)
     if done is not None:
         import json

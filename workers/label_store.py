@@ -22,7 +22,12 @@ import time
 
 import numpy as np
 
+from certsel.errors import InputError
+
 STORED = "store"  # a label log row's ``response`` for a label taken from the store
+LOCK_TIMEOUT = 60.0  # seconds a job waits for another process's write lock on the store before it gives up
+# the store's tables and their columns: a file with other tables is someone else's database
+TABLES = {"labels": ["identity", "role", "item", "loss"]}
 
 
 def identity_key(identity: dict) -> str:
@@ -31,13 +36,64 @@ def identity_key(identity: dict) -> str:
     return hashlib.sha256(canon.encode()).hexdigest()[:32]
 
 
+def check_store(path) -> None:
+    """Raise a one-line :class:`InputError` naming ``path`` when it cannot be the store: a folder, not an SQLite
+    database (corrupt, or another kind of file), another program's database, or locked by another process for longer
+    than :data:`LOCK_TIMEOUT`. It is read, never written: a file refused here is left as it was. A missing file is fine
+    (the first job makes it)."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        raise InputError(f"label store {path}: is a folder, not a file")
+    if not path.exists():
+        if not path.parent.is_dir() and path.parent.exists():
+            raise InputError(f"label store {path}: {path.parent} is not a folder")
+        return
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=LOCK_TIMEOUT)
+    except sqlite3.Error as exc:
+        raise InputError(f"label store {path}: cannot be opened ({exc})") from None
+    try:
+        tables = {name: [c[1] for c in db.execute(f"pragma table_info({name})")]
+                  for (name,) in db.execute("select name from sqlite_master where type = 'table'")}
+        if any(t not in TABLES for t in tables) or any(tables[t] != TABLES[t] for t in tables):
+            raise InputError(f"label store {path}: another program's SQLite database (tables: "
+                             f"{', '.join(sorted(tables)) or 'none'}), not a certsel label store")
+        if db.execute("pragma quick_check").fetchone()[0] != "ok":
+            raise InputError(f"label store {path}: corrupt (SQLite's quick_check fails); move it away to start anew")
+    except sqlite3.OperationalError as exc:
+        raise InputError(f"label store {path}: cannot be read ({exc})") from None
+    except sqlite3.DatabaseError as exc:
+        raise InputError(f"label store {path}: not an SQLite database, or corrupt ({exc})") from None
+    finally:
+        db.close()
+    _check_unlocked(path)
+
+
+def _check_unlocked(path: pathlib.Path) -> None:
+    """A writer holding the store longer than the timeout: given up now, not in the middle of a job (a read-only file,
+    e.g. one CI restored, is left to the job: its reads work)."""
+    try:
+        db = sqlite3.connect(path, timeout=LOCK_TIMEOUT, isolation_level=None)
+    except sqlite3.Error:
+        return
+    try:
+        db.execute("begin immediate")
+        db.execute("rollback")
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise InputError(f"label store {path}: locked by another process for more than {LOCK_TIMEOUT:g} s") \
+                from None
+    finally:
+        db.close()
+
+
 class LabelStore:
     """The store's file: ``(identity, role, item) -> loss``."""
 
     def __init__(self, path):
         self.path = pathlib.Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        self._db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT, isolation_level=None)
         # several actors open the store at once: switching a new file to WAL takes a lock that SQLite's
         # busy timeout does not wait for, so the switch is retried (the driver makes the file first)
         for attempt in range(100):

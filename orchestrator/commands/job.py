@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from certsel.config import RunConfig
 from certsel.errors import InputError, first_line, job_error
+from certsel.workers.label_store import check_store
 
 from certsel.orchestrator.engine.driver import run_job
 from certsel.orchestrator.engine.pilot import start_from_pilot
@@ -87,6 +88,8 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
     if o.track:
         precheck(cfg.tracking.uri)
     source_of(cfg).precheck(cfg)  # external servers answer before any folder, Ray or run exists
+    if cfg.state.store is not None:
+        check_store(cfg.state.store)
     job = _open_job(cfg, data, o)
     tracker = run_id = None
     with contextlib.ExitStack() as resources:  # released in reverse order, whatever happens
