@@ -65,8 +65,8 @@ VOLATILE = {"created", "seconds", "job_id", "certsel_version"}  # differ between
 FORMAT = {"schema_version"}
 # fields added after the baseline, left out where they hold the value every baseline job has
 # (a record's exact: a table job never decides on an exact mean; True would still differ; a record's
-# reused: no baseline job keeps labels across jobs)
-ADDED = {"exact": False, "reused": 0}
+# reused: no baseline job keeps labels across jobs; a record's claim: none continues a claim's test)
+ADDED = {"exact": False, "reused": 0, "claim": None}
 
 
 def plain(x):

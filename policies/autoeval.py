@@ -379,21 +379,23 @@ def running_mean(x: np.ndarray, t_grid) -> np.ndarray:
     return np.cumsum(x, axis=-1)[..., t - 1] / t
 
 
-def check_horizon(horizon, n: int) -> int:
-    """The planned number of human labels (default ``n``), at least ``n``."""
+def check_horizon(horizon, n: int, past: bool = False) -> int:
+    """The planned number of human labels (default ``n``), at least ``n`` unless ``past``: the bets stay valid past the
+    horizon (the UP prior is then a discrete-prior mixture, WSR's bet keeps its formula), which a continued claim's test
+    needs (workers/claims.py: its horizon is fixed at the claim's first test, a later run's budget goes further)."""
     horizon = n if horizon is None else check_positive_int(horizon, "horizon")
-    if horizon < n:
+    if horizon < n and not past:
         raise ValueError(f"horizon={horizon} is smaller than the number of observations n={n}")
     return horizon
 
 
 def _prepare(human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon,
-             observation: str = "paper", sampling: Sampling = IID()):
+             observation: str = "paper", sampling: Sampling = IID(), past_horizon: bool = False):
     """Validated effective observations, mixture weights, strategy and horizon for one call."""
     obs = effective_observations(human, judge_labeled, judge_unlabeled, rhos=rhos, loss_bounds=loss_bounds,
                                  observation=observation, sampling=sampling)
     w = check_weights(weights, obs.q.shape[-2])
-    return obs, w, get_strategy(betting), check_horizon(horizon, obs.q.shape[-1])
+    return obs, w, get_strategy(betting), check_horizon(horizon, obs.q.shape[-1], past_horizon)
 
 
 def log_evalue_paths(
@@ -411,12 +413,13 @@ def log_evalue_paths(
     bet_bound: str = "target",
     observation: str = "paper",
     sampling: Sampling = IID(),
+    past_horizon: bool = False,
 ) -> np.ndarray:
     """log E_1..E_n of the R-AutoEval+ e-process for H0: R > alpha vs H1: R <= alpha.
 
     Batched over leading axes; the result has the shape of ``human``. Arguments: :func:`evalue_path`. ``bet_bound``
     "target" bounds bets by 1/(M_s - alpha) (eq. 6, testing); "range" by 1/(M_s - m_s), the interval form of App. D.5,
-    whose e-values are non-decreasing in alpha.
+    whose e-values are non-decreasing in alpha. ``past_horizon``: more labels than ``horizon`` (:func:`check_horizon`).
     """
     delta = check_level(delta, "delta")
     alpha = check_target(alpha, check_bounds(loss_bounds))
@@ -425,8 +428,8 @@ def log_evalue_paths(
     if bet_bound == "range" and observation == "split":
         raise ValueError("bet_bound 'range' (intervals) takes the paper observation")
     obs, w, betting, horizon = _prepare(
-        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, observation, sampling
-    )
+        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, observation, sampling,
+        past_horizon)
     comps = component_log_evalues(obs, alpha, delta=delta, betting=betting, horizon=horizon,
                                   ci_scale=bet_bound == "range")
     return mix_log_evalues(comps, w)
@@ -494,9 +497,11 @@ def test_from_log_evalues(log_e: np.ndarray, delta: float) -> TestResult:
 
 def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, delta: float, rhos=DEFAULT_RHOS,
                            betting: str | dict | BettingStrategy = "up", loss_bounds=(0.0, 1.0), weights=None,
-                           horizon: int | None = None, sampling: Sampling = IID()) -> np.ndarray:
+                           horizon: int | None = None, sampling: Sampling = IID(),
+                           past_horizon: bool = False) -> np.ndarray:
     """Anytime-valid upper confidence bound on R at level 1 - delta (App. D.5), with the strategy's
-    :meth:`~certsel.policies.betting.BettingStrategy.interval_strategy`.
+    :meth:`~certsel.policies.betting.BettingStrategy.interval_strategy` (``past_horizon``: more labels than ``horizon``
+    are allowed, as :func:`check_horizon` says).
 
     ``U_n = inf{a : max_{i<=n} E_i(a) >= 1/delta}``. With bets bounded by 1/(M_s - m_s) (independent of the target)
     every E_i(a) is non-decreasing in a, so the confidence set is an interval and bisection finds its end (the upper end
@@ -504,8 +509,8 @@ def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, d
     """
     delta = check_level(delta, "delta")
     obs, w, betting, horizon = _prepare(
-        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, sampling=sampling
-    )
+        human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting, horizon, sampling=sampling,
+        past_horizon=past_horizon)
     if not betting.monotone_in_target:
         raise ValueError(f"betting {betting.name!r} bets depend on the target, so its rejected targets need not "
                          f"form an interval; use {betting.name}.interval_strategy() for confidence bounds")
@@ -538,7 +543,8 @@ def _bisect_upper(obs, w, betting, horizon, *, level) -> np.ndarray:
 def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, level: float, delta: float,
                          alpha: float, rhos=DEFAULT_RHOS, betting: str | dict | BettingStrategy = "up",
                          loss_bounds=(0.0, 1.0), weights=None, horizon: int | None = None, max_log_evalue=None,
-                         n_used=None, observation: str = "paper", sampling: Sampling = IID()) -> np.ndarray:
+                         n_used=None, observation: str = "paper", sampling: Sampling = IID(),
+                         past_horizon: bool = False) -> np.ndarray:
     """The one-sided upper bound that inverts the test of H0: R > alpha itself, at ``level``.
 
     It inverts a family of tests fixed in advance that contains the test at alpha (:mod:`certsel.policies.bounds`):
@@ -556,7 +562,7 @@ def decision_upper_bound(human, judge_labeled=None, judge_unlabeled=None, *, lev
     bounds = check_bounds(loss_bounds)
     alpha = check_target(alpha, bounds)
     obs, w, strategy, horizon = _prepare(human, judge_labeled, judge_unlabeled, rhos, loss_bounds, weights, betting,
-                                         horizon, observation, sampling)
+                                         horizon, observation, sampling, past_horizon)
     u = decision_fractions(obs, alpha, delta=delta, betting=strategy, horizon=horizon)
     rejected = None if max_log_evalue is None else np.asarray(max_log_evalue, dtype=np.float64) >= -np.log(level)
     S, n = obs.q.shape[-2:]

@@ -138,16 +138,18 @@ def recovery_lower_bound(score, reference, fractions, *, at_least: float, level:
 
 def recovery_decision_bound(score, reference, *, at_least: float, level: float, delta: float, betting="up",
                             horizon: int | None = None, max_log_evalue=None, n_used=None,
-                            observation: str = "split") -> np.ndarray:
+                            observation: str = "split", past_horizon: bool = False) -> np.ndarray:
     """The lower bound on the recovery that inverts R-Eval's own test of Rec >= ``at_least``.
 
     R-Eval's fractions on :meth:`Recovery.losses` at alpha_r (:func:`~certsel.policies.autoeval.decision_fractions`,
     sized for ``delta`` and ``horizon`` as in the job) are kept for every r' (:func:`recovery_lower_bound`); the
-    recorded ``max_log_evalue`` seeds the bound, so that L >= at_least exactly when the test reached 1/level.
+    recorded ``max_log_evalue`` seeds the bound, so that L >= at_least exactly when the test reached 1/level
+    (``past_horizon``: a continued claim's test, more labels than its horizon).
     """
     claim = Recovery(at_least)
     losses = claim.losses(score, reference)
-    obs, _, strategy, horizon = _prepare(losses, None, None, (0.0,), (0.0, 1.0), None, betting, horizon, observation)
+    obs, _, strategy, horizon = _prepare(losses, None, None, (0.0,), (0.0, 1.0), None, betting, horizon, observation,
+                                         past_horizon=past_horizon)
     u = decision_fractions(obs, claim.alpha, delta=delta, betting=strategy, horizon=horizon)[..., 0, :]
     rejected = None
     if max_log_evalue is not None:

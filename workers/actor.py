@@ -48,6 +48,12 @@ def build_candidate(spec: CandidateSpec, arrays: JobArrays, rows=(None, None)):
         source = LoggedSource(source, log)
     if spec.policy is None:
         return LabelServer(spec.name, source)
+    if spec.claim is not None and spec.claim.continued:  # the claim's recorded test goes on (workers/claims.py)
+        st, bet = spec.claim.base.state["candidate"], spec.settings.betting
+        return TestingCandidate.continued(
+            spec.name, source, st, human_items=spec.claim.human_items, judge_items=spec.claim.judge_items,
+            ci_delta=spec.settings.ci_delta, intervals=spec.settings.intervals,
+            strategy=bet if bet is not None and bet.spec() == dict(st["test"]["config"]["betting"]) else None)
     return policy_candidate(spec.name, source, spec.policy, spec.settings, arrays)
 
 
@@ -162,6 +168,13 @@ class CandidateHost:
                     snap.label_minimum = c.label_minimum(float(levels[k][0]))
             out.append(snap)
         return out
+
+    def claim_states(self, names: list[str]) -> dict[str, dict]:
+        """What the store's ledger keeps of each candidate whose spec has a claim (workers/claims.py)."""
+        self._have(names)
+        specs = self._job[0]
+        return {n: self.candidates[n].claim_state() for n in names
+                if specs[n].claim is not None and isinstance(self.candidates[n], TestingCandidate)}
 
     def losses(self, requests: dict, role: str = "human") -> dict[str, ModelLosses]:
         """Losses of the requested items per model (``role`` "judge": the judge's), or the error of a model whose label

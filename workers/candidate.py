@@ -97,9 +97,34 @@ class TestingCandidate(_Candidate):
                    judge_items=inputs.judge_items, ci_delta=settings.ci_delta, intervals=settings.intervals,
                    futility=futility)
 
+    @classmethod
+    def continued(cls, name, source, state: dict, *, human_items, judge_items, ci_delta, intervals="final",
+                  strategy=None):
+        """The candidate of a continued claim (workers/claims.py): its recorded test (policy, bet, horizon, judge
+        ratio) in the recorded state, on ``human_items`` / ``judge_items`` (the consumed items first). ``strategy``: the
+        bet object when the recorded spec is not in this process's registry."""
+        test = SequentialTest.from_state_dict(state["test"], strategy)
+        futility = None if "futility" not in state else SequentialTest.from_state_dict(state["futility"], strategy)
+        c = cls(name, source, test, human_items=human_items, judge_items=judge_items, ci_delta=ci_delta,
+                intervals=intervals, futility=futility)
+        c._held(state)
+        return c
+
     @property
     def t(self) -> int:
         return self.test.n
+
+    @property
+    def horizon(self) -> int:
+        """The horizon the test was planned with (its bets and the bounds that invert it use it); a continued claim's
+        budget can go past it."""
+        return self.test.horizon
+
+    def claim_state(self) -> dict:
+        """What the store's ledger keeps of this candidate's claim: its state and the items it consumed, in order."""
+        return {"candidate": self.state_dict(), "human_items": self.human_items[: self.t].copy(),
+                "judge_items": self.judge_items[: self.r * self.t].copy() if self.test.uses_judge
+                else np.zeros(0, dtype=np.int64)}
 
     def _data(self):
         h = np.concatenate(self._h) if self._h else np.zeros(0)
@@ -116,7 +141,7 @@ class TestingCandidate(_Candidate):
             else:
                 lo, hi = confidence_interval(h, jl, ju, delta=self.ci_delta, rhos=self.rhos,
                                              betting=self.betting.interval_strategy(),
-                                             horizon=self.n, sampling=self.test.sampling)
+                                             horizon=self.horizon, sampling=self.test.sampling, past_horizon=True)
                 self._ci = (float(lo), float(hi))
         return self._ci
 
@@ -128,8 +153,8 @@ class TestingCandidate(_Candidate):
             h, jl, ju = self._data()
             self._bound[level] = 1.0 if h.size == 0 else float(decision_upper_bound(
                 h, jl, ju, level=level, delta=self.test.delta, alpha=self.test.alpha, rhos=self.rhos,
-                betting=self.betting, horizon=self.n, max_log_evalue=self.test.max_log_evalue,
-                observation=self.test.observation, sampling=self.test.sampling))
+                betting=self.betting, horizon=self.horizon, max_log_evalue=self.test.max_log_evalue,
+                observation=self.test.observation, sampling=self.test.sampling, past_horizon=True))
         return self._bound[level]
 
     def judge_report(self) -> dict | None:
@@ -200,20 +225,30 @@ class TestingCandidate(_Candidate):
                 or test.delta != mine.delta or test.r != mine.r
                 or not np.array_equal(test.rhos, mine.rhos) or test.batch_shape != ()):
             raise ValueError(f"{self.name}: the snapshot is not of this candidate's test")
-        h = np.asarray(state["h"], dtype=np.float64)
-        if h.size != test.n:
-            raise ValueError(f"{self.name}: the snapshot holds {h.size} labels for {test.n} test updates")
         self.test = test
-        self._h = [h] if h.size else []
-        if test.uses_judge:
-            self._jl = [np.asarray(state["jl"], dtype=np.float64)] if h.size else []
-            self._ju = [np.asarray(state["ju"], dtype=np.float64)] if h.size else []
         if self.futility is not None:
             if "futility" not in state:
                 raise ValueError(f"{self.name}: the snapshot has no futility test")
             self.futility = SequentialTest.from_state_dict(state["futility"], self.futility.strategy)
+        self._held(state)
+
+    def _held(self, state: dict) -> None:
+        """The labels the (restored) test consumed, from its state."""
+        h = np.asarray(state["h"], dtype=np.float64)
+        if h.size != self.test.n:
+            raise ValueError(f"{self.name}: the snapshot holds {h.size} labels for {self.test.n} test updates")
+        self._h = [h] if h.size else []
+        if self.test.uses_judge:
+            self._jl = [np.asarray(state["jl"], dtype=np.float64)] if h.size else []
+            self._ju = [np.asarray(state["ju"], dtype=np.float64)] if h.size else []
         self._ci = None
         self._bound = {}
+
+    def stacks_with(self, other: TestingCandidate) -> bool:
+        """Whether one stacked update can advance both (the same test configuration; continued claims may differ)."""
+        same = self.test._key() == other.test._key()
+        return same and (self.futility is None) == (other.futility is None) and (
+            self.futility is None or self.futility._key() == other.futility._key())
 
     def after_update(self, path, numbers=None) -> Snapshot:
         self._ci = None
@@ -335,7 +370,7 @@ def step_together(cands: list[TestingCandidate], batch: int) -> list[Snapshot]:
     a stacked sum in another order). A candidate whose source fails for good ends; the others go on with the labels they
     already bought (each label bought and held once)."""
     t, n = cands[0].t, cands[0].n
-    if len(cands) == 1 or any(c.t != t or c.n != n for c in cands):
+    if len(cands) == 1 or any(c.t != t or c.n != n or not c.stacks_with(cands[0]) for c in cands):
         return [guarded_step(c, batch) for c in cands]
     got, apart = [], {}
     for c in cands:
@@ -394,7 +429,7 @@ def _stackable(cands: list[TestingCandidate], todo, key) -> list[list[TestingCan
     for c in cands:
         if c.t == 0 or not todo(c):
             continue
-        k = (c.t, c.n, c.test.uses_judge, tuple(np.atleast_1d(c.rhos).tolist()), *key(c))
+        k = (c.t, c.n, c.horizon, c.test.uses_judge, tuple(np.atleast_1d(c.rhos).tolist()), *key(c))
         try:
             groups.setdefault(k, []).append(c)
         except TypeError:
@@ -418,8 +453,8 @@ def intervals_together(cands: list[TestingCandidate]) -> None:
                               lambda c: (c.ci_delta, c.betting.interval_strategy(), c.test.sampling)):
         first = members[0]
         lo, hi = confidence_interval(*_stacked(members), delta=first.ci_delta, rhos=first.rhos,
-                                     betting=first.betting.interval_strategy(), horizon=first.n,
-                                     sampling=first.test.sampling)
+                                     betting=first.betting.interval_strategy(), horizon=first.horizon,
+                                     sampling=first.test.sampling, past_horizon=True)
         for c, a, b in zip(members, np.asarray(lo).tolist(), np.asarray(hi).tolist(), strict=True):
             c._ci = (float(a), float(b))
 
@@ -433,9 +468,9 @@ def upper_bounds_together(cands: list[TestingCandidate], levels: list[float]) ->
                                          c.test.sampling)):
         first, level = members[0], at[id(members[0])]
         got = decision_upper_bound(*_stacked(members), level=level, delta=first.test.delta, alpha=first.test.alpha,
-                                   rhos=first.rhos, betting=first.betting, horizon=first.n,
+                                   rhos=first.rhos, betting=first.betting, horizon=first.horizon,
                                    max_log_evalue=np.array([c.test.max_log_evalue for c in members]),
-                                   observation=first.test.observation, sampling=first.test.sampling)
+                                   observation=first.test.observation, sampling=first.test.sampling, past_horizon=True)
         for c, u in zip(members, np.asarray(got).tolist(), strict=True):
             c._bound[level] = float(u)
 

@@ -141,6 +141,44 @@ class SourceSpec(Protocol):
     def build(self, arrays: JobArrays, rows) -> LabelSource: ...
 
 
+@dataclass(frozen=True, eq=False)
+class ClaimRun:
+    """One run's record of a claim's test: the state after it, the runs before it (``base``: the record it continued,
+    0: none) and its outcome in the job's words."""
+
+    claim: str
+    seq: int
+    fingerprint: str
+    job: str | None
+    base: int
+    t: int  # human labels the claim's test has consumed, every run before included
+    outcome: str
+    created: float
+    state: dict  # {"candidate": TestingCandidate.state_dict(), "human_items", "judge_items", "path", "kind", "runs"}
+
+    @property
+    def runs(self) -> int:
+        """The runs of the claim up to this one (this one included)."""
+        return int(self.state.get("runs", 1))
+
+
+@dataclass(frozen=True, eq=False)
+class ClaimStart:
+    """Where one candidate's claim stands when its job starts: ``base`` is the run it continues (None: the claim's first
+    test); with a base, ``human_items`` and ``judge_items`` are its item order (the consumed items first, then new ones in
+    the job's seeded order)."""
+
+    key: str
+    fingerprint: str
+    base: ClaimRun | None = None
+    human_items: np.ndarray | None = None
+    judge_items: np.ndarray | None = None
+
+    @property
+    def continued(self) -> bool:
+        return self.base is not None
+
+
 @dataclass(frozen=True)
 class CandidateSpec:
     """What a worker builds for one candidate: ``policy`` and ``settings`` say which policy runs and with what numbers;
@@ -156,6 +194,8 @@ class CandidateSpec:
     # label store (workers/label_store.py): its file and this candidate's identity in it
     store: str | None = None
     identity: str | None = None
+    # its claim in the store's ledger (workers/claims.py): a continued claim starts from the recorded test
+    claim: ClaimStart | None = None
 
 
 @dataclass
@@ -270,6 +310,16 @@ class Finalize:
 
     def run(self, host) -> list[Snapshot]:
         return host.finalize(self.names, self.levels)
+
+
+@dataclass(frozen=True, eq=False)
+class ClaimStates:
+    """The test state of each of ``names`` that has a claim, for the store's ledger (workers/claims.py)."""
+
+    names: list[str]
+
+    def run(self, host) -> dict[str, dict]:
+        return host.claim_states(self.names)
 
 
 @dataclass(frozen=True, eq=False)

@@ -27,7 +27,14 @@ from certsel.errors import InputError
 STORED = "store"  # a label log row's ``response`` for a label taken from the store
 LOCK_TIMEOUT = 60.0  # seconds a job waits for another process's write lock on the store before it gives up
 # the store's tables and their columns: a file with other tables is someone else's database
-TABLES = {"labels": ["identity", "role", "item", "loss"]}
+TABLES = {"labels": ["identity", "role", "item", "loss"],
+          "claims": ["claim", "seq", "fingerprint", "job", "base", "t", "outcome", "created", "state"]}
+LABELS_DDL = ("create table if not exists labels (identity text not null, role text not null, item integer not null, "
+              "loss real not null, primary key (identity, role, item))")
+# each claim's test, run by run (workers/claims.py)
+CLAIMS_DDL = ("create table if not exists claims (claim text not null, seq integer not null, fingerprint text not null, "
+              "job text, base integer not null, t integer not null, outcome text not null, created real not null, "
+              "state blob not null, primary key (claim, seq))")
 
 
 def identity_key(identity: dict) -> str:
@@ -55,7 +62,7 @@ def check_store(path) -> None:
     try:
         tables = {name: [c[1] for c in db.execute(f"pragma table_info({name})")]
                   for (name,) in db.execute("select name from sqlite_master where type = 'table'")}
-        if any(t not in TABLES for t in tables) or any(tables[t] != TABLES[t] for t in tables):
+        if not tables.keys() <= TABLES.keys() or any(tables[t] != TABLES[t] for t in tables):
             raise InputError(f"label store {path}: another program's SQLite database (tables: "
                              f"{', '.join(sorted(tables)) or 'none'}), not a certsel label store")
         if db.execute("pragma quick_check").fetchone()[0] != "ok":
@@ -100,8 +107,8 @@ class LabelStore:
             try:
                 if self._db.execute("pragma journal_mode").fetchone()[0] != "wal":
                     self._db.execute("pragma journal_mode=wal")
-                self._db.execute("create table if not exists labels (identity text not null, role text not null, "
-                                 "item integer not null, loss real not null, primary key (identity, role, item))")
+                self._db.execute(LABELS_DDL)
+                self._db.execute(CLAIMS_DDL)
                 break
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or attempt == 99:

@@ -21,7 +21,9 @@ from certsel.config import RunConfig
 from certsel.errors import InputError, first_line, job_error
 from certsel.workers.label_store import check_store
 
+from certsel.orchestrator.engine.claims import claim_starts
 from certsel.orchestrator.engine.driver import run_job
+from certsel.orchestrator.engine.plan import store_identity
 from certsel.orchestrator.engine.pilot import start_from_pilot
 from certsel.orchestrator.engine.runtime import RayRuntime
 from certsel.orchestrator.engine.servers import FleetSchedule
@@ -88,8 +90,9 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
     if o.track:
         precheck(cfg.tracking.uri)
     source_of(cfg).precheck(cfg)  # external servers answer before any folder, Ray or run exists
-    if cfg.state.store is not None:
+    if cfg.state.store is not None:  # the store is one, and every claim tested before can be continued as set
         check_store(cfg.state.store)
+        claim_starts(cfg, data, [store_identity(cfg, data, k) for k in range(len(data.names))])
     job = _open_job(cfg, data, o)
     tracker = run_id = None
     with contextlib.ExitStack() as resources:  # released in reverse order, whatever happens

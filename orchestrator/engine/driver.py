@@ -21,6 +21,7 @@ from certsel.orchestrator.engine.hosts import HostPool, assign
 from certsel.orchestrator.engine.servers import AllAtOnce
 from certsel.orchestrator.inputs.jobdata import JobData
 from certsel.orchestrator.inputs.sources import source_of
+from . import claims
 from .derived import derive
 from .pairwise import PairwiseRounds
 from .pilot import start_from_pilot
@@ -113,11 +114,13 @@ def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n
     ]
     schedule = AllAtOnce() if servers is None else servers
     schedule.set_needs(source_of(cfg).server_needs(plan.specs, schedule.prefetched))
+    claims.prime(records, plan.specs)  # a continued claim starts where its test stands
     pool = HostPool(runtime, assign(names, n_hosts), plan, runtime.put(plan.rows), records, schedule)
     pool.load()
     rounds = (PairwiseRounds if plan.procedure.ranking else SelectionRounds)(plan, pool, records)
     res = run_rounds(rounds, records, job_dir=job_dir, every=cfg.state.snapshot_every, tracker=tracker,
                      progress=progress, t0=t0)
+    claims.record(plan, pool, records, set(res.certified), job_dir)
     res.recovered = pool.recovered
     res.gpu = schedule.usage()
     if collect_labels:

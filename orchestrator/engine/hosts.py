@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from certsel.workers.contracts import (
+    ClaimStates,
     Finalize,
     HostRequest,
     LabelRows,
@@ -162,6 +163,10 @@ class HostPool:
         """Settled candidates' annotation queues take back what nobody started; what each queue did, by name (candidates
         without a queue are left out)."""
         return self._ask(names, Withdraw)
+
+    def claim_states(self, names) -> dict[str, dict]:
+        """The test state of each candidate with a claim (:class:`~certsel.workers.contracts.ClaimStates`)."""
+        return self._ask(names, ClaimStates)
 
     def labels(self, names) -> dict[str, LabelRows]:
         """Every label each candidate bought (see :class:`~certsel.workers.contracts.Labels`)."""

@@ -18,6 +18,17 @@ from certsel.workers.replay import label_orders
 from certsel.orchestrator.inputs.jobdata import JobData
 from certsel.orchestrator.inputs.sources import source_of
 
+from .claims import claim_starts
+
+
+def store_identity(cfg: RunConfig, data: JobData, k: int) -> str | None:
+    """Candidate ``k``'s identity in the label store (None: the store is off, or its source has none)."""
+    if cfg.state.store is None:
+        return None
+    identity = source_of(cfg).label_identity(cfg, data, k)
+    # the loss's units too: a stacked aggregate divides them by M
+    return None if identity is None else identity_key({**identity, "unit": data.unit})
+
 
 @dataclass
 class JobPlan:
@@ -75,17 +86,15 @@ class JobPlan:
         every = cfg.state.snapshot_every if self.job_dir is not None else None
         if cfg.state.store is not None:  # the file made once here, before the hosts open it together
             LabelStore(cfg.state.store).close()
+        stored = [self._stored(k) for k in range(K)]
+        claims = claim_starts(cfg, self.data, [s[1] for s in stored], self.job_dir)
         self.specs = [CandidateSpec(nm, self._source(k, with_judge), kind, settings[k], self.job_dir, every,
-                                    *self._stored(k)) for k, nm in enumerate(names)]
+                                    *stored[k], claims[k]) for k, nm in enumerate(names)]
 
     def _stored(self, k: int) -> tuple[str | None, str | None]:
         """The label store's file and candidate ``k``'s identity in it (None, None: no reuse)."""
-        store = self.cfg.state.store
-        identity = None if store is None else source_of(self.cfg).label_identity(self.cfg, self.data, k)
-        if identity is None:
-            return None, None
-        # the loss's units too: a stacked aggregate divides them by M
-        return str(store), identity_key({**identity, "unit": self.data.unit})
+        identity = store_identity(self.cfg, self.data, k)
+        return (None, None) if identity is None else (str(self.cfg.state.store), identity)
 
     def _source(self, k: int, with_judge: bool):
         return source_of(self.cfg).spec(self.cfg, self.data, k, with_judge)

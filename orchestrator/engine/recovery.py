@@ -28,7 +28,11 @@ from certsel.orchestrator.results.records import JobResult, RecoveryRow
 
 
 def human_items(result: JobResult, name: str, t: int) -> np.ndarray:
-    """The first ``t`` items a candidate's policy used, in purchase order, from the label log."""
+    """The first ``t`` items a candidate's policy used, in purchase order, from the label log (a continued claim's:
+    its test's order, the items consumed before this job first)."""
+    claim = next((r.claim for r in result.records if r.name == name), None)
+    if claim is not None:
+        return np.asarray(claim.items)[:t]
     log = (result.labels or {}).get(name)
     if log is None:
         raise ValueError(f"{name}: a recovery statement needs the job's label log (collect_labels)")
@@ -115,12 +119,17 @@ def _inverted_rows(result: JobResult) -> list[RecoveryRow]:
         k = x.index
         s, ref = _scores(result, x)
 
+        # the test's own bets: a continued claim's are its recorded test's (its horizon and delta)
+        test = {"delta": cfg.delta, "betting": cfg.policy.strategy, "horizon": cfg.budget.n,
+                "observation": cfg.policy.observation} if x.claim is None else x.claim.test
+
         def bound(level):
             if x.t == 0:
                 return 0.0  # never labelled: the trivial bound
-            return float(recovery_decision_bound(s, ref, at_least=r0, level=level, delta=cfg.delta,
-                                                 betting=cfg.policy.strategy, horizon=cfg.budget.n,
-                                                 max_log_evalue=x.max_log_e, observation=cfg.policy.observation))
+            return float(recovery_decision_bound(s, ref, at_least=r0, level=level, delta=test["delta"],
+                                                 betting=test["betting"], horizon=test["horizon"],
+                                                 max_log_evalue=x.max_log_e, observation=test["observation"],
+                                                 past_horizon=x.claim is not None))
 
         lower = bound(float(decision[k]))
         if not np.isnan(joint_levels[k]):

@@ -219,6 +219,8 @@ class SelectionRounds:
                                prune_keys=self.key if cfg.scheduling.prune else None,
                                futility=cfg.scheduling.futility, budget=cfg.budget.n)
         self.cost_per_label = (1 + plan.r) * (2 if plan.uses_judge else 1) if plan.testing else 1
+        if any(r.claim is not None for r in records):  # continued claims: a claim decided before is settled before any label
+            self.sched.settle()
 
     def restore(self, saved: dict) -> Resume:
         """The candidates rebuilt on their hosts from snapshot + log (the records are loaded)."""

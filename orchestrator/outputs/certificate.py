@@ -119,6 +119,8 @@ def _fields(result: JobResult) -> dict:
                        threshold=_round(1.0 / float(levels[r.index]), 4))
         if cfg.state.store is not None:  # labels kept across jobs: how many of its labels were reused
             row["reused"] = r.reused
+        if r.claim is not None:  # its claim's test, continued from earlier runs
+            row["continued"] = {"runs": r.claim.runs, "labels": r.claim.before, "jobs": list(r.claim.jobs)}
         if r.exact:  # the e-value is kept for the record; the exact mean decided
             row["exact"] = True
         if r.rho_weights is not None and len(r.rho_weights) > 1:

@@ -28,6 +28,10 @@ class GateRow:
     estimate: float | None
     reason: str
     fail_claim: str  # what a fail certifies, in words (the gate's opposite of its claim)
+    # its claim's test continued from earlier runs (docs/gate.md, "Reruns"): their labels and runs, the last one's job
+    earlier_labels: int = 0
+    earlier_runs: int = 0
+    earlier_job: str | None = None
 
     def bound_words(self) -> str:
         if self.bound is None:
@@ -46,6 +50,10 @@ class GateRow:
             claim = f"{self.bound_words()}{e}"
         used = f"{self.labels} labels" if not self.reused else \
             f"{self.labels + self.reused} labels ({self.labels} bought, {self.reused} reused)"
+        if self.earlier_runs:
+            runs = "run" if self.earlier_runs == 1 else "runs"
+            used = (f"{self.labels + self.reused + self.earlier_labels} labels ({used} now, {self.earlier_labels} in "
+                    f"{self.earlier_runs} earlier {runs} of its claim, last job {self.earlier_job or '?'})")
         return f"{self.outcome.upper():9} {self.candidate}: {used}, {claim}"
 
 
@@ -57,8 +65,11 @@ def gate_rows(cert) -> list[GateRow]:
         bound, side = (c.upper_bound, "upper") if rec is None else (rec.lower_bound, "lower")
         estimate = c.estimate if rec is None else rec.estimate
         reused = c.reused or 0
+        before = c.continued
         out.append(GateRow(c.candidate, c.outcome, c.labels_human - reused, reused, bound, side, c.e_value,
-                           c.threshold, c.futility_e_value, estimate, c.reason or "", cert.gate.opposite))
+                           c.threshold, c.futility_e_value, estimate, c.reason or "", cert.gate.opposite,
+                           *((before.labels, before.runs, before.jobs[-1] if before.jobs else None) if before
+                             else ())))
     return out
 
 
@@ -87,7 +98,7 @@ def junit_xml(cert) -> str:
     for r in rows:
         case = ET.SubElement(suite, "testcase", classname=f"certsel.gate.{cert.job}", name=r.candidate, time="0")
         said = f"{r.fail_claim} certified" if r.outcome == "fail" else r.bound_words()
-        message = f"{r.outcome}: {said} at level {g.delta:g} after {r.labels + r.reused} labels"
+        message = f"{r.outcome}: {said} at level {g.delta:g} after {r.labels + r.reused + r.earlier_labels} labels"
         if r.outcome == "fail":
             ET.SubElement(case, "failure", message=message, type="certsel.gate.fail").text = \
                 f"{r.line()}\n{g.note}"

@@ -187,6 +187,14 @@ class Evidence(_Doc):
     recovery: RecoveryFigures | None = None
 
 
+class ContinuedClaim(_Doc):
+    """A candidate whose claim was tested before: this job continued that test (docs/statistics.md, "Reruns")."""
+
+    runs: int = Field(ge=1, description="the claim's runs before this job")
+    labels: int = Field(ge=0, description="the human labels its test had consumed before this job")
+    jobs: list[str | None] = Field(description="the jobs of those runs, the last one last (None: a job without folder)")
+
+
 class Candidate(_Doc):
     candidate: str
     objective: float | None
@@ -227,6 +235,9 @@ class Candidate(_Doc):
     outcome: Literal["pass", "fail", "undecided"] | None = Field(
         None, description="a gate: its claim certified at delta (pass), the opposite certified at delta (fail), or "
                           "neither within its budget (undecided)")
+    continued: ContinuedClaim | None = Field(None, description="its claim's test continued from earlier runs: labels "
+                                                               "and e-values are the whole test's, labels_human this "
+                                                               "job's")
 
 
 class Data(_Doc):

@@ -56,6 +56,20 @@ class Status(StrEnum):
 
 
 @dataclass
+class ContinuedClaim:
+    """A candidate whose claim was tested before (workers/claims.py): the job continued that test. ``runs``: the
+    claim's runs before this job; ``before``: the human labels its test had consumed then; ``items``: the test's human
+    items in order (the consumed ones first); ``test``: the recorded test's configuration (horizon, delta, betting,
+    observation: what its bounds invert); ``jobs``: the jobs of the runs before (the last one last)."""
+
+    runs: int
+    before: int
+    items: np.ndarray
+    test: dict
+    jobs: list = field(default_factory=list)
+
+
+@dataclass
 class CandidateRecord:
     """The driver's view of one candidate."""
 
@@ -88,6 +102,7 @@ class CandidateRecord:
     rounds: list = field(default_factory=list)  # per-round rows for tracking
     waiting: int = 0  # answers its label source awaits from people (an annotation queue)
     queue: QueueReport | None = None  # what its annotation queue did (imported, withdrawn, agreement)
+    claim: ContinuedClaim | None = None  # a claim whose test this job continued (workers/claims.py)
 
     @property
     def finished(self) -> bool:
@@ -262,5 +277,7 @@ def load_records(records, saved: list[dict]) -> None:
             setattr(r, k, v)
         r.status = Status(d["status"])
         r.path = np.asarray(d["path"]).tolist()
+        if isinstance(d.get("claim"), dict):
+            r.claim = ContinuedClaim(**d["claim"])
         if isinstance(d.get("queue"), dict):
             r.queue = QueueReport(**d["queue"])

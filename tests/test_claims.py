@@ -1,0 +1,170 @@
+"""One claim, one test (workers/claims.py, orchestrator/engine/claims.py): a rerun of a claim continues its test.
+
+The continued test against an independent computation (the e-process of one test on the consumed items, then the new
+ones, from ``log_evalue_paths``), a decided claim that stays decided and buys nothing, the exact recomputation of a
+configuration already recorded, a resumed job's pinned start, a rerun with another policy refused as bad input, and
+the error rates of reruns at the boundary (the benchmark's simulation, smaller)."""
+
+import json
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from certsel import cli
+from certsel.gates import gate_config
+from certsel.orchestrator.engine.driver import LocalRuntime, run_job
+from certsel.orchestrator.engine.plan import JobPlan
+from certsel.orchestrator.inputs.sources import load_job_data
+from certsel.policies.autoeval import decision_upper_bound, log_evalue_paths
+from certsel.workers.claims import ClaimLedger, continued_orders
+from certsel.workers.replay import label_orders
+
+
+def _table(path, means=(0.095,), n=400, seed=4):
+    rng = np.random.default_rng(seed)
+    rows = {"candidate": [], "item": [], "loss": []}
+    for k, m in enumerate(means):
+        rows["candidate"] += [f"c{k}"] * n
+        rows["item"] += list(range(n))
+        rows["loss"] += (rng.random(n) < m).astype(float).tolist()
+    pq.write_table(pa.table(rows), path)
+    return path
+
+
+def _cfg(tmp_path, seed, n, **more):
+    job = {"data": {"path": str(tmp_path / "t.parquet"), "human": "loss"}, "alpha": 0.1, "delta": 0.1,
+           "policy": {"kind": "r-eval"}, "seed": seed, "budget": {"n": n, "batch": 20},
+           "state": {"dir": str(tmp_path / "jobs")}, **more}
+    return gate_config(job, labels=tmp_path / "labels.db")
+
+
+def _run(cfg, job_dir=None):
+    return run_job(cfg, load_job_data(cfg), LocalRuntime(), collect_labels=False, job_dir=job_dir)
+
+
+def test_a_rerun_continues_the_claims_test_as_one_test_on_one_sequence(tmp_path):
+    """Run 1 (seed 0, 60 labels) ends undecided; run 2 (seed 1, 150 labels) continues it. Its e-values, futility
+    evidence and bound are those of one R-Eval test with run 1's horizon on run 1's items then the items run 2 adds
+    (seed 1's order without the consumed ones), computed independently."""
+    _table(tmp_path / "t.parquet")
+    first = _run(_cfg(tmp_path, 0, 60)).records[0]
+    assert first.status == "not certified" and first.t == 60 and first.max_log_futility < np.log(10)
+    cfg = _cfg(tmp_path, 1, 150)
+    second = _run(cfg).records[0]
+    assert second.claim is not None and (second.claim.runs, second.claim.before) == (1, 60)
+    losses = load_job_data(cfg).table.human[0]
+    items_1 = label_orders(400, 0, 60, 0)[0]
+    rest = [i for i in label_orders(400, 1, 400, 0)[0] if i not in set(items_1)]
+    items = np.concatenate([items_1, rest[: second.t - 60]])
+    np.testing.assert_array_equal(second.claim.items[: second.t], items)
+    x = losses[items]
+    path = log_evalue_paths(x, alpha=0.1, delta=0.1, rhos=[0.0], betting="up", horizon=60, observation="split",
+                            past_horizon=True)
+    np.testing.assert_allclose(second.path, path, rtol=0, atol=1e-9)
+    fut = log_evalue_paths(1 - x, alpha=0.9, delta=0.1, rhos=[0.0], betting="up", horizon=60, observation="split",
+                            past_horizon=True)
+    assert second.max_log_futility == pytest.approx(max(0.0, fut.max()), abs=1e-9)
+    bound = decision_upper_bound(x, level=0.1, delta=0.1, alpha=0.1, rhos=[0.0], betting="up", horizon=60,
+                                 max_log_evalue=second.max_log_e, observation="split", past_horizon=True)
+    assert second.upper_bound == pytest.approx(float(bound), abs=1e-12)
+    # n_human counts this run's labels only; the test used both runs'
+    assert second.n_human == second.t - 60
+
+
+def test_the_continued_orders_take_new_items_only(tmp_path):
+    _table(tmp_path / "t.parquet")
+    _run(_cfg(tmp_path, 0, 60))
+    cfg = _cfg(tmp_path, 5, 100)
+    ledger = ClaimLedger(cfg.state.store)
+    (run,) = [r for c in {r[0] for r in ledger._db.execute("select claim from claims")} for r in ledger.runs(c)]
+    human, judge = continued_orders(run, 400, 5, 100, False)
+    ledger.close()
+    assert human.size == 100 and judge.size == 0 and np.unique(human).size == 100
+    np.testing.assert_array_equal(human[:60], run.state["human_items"])
+    # without replacement, each stream its own order; a budget already spent adds nothing
+    human, _ = continued_orders(run, 400, 5, 40, True)
+    np.testing.assert_array_equal(human, run.state["human_items"])
+
+
+@pytest.mark.integration
+def test_a_decided_claim_stays_decided_and_a_recomputation_adds_no_run(tmp_path, ray_session, capsys):
+    _table(tmp_path / "t.parquet", means=(0.0, 0.6))
+    store = tmp_path / "labels.db"
+    base = ["gate", str(tmp_path / "g.yaml"), "--no-tracking", "--labels", str(store), "--home", str(tmp_path / "h")]
+    (tmp_path / "g.yaml").write_text(f"data: {{path: {tmp_path / 't.parquet'}, human: loss}}\nalpha: 0.1\n"
+                                     "policy: {kind: r-eval}\nbudget: {n: 100}\n")
+    assert cli.main([*base, "--json", str(tmp_path / "1.json")]) == 1
+    one = {c["candidate"]: c for c in json.loads((tmp_path / "1.json").read_text())["candidates"]}
+    assert one["c0"]["outcome"] == "pass" and one["c1"]["outcome"] == "fail"
+    capsys.readouterr()
+    assert cli.main([*base, "--set", "seed=7", "--set", "budget.n=200", "--json", str(tmp_path / "2.json")]) == 1
+    lines = capsys.readouterr().out
+    two = {c["candidate"]: c for c in json.loads((tmp_path / "2.json").read_text())["candidates"]}
+    for name in ("c0", "c1"):  # decided before: nothing bought, the same evidence
+        assert two[name]["outcome"] == one[name]["outcome"] and two[name]["labels"] == 0
+        assert two[name]["earlier_labels"] == one[name]["labels"] and two[name]["earlier_runs"] == 1
+        assert two[name]["e_value"] == one[name]["e_value"]
+    assert f"in 1 earlier run of its claim, last job {json.loads((tmp_path / '1.json').read_text())['job_id']}" in lines
+    ledger = ClaimLedger(store)
+    claims = [r[0] for r in ledger._db.execute("select distinct claim from claims")]
+    assert len(claims) == 2 and all(len(ledger.runs(c)) == 2 for c in claims)
+    # the first configuration again, anew: the same numbers, recomputed from where it started, and no run added
+    assert cli.main([*base, "--fresh", "--json", str(tmp_path / "3.json")]) == 1
+    three = {c["candidate"]: c for c in json.loads((tmp_path / "3.json").read_text())["candidates"]}
+    assert all(three[n]["e_value"] == one[n]["e_value"] and three[n]["earlier_runs"] == 0 for n in three)
+    assert all(len(ledger.runs(c)) == 2 for c in claims)
+    ledger.close()
+
+
+def test_a_resumed_job_continues_from_the_runs_it_started_from(tmp_path):
+    """The plan pins the runs it continues in the job's folder: after another job extended the claim, the same job
+    folder plans the same start (a resumed job replays its own label log on it)."""
+    _table(tmp_path / "t.parquet")
+    _run(_cfg(tmp_path, 0, 60))
+    job_dir = tmp_path / "jobs" / "resumed"
+    job_dir.mkdir(parents=True)
+    cfg = _cfg(tmp_path, 1, 100)
+    before = JobPlan(cfg, load_job_data(cfg), str(job_dir)).specs[0].claim
+    _run(_cfg(tmp_path, 2, 120))  # another configuration continues the claim meanwhile
+    again = JobPlan(cfg, load_job_data(cfg), str(job_dir)).specs[0].claim
+    assert before.base.seq == again.base.seq == 1
+    np.testing.assert_array_equal(before.human_items, again.human_items)
+    fresh = JobPlan(cfg, load_job_data(cfg), None).specs[0].claim
+    assert fresh.base.seq == 2  # a new job continues the latest run
+
+
+@pytest.mark.integration
+def test_a_rerun_with_another_test_is_refused_as_bad_input(tmp_path, ray_session, capsys):
+    _table(tmp_path / "t.parquet")
+    _run(_cfg(tmp_path, 0, 60))
+    job = tmp_path / "g.yaml"
+    job.write_text(f"data: {{path: {tmp_path / 't.parquet'}, human: loss}}\nalpha: 0.1\npolicy: {{kind: r-eval}}\n"
+                   f"budget: {{n: 100}}\nstate: {{dir: {tmp_path / 'jobs'}}}\n")
+    code = cli.main(["gate", str(job), "--no-tracking", "--labels", str(tmp_path / "labels.db"), "--set",
+                     "policy.betting=wsr"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "c0: its claim (R <= 0.1 on these labels) was tested before" in err and "policy.betting" in err
+    # another alpha is another claim: a test of its own
+    assert cli.main(["gate", str(job), "--no-tracking", "--labels", str(tmp_path / "labels.db"), "--set",
+                     "alpha=0.2"]) in (0, 1, 3)
+
+
+@pytest.mark.slow
+def test_reruns_at_the_boundary_pass_and_fail_at_most_delta():
+    """The benchmark's simulation (benchmarks/reruns.py), 300 sequences of 5 reruns with rising budgets: with the ledger
+    any pass and any fail stay below delta (binomial tolerance); each rerun a new test passes far more often."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
+    from reruns import clopper_pearson, run_sequences
+
+    o, bought = run_sequences("risk", 300, 5, 100, 0.1, ledger=True, seed=1)
+    passes, fails = int((o == "pass").any(axis=1).sum()), int((o == "fail").any(axis=1).sum())
+    assert clopper_pearson(passes, 300)[0] <= 0.1 and clopper_pearson(fails, 300)[0] <= 0.1
+    assert passes / 300 <= 0.13 and fails / 300 <= 0.13
+    # a rerun buys at most what its larger budget adds
+    assert (bought[:, 1:] <= 100).all()
+    o_new, _ = run_sequences("risk", 300, 5, 100, 0.1, ledger=False, seed=1)
+    assert (o_new == "pass").any(axis=1).sum() > passes
