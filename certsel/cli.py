@@ -250,17 +250,17 @@ def _run(args) -> int:
         return _run_tasks(args, cfg, console, machine, on_job)
     data = None
     if not args.resume and args.output is None:  # the same job finished before: show it, buy nothing
-        from certsel.orchestrator.commands.job import finished_job
+        from certsel.orchestrator.commands.job import answer_finished
         from certsel.orchestrator.inputs.sources import load_job_data
 
         data = load_job_data(cfg)
-        done = finished_job(cfg, data)
+        done = answer_finished(cfg, data, track=not args.no_tracking)
         if done is not None:
-            folder = done.output
-            print(f"job {done.job_id} already finished with this configuration and data; its certificate "
-                  f"(certsel run --fresh runs it again):", file=sys.stderr if machine else sys.stdout, flush=True)
-            cert = _typed_certificate(json.loads((folder / "selection.json").read_text()), str(folder))
-            _emit(args, console, machine, cert, run_id=done.mlflow_run, output_dir=folder)
+            logged = f"; its MLflow run logged now to {cfg.tracking.uri or 'this store'}" if done.logged else ""
+            print(f"job {done.job_id} already finished with this configuration and data: its certificate, no label "
+                  f"bought now{logged} (certsel run --fresh runs it again):",
+                  file=sys.stderr if machine else sys.stdout, flush=True)
+            _emit(args, console, machine, done.certificate, run_id=done.mlflow_run, output_dir=done.output)
             return 0
     kw = {"output": args.output, "track": not args.no_tracking, "resume": args.resume, "on_job": on_job, "data": data,
           "warn": lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True),
@@ -303,10 +303,15 @@ def _gate(args) -> int:
     for row in res.rows:
         print(row.line(), flush=True)
     print(goal_of(cert).headline(cert), flush=True)
+    if res.answered_by is not None:  # nothing ran: said whatever --quiet asks, as CI logs must show it
+        print(f"answered by the finished job {res.answered_by} (same configuration and data): no label bought now "
+              "(certsel gate --fresh runs it again)", flush=True)
     if not args.quiet:
         print(cert.gate.note)
         if res.output_dir is not None:
             print(f"report: {res.output_dir / 'report.html'}  (certsel show {res.job_id} for the full table)")
+        if res.mlflow_run is not None:
+            print(f"MLflow run: {res.mlflow_run}")
     if args.json is not None:
         write_json(cert, args.json, None if res.output_dir is None else
                    {"selection": str(res.output_dir / "selection.json"), "report": str(res.output_dir / "report.html")})

@@ -99,18 +99,24 @@ class GateResult:
     selection: Selection = field(repr=False)  # the certificate (selection.json), typed
     job_id: str | None = None
     output_dir: pathlib.Path | None = None
+    mlflow_run: str | None = None  # its run in the tracking store (None: not tracked)
+
+    @property
+    def answered_by(self) -> str | None:
+        """The finished job that answered this gate without running it (None: it ran now)."""
+        return self.selection.answered_by
 
     @property
     def passed(self) -> bool:
         return self.exit_code == 0
 
 
-def result_of(cert, output_dir=None) -> GateResult:
+def result_of(cert, output_dir=None, mlflow_run=None) -> GateResult:
     from certsel.orchestrator.outputs.gate_files import gate_rows
 
     rows = gate_rows(cert)
     return GateResult(cert.gate.exit_code, {r.candidate: r.outcome for r in rows}, rows, cert, cert.job_id,
-                      None if output_dir is None else pathlib.Path(output_dir))
+                      None if output_dir is None else pathlib.Path(output_dir), mlflow_run)
 
 
 def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh: bool = False,
@@ -121,10 +127,9 @@ def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh
     ``base``: an llm-compressor test config's checkpoint and base model (:func:`gate_config`). ``labels``: the label
     store's file (:func:`as_gate`); a label an earlier gate bought for the same model, task, item and settings is
     reused and counted as such. Bad input raises :class:`~certsel.errors.InputError`."""
-    from certsel.orchestrator.commands.job import execute, finished_job
+    from certsel.orchestrator.commands.job import answer_finished, execute
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.outputs.certificate import certificate_of
-    from certsel.orchestrator.outputs.selection_schema import parse
     from certsel.workers.label_store import check_store
 
     cfg = gate_config(job, overrides, only, warn, compressed, base, labels)
@@ -132,10 +137,8 @@ def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
     data = load_job_data(cfg)
     check_store(cfg.state.store)  # a store CI restored corrupt or locked is bad input, before any answer
-    done = None if fresh or output is not None else finished_job(cfg, data)
-    if done is not None:
-        import json
-
-        return result_of(parse(json.loads((done.output / "selection.json").read_text())), done.output)
-    result, _ = execute(cfg, output=output, track=track, progress=progress, data=data, warn=warn)
-    return result_of(certificate_of(result), result.output_dir)
+    done = None if fresh or output is not None else answer_finished(cfg, data, track)
+    if done is not None:  # the same gate finished before: its answer, nothing bought now
+        return result_of(done.certificate, done.output, done.mlflow_run)
+    result, run_id = execute(cfg, output=output, track=track, progress=progress, data=data, warn=warn)
+    return result_of(certificate_of(result), result.output_dir, run_id)

@@ -178,6 +178,43 @@ def _warn_if_hopeless(cfg: RunConfig, data, warn) -> None:
         (warn or log.warning)(note)
 
 
+@dataclass(frozen=True)
+class Answered:
+    """A rerun answered by the finished job of the same configuration and data: nothing ran, no label was bought.
+    ``certificate``: its certificate, marked ``answered_by`` it; ``mlflow_run``: its run in the tracking store named now
+    (``logged``: logged there now, that store lacked it; None: not tracked)."""
+
+    job_id: str
+    output: pathlib.Path
+    certificate: object  # outputs.selection_schema.Selection
+    mlflow_run: str | None
+    logged: bool = False
+
+
+def answer_finished(cfg: RunConfig, data, track: bool) -> Answered | None:
+    """The finished job that answers a rerun of ``cfg`` (None: none, or no auto-resume), its run logged to the tracking
+    store named now when that store does not hold it."""
+    import json
+
+    from certsel.orchestrator.outputs.selection_schema import parse
+    from certsel.orchestrator.outputs.tracking import log_finished
+
+    done = finished_job(cfg, data)
+    if done is None:
+        return None
+    where = done.output / "selection.json"
+    try:
+        cert = parse(json.loads(where.read_text()))
+    except ValueError as exc:  # a file cut short or edited by hand (pydantic's errors are ValueErrors too)
+        raise InputError(f"{where}: the finished job's certificate cannot be read ({first_line(exc)}); "
+                         "--fresh runs the job again") from None
+    run_id, logged = None, False
+    if track:
+        precheck(cfg.tracking.uri)
+        run_id, logged = log_finished(cfg.tracking.uri, cfg.tracking.experiment, done.job_id, done.output, cert)
+    return Answered(done.job_id, done.output, cert.model_copy(update={"answered_by": done.job_id}), run_id, logged)
+
+
 def finished_job(cfg: RunConfig, data) -> Finished | None:
     """The finished job this configuration and data would be (None: none, or no auto-resume): a rerun shows it
     instead of buying its labels again."""

@@ -66,18 +66,20 @@ def gate_rows(cert) -> list[GateRow]:
         estimate = c.estimate if rec is None else rec.estimate
         reused = c.reused or 0
         before = c.continued
-        out.append(GateRow(c.candidate, c.outcome, c.labels_human - reused, reused, bound, side, c.e_value,
-                           c.threshold, c.futility_e_value, estimate, c.reason or "", cert.gate.opposite,
-                           *((before.labels, before.runs, before.jobs[-1] if before.jobs else None) if before
-                             else ())))
+        earlier = (before.labels, before.runs, before.jobs[-1] if before.jobs else None) if before else (0, 0, None)
+        bought = (c.labels_human - reused, reused)
+        if cert.answered_by is not None:  # answered by the finished job: its labels are an earlier run's, none now
+            earlier, bought = (earlier[0] + c.labels_human, earlier[1] + 1, cert.answered_by), (0, 0)
+        out.append(GateRow(c.candidate, c.outcome, *bought, bound, side, c.e_value, c.threshold, c.futility_e_value,
+                           estimate, c.reason or "", cert.gate.opposite, *earlier))
     return out
 
 
 def gate_json(cert, files: dict | None = None) -> dict:
     """``--json``: the outcome per candidate, with the claim, the level and the exit status."""
     g = cert.gate
-    return {"job": cert.job, "job_id": cert.job_id, "claim": g.claim, "delta": g.delta, "exit_code": g.exit_code,
-            "passed": g.passed, "failed": g.failed, "undecided": g.undecided,
+    return {"job": cert.job, "job_id": cert.job_id, "answered_by": cert.answered_by, "claim": g.claim, "delta": g.delta,
+            "exit_code": g.exit_code, "passed": g.passed, "failed": g.failed, "undecided": g.undecided,
             "candidates": [asdict(r) for r in gate_rows(cert)], "note": g.note, **({"files": files} if files else {})}
 
 
@@ -93,7 +95,8 @@ def junit_xml(cert) -> str:
     root = ET.Element("testsuites", name="certsel gate", **counts)
     suite = ET.SubElement(root, "testsuite", name=f"certsel gate: {cert.job}", **counts)
     props = ET.SubElement(suite, "properties")
-    for k, v in (("claim", g.claim), ("delta", f"{g.delta:g}"), ("job_id", cert.job_id or "")):
+    for k, v in (("claim", g.claim), ("delta", f"{g.delta:g}"), ("job_id", cert.job_id or ""),
+                 ("answered_by", cert.answered_by or "")):
         ET.SubElement(props, "property", name=k, value=v)
     for r in rows:
         case = ET.SubElement(suite, "testcase", classname=f"certsel.gate.{cert.job}", name=r.candidate, time="0")
@@ -120,4 +123,7 @@ def gate_markdown(cert) -> str:
         e = "" if r.e_value is None else f"{r.e_value:.3g} / {r.threshold:.3g}"
         lines.append(f"| {r.candidate} | {icon[r.outcome]} | {r.labels} | {r.reused} | {r.bound_words()} | {e} |")
     lines += ["", g.note, ""]
+    if cert.answered_by is not None:
+        lines.insert(2, f"Answered by the finished job {cert.answered_by} (same configuration and data): no label "
+                        "was bought by this run (`certsel gate --fresh` runs it again).\n")
     return "\n".join(lines)

@@ -385,6 +385,8 @@ class Selection(_Doc):
     pilot: Pilot | None = Field(None, description="a fixed sequence started from a judge-only pilot (absent: from "
                                                   "its first config)")
     gate: Gate | None = Field(None, description="a gate: each candidate's outcome (absent: a selection or ranking)")
+    answered_by: str | None = Field(None, description="a rerun answered by this finished job without running: no "
+                                                      "label was bought then (absent: the job ran)")
 
 
 def parse(cert: dict) -> Selection:

@@ -299,3 +299,55 @@ def _candidate_note(result, row: Candidate) -> str:
     bits.append(f"{row.labels_human} human labels")
     return ". ".join(bits) + "."
 
+
+
+def log_finished(uri: str | None, experiment: str, job_id: str, folder, cert) -> tuple[str, bool]:
+    """The run of the finished job ``job_id`` in the tracking store ``uri``: the one there (tagged with its job id),
+    else one logged now from its folder (its certificate ``cert`` as a parent run with a run per candidate, its
+    files as artifacts): a rerun answered by a finished job reaches the store it names. Returns (run id, logged now)."""
+    import pathlib
+
+    from mlflow.entities import Metric, Param, RunTag
+
+    client, uri = client_for(uri)
+    exps = [e.experiment_id for e in client.search_experiments()]
+    if exps:
+        found = client.search_runs(exps, f"tags.`certsel.job_id` = '{job_id}' and tags.`certsel.kind` = 'job' "
+                                         "and attributes.status = 'FINISHED'", max_results=1)
+        if found:
+            return found[0].info.run_id, False
+    exp = experiment_id(client, uri, experiment)
+    now = int(time.time() * 1000)
+    parent = client.create_run(exp, run_name=cert.job, tags={
+        "certsel.version": __version__, "certsel.kind": "job", "certsel.job_id": job_id,
+        "certsel.logged_from": str(folder), "certsel.selected": str(cert.selected),
+        NOTE: f"**Selected: {cert.selected or 'none'}.** {cert.certificate}.\n\nLogged from the finished job {job_id} "
+              f"({folder}) when a rerun was answered by it: no label was bought then."})
+    pid = parent.info.run_id
+    try:
+        spent = cert.labels.spent
+        client.log_batch(pid, params=[Param("job_id", job_id), Param("procedure", cert.procedure.name),
+                                      Param("seed", str(cert.seed))],
+                         metrics=[Metric(f"labels_{k}", float(getattr(spent, k)), now, 0)
+                                  for k in ("human", "judge", "requests")]
+                         + [Metric("n_certified", float(len(cert.certified_set)), now, 0),
+                            Metric("n_candidates", float(len(cert.candidates)), now, 0)])
+        for c in cert.candidates:
+            run = client.create_run(exp, run_name=c.candidate, tags={PARENT_TAG: pid, "certsel.kind": "candidate",
+                                                                    "candidate": c.candidate})
+            final = {"labels_human": c.labels_human, "certified": float(c.certified), "selected": float(c.selected),
+                     "level": c.level}
+            final.update({k: v for k, v in (("final_upper_bound", c.upper_bound), ("threshold", c.threshold),
+                                             ("final_max_log_evalue", c.log_e_value)) if v is not None})
+            client.log_batch(run.info.run_id, tags=[RunTag("status", c.status),
+                                                    RunTag("certified", str(c.certified).lower())],
+                             metrics=[Metric(k, float(v), now, 0) for k, v in final.items()])
+            client.set_terminated(run.info.run_id, "FINISHED")
+        for name in ("selection.json", "report.html", "labels.parquet"):
+            if (pathlib.Path(folder) / name).is_file():
+                client.log_artifact(pid, str(pathlib.Path(folder) / name))
+        client.set_terminated(pid, "FINISHED")
+    except BaseException:
+        client.set_terminated(pid, "FAILED")
+        raise
+    return pid, True
