@@ -168,3 +168,38 @@ def test_reruns_at_the_boundary_pass_and_fail_at_most_delta():
     assert (bought[:, 1:] <= 100).all()
     o_new, _ = run_sequences("risk", 300, 5, 100, 0.1, ledger=False, seed=1)
     assert (o_new == "pass").any(axis=1).sum() > passes
+
+
+def test_a_ranking_claim_is_tested_once_per_configuration(tmp_path):
+    """A ranking keeps no continuable state: its claim (the order of these models' labels) is recorded, a rerun of the
+    same configuration recomputes it, another configuration of it is refused."""
+    from certsel.config import parse_config
+    from certsel.errors import InputError
+
+    _table(tmp_path / "t.parquet", means=(0.1, 0.3, 0.5))
+    raw = {"data": {"path": str(tmp_path / "t.parquet"), "human": "loss"}, "procedure": "pairwise",
+           "policy": {"kind": "seq"},
+           "budget": {"n": 200}, "state": {"store": str(tmp_path / "labels.db")}}
+    cfg = parse_config(raw)
+    run_job(cfg, load_job_data(cfg), LocalRuntime(), collect_labels=False)
+    run_job(cfg, load_job_data(cfg), LocalRuntime(), collect_labels=False)  # the same configuration: recomputed
+    again = parse_config({**raw, "seed": 3})
+    with pytest.raises(InputError, match="the ranking of these models' labels was tested before"):
+        JobPlan(again, load_job_data(again), None)
+
+
+def test_a_claim_tested_by_a_policy_that_chooses_its_items_is_not_tested_again(tmp_path):
+    from certsel.config import parse_config
+    from certsel.errors import InputError
+
+    _table(tmp_path / "t.parquet", means=(0.02, 0.3))
+    raw = {"data": {"path": str(tmp_path / "t.parquet"), "human": "loss"}, "policy": {"kind": "seq"},
+           "procedure": "gate", "alpha": 0.1, "budget": {"n": 200}, "state": {"store": str(tmp_path / "labels.db")}}
+    cfg = parse_config(raw)
+    run_job(cfg, load_job_data(cfg), LocalRuntime(), collect_labels=False)
+    again = parse_config({**raw, "seed": 9})
+    with pytest.raises(InputError, match="by policy 'seq', whose test cannot be continued"):
+        JobPlan(again, load_job_data(again), None)
+    other = parse_config({**raw, "policy": {"kind": "r-eval"}})
+    with pytest.raises(InputError, match="with policy.kind 'seq'; a rerun continues that test"):
+        JobPlan(other, load_job_data(other), None)

@@ -22,11 +22,14 @@ def claim_starts(cfg, data, identities: list, job_dir=None) -> list[ClaimStart |
     runs continued are pinned in the job's folder (a resumed job starts where it started). Bad input
     (:class:`InputError`): a claim tested before with another policy, bet, judge ratio, observation or sampling, or by a
     policy whose test cannot be continued."""
-    if cfg.state.store is None or cfg.proc.ranking or all(i is None for i in identities):
+    if cfg.state.store is None or all(i is None for i in identities):
         return [None] * len(identities)
     from certsel.config.identity import config_fingerprint
 
     fp = config_fingerprint(cfg, data.fingerprint)
+    if cfg.proc.ranking:  # a ranking's test cannot be continued yet: one configuration per ranking claim
+        _check_ranking(cfg, identities, fp)
+        return [None] * len(identities)
     pins = json.loads(pin_file(job_dir).read_text()) if job_dir is not None and pin_file(job_dir).exists() else {}
     ledger = ClaimLedger(cfg.state.store)
     out = []
@@ -48,6 +51,28 @@ def claim_starts(cfg, data, identities: list, job_dir=None) -> list[ClaimStart |
     if job_dir is not None and not pins:
         pin_file(job_dir).write_text(json.dumps({c.key: (c.base.seq if c.continued else 0) for c in out if c}))
     return out
+
+
+def ranking_key(cfg, identities: list) -> str | None:
+    """The claim of a ranking: the order of these models' labels (None: a model without identity)."""
+    if any(i is None for i in identities):
+        return None
+    return claim_key("ranking:" + ",".join(sorted(identities)), float(cfg.pairwise.epsilon or 0.0))
+
+
+def _check_ranking(cfg, identities: list, fp: str) -> None:
+    key = ranking_key(cfg, identities)
+    if key is None:
+        return
+    ledger = ClaimLedger(cfg.state.store)
+    try:
+        runs = ledger.runs(key)
+    finally:
+        ledger.close()
+    if runs and not any(r.fingerprint == fp for r in runs):
+        job = (runs[-1].state.get("jobs") or [None])[-1] or "?"
+        raise InputError(f"the ranking of these models' labels was tested before (job {job}); a ranking's test cannot "
+                         "be continued yet: rerun that job's configuration (it is recomputed), or rank other labels")
 
 
 def continues(kind) -> bool:
@@ -100,13 +125,25 @@ def prime(records: list[CandidateRecord], specs) -> None:
 def record(plan, pool, records: list[CandidateRecord], certified: set, job_dir) -> None:
     """Each claim's test after this job, as a run of the claim in the ledger (a configuration already recorded for it
     adds nothing: it was a recomputation)."""
+    job = None if job_dir is None else pathlib.Path(job_dir).name
+    if plan.procedure.ranking and plan.cfg.state.store is not None:
+        key = ranking_key(plan.cfg, [s.identity for s in plan.specs])
+        if key is not None:
+            from certsel.config.identity import config_fingerprint
+
+            ledger = ClaimLedger(plan.cfg.state.store)
+            try:
+                ledger.record(key, config_fingerprint(plan.cfg, plan.data.fingerprint), job, 0,
+                              sum(r.n_human for r in records), "ranked", {"kind": "ranking", "runs": 1, "jobs": [job]})
+            finally:
+                ledger.close()
+        return
     with_claim = {s.name: s.claim for s in plan.specs if s.claim is not None}
     if not with_claim:
         return
     ran = [r for r in records if r.name in with_claim and r.t > 0]
     states = pool.claim_states([r.name for r in ran]) if ran else {}
     ledger = ClaimLedger(plan.cfg.state.store)
-    job = None if job_dir is None else pathlib.Path(job_dir).name
     try:
         for r in ran:
             claim = with_claim[r.name]
