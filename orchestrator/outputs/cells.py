@@ -74,6 +74,11 @@ def headline(cert, objective: bool = True) -> str:
         known = ", ".join(inside) if inside else "none certified"
         return (f"top-{topk.k}: {known}; {topk.k - len(inside)} place(s) open among "
                 f"{', '.join(open_) or 'none'}")
+    return selected_headline(cert, objective)
+
+
+def selected_headline(cert, objective: bool = True) -> str:
+    """``selected: NAME (OBJECTIVE VALUE)`` (``none`` when nothing was; ``objective=False``: the name alone)."""
     sel = next((c for c in cert.candidates if c.selected), None)
     if sel is None or cert.objective is None or sel.objective is None or not objective:
         return f"selected: {cert.selected or 'none'}"

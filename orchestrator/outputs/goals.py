@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from .cells import (cost_line, e_value_cell, e_value_line, efficiency_cell, headline, judge_cell, objective_head,
-                    oracle_line, rank_text, saved_text, setting_lines, tie_counts)
+                    oracle_line, rank_text, saved_text, selected_headline, setting_lines, tie_counts)
 from .gpu import gpu_line
 from .numbers import _round, bound_text, round_down, share_text
 from certsel.orchestrator.results.outcomes import Outcome, gate_exit_code
@@ -873,6 +873,9 @@ class MultiTaskGoal(Goal):
 
     beside_report = "selection.json beside it; each task's own report is listed above"
     runs_note = "; the tasks' runs are nested under it"
+
+    def headline(self, cert) -> str:
+        return selected_headline(cert)  # a multi-task certificate has no ranking
 
     def table(self, cert):
         head, rows = self.rows(cert)
