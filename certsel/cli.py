@@ -514,12 +514,15 @@ def _show(args) -> int:
             except ValueError as exc:  # not JSON (a file cut short, edited by hand)
                 raise ValueError(f"{where} is not JSON ({exc})") from None
     if found is None:
-        from certsel.orchestrator.outputs.mlflow_store import load_certificate
+        from certsel.orchestrator.outputs.mlflow_store import TrackingProblem, load_certificate
 
         try:
             raw = load_certificate(args.run_id, args.tracking_uri)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{where} is not JSON ({exc})") from None
+        except TrackingProblem as exc:  # neither a job of this home nor a run of the store
+            hint = "" if args.tracking_uri is not None else "; no job of certsel's home either (certsel jobs lists them)"
+            raise TrackingProblem(f"{first_line(exc)}{hint}") from None
     cert = _typed_certificate(raw, where)
     fmt = "json" if args.json else args.format
     if fmt != "table":

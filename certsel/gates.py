@@ -135,7 +135,12 @@ def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh
     cfg = gate_config(job, overrides, only, warn, compressed, base, labels)
     if fresh:
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
-    data = load_job_data(cfg)
+    try:
+        data = load_job_data(cfg)
+    except InputError as exc:  # a candidate --only names is not in the job: say so under its own name
+        if only and str(exc).startswith("candidates: unknown"):
+            raise InputError("--only" + str(exc).removeprefix("candidates")) from None
+        raise
     check_store(cfg.state.store)  # a store CI restored corrupt or locked is bad input, before any answer
     done = None if fresh or output is not None else answer_finished(cfg, data, track)
     if done is not None:  # the same gate finished before: its answer, nothing bought now

@@ -72,7 +72,10 @@ def keys_at(loc: tuple) -> list[str]:
 
 def _format(err: ValidationError, source: str, lines: dict | None = None, sets: dict | None = None) -> str:
     e = err.errors()[0]
-    set_by = next((item for key, item in (sets or {}).items() if tuple(map(str, e["loc"]))[: len(key)] == key), None)
+    loc = tuple(map(str, e["loc"]))
+    # the --set whose key holds the error's place, or lies under it (an unknown key: its first part)
+    set_by = next((item for key, item in (sets or {}).items() if loc[: len(key)] == key or key[: len(loc)] == loc),
+                  None)
     line = _line_of(e["loc"], lines)
     if set_by is not None:  # the value came from the command line, not the file
         source = f"--set {set_by}"
@@ -180,8 +183,16 @@ def parse_config(raw, *, source: str = "config", base_dir: pathlib.Path | None =
     for key in keys:
         p = getattr(getattr(cfg, section), key)
         if key != "cache_dir" and p is not None and not p.is_file():
-            raise ConfigError(f"{source}: {section}.{key}: file not found: {p}")
+            where = next((f"--set {item}" for k, item in (sets or {}).items() if k == (section, key)), source)
+            raise ConfigError(f"{where}: {section}.{key}: file not found: {p}{_near(p)}")
     return cfg
+
+
+def _near(p: pathlib.Path) -> str:
+    """" (did you mean 'NAME'?)" for a file beside ``p`` with a close name."""
+    if not p.parent.is_dir():
+        return f" (no folder {p.parent}; a relative path is read beside the job file)"
+    return did_you_mean(p.name, [f.name for f in p.parent.iterdir() if f.is_file()])
 
 
 def _resolved_data(d, base_dir, where: str):
@@ -192,7 +203,7 @@ def _resolved_data(d, base_dir, where: str):
     for key in ("path", "features"):
         p = getattr(d, key)
         if p is not None and not p.is_file():
-            raise ConfigError(f"{where}: data.{key}: file not found: {p}")
+            raise ConfigError(f"{where}: data.{key}: file not found: {p}{_near(p)}")
     return d
 
 

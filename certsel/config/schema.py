@@ -625,7 +625,8 @@ class RunConfig(Strict):
         if self.policy.uses_judge and self.budget.r < 1:
             raise ValueError(f"policy '{kind}' needs budget.r >= 1 judge-only labels per human label")
         if self.policy.uses_judge and not has["judge"]:
-            raise ValueError(f"policy '{kind}' needs {has['judge_key']} (the judge)")
+            raise ValueError(f"policy '{kind}' needs {has['judge_key']} (the judge); without a judge, policy.kind: "
+                             "r-eval tests on human labels alone")
         if self.policy.needs_features and not has["features"]:
             other = ", or policy.partition 'judge' with " + has["judge_key"] if "partition" in self.policy.policy_kind.takes \
                 else ""

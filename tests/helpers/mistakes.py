@@ -138,6 +138,14 @@ def _plain(*argv):
     return setup
 
 
+def _foreign_store(f: Folder):
+    """certsel gate with --labels naming an SQLite file of another program (an MLflow store, say)."""
+    f.data()
+    with sqlite3.connect(f.path / "other.db") as db:
+        db.execute("create table experiments (id integer, name text)")
+    return ["gate", str(f.job()), "--labels", str(f.path / "other.db"), "--no-tracking"]
+
+
 def _python_source(ref: str):
     def setup(f: Folder):
         cands = [{"id": "a", "objective": 1.0}, {"id": "b", "objective": 2.0}]
@@ -262,6 +270,17 @@ MISTAKES = [
             "cannot import module 'nowhere_labels'"),
     # the command line
     Mistake("key=value without --set", _args("budget.n=100"), "write --set KEY=VALUE"),
+    Mistake("--set with a misspelt key", _args("--set", "budgt.n=100"),
+            "--set budgt.n=100: unknown key 'budgt' (did you mean 'budget'?)"),
+    Mistake("--set with a misspelt data path", _args("--set", "data.path=t.parquett"),
+            "--set data.path=t.parquett: data.path: file not found"),
+    Mistake("a misspelt data path", _job_with(data={"path": "t.parquett"}), "(did you mean 't.parquet'?)"),
+    Mistake("R-AutoEval+ on a table without a judge", _job_with(data={"judge": None}),
+            "without a judge, policy.kind: r-eval"),
+    Mistake("certsel gate --only with a misspelt candidate", _plain("gate", "{dir}/job.yaml", "--only",
+                                                                    "mx_m10_r8_k1", "--no-tracking"),
+            "--only: unknown candidate(s) not in the data: mx_m10_r8_k1"),
+    Mistake("a label store that is another program's database", _foreign_store, "another program's SQLite database"),
     Mistake("--set without a value", _args("--set", "budget.n"), "is not KEY=VALUE"),
     Mistake("--json into a folder that does not exist", _args("--json", "{dir}/out/sel.json"), "--json: folder"),
     Mistake("--json naming a folder", _args("--json", "{dir}"), "is a folder, not a file"),
