@@ -45,33 +45,65 @@ def _run(cfg, job_dir=None):
     return run_job(cfg, load_job_data(cfg), LocalRuntime(), collect_labels=False, job_dir=job_dir)
 
 
-def test_a_rerun_continues_the_claims_test_as_one_test_on_one_sequence(tmp_path):
-    """Run 1 (seed 0, 60 labels) ends undecided; run 2 (seed 1, 150 labels) continues it. Its e-values, futility
-    evidence and bound are those of one R-Eval test with run 1's horizon on run 1's items then the items run 2 adds
-    (seed 1's order without the consumed ones), computed independently."""
-    _table(tmp_path / "t.parquet")
-    first = _run(_cfg(tmp_path, 0, 60)).records[0]
-    assert first.status == "not certified" and first.t == 60 and first.max_log_futility < np.log(10)
-    cfg = _cfg(tmp_path, 1, 150)
-    second = _run(cfg).records[0]
-    assert second.claim is not None and (second.claim.runs, second.claim.before) == (1, 60)
-    losses = load_job_data(cfg).table.human[0]
-    items_1 = label_orders(400, 0, 60, 0)[0]
-    rest = [i for i in label_orders(400, 1, 400, 0)[0] if i not in set(items_1)]
-    items = np.concatenate([items_1, rest[: second.t - 60]])
-    np.testing.assert_array_equal(second.claim.items[: second.t], items)
-    x = losses[items]
-    path = log_evalue_paths(x, alpha=0.1, delta=0.1, rhos=[0.0], betting="up", horizon=60, observation="split",
-                            past_horizon=True)
-    np.testing.assert_allclose(second.path, path, rtol=0, atol=1e-9)
-    fut = log_evalue_paths(1 - x, alpha=0.9, delta=0.1, rhos=[0.0], betting="up", horizon=60, observation="split",
-                            past_horizon=True)
-    assert second.max_log_futility == pytest.approx(max(0.0, fut.max()), abs=1e-9)
-    bound = decision_upper_bound(x, level=0.1, delta=0.1, alpha=0.1, rhos=[0.0], betting="up", horizon=60,
-                                 max_log_evalue=second.max_log_e, observation="split", past_horizon=True)
-    assert second.upper_bound == pytest.approx(float(bound), abs=1e-12)
-    # n_human counts this run's labels only; the test used both runs'
-    assert second.n_human == second.t - 60
+def _judged_table(path, n=1000, seed=4):
+    rng = np.random.default_rng(seed)
+    loss = (rng.random(n) < 0.12).astype(float)  # near the boundary: neither test decides within these budgets
+    judge = np.where(rng.random(n) < 0.15, 1 - loss, loss)
+    pq.write_table(pa.table({"candidate": ["c0"] * n, "item": list(range(n)), "loss": loss.tolist(),
+                             "judge": judge.tolist()}), path)
+
+
+@pytest.mark.parametrize("kind, r, sampling", [("r-eval", 0, "iid"), ("r-autoeval+", 2, "iid"),
+                                               ("r-autoeval+", 2, "without-replacement"), ("r-eval", 0, "without-replacement")])
+def test_reruns_continue_the_claims_test_as_one_test_on_one_sequence(tmp_path, kind, r, sampling):
+    """Three runs of one claim (seed 0 with 60 labels, seed 1 with 100, seed 2 with 140) give the e-values, futility
+    evidence and bound of one test with the first run's horizon on one sequence: the first run's items, then the items
+    not consumed in the first run's order (i.i.d.: one order for human and judge items; without replacement: each
+    stream its own), computed here by that rule and the functional form of the test."""
+    from certsel.policies.autoeval import scheme_rhos
+    from certsel.policies.sampling import IID, WithoutReplacement
+    from certsel.workers.replay import JUDGE_ORDER_STREAM, item_order
+
+    _judged_table(tmp_path / "t.parquet")
+    more = {"data": {"path": str(tmp_path / "t.parquet"), "human": "loss", "judge": "judge" if r else None},
+            "policy": {"kind": kind, "sampling": sampling}, "budget": {"n": 60, "r": max(r, 1), "batch": 20}}
+
+    def cfg(seed, n):
+        return _cfg(tmp_path, seed, n, **{**more, "budget": {**more["budget"], "n": n}})
+
+    ts = [_run(cfg(seed, n)).records[0].t for seed, n in ((0, 60), (1, 100))]
+    last = _run(cfg(2, 140)).records[0]
+    assert ts == [60, 100] and last.t > 100, "every run adds labels to the claim's test"
+    assert last.claim is not None and (last.claim.runs, last.claim.before) == (2, 100)
+    data = load_job_data(cfg(2, 140)).table
+    wor = sampling == "without-replacement"
+    if wor:  # the consumed prefix of each stream's own order, then the rest of it
+        h_items = item_order(1000, 0)[: last.t]
+        j_items = item_order(1000, [0, JUDGE_ORDER_STREAM])[: r * last.t]
+    else:  # per run: its human items, then its judge items, from what the first run's order has left
+        order, h_items, j_items, t = list(item_order(1000, 0)), [], [], 0
+        for n in (60, 100, last.t):
+            m = n - t
+            h_items += order[:m]
+            j_items += order[m: m + r * m]
+            order, t = order[m + r * m:], n
+    h_items, j_items = np.asarray(h_items), np.asarray(j_items, dtype=np.int64)
+    np.testing.assert_array_equal(last.claim.items[: last.t], h_items)
+    x = data.human[0, h_items]
+    jl = None if not r else data.judge[0, h_items]
+    ju = None if not r else data.judge[0, j_items]
+    kw = dict(rhos=scheme_rhos(kind), betting="up", horizon=60, observation="split", past_horizon=True,
+              sampling=WithoutReplacement(1000) if wor else IID())
+    path = log_evalue_paths(x, jl, ju, alpha=0.1, delta=0.1, **kw)
+    np.testing.assert_allclose(last.path, path, rtol=0, atol=1e-9)
+    fut = log_evalue_paths(1 - x, None if jl is None else 1 - jl, None if ju is None else 1 - ju, alpha=0.9,
+                           delta=0.1, **kw)
+    assert last.max_log_futility == pytest.approx(max(0.0, fut.max()), abs=1e-9)
+    kw.pop("past_horizon")
+    bound = decision_upper_bound(x, jl, ju, level=0.1, delta=0.1, alpha=0.1, max_log_evalue=last.max_log_e,
+                                 past_horizon=True, **kw)
+    assert last.upper_bound == pytest.approx(float(bound), abs=1e-12)
+    assert last.n_human == last.t - 100  # this run's labels only; the test used all three runs'
 
 
 def test_the_continued_orders_take_new_items_only(tmp_path):
@@ -80,12 +112,12 @@ def test_the_continued_orders_take_new_items_only(tmp_path):
     cfg = _cfg(tmp_path, 5, 100)
     ledger = ClaimLedger(cfg.state.store)
     (run,) = [r for c in {r[0] for r in ledger._db.execute("select claim from claims")} for r in ledger.runs(c)]
-    human, judge = continued_orders(run, 400, 5, 100, False)
+    human, judge = continued_orders(run, 400, 100, False)
     ledger.close()
     assert human.size == 100 and judge.size == 0 and np.unique(human).size == 100
     np.testing.assert_array_equal(human[:60], run.state["human_items"])
     # without replacement, each stream its own order; a budget already spent adds nothing
-    human, _ = continued_orders(run, 400, 5, 40, True)
+    human, _ = continued_orders(run, 400, 40, True)
     np.testing.assert_array_equal(human, run.state["human_items"])
 
 
@@ -110,30 +142,38 @@ def test_a_decided_claim_stays_decided_and_a_recomputation_adds_no_run(tmp_path,
     assert f"in 1 earlier run of its claim, last job {json.loads((tmp_path / '1.json').read_text())['job_id']}" in lines
     ledger = ClaimLedger(store)
     claims = [r[0] for r in ledger._db.execute("select distinct claim from claims")]
-    assert len(claims) == 2 and all(len(ledger.runs(c)) == 2 for c in claims)
+    assert len(claims) == 2 and all(len(ledger.runs(c)) == 1 for c in claims)  # a run that added nothing: no run
     # the first configuration again, anew: the same numbers, recomputed from where it started, and no run added
     assert cli.main([*base, "--fresh", "--json", str(tmp_path / "3.json")]) == 1
     three = {c["candidate"]: c for c in json.loads((tmp_path / "3.json").read_text())["candidates"]}
     assert all(three[n]["e_value"] == one[n]["e_value"] and three[n]["earlier_runs"] == 0 for n in three)
-    assert all(len(ledger.runs(c)) == 2 for c in claims)
+    assert all(len(ledger.runs(c)) == 1 for c in claims)
     ledger.close()
 
 
-def test_a_resumed_job_continues_from_the_runs_it_started_from(tmp_path):
-    """The plan pins the runs it continues in the job's folder: after another job extended the claim, the same job
-    folder plans the same start (a resumed job replays its own label log on it)."""
+def test_a_job_holds_its_claims_until_it_ends(tmp_path):
+    """A job plans (and pins) the runs it continues and holds its claims: another configuration is refused while it
+    holds them, the job planned again (resumed) starts where it started, and a job whose folder is gone lets go, the
+    items it had planned staying consumed."""
+    from certsel.errors import InputError
+
     _table(tmp_path / "t.parquet")
     _run(_cfg(tmp_path, 0, 60))
     job_dir = tmp_path / "jobs" / "resumed"
     job_dir.mkdir(parents=True)
     cfg = _cfg(tmp_path, 1, 100)
     before = JobPlan(cfg, load_job_data(cfg), str(job_dir)).specs[0].claim
-    _run(_cfg(tmp_path, 2, 120))  # another configuration continues the claim meanwhile
+    other = _cfg(tmp_path, 2, 120)
+    with pytest.raises(InputError, match="is under test by the unfinished job resumed"):
+        JobPlan(other, load_job_data(other), None)
     again = JobPlan(cfg, load_job_data(cfg), str(job_dir)).specs[0].claim
     assert before.base.seq == again.base.seq == 1
     np.testing.assert_array_equal(before.human_items, again.human_items)
-    fresh = JobPlan(cfg, load_job_data(cfg), None).specs[0].claim
-    assert fresh.base.seq == 2  # a new job continues the latest run
+    for f in job_dir.iterdir():
+        f.unlink()
+    job_dir.rmdir()  # the holder is gone: its hold is dropped, its planned items stay consumed
+    fresh = JobPlan(other, load_job_data(other), None).specs[0].claim
+    assert fresh.base.seq == 1 and not set(fresh.human_items[60:]) & set(before.human_items[60:])
 
 
 @pytest.mark.integration
@@ -148,6 +188,10 @@ def test_a_rerun_with_another_test_is_refused_as_bad_input(tmp_path, ray_session
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert "c0: its claim (R <= 0.1 on these labels) was tested before" in err and "policy.betting" in err
+    # a looser level than the first run's would be a level chosen after seeing the evidence
+    assert cli.main(["gate", str(job), "--no-tracking", "--labels", str(tmp_path / "labels.db"), "--set",
+                     "delta=0.2"]) == 2
+    assert "at delta 0.1; a rerun states it at that level or a stricter one" in capsys.readouterr().err
     # another alpha is another claim: a test of its own
     assert cli.main(["gate", str(job), "--no-tracking", "--labels", str(tmp_path / "labels.db"), "--set",
                      "alpha=0.2"]) in (0, 1, 3)

@@ -17,7 +17,6 @@ so a resumed job continues from the state it began with.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import pathlib
@@ -25,7 +24,7 @@ import sqlite3
 import time
 import numpy as np
 
-from .contracts import ClaimRun, ClaimStart
+from .contracts import ClaimRun
 from .label_store import CLAIMS_DDL, LOCK_TIMEOUT, TABLES
 from .labellog import pack, unpack
 from .replay import JUDGE_ORDER_STREAM, item_order
@@ -40,8 +39,23 @@ def claim_key(identity: str, alpha: float) -> str:
     return hashlib.sha256(canon.encode()).hexdigest()[:32]
 
 
+RUNNING = "running"  # the outcome of a run whose job has not ended: it holds the claim (a lease)
+DROPPED = "dropped"  # a run whose job is gone unfinished: its planned items stay consumed, its evidence is lost
+
+
+class ClaimBusy(Exception):
+    """The claim is under test by another job that has not ended (``job``): continuing from the state before it would
+    start a second test beside it."""
+
+    def __init__(self, job: str | None):
+        super().__init__(job)
+        self.job = job
+
+
 class ClaimLedger:
-    """The claims table of a label store's file."""
+    """The claims table of a label store's file. A job holds each claim it tests by a row of outcome ``running``
+    (:meth:`begin`), which it completes when it ends (:meth:`finish`); one claim's runs form a chain, each continuing
+    the one before."""
 
     def __init__(self, path):
         self.path = pathlib.Path(path)
@@ -53,52 +67,96 @@ class ClaimLedger:
                                 (claim,)).fetchall()
         return [ClaimRun(*row[:-1], state=unpack(row[-1])) for row in rows]
 
-    def base(self, claim: str, fingerprint: str, pinned: int | None = None) -> ClaimRun | None:
-        """The run a job of configuration ``fingerprint`` continues: the pinned one (a resumed job), the one the same
-        configuration continued before (an exact recomputation), else the claim's latest (None: a first test)."""
+    def plan(self, claim: str, fingerprint: str, job: str | None, pinned: int | None = None,
+             stale=lambda job: False) -> tuple[ClaimRun | None, bool]:
+        """(the run a job continues, whether it recomputes one already recorded). A resumed job continues its pinned run;
+        a configuration recorded before recomputes from where it started; otherwise the claim's newest run. Raises
+        :class:`ClaimBusy` when another job holds the claim (``stale(job)``: that job is gone, its hold is dropped and
+        the items it had planned stay consumed)."""
         runs = {r.seq: r for r in self.runs(claim)}
         if pinned is not None:
-            return runs.get(pinned)
-        same = [r for r in runs.values() if r.fingerprint == fingerprint]
+            return runs.get(pinned), False
+        held = [r for r in runs.values() if r.outcome == RUNNING and r.job != job and not stale(r.job)]
+        if held:
+            raise ClaimBusy(held[-1].job)
+        done = [r for r in runs.values() if r.outcome not in (RUNNING, DROPPED)]
+        same = [r for r in done if r.fingerprint == fingerprint]
         if same:
-            return runs.get(same[0].base)
-        return runs[max(runs)] if runs else None
+            return runs.get(same[0].base), True
+        return (done[-1] if done else None), False
 
-    def record(self, claim: str, fingerprint: str, job: str | None, base: int, t: int, outcome: str,
-               state: dict) -> ClaimRun | None:
-        """Add the run of a job that continued ``base`` (one transaction); a configuration already recorded for the
-        claim (a recomputation) adds nothing. Returns the run added."""
+    def begin(self, claim: str, fingerprint: str, job: str, base: int, state: dict) -> None:
+        """Hold the claim for ``job`` continuing run ``base`` (0: its first test); a job that holds it already (resumed)
+        keeps its row. Raises :class:`ClaimBusy` when a run newer than ``base`` was recorded meanwhile."""
         with self._db:
             self._db.execute("begin immediate")
-            if self._db.execute("select 1 from claims where claim = ? and fingerprint = ?",
-                                (claim, fingerprint)).fetchone():
-                return None
+            if self._db.execute("select 1 from claims where claim = ? and job = ? and outcome = ?",
+                                (claim, job, RUNNING)).fetchone():
+                return
+            newest = self._db.execute("select seq, job from claims where claim = ? and outcome not in (?, ?) order by "
+                                      "seq desc limit 1", (claim, RUNNING, DROPPED)).fetchone()
+            if (newest[0] if newest else 0) != base:
+                raise ClaimBusy(newest[1])
             seq = self._db.execute("select coalesce(max(seq), 0) + 1 from claims where claim = ?", (claim,)).fetchone()[0]
-            run = ClaimRun(claim, seq, fingerprint, job, base, int(t), outcome, time.time(), state)
             self._db.execute(f"insert into claims values ({', '.join('?' * len(CLAIMS_COLUMNS))})",
-                             (claim, seq, fingerprint, job, base, int(t), outcome, run.created, pack(state)))
-        return run
+                             (claim, seq, fingerprint, job, base, 0, RUNNING, time.time(), pack(state)))
+
+    def finish(self, claim: str, fingerprint: str, job: str | None, base: int, t: int, outcome: str,
+               state: dict | None) -> ClaimRun | None:
+        """Complete this job's run of the claim (``state`` None: it added no label, and holds the claim no more). A job
+        without a held row (no job folder) adds its run if ``base`` is still the newest. Returns the run recorded."""
+        with self._db:
+            self._db.execute("begin immediate")
+            held = self._db.execute("select seq from claims where claim = ? and job is ? and outcome = ?",
+                                    (claim, job, RUNNING)).fetchone()
+            if state is None:
+                if held:
+                    self._db.execute("delete from claims where claim = ? and seq = ?", (claim, held[0]))
+                return None
+            if held:
+                seq = held[0]
+                self._db.execute("update claims set t = ?, outcome = ?, created = ?, state = ? where claim = ? and "
+                                 "seq = ?", (int(t), outcome, time.time(), pack(state), claim, seq))
+            else:
+                newest = self._db.execute("select coalesce(max(seq), 0) from claims where claim = ? and outcome not in "
+                                          "(?, ?)", (claim, RUNNING, DROPPED)).fetchone()[0]
+                if newest != base:  # another run was recorded meanwhile: this one would fork the test
+                    raise ClaimBusy(None)
+                seq = self._db.execute("select coalesce(max(seq), 0) + 1 from claims where claim = ?",
+                                       (claim,)).fetchone()[0]
+                self._db.execute(f"insert into claims values ({', '.join('?' * len(CLAIMS_COLUMNS))})",
+                                 (claim, seq, fingerprint, job, base, int(t), outcome, time.time(), pack(state)))
+        return ClaimRun(claim, seq, fingerprint, job, base, int(t), outcome, time.time(), state)
+
+    def drop(self, claim: str, seq: int, outcome: str) -> None:
+        """Mark a run that will never end (its job is gone): its items stay consumed, its hold ends."""
+        with self._db:
+            self._db.execute("update claims set outcome = ? where claim = ? and seq = ?", (outcome, claim, seq))
 
     def close(self) -> None:
         self._db.close()
 
 
-def continued_orders(base: ClaimRun, n_items: int, seed, n: int, without_replacement: bool):
+def continued_orders(base: ClaimRun, n_items: int, n: int, without_replacement: bool, planned=()):
     """A continued claim's item orders for a job with human-label budget ``n`` (the claim's total): the consumed items
-    in their order, then the items not consumed in the job's own seeded order (i.i.d.: no item twice, human or judge;
-    without replacement: each stream its own order over the table, as :func:`~certsel.workers.replay.label_orders`).
-    The judge ratio is the recorded test's. The new items depend on which items were consumed, never on their labels,
-    so each is a fresh draw given the past."""
+    in their order, then the items not consumed in the order of the claim's first run (its seed: a rerun's seed cannot
+    choose which items come next; i.i.d.: no item twice, human or judge; without replacement: each stream its own order
+    over the table, as :func:`~certsel.workers.replay.label_orders`). ``planned``: (human, judge) items of runs that
+    were dropped unfinished, consumed too. The judge ratio is the recorded test's. The new items depend on which items
+    were consumed, never on their labels, so each is a fresh draw given the past."""
+    seed = base.state["seed"]
     used_h = np.asarray(base.state["human_items"], dtype=np.int64)
     used_j = np.asarray(base.state["judge_items"], dtype=np.int64)
+    gone_h = np.concatenate([used_h, *[np.asarray(h, dtype=np.int64) for h, _ in planned]])
+    gone_j = np.concatenate([used_j, *[np.asarray(j, dtype=np.int64) for _, j in planned]])
     r = int(base.state["candidate"]["test"]["config"]["r"]) if _uses_judge(base) else 0
     t = used_h.size
     if without_replacement:
-        fresh_h = _without(item_order(n_items, seed), used_h)
-        fresh_j = _without(item_order(n_items, [int(seed), JUDGE_ORDER_STREAM]), used_j)
+        fresh_h = _without(item_order(n_items, seed), gone_h)
+        fresh_j = _without(item_order(n_items, [int(seed), JUDGE_ORDER_STREAM]), gone_j)
         m = max(0, min(n - t, fresh_h.size, fresh_j.size // r if r else fresh_h.size))
         return np.concatenate([used_h, fresh_h[:m]]), np.concatenate([used_j, fresh_j[: r * m]])
-    fresh = _without(item_order(n_items, seed), np.concatenate([used_h, used_j]))
+    fresh = _without(item_order(n_items, seed), np.concatenate([gone_h, gone_j]))
     m = max(0, min(n - t, fresh.size // (1 + r)))
     return np.concatenate([used_h, fresh[:m]]), np.concatenate([used_j, fresh[m: m + r * m]])
 
@@ -116,8 +174,3 @@ def pin_file(job_dir) -> pathlib.Path:
     return pathlib.Path(job_dir) / "claims.json"
 
 
-def with_judge_items(start: ClaimStart, arrays):
-    """The job's shared arrays with this candidate's own item order (a continued claim), else as they are."""
-    if not start.continued:
-        return arrays
-    return dataclasses.replace(arrays, human_items=start.human_items, judge_items=start.judge_items)

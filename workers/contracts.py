@@ -173,6 +173,7 @@ class ClaimStart:
     base: ClaimRun | None = None
     human_items: np.ndarray | None = None
     judge_items: np.ndarray | None = None
+    recompute: bool = False  # a configuration recorded before: recomputed from where it started, not recorded again
 
     @property
     def continued(self) -> bool:

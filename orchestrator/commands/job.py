@@ -23,7 +23,6 @@ from certsel.workers.label_store import check_store
 
 from certsel.orchestrator.engine.claims import claim_starts
 from certsel.orchestrator.engine.driver import run_job
-from certsel.orchestrator.engine.plan import store_identity
 from certsel.orchestrator.engine.pilot import start_from_pilot
 from certsel.orchestrator.engine.runtime import RayRuntime
 from certsel.orchestrator.engine.servers import FleetSchedule
@@ -92,7 +91,9 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
     source_of(cfg).precheck(cfg)  # external servers answer before any folder, Ray or run exists
     if cfg.state.store is not None:  # the store is one, and every claim tested before can be continued as set
         check_store(cfg.state.store)
-        claim_starts(cfg, data, [store_identity(cfg, data, k) for k in range(len(data.names))])
+        if any(c is None for c in claim_starts(cfg, data)) and not cfg.proc.ranking:
+            (o.warn or log.warning)(f"the {source_of(cfg).name} source has no label identity: its labels are not kept "
+                                    "in the store, and each run is a test of its own (docs/gate.md, 'Reruns')")
     job = _open_job(cfg, data, o)
     tracker = run_id = None
     with contextlib.ExitStack() as resources:  # released in reverse order, whatever happens

@@ -1,28 +1,51 @@
-"""The driver's side of one claim, one test (workers/claims.py): a continued claim's record starts where its test
-stands, and every claim's test is written to the store's ledger when the job ends."""
+"""The driver's side of one claim, one test (workers/claims.py): where each candidate's claim stands when a job starts
+(a continued claim's record starts where its test stands), the job's hold on its claims while it runs, and each claim's
+test written to the store's ledger when the job ends."""
 
 from __future__ import annotations
 
 import json
+import logging
 import pathlib
 
 import numpy as np
 
 from certsel.errors import InputError
 from certsel.policies.kinds import Family, Labels
-from certsel.workers.claims import ClaimLedger, ClaimRun, ClaimStart, claim_key, continued_orders, pin_file
+from certsel.workers.claims import DROPPED, RUNNING, ClaimBusy, ClaimLedger, claim_key, continued_orders, pin_file
+from certsel.workers.contracts import ClaimRun, ClaimStart
+from certsel.workers.label_store import identity_key
+from certsel.workers.replay import label_orders
 
+from certsel.orchestrator.inputs.sources import source_of
 from certsel.orchestrator.results.outcomes import Outcome
 from certsel.orchestrator.results.records import CandidateRecord, ContinuedClaim, Status
 
+log = logging.getLogger(__name__)
 
-def claim_starts(cfg, data, identities: list, job_dir=None) -> list[ClaimStart | None]:
-    """Each candidate's claim in the store's ledger (None: no identity, or the store is off; rankings have none yet).
-    A claim tested before is continued: its recorded test on its consumed items, then new ones in this job's order. The
-    runs continued are pinned in the job's folder (a resumed job starts where it started). Bad input
-    (:class:`InputError`): a claim tested before with another policy, bet, judge ratio, observation or sampling, or by a
-    policy whose test cannot be continued."""
-    if cfg.state.store is None or all(i is None for i in identities):
+
+def claim_identities(cfg, data) -> list[str | None]:
+    """Each candidate's claim identity (None: the store is off, or its source has no identity): what decides its human
+    losses, without the judge's (any judge keeps a test valid, so another judge column is the same claim)."""
+    if cfg.state.store is None:
+        return [None] * len(data.names)
+    kind = source_of(cfg)
+    out = []
+    for k in range(len(data.names)):
+        identity = kind.claim_identity(cfg, data, k)
+        out.append(None if identity is None else identity_key({**identity, "unit": data.unit}))
+    return out
+
+
+def claim_starts(cfg, data, job_dir=None) -> list[ClaimStart | None]:
+    """Each candidate's claim in the store's ledger (None: no identity, or the store is off). A claim tested before is
+    continued: its recorded test on its consumed items, then new ones in its first run's order. With ``job_dir`` (a
+    job that runs) the runs continued are pinned in the job's folder (a resumed job starts where it started) and the
+    job holds its claims until it ends. Bad input (:class:`InputError`): a claim held by another unfinished job, or
+    tested before with another policy, bet, judge ratio, observation or sampling, at a looser level, or by a policy
+    whose test cannot be continued."""
+    identities = claim_identities(cfg, data)
+    if all(i is None for i in identities):
         return [None] * len(identities)
     from certsel.config.identity import config_fingerprint
 
@@ -31,26 +54,62 @@ def claim_starts(cfg, data, identities: list, job_dir=None) -> list[ClaimStart |
         _check_ranking(cfg, identities, fp)
         return [None] * len(identities)
     pins = json.loads(pin_file(job_dir).read_text()) if job_dir is not None and pin_file(job_dir).exists() else {}
+    job = None if job_dir is None else pathlib.Path(job_dir).name
     ledger = ClaimLedger(cfg.state.store)
     out = []
     try:
         for k, identity in enumerate(identities):
-            if identity is None:
-                out.append(None)
-                continue
-            key = claim_key(identity, cfg.alpha / data.unit)
-            base = ledger.base(key, fp, None if pins.get(key) is None else int(pins[key]))
-            if base is None:
-                out.append(ClaimStart(key, fp))
-                continue
-            _check_same_test(cfg, base, data.names[k])
-            human, judge = continued_orders(base, data.n_items, cfg.seed, cfg.budget.n, cfg.policy.without_replacement)
-            out.append(ClaimStart(key, fp, base, human, judge))
+            out.append(None if identity is None else
+                       _start(cfg, data, ledger, claim_key(identity, cfg.alpha / data.unit), data.names[k], fp, job,
+                              pins))
+        if job_dir is not None:
+            for c in out:
+                if c is not None and not c.recompute:
+                    _hold(cfg, data, ledger, c, job)
     finally:
         ledger.close()
     if job_dir is not None and not pins:
         pin_file(job_dir).write_text(json.dumps({c.key: (c.base.seq if c.continued else 0) for c in out if c}))
     return out
+
+
+def _start(cfg, data, ledger: ClaimLedger, key: str, name: str, fp: str, job: str | None, pins: dict) -> ClaimStart:
+    def gone(holder):  # a job whose folder is gone will never end: its hold is dropped
+        return holder is None or not (pathlib.Path(cfg.state.dir) / holder).exists()
+
+    lost = [r for r in ledger.runs(key) if r.outcome == DROPPED or (r.outcome == RUNNING and r.job != job
+                                                                     and gone(r.job))]
+    if job is not None:  # a job that runs marks them, a check before it only reads
+        for run in lost:
+            ledger.drop(key, run.seq, DROPPED)
+    try:
+        base, recompute = ledger.plan(key, fp, job, None if pins.get(key) is None else int(pins[key]), stale=gone)
+    except ClaimBusy as busy:
+        raise InputError(f"{name}: its claim (R <= {cfg.alpha:g} on these labels) is under test by the unfinished job "
+                         f"{busy.job}: let it end or resume it (certsel run --resume {busy.job}); a run beside it "
+                         "would be a second test") from None
+    if base is None:
+        return ClaimStart(key, fp, recompute=recompute)
+    _check_same_test(cfg, base, name)
+    dropped = [(r.state.get("human_items", ()), r.state.get("judge_items", ())) for r in lost if r.base == base.seq]
+    human, judge = continued_orders(base, data.n_items, cfg.budget.n, cfg.policy.without_replacement, dropped)
+    return ClaimStart(key, fp, base, human, judge, recompute=recompute)
+
+
+def _hold(cfg, data, ledger: ClaimLedger, c: ClaimStart, job: str) -> None:
+    """The job holds the claim while it runs; the hold names the items it plans (consumed if it never ends)."""
+    if c.continued:
+        human, judge = c.human_items, c.judge_items
+    elif continues(cfg.policy.policy_kind):
+        r = cfg.budget.r if cfg.policy.uses_judge else 0
+        human, judge = label_orders(data.n_items, cfg.seed, cfg.budget.n, r, cfg.policy.without_replacement)
+    else:
+        human = judge = np.zeros(0, dtype=np.int64)
+    try:
+        ledger.begin(c.key, c.fingerprint, job, c.base.seq if c.continued else 0,
+                     {"jobs": [job], "human_items": np.asarray(human), "judge_items": np.asarray(judge)})
+    except ClaimBusy as busy:
+        raise InputError(f"its claim {c.key[:12]} was continued by job {busy.job or '?'} meanwhile: run again") from None
 
 
 def ranking_key(cfg, identities: list) -> str | None:
@@ -81,7 +140,8 @@ def continues(kind) -> bool:
 
 
 def _check_same_test(cfg, base: ClaimRun, name: str) -> None:
-    """A rerun continues the claim's recorded test: the settings that make the test must be the recorded ones."""
+    """A rerun continues the claim's recorded test: the settings that make the test must be the recorded ones, and its
+    level may not be looser than the first run's (a level chosen after seeing the evidence is no level)."""
     pol = cfg.policy
     where = f"{name}: its claim (R <= {cfg.alpha:g} on these labels) was tested before (job " \
             f"{(base.state.get('jobs') or [None])[-1] or '?'}, {base.t} labels)"
@@ -91,6 +151,9 @@ def _check_same_test(cfg, base: ClaimRun, name: str) -> None:
     if not continues(pol.policy_kind):
         raise InputError(f"{where} by policy {pol.kind!r}, whose test cannot be continued; rerun that job's "
                          "configuration (it is recomputed), or test another claim")
+    if cfg.delta > base.state["delta"]:
+        raise InputError(f"{where} at delta {base.state['delta']:g}; a rerun states it at that level or a stricter "
+                         f"one, not at delta {cfg.delta:g}")
     test = base.state["candidate"]["test"]["config"]
     now = {"policy.betting": pol.strategy.spec(), "budget.r": max(cfg.budget.r, 1) if pol.uses_judge else 1,
            "policy.observation": pol.observation,
@@ -123,36 +186,51 @@ def prime(records: list[CandidateRecord], specs) -> None:
 
 
 def record(plan, pool, records: list[CandidateRecord], certified: set, job_dir) -> None:
-    """Each claim's test after this job, as a run of the claim in the ledger (a configuration already recorded for it
-    adds nothing: it was a recomputation)."""
+    """Each claim's test after this job, as a run of the claim in the ledger; a job that added no label to a claim
+    lets go of it, and a recomputation of a recorded configuration adds nothing."""
+    cfg = plan.cfg
     job = None if job_dir is None else pathlib.Path(job_dir).name
-    if plan.procedure.ranking and plan.cfg.state.store is not None:
-        key = ranking_key(plan.cfg, [s.identity for s in plan.specs])
-        if key is not None:
-            from certsel.config.identity import config_fingerprint
-
-            ledger = ClaimLedger(plan.cfg.state.store)
-            try:
-                ledger.record(key, config_fingerprint(plan.cfg, plan.data.fingerprint), job, 0,
-                              sum(r.n_human for r in records), "ranked", {"kind": "ranking", "runs": 1, "jobs": [job]})
-            finally:
-                ledger.close()
+    if plan.procedure.ranking and cfg.state.store is not None:
+        _record_ranking(plan, records, job)
         return
-    with_claim = {s.name: s.claim for s in plan.specs if s.claim is not None}
+    with_claim = {s.name: s.claim for s in plan.specs if s.claim is not None and not s.claim.recompute}
     if not with_claim:
         return
-    ran = [r for r in records if r.name in with_claim and r.t > 0]
+    ran = [r for r in records if r.name in with_claim and r.t > (with_claim[r.name].base.t
+                                                                  if with_claim[r.name].continued else 0)]
     states = pool.claim_states([r.name for r in ran]) if ran else {}
+    ledger = ClaimLedger(cfg.state.store)
+    try:
+        for name, claim in with_claim.items():
+            r = next(x for x in records if x.name == name)
+            base = claim.base.seq if claim.continued else 0
+            if r not in ran or (continues(cfg.policy.policy_kind) and name not in states):
+                ledger.finish(claim.key, claim.fingerprint, job, base, r.t, "", None)  # nothing added: let go
+                continue
+            before = claim.base.state if claim.continued else {"seed": cfg.seed, "delta": cfg.delta}
+            state = {**states.get(name, {}), "path": np.asarray(r.path, dtype=np.float64), "kind": cfg.policy.kind,
+                     "runs": int(before.get("runs", 0)) + 1, "jobs": [*before.get("jobs", []), job],
+                     "seed": before["seed"], "delta": before["delta"]}
+            try:
+                ledger.finish(claim.key, claim.fingerprint, job, base, r.t, str(Outcome.of(r.status, name in certified)),
+                              state)
+            except ClaimBusy:  # a job without a folder, beside another run of the claim: not recorded
+                log.warning("%s: its claim was continued by another run meanwhile; this run is not recorded", name)
+    finally:
+        ledger.close()
+
+
+def _record_ranking(plan, records, job) -> None:
+    from certsel.config.identity import config_fingerprint
+
+    key = ranking_key(plan.cfg, claim_identities(plan.cfg, plan.data))
+    if key is None:
+        return
     ledger = ClaimLedger(plan.cfg.state.store)
     try:
-        for r in ran:
-            claim = with_claim[r.name]
-            if continues(plan.cfg.policy.policy_kind) and r.name not in states:
-                continue  # no test state to continue from (its source failed before any label)
-            before = claim.base.state if claim.continued else {}
-            state = {**states.get(r.name, {}), "path": np.asarray(r.path, dtype=np.float64), "kind": plan.cfg.policy.kind,
-                     "runs": int(before.get("runs", 0)) + 1, "jobs": [*before.get("jobs", []), job]}
-            ledger.record(claim.key, claim.fingerprint, job, claim.base.seq if claim.continued else 0, r.t,
-                          str(Outcome.of(r.status, r.name in certified)), state)
+        if not any(r.fingerprint == config_fingerprint(plan.cfg, plan.data.fingerprint) for r in ledger.runs(key)):
+            ledger.finish(key, config_fingerprint(plan.cfg, plan.data.fingerprint), job,
+                          max([r.seq for r in ledger.runs(key)], default=0), sum(r.n_human for r in records), "ranked",
+                          {"kind": "ranking", "runs": 1, "jobs": [job]})
     finally:
         ledger.close()

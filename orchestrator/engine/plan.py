@@ -87,7 +87,7 @@ class JobPlan:
         if cfg.state.store is not None:  # the file made once here, before the hosts open it together
             LabelStore(cfg.state.store).close()
         stored = [self._stored(k) for k in range(K)]
-        claims = claim_starts(cfg, self.data, [s[1] for s in stored], self.job_dir)
+        claims = claim_starts(cfg, self.data, self.job_dir)
         self.specs = [CandidateSpec(nm, self._source(k, with_judge), kind, settings[k], self.job_dir, every,
                                     *stored[k], claims[k]) for k, nm in enumerate(names)]
 

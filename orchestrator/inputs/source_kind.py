@@ -131,6 +131,12 @@ class SourceKind:
         default: the kind cannot say (its labels are never reused)."""
         return None
 
+    def claim_identity(self, cfg: RunConfig, data: JobData, k: int) -> dict | None:
+        """What decides candidate ``k``'s human losses, for its claim in the store's ledger
+        (:mod:`certsel.workers.claims`): the label identity less what only decides judge labels (a test stays valid
+        with any judge, so another judge is the same claim). Default: the label identity."""
+        return self.label_identity(cfg, data, k)
+
 
 BUILT_IN = ("replay", "live", "python", "tasks")  # the job file's data, live, source and tasks sections
 

@@ -61,6 +61,12 @@ class ReplayKind(SourceKind):
         return {"source": "table", "values": rows_digest(t.items, t.human[k], None if t.judge is None else t.judge[k]),
                 "recovery": None if cfg.recovery is None else cfg.recovery.at_least}
 
+    def claim_identity(self, cfg, data, k):
+        # the human losses alone: a judge column decides only judge labels, and a test stays valid with any judge
+        t = data.table
+        return {"source": "table", "values": rows_digest(t.items, t.human[k]),
+                "recovery": None if cfg.recovery is None else cfg.recovery.at_least}
+
 
 def rows_digest(items, *rows) -> str:
     """sha256 of item ids (as strings) and loss rows (float64; None: absent): what a replay candidate's labels are."""
