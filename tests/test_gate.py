@@ -128,7 +128,7 @@ def test_the_command_exits_0_1_3_and_2_and_writes_what_ci_reads(tmp_path, ray_se
     assert md.startswith("### gate: 1 pass, 1 fail, 1 undecided (exit 1)") and "| bad | ❌ fail |" in md
     # bad input: nothing runs, exit 2 with one line naming the problem
     assert cli.main([*base, "--only", "nobody"]) == 2
-    assert "candidates: unknown candidate(s)" in capsys.readouterr().err
+    assert "--only: unknown candidate(s)" in capsys.readouterr().err
     assert cli.main([*base, "--junit", str(tmp_path / "missing" / "x.xml")]) == 2
 
 
