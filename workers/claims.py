@@ -1,18 +1,19 @@
 """One claim, one test: the label store's ledger of claims, so that a certificate stays true however often it is rerun.
 
-A **claim** is what a testing candidate certifies: R <= alpha for the losses its identity serves
-(:mod:`~certsel.workers.label_store`; a recovery claim's transform is in its identity). Its key is a digest of the
-identity and alpha, not of the seed, budget, level, procedure or front end that test it. The ledger keeps each claim's
-**test**: the candidate's test state (its e-process and futility test, the labels it consumed, in order) after each run
-that tested it. A later run of the same claim continues that test: its policy is the recorded one (kind, bet, horizon,
-judge ratio), it starts from the recorded state, and it labels new items only (the consumed ones removed from its own
-seeded order), so the e-process of every run of the claim is one test supermartingale on one sequence of fresh draws.
-Ville's inequality bounds the chance that it *ever* reaches 1/delta under the null, however many runs looked at it and
-whatever made them run again (docs/statistics.md, "Reruns").
+A **claim** is what a testing candidate certifies: R <= alpha for its human losses (the claim identity,
+:meth:`~certsel.orchestrator.inputs.source_kind.SourceKind.claim_identity`; a recovery claim's transform is in it).
+Its key is a digest of that identity and alpha, not of the seed, budget, procedure or front end that test it. The
+ledger keeps each claim's **test**: the candidate's test state (its e-process and futility test, the labels it
+consumed, in order) after each run, with the first run's seed and delta. A later run of the same claim continues that
+test: its policy is the recorded one (kind, bet, horizon, judge ratio), it starts from the recorded state, and it labels
+new items only, in the first run's order, so the e-process of every run of the claim is one test supermartingale on one
+sequence of fresh draws. Ville's inequality bounds the chance that it *ever* reaches 1/delta under the null, however
+many runs looked at it and whatever made them run again (docs/statistics.md, "Reruns").
 
-A rerun of the same configuration (the same job identity, e.g. ``--fresh``) starts from the state the original started
-from, so it recomputes that job exactly and adds no run to the claim. A job's starting points are pinned in its folder,
-so a resumed job continues from the state it began with.
+A job holds its claims while it runs (a row of outcome ``running``) and records its run by compare-and-set, so the runs
+of a claim form one chain. A rerun of the same configuration (e.g. ``--fresh``) starts from the state the original
+started from, so it recomputes that job exactly and adds no run; a job's starting points are pinned in its folder, so a
+resumed job continues from the state it began with.
 """
 
 from __future__ import annotations

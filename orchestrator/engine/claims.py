@@ -199,10 +199,11 @@ def record(plan, pool, records: list[CandidateRecord], certified: set, job_dir) 
     ran = [r for r in records if r.name in with_claim and r.t > (with_claim[r.name].base.t
                                                                   if with_claim[r.name].continued else 0)]
     states = pool.claim_states([r.name for r in ran]) if ran else {}
+    by_name = {r.name: r for r in records}
     ledger = ClaimLedger(cfg.state.store)
     try:
         for name, claim in with_claim.items():
-            r = next(x for x in records if x.name == name)
+            r = by_name[name]
             base = claim.base.seq if claim.continued else 0
             if r not in ran or (continues(cfg.policy.policy_kind) and name not in states):
                 ledger.finish(claim.key, claim.fingerprint, job, base, r.t, "", None)  # nothing added: let go
@@ -226,11 +227,12 @@ def _record_ranking(plan, records, job) -> None:
     key = ranking_key(plan.cfg, claim_identities(plan.cfg, plan.data))
     if key is None:
         return
+    fp = config_fingerprint(plan.cfg, plan.data.fingerprint)
     ledger = ClaimLedger(plan.cfg.state.store)
     try:
-        if not any(r.fingerprint == config_fingerprint(plan.cfg, plan.data.fingerprint) for r in ledger.runs(key)):
-            ledger.finish(key, config_fingerprint(plan.cfg, plan.data.fingerprint), job,
-                          max([r.seq for r in ledger.runs(key)], default=0), sum(r.n_human for r in records), "ranked",
-                          {"kind": "ranking", "runs": 1, "jobs": [job]})
+        runs = ledger.runs(key)
+        if not any(r.fingerprint == fp for r in runs):
+            ledger.finish(key, fp, job, max([r.seq for r in runs], default=0), sum(r.n_human for r in records),
+                          "ranked", {"kind": "ranking", "runs": 1, "jobs": [job]})
     finally:
         ledger.close()
