@@ -6,7 +6,7 @@ Type-I error: fraction of runs that ever certify R <= alpha when R is slightly a
 reports: a strategy whose bets depend on the target, ONS, reports the intervals of its
 ``interval_strategy()``) ever excludes the true risk. Each with a one-sided 99%
 Clopper-Pearson upper bound, to compare with delta. Every registered betting strategy
-(``certsel.policies.STRATEGIES``; ``up`` with its default prior) and UP with eq. (19)'s prior
+(the test bets of ``certsel.policies.BETS``; ``up`` with its default prior) and UP with eq. (19)'s prior
 get a row per scheme, with the paper's observation (eq. 10)
 and then with the jobs' default, the split observation (Type-I columns only: its interval is the
 paper observation's). With ``--docs``, what it prints becomes the section "error-rates" of
@@ -30,7 +30,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from helpers.simulate import bernoulli, resample  # noqa: E402
 from results_doc import results_section  # noqa: E402
 
-from certsel.policies import STRATEGIES, UP, certify, effective_observations, scheme_rhos  # noqa: E402
+from certsel.policies import UP, BetUse, bet_names, certify, effective_observations, scheme_rhos  # noqa: E402
 from certsel.policies.autoeval import interval_excludes  # noqa: E402
 from certsel.workers.replay import load_loss_table  # noqa: E402
 
@@ -48,7 +48,7 @@ def upper99(k, n):
 def bettings() -> dict:
     """Every registered strategy by name (``up`` with its default prior), then UP with eq. 19's
     prior, the paper's (seeds follow the order, so the registered rows keep theirs)."""
-    return {**{name: name for name in STRATEGIES}, EXACT: UP(prior="exact")}
+    return {**{name: name for name in bet_names(BetUse.TEST)}, EXACT: UP(prior="exact")}
 
 
 def excluded(h, jl, ju, R, rhos, betting):
@@ -164,7 +164,7 @@ def explain(counts, reps, table) -> None:
                  "end; see [statistics.md](statistics.md))")
     ons = [(s, o, c) for s, name, o in rate if s != "r-eval" and name == "ons" for c in (0, 1)]
     rates = [rate[s, "ons", o][c] for s, o, c in ons]
-    lowest = sum(rate[s, "ons", o][c] <= min(rate[s, name, o][c] for name in STRATEGIES) for s, o, c in ons)
+    lowest = sum(rate[s, "ons", o][c] <= min(rate[s, name, o][c] for name in bet_names(BetUse.TEST)) for s, o, c in ons)
     para(text + f". With a judge (R-AutoEval, R-AutoEval+) its Type-I rates are {min(rates):.4f}-{max(rates):.4f}, "
          f"the lowest (or tied) of the registered strategies in {lowest} of these {len(ons)} cells.")
     para("The TriviaQA resamples draw items with replacement from the real table, so the population risk is known "

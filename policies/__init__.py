@@ -35,9 +35,9 @@ from .autoeval import (
     test_from_log_evalues,
     upper_confidence_bound,
 )
+from .bets import BETS, Bet, BetUse, bet_names, get_bet, register_bet
 from .betting import (
     ONS,
-    STRATEGIES,
     UP,
     WSR,
     BetContext,
@@ -83,6 +83,12 @@ from .sequential import SequentialTest
 from .stratified import StratifiedBetting, seq_paths
 
 __all__ = [
+    "BETS",
+    "Bet",
+    "BetUse",
+    "bet_names",
+    "get_bet",
+    "register_bet",
     "IID",
     "Sampling",
     "WithoutReplacement",
@@ -95,7 +101,6 @@ __all__ = [
     "BettingState",
     "BettingStrategy",
     "ONS",
-    "STRATEGIES",
     "UP",
     "WSR",
     "CerEval",

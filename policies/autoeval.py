@@ -451,7 +451,7 @@ def evalue_path(human, judge_labeled=None, judge_unlabeled=None, *, alpha: float
       any i, with optional stopping (Ville's inequality).
     * rhos: reliance factors (eq. 9); default 10 evenly spaced in [0, 1] (R-AutoEval+), ``[0]`` R-Eval, ``[1]``
       R-AutoEval. weights: initial mixture weights w_{s,0} (default 1/S).
-    * betting: a name in :data:`~certsel.policies.betting.STRATEGIES` (``"up"``: Universal Portfolio, eq. 19; ``"wsr"``:
+    * betting: a name in :data:`~certsel.policies.bets.BETS` (``"up"``: Universal Portfolio, eq. 19; ``"wsr"``:
       eq. 20-21; ``"ons"``: online Newton step), a mapping ``{"kind": "up", "prior": "grid"}`` or an instance.
     * horizon: planned number of human labels (the ``n`` of eq. 20, the UP quadrature size); default ``len(human)``.
     * observation: ``"paper"`` (eq. 10) or ``"split"`` (:func:`effective_observations`).

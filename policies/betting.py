@@ -10,9 +10,10 @@ Bets are ``lambda_i = scale * u_i`` with ``u_i`` in [0, 1) and ``scale = 1 / (M 
 ``1 / (M - m)`` for confidence intervals (App. D.5: for UP and WSR the bet then does not depend on alpha, so the wealth
 is monotone in alpha and the confidence set an interval).
 
-:data:`STRATEGIES` maps names to classes: ``up`` (:class:`UP`, eq. 19), ``wsr`` (:class:`WSR`, eq. 20-21) and ``ons``
-(:class:`ONS`, online Newton step). :func:`register_strategy` adds one; :func:`get_strategy` resolves a name, a
-``{"kind": name, **params}`` mapping or an instance. Priors and measurements: docs/statistics.md, "Bets".
+The strategies are bets in :data:`~.bets.BETS`: ``up`` (:class:`UP`, eq. 19; its priors in :mod:`.up_priors`), ``wsr``
+(:class:`WSR`, eq. 20-21) and ``ons`` (:class:`ONS`, online Newton step). :func:`register_strategy` adds one;
+:func:`get_strategy` resolves a name, a ``{"kind": name, **params}`` mapping or an instance. Measurements:
+docs/statistics.md, "Bets".
 """
 
 from __future__ import annotations
@@ -20,20 +21,14 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 
-from .registry import Registry
-from scipy.optimize import brentq
-from scipy.special import roots_jacobi
-
-UP_PRIORS = ("alternatives", "exact", "grid")
-# The judge-controlled rows' atom, as a fraction of the largest bet: the worst outcome costs at most log 20 = 3 nats.
-CAP_NODE = 0.95
-# The atom's default mass on judge-controlled rows (UP(cap_mass=...)): docs/statistics.md, "Bets".
-DEFAULT_CAP_MASS = 0.5
+from .bets import Bet, BetUse, get_bet, register_bet
+from .up_priors import (CAP_NODE, DEFAULT_CAP_MASS, UP_PRIORS, UPPrior,  # noqa: F401  (re-exported)
+                        alternatives_prior, up_prior)
 
 # Rows of the universal-portfolio wealth processed together: keeps the (rows, nodes) working set in the L2 cache.
 _UP_CHUNK_ELEMENTS = 1 << 16
@@ -42,98 +37,6 @@ _UP_RENORMALISE_MAX = 64
 _UP_FLUSH = 1e-200
 # Worker threads for independent row blocks (CERTSEL_THREADS overrides; 1 disables).
 _THREADS = int(os.environ.get("CERTSEL_THREADS", os.cpu_count() or 1))
-
-
-@dataclass(frozen=True)
-class UPPrior:
-    """A discrete prior over the bet fraction u in (0, 1): ``nodes`` and ``weights`` (sum 1)."""
-
-    nodes: np.ndarray
-    weights: np.ndarray
-    kind: str
-
-    @property
-    def size(self) -> int:
-        return int(self.nodes.size)
-
-
-def up_prior(kind: str = "exact", *, horizon: int | None = None, size: int = 10_000, theta: float = 0.5,
-             cap_mass: float = 0.0, delta: float | None = None) -> UPPrior:
-    """A discretised prior over the bet fraction u of the Universal Portfolio (eq. 19).
-
-    ``kind="alternatives"`` (certsel's default): :func:`alternatives_prior`. ``"exact"`` and ``"grid"`` are the
-    Beta(1/2, 1/2) prior F of eq. (19):
-
-    ``"exact"``: Gauss-Chebyshev quadrature. The Beta(1/2, 1/2) density is the Chebyshev weight on [0, 1], so the m
-    nodes ``u_k = (1 + cos((2k - 1) pi / (2m))) / 2`` with weights 1/m integrate every polynomial of degree <= 2m - 1
-    exactly. The integrands of eq. (19) after i - 1 observations have degree <= i, so ``m = horizon // 2 + 1`` nodes
-    reproduce the continuous-prior bet for the whole horizon (past it, still a valid discrete-prior mixture).
-
-    ``"grid"``: the paper's discretisation, ``size`` cell midpoints ``(k - 1/2) / size`` (the density is infinite at 0
-    and 1) weighted by the Beta(1/2, 1/2) density.
-    """
-    if kind == "alternatives":
-        return alternatives_prior(theta, horizon=horizon, cap_mass=cap_mass, delta=delta)
-    if kind == "exact":
-        if horizon is None or int(horizon) < 1:
-            raise ValueError("the exact UP prior needs a positive horizon (number of observations)")
-        m = int(horizon) // 2 + 1
-        k = np.arange(1, m + 1)
-        nodes = 0.5 * (1.0 + np.cos((2 * k - 1) * np.pi / (2 * m)))
-        weights = np.full(m, 1.0 / m)
-        return UPPrior(nodes[::-1].copy(), weights, "exact")
-    if kind == "grid":
-        if int(size) < 2:
-            raise ValueError(f"up_grid_size must be >= 2, got {size!r}")
-        nodes = (np.arange(int(size)) + 0.5) / int(size)
-        dens = 1.0 / np.sqrt(nodes * (1.0 - nodes))
-        return UPPrior(nodes, dens / dens.sum(), "grid")
-    raise ValueError(f"up_prior must be one of {UP_PRIORS}, got {kind!r}")
-
-
-def alternatives_prior(theta: float, *, horizon: int | None, cap_mass: float = 0.0,
-                       delta: float | None = None) -> UPPrior:
-    """The prior over bet fractions that puts Jeffreys' prior on the alternatives, plus an atom (docs/statistics.md,
-    "Bets").
-
-    A test of H0: mean >= alpha on [lo, hi] bets u / (hi - alpha). Against the Bernoulli alternative on {lo, hi} with
-    mean lo + p (hi - lo), p < theta = (alpha - lo) / (hi - lo), the log-optimal fraction is u*(p) = 1 - p / theta, with
-    growth kl(p, theta). This discretises Jeffreys' prior p^(-1/2) (1 - p)^(-1/2) on the alternatives, carried to u by
-    that map: with ``delta``, only those ``horizon`` labels can certify, log(1/delta) / kl(p, theta) <= horizon, i.e.
-    p <= p_h (the two-point law is the hardest with its mean, so an alternative left out needs more than the horizon
-    whatever its shape); without, every p in [0, theta). Nodes: ``horizon // 2 + 1`` Gauss-Jacobi nodes for p^(-1/2) on
-    [0, p_h], weights times (1 - p)^(-1/2). The prior depends on the test, never on the data, so every bet is
-    predictable.
-
-    ``cap_mass`` moves that much mass to one node at u = :data:`CAP_NODE`, always present (mass 0 when ``cap_mass`` is
-    0) so that rows of one strategy share a node count and their states stack.
-    """
-    theta = float(theta)
-    if not 0.0 < theta < 1.0:
-        raise ValueError(f"theta (the target's place in the loss range) must be in (0, 1), got {theta!r}")
-    if not 0.0 <= float(cap_mass) < 1.0:
-        raise ValueError(f"cap_mass must be in [0, 1), got {cap_mass!r}")
-    if horizon is None or int(horizon) < 1:
-        raise ValueError("the alternatives prior needs a positive horizon (number of observations)")
-    m = int(horizon) // 2 + 1
-    top = theta if delta is None else _certifiable(theta, math.log(1.0 / float(delta)) / int(horizon))
-    x, w = roots_jacobi(m, 0.0, -0.5)  # weight (1 + x)^(-1/2) on [-1, 1], i.e. p^(-1/2) with p = top (1 + x) / 2
-    p = 0.5 * top * (1.0 + x)
-    w = w / np.sqrt(1.0 - p)
-    nodes = np.append(1.0 - p / theta, CAP_NODE)
-    weights = np.append((1.0 - cap_mass) * w / w.sum(), cap_mass)
-    order = np.argsort(nodes, kind="stable")
-    return UPPrior(nodes[order], weights[order], "alternatives")
-
-
-def _certifiable(theta: float, rate: float) -> float:
-    """The largest p with kl(p, theta) >= ``rate``: kl(., theta) falls from log(1/(1 - theta)) at 0 to 0 at theta."""
-    def gap(p: float) -> float:
-        return (p * math.log(p / theta) if p > 0 else 0.0) + (1.0 - p) * math.log((1.0 - p) / (1.0 - theta)) - rate
-
-    if gap(0.0) <= 0.0:  # not even the easiest alternative gets there: keep them all
-        return theta
-    return brentq(gap, 0.0, theta, xtol=1e-14, rtol=1e-12)
 
 
 @dataclass(frozen=True)
@@ -301,7 +204,7 @@ def bet_log_factors(u: np.ndarray, q: np.ndarray, alpha: np.ndarray, scale: np.n
         return np.log1p(-u * (scale[:, None] * (q - alpha[:, None])))
 
 
-class BettingStrategy:
+class BettingStrategy(Bet):
     """How the bets lambda_i = scale * u_i, u_i in [0, 1], are chosen from past observations.
 
     A strategy is a small immutable object with one method to write, :meth:`fractions`, resuming from and returning a
@@ -310,10 +213,10 @@ class BettingStrategy:
     u >= 0). Everything else is built on the fractions: the log wealth (:meth:`log_factors`) and the one-sided bound
     that inverts the test (:func:`~certsel.policies.bounds.inverted_upper_bound`), which re-uses the fractions that
     decided, so bound and certificate agree for every strategy, a user's included. Subclasses are frozen dataclasses
-    (fields = parameters) registered in :data:`STRATEGIES` under ``name``.
+    (fields = parameters) registered in :data:`~.bets.BETS` under ``name``.
     """
 
-    name: ClassVar[str] = ""
+    uses: ClassVar[frozenset[BetUse]] = frozenset({BetUse.TEST})
     # Whether the wealth at a target a (bets scaled by 1/(M - a) or the range, observations centred at a) is
     # non-decreasing in a: true for mixtures of constant bets (UP) and bets computed from the observations alone (WSR).
     # Only then is the rejected set an interval a search may bisect (two-sided intervals invert the strategy's own
@@ -360,24 +263,10 @@ class BettingStrategy:
             raise ValueError(f"betting {self.name!r} returned bet fractions outside [0, 1]")
         return u, new
 
-    def params(self) -> dict:
-        """The parameters, as plain values (snapshots, MLflow params, equality of configs)."""
-        return asdict(self) if hasattr(self, "__dataclass_fields__") else {}
-
-    def spec(self) -> dict:
-        """``{"kind": name, **params}``: what :func:`get_strategy` turns back into this object."""
-        return {"kind": self.name, **self.params()}
-
     def interval_strategy(self) -> "BettingStrategy":
         """The strategy whose e-processes give this one's two-sided intervals: itself when :attr:`monotone_in_target`,
         else the exact Universal Portfolio (eq. 19)."""
         return self if self.monotone_in_target else UP(prior="exact")
-
-    def describe(self) -> str:
-        """The name, with the parameters that differ from their defaults: ``up``, ``up(prior=grid)``."""
-        defaults = type(self)().params() if hasattr(self, "__dataclass_fields__") else {}
-        extra = ", ".join(f"{k}={v}" for k, v in self.params().items() if defaults.get(k, object()) != v)
-        return f"{self.name}({extra})" if extra else self.name
 
 
 def _unit(value, name: str, *, closed_high: bool = False) -> float:
@@ -507,13 +396,12 @@ class ONS(BettingStrategy):
         return fractions, BettingState(state.count + n, {"u": u, "a": a})
 
 
-STRATEGIES: Registry[type[BettingStrategy]] = Registry("betting", BettingStrategy, classes=True)
-
-
 def register_strategy(cls: type[BettingStrategy]) -> type[BettingStrategy]:
-    """Add a strategy class to :data:`STRATEGIES` under ``cls.name`` (usable as a decorator); ``betting: NAME`` or
-    ``{kind: NAME, ...}`` then selects it wherever ``betting`` is taken."""
-    return STRATEGIES.register(cls)
+    """Add a strategy class to :data:`~.bets.BETS` (usable as a decorator); ``betting: NAME`` or ``{kind: NAME, ...}``
+    then selects it wherever ``betting`` is taken."""
+    if not (isinstance(cls, type) and issubclass(cls, BettingStrategy)):
+        raise TypeError(f"betting: a registered item must subclass BettingStrategy, got {cls!r}")
+    return register_bet(cls)
 
 
 for _cls in (UP, WSR, ONS):
@@ -523,18 +411,7 @@ for _cls in (UP, WSR, ONS):
 def get_strategy(betting) -> BettingStrategy:
     """A strategy from a name (``"up"``), a mapping (``{"kind": "up", "prior": "grid"}``) or an instance (returned as
     is). Unknown names and bad parameters are one-line errors."""
-    if isinstance(betting, BettingStrategy):
-        return betting
-    if isinstance(betting, dict):
-        params = dict(betting)
-        kind = params.pop("kind", None)
-    else:
-        kind, params = betting, {}
-    cls = STRATEGIES.lookup(kind)
-    try:
-        return cls(**params)
-    except TypeError as err:  # an unknown parameter
-        raise ValueError(f"betting {kind!r}: {err}") from None
+    return get_bet(betting, BetUse.TEST)
 
 
 def log_factors(q: np.ndarray, alpha: np.ndarray, scale: np.ndarray, *, betting, delta: float, horizon: int,

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .registry import Registry
+from .bets import Bet, BetUse, get_bet, register_bet
 
 # The cap c of the margin bet: every capital factor stays >= 1 - c. Above the plug-in's 1/2 because a paired difference
 # of two models' losses is mostly 1/2 (both right or both wrong): its variance is far below what its [0, 1] range
@@ -79,17 +79,20 @@ def pair_claims(epsilon: float | None) -> tuple[tuple[float, float], ...]:
     return order if epsilon is None else order + ((0.5 - epsilon / 2.0, 0.5 + epsilon / 2.0),)
 
 
-class PairBet:
-    """How a ranking's pair tests bet (``pairwise.bet``, ``CertifiedRanking(bet=)``), one object per name in
-    :data:`PAIR_BETS`: :meth:`for_claims` gives the bet for a pair's claims, or None for the pair policy's own."""
+class PairBet(Bet):
+    """How a ranking's pair tests bet (``pairwise.bet``, ``CertifiedRanking(bet=)``), a bet of :data:`~.bets.BETS`
+    for :attr:`~.bets.BetUse.PAIRS`: :meth:`for_claims` gives the bet for a pair's claims, or None for the pair
+    policy's own."""
 
-    name: ClassVar[str] = ""
+    uses: ClassVar[frozenset[BetUse]] = frozenset({BetUse.PAIRS})
     sized: ClassVar[bool] = False  # whether it replaces the pair policy's own bet (the policy must take one)
 
     def for_claims(self, claims) -> MarginBet | None:
         return None
 
 
+@register_bet
+@dataclass(frozen=True)
 class Margin(PairBet):
     """Bets sized for the claim with the widest predicted margin (:class:`MarginBet`)."""
 
@@ -100,12 +103,14 @@ class Margin(PairBet):
         return MarginBet(tuple(claims))
 
 
+@register_bet
+@dataclass(frozen=True)
 class PlugIn(PairBet):
     """The pair policy's own bet (Seq's: WSR's predictable plug-in)."""
 
     name = "plug-in"
 
 
-PAIR_BETS: Registry[PairBet] = Registry("pairwise.bet", PairBet)
-for _bet in (Margin, PlugIn):
-    PAIR_BETS.register(_bet)
+def pair_bet(name) -> PairBet:
+    """The pair bet named ``name`` (one-line error naming ``pairwise.bet`` for an unknown one)."""
+    return get_bet(name, BetUse.PAIRS)

@@ -48,13 +48,18 @@ class Registry(dict, Generic[T]):
         """The names an error lists."""
         return [n for n in self if self.listed is None or self.listed(n)]
 
-    def lookup(self, name) -> T:
-        """What is registered under ``name``; an unknown name is a one-line ValueError."""
+    def lookup(self, name, *, key: str | None = None, where: Callable[[T], bool] | None = None) -> T:
+        """What is registered under ``name``; an unknown name is a one-line ValueError. ``where``: only items it
+        accepts are found and listed, the error naming ``key`` (a registry serving several job-file keys)."""
         try:
-            return self[name]
+            item = self[name]
         except (KeyError, TypeError):  # TypeError: an unhashable name from a job file (a list)
-            raise ValueError(f"{self.key} must be one of {', '.join(self.names()) or '(none registered)'}, "
-                             f"got {name!r}{did_you_mean(name, self.names())}") from None
+            item = None
+        if item is not None and (where is None or where(item)):
+            return item
+        names = [n for n in self.names() if where is None or where(self[n])]
+        raise ValueError(f"{key or self.key} must be one of {', '.join(names) or '(none registered)'}, "
+                         f"got {name!r}{did_you_mean(name, names)}") from None
 
 
 def did_you_mean(name, choices) -> str:

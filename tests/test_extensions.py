@@ -18,7 +18,7 @@ import yaml
 from certsel.config import ConfigError, parse_config
 from certsel.orchestrator.commands.job import execute
 from certsel.policies.procedures import PROCEDURES, Procedure, register_procedure
-from certsel.policies import STRATEGIES, BettingState, BettingStrategy, log_evalue_paths, register_strategy
+from certsel.policies import BETS, BettingState, BettingStrategy, log_evalue_paths, register_strategy
 from certsel.workers.replay import DATA_DIR, load_loss_table
 from mlflow.tracking import MlflowClient
 
@@ -64,7 +64,7 @@ def registered():
     register_strategy(ConstantBet)
     register_procedure(WeightedBonferroni)
     yield
-    STRATEGIES.pop("constant-test", None)
+    BETS.pop("constant-test", None)
     PROCEDURES.pop("weighted-test", None)
 
 

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from certsel.cli import main
-from certsel.policies import STRATEGIES
+from certsel.policies import BETS
 from certsel.workers.openai_source import Endpoint, OpenAIClient, SourceError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -87,7 +87,7 @@ WRONG = st.one_of(
     st.tuples(st.just("budget.n"), st.integers(min_value=11, max_value=10**6)),  # n (1 + r) > 40 items
     st.tuples(st.just("policy.kind"), st.text(string.ascii_lowercase, max_size=8).filter(
         lambda s: s not in ("seq", "r-eval"))),
-    st.tuples(st.just("policy.betting"), st.text(max_size=6).filter(lambda s: s not in STRATEGIES)),
+    st.tuples(st.just("policy.betting"), st.text(max_size=6).filter(lambda s: s not in BETS)),
     st.tuples(st.just("procedure"), st.text(max_size=6).filter(
         lambda s: s not in ("fst", "bonferroni", "holm", "pairwise"))),
     st.tuples(st.sampled_from(["data.path", "data.judge", "data.order", "objective.column", "data.human"]),

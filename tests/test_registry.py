@@ -5,13 +5,21 @@ and one wording for an unknown name."""
 import pytest
 
 from certsel.orchestrator.inputs.source_kind import SOURCE_KINDS, SourceKind, get_source_kind
-from certsel.policies.betting import STRATEGIES, BettingStrategy, get_strategy
+from certsel.policies.bets import BETS, BetUse
+from certsel.policies.betting import BettingStrategy, get_strategy
 from certsel.policies.kinds import POLICY_KINDS, get_policy_kind
 from certsel.policies.procedures import PROCEDURES, Procedure, get_procedure
 from certsel.policies.registry import Registry
 
-LOOKUPS = [(PROCEDURES, get_procedure, "procedure"), (STRATEGIES, get_strategy, "betting"),
+LOOKUPS = [(PROCEDURES, get_procedure, "procedure"), (BETS, get_strategy, "betting"),
            (POLICY_KINDS, get_policy_kind, "policy.kind"), (SOURCE_KINDS, get_source_kind, "labels.kind")]
+
+
+def listed(registry):
+    """The names an unknown name's error lists: a test's bets only, for ``betting``."""
+    if registry is BETS:
+        return [n for n in BETS.names() if BetUse.TEST in BETS[n].uses]
+    return registry.names()
 
 
 @pytest.mark.parametrize("registry,lookup,key", LOOKUPS, ids=[k for *_, k in LOOKUPS])
@@ -19,8 +27,8 @@ def test_every_registry_answers_an_unknown_name_in_one_wording(registry, lookup,
     assert isinstance(registry, Registry) and registry.key == key
     with pytest.raises(ValueError) as err:
         lookup("no-such-name")
-    listed = ", ".join(registry.names()) or "(none registered)"
-    assert str(err.value) == f"{key} must be one of {listed}, got 'no-such-name'"
+    names = ", ".join(listed(registry)) or "(none registered)"
+    assert str(err.value) == f"{key} must be one of {names}, got 'no-such-name'"
     with pytest.raises(ValueError, match=f"^{key} must be one of"):
         lookup(["a", "list"])  # an unhashable name from a job file is the same error
 
@@ -42,8 +50,8 @@ def test_registering_checks_the_type_and_the_name():
     assert isinstance(reg.register(named), named) and reg.lookup("named") is reg["named"]
     classes = Registry("betting", BettingStrategy, classes=True)
     with pytest.raises(TypeError, match="must subclass BettingStrategy"):
-        classes.register(STRATEGIES["up"]())  # an instance where classes are registered
-    assert classes.register(STRATEGIES["up"]) is STRATEGIES["up"]
+        classes.register(BETS["up"]())  # an instance where classes are registered
+    assert classes.register(BETS["up"]) is BETS["up"]
 
 
 def test_a_source_kind_without_options_is_refused_before_it_is_registered():

@@ -10,7 +10,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from certsel.policies.procedures import PROCEDURES, Procedure, get_procedure
 from certsel.policies.betting import BettingStrategy, get_strategy
-from certsel.policies.pair_bets import PAIR_BETS
+from certsel.policies.pair_bets import pair_bet
 from certsel.policies.kinds import POLICY_KINDS, Family, JudgeUse, PolicyKind, get_policy_kind, kinds_of
 
 from certsel.policies.recovery import Recovery
@@ -26,7 +26,7 @@ class PolicyConfig(Strict):
     # a registered policy kind (certsel.policies.kinds.POLICY_KINDS): r-eval, r-autoeval, r-autoeval+,
     # judge-stratified, seq, cer-eval, or one added with register_policy_kind
     kind: str = "r-autoeval+"
-    # a registered betting strategy (certsel.policies.STRATEGIES): a name or a mapping, e.g. {kind: up, prior: grid}
+    # a registered betting strategy (certsel.policies.BETS): a name or a mapping, e.g. {kind: up, prior: grid}
     betting: str | dict = "up"
     radius: Literal["betting", "paper"] = "betting"
     # R-Eval / R-AutoEval(+): "split" (two factors sharing each bet, so the largest bet does not pay for the
@@ -199,7 +199,7 @@ class PairwiseConfig(Strict):
     # None: "margin" where the pair policies take a bet (Seq, radius betting), else the policy's own; "plug-in":
     # Seq's own bet (WSR's predictable plug-in)
     bet: str | None = Field(
-        None, description="the pair tests' bets (policies/pair_bets.py, PAIR_BETS): 'margin' (sized for the order or tie "
+        None, description="the pair tests' bets (policies/pair_bets.py, registered in policies/bets.py): 'margin' (sized for the order or tie "
                           "each pair is closest to deciding) or 'plug-in' (Seq's own); default: margin where the "
                           "policy takes it")
 
@@ -207,7 +207,7 @@ class PairwiseConfig(Strict):
     @classmethod
     def _known_bet(cls, v):
         if v is not None:
-            PAIR_BETS.lookup(v)  # a one-line error naming the registered bets
+            pair_bet(v)  # a one-line error naming the registered bets
         return v
 
     @field_validator("epsilon")
@@ -604,7 +604,7 @@ class RunConfig(Strict):
             raise ValueError(f"procedure {self.procedure!r} selects by an objective: set objective.column")
         if not proc.ranking and self.pairwise != PairwiseConfig():  # options set for a procedure that ignores them
             raise ValueError(f"pairwise: options of a ranking (procedure 'pairwise'), not of {self.procedure!r}")
-        bet = None if self.pairwise.bet is None else PAIR_BETS.lookup(self.pairwise.bet)
+        bet = None if self.pairwise.bet is None else pair_bet(self.pairwise.bet)
         if proc.ranking and bet is not None and bet.sized and not self.policy.policy_kind.banks(self.policy.radius):
             raise ValueError(f"pairwise.bet {bet.name!r} needs pair policies that take a bet (policy.kind 'seq' with radius "
                              f"'betting'), not policy.kind {self.policy.kind!r} with radius {self.policy.radius!r}")

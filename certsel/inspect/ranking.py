@@ -26,7 +26,7 @@ from certsel.errors import InputError
 from certsel.orchestrator.engine import decisions
 from certsel.orchestrator.engine.decisions import Pairs, RankingRules
 from certsel.orchestrator.results.ranking import Ranking
-from certsel.policies.pair_bets import PAIR_BETS, pair_claims
+from certsel.policies.pair_bets import pair_bet, pair_claims
 from certsel.policies.comparison import GOALS, sign_policy_delta
 from certsel.policies.kinds import POLICY_KINDS, PolicyInputs, PolicySettings
 from certsel.policies.procedures import PROCEDURES
@@ -114,7 +114,7 @@ class CertifiedRanking:
                                     or not 0.0 < float(epsilon) < 1.0):
             raise InputError(f"epsilon must be a number strictly between 0 and 1, got {epsilon!r}")
         try:
-            self.pair_bet = PAIR_BETS.lookup(bet)
+            self.pair_bet = pair_bet(bet)
         except ValueError as err:
             raise InputError(str(err)) from None
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):

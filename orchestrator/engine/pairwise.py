@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from certsel.policies.comparison import implied_orders, sign_policy_delta
-from certsel.policies.pair_bets import PAIR_BETS, MarginBet, pair_claims
+from certsel.policies.pair_bets import MarginBet, pair_bet as named_pair_bet, pair_claims
 from certsel.policies.kinds import PolicyInputs, PolicySettings
 from certsel.workers.contracts import ModelLosses
 
@@ -197,7 +197,7 @@ def pair_bet(cfg) -> MarginBet | None:
     epsilon -- where the pair policies take a bet and the job did not ask for the policy's own (``plug-in``)."""
     if not cfg.policy.policy_kind.banks(cfg.policy.radius):
         return None
-    return PAIR_BETS.lookup(cfg.pairwise.bet or "margin").for_claims(pair_claims(cfg.pairwise.epsilon))
+    return named_pair_bet(cfg.pairwise.bet or "margin").for_claims(pair_claims(cfg.pairwise.epsilon))
 
 
 def _fold(plan, records, known, pairs: Pairs, rules: RankingRules) -> None:

@@ -115,7 +115,7 @@ human of {{ cert.labels.full_budget.human }}.</p></body></html>
 
 
 def html(cert: TasksSelection) -> str:
-    head, rows = MultiTaskGoal.rows(cert)
+    head, rows = MultiTaskGoal.task_table(cert)
     headline = f"Deploy {cert.selected}" if cert.selected else "Nothing certified on every task"
     return _HTML.render(cert=cert, head=head, rows=list(zip(rows, cert.candidates, strict=True)), headline=headline)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from certsel.policies.kinds import Family, get_policy_kind
 
-from .cells import agreement_cell, oracle_line, tasks_cell
+from .cells import oracle_line
 from .certificate import certificate_of
 from .goals import goal_of
 from .plots import write_plots
@@ -40,20 +40,6 @@ tr.certified td:nth-child(4){color:#1f6f3f} .wide{overflow-x:auto} img{max-width
 .wide td:first-child,.wide th:first-child{position:sticky;left:0;background:#fff} .wide th:first-child{background:#f4f4f6}
 .wide tr.selected td:first-child{background:#fff3c4}
 """
-
-
-class _PeopleCells:
-    """The report's columns for labels from people (an annotation queue), after the judge's."""
-
-    def __init__(self, cert: Selection):
-        self.people = any(c.annotators is not None for c in cert.candidates)
-        self.agreed = any(c.annotators is not None and c.annotators.agreement for c in cert.candidates)
-        self.heads = [*(["annotation tasks: imported / withdrawn"] if self.people else []),
-                      *(["annotators agree: alpha (kappa)"] if self.agreed else [])]
-
-    def __call__(self, c) -> list[str]:
-        return [*([tasks_cell(c.annotators)] if self.people else []),
-                *([agreement_cell(c.annotators)] if self.agreed else [])]
 
 
 def _policy_words(cert: Selection) -> str:
@@ -137,7 +123,7 @@ def _markdown(cert: Selection, plots) -> str:
            + (f", alpha = {p.alpha:g}" if p.alpha is not None else "") + f", procedure: {p.level}.", ""]
     labels = _labels_table(cert)
     sections = [t for part in goal.sections(cert) for t in part.tables]
-    for table in (labels, *_gpu_tables(cert), goal.rows(cert, _PeopleCells(cert)), *sections):
+    for table in (labels, *_gpu_tables(cert), goal.rows(cert), *sections):
         out += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
         out += ["| " + " | ".join(r) + " |" for r in table[1:]] + [""]
         if table is labels and cert.labels.oracle is not None:
@@ -205,7 +191,7 @@ def _html(cert: Selection, plots) -> str:
         certificate=cert.certificate, guarantee=cert.guarantee, policy=_policy_words(cert),
         delta=f"{p.delta:g}", alpha=f"{p.alpha:g}" if p.alpha is not None else None, level=p.level,
         labels=_labels_table(cert), labels_note=oracle_line(cert.labels.oracle), table_heading=goal.table_heading,
-        rows=goal.rows(cert, _PeopleCells(cert)), classes=goal.classes(cert), note=goal.note(cert),
+        rows=goal.rows(cert), classes=goal.classes(cert), note=goal.note(cert),
         sections=goal.sections(cert), incidents=goal.failures(cert), images=images, gpu=_gpu_tables(cert),
         gpu_heading=_gpu_heading(cert))
 
