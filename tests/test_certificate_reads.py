@@ -21,8 +21,9 @@ pytestmark = pytest.mark.unit
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # where the certificate is built (its fields are dict keys there) and its schema
 OWN = {"orchestrator/outputs/certificate.py", "orchestrator/outputs/selection_schema.py"}
-READERS = sorted({*(p.relative_to(ROOT).as_posix() for p in (ROOT / "orchestrator" / "outputs").glob("*.py")),
-                  "certsel/terminal.py", "certsel/cli.py", "certsel/api.py"} - OWN)
+READERS = sorted({*(p.relative_to(ROOT).as_posix() for p in (ROOT / "orchestrator" / "outputs").rglob("*.py")),
+                  *(p.relative_to(ROOT).as_posix() for p in (ROOT / "certsel" / "cli").glob("*.py")),
+                  "certsel/terminal.py", "certsel/api.py"} - OWN)
 
 
 def certificate_fields() -> set[str]:
@@ -39,7 +40,7 @@ def certificate_fields() -> set[str]:
 NOT_CERTIFICATES = {
     "raw": "a job file's mapping (api.job_config)",
     "info": "an lm-eval task's description (certsel lm-eval-table)",
-    "line": "the progress line's parts (cli._progress)",
+    "line": "the progress line's parts (cli.progress.progress_bar)",
     "cols": "labels.parquet's columns (report._write_labels)",
     "result.spent": "the engine's label counts (JobResult.spent)",
     "result.full": "the engine's full-budget label counts (JobResult.full)",

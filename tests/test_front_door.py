@@ -139,7 +139,7 @@ def test_long_commands_show_progress_when_piped(ray_session, tmp_path, monkeypat
     """Where no live bar can be drawn (output to a pipe or a file, as here under capsys), a plain
     progress line comes every few seconds (here every update), with no carriage return."""
     monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(cli.progress, "PROGRESS_EVERY", 0.0)
     from helpers.cli import job_file, small_table
 
     small_table(tmp_path / "t.parquet")

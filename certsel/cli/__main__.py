@@ -1,0 +1,7 @@
+"""``python -m certsel.cli``: the ``certsel`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

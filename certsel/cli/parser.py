@@ -1,0 +1,126 @@
+"""The command line's arguments: one parser, its subcommands and their options (no heavy imports)."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+
+from certsel._version import __version__
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not usage + message
+        if message.startswith("unrecognized arguments") and "=" in message and "--" not in message.split(":", 1)[1]:
+            message += " (to override a config key, write --set KEY=VALUE)"
+        self.exit(2, f"certsel: error: {message}\n")
+
+
+def job_arguments(parser: argparse.ArgumentParser, config_help: str, set_example: str, *, seed_help: str | None = None):
+    """The job file and its ``--set`` overrides, and ``--seed`` where the command draws its own samples."""
+    parser.add_argument("config", type=pathlib.Path, help=config_help)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"override a config key, e.g. --set {set_example} (repeatable)")
+    if seed_help is not None:
+        parser.add_argument("--seed", type=int, default=0, help=seed_help)
+
+
+def format_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", default="table", choices=("table", "json", "csv", "markdown"),
+                        help="table (default: for people, fitted to the terminal), json (selection.json), csv (a row "
+                             "per candidate) or markdown; the formats other than table print only the result on stdout")
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # no heavy imports: `certsel --help` answers at once (registry names are checked when the command runs)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
+                        help="logging of certsel, Ray and MLflow on stderr (default: warning)")
+    common.add_argument("--home", type=pathlib.Path, default=argparse.SUPPRESS, metavar="DIR",
+                        help="certsel's home for this command: its jobs/ folder and MLflow store mlruns.db (default: "
+                             "CERTSEL_HOME, else ~/.certsel; a job file's state.dir or tracking.uri still wins)")
+    p = Parser(prog="certsel", description="Certified model / config / prompt selection.", parents=[common])
+    p.add_argument("--version", action="version", version=f"certsel {__version__}")
+    sub = p.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND")
+    _add = sub.add_parser
+    sub.add_parser = lambda *a, **k: _add(*a, parents=[common], **k)
+    run = sub.add_parser("run", help="run a selection job from a YAML config (Ray + MLflow)")
+    job_arguments(run, "job file, e.g. examples/quantization.yaml", "budget.n=100")
+    run.add_argument("--json", type=pathlib.Path, help="also write selection.json here")
+    run.add_argument("--output", "--report-dir", dest="output", type=pathlib.Path, metavar="DIR",
+                     help="write report.html, selection.json, labels.parquet and the plots here (default: the job's "
+                          "folder, STATE_DIR/JOB_ID; the path is printed at the end)")
+    format_argument(run)
+    run.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    run.add_argument("--no-progress", action="store_true", help="no live progress display")
+    run.add_argument("--quiet", action="store_true", help="print only the selection")
+    run.add_argument("--resume", metavar="JOB_ID", help="resume this unfinished job (its labels are not bought again)")
+    run.add_argument("--fresh", action="store_true",
+                     help="start a new job even if an unfinished one with this configuration exists")
+    gt = sub.add_parser("gate", help="pass, fail or undecided for each candidate of a job, as CI needs it (exit 0 all "
+                                     "pass, 1 any fail, 3 any undecided, 2 bad input)")
+    job_arguments(gt, "job file, as certsel run takes it (or an llm-compressor lmeval test config)", "budget.n=1000")
+    gt.add_argument("--only", action="append", metavar="NAME", help="gate only this candidate (repeatable)")
+    gt.add_argument("--compressed", metavar="MODEL",
+                    help="an llm-compressor test config: the compressed checkpoint to gate (a folder or model id)")
+    gt.add_argument("--base", metavar="MODEL",
+                    help="an llm-compressor test config: the reference model (default: the config's model)")
+    gt.add_argument("--json", type=pathlib.Path, metavar="PATH",
+                    help="write the outcomes here: per candidate outcome, labels, reused, bound")
+    gt.add_argument("--junit", type=pathlib.Path, metavar="PATH", help="write JUnit XML here (a test case per candidate)")
+    gt.add_argument("--summary", type=pathlib.Path, metavar="PATH",
+                    help="append a Markdown summary here (e.g. \"$GITHUB_STEP_SUMMARY\")")
+    gt.add_argument("--output", type=pathlib.Path, metavar="DIR",
+                    help="write report.html, selection.json and labels.parquet here (default: the job's folder)")
+    gt.add_argument("--labels", type=pathlib.Path, metavar="PATH",
+                    help="the label store, reused across runs (default: HOME/labels.db; a path CI caches)")
+    gt.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    gt.add_argument("--fresh", action="store_true", help="run again even if this gate finished before")
+    gt.add_argument("--quiet", action="store_true", help="print only the outcome lines")
+    aud = sub.add_parser("audit", help="repeat a job's policy on its replay data: failure rates, coverage, FT-Eval")
+    job_arguments(aud, "a replay job file, e.g. examples/quantization.yaml", "policy.kind=r-eval",
+                   seed_help="seed of the repetitions' item orders")
+    aud.add_argument("--reps", type=int, default=1000, help="repetitions (random item orders; default 1000)")
+    aud.add_argument("--workers", type=int, default=None,
+                     help="processes for Seq / Cer-Eval repetitions (default: one per CPU; results do not depend on it)")
+    aud.add_argument("--out", type=pathlib.Path, help="also write audit.json, audit.md and the plot here")
+    aud.add_argument("--no-tracking", action="store_true", help="do not log an MLflow run")
+    pl = sub.add_parser("plan", help="expected labels and cost of each policy for a replay job, from a pilot sample")
+    job_arguments(pl, "a replay job file with its costs: section", "costs.judge=0.01",
+                   seed_help="seed of the pilot's draws (independent of the job's)")
+    pl.add_argument("--pilot", type=int, default=50, help="pilot items per candidate (default 50)")
+    show = sub.add_parser("show", help="print the certificate of a past job")
+    show.add_argument("run_id", help="the job's id or MLflow run id, or a prefix of either (as certsel run prints "
+                                     "them); a candidate's run id is looked up in MLflow")
+    show.add_argument("--tracking-uri", help="look in this MLflow store (default: the job's folder in HOME/jobs, then "
+                                             "MLFLOW_TRACKING_URI, else HOME/mlruns.db)")
+    show.add_argument("--json", action="store_true", help="print selection.json as is (same as --format json)")
+    format_argument(show)
+    sch = sub.add_parser("schema", help="print the JSON Schema of selection.json")
+    sch.add_argument("--version-only", action="store_true", help="print only the schema version")
+    jobs = sub.add_parser("jobs", help="list past jobs (their labels, reports and status), remove old ones")
+    jobs.add_argument("state_dir", nargs="?", type=pathlib.Path, default=None,
+                      help="the jobs folder (default: HOME/jobs; a job file's state.dir if it sets one)")
+    jobs.add_argument("--remove", nargs="+", metavar="JOB_ID", default=[], help="delete these jobs' folders")
+    jobs.add_argument("--clean", choices=("finished", "failed", "all"),
+                      help="delete every job with this status (all: every job not running now)")
+    lm = sub.add_parser("lm-eval-table", help="pair lm-evaluation-harness runs (--log_samples) into a loss table")
+    lm.add_argument("--run", action="append", required=True, metavar="NAME=FOLDER",
+                    help="a model's lm_eval --output_path (repeatable; the order given is the table's rank, "
+                         "the fixed sequence of procedure fst)")
+    lm.add_argument("--task", required=True, help="the lm-eval task name (as in samples_TASK_DATE.jsonl)")
+    lm.add_argument("--metric", default=None, help="the per-document metric (default: the task's only one)")
+    lm.add_argument("--filter", default=None, help="the lm-eval filter (default: the task's only one)")
+    lm.add_argument("--reference", default=None, metavar="NAME",
+                    help="a run to compare with: adds score_reference and loss_drop (for recovery or drop jobs)")
+    lm.add_argument("--out", required=True, type=pathlib.Path, help="the table to write (.parquet, .csv or .jsonl)")
+    it = sub.add_parser("inspect-table", help="pair inspect-ai logs (one per model or prompt) into a loss table")
+    it.add_argument("logs", nargs="+", type=pathlib.Path, metavar="LOG_DIR_OR_FILE",
+                    help="inspect logs (.eval or .json) or folders of them; the order given is the table's rank, "
+                         "the fixed sequence of procedure fst")
+    it.add_argument("--scorer", default=None, help="the scorer whose score is used (default: the task's first)")
+    it.add_argument("--key", default=None, help="the key of a dict-valued score")
+    it.add_argument("--out", required=True, type=pathlib.Path, help="the table to write (.parquet, .csv or .jsonl)")
+    return p
