@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 from certsel.config import load_config
-from certsel.config.schema import CostsConfig
+from certsel.config.sections import CostsConfig
 from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.orchestrator.inputs.planning import cheapest_rows, expected_labels, pilot, plan
 from certsel.workers.replay import item_order

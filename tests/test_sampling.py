@@ -204,7 +204,7 @@ def test_sampling_enters_a_jobs_identity_only_when_it_is_not_iid():
     import json
 
     from certsel.config import parse_config
-    from certsel.config.schema import PILOT_KEYS
+    from certsel.config.sections import PILOT_KEYS
     from certsel.orchestrator.engine.state import config_fingerprint
 
     iid = parse_config({**_raw(), "policy": {"kind": "r-autoeval+"}})

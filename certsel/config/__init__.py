@@ -3,14 +3,16 @@
 Unknown keys and bad values raise :class:`ConfigError` with a one-line message naming the key (``policy.betting:
 Input should be 'up' or 'wsr'``). Relative data paths are resolved against the config file's directory.
 
-Modules: :mod:`~certsel.config.schema` (the sections and :class:`RunConfig`, validated against the registries),
+Modules: :mod:`~certsel.config.schema` (:class:`RunConfig`, validated against the registries), :mod:`~certsel.config.sections`
+(its sections), :mod:`~certsel.config.checks` (the checks across sections),
 :mod:`~certsel.config.sources` (label sources), :mod:`~certsel.config.loading` (YAML, ``--set`` overrides, plugins,
 paths), :mod:`~certsel.config.base` (the error, the strict base model). Example: ``examples/quantization.yaml``.
 """
 
 from .base import ConfigError
 from .loading import apply_overrides, load_config, load_plugins, parse_config
-from .schema import (
+from .schema import RunConfig
+from .sections import (
     AggregateConfig,
     BudgetConfig,
     CostsConfig,
@@ -18,7 +20,6 @@ from .schema import (
     PairwiseConfig,
     PolicyConfig,
     RayConfig,
-    RunConfig,
     SchedulingConfig,
     StateConfig,
     TrackingConfig,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from .schema import PILOT_KEYS, RunConfig
+from .schema import RunConfig
+from .sections import PILOT_KEYS
 
 
 def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
