@@ -26,7 +26,8 @@ from certsel.home import jobs_dir
 from certsel.errors import InputError, as_input_errors
 
 if TYPE_CHECKING:  # the schema imports pydantic: not at `import certsel`
-    from certsel.orchestrator.outputs.selection_schema import Selection, TasksSelection
+    from certsel.orchestrator.outputs.selection_schema import Selection
+    from certsel.orchestrator.outputs.tasks_schema import TasksSelection
 
 __all__ = ["Result", "audit", "run"]
 

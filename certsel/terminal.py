@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from certsel.orchestrator.outputs.goals import Column, goal_of
 
 if TYPE_CHECKING:  # the schema imports pydantic: only where a certificate is parsed
-    from certsel.orchestrator.outputs.selection_schema import Selection, TasksSelection
+    from certsel.orchestrator.outputs.selection_schema import Selection
+    from certsel.orchestrator.outputs.tasks_schema import TasksSelection
 
 FORMATS = ("table", "json", "csv", "markdown")
 

@@ -12,7 +12,7 @@ import pytest
 from certsel.config import ConfigError, parse_config
 from certsel.errors import InputError
 from certsel.orchestrator.inputs.stacked_tasks import load_tasks
-from certsel.orchestrator.outputs.selection_schema import TasksSelection
+from certsel.orchestrator.outputs.tasks_schema import TasksSelection
 from certsel.orchestrator.results.multitask import intersection_union
 from certsel.policies.procedures import get_procedure
 from certsel.workers.replay import DATA_DIR

@@ -10,7 +10,8 @@ from certsel.errors import first_line
 from .progress import make_console
 
 if TYPE_CHECKING:
-    from certsel.orchestrator.outputs.selection_schema import Selection, TasksSelection
+    from certsel.orchestrator.outputs.selection_schema import Selection
+    from certsel.orchestrator.outputs.tasks_schema import TasksSelection
 
 
 def size_text(n: int) -> str:
@@ -102,7 +103,7 @@ def typed_certificate(raw, where: str) -> Selection | TasksSelection:
     ``ValueError`` naming the file (``where``) and the first field that does not match the schema."""
     from pydantic import ValidationError
 
-    from certsel.orchestrator.outputs.selection_schema import parse_any
+    from certsel.orchestrator.outputs.tasks_schema import parse_any
 
     if not isinstance(raw, dict):
         raise ValueError(f"{where} is not a certificate (a JSON {type(raw).__name__}, not an object)")

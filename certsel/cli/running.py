@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from .progress import make_console, progress_bar
 
 if TYPE_CHECKING:
-    from certsel.orchestrator.outputs.selection_schema import Selection, TasksSelection
+    from certsel.orchestrator.outputs.selection_schema import Selection
+    from certsel.orchestrator.outputs.tasks_schema import TasksSelection
 
 
 def run_command(args) -> int:

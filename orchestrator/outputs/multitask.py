@@ -21,7 +21,7 @@ from certsel.orchestrator.results.multitask import MultiTaskResult, total_labels
 from .certificate import certificate_of, recovery_claim_words
 from .goals import MultiTaskGoal
 from .numbers import _round
-from .selection_schema import TasksSelection
+from .tasks_schema import TasksSelection
 
 KIND = "multi-task"
 

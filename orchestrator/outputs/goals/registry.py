@@ -38,7 +38,7 @@ def choose(ask: Ask) -> Goal:
 
 def goal_of(cert) -> Goal:
     """The goal a certificate states."""
-    from ..selection_schema import TasksSelection
+    from ..tasks_schema import TasksSelection
 
     if isinstance(cert, TasksSelection):  # a multi-task job's certificate lists tasks, not one claim
         return choose(Ask(tasks=True, job=cert.job))
