@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from certsel.policies.procedures import get_procedure
 from certsel.orchestrator.results.records import CandidateRecord, Status
-from certsel.orchestrator.engine.selection import reconcile
-from certsel.orchestrator.engine.selection import Scheduler
+from certsel.orchestrator.engine import decisions
+from certsel.orchestrator.engine.session import SelectionSession, apply, evidence
 from certsel.policies import (
     UP,
     BettingState,
@@ -284,7 +284,7 @@ def test_holm_status_agrees_with_the_final_set():
     moment it needed 30, but once candidate 1 is certified Holm's final set holds it."""
     records = [_record(0, np.log(21.0), Status.RUNNING), _record(1, np.log(40.0), Status.RUNNING),
                _record(2, np.log(2.0), Status.RUNNING)]
-    sched = Scheduler(records, procedure=get_procedure("holm"), delta=0.1, testing=True)
+    sched = SelectionSession(records, procedure=get_procedure("holm"), delta=0.1, testing=True)
     sched.settle()
     assert [r.status for r in records] == [Status.CERTIFIED, Status.CERTIFIED, Status.NOT_CERTIFIED]
 
@@ -294,13 +294,8 @@ def test_holm_status_agrees_with_the_final_set():
     proc = get_procedure("holm")
     mask = proc.certified(np.array([r.max_log_e for r in records]), 0.1)
     assert mask.tolist() == [True, True, False]
-
-    class Plan:
-        testing = True
-        procedure = proc
-        cfg = type("Cfg", (), {"delta": 0.1})()
-
-    reconcile(Plan, records, mask)
+    session = SelectionSession(records, procedure=proc, delta=0.1, testing=True)
+    apply(records, decisions.reconcile(evidence(records), session.final_rules(), mask))
     assert [r.status for r in records] == [Status.CERTIFIED, Status.CERTIFIED, Status.NOT_CERTIFIED]
     assert records[0].certified_at == 100
     levels = proc.decision_deltas(0.1, np.array([r.max_log_e for r in records]))

@@ -408,6 +408,7 @@ def test_the_reason_follows_the_final_status_and_a_certified_bound_is_at_least_t
     m.run = _Run(task="t", model="m", size=12, epochs=1, reader=ScoreReader("s"), ledger=ledger,
                  test=test, futility=None, horizon=12, losses=[0.0] * 8 + [1.0] * 4, skipped=set())
     m.run.stop, m.run.why = StopReason.CERTIFIED, "mean score >= 0.7 certified after 5 samples"
+    m.selection.feed(m.snapshot())  # its evidence, as its scores would have brought it to the selection's session
     cert = m.make_certificate()
     assert not cert.certified and cert.exact and cert.status == "not certified"
     assert cert.reason.startswith("every sample scored: the mean score is 0.666667, below 0.7")
@@ -418,5 +419,6 @@ def test_the_reason_follows_the_final_status_and_a_certified_bound_is_at_least_t
                  test=SequentialTest(alpha=0.9, delta=0.05, horizon=10, rhos=[0.0], sampling=WithoutReplacement(10)), futility=None,
                  horizon=10, losses=[0.0] + [1.0] * 9, skipped=set())
     m.run.size, ledger.released = 10, 10
+    m.selection.feed(m.snapshot())
     cert = m.make_certificate()
     assert cert.certified and cert.lower_bound >= 0.1

@@ -4,7 +4,8 @@ says it still needs, within [smallest, batch]; and the look-ahead the scheduler 
 import numpy as np
 
 from certsel.orchestrator.results.records import CandidateRecord, Status
-from certsel.orchestrator.engine.selection import Scheduler, recent_growth, round_sizes
+from certsel.orchestrator.engine.selection import recent_growth, round_sizes
+from certsel.orchestrator.engine.session import SelectionSession
 from certsel.policies.procedures import get_procedure
 
 
@@ -45,7 +46,7 @@ def test_look_ahead_waits_while_the_frontier_heads_for_failure():
         records = [_record("a", 0, frontier_path), _record("b", 1, []), _record("c", 2, [])]
         for r in records:
             r.status = Status.RUNNING if r.t else Status.PENDING
-        return Scheduler(records, procedure=get_procedure("fst"), delta=0.1, testing=True, lookahead=1, budget=300)
+        return SelectionSession(records, procedure=get_procedure("fst"), delta=0.1, testing=True, lookahead=1, budget=300)
 
     fresh = job([])
     assert [r.name for r in fresh.active()] == ["a", "b"]  # no evidence yet: speculate

@@ -229,6 +229,7 @@ class Snapshot:
     restored_steps: int = 0
     waiting: int = 0  # answers the candidate's label source awaits from people (LabelsPending)
     queue: QueueReport | None = None  # an annotation queue's account (final snapshots, QueuedSource)
+    exact: bool = False  # every item's loss is known (all drawn without replacement): ``decision`` says how it ends
 
     def in_units(self, unit: float) -> Snapshot:
         """The snapshot with its risk numbers (estimate, interval, bounds) multiplied by ``unit``: a stacked aggregate's

@@ -125,20 +125,15 @@ def write(build, table: pa.Table, settings: dict, *, home=None, track: bool = Tr
         job.release()
 
 
-def selection_result(sel, final, items: list, losses: dict, path, data_fp: str):
-    """A :class:`~certsel.inspect.CertifiedSelection`'s final evidence as the engine's result (R-Eval or R-AutoEval+
-    on the loss 1 - score at alpha = 1 - T; statuses by the decision core)."""
+def selection_result(sel, end, items: list, losses: dict, path, data_fp: str):
+    """A :class:`~certsel.inspect.CertifiedSelection`'s session as the engine's result: its records and its end (R-Eval
+    or R-AutoEval+ on the loss 1 - score at alpha = 1 - T), with the job's configuration and data."""
     from certsel.api import job_config
-    from certsel.orchestrator.engine import decisions
     from certsel.orchestrator.engine.derived import derive
-    from certsel.orchestrator.engine.selection import apply
     from certsel.orchestrator.inputs.jobdata import JobData
-    from certsel.orchestrator.results.records import CandidateRecord, JobResult, totals
-    from certsel.policies import judge_agreement
 
-    certified, levels, lower = final
-    members = [sel.members[n] for n in sel.names]
-    first = members[0]
+    _, _, lower = sel.final_joint
+    first = sel.members[sel.names[0]]
     judge = first.run.judge is not None
     objective = sel.objective_of(lower)
     raw = {"name": sel.name, "data": {"path": str(path), **({"order": "rank"} if sel.proc.needs_order else {}),
@@ -151,47 +146,18 @@ def selection_result(sel, final, items: list, losses: dict, path, data_fp: str):
            "tracking": {"experiment": sel.experiment, **({"uri": sel.mlflow} if sel.mlflow else {})}}
     if objective is not None:
         raw["objective"] = {"column": sel.objective_column, "goal": sel.objective_goal}
-    cfg = job_config(raw)
+        for r in sel.session.records:  # the column the job states (the given objective, or the joint bound)
+            r.objective = objective[r.name]
     data = JobData(table=loss_table(sel.names, items, losses, objective), features=None, fingerprint=data_fp)
-    records = []
-    for k, m in enumerate(members):
-        run, ev = m.run, m.evidence()
-        n = len(run.losses)
-        judged = 0 if run.judge is None else int(run.judge.summary()["judge_only"])
-        r = CandidateRecord(m.candidate, k, None if objective is None else float(objective[m.candidate]),
-                            float(np.mean(run.losses)) if n == run.size else None)
-        r.status, r.reason = ev.status, m.certificate.reason  # the member's words (an exact mean, a budget, ...)
-        r.n_human = r.t = n
-        r.n_judge, r.requests = judged, n + judged
-        r.exhausted = ev.exhausted
-        r.path = list(run.path)
-        r.log_e = r.path[-1] if r.path else 0.0
-        r.max_log_e = float(run.test.max_log_evalue)
-        r.max_log_futility = ev.max_log_futility
-        r.exact = m.exact_pass() is not None  # every sample scored: the exact mean decided, not the e-value
-        if run.judge is not None:  # the judge's agreement with the labels, as the engine's candidates state it
-            h, jl, _ = run.judge.all()
-            r.judge = judge_agreement(1.0 - h, 1.0 - jl)
-        r.estimate = float(run.test.estimate) if n else float("nan")  # the test's own estimate, as the engine's
-        r.upper_bound = 1.0 - m.lower_bound(float(levels[k])) if n else 1.0
-        r.joint_bound = None if np.isnan(lower[k]) else 1.0 - float(lower[k])
-        # as the engine states it: the first label at which the e-value reached its decision threshold
-        r.certified_at = r.first_crossing(float(-np.log(levels[k]))) if ev.status is decisions.Status.CERTIFIED else 0
-        records.append(r)
-    evidence = tuple(m.evidence() for m in members)
-    apply(records, decisions.reconcile(evidence, sel.rules, certified))
-    for r in records:  # certified on the exact mean of every sample (its e-value never crossed)
-        if r.status is decisions.Status.CERTIFIED and not r.certified_at:
-            r.certified_at = r.t
-    spent = totals(records)
-    full = {"human": sum(m.run.size for m in members), "judge": 0, "requests": sum(m.run.size for m in members)}
-    res = JobResult(cfg, data, records, [sel.names[k] for k in np.flatnonzero(certified)],
-                    sel.select(certified, lower), sel.proc.level(sel.delta, sel.K), spent, full,
-                    rounds=max(r.t for r in records))
+    for r, m in zip(sel.session.records, (sel.members[n] for n in sel.names), strict=True):
+        r.true_risk = float(np.mean(m.run.losses)) if len(m.run.losses) == m.run.size else None
+    size = sum(sel.members[n].run.size for n in sel.names)
+    res = sel.session.result(end, job_config(raw), data, rounds=max(r.t for r in sel.session.records),
+                             full={"human": size, "judge": 0, "requests": size})
     return derive(res)
 
 
-def write_selection(sel, final, *, home=None, track: bool = True):
+def write_selection(sel, end, *, home=None, track: bool = True):
     """Keep a finished :class:`~certsel.inspect.CertifiedSelection` as a certsel job (:func:`write`)."""
     members = [sel.members[n] for n in sel.names]
     items = list(members[0].run.ledger.ids)
@@ -199,7 +165,7 @@ def write_selection(sel, final, *, home=None, track: bool = True):
     table = scores_table(sel.names, losses, sel.proc.needs_order)
     settings = {"front end": "inspect selection", "procedure": sel.procedure, "at_least": sel.at_least,
                 "delta": sel.delta, "objective": sel.objective, "names": sel.names}
-    return write(lambda path, fp: selection_result(sel, final, items, losses, path, fp), table, settings, home=home,
+    return write(lambda path, fp: selection_result(sel, end, items, losses, path, fp), table, settings, home=home,
                  track=track)
 
 

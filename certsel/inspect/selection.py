@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from certsel.errors import InputError
-from certsel.orchestrator.engine import decisions
-from certsel.orchestrator.engine.decisions import Certify, Evidence, Rules
+from certsel.orchestrator.engine.decisions import Certify
+from certsel.orchestrator.engine.session import SelectionSession, new_records
 from certsel.orchestrator.results.records import Status
 from certsel.policies.procedures import PROCEDURES
 
@@ -103,6 +103,12 @@ class CertifiedSelection:
         self.result: SelectionResult | None = None
         self.final_joint: tuple | None = None  # joint() on the final evidence, computed once for every member
         self.mlflow_run: str | None = None
+        # the one place the selection is decided: the engine's session, fed by the members (no pruning: the
+        # objective only picks among the certified)
+        obj = None if objective is None else np.array([float(objective[n]) for n in self.names])
+        self.session = SelectionSession(new_records(self.names, obj), procedure=self.proc, delta=self.delta,
+                                        alpha=self.alpha, futility=self.futility,
+                                        key=None if obj is None else (obj if goal == "minimize" else -obj))
 
     def member(self, name: str) -> TaskTest:
         """The early-stopping manager of candidate ``name``'s task."""
@@ -115,19 +121,17 @@ class CertifiedSelection:
     def K(self) -> int:
         return len(self.names)
 
-    @property
-    def rules(self) -> Rules:
-        """The engine's rules (no pruning: the objective only picks among the certified)."""
-        return Rules(self.proc, self.delta, testing=True, futility=self.futility)
-
-    def evidence(self) -> tuple[Evidence, ...]:
-        """Each member's evidence for the decision core: its running-maximum log e-value, +inf / -inf where every
-        sample was scored and the exact mean passed / failed (exact p-value 0 or 1), 0 before its task runs; a task
-        that ran all its samples is out of budget."""
-        return tuple(m.evidence() for m in self._all())
-
     def decision_levels(self) -> np.ndarray:
-        return decisions.decision_levels(self.evidence(), self.rules)
+        """Each candidate's decision level on the evidence now."""
+        return self.session.decision_levels()
+
+    def feed(self, snapshot) -> None:
+        """A member's new evidence (:meth:`~certsel.inspect.task.TaskTest.snapshot`), to the session."""
+        self.session.fold({snapshot.name: snapshot})
+
+    def finalize(self, names, levels) -> dict:
+        """The members' final bounds, asked by the session at its end (its ``FinalBounds``)."""
+        return {n: self.members[n].final_snapshot(levels[n]) for n in names}
 
     def _all(self):
         return [self.members[n] for n in self.names]
@@ -143,8 +147,8 @@ class CertifiedSelection:
 
     # -- decisions -------------------------------------------------------------------------------
     def update(self) -> None:
-        """The decision core's decisions on the members' evidence now, applied as stops."""
-        for d in decisions.settle(self.evidence(), self.rules):
+        """The session's decisions on the members' evidence now, applied as stops."""
+        for d in self.session.settle():
             m = self._all()[d.index]
             if isinstance(d, Certify):
                 m.stop(StopReason.CERTIFIED, f"mean score >= {self.at_least:g} certified after "
@@ -168,13 +172,9 @@ class CertifiedSelection:
         """On the evidence so far, by the decision core's final rules: the certified set, each candidate's decision
         level, and lower bounds on the mean scores holding together with probability >= 1 - delta (NaN: no
         statement), agreeing with the certified set."""
-        evidence, rules = self.evidence(), self.rules
-        certified = decisions.final_certified(evidence, rules)
-        levels = decisions.decision_levels(evidence, rules)
-        joint = decisions.bound_levels(rules, certified)
-        own = np.array([np.nan if np.isnan(lv) or m.run is None else 1.0 - m.lower_bound(float(lv))
-                        for m, lv in zip(self._all(), joint)])
-        bounds = decisions.joint_bounds(rules, self.alpha, certified, own)
+        members = self._all()
+        certified, levels, bounds = self.session.joint(
+            lambda k, level: np.nan if members[k].run is None else 1.0 - members[k].lower_bound(level))
         # 1 - (1 - T) can fall one ulp below T: a certified candidate's bound is at least T
         lower = 1.0 - bounds
         return certified, levels, np.where(certified, np.maximum(lower, self.at_least), lower)
@@ -184,21 +184,22 @@ class CertifiedSelection:
         return all(m.run is not None and m.run.done for m in self._all())
 
     def finish(self) -> SelectionResult:
-        """The procedure on the final evidence, the joint bounds and the selection."""
-        self.final_joint = self.joint()
-        certified, _, lower = self.final_joint
+        """The session's end: the procedure on the final evidence, the joint bounds and the selection."""
+        self.final_joint = self.joint()  # what each task's record states
+        _, _, lower = self.final_joint
         for m in self._all():
             m.certificate = m.make_certificate()
+        end = self.session.finish(self)
+        certified, chosen = end.certified, end.selected
         if self.keep:  # a certsel job like any other: its folder, certificate, report and MLflow run
             from .job import write_selection
 
-            self.job = write_selection(self, self.final_joint, home=self.home, track=self.track)
+            self.job = write_selection(self, end, home=self.home, track=self.track)
             self.mlflow_run = None if self.job.tracking is None else self.job.tracking["run_id"]
             for m in self._all():  # each task's record names the job that holds the certificate
                 m.certificate = dataclasses.replace(m.certificate, job_id=self.job.job_id)
         cands = [CandidateResult(m.candidate, bool(certified[k]), None if np.isnan(lower[k]) else float(lower[k]),
                                  m.certificate) for k, m in enumerate(self._all())]
-        chosen = self.select(certified, lower)
         run = sum(m.run.ledger.scheduled * m.run.epochs for m in self._all())  # a started sample runs every epoch
         full = sum(m.run.size * m.run.epochs for m in self._all())
         names = [self.names[k] for k in np.flatnonzero(certified)]
@@ -235,16 +236,3 @@ class CertifiedSelection:
         if self.proc.needs_order:
             return None
         return {n: 0.0 if np.isnan(lower[k]) else float(lower[k]) for k, n in enumerate(self.names)}
-
-    def select(self, certified: np.ndarray, lower: np.ndarray) -> str | None:
-        """The selected candidate: the certified one with the best objective; without one, the end of
-        a fixed sequence's certified prefix or the highest joint lower bound."""
-        idx = np.flatnonzero(certified)
-        if idx.size == 0:
-            return None
-        if self.objective is not None:
-            key = np.array([float(self.objective[self.names[k]]) for k in idx])
-            return self.names[idx[int(np.argmin(key if self.goal == "minimize" else -key))]]
-        if self.proc.needs_order:
-            return self.names[idx[-1]]
-        return self.names[idx[int(np.argmax(lower[idx]))]]  # the highest joint lower bound on the mean score

@@ -33,8 +33,8 @@ from certsel.policies.kinds import POLICY_KINDS, PolicyInputs, PolicySettings, w
 from certsel.policies.betting import get_strategy
 from certsel.policies.sampling import SAMPLINGS, IID, WithoutReplacement, sampling_named
 
-from certsel.orchestrator.engine.decisions import Evidence
-from certsel.orchestrator.results.records import Status
+from certsel.policies import judge_agreement
+from certsel.workers.contracts import Snapshot
 
 from .judge import NOT_LABELLED, JudgeFeed, gated_scorer
 from .record import SampleCounts, TaskRecord
@@ -52,11 +52,6 @@ class StopReason(str, Enum):
     BUDGET = "budget"
     NOT_NEEDED = "not needed"
     REFUSED = "refused"
-
-
-# a task's stop as the decision core's status
-_STATUS = {StopReason.CERTIFIED: Status.CERTIFIED, StopReason.FUTILE: Status.FUTILE,
-           StopReason.REFUSED: Status.SOURCE_FAILED, StopReason.NOT_NEEDED: Status.STOPPED}
 
 
 def check_claim(at_least, alpha) -> float:
@@ -156,19 +151,32 @@ class TaskTest:
     def index(self) -> int:
         return self.selection.names.index(self.candidate)
 
-    def evidence(self) -> Evidence:
-        """Its evidence as the decision core reads it (see :meth:`CertifiedSelection.evidence`)."""
+    def snapshot(self, path=(), error: str | None = None) -> Snapshot:
+        """Its evidence now, as a job's candidate reports it to the selection's session: ``path``, the test's log
+        e-values since the last one; once every sample was scored without
+        replacement, whether the exact mean passed (the session's evidence is then +inf / -inf); out of budget once the task ran all
+        its samples. ``error``: its scores were refused."""
         run = self.run
-        if run is None:
-            return Evidence(self.candidate, Status.SKIPPED if self.candidate in self.selection.pending
-                            else Status.PENDING)
         exact = self.exact_pass()
-        log_e = float(run.test.max_log_evalue) if exact is None else (math.inf if exact else -math.inf)
-        status = Status.RUNNING if run.stop is None else _STATUS[run.stop]
-        if exact is False and status in (Status.RUNNING, Status.CERTIFIED):  # every sample scored: the mean says no
-            status = Status.NOT_CERTIFIED
-        fut = 0.0 if run.futility is None else float(run.futility.max_log_evalue)
-        return Evidence(self.candidate, status, run.ledger.released, log_e, run.done or exact is not None, fut)
+        n = len(run.losses)
+        judged = 0 if run.judge is None else int(run.judge.summary()["judge_only"])
+        return Snapshot(self.candidate, n_human=n, n_judge=judged, requests=n + judged, t=n,
+                        exhausted=run.done or exact is not None,
+                        estimate=float(run.test.estimate) if n else float("nan"),
+                        futility_log_e=None if run.futility is None else float(run.futility.max_log_evalue),
+                        path=np.asarray(path, dtype=np.float64), log_e=run.path[-1] if run.path else 0.0,
+                        max_log_e=float(run.test.max_log_evalue), error=error, exact=exact is not None,
+                        decision=None if exact is None else (-1 if exact else 1))
+
+    def final_snapshot(self, levels) -> Snapshot:
+        """Its one-sided risk bounds at ``levels`` (1 - the lower bounds on the mean score) and the judge's agreement
+        with the labels: what a session's end asks of a candidate."""
+        agreement = None
+        if self.run.judge is not None:
+            h, jl, _ = self.run.judge.all()
+            agreement = judge_agreement(1.0 - h, 1.0 - jl)
+        return Snapshot(self.candidate, level_bounds={lv: 1.0 - self.lower_bound(lv) for lv in levels},
+                        judge=agreement)
 
     # -- inspect's EarlyStopping protocol --------------------------------------------------------
     def refuse_second_task(self) -> None:
@@ -207,6 +215,7 @@ class TaskTest:
                         reader=reader, ledger=ScheduleLedger(ids, epochs), test=test, futility=fut, horizon=horizon,
                         losses=[], judge=None if judge is None else JudgeFeed(judge, self.ratio))
         self.certificate = None
+        self.selection.feed(self.snapshot())  # running, no evidence yet
         pending = self.selection.pending.pop(self.candidate, None)
         if pending is not None:  # the selection no longer needed it before its task started
             self.stop(StopReason.NOT_NEEDED, pending)
@@ -231,13 +240,13 @@ class TaskTest:
             value = self._read(id, epoch, scores)
         except ScoreError as err:
             # no silent 0: the run stops, the certificate says why, and the task fails with the line
-            self.stop(StopReason.REFUSED, str(err))
+            self.refuse(str(err))
             raise
         if not run.ledger.is_scheduled(id):
             # inspect reports samples reused from an earlier log (eval_retry) unscheduled: their place is unknown
             err = SetupError(f"sample {id!r} was scored without being scheduled (reused from an earlier log?); "
                              "certsel cannot place it in the random order: run the task afresh")
-            self.stop(StopReason.REFUSED, str(err))
+            self.refuse(str(err))
             raise err
         run.ledger.complete(id, epoch, value)
         fresh = run.ledger.release()
@@ -264,20 +273,28 @@ class TaskTest:
         return (run.reader.read(scores, where) if labelled else np.nan, judge)
 
     def _feed(self, fresh) -> None:
+        """New scores to the test, and its evidence to the selection's session."""
         run = self.run
         if run.judge is None:
             losses = 1.0 - fresh
             run.losses.extend(losses.tolist())
-            run.path.extend(np.atleast_1d(run.test.update(losses)).tolist())
+            path = np.atleast_1d(run.test.update(losses)).tolist()
             if run.futility is not None:
                 run.futility.update(fresh)
-            return
-        h, jl, ju = fresh
-        run.losses.extend((1.0 - h).tolist())
-        run.judge.fed(h, jl, ju)
-        run.path.extend(np.atleast_1d(run.test.update(1.0 - h, 1.0 - jl, 1.0 - ju)).tolist())
-        if run.futility is not None:  # mirrored: the scores against T
-            run.futility.update(h, jl, ju)
+        else:
+            h, jl, ju = fresh
+            run.losses.extend((1.0 - h).tolist())
+            run.judge.fed(h, jl, ju)
+            path = np.atleast_1d(run.test.update(1.0 - h, 1.0 - jl, 1.0 - ju)).tolist()
+            if run.futility is not None:  # mirrored: the scores against T
+                run.futility.update(h, jl, ju)
+        run.path.extend(path)
+        self.selection.feed(self.snapshot(path))
+
+    def refuse(self, why: str) -> None:
+        """Its scores cannot be read: it stops, and the session ends it as a failed source."""
+        self.stop(StopReason.REFUSED, why)
+        self.selection.feed(self.snapshot(error=why))
 
     # -- judge-assisted testing ----------------------------------------------------------------------
     def needs_label(self, id) -> bool:
@@ -298,6 +315,7 @@ class TaskTest:
     async def complete_task(self) -> dict:
         run = self.run
         run.done = True
+        self.selection.feed(self.snapshot())  # out of samples: no more evidence will come
         self.selection.update()
         self.selection.member_finished()
         self.certificate = self.certificate or self.make_certificate()  # the selection's, once it has finished

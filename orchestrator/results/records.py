@@ -133,6 +133,7 @@ class CandidateRecord:
         if snap.decision is not None:
             self.decision = snap.decision
         self.waiting = snap.waiting
+        self.exact = self.exact or snap.exact
         if self.status is Status.PENDING:
             self.status = Status.RUNNING
         if snap.error:  # its label source failed for good: not certified, the others go on
