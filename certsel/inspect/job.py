@@ -84,45 +84,27 @@ def table_fingerprint(table: pa.Table) -> str:
 
 
 def write(build, table: pa.Table, settings: dict, *, home=None, track: bool = True):
-    """Keep what inspect decided as a certsel job: its folder under ``home`` (default: certsel's jobs folder) with
-    ``table``, report and certificate, and an MLflow run (``track``). ``build(path, fingerprint)`` makes the
-    JobResult. The scores and ``settings`` identify the job. Returns the result with ``job_id``, ``output_dir``,
-    ``files`` and ``tracking`` set."""
+    """Keep what inspect decided as a certsel job, through the job lifecycle every front end uses: its folder under
+    ``home`` (default: certsel's jobs folder) with ``table``, report and certificate, and an MLflow run (``track``).
+    ``build(path, fingerprint)`` makes the JobResult. The scores and ``settings`` identify the job. Returns the result
+    with ``job_id``, ``output_dir``, ``files`` and ``tracking`` set."""
     from certsel.home import jobs_dir
-    from certsel.orchestrator.engine.state import JobState
-    from certsel.orchestrator.outputs.report import write_report
+    from certsel.orchestrator.commands.lifecycle import JobLifecycle
     from certsel.orchestrator.outputs.tracking import JobTracker
 
     started = time.time()
     root = pathlib.Path(home) if home is not None else jobs_dir()
     data_fp = table_fingerprint(table)
     job_fp = hashlib.sha256(json.dumps({**settings, "scores": data_fp}, sort_keys=True, default=str).encode())
-    job = JobState.open(root, job_fp.hexdigest()[:16], auto=False)
-    tracker = None
-    try:
-        pq.write_table(table, job.dir / SCORES)
-        result = build(job.dir / SCORES, data_fp)
-        job.update(name=result.cfg.name, front_end="inspect")
-        result.job_id = job.job_id
+    with JobLifecycle.open(root, job_fp.hexdigest()[:16], name=settings.get("name", "inspect"), auto=False,
+                           front_end="inspect", started=started) as life:
+        pq.write_table(table, life.dir / SCORES)
+        result = build(life.dir / SCORES, data_fp)
+        life.job.update(name=result.cfg.name)
         if track:
-            tracker = JobTracker(result.cfg.tracking.uri, result.cfg.tracking.experiment)
-            run_id = tracker.start(result.cfg, result.data, result.records, job=job, started=started)
-            result.tracking = {"uri": tracker.uri, "experiment_id": tracker.experiment_id, "run_id": run_id}
-            job.update(mlflow_runs=[run_id])
-        files = write_report(result, job.dir)
-        result.output_dir, result.files = job.dir, [job.dir / SCORES, *files]
-        if tracker is not None:
-            tracker.finish(result, files)
-        job.update(status="finished", finished=True, selected=result.selected, output=str(job.dir),
-                   mlflow_run=None if tracker is None else result.tracking["run_id"])
-        return result
-    except BaseException:
-        if tracker is not None:
-            tracker.fail()
-        job.update(status="failed")
-        raise
-    finally:
-        job.release()
+            life.track(JobTracker(result.cfg.tracking.uri, result.cfg.tracking.experiment), result.cfg, result.data,
+                       result.records)
+        return life.finish(result, files=[life.dir / SCORES])
 
 
 def selection_result(sel, end, items: list, losses: dict, path, data_fp: str):
@@ -170,34 +152,23 @@ def write_selection(sel, end, *, home=None, track: bool = True):
 
 
 def ranking_result(rk, losses: dict, path, data_fp: str):
-    """A finished :class:`~certsel.inspect.CertifiedRanking` as a ``pairwise`` job's result (each model's record: the
-    samples its pairs used)."""
+    """A finished :class:`~certsel.inspect.CertifiedRanking`'s session as a ``pairwise`` job's result (each model's
+    record: the samples its pairs used)."""
     from certsel.api import job_config
     from certsel.orchestrator.engine.derived import derive
     from certsel.orchestrator.inputs.jobdata import JobData
-    from certsel.orchestrator.results.records import CandidateRecord, JobResult, Status, totals
 
-    out = rk.result
     raw = {"name": rk.name, "data": {"path": str(path)}, "policy": {"kind": "seq"}, "procedure": "pairwise",
            "delta": rk.delta, "seed": rk.seed, "budget": {"n": rk.cap},
            "pairwise": {"goal": rk.goal, "topk": rk.topk, "epsilon": rk.epsilon, "bet": rk.bet},
            "tracking": {"experiment": rk.experiment, **({"uri": rk.mlflow} if rk.mlflow else {})}}
-    cfg = job_config(raw)
     data = JobData(table=loss_table(rk.names, rk.order, losses, None), features=None, fingerprint=data_fp)
-    records = []
-    for k, n in enumerate(rk.names):
-        m, used = rk.models[n], [loss for _, loss, _ in losses[n]]
-        every = [1.0 - v for v in (m.scored or {}).values()]  # its losses on every sample it scored
-        r = CandidateRecord(n, k, None, float(np.mean(every)) if len(every) == len(rk.order) else None)
-        status, reason = out.statuses[n]
-        r.status, r.reason = Status(status), reason
-        r.n_human = r.t = r.requests = len(used)
-        r.estimate = float(np.mean(used)) if used else float("nan")
-        records.append(r)
-    level = out.level
-    full = {"human": len(rk.order) * len(rk.names), "judge": 0, "requests": len(rk.order) * len(rk.names)}
-    res = JobResult(cfg, data, records, list(out.top), out.selected, level, totals(records), full,
-                    rounds=out.positions, ranking=out.ranking)
+    for r in rk.session.records:  # its losses on every sample, where it scored them all
+        every = [1.0 - v for v in (rk.models[r.name].scored or {}).values()]
+        r.true_risk = float(np.mean(every)) if len(every) == len(rk.order) else None
+    size = len(rk.order) * len(rk.names)
+    res = rk.session.result(rk.outcome, job_config(raw), data, rounds=rk.result.positions,
+                            full={"human": size, "judge": 0, "requests": size})
     return derive(res)
 
 

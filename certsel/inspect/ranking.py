@@ -23,12 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from certsel.errors import InputError
-from certsel.orchestrator.engine import decisions
-from certsel.orchestrator.engine.decisions import Pairs, RankingRules
+from certsel.orchestrator.engine.decisions import RankingRules
+from certsel.orchestrator.engine.ranking_session import PairTests, RankingSession
+from certsel.orchestrator.engine.session import new_records
 from certsel.orchestrator.results.ranking import Ranking
 from certsel.policies.pair_bets import pair_bet, pair_claims
-from certsel.policies.comparison import GOALS, sign_policy_delta
-from certsel.policies.kinds import POLICY_KINDS, PolicyInputs, PolicySettings
+from certsel.policies.comparison import GOALS
+from certsel.policies.kinds import POLICY_KINDS
 from certsel.policies.procedures import PROCEDURES
 
 from .schedule import ScheduleLedger
@@ -126,17 +127,12 @@ class CertifiedRanking:
         self.home, self.keep, self.track = home, keep, track
         self.job = None  # the JobResult kept as a certsel job once every task is done
         self.proc = PROCEDURES.lookup("pairwise")
-        K = len(self.names)
-        self.ii, self.jj = np.triu_indices(K, 1)
-        self.pair_delta = self.proc.pair_delta(self.delta, K)
-        self.pair_delta_per_direction = sign_policy_delta(self.pair_delta, "betting")
         self.models = {n: _Model(n) for n in self.names}
         self.members = {n: _Member(self, n) for n in self.names}
         self.order: list | None = None  # the common order: the dataset's shuffled sample ids
-        self.pairs = None
-        self.tied = np.zeros(self.ii.size, dtype=bool)
-        self.dead: set = set()  # models whose scores stopped short (their pairs end undecided)
+        self.session: RankingSession | None = None  # the pairs and the decisions, once the first task starts
         self.result: RankingResult | None = None
+        self.outcome = None  # the session's end (what the kept job states)
 
     # -- inspect's EarlyStopping protocol, for one task over several models ----------------------
     def member(self, name: str) -> _Member:
@@ -189,7 +185,7 @@ class CertifiedRanking:
             if self.budget is not None and self.budget > len(ids):
                 raise SetupError(f"budget {self.budget} is more than the task's {len(ids)} samples")
             self.order = ids
-            self.pairs = self._pair_policies(len(ids))
+            self.session = self._session(len(ids))
         elif ids != self.order:
             raise SetupError(f"model {name!r} runs other samples, or the same in another order, than the models "
                              "before it: every model of a ranking runs one shuffled dataset (eval(task, "
@@ -198,15 +194,12 @@ class CertifiedRanking:
         m.ledger, m.scored = ScheduleLedger(ids, epochs), {}
         return "certsel"
 
-    def _pair_policies(self, n_items: int):
-        from certsel.orchestrator.engine.pair_policies import pair_policies
-
-        kind = POLICY_KINDS.lookup("seq")
-        settings = PolicySettings(alpha=0.5, delta=self.pair_delta_per_direction, budget=n_items, seed=self.seed,
-                                  radius="betting", strict=True)
-        bet = self.pair_bet.for_claims(pair_claims(self.epsilon))
-        return pair_policies(kind, settings, [PolicyInputs(n_items, judge_scores=np.full(n_items, 0.5))
-                                              for _ in range(self.ii.size)], bet)
+    def _session(self, n_items: int) -> RankingSession:
+        """The ranking's session: a ``pairwise`` job's Seq pair tests (radius betting) over the task's samples."""
+        return RankingSession(new_records(self.names), procedure=self.proc, delta=self.delta,
+                              rules=RankingRules(self.goal, self.topk, self.epsilon, self.budget or n_items),
+                              tests=PairTests(POLICY_KINDS.lookup("seq"), n_items, self.seed, "betting",
+                                              bet=self.pair_bet.for_claims(pair_claims(self.epsilon))))
 
     @property
     def cap(self) -> int:
@@ -256,74 +249,62 @@ class CertifiedRanking:
 
     def used_losses(self) -> dict:
         """Each model's (sample, loss 1 - score, no judge) on the positions its pairs used, in the common order."""
-        n = self.pairs.n_labeled
+        s = self.session
+        n = s.pairs.n_labeled
         out = {}
         for k, name in enumerate(self.names):
-            mine = (self.ii == k) | (self.jj == k)
+            mine = (s.ii == k) | (s.jj == k)
             used = int(n[mine].max(initial=0))
             scored = self.models[name].scored or {}
             out[name] = [(i, 1.0 - scored[i], None) for i in self.order[:used]]
         return out
 
-    # -- the pairs -------------------------------------------------------------------------------
-    @property
-    def rules(self) -> RankingRules:
-        return RankingRules(self.goal, self.topk, self.epsilon, self.cap)
-
-    def evidence(self) -> Pairs:
-        """The pairs' evidence now, as the decision core reads it."""
-        p = self.pairs
-        return Pairs(tuple(self.names), self.ii, self.jj, p.decision, p.bounds(), p.n_labeled, p.done,
-                     self.tied.copy(), frozenset(self.dead))
-
+    # -- the pairs: fed to the session ---------------------------------------------------------------
     def _advance(self) -> None:
         """Feed every open pair each position its models have all scored, one position at a time (module
         docstring), then stop the models none of whose pairs is open."""
-        names, ii, jj = self.names, self.ii, self.jj
+        s, names = self.session, self.names
         while True:
-            ev = self.evidence()
-            open_ = np.flatnonzero(decisions.open_pairs(ev, self.rules))
+            open_ = s.open_pairs()
             if open_.size == 0:
                 break
-            involved = {names[k] for p in open_ for k in (ii[p], jj[p])}
-            at = int(ev.n_labeled[open_[0]])  # every open pair has used the same positions
+            involved = {names[k] for p in open_ for k in (s.ii[p], s.jj[p])}
+            at = int(s.pairs.n_labeled[open_[0]])  # every open pair has used the same positions
             if any(self.models[n].released <= at for n in involved):
                 break  # a model in an open pair has not scored this position yet
             sample = self.order[at]
-            fed = {int(p): (np.array([at]), np.array([(self.models[names[jj[p]]].scored[sample]
-                                                       - self.models[names[ii[p]]].scored[sample] + 1.0) / 2.0]))
-                   for p in open_}
-            self.pairs.feed(fed)
-            self.tied[decisions.new_ties(self.evidence(), self.rules, fed)] = True
-        running = decisions.open_pairs(self.evidence(), self.rules)
-        still = set(ii[running].tolist()) | set(jj[running].tolist())
-        for k, n in enumerate(names):
-            m = self.models[n]
-            if m.stopped is None and m.ledger is not None and k not in still:
+            s.feed({int(p): (np.array([at]), np.array([(self.models[names[s.jj[p]]].scored[sample]
+                                                         - self.models[names[s.ii[p]]].scored[sample] + 1.0) / 2.0]))
+                    for p in open_})
+        for k in s.settled_models():
+            m = self.models[names[k]]
+            if m.stopped is None and m.ledger is not None:
                 self._stop(m, "every pair it is in is settled")
 
     def _fail(self, m: _Model, why: str) -> None:
         """``m`` gives no more scores: its pairs end undecided, the others go on."""
-        self.dead.add(self.names.index(m.name))
         m.failure = why
         self._stop(m, why)
-        if self.pairs is not None:
+        if self.session is not None:
+            self.session.fail(self.names.index(m.name), why)
             self._advance()
 
     def _stop(self, m: _Model, why: str) -> None:
         if m.stopped is None:
-            m.stopped, m.at_stop = why, int(self.pairs.n_labeled.max(initial=0)) if self.pairs is not None else 0
+            used = self.session.pairs.n_labeled.max(initial=0) if self.session is not None else 0
+            m.stopped, m.at_stop = why, int(used)
 
     # -- the result ------------------------------------------------------------------------------
     def _finish(self) -> RankingResult:
-        out = decisions.ranking_outcome(self.evidence(), self.rules, self.pair_delta, self.pair_delta_per_direction)
-        statuses = {n: (("source failed", self.models[n].failure) if e is None else (str(e[0]), e[1]))
-                    for n, e in zip(self.names, out.ends, strict=True)}
+        """The session's end: what the ranking certified, each model's end on its record."""
+        s = self.session
+        used = self.used_losses()
+        s.fold([{i: loss for i, loss, _ in used[n]} for n in self.names])  # each model's labels: what its pairs used
+        self.outcome = s.finish()
+        statuses = {r.name: (str(r.status), r.reason) for r in s.records}
         runs = {n: self.models[n].ledger.scheduled for n in self.names}
-        return RankingResult(out.ranking, out.top, out.selected, statuses, runs,
-                             len(self.order) * len(self.names), int(self.pairs.n_labeled.max(initial=0)),
-                             decisions.ranking_level(self.proc, self.delta, len(self.names),
-                                                     self.pair_delta_per_direction))
+        return RankingResult(self.outcome.ranking, self.outcome.top, self.outcome.selected, statuses, runs,
+                             len(self.order) * len(self.names), int(s.pairs.n_labeled.max(initial=0)), s.level())
 
     def _summary(self, m: _Model) -> dict:
         """The task's early-stopping metadata: what the ranking did with this model."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import pathlib
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,18 +25,19 @@ from certsel.orchestrator.engine.driver import run_job
 from certsel.orchestrator.engine.pilot import start_from_pilot
 from certsel.orchestrator.engine.runtime import RayRuntime
 from certsel.orchestrator.engine.servers import FleetSchedule
+from certsel.orchestrator.engine.session import new_records
 from certsel.orchestrator.engine.state import Finished, JobState, config_fingerprint
 from certsel.orchestrator.inputs.feasibility import feasibility_warning
 from certsel.orchestrator.inputs.jobdata import JobData
 from certsel.orchestrator.inputs.source_kind import SourceKind
 from certsel.orchestrator.inputs.sources import load_job_data, source_of
 from certsel.orchestrator.outputs.paths import output_dir, output_file
-from certsel.orchestrator.outputs.report import write_report
 from certsel.orchestrator.outputs.mlflow_store import precheck
 from certsel.orchestrator.outputs.tracking import JobTracker
-from certsel.orchestrator.results.records import CandidateRecord, JobResult
+from certsel.orchestrator.results.records import JobResult
 
-from .stages import LOADING, LOGGING, RAY, REPORT, ROUNDS, RUNS, STOPPING, TRACKING, StageClock
+from .lifecycle import JobLifecycle
+from .stages import LOADING, RAY, ROUNDS, STOPPING, TRACKING, StageClock
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +94,10 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
         if any(c is None for c in claim_starts(cfg, data)) and not cfg.proc.ranking:
             (o.warn or log.warning)(f"the {source_of(cfg).name} source has no label identity: its labels are not kept "
                                     "in the store, and each run is a test of its own (docs/gate.md, 'Reruns')")
-    job = _open_job(cfg, data, o)
-    tracker = run_id = None
+    life = _open_job(cfg, data, o, clock, started)
     with contextlib.ExitStack() as resources:  # released in reverse order, whatever happens
-        # late-bound: a job discarded when Ray is missing is None by then; release sees the cfg and data the job
-        # ran with (prepare_source may replace them)
-        resources.callback(lambda: job is not None and job.release())
+        resources.callback(life.release)
+        # late-bound: release sees the cfg and data the job ran with (prepare_source may replace them)
         resources.callback(lambda: source_of(cfg).release(cfg, data))
         try:
             opening = None
@@ -117,9 +115,7 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
                     # the hosts' worker processes boot (imports) while the runs are created
                     runtime.ensure_hosts(runtime.default_hosts(len(data.names)))
             except InputError:  # no cluster: a job created just now leaves nothing behind
-                if job is not None and not job.resumed:
-                    job.discard()
-                    job = None
+                life.discard()
                 raise
             resources.callback(_stop_runtime, runtime, clock)
             kind = source_of(cfg)
@@ -130,41 +126,21 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
                 if servers is not None:
                     resources.callback(servers.close)
             if opening is not None:
-                tracker = opening.result()
-                obj = data.objective
-                with clock.stage(RUNS):
-                    records = [CandidateRecord(n, k, None if obj is None else float(obj[k]))
-                               for k, n in enumerate(data.names)]
-                    run_id = tracker.start(cfg, data, records, job=job, parent_run=o.parent_run, started=started)
-                if job is not None:
-                    job.update(mlflow_runs=[*job.meta.get("mlflow_runs", []), run_id])
+                life.track(opening.result(), cfg, data, new_records(data.names, data.objective),
+                           parent_run=o.parent_run)
             try:
                 with clock.stage(ROUNDS):
-                    result = run_job(cfg, data, runtime, progress=o.progress, tracker=tracker,
-                                     job_dir=None if job is None else job.dir, servers=servers)
+                    result = run_job(cfg, data, runtime, progress=o.progress, tracker=life.tracker, job_dir=life.dir,
+                                     servers=servers)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as exc:  # while the job ran: a job error, whatever its type
                 raise job_error(exc) from exc
             result.stages = clock.seconds  # the clock's own dict: the stages after this one land in it too
-            result.job_id = None if job is None else job.job_id
-            if tracker is not None:
-                result.tracking = {"uri": tracker.uri, "experiment_id": tracker.experiment_id, "run_id": run_id}
-            _write_outputs(result, output or (job.dir if job is not None else None), tracker, clock)
-            if job is not None and not result.evaluated:  # every source failed: a rerun resumes this folder
-                job.update(status="failed", mlflow_run=run_id, name=cfg.name,
-                           output=None if result.output_dir is None else str(result.output_dir))
-            elif job is not None:
-                job.update(status="finished", mlflow_run=run_id, finished=True, name=cfg.name,
-                           selected=result.selected,
-                           output=None if result.output_dir is None else str(result.output_dir))
-            return result, run_id
+            life.finish(result, output)
+            return result, life.run_id
         except BaseException as exc:  # the runs say how it ended: KILLED on Ctrl-C, FAILED otherwise
-            killed = isinstance(exc, KeyboardInterrupt)
-            if tracker is not None:
-                tracker.fail("KILLED" if killed else "FAILED")
-            if job is not None:
-                job.update(status="interrupted" if killed else "failed")
+            life.fail(exc)
             raise
 
 
@@ -224,33 +200,21 @@ def finished_job(cfg: RunConfig, data) -> Finished | None:
     return JobState.finished(cfg.state.dir, config_fingerprint(cfg, data.fingerprint))
 
 
-def _open_job(cfg: RunConfig, data, o: RunOptions) -> JobState | None:
-    """The durable job: the unfinished one with this configuration, the one ``resume`` names, or a new one."""
+def _open_job(cfg: RunConfig, data, o: RunOptions, clock: StageClock, started: float) -> JobLifecycle:
+    """The job's lifecycle over its durable folder: the unfinished one with this configuration, the one ``resume``
+    names, or a new one (not durable: no folder)."""
     if not o.durable:
-        return None
-    job = JobState.open(cfg.state.dir, config_fingerprint(cfg, data.fingerprint), resume=o.resume,
-                        auto=cfg.state.resume == "auto")
-    job.update(name=cfg.name)
+        return JobLifecycle(None, clock, started)
+    life = JobLifecycle.open(cfg.state.dir, config_fingerprint(cfg, data.fingerprint), name=cfg.name,
+                             resume=o.resume, auto=cfg.state.resume == "auto", clock=clock, started=started)
     if o.on_job is not None:
-        o.on_job(job)
-    return job
+        o.on_job(life.job)
+    return life
 
 
 def _stop_runtime(runtime, clock: StageClock) -> None:
     with clock.stage(STOPPING):
         runtime.close()
-
-
-def _write_outputs(result: JobResult, folder, tracker, clock: StageClock) -> None:
-    """The report and certificate into ``folder`` (None: a temporary one, for MLflow), then the final logging."""
-    with tempfile.TemporaryDirectory() as tmp:
-        with clock.stage(REPORT):
-            files = write_report(result, folder or tmp)
-        if folder is not None:
-            result.output_dir, result.files = pathlib.Path(folder), files
-        if tracker is not None:
-            with clock.stage(LOGGING):
-                tracker.finish(result, files)
 
 
 def prepare_source(kind: SourceKind, cfg: RunConfig, data, on_servers=None):

@@ -1,0 +1,112 @@
+"""One job's life, the same for every front end (``certsel run``, the Python API, ``certsel gate``,
+``certsel.inspect``): its folder opened (or resumed), its MLflow run, then finished, failed or cancelled, with the
+certificate, report and MLflow artifacts written once, at the end.
+
+A :class:`JobLifecycle` is a context manager: leaving it on an exception marks the MLflow run FAILED (KILLED on
+Ctrl-C) and the folder ``failed`` (``interrupted``), so a rerun resumes it; leaving it at all releases the folder's
+lock. Between :meth:`~JobLifecycle.track` and :meth:`~JobLifecycle.finish` the front end runs the job its own way
+(the Ray rounds, inspect's tasks).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import tempfile
+import time
+
+from certsel.orchestrator.engine.state import JobState
+from certsel.orchestrator.outputs.report import write_report
+from certsel.orchestrator.results.records import JobResult
+
+from .stages import LOGGING, REPORT, RUNS, StageClock
+
+
+class JobLifecycle:
+    """A job's folder (``job``, None for a job that keeps none) and MLflow run, from start to end."""
+
+    def __init__(self, job: JobState | None, clock: StageClock | None = None, started: float | None = None):
+        self.job, self.clock = job, clock if clock is not None else StageClock()
+        self.tracker = None
+        self.run_id: str | None = None
+        self.started = time.time() if started is None else started
+
+    @classmethod
+    def open(cls, root, fingerprint: str, *, name: str, resume: str | None = None, auto: bool = True,
+             front_end: str | None = None, clock: StageClock | None = None,
+             started: float | None = None) -> JobLifecycle:
+        """The job with ``fingerprint`` under ``root``: the one ``resume`` names, else an unfinished one (``auto``),
+        else a new folder."""
+        job = JobState.open(root, fingerprint, resume=resume, auto=auto)
+        job.update(name=name, **({"front_end": front_end} if front_end else {}))
+        return cls(job, clock, started)
+
+    @property
+    def dir(self) -> pathlib.Path | None:
+        return None if self.job is None else self.job.dir
+
+    # -- the run ----------------------------------------------------------------------------------
+    def track(self, tracker, cfg, data, records, *, parent_run: str | None = None) -> str:
+        """Create the job's MLflow run with ``tracker`` (a :class:`~certsel.orchestrator.outputs.tracking.JobTracker`)
+        and name it in the folder."""
+        self.tracker = tracker
+        with self.clock.stage(RUNS):
+            self.run_id = tracker.start(cfg, data, records, job=self.job, parent_run=parent_run, started=self.started)
+        if self.job is not None:
+            self.job.update(mlflow_runs=[*self.job.meta.get("mlflow_runs", []), self.run_id])
+        return self.run_id
+
+    # -- the end ----------------------------------------------------------------------------------
+    def finish(self, result: JobResult, folder=None, *, files=()) -> JobResult:
+        """The job's outputs: report and certificate into ``folder`` (default: the job's folder; none: only MLflow
+        gets them), ``files`` already there listed with them, the MLflow run finished; the folder marked finished,
+        or failed when no candidate could be evaluated (a rerun resumes it)."""
+        job = self.job
+        result.job_id = None if job is None else job.job_id
+        if self.tracker is not None:
+            t = self.tracker
+            result.tracking = {"uri": t.uri, "experiment_id": t.experiment_id, "run_id": self.run_id}
+        folder = folder if folder is not None else self.dir
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.clock.stage(REPORT):
+                written = write_report(result, folder or tmp)
+            if folder is not None:
+                result.output_dir, result.files = pathlib.Path(folder), [*files, *written]
+            if self.tracker is not None:
+                with self.clock.stage(LOGGING):
+                    self.tracker.finish(result, written)
+        if job is not None:
+            output = None if result.output_dir is None else str(result.output_dir)
+            if result.evaluated:
+                job.update(status="finished", mlflow_run=self.run_id, finished=True, name=result.cfg.name,
+                           selected=result.selected, output=output)
+            else:  # every source failed: a rerun resumes this folder
+                job.update(status="failed", mlflow_run=self.run_id, name=result.cfg.name, output=output)
+        return result
+
+    def fail(self, exc: BaseException) -> None:
+        """The job ended by ``exc``: its run KILLED (Ctrl-C) or FAILED, its folder interrupted or failed."""
+        killed = isinstance(exc, KeyboardInterrupt)
+        if self.tracker is not None:
+            self.tracker.fail("KILLED" if killed else "FAILED")
+        if self.job is not None:
+            self.job.update(status="interrupted" if killed else "failed")
+
+    def discard(self) -> None:
+        """A job that never started leaves nothing behind (a resumed one keeps its folder)."""
+        if self.job is not None and not self.job.resumed:
+            self.job.discard()
+            self.job = None
+
+    def release(self) -> None:
+        if self.job is not None:
+            self.job.release()
+
+    def __enter__(self) -> JobLifecycle:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        try:
+            if exc is not None:
+                self.fail(exc)
+        finally:
+            self.release()
