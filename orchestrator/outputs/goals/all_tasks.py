@@ -18,7 +18,7 @@ class MultiTaskGoal(Goal):
 
     @classmethod
     def asked(cls, ask: Ask) -> bool:
-        return ask.tasks
+        return ask.tasks and not (ask.ranking or ask.recovery or ask.stacked or ask.gates)  # each task says its own
 
     def headline(self, cert) -> str:
         return selected_headline(cert)  # a multi-task certificate has no ranking

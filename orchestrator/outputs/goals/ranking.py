@@ -16,7 +16,7 @@ class RankingGoal(Goal):
 
     @classmethod
     def asked(cls, ask: Ask) -> bool:
-        return ask.ranking
+        return ask.ranking and not ask.recovery
 
     def title(self, cert) -> str:
         rk, p = cert.ranking, cert.procedure
