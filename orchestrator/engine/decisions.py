@@ -2,11 +2,11 @@
 
 Every front end that tests candidates under a multiple-testing procedure, or ranks models by their pairs
 (:class:`Pairs`, :func:`open_pairs`, :func:`new_ties`, :func:`ranking_outcome`), decides with these functions and
-nothing else: the engine's rounds (:class:`~.selection.Scheduler`) and ``certsel.inspect``'s
-:class:`~certsel.inspect.CertifiedSelection` build an :class:`Evidence` per candidate, ask :func:`settle` after every
-round or score and the final functions (:func:`final_certified`, :func:`reconcile`, :func:`bound_levels`,
-:func:`joint_bounds`) when done, and apply the decisions to their own records. A rule changed here changes every front
-end alike.
+nothing else, through the sessions that apply them (:class:`~.session.SelectionSession`,
+:class:`~.ranking_session.RankingSession`), which the engine's rounds and ``certsel.inspect`` both feed: a session
+builds an :class:`Evidence` per candidate from its records, asks :func:`settle` after every round or score and the
+final functions (:func:`final_certified`, :func:`reconcile`, :func:`bound_levels`, :func:`joint_bounds`) when done,
+and applies the decisions to its records. A rule changed here changes every front end alike.
 
 Why deciding early keeps every guarantee is in :mod:`.selection`'s docstring: a certification is the running maximum of
 an e-process crossing its level, contained in the event "it ever crosses", which Ville's inequality bounds whatever
