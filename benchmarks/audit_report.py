@@ -19,7 +19,7 @@ import sys
 import time
 
 from certsel.config import load_config
-from certsel.orchestrator.audit.job import write_audit
+from certsel.orchestrator.audit.job_audit import write_audit
 from certsel.orchestrator.commands.audit import audit
 from certsel.orchestrator.inputs.sources import load_job_data
 

@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from certsel.config import parse_config
-    from certsel.orchestrator.audit.multitask import audit_tasks
+    from certsel.orchestrator.audit.tasks_audit import audit_tasks
     from certsel.orchestrator.inputs.stacked_tasks import load_tasks
 
     R = risks()
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
 def aggregate_rows(R: dict, reps: int, n: int) -> None:
     """The aggregate designs (module docstring), audited as the one job they are."""
     from certsel.config import parse_config
-    from certsel.orchestrator.audit.job import audit
+    from certsel.orchestrator.audit.job_audit import audit
     from certsel.orchestrator.inputs.sources import load_job_data
 
     sizes = {}

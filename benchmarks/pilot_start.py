@@ -60,7 +60,7 @@ def one(judge: str, sets: list[str], seed: int) -> dict:
 def familywise(reps: int, docs: bool = False) -> None:
     from certsel.config import parse_config
     from certsel.orchestrator.audit.base import clopper_pearson
-    from certsel.orchestrator.audit.job import audit
+    from certsel.orchestrator.audit.job_audit import audit
     from helpers.boundary import boundary_job, boundary_table
 
     t0 = time.perf_counter()

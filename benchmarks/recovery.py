@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     import certsel
     from certsel.config import load_config
     from certsel.orchestrator.audit.base import clopper_pearson
-    from certsel.orchestrator.audit.job import audit
+    from certsel.orchestrator.audit.job_audit import audit
     from certsel.orchestrator.inputs.sources import load_job_data
 
     job_file = ROOT / "examples" / "quantization_recovery.yaml"

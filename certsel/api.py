@@ -26,8 +26,8 @@ from certsel.home import jobs_dir
 from certsel.errors import InputError, as_input_errors
 
 if TYPE_CHECKING:  # the schema imports pydantic: not at `import certsel`
-    from certsel.orchestrator.outputs.selection_schema import Selection
-    from certsel.orchestrator.outputs.tasks_schema import TasksSelection
+    from certsel.orchestrator.outputs.selection_schema import Certificate
+    from certsel.orchestrator.outputs.tasks_schema import TasksCertificate
 
 __all__ = ["Result", "audit", "run"]
 
@@ -39,8 +39,8 @@ class Result:
     selected: str | None
     certificate: str  # the certified statement, in words
     certified: list[str]  # the certified set of the multiple-testing procedure
-    # the typed certificate (selection_schema.Selection; a multi-task job's TasksSelection); to_dict(): selection.json
-    selection: Selection | TasksSelection = field(repr=False)
+    # the typed certificate (selection_schema.Certificate; a multi-task job's TasksCertificate); to_dict(): selection.json
+    selection: Certificate | TasksCertificate = field(repr=False)
     job_id: str | None = None  # certsel run --resume JOB_ID (durable jobs)
     run_id: str | None = None  # the MLflow parent run (tracked jobs)
     output_dir: pathlib.Path | None = None
@@ -153,8 +153,8 @@ def run(job=None, data=None, *, output=None, track: bool = True, resume: str | N
             raise InputError("fresh=True and resume exclude each other")
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
     if cfg.tasks is not None and cfg.aggregate is None:  # every task as a job of its own, then combined
-        from certsel.orchestrator.outputs.multitask import tasks_certificate
-        from certsel.orchestrator.commands.multitask import execute_tasks
+        from certsel.orchestrator.outputs.tasks_outputs import tasks_certificate
+        from certsel.orchestrator.commands.tasks_job import execute_tasks
 
         if resume:
             raise InputError("resume names one job; a multi-task job resumes each task by itself (run it again)")
@@ -174,7 +174,7 @@ def audit(job=None, data=None, *, reps: int = 1000, seed: int = 0, workers: int 
     """Repeat a replay job's policy ``reps`` times on random item orders of its table; returns the
     :class:`~certsel.orchestrator.audit.base.AuditResult` (failure rates with Clopper-Pearson bounds, coverage,
     FT-Eval). ``output``: also write audit.json, audit.md and audit.png there."""
-    from certsel.orchestrator.audit.job import write_audit
+    from certsel.orchestrator.audit.job_audit import write_audit
     from certsel.orchestrator.commands.audit import audit as run_audit
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.outputs.paths import output_dir

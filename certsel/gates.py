@@ -21,7 +21,7 @@ from certsel.errors import InputError
 
 if TYPE_CHECKING:
     from certsel.orchestrator.outputs.gate_files import GateRow
-    from certsel.orchestrator.outputs.selection_schema import Selection
+    from certsel.orchestrator.outputs.selection_schema import Certificate
 
 __all__ = ["GateResult", "gate", "gate_config"]
 
@@ -96,7 +96,7 @@ class GateResult:
     exit_code: int
     outcomes: dict[str, str]
     rows: list[GateRow] = field(repr=False)
-    selection: Selection = field(repr=False)  # the certificate (selection.json), typed
+    selection: Certificate = field(repr=False)  # the certificate (selection.json), typed
     job_id: str | None = None
     output_dir: pathlib.Path | None = None
     mlflow_run: str | None = None  # its run in the tracking store (None: not tracked)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from certsel.orchestrator.outputs.goals import Column, goal_of
 
 if TYPE_CHECKING:  # the schema imports pydantic: only where a certificate is parsed
-    from certsel.orchestrator.outputs.selection_schema import Selection
-    from certsel.orchestrator.outputs.tasks_schema import TasksSelection
+    from certsel.orchestrator.outputs.selection_schema import Certificate
+    from certsel.orchestrator.outputs.tasks_schema import TasksCertificate
 
 FORMATS = ("table", "json", "csv", "markdown")
 
@@ -64,7 +64,7 @@ def _natural_width(cols, rows, shown) -> int:
     return sum(max([len(cols[i].name), *(len(r[i]) for r in rows)]) + 3 for i in shown) + 1
 
 
-def format_job(cert: Selection | TasksSelection, fmt: str) -> str:
+def format_job(cert: Certificate | TasksCertificate, fmt: str) -> str:
     """The job's certificate as ``json`` (selection.json), ``csv`` (one row per candidate, or per
     candidate and task) or ``markdown`` (the table and the certificate sentence), as its goal lays them out."""
     if fmt == "json":
@@ -82,7 +82,7 @@ def format_job(cert: Selection | TasksSelection, fmt: str) -> str:
     raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
 
 
-def print_job(console, cert: Selection | TasksSelection, quiet: bool, run_id=None, tracking=None, output_dir=None) -> None:
+def print_job(console, cert: Certificate | TasksCertificate, quiet: bool, run_id=None, tracking=None, output_dir=None) -> None:
     """The job's table, its certificate and where its outputs are, for people: the goal's parts."""
     goal = goal_of(cert)
     if not quiet:

@@ -134,7 +134,7 @@ def test_the_budget_is_checked_on_the_stacked_table(tmp_path):
 def _certified_rate(tmp_path, tables: dict, alpha: float, reps: int, n: int, weights="equal", seed: int = 0):
     """How often each candidate is certified over ``reps`` random orders of the stacked table
     (R-Eval, Bonferroni), by the audit's vectorised repetitions."""
-    from certsel.orchestrator.audit.job import betting_repetitions
+    from certsel.orchestrator.audit.job_audit import betting_repetitions
     from certsel.policies.procedures import get_procedure
 
     paths = {t: _write(tmp_path / f"{t}.parquet", x) for t, x in tables.items()}

@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 import certsel
 from certsel.errors import InputError
-from certsel.orchestrator.outputs.selection_schema import Selection
+from certsel.orchestrator.outputs.selection_schema import Certificate
 from certsel.workers.replay import DATA_DIR
 
 pytestmark = pytest.mark.integration  # Ray, MLflow
@@ -55,7 +55,7 @@ def test_run_on_a_dataframe_matches_the_job_file_run(tmp_path, ray_session, fram
     # the typed certificate and selection.json's dict (a fresh one each time)
     assert res.to_dict() == res.selection.as_json() == json.loads((res.output_dir / "selection.json").read_text())
     assert res.to_dict() is not res.to_dict() and res.selection.evidence.simultaneous_bound <= 0.1
-    assert isinstance(res.selection, Selection) and res.selection is res.job.certificate  # the job's one certificate
+    assert isinstance(res.selection, Certificate) and res.selection is res.job.certificate  # the job's one certificate
     assert res.certificate == res.selection.certificate and res.certified == res.selection.certified_set
     assert [r["candidate"] for r in res.rows] == [c.candidate for c in res.selection.candidates]
     assert [r["e_value"] for r in res.rows] == [c.e_value for c in res.selection.candidates]

@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 from certsel.config import parse_config
-from certsel.orchestrator.audit.job import _orders, _testing_chunk, audit, clopper_pearson
+from certsel.orchestrator.audit.job_audit import _orders, _testing_chunk, audit, clopper_pearson
 from certsel.policies.autoeval import interval_excludes
 from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.policies import confidence_interval, scheme_rhos
@@ -305,7 +305,7 @@ def test_the_audit_plot_names_its_candidates_and_keeps_its_whole_title():
 
     from certsel.config import parse_config
     from certsel.orchestrator.audit.base import AuditResult
-    from certsel.orchestrator.audit.job import _audit_figure
+    from certsel.orchestrator.audit.job_audit import _audit_figure
 
     cfg = parse_config({"data": {"path": str(EXAMPLES / "data" / "triviaqa_llama31_8b_mx.parquet"),
                                  "judge": "loss_judge_best", "order": "rank"}})
@@ -332,8 +332,8 @@ def test_repetitions_with_job_seeds_replay_the_jobs_own_draws(sampling):
     its whole budget), and two tasks sharing a seed, as a multi-task job's do, share the
     order (the multi-task audit replays that coupling). Without replacement too: the
     judge-only items' own order and the finite-population observations are the engine's."""
-    from certsel.orchestrator.audit.job import betting_repetitions
-    from certsel.orchestrator.audit.multitask import task_repetitions
+    from certsel.orchestrator.audit.job_audit import betting_repetitions
+    from certsel.orchestrator.audit.tasks_audit import task_repetitions
     from certsel.orchestrator.engine.driver import LocalRuntime, run_job
 
     data_path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "data" / "prompts_sentiment.parquet"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from certsel.orchestrator.outputs.numbers import round_down, round_up
-from certsel.orchestrator.outputs.selection_schema import Selection
+from certsel.orchestrator.outputs.selection_schema import Certificate
 from helpers.jobs import table_certificate
 
 pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
@@ -26,7 +26,7 @@ def run(*args):
 
 def test_a_table_job_on_bundled_triviaqa():
     cert = table_certificate(n=150, r=3, betting="wsr").as_json()  # the job's certificate: selection.json's schema
-    Selection.model_validate(cert)
+    Certificate.model_validate(cert)
     assert len(cert["candidates"]) == 48
     sel = next(c for c in cert["candidates"] if c["selected"])
     assert sel["certified"] and cert["selected"] == sel["candidate"]
@@ -85,7 +85,7 @@ def test_the_engine_on_a_table_equals_the_vectorised_reference(ref):
 
     kw = dict(n=300, seed=0, alpha=0.1, scheme="r-autoeval+", betting="up", observation="split") | ref
     cert = table_certificate(**kw).as_json()
-    Selection.model_validate(cert)
+    Certificate.model_validate(cert)
     rows = sorted(cert["candidates"], key=lambda c: c["position"])  # the table's order
     table = load_loss_table(DEFAULT_TABLE, order=kw.pop("order", "rank"))
     direct = replicated_selection(table, r=3, reps=1, delta=0.1, **kw)

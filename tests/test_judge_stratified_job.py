@@ -9,7 +9,7 @@ import pathlib
 import numpy as np
 import pytest
 from certsel.config import ConfigError, load_config
-from certsel.orchestrator.audit.job import audit
+from certsel.orchestrator.audit.job_audit import audit
 from certsel.orchestrator.engine.driver import LocalRuntime, RayRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
 

@@ -9,11 +9,11 @@ import pytest
 
 from certsel.config import ConfigError, load_config, parse_config
 from certsel.orchestrator.audit.base import clopper_pearson
-from certsel.orchestrator.audit.job import audit
+from certsel.orchestrator.audit.job_audit import audit
 from certsel.orchestrator.engine.driver import LocalRuntime, run_job
 from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.orchestrator.outputs.certificate import certificate
-from certsel.orchestrator.outputs.selection_schema import Selection
+from certsel.orchestrator.outputs.selection_schema import Certificate
 from helpers.boundary import boundary_job, boundary_table
 
 EXAMPLE = "examples/quantization.yaml"
@@ -44,7 +44,7 @@ def test_the_quantization_example_selects_the_same_config_from_the_pilots_start(
     assert cert.labels.oracle.labels == cert.labels.spent.human == pilot.spent["human"]
     assert f"the sequence ran from {p.start}" in cert.certificate and "not tested" in cert.certificate
     assert {c.candidate for c in cert.candidates}.isdisjoint(p.skipped)
-    assert Selection.model_validate(json.loads(json.dumps(cert.as_json()))) == cert
+    assert Certificate.model_validate(json.loads(json.dumps(cert.as_json()))) == cert
     assert cert.scheduling["start"] == "pilot" and "start" not in certificate(top).scheduling  # stated when used
 
 

@@ -11,7 +11,7 @@ import pytest
 from certsel.config import parse_config
 from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.orchestrator.outputs import certificate as certificate_module
-from certsel.orchestrator.outputs.selection_schema import SCHEMA_VERSION, Selection, json_schema
+from certsel.orchestrator.outputs.selection_schema import SCHEMA_VERSION, Certificate, json_schema
 from certsel.orchestrator.engine.driver import run_job
 from certsel.orchestrator.engine.runtime import LocalRuntime
 from certsel.workers.replay import DATA_DIR
@@ -49,10 +49,10 @@ def cert(request):
 
 def test_certificates_validate_against_the_models_and_the_json_schema(cert):
     typed, fields = cert
-    assert isinstance(typed, Selection) and typed.schema_version == SCHEMA_VERSION
+    assert isinstance(typed, Certificate) and typed.schema_version == SCHEMA_VERSION
     # the typed certificate writes back exactly the fields it was built from (absent stays absent)
     assert {**typed.as_json(), "created": None} == {**fields, "created": None}  # built a moment apart
-    assert Selection.model_validate(typed.as_json()) == typed
+    assert Certificate.model_validate(typed.as_json()) == typed
     jsonschema.validate(json.loads(json.dumps(typed.as_json(), allow_nan=False)), json_schema())
 
 
@@ -72,7 +72,7 @@ def test_a_changed_file_is_rejected(cert):
                    {**cert, "candidates": [{**cert["candidates"][0], "status": "great"}]},
                    {k: v for k, v in cert.items() if k != "certificate"}):
         with pytest.raises(ValueError):
-            Selection.model_validate(broken)
+            Certificate.model_validate(broken)
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(json.loads(json.dumps(broken)), schema)
 

@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-GOAL_BRANCH = re.compile(r"^\s*(if|elif)\b.*(ranking|recovery|aggregate|topk|TasksSelection|claim is|\.claim\b|"
+GOAL_BRANCH = re.compile(r"^\s*(if|elif)\b.*(ranking|recovery|aggregate|topk|TasksCertificate|claim is|\.claim\b|"
                          r"multi-task|per_task|pairwise)")
 OUTPUTS = [*sorted((ROOT / "orchestrator" / "outputs").glob("*.py")), ROOT / "certsel" / "terminal.py"]
 PRODUCT = ("certsel", "orchestrator", "workers", "policies")

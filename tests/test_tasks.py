@@ -12,8 +12,8 @@ import pytest
 from certsel.config import ConfigError, parse_config
 from certsel.errors import InputError
 from certsel.orchestrator.inputs.stacked_tasks import load_tasks
-from certsel.orchestrator.outputs.tasks_schema import TasksSelection
-from certsel.orchestrator.results.multitask import intersection_union
+from certsel.orchestrator.outputs.tasks_schema import TasksCertificate
+from certsel.orchestrator.results.task_combination import intersection_union
 from certsel.policies.procedures import get_procedure
 from certsel.workers.replay import DATA_DIR
 
@@ -106,8 +106,8 @@ def test_tables_that_do_not_fit_together_are_refused_before_anything_runs(tmp_pa
 
 @pytest.mark.integration
 def test_a_candidate_failing_one_task_is_not_certified(tmp_path, ray_session):
-    from certsel.orchestrator.commands.multitask import execute_tasks
-    from certsel.orchestrator.outputs.multitask import tasks_certificate
+    from certsel.orchestrator.commands.tasks_job import execute_tasks
+    from certsel.orchestrator.outputs.tasks_outputs import tasks_certificate
     from mlflow.tracking import MlflowClient
 
     cfg = parse_config(_raw(tmp_path))
@@ -133,12 +133,12 @@ def test_a_candidate_failing_one_task_is_not_certified(tmp_path, ray_session):
     assert cert["labels"]["spent"]["human"] == sum(o["labels"]["spent"]["human"] for o in own.values())
     # one typed certificate per job (built once), written as the file; a changed file is refused
     typed = tasks_certificate(res)
-    assert typed is tasks_certificate(res) and typed.as_json() == cert and TasksSelection.model_validate(cert) == typed
+    assert typed is tasks_certificate(res) and typed.as_json() == cert and TasksCertificate.model_validate(cert) == typed
     for broken in ({**cert, "surprise": 1}, {**cert, "kind": "one-task"},
                    {**cert, "candidates": [{**cert["candidates"][0], "certified": "maybe"}]},
                    {k: v for k, v in cert.items() if k != "guarantee"}):
         with pytest.raises(ValueError):
-            TasksSelection.model_validate(broken)
+            TasksCertificate.model_validate(broken)
     assert "meets the target of every task (sentiment: R <= 0.2; sum: R <= 0.15)" in cert["certificate"]
     page = (tmp_path / "out" / "report.html").read_text()
     assert "<td>1167</td>" in page and "<td>4950</td>" in page
@@ -163,7 +163,7 @@ def test_the_familywise_error_at_the_boundary_stays_below_delta(tmp_path):
     target (a null by 1e-9) and well inside the other's; its combined test must certify it at
     most delta of the time (measured: about the boundary task's own type-I error)."""
     from certsel.orchestrator.audit.base import clopper_pearson
-    from certsel.orchestrator.audit.multitask import audit_tasks
+    from certsel.orchestrator.audit.tasks_audit import audit_tasks
 
     sentiment_032, sum_032 = 0.09683, 0.00416  # prompt_032's risks on the two tables
     cfg = parse_config(_raw(tmp_path, procedure="fst", candidates=["prompt_032", "prompt_060", "prompt_012"],

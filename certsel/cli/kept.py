@@ -10,8 +10,8 @@ from certsel.errors import first_line
 from .progress import make_console
 
 if TYPE_CHECKING:
-    from certsel.orchestrator.outputs.selection_schema import Selection
-    from certsel.orchestrator.outputs.tasks_schema import TasksSelection
+    from certsel.orchestrator.outputs.selection_schema import Certificate
+    from certsel.orchestrator.outputs.tasks_schema import TasksCertificate
 
 
 def size_text(n: int) -> str:
@@ -98,7 +98,7 @@ def show_command(args) -> int:
     return 0
 
 
-def typed_certificate(raw, where: str) -> Selection | TasksSelection:
+def typed_certificate(raw, where: str) -> Certificate | TasksCertificate:
     """A selection.json file's content as the typed certificate (a multi-task job's or one job's), or a one-line
     ``ValueError`` naming the file (``where``) and the first field that does not match the schema."""
     from pydantic import ValidationError

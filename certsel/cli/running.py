@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from .progress import make_console, progress_bar
 
 if TYPE_CHECKING:
-    from certsel.orchestrator.outputs.selection_schema import Selection
-    from certsel.orchestrator.outputs.tasks_schema import TasksSelection
+    from certsel.orchestrator.outputs.selection_schema import Certificate
+    from certsel.orchestrator.outputs.tasks_schema import TasksCertificate
 
 
 def run_command(args) -> int:
@@ -116,8 +116,8 @@ def gate_command(args) -> int:
 
 def run_tasks(args, cfg, console, machine: bool, on_job) -> int:
     """``certsel run`` on a multi-task job: every task, then the combined certificate."""
-    from certsel.orchestrator.outputs.multitask import tasks_certificate
-    from certsel.orchestrator.commands.multitask import execute_tasks
+    from certsel.orchestrator.outputs.tasks_outputs import tasks_certificate
+    from certsel.orchestrator.commands.tasks_job import execute_tasks
 
     if args.resume:
         raise ValueError("--resume names one job; a multi-task job resumes each task by itself (run it again)")
@@ -127,7 +127,7 @@ def run_tasks(args, cfg, console, machine: bool, on_job) -> int:
     return 0 if all(o.result.evaluated for o in res.tasks) else 1
 
 
-def emit(args, console, machine: bool, cert: Selection | TasksSelection, **where) -> None:
+def emit(args, console, machine: bool, cert: Certificate | TasksCertificate, **where) -> None:
     """A finished job's certificate: to ``--json``, and formatted on stdout or as the table."""
     from certsel.terminal import format_job, print_job
 
@@ -139,7 +139,7 @@ def emit(args, console, machine: bool, cert: Selection | TasksSelection, **where
         print_job(console, cert, args.quiet, **where)
 
 
-def failures(cert: Selection) -> str:
+def failures(cert: Certificate) -> str:
     """Why the candidates ended, for the one-line error when none could be evaluated."""
     reasons = list(dict.fromkeys(c.reason or c.status for c in cert.candidates))
     return "; ".join(reasons[:2]) + (f"; and {len(reasons) - 2} more" if len(reasons) > 2 else "")

@@ -12,7 +12,7 @@ def audit_command(args) -> int:
     import tempfile
 
     from certsel.config import load_config
-    from certsel.orchestrator.audit.job import write_audit
+    from certsel.orchestrator.audit.job_audit import write_audit
     from certsel.orchestrator.commands.audit import audit
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.outputs.mlflow_store import precheck
@@ -67,10 +67,10 @@ def audit_command(args) -> int:
 
 
 def audit_tasks_command(args, cfg) -> int:
-    """``certsel audit`` of a multi-task job (orchestrator/audit/multitask.py): Markdown on stdout."""
+    """``certsel audit`` of a multi-task job (orchestrator/audit/tasks_audit.py): Markdown on stdout."""
     import json as _json
 
-    from certsel.orchestrator.audit.multitask import audit_tasks
+    from certsel.orchestrator.audit.tasks_audit import audit_tasks
     from certsel.orchestrator.inputs.stacked_tasks import load_tasks
 
     cfgs, datas = load_tasks(cfg)

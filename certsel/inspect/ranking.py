@@ -242,7 +242,7 @@ class CertifiedRanking:
         if all(x.done for x in self.models.values()):
             self.result = self._finish()
             if self.keep:  # a certsel job like any other: its folder, certificate, report and MLflow run
-                from .job import write_ranking
+                from .kept_job import write_ranking
 
                 self.job = write_ranking(self, home=self.home, track=self.track)
         return self._summary(m)

@@ -192,7 +192,7 @@ class CertifiedSelection:
         end = self.session.finish(self)
         certified, chosen = end.certified, end.selected
         if self.keep:  # a certsel job like any other: its folder, certificate, report and MLflow run
-            from .job import write_selection
+            from .kept_job import write_selection
 
             self.job = write_selection(self, end, home=self.home, track=self.track)
             self.mlflow_run = None if self.job.tracking is None else self.job.tracking["run_id"]

@@ -163,7 +163,7 @@ class Answered:
 
     job_id: str
     output: pathlib.Path
-    certificate: object  # outputs.selection_schema.Selection
+    certificate: object  # outputs.selection_schema.Certificate
     mlflow_run: str | None
     logged: bool = False
 

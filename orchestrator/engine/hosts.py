@@ -34,7 +34,7 @@ from certsel.workers.contracts import (
     Withdraw,
 )
 
-from certsel.orchestrator.results.records import Recovered, Resume, Status
+from certsel.orchestrator.results.records import HostsRebuilt, Resume, Status
 from .runtime import HostLost
 from .servers import AllAtOnce
 
@@ -61,7 +61,7 @@ class HostPool:
         self.records = {r.name: r for r in records}
         self.losses: dict[int, int] = {}
         # hosts rebuilt during the run, and how their candidates' steps were restored
-        self.recovered = Recovered()
+        self.recovered = HostsRebuilt()
 
     def by_host(self, names) -> dict:
         """``{host: [names on it]}``, in the order given."""
@@ -94,7 +94,7 @@ class HostPool:
         return {s.name: self._batches(s.name) for s in self.per_host[h]
                 if self.records[s.name].rounds and s.policy is not None}
 
-    def _check_restored(self, snaps: list[Snapshot], batches: dict, counts: Resume | Recovered) -> None:
+    def _check_restored(self, snaps: list[Snapshot], batches: dict, counts: Resume | HostsRebuilt) -> None:
         for snap in snaps:
             if snap.t != self.records[snap.name].t:
                 raise RuntimeError(f"candidate {snap.name}: rebuilt at {snap.t} labels, "

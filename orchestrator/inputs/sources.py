@@ -98,7 +98,7 @@ class PythonKind(SourceKind):
 
 class TasksKind(SourceKind):
     """``tasks:`` with ``aggregate:``: one stacked table (:mod:`.stacked_tasks`); without it the tasks run as jobs of
-    their own (:mod:`certsel.orchestrator.commands.multitask`)."""
+    their own (:mod:`certsel.orchestrator.commands.tasks_job`)."""
 
     name = "tasks"
 
@@ -111,7 +111,7 @@ class TasksKind(SourceKind):
     def load(self, cfg):
         if cfg.aggregate is None:
             raise ValueError("a multi-task job without aggregate: runs each task as a job of its own "
-                             "(certsel.orchestrator.commands.multitask.execute_tasks)")
+                             "(certsel.orchestrator.commands.tasks_job.execute_tasks)")
         return load_aggregate(cfg)
 
     def spec(self, cfg, data, k, with_judge):

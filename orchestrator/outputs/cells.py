@@ -1,4 +1,4 @@
-"""Table cells of a certificate (the typed :class:`~.selection_schema.Selection`), shared by the terminal, the report
+"""Table cells of a certificate (the typed :class:`~.selection_schema.Certificate`), shared by the terminal, the report
 and ``certsel show``: pure formatting with no heavy imports, so that showing a past job's certificate starts at once."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import math
 from certsel._version import __version__
 
 from .gpu import gpu_block
-from .selection_schema import SCHEMA_VERSION, Selection, parse
+from .selection_schema import SCHEMA_VERSION, Certificate, parse
 
 from certsel.orchestrator.results.records import JobResult
 from certsel.orchestrator.inputs.sources import source_of
@@ -83,13 +83,13 @@ def _guarantee(result: JobResult) -> str:
                    "of delta over groups or refits.")
 
 
-def certificate(result: JobResult) -> Selection:
+def certificate(result: JobResult) -> Certificate:
     """The certificate, checked against the published schema (``as_json()`` is selection.json)."""
     return parse(_fields(result))
 
 
 def _fields(result: JobResult) -> dict:
-    """The certificate's fields, as :class:`Selection` takes them."""
+    """The certificate's fields, as :class:`Certificate` takes them."""
     cfg = result.cfg
     K = len(result.records)
     sel = result.selected_record
@@ -226,7 +226,7 @@ def _pilot(p) -> dict:
                      "and fixed-sequence testing keeps its level")}
 
 
-def certificate_of(result: JobResult) -> Selection:
+def certificate_of(result: JobResult) -> Certificate:
     """The job's certificate, built once and kept on the result: every output of one job (selection.json, MLflow, the
     terminal, the Python API) shows the same one."""
     if result.certificate is None:

@@ -12,7 +12,7 @@ import numpy as np
 
 from certsel.orchestrator.results.records import JobResult
 
-from .selection_schema import Selection
+from .selection_schema import Certificate
 
 _FONT = 8
 
@@ -36,7 +36,7 @@ def _save(fig, path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def bounds_plot(result: JobResult, cert: Selection, path: pathlib.Path) -> pathlib.Path | None:
+def bounds_plot(result: JobResult, cert: Certificate, path: pathlib.Path) -> pathlib.Path | None:
     """Each candidate's own upper bound on R (a bar from its estimate, at its test's level) against alpha."""
     if cert.claim:
         return _recovery_bounds_plot(cert, path)
@@ -61,7 +61,7 @@ def bounds_plot(result: JobResult, cert: Selection, path: pathlib.Path) -> pathl
     return _save(fig, path)
 
 
-def _recovery_bounds_plot(cert: Selection, path: pathlib.Path) -> pathlib.Path | None:
+def _recovery_bounds_plot(cert: Certificate, path: pathlib.Path) -> pathlib.Path | None:
     """A recovery job's bounds: each candidate's own lower bound on its recovery (a bar from its estimate) against r."""
     rows = [c for c in cert.candidates if c.recovery.lower_bound is not None and c.labels_human > 0]
     if not rows:
@@ -122,7 +122,7 @@ def budget_plot(result: JobResult, path: pathlib.Path) -> pathlib.Path | None:
     return _save(fig, path)
 
 
-def ranking_plot(cert: Selection, path: pathlib.Path) -> pathlib.Path | None:
+def ranking_plot(cert: Certificate, path: pathlib.Path) -> pathlib.Path | None:
     """A ranking's certified pairs as a matrix: row better than column, worse, or undecided."""
     rk = cert.ranking
     if rk is None:
@@ -149,7 +149,7 @@ def ranking_plot(cert: Selection, path: pathlib.Path) -> pathlib.Path | None:
     return _save(fig, path)
 
 
-def write_plots(result: JobResult, cert: Selection, outdir: pathlib.Path) -> list[pathlib.Path]:
+def write_plots(result: JobResult, cert: Certificate, outdir: pathlib.Path) -> list[pathlib.Path]:
     made = [bounds_plot(result, cert, outdir / "bounds.png") if cert.ranking is None else None,
             evalue_plot(result, outdir / "evalue_paths.png"), budget_plot(result, outdir / "selected_vs_budget.png"),
             ranking_plot(cert, outdir / "ranking.png")]

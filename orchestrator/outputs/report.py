@@ -20,7 +20,7 @@ from .cells import oracle_line
 from .certificate import certificate_of
 from .goals import goal_of
 from .plots import write_plots
-from .selection_schema import Selection
+from .selection_schema import Certificate
 from certsel.orchestrator.results.records import JobResult
 
 __all__ = ["write_report"]
@@ -42,7 +42,7 @@ tr.certified td:nth-child(4){color:#1f6f3f} .wide{overflow-x:auto} img{max-width
 """
 
 
-def _policy_words(cert: Selection) -> str:
+def _policy_words(cert: Certificate) -> str:
     """The policy in words: its betting strategy only where bets exist (the testing policies)."""
     pol = cert.policy
     kind = get_policy_kind(pol.kind)
@@ -52,7 +52,7 @@ def _policy_words(cert: Selection) -> str:
     return f"{pol.kind} ({pol.betting} betting{drawn})"
 
 
-def _labels_table(cert: Selection) -> list[list[str]]:
+def _labels_table(cert: Certificate) -> list[list[str]]:
     """Labels bought against the full budget, and with ``costs:`` the spend in the user's unit."""
     lab = cert.labels
     rows = [["labels", "spent", "full budget", "saved"]] + [
@@ -68,7 +68,7 @@ def _labels_table(cert: Selection) -> list[list[str]]:
     return rows
 
 
-def _gpu_tables(cert: Selection) -> list[list[list[str]]]:
+def _gpu_tables(cert: Certificate) -> list[list[list[str]]]:
     """The GPU time of the job's own model servers (``live.serve``): in all against the full budget, per server and per
     candidate; none for a job without servers of its own."""
     g = cert.gpu
@@ -102,7 +102,7 @@ def _gpu_tables(cert: Selection) -> list[list[list[str]]]:
     return [summary, servers, shares]
 
 
-def _gpu_heading(cert: Selection) -> tuple[str, str] | None:
+def _gpu_heading(cert: Certificate) -> tuple[str, str] | None:
     """The report's heading and words over :func:`_gpu_tables` (None: a job without servers of its own)."""
     if cert.gpu is None:
         return None
@@ -113,7 +113,7 @@ def _gpu_heading(cert: Selection) -> tuple[str, str] | None:
     return "GPU time", _GPU_WORDS
 
 
-def _markdown(cert: Selection, plots) -> str:
+def _markdown(cert: Certificate, plots) -> str:
     goal = goal_of(cert)
     head, lines = goal.summary(cert)
     p = cert.procedure
@@ -180,7 +180,7 @@ _GPU_WORDS = ("The job's own model servers: measured seconds times the GPUs each
               "job's measured rates, not a measurement.")
 
 
-def _html(cert: Selection, plots) -> str:
+def _html(cert: Certificate, plots) -> str:
     goal = goal_of(cert)
     head, lines = goal.summary(cert)
     p = cert.procedure

@@ -1,6 +1,6 @@
 """The schema of ``selection.json``, as pydantic models: what a certificate file holds.
 
-Every ``selection.json`` a job writes is validated against :class:`Selection` first, so the JSON Schema that
+Every ``selection.json`` a job writes is validated against :class:`Certificate` first, so the JSON Schema that
 ``certsel schema`` prints (:func:`json_schema`) describes every file that exists. ``schema_version`` changes when a
 field is removed or changes meaning, not when an optional field is added; readers should check it.
 """
@@ -253,7 +253,7 @@ class Resume(_Doc):
     steps_replayed: int
 
 
-class Recovered(_Doc):
+class HostsRebuilt(_Doc):
     hosts: int
     steps_from_snapshots: int
     steps_replayed: int
@@ -348,7 +348,7 @@ class Gate(_Doc):
     note: str
 
 
-class Selection(_Doc):
+class Certificate(_Doc):
     """One job's certificate (``selection.json``)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"$id": SCHEMA_ID})
@@ -378,7 +378,7 @@ class Selection(_Doc):
     seed: int
     job_id: str | None
     resume: Resume | None
-    recovered: Recovered | None
+    recovered: HostsRebuilt | None
     seconds: float
     candidates: list[Candidate]
     ranking: Ranking | None = None  # the engine's own dataclass: one definition of its fields
@@ -389,12 +389,12 @@ class Selection(_Doc):
                                                       "label was bought then (absent: the job ran)")
 
 
-def parse(cert: dict) -> Selection:
-    """A certificate's dict as a :class:`Selection`, checked against the schema (a ``ValueError`` naming the field)."""
-    return Selection.model_validate(cert)
+def parse(cert: dict) -> Certificate:
+    """A certificate's dict as a :class:`Certificate`, checked against the schema (a ``ValueError`` naming the field)."""
+    return Certificate.model_validate(cert)
 
 
 def json_schema() -> dict:
     """The JSON Schema (draft 2020-12) of selection.json."""
-    schema = Selection.model_json_schema()
+    schema = Certificate.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}

@@ -1,5 +1,5 @@
 """The schema of a multi-task job's ``selection.json`` (``kind: multi-task``), as pydantic models; each task's own
-certificate is a :class:`~.selection_schema.Selection` in its folder. :func:`parse_any` reads either."""
+certificate is a :class:`~.selection_schema.Certificate` in its folder. :func:`parse_any` reads either."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from .selection_schema import SCHEMA_VERSION, Counts, RecoveryFigures, Selection, _Doc
+from .selection_schema import SCHEMA_VERSION, Counts, RecoveryFigures, Certificate, _Doc
 
 class TaskEvidence(_Doc):
     """A candidate on one task of a multi-task job: its numbers from that task's certificate."""
@@ -73,7 +73,7 @@ class TasksLabels(_Doc):
     full_budget: Counts
 
 
-class TasksSelection(_Doc):
+class TasksCertificate(_Doc):
     """A multi-task job's certificate (its ``selection.json``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True,
@@ -97,6 +97,6 @@ class TasksSelection(_Doc):
 
 
 
-def parse_any(cert: dict) -> Selection | TasksSelection:
+def parse_any(cert: dict) -> Certificate | TasksCertificate:
     """A selection.json file's dict, typed: a multi-task job's or one job's certificate."""
-    return TasksSelection.model_validate(cert) if cert.get("kind") == "multi-task" else Selection.model_validate(cert)
+    return TasksCertificate.model_validate(cert) if cert.get("kind") == "multi-task" else Certificate.model_validate(cert)

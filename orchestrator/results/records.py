@@ -171,7 +171,7 @@ class Resume:
 
 
 @dataclass
-class Recovered:
+class HostsRebuilt:
     """Hosts lost and rebuilt during a run, and how their candidates' steps came back."""
 
     hosts: int = 0
@@ -226,7 +226,7 @@ class JobResult:
     labels: dict[str, LabelRows] | None = None  # per candidate: every label bought, in purchase order
     job_id: str | None = None  # the durable job (certsel run --resume JOB_ID)
     resume: Resume | None = None  # a run that started from a driver checkpoint
-    recovered: Recovered | None = None  # hosts lost and rebuilt during the run
+    recovered: HostsRebuilt | None = None  # hosts lost and rebuilt during the run
     gpu: FleetUsage | None = None  # live.serve: the job's own servers' GPU time (workers/gpu_time.py)
     tracking: dict[str, str] | None = None  # {"uri", "experiment_id", "run_id"}; None without tracking
     output_dir: pathlib.Path | None = None  # the folder with report.html, selection.json, labels.parquet
@@ -239,7 +239,7 @@ class JobResult:
     budget_curve: list[tuple[int, float | None]] | None = None
     oracle: OracleEstimate | None = None  # labels used against an oracle's estimate (testing procedures)
     # built once at the end (outputs.certificate.certificate_of): file, MLflow and terminal show the same one
-    certificate: Any = dataclasses.field(default=None, repr=False)  # outputs.selection_schema.Selection
+    certificate: Any = dataclasses.field(default=None, repr=False)  # outputs.selection_schema.Certificate
 
     @property
     def selected_record(self) -> CandidateRecord | None:

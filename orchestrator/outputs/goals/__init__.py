@@ -1,6 +1,6 @@
 """What a job certifies, as its outputs present it: one registered object per goal, asked for its parts.
 
-A certificate (:class:`~..selection_schema.Selection`) states one goal: candidates certified R <= alpha
+A certificate (:class:`~..selection_schema.Certificate`) states one goal: candidates certified R <= alpha
 (:mod:`.risk`), the same as a recovery against a reference model (:mod:`.recovery`), a pairwise ranking
 (:mod:`.ranking`), either on stacked tasks (:mod:`.stacked`) or gated per candidate (:mod:`.gate`), or a multi-task
 job (:mod:`.all_tasks`). :func:`goal_of` finds the goal once (:mod:`.registry`); the terminal

@@ -38,9 +38,9 @@ def choose(ask: Ask) -> Goal:
 
 def goal_of(cert) -> Goal:
     """The goal a certificate states."""
-    from ..tasks_schema import TasksSelection
+    from ..tasks_schema import TasksCertificate
 
-    if isinstance(cert, TasksSelection):  # a multi-task job's certificate lists tasks, not one claim
+    if isinstance(cert, TasksCertificate):  # a multi-task job's certificate lists tasks, not one claim
         return choose(Ask(tasks=True, job=cert.job))
     return choose(Ask(ranking=cert.ranking is not None, recovery=cert.claim is not None,
                       stacked=cert.aggregate is not None, gates=cert.gate is not None, job=cert.job))

@@ -16,12 +16,12 @@ import jinja2
 
 from certsel._version import __version__
 
-from certsel.orchestrator.results.multitask import MultiTaskResult, total_labels
+from certsel.orchestrator.results.task_combination import MultiTaskResult, total_labels
 
 from .certificate import certificate_of, recovery_claim_words
 from .goals import MultiTaskGoal
 from .numbers import _round
-from .tasks_schema import TasksSelection
+from .tasks_schema import TasksCertificate
 
 KIND = "multi-task"
 
@@ -31,15 +31,15 @@ def target_words(cfg) -> str:
     return recovery_claim_words(cfg) if cfg.recovery is not None else f"R <= {cfg.alpha:g}"
 
 
-def tasks_certificate(res: MultiTaskResult) -> TasksSelection:
+def tasks_certificate(res: MultiTaskResult) -> TasksCertificate:
     """The combined certificate, built once and kept on the result so every output shows the same one."""
     if res.certificate is None:
-        res.certificate = TasksSelection.model_validate(_fields(res))
+        res.certificate = TasksCertificate.model_validate(_fields(res))
     return res.certificate
 
 
 def _fields(res: MultiTaskResult) -> dict:
-    """The combined certificate's fields, as :class:`TasksSelection` takes them."""
+    """The combined certificate's fields, as :class:`TasksCertificate` takes them."""
     cfg, K = res.cfg, len(res.names)
     proc = cfg.proc
     per_task = []
@@ -114,7 +114,7 @@ human of {{ cert.labels.full_budget.human }}.</p></body></html>
 """)
 
 
-def html(cert: TasksSelection) -> str:
+def html(cert: TasksCertificate) -> str:
     head, rows = MultiTaskGoal.task_table(cert)
     headline = f"Deploy {cert.selected}" if cert.selected else "Nothing certified on every task"
     return _HTML.render(cert=cert, head=head, rows=list(zip(rows, cert.candidates, strict=True)), headline=headline)

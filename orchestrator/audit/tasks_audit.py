@@ -3,7 +3,7 @@
 Each task's policy is repeated on its own table. Each repetition draws one seed and runs every task with it, so the
 audit keeps the coupling of the tasks' item orders in a job (tables of the same size are labelled in the same
 order). A candidate's evidence is the smallest of its tasks' max log e-values
-(:func:`~certsel.orchestrator.results.multitask.intersection_union`), and the procedure runs on it. A candidate is a
+(:func:`~certsel.orchestrator.results.task_combination.intersection_union`), and the procedure runs on it. A candidate is a
 null when it misses at least one task's target on that task's whole table; the family-wise failure is a repetition
 whose certified set holds a null.
 """
@@ -19,7 +19,7 @@ from certsel.errors import InputError
 from certsel.policies.kinds import Replication
 
 from .base import failure_cells, overall_cells
-from .job import betting_repetitions
+from .job_audit import betting_repetitions
 from .stratified import stratified_repetitions
 
 

@@ -1,5 +1,5 @@
 """``certsel run`` on a multi-task job: every task as a job of its own, then the combined certificate
-(:mod:`certsel.orchestrator.results.multitask`)."""
+(:mod:`certsel.orchestrator.results.task_combination`)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import re
 from certsel.config import RunConfig
 
 from certsel.orchestrator.outputs.paths import output_dir
-from certsel.orchestrator.outputs.multitask import TasksTracker, write_tasks_report
+from certsel.orchestrator.outputs.tasks_outputs import TasksTracker, write_tasks_report
 from certsel.orchestrator.outputs.mlflow_store import precheck
 from .job import execute
 from certsel.orchestrator.inputs.stacked_tasks import load_tasks
-from certsel.orchestrator.results.multitask import MultiTaskResult, TaskOutcome, combine
+from certsel.orchestrator.results.task_combination import MultiTaskResult, TaskOutcome, combine
 
 
 def execute_tasks(cfg: RunConfig, *, output=None, track: bool = True, progress=None, warn=None,
