@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 from certsel.config import parse_config
-from certsel.orchestrator.outputs.certificate import bound_text, certificate_of, round_down, round_up
+from certsel.orchestrator.outputs.certificate import certificate_of
+from certsel.orchestrator.outputs.numbers import bound_text, round_down, round_up
 from certsel.orchestrator.outputs.mlflow_store import load_certificate
 from certsel.orchestrator.commands.job import execute
 from certsel.workers.replay import DATA_DIR

@@ -78,46 +78,15 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
     clock = StageClock(o.on_stage)
     started = time.time()
     output = None if o.output is None else output_dir(o.output, "--output")
-    for path, what in o.check_outputs:
-        output_file(path, what)
-    data = o.data
-    if data is None:
-        with clock.stage(LOADING):
-            data = load_job_data(cfg)
-    data = start_from_pilot(cfg, data)  # before the runs are created: they are the tested configs
-    _warn_if_hopeless(cfg, data, o.warn)
-    if o.track:
-        precheck(cfg.tracking.uri)
-    source_of(cfg).precheck(cfg)  # external servers answer before any folder, Ray or run exists
-    if cfg.state.store is not None:  # the store is one, and every claim tested before can be continued as set
-        check_store(cfg.state.store)
-        if any(c is None for c in claim_starts(cfg, data)) and not cfg.proc.ranking:
-            (o.warn or log.warning)(f"the {source_of(cfg).name} source has no label identity: its labels are not kept "
-                                    "in the store, and each run is a test of its own (docs/gate.md, 'Reruns')")
+    data = _checked_data(cfg, o, clock)
     life = _open_job(cfg, data, o, clock, started)
     with contextlib.ExitStack() as resources:  # released in reverse order, whatever happens
         resources.callback(life.release)
         # late-bound: release sees the cfg and data the job ran with (prepare_source may replace them)
         resources.callback(lambda: source_of(cfg).release(cfg, data))
         try:
-            opening = None
-            if o.track:  # the store opens (imports, migrations of a new SQLite file) while Ray starts
-                pool = resources.enter_context(ThreadPoolExecutor(1, thread_name_prefix="certsel-mlflow"))
-
-                def open_store():
-                    with clock.stage(TRACKING, tell=False):
-                        return JobTracker(cfg.tracking.uri, cfg.tracking.experiment)
-
-                opening = pool.submit(open_store)
-            try:
-                with clock.stage(RAY):
-                    runtime = RayRuntime(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.max_actors)
-                    # the hosts' worker processes boot (imports) while the runs are created
-                    runtime.ensure_hosts(runtime.default_hosts(len(data.names)))
-            except InputError:  # no cluster: a job created just now leaves nothing behind
-                life.discard()
-                raise
-            resources.callback(_stop_runtime, runtime, clock)
+            opening = _open_store(cfg, clock, resources) if o.track else None  # opens while Ray starts
+            runtime = _start_runtime(cfg, data, life, clock, resources)
             kind = source_of(cfg)
             servers = None
             if kind.prepare_stage is not None:
@@ -142,6 +111,53 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
         except BaseException as exc:  # the runs say how it ended: KILLED on Ctrl-C, FAILED otherwise
             life.fail(exc)
             raise
+
+
+def _checked_data(cfg: RunConfig, o: RunOptions, clock: StageClock) -> JobData:
+    """The job's data, loaded and checked with everything else that can be bad input (files to write, the tracking
+    store, external servers, the label store) before any folder, Ray or run exists."""
+    for path, what in o.check_outputs:
+        output_file(path, what)
+    data = o.data
+    if data is None:
+        with clock.stage(LOADING):
+            data = load_job_data(cfg)
+    data = start_from_pilot(cfg, data)  # before the runs are created: they are the tested configs
+    _warn_if_hopeless(cfg, data, o.warn)
+    if o.track:
+        precheck(cfg.tracking.uri)
+    source_of(cfg).precheck(cfg)  # external servers answer before any folder, Ray or run exists
+    if cfg.state.store is not None:  # the store is one, and every claim tested before can be continued as set
+        check_store(cfg.state.store)
+        if any(c is None for c in claim_starts(cfg, data)) and not cfg.proc.ranking:
+            (o.warn or log.warning)(f"the {source_of(cfg).name} source has no label identity: its labels are not kept "
+                                    "in the store, and each run is a test of its own (docs/gate.md, 'Reruns')")
+    return data
+
+
+def _open_store(cfg: RunConfig, clock: StageClock, resources: contextlib.ExitStack):
+    """The tracking store opening in a thread (imports, migrations of a new SQLite file): a future of its tracker."""
+    pool = resources.enter_context(ThreadPoolExecutor(1, thread_name_prefix="certsel-mlflow"))
+
+    def open_store():
+        with clock.stage(TRACKING, tell=False):
+            return JobTracker(cfg.tracking.uri, cfg.tracking.experiment)
+
+    return pool.submit(open_store)
+
+
+def _start_runtime(cfg: RunConfig, data, life: JobLifecycle, clock: StageClock, resources: contextlib.ExitStack):
+    """Ray, with the hosts' worker processes booting (imports) while the runs are created; stopped when the job ends.
+    No cluster: a job created just now leaves nothing behind."""
+    try:
+        with clock.stage(RAY):
+            runtime = RayRuntime(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.max_actors)
+            runtime.ensure_hosts(runtime.default_hosts(len(data.names)))
+    except InputError:
+        life.discard()
+        raise
+    resources.callback(_stop_runtime, runtime, clock)
+    return runtime
 
 
 def _warn_if_hopeless(cfg: RunConfig, data, warn) -> None:

@@ -26,8 +26,7 @@ from .selection_schema import SCHEMA_VERSION, Certificate, parse
 from certsel.orchestrator.results.records import JobResult
 from certsel.orchestrator.inputs.sources import source_of
 
-from .numbers import _round, bound_text, round_down, round_up, share_text  # noqa: F401  (re-exported)
-from .cells import efficiency_cell, judge_cell, rank_text, tie_counts  # noqa: F401  (re-exported)
+from .numbers import _round, round_down, round_up
 from .goals import goal_for, goal_for_config
 
 
@@ -89,67 +88,10 @@ def certificate(result: JobResult) -> Certificate:
 
 
 def _fields(result: JobResult) -> dict:
-    """The certificate's fields, as :class:`Certificate` takes them."""
-    cfg = result.cfg
-    K = len(result.records)
-    sel = result.selected_record
-    in_set = set(result.certified)
-    goal = goal_for(result)
-    statement = goal.statement(result)
+    """The certificate's fields, as :class:`Certificate` takes them: the statement, then one block per part."""
+    cfg, sel, goal = result.cfg, result.selected_record, goal_for(result)
     extra = goal.candidate_fields(result)
-    ci_delta = result.ci_delta
-    guarantee = _guarantee(result)
-    levels = result.levels  # the level each candidate's decision was taken at (e-values: threshold 1/level)
-
-    def cand(r):
-        row = {
-            "candidate": r.name, "objective": r.objective, "status": r.status, "reason": r.reason,
-            "certified": r.name in in_set, "selected": r.name == result.selected,
-            "labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests,
-            "estimate": _round(r.estimate), "upper_bound": round_up(r.upper_bound, cap=cfg.alpha),
-            "simultaneous_bound": round_up(r.joint_bound, cap=cfg.alpha),
-            "ci": None if r.ci is None else [round_down(r.ci[0]), round_up(r.ci[1])],
-            "certified_at_labels": r.certified_at or None,
-            "labels_minimum_estimate": None if r.label_minimum is None else round(r.label_minimum, 1),
-            "risk_on_full_table": _round(r.true_risk),
-        }
-        row["level"] = _round(float(levels[r.index]), 8)
-        if r.path:
-            row.update(e_value=_round(math.exp(min(r.max_log_e, 700)), 4), log_e_value=_round(r.max_log_e),
-                       threshold=_round(1.0 / float(levels[r.index]), 4))
-        if cfg.state.store is not None:  # labels kept across jobs: how many of its labels were reused
-            row["reused"] = r.reused
-        if r.claim is not None:  # its claim's test, continued from earlier runs
-            row["continued"] = {"runs": r.claim.runs, "labels": r.claim.before, "jobs": list(r.claim.jobs)}
-        if r.exact:  # the e-value is kept for the record; the exact mean decided
-            row["exact"] = True
-        if r.rho_weights is not None and len(r.rho_weights) > 1:
-            row["rho_weights"] = [_round(w, 4) for w in r.rho_weights]
-        if r.judge is not None:
-            row["judge"] = {k: (_round(v, 4) if isinstance(v, float) else v) for k, v in r.judge.items()}
-        if r.queue is not None:
-            row["annotators"] = dataclasses.asdict(r.queue)
-        row.update(extra[r.index])
-        return row
-
-    rows = [cand(r) for r in result.records]
-    evidence = None
-    if sel is not None and goal.has_evidence:
-        s = rows[sel.index]
-        evidence = {k: s.get(k) for k in ("simultaneous_bound", "e_value", "threshold", "log_e_value", "upper_bound",
-                                          "level", "ci", "estimate", "certified_at_labels", "labels_minimum_estimate",
-                                          "labels_human", "labels_judge")}
-        if s.get("exact"):
-            evidence["exact"] = True
-        evidence["simultaneous_confidence"] = 1 - cfg.delta
-        evidence["estimate_note"] = ("the mean of per-label observations each unbiased given the past: unbiased at a "
-                                     "fixed number of labels, not at this data-dependent stop"
-                                     + ("; the judge's correction can take it below 0" if cfg.policy.uses_judge
-                                        else "")
-                                     if cfg.policy.is_testing else "the midpoint of the two-sided interval")
-        evidence["ci_level"] = 1 - ci_delta
-        evidence.update(goal.evidence_fields(result, sel.index))
-    saved = {k: (1 - result.spent[k] / result.full[k]) if result.full[k] else 0.0 for k in result.spent}
+    rows = [{**_candidate_row(result, r), **extra[r.index]} for r in result.records]
     if cfg.costs is not None:
         for r, row in zip(result.records, rows, strict=True):
             row["cost"] = _round(cfg.costs.of(r.n_human, r.n_judge, r.requests)["total"], 6)
@@ -160,21 +102,16 @@ def _fields(result: JobResult) -> dict:
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "selected": result.selected,
         "selected_objective": None if sel is None else sel.objective,
-        "certificate": statement,
+        "certificate": goal.statement(result),
         **goal.top_fields(result),
-        "guarantee": guarantee,
-        "evidence": evidence,
+        "guarantee": _guarantee(result),
+        "evidence": _evidence(result, rows[sel.index], goal) if sel is not None and goal.has_evidence else None,
         "certified_set": list(result.certified),
-        "procedure": {"name": cfg.procedure, "delta": cfg.delta, "level": result.level, "candidates": K,
-                      **goal.procedure_fields(cfg)},
-        "policy": {"kind": cfg.policy.kind, "betting": cfg.policy.strategy.describe(), "radius": cfg.policy.radius,
-                   "partition": cfg.policy.partition,
-                   **({"sampling": cfg.policy.sampling} if cfg.policy.without_replacement else {})},
+        "procedure": {"name": cfg.procedure, "delta": cfg.delta, "level": result.level,
+                      "candidates": len(result.records), **goal.procedure_fields(cfg)},
+        "policy": _policy(cfg),
         "objective": None if cfg.objective is None else cfg.objective.model_dump(),
-        "labels": {"spent": result.spent, "full_budget": result.full,
-                   "saved_fraction": {k: _round(v, 4) for k, v in saved.items()},
-                   "budget": _budget(cfg), "rounds": result.rounds,
-                   **({} if result.oracle is None else {"oracle": _oracle(result.oracle)})},
+        "labels": _labels(result),
         "costs": None if cfg.costs is None else _costs(cfg, result),
         "gpu": gpu_block(result),
         "scheduling": cfg.scheduling.stated(),
@@ -190,6 +127,72 @@ def _fields(result: JobResult) -> dict:
     if result.data.pilot is not None:
         out["pilot"] = _pilot(result.data.pilot)
     return out
+
+
+def _candidate_row(result: JobResult, r) -> dict:
+    """One candidate's row: its numbers rounded outward, the parts that apply to it (others absent)."""
+    cfg, level = result.cfg, float(result.levels[r.index])  # the level its decision was taken at
+    row = {
+        "candidate": r.name, "objective": r.objective, "status": r.status, "reason": r.reason,
+        "certified": r.name in result.certified, "selected": r.name == result.selected,
+        "labels_human": r.n_human, "labels_judge": r.n_judge, "requests": r.requests,
+        "estimate": _round(r.estimate), "upper_bound": round_up(r.upper_bound, cap=cfg.alpha),
+        "simultaneous_bound": round_up(r.joint_bound, cap=cfg.alpha),
+        "ci": None if r.ci is None else [round_down(r.ci[0]), round_up(r.ci[1])],
+        "certified_at_labels": r.certified_at or None,
+        "labels_minimum_estimate": None if r.label_minimum is None else round(r.label_minimum, 1),
+        "risk_on_full_table": _round(r.true_risk), "level": _round(level, 8),
+    }
+    if r.path:  # e-values: the threshold is 1 / level
+        row.update(e_value=_round(math.exp(min(r.max_log_e, 700)), 4), log_e_value=_round(r.max_log_e),
+                   threshold=_round(1.0 / level, 4))
+    if cfg.state.store is not None:  # labels kept across jobs: how many of its labels were reused
+        row["reused"] = r.reused
+    if r.claim is not None:  # its claim's test, continued from earlier runs
+        row["continued"] = {"runs": r.claim.runs, "labels": r.claim.before, "jobs": list(r.claim.jobs)}
+    if r.exact:  # the e-value is kept for the record; the exact mean decided
+        row["exact"] = True
+    if r.rho_weights is not None and len(r.rho_weights) > 1:
+        row["rho_weights"] = [_round(w, 4) for w in r.rho_weights]
+    if r.judge is not None:
+        row["judge"] = {k: (_round(v, 4) if isinstance(v, float) else v) for k, v in r.judge.items()}
+    if r.queue is not None:
+        row["annotators"] = dataclasses.asdict(r.queue)
+    return row
+
+
+_EVIDENCE_KEYS = ("simultaneous_bound", "e_value", "threshold", "log_e_value", "upper_bound", "level", "ci",
+                  "estimate", "certified_at_labels", "labels_minimum_estimate", "labels_human", "labels_judge")
+
+
+def _evidence(result: JobResult, row: dict, goal) -> dict:
+    """The selected candidate's own numbers, from its row, with the levels they hold at."""
+    cfg = result.cfg
+    evidence = {k: row.get(k) for k in _EVIDENCE_KEYS}
+    if row.get("exact"):
+        evidence["exact"] = True
+    evidence["simultaneous_confidence"] = 1 - cfg.delta
+    evidence["estimate_note"] = ("the mean of per-label observations each unbiased given the past: unbiased at a "
+                                 "fixed number of labels, not at this data-dependent stop"
+                                 + ("; the judge's correction can take it below 0" if cfg.policy.uses_judge else "")
+                                 if cfg.policy.is_testing else "the midpoint of the two-sided interval")
+    evidence["ci_level"] = 1 - result.ci_delta
+    evidence.update(goal.evidence_fields(result, result.selected_record.index))
+    return evidence
+
+
+def _policy(cfg) -> dict:
+    return {"kind": cfg.policy.kind, "betting": cfg.policy.strategy.describe(), "radius": cfg.policy.radius,
+            "partition": cfg.policy.partition,
+            **({"sampling": cfg.policy.sampling} if cfg.policy.without_replacement else {})}
+
+
+def _labels(result: JobResult) -> dict:
+    """Labels spent against the full budget, the budget, the rounds, and the oracle's estimate."""
+    saved = {k: (1 - result.spent[k] / result.full[k]) if result.full[k] else 0.0 for k in result.spent}
+    return {"spent": result.spent, "full_budget": result.full, "saved_fraction": {k: _round(v, 4) for k, v in saved.items()},
+            "budget": _budget(result.cfg), "rounds": result.rounds,
+            **({} if result.oracle is None else {"oracle": _oracle(result.oracle)})}
 
 
 _ORACLE_NOTES = {
