@@ -31,7 +31,7 @@ from helpers.simulate import bernoulli, resample  # noqa: E402
 from results_doc import results_section  # noqa: E402
 
 from certsel.policies import UP, BetUse, bet_names, certify, effective_observations, scheme_rhos  # noqa: E402
-from certsel.policies.autoeval import interval_excludes  # noqa: E402
+from certsel.policies.autoeval_bounds import interval_excludes  # noqa: E402
 from certsel.workers.replay import load_loss_table  # noqa: E402
 
 DELTA = 0.1

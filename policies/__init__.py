@@ -21,18 +21,20 @@ from .autoeval import (
     EffectiveObservations,
     TestResult,
     certify,
-    confidence_interval,
     decision_fractions,
-    decision_upper_bound,
     effective_observations,
     evalue_path,
     evalue_paths,
-    interval_excludes,
     judge_agreement,
     log_evalue_paths,
-    lower_confidence_bound,
     scheme_rhos,
     test_from_log_evalues,
+)
+from .autoeval_bounds import (
+    confidence_interval,
+    decision_upper_bound,
+    interval_excludes,
+    lower_confidence_bound,
     upper_confidence_bound,
 )
 from .bets import BETS, Bet, BetUse, bet_names, get_bet, register_bet

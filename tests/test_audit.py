@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from certsel.config import parse_config
 from certsel.orchestrator.audit.job_audit import _orders, _testing_chunk, audit, clopper_pearson
-from certsel.policies.autoeval import interval_excludes
+from certsel.policies.autoeval_bounds import interval_excludes
 from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.policies import confidence_interval, scheme_rhos
 from helpers.policies import candidate

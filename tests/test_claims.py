@@ -18,7 +18,8 @@ from certsel.gates import gate_config
 from certsel.orchestrator.engine.driver import LocalRuntime, run_job
 from certsel.orchestrator.engine.plan import JobPlan
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.policies.autoeval import decision_upper_bound, log_evalue_paths
+from certsel.policies.autoeval import log_evalue_paths
+from certsel.policies.autoeval_bounds import decision_upper_bound
 from certsel.workers.claims import ClaimLedger, continued_orders
 from certsel.workers.replay import label_orders
 

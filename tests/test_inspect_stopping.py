@@ -15,7 +15,7 @@ from certsel.inspect import CertifiedSelection, CertifiedStopping
 from certsel.inspect.schedule import ScheduleLedger
 from certsel.inspect.scores import ScoreError, ScoreReader, score_value
 from certsel.policies import log_evalue_paths
-from certsel.policies.autoeval import decision_upper_bound
+from certsel.policies.autoeval_bounds import decision_upper_bound
 from certsel.policies.sampling import WithoutReplacement
 from helpers.inspect_tasks import (Counted, judged_dataset, recorded_answer, recorded_judge, recorded_score, run,
                                    task)

@@ -8,7 +8,8 @@ import itertools
 import numpy as np
 import pytest
 from certsel.policies import SequentialTest, log_evalue_paths, scheme_rhos
-from certsel.policies.autoeval import decision_upper_bound, effective_observations
+from certsel.policies.autoeval import effective_observations
+from certsel.policies.autoeval_bounds import decision_upper_bound
 from certsel.policies.betting import DEFAULT_CAP_MASS, alternatives_prior
 from certsel.policies.sampling import Stream
 from certsel.policies.sampling import WithoutReplacement

@@ -147,7 +147,7 @@ class TestingCandidate(_Candidate):
 
     def upper_bound(self, level: float) -> float:
         """The one-sided upper bound that inverts this candidate's own test at ``level``
-        (:func:`~certsel.policies.autoeval.decision_upper_bound`): the test's own bets, seeded with its recorded
+        (:func:`~certsel.policies.autoeval_bounds.decision_upper_bound`): the test's own bets, seeded with its recorded
         evidence, so it is <= alpha exactly when the e-process reached 1/level."""
         if level not in self._bound:
             h, jl, ju = self._data()

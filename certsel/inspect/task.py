@@ -28,7 +28,7 @@ from scipy.special import gammaln
 from certsel.errors import InputError
 from certsel.policies import SequentialTest
 from certsel.policies._validation import check_level
-from certsel.policies.autoeval import decision_upper_bound
+from certsel.policies.autoeval_bounds import decision_upper_bound
 from certsel.policies.kinds import POLICY_KINDS, PolicyInputs, PolicySettings, with_futility
 from certsel.policies.betting import get_strategy
 from certsel.policies.sampling import SAMPLINGS, IID, WithoutReplacement, sampling_named

@@ -26,11 +26,11 @@ from certsel.policies.kinds import PolicyInputs, PolicySettings, Replication
 from certsel.policies.autoeval import (
     component_log_evalues,
     effective_observations,
-    interval_excludes,
     mix_log_evalues,
     predictable_mixture,
     running_mean,
 )
+from certsel.policies.autoeval_bounds import interval_excludes
 from certsel.policies.ft_eval import bias_variance, ft_eval_passes, select_margin, t_test
 from certsel.workers.replay import label_orders
 
