@@ -4,13 +4,8 @@ and a source that fails in a stacked step costs the others nothing (no label bou
 import numpy as np
 import pytest
 from certsel.policies import SequentialTest, confidence_interval
-from certsel.workers.candidate import (
-    TestingCandidate,
-    guarded_step,
-    intervals_together,
-    step_together,
-    upper_bounds_together,
-)
+from certsel.workers.candidate import TestingCandidate
+from certsel.workers.stacked_steps import guarded_step, intervals_together, step_together, upper_bounds_together
 from certsel.workers.contracts import SourceError
 from certsel.workers.replay import ReplaySource
 

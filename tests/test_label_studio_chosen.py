@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from certsel.policies.betting import get_strategy
 from certsel.policies.kinds import PolicySettings, get_policy_kind
-from certsel.workers.candidate import guarded_step, policy_candidate
+from certsel.workers.candidate import policy_candidate
+from certsel.workers.stacked_steps import guarded_step
 from certsel.workers.contracts import JobArrays
 from certsel.workers.label_studio_source import LabelStudioSource, LabelStudioSpec
 from certsel.workers.python_source import PythonSource

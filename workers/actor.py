@@ -15,17 +15,8 @@ import pathlib
 
 from certsel.errors import CertselError, first_line
 
-from .candidate import (
-    ChosenTestingCandidate,
-    EstimationCandidate,
-    LabelServer,
-    TestingCandidate,
-    guarded_step,
-    intervals_together,
-    policy_candidate,
-    step_together,
-    upper_bounds_together,
-)
+from .candidate import ChosenTestingCandidate, EstimationCandidate, LabelServer, TestingCandidate, policy_candidate
+from .stacked_steps import guarded_step, intervals_together, step_together, upper_bounds_together
 from .contracts import (CandidateSpec, HostRequest, JobArrays, Journaled, LabelRows, ModelLosses, QueuedSource,
                         QueueReport, Snapshot, SourceError)
 from .label_store import LabelStore, StoredSource
