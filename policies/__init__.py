@@ -52,15 +52,8 @@ from .betting import (
     up_prior,
 )
 from .bounds import inverted_upper_bound, max_log_wealth
-from .cer_eval import (
-    RADII,
-    Base,
-    CerEval,
-    EstimationPolicy,
-    EstimationResult,
-    Seq,
-    oracle,
-)
+from .cer_eval import Base, CerEval, Seq, oracle
+from .estimation import RADII, EstimationPolicy, EstimationResult
 from .multiple_testing import (
     bonferroni,
     fixed_sequence,

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from .radius import _adaptive_hoeffding, _bernstein
-from .stratified import group_queues
+from .strata import group_queues
 
 
 class GroupRadii:
@@ -91,7 +91,7 @@ def stratified_interval(center: np.ndarray, radius: np.ndarray, weights: np.ndar
 
 class PaperEngine:
     """The paper's Seq (``kind="hoeffding"``, one group, random order) or Cer-Eval (``kind="bernstein"``, Algorithm 1)
-    for an :class:`~certsel.policies.cer_eval.EstimationPolicy`."""
+    for an :class:`~certsel.policies.estimation.EstimationPolicy`."""
 
     def __init__(self, n_items: int, kind: str, *, delta: float, rng: np.random.Generator):
         self.N = int(n_items)

@@ -22,7 +22,7 @@ import numpy as np
 from ._validation import check_level, check_positive_int
 from .pair_bets import MarginBet
 from .confseq import BET_CAP, BettingCS
-from .stratified import DEFAULT_FLOOR, draw_observations, group_queues, one_group_design, shrunk_moments
+from .strata import DEFAULT_FLOOR, draw_observations, group_queues, one_group_design, shrunk_moments
 
 _FORMAT = 1
 
@@ -67,7 +67,7 @@ class SeqBank:
 
     @property
     def decision(self) -> np.ndarray:
-        """Seq's threshold decision per row (see :attr:`~certsel.policies.cer_eval.EstimationPolicy.decision`)."""
+        """Seq's threshold decision per row (see :attr:`~certsel.policies.estimation.EstimationPolicy.decision`)."""
         lo, hi = self._bounds[:, 0], self._bounds[:, 1]
         below = hi < self.threshold if self.strict else hi <= self.threshold
         return np.where(below, -1, np.where(lo > self.threshold, 1, 0))

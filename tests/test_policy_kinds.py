@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from certsel.config import ConfigError, parse_config
 from certsel.orchestrator.commands.job import execute
-from certsel.policies.cer_eval import EstimationPolicy
+from certsel.policies.estimation import EstimationPolicy
 from certsel.policies.kinds import (
     POLICY_KINDS,
     Family,
