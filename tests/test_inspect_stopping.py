@@ -378,7 +378,7 @@ def test_samples_sorted_after_the_shuffle_are_refused(tmp_path):
 def test_the_sort_check_spares_shuffled_and_equal_lengths():
     from types import SimpleNamespace
 
-    from certsel.inspect.task import sorted_by_length
+    from certsel.inspect.setup import sorted_by_length
 
     def samples(lengths):
         return [SimpleNamespace(input="x" * n) for n in lengths]

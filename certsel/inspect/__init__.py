@@ -11,6 +11,7 @@ from .ranking import CertifiedRanking, RankingResult
 from .scores import ScoreError
 from .selection import CandidateResult, CertifiedSelection, SelectionResult
 from .stopping import CertifiedStopping
-from .task import SetupError, StopReason, TaskTest
+from .setup import SetupError
+from .task import StopReason, TaskTest
 
 __all__ = ["CandidateResult", "CertifiedRanking", "CertifiedSelection", "RankingResult", "CertifiedStopping", "SelectionResult", "TaskRecord", "TaskTest", "SampleCounts", "ScoreError", "SetupError", "StopReason"]

@@ -34,7 +34,7 @@ from certsel.policies.procedures import PROCEDURES
 
 from .schedule import ScheduleLedger
 from .scores import ScoreError, ScoreReader
-from .task import SetupError, _level, check_samples
+from .setup import SetupError, check_samples, checked_level
 
 _CURRENT = contextvars.ContextVar("certsel_ranking_model", default=None)
 
@@ -106,7 +106,7 @@ class CertifiedRanking:
         self.names = [str(m) for m in models]
         if len(self.names) < 2 or len(set(self.names)) != len(self.names):
             raise InputError("models must be a list of at least two distinct names")
-        self.delta = _level(delta, "delta")
+        self.delta = checked_level(delta, "delta")
         if goal not in GOALS:
             raise InputError(f"goal must be one of {', '.join(GOALS)}, got {goal!r}")
         if goal == "topk" and (isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk < len(self.names)):

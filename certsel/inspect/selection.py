@@ -25,7 +25,8 @@ from certsel.orchestrator.results.records import Status
 from certsel.policies.procedures import PROCEDURES
 
 from .record import TaskRecord
-from .task import SetupError, StopReason, TaskTest
+from .setup import SetupError
+from .task import StopReason, TaskTest
 
 
 @dataclass(frozen=True)
