@@ -157,6 +157,30 @@ def test_a_candidate_failing_one_task_is_not_certified(tmp_path, ray_session):
     assert lines[0].startswith("candidate,task,certified") and len(lines) == 1 + 2 * K
 
 
+@pytest.mark.integration
+def test_the_multi_task_job_is_a_job_its_tasks_name_and_a_rerun_is_answered_by_it(tmp_path, ray_session, capsys):
+    """The multi-task job has a folder of its own through the one job lifecycle: listed by ``certsel jobs``, its
+    tasks' folders naming it as their parent; the same job again is answered by its certificate, no task run again."""
+    import yaml
+
+    from certsel import cli
+
+    job = tmp_path / "tasks.yaml"
+    job.write_text(yaml.safe_dump(_raw(tmp_path, budget={"n": 100, "r": 3}, tasks=[
+        {**_raw(tmp_path)["tasks"][0]}, {**_raw(tmp_path)["tasks"][1], "budget": {"n": 100}}])))
+    assert cli.main(["run", str(job), "--no-progress", "--no-tracking"]) == 0
+    capsys.readouterr()
+    metas = [json.loads(p.read_text()) for p in (tmp_path / "jobs").glob("*/job.json")]
+    [parent] = [m for m in metas if m.get("front_end") == "multi-task"]
+    tasks = [m for m in metas if m is not parent]
+    assert parent["status"] == "finished" and parent["name"] == "two-tasks" and parent["output"]
+    assert len(tasks) == 2 and all(m["parent"] == parent["job_id"] and m["status"] == "finished" for m in tasks)
+    assert cli.main(["run", str(job), "--no-progress", "--no-tracking"]) == 0
+    out = capsys.readouterr().out
+    assert f"job {parent['job_id']} already finished" in out and "no label bought now" in out
+    assert len(list((tmp_path / "jobs").glob("*/job.json"))) == 3  # no task ran again
+
+
 @pytest.mark.slow
 def test_the_familywise_error_at_the_boundary_stays_below_delta(tmp_path):
     """The least favourable case: the first slot of a fixed sequence exactly at one task's

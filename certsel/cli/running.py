@@ -117,10 +117,16 @@ def gate_command(args) -> int:
 def run_tasks(args, cfg, console, machine: bool, on_job) -> int:
     """``certsel run`` on a multi-task job: every task, then the combined certificate."""
     from certsel.orchestrator.outputs.tasks_outputs import tasks_certificate
-    from certsel.orchestrator.commands.tasks_job import execute_tasks
+    from certsel.orchestrator.commands.tasks_job import execute_tasks, finished_tasks_job
 
     if args.resume:
         raise ValueError("--resume names one job; a multi-task job resumes each task by itself (run it again)")
+    done = None if args.output is not None or args.fresh else finished_tasks_job(cfg)
+    if done is not None:  # the same multi-task job finished before: show it, buy nothing
+        print(f"job {done.job_id} already finished with this configuration and data: its certificate, no label "
+              "bought now (certsel run --fresh runs it again):", file=sys.stderr if machine else sys.stdout, flush=True)
+        emit(args, console, machine, done.certificate, run_id=done.mlflow_run, output_dir=done.output)
+        return 0
     res = execute_tasks(cfg, output=args.output, track=not args.no_tracking, on_job=on_job,
                         warn=lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True))
     emit(args, console, machine, tasks_certificate(res), tracking=res.tracking, output_dir=res.output_dir)

@@ -74,14 +74,20 @@ class JobLifecycle:
             if self.tracker is not None:
                 with self.clock.stage(LOGGING):
                     self.tracker.finish(result, written)
-        if job is not None:
-            output = None if result.output_dir is None else str(result.output_dir)
-            if result.evaluated:
-                job.update(status="finished", mlflow_run=self.run_id, finished=True, name=result.cfg.name,
-                           selected=result.selected, output=output)
-            else:  # every source failed: a rerun resumes this folder
-                job.update(status="failed", mlflow_run=self.run_id, name=result.cfg.name, output=output)
+        self.mark_ended(result.cfg.name, result.output_dir, result.selected, result.evaluated)
         return result
+
+    def mark_ended(self, name: str, output, selected: str | None, evaluated: bool = True) -> None:
+        """The folder marked finished (its outputs in ``output``), or failed when nothing could be evaluated (a rerun
+        resumes it)."""
+        if self.job is None:
+            return
+        output = None if output is None else str(output)
+        if evaluated:
+            self.job.update(status="finished", mlflow_run=self.run_id, finished=True, name=name, selected=selected,
+                            output=output)
+        else:
+            self.job.update(status="failed", mlflow_run=self.run_id, name=name, output=output)
 
     def fail(self, exc: BaseException) -> None:
         """The job ended by ``exc``: its run KILLED (Ctrl-C) or FAILED, its folder interrupted or failed."""

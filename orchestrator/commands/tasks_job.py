@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import pathlib
 import re
+from dataclasses import dataclass
 
 from certsel.config import RunConfig
 
 from certsel.orchestrator.outputs.paths import output_dir
 from certsel.orchestrator.outputs.tasks_outputs import TasksTracker, write_tasks_report
 from certsel.orchestrator.outputs.mlflow_store import precheck
+from certsel.errors import InputError, first_line
+from certsel.orchestrator.engine.state import JobState, config_fingerprint
+
 from .job import execute
+from .lifecycle import JobLifecycle
 from certsel.orchestrator.inputs.stacked_tasks import load_tasks
 from certsel.orchestrator.results.task_combination import MultiTaskResult, TaskOutcome, combine
 
@@ -20,19 +25,27 @@ def execute_tasks(cfg: RunConfig, *, output=None, track: bool = True, progress=N
                   on_job=None) -> MultiTaskResult:
     """Run every task of ``cfg`` as a durable, tracked job (outputs in ``output/TASK``, else its job folder), then
     combine them; the combined certificate goes to ``output`` (default: ``state.dir/NAME.tasks``) and to an MLflow
-    run holding the tasks' runs."""
+    run holding the tasks' runs. The multi-task job is a job of its own (:class:`JobLifecycle`: listed by ``certsel
+    jobs``, each task's folder naming it as ``parent``), recorded as failed when a task fails, resumed by a rerun."""
     given = output is not None
     folder = output_dir(output if given else pathlib.Path(cfg.state.dir) / f"{_slug(cfg.name)}.tasks",
                         "--output" if given else "state.dir")
     cfgs, datas = load_tasks(cfg)
     if track:
         precheck(cfg.tracking.uri)
-    tracker = TasksTracker(cfg) if track else None
-    try:
+    with JobLifecycle.open(cfg.state.dir, tasks_fingerprint(cfg, datas), name=cfg.name, front_end="multi-task",
+                           auto=cfg.state.resume == "auto") as life:
+        def task_job(job):  # each task's folder names its parent
+            job.update(parent=life.job.job_id)
+            if on_job is not None:
+                on_job(job)
+
+        tracker = TasksTracker(cfg) if track else None
+        life.tracker, life.run_id = tracker, None if tracker is None else tracker.run_id
         outcomes = []
         for t, tc, data in zip(cfg.tasks, cfgs, datas, strict=True):
             result, run_id = execute(tc, output=folder / t.name if given else None, track=track,
-                                     progress=progress, warn=warn, on_job=on_job,
+                                     progress=progress, warn=warn, on_job=task_job,
                                      parent_run=None if tracker is None else tracker.run_id, data=data)
             outcomes.append(TaskOutcome(t.name, tc, result, run_id))
         res = combine(cfg, outcomes)
@@ -41,11 +54,44 @@ def execute_tasks(cfg: RunConfig, *, output=None, track: bool = True, progress=N
         res.files, res.output_dir = write_tasks_report(res, folder), folder
         if tracker is not None:
             tracker.finish(res)
+        life.mark_ended(cfg.name, folder, res.selected, all(o.result.evaluated for o in outcomes))
         return res
-    except BaseException as exc:
-        if tracker is not None:
-            tracker.fail("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
-        raise
+
+
+def finished_tasks_job(cfg: RunConfig):
+    """The finished multi-task job a rerun of ``cfg`` is (None: none, or no auto-resume), its certificate read: a rerun
+    shows it instead of buying its tasks' labels again."""
+    import json
+
+    from certsel.orchestrator.outputs.tasks_schema import parse_any
+
+    if cfg.state.resume != "auto":
+        return None
+    done = JobState.finished(cfg.state.dir, tasks_fingerprint(cfg, load_tasks(cfg)[1]))
+    if done is None:
+        return None
+    where = done.output / "selection.json"
+    try:
+        cert = parse_any(json.loads(where.read_text()))
+    except ValueError as exc:  # a file cut short or edited by hand
+        raise InputError(f"{where}: the finished job's certificate cannot be read ({first_line(exc)}); "
+                         "--fresh runs the job again") from None
+    return FinishedTasks(done.job_id, done.output, cert, done.mlflow_run)
+
+
+@dataclass(frozen=True)
+class FinishedTasks:
+    """A finished multi-task job: its folder's id, where its outputs are, its certificate and MLflow run."""
+
+    job_id: str
+    output: pathlib.Path
+    certificate: object  # outputs.tasks_schema.TasksCertificate
+    mlflow_run: str | None
+
+
+def tasks_fingerprint(cfg: RunConfig, datas) -> str:
+    """What makes two multi-task runs the same job: the job's configuration and every task's data."""
+    return config_fingerprint(cfg, "+".join(d.fingerprint for d in datas))
 
 
 def _slug(name: str) -> str:
