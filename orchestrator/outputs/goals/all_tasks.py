@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..cells import objective_head, selected_headline
 from ..numbers import bound_text, share_text
-from .base import Ask, Column, Goal
+from .base import Column, Goal
 from .registry import register
 
 
@@ -13,12 +13,9 @@ class MultiTaskGoal(Goal):
     """A multi-task job (each task a job of its own; a candidate certified on every task): its evidence per task."""
 
     name = "multi-task"
+    asks = {"tasks": True, "ranking": False, "recovery": False, "stacked": False, "gates": False}
     beside_report = "selection.json beside it; each task's own report is listed above"
     runs_note = "; the tasks' runs are nested under it"
-
-    @classmethod
-    def asked(cls, ask: Ask) -> bool:
-        return ask.tasks and not (ask.ranking or ask.recovery or ask.stacked or ask.gates)  # each task says its own
 
     def headline(self, cert) -> str:
         return selected_headline(cert)  # a multi-task certificate has no ranking

@@ -117,6 +117,7 @@ class Goal:
     (:func:`~.registry.register`) under its ``name`` and chosen by :meth:`asked`."""
 
     name: ClassVar[str] = ""
+    asks: ClassVar[dict[str, bool]] = {}  # the Ask flags it serves, declared: {"gates": True, "recovery": False}
     table_heading = "Candidates"
     has_evidence = False  # whether the certificate has the selected candidate's evidence block
     beside_report = "selection.json and labels.parquet beside it"  # the terminal's words after the report's path
@@ -124,8 +125,9 @@ class Goal:
 
     @classmethod
     def asked(cls, ask: Ask) -> bool:
-        """Whether a job asking ``ask`` has this goal (of several that say yes, the most derived class is chosen)."""
-        return False
+        """Whether a job asking ``ask`` has this goal: every flag of :attr:`asks` as declared (of several goals that say
+        yes, the most derived class is chosen). A goal may read more of ``ask`` by overriding this."""
+        return bool(cls.asks) and all(getattr(ask, k) is v for k, v in cls.asks.items())
 
     # -- the candidate table: declared once, read by the terminal, markdown and the report ----------------
     def title(self, cert) -> str:

@@ -8,7 +8,7 @@ import math
 from certsel.orchestrator.results.outcomes import Outcome, gate_exit_code
 
 from ..numbers import _round
-from .base import Ask, Field, Shown, note_cell, people_fields
+from .base import Field, Shown, note_cell, people_fields
 from .recovery import RecoverySelection
 from .registry import register
 from .risk import RiskSelection
@@ -122,10 +122,7 @@ class GateRisk(_Gate, RiskSelection):
     """Each candidate gated on R <= alpha."""
 
     name = "gate"
-
-    @classmethod
-    def asked(cls, ask: Ask) -> bool:
-        return ask.gates and not ask.recovery
+    asks = {"gates": True, "recovery": False}
 
 
 @register
@@ -133,10 +130,7 @@ class GateRecovery(_Gate, RecoverySelection):
     """Each candidate gated on recovery >= r against a reference."""
 
     name = "recovery gate"
-
-    @classmethod
-    def asked(cls, ask: Ask) -> bool:
-        return ask.gates and ask.recovery
+    asks = {"gates": True, "recovery": True}
 
     def gate_claims(self, cfg) -> tuple[str, str]:
         r = cfg.recovery.at_least

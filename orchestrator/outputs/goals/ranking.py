@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..cells import headline, rank_text, tie_counts
-from .base import Ask, Field, Goal, Section, _fmt
+from .base import Field, Goal, Section, _fmt
 from .registry import register
 
 
@@ -12,11 +12,8 @@ class RankingGoal(Goal):
     """A pairwise ranking: the partial order its pairs certified, with ties and rank intervals."""
 
     name = "ranking"
+    asks = {"ranking": True, "recovery": False}
     table_heading = "Models"
-
-    @classmethod
-    def asked(cls, ask: Ask) -> bool:
-        return ask.ranking and not ask.recovery
 
     def title(self, cert) -> str:
         rk, p = cert.ranking, cert.procedure

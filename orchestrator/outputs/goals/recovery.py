@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..cells import e_value_line
 from ..numbers import _round, round_down, share_text
-from .base import Ask, _fmt
+from .base import _fmt
 from .registry import register
 from .risk import RiskSelection
 
@@ -33,7 +33,6 @@ def recovery_dict(x) -> dict:
             "on_full_table": _round(x.on_full_table), "labels": x.labels}
 
 
-
 @register
 class RecoverySelection(RiskSelection):
     """A selection certified as recovery >= r against a reference model: the evidence as shares of its score."""
@@ -41,10 +40,7 @@ class RecoverySelection(RiskSelection):
     joint_head, own_word, estimate_head, interval_head = "simultaneous lower bound", "lower bound", \
         "recovery estimate", "recovery on table"
     name = "recovery"
-
-    @classmethod
-    def asked(cls, ask: Ask) -> bool:
-        return ask.recovery and not (ask.ranking or ask.tasks)
+    asks = {"recovery": True, "ranking": False, "tasks": False}
 
     def target(self, cert) -> str:
         return cert.claim.words

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..cells import e_value_cell, e_value_line, efficiency_cell, judge_cell, objective_head
 from ..numbers import bound_text
-from .base import Ask, Field, Goal, Shown, _fmt, nominal_words, note_cell, people_fields
+from .base import Field, Goal, Shown, _fmt, nominal_words, note_cell, people_fields
 from .registry import register
 
 BOUNDS_LEGEND = ("simultaneous bound: R <= it for every candidate at once, with probability >= {conf:g} (<= alpha "
@@ -30,16 +30,13 @@ class RiskSelection(Goal):
     """Candidates certified R <= alpha under a multiple-testing procedure, one selected among them."""
 
     name = "risk"
+    asks = {"ranking": False, "recovery": False, "tasks": False}
     has_evidence = True
     # the four bound columns' words (a recovery states the same quantities as shares)
     joint_head, own_word, estimate_head, interval_head = "simultaneous bound", "upper bound", "estimate", \
         "two-sided interval"
     states_own_words = False  # a recovery's statement replaces the risk statement, aggregate words included
     on_table_word = "R on table"
-
-    @classmethod
-    def asked(cls, ask: Ask) -> bool:
-        return not (ask.ranking or ask.recovery or ask.tasks)
 
     def target(self, cert) -> str:
         return f"alpha={cert.procedure.alpha:g}"

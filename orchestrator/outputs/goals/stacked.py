@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Ask, Field, Section
+from .base import Field, Section
 from .recovery import RecoverySelection
 from .registry import register
 from .risk import RiskSelection
@@ -78,10 +78,7 @@ class StackedRisk(_Stacked, RiskSelection):
     """An aggregate risk R = sum_t w_t R_t certified <= alpha."""
 
     name = "stacked risk"
-
-    @classmethod
-    def asked(cls, ask: Ask) -> bool:
-        return ask.stacked and not ask.recovery
+    asks = {"stacked": True, "recovery": False}
 
 
 @register
@@ -89,7 +86,5 @@ class StackedRecovery(_Stacked, RecoverySelection):
     """A weighted recovery over stacked tasks certified >= r."""
 
     name = "stacked recovery"
+    asks = {"stacked": True, "recovery": True}
 
-    @classmethod
-    def asked(cls, ask: Ask) -> bool:
-        return ask.stacked and ask.recovery
