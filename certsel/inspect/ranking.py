@@ -52,7 +52,6 @@ class _Model:
     at_stop: int = 0  # positions the pairs had used when it stopped
     skipped: int = 0  # sample-epochs it was told not to run
     done: bool = False
-    failure: str | None = None  # why its scores stopped short
 
 
 @dataclass(frozen=True)
@@ -283,7 +282,6 @@ class CertifiedRanking:
 
     def _fail(self, m: _Model, why: str) -> None:
         """``m`` gives no more scores: its pairs end undecided, the others go on."""
-        m.failure = why
         self._stop(m, why)
         if self.session is not None:
             self.session.fail(self.names.index(m.name), why)
