@@ -333,3 +333,21 @@ def test_an_lm_eval_candidate_reuses_labels_only_with_the_same_model_and_setting
     assert identity(labels=local) == before
     (ckpt / "model.safetensors").write_bytes(b"v2 longer")
     assert identity(labels=local) != before
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("argv, says", [
+    (["gate", "job.yaml", "--summary", ""], "argument --summary: an empty path (is $GITHUB_STEP_SUMMARY unset?"),
+    (["gate", "job.yaml", "--json", " "], "argument --json: an empty path (an unset variable?)"),
+    (["run", "job.yaml", "--output", ""], "argument --output/--report-dir: an empty path"),
+])
+def test_an_empty_path_is_one_line_not_the_current_folder(argv, says, capsys):
+    """``--summary "$GITHUB_STEP_SUMMARY"`` with the variable unset (outside GitHub Actions) is an empty
+    argument: refused in one line naming the option, before anything is read (it was "--summary: . is
+    a folder, not a file")."""
+    from certsel import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and says in err and len(err.strip().splitlines()) == 1

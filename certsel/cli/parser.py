@@ -15,9 +15,21 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"certsel: error: {message}\n")
 
 
+def a_path(text: str, hint: str = "an unset variable?") -> pathlib.Path:
+    """A path argument; an empty one is refused, not read as the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"an empty path ({hint})")
+    return pathlib.Path(text)
+
+
+def summary_path(text: str) -> pathlib.Path:
+    """``--summary "$GITHUB_STEP_SUMMARY"`` outside GitHub Actions is an empty path: said so."""
+    return a_path(text, "is $GITHUB_STEP_SUMMARY unset? GitHub Actions sets it on its runners only")
+
+
 def job_arguments(parser: argparse.ArgumentParser, config_help: str, set_example: str, *, seed_help: str | None = None):
     """The job file and its ``--set`` overrides, and ``--seed`` where the command draws its own samples."""
-    parser.add_argument("config", type=pathlib.Path, help=config_help)
+    parser.add_argument("config", type=a_path, help=config_help)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help=f"override a config key, e.g. --set {set_example} (repeatable)")
     if seed_help is not None:
@@ -38,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
                         help="logging of certsel, Ray and MLflow on stderr (default: warning)")
-    common.add_argument("--home", type=pathlib.Path, default=argparse.SUPPRESS, metavar="DIR",
+    common.add_argument("--home", type=a_path, default=argparse.SUPPRESS, metavar="DIR",
                         help="certsel's home for this command: its jobs/ folder and MLflow store mlruns.db (default: "
                              "CERTSEL_HOME, else ~/.certsel; a job file's state.dir or tracking.uri still wins)")
     p = Parser(prog="certsel", description="Certified model / config / prompt selection.", parents=[common])
@@ -48,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser = lambda *a, **k: _add(*a, parents=[common], **k)
     run = sub.add_parser("run", help="run a selection job from a YAML config (Ray + MLflow)")
     job_arguments(run, "job file, e.g. examples/quantization.yaml", "budget.n=100")
-    run.add_argument("--json", type=pathlib.Path, help="also write selection.json here")
-    run.add_argument("--output", "--report-dir", dest="output", type=pathlib.Path, metavar="DIR",
+    run.add_argument("--json", type=a_path, help="also write selection.json here")
+    run.add_argument("--output", "--report-dir", dest="output", type=a_path, metavar="DIR",
                      help="write report.html, selection.json, labels.parquet and the plots here (default: the job's "
                           "folder, STATE_DIR/JOB_ID; the path is printed at the end)")
     format_argument(run)
@@ -67,14 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="an llm-compressor test config: the compressed checkpoint to gate (a folder or model id)")
     gt.add_argument("--base", metavar="MODEL",
                     help="an llm-compressor test config: the reference model (default: the config's model)")
-    gt.add_argument("--json", type=pathlib.Path, metavar="PATH",
+    gt.add_argument("--json", type=a_path, metavar="PATH",
                     help="write the outcomes here: per candidate outcome, labels, reused, bound")
-    gt.add_argument("--junit", type=pathlib.Path, metavar="PATH", help="write JUnit XML here (a test case per candidate)")
-    gt.add_argument("--summary", type=pathlib.Path, metavar="PATH",
+    gt.add_argument("--junit", type=a_path, metavar="PATH", help="write JUnit XML here (a test case per candidate)")
+    gt.add_argument("--summary", type=summary_path, metavar="PATH",
                     help="append a Markdown summary here (e.g. \"$GITHUB_STEP_SUMMARY\")")
-    gt.add_argument("--output", type=pathlib.Path, metavar="DIR",
+    gt.add_argument("--output", type=a_path, metavar="DIR",
                     help="write report.html, selection.json and labels.parquet here (default: the job's folder)")
-    gt.add_argument("--labels", type=pathlib.Path, metavar="PATH",
+    gt.add_argument("--labels", type=a_path, metavar="PATH",
                     help="the label store, reused across runs (default: HOME/labels.db; a path CI caches)")
     gt.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     gt.add_argument("--fresh", action="store_true", help="run again even if this gate finished before")
@@ -85,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--reps", type=int, default=1000, help="repetitions (random item orders; default 1000)")
     aud.add_argument("--workers", type=int, default=None,
                      help="processes for Seq / Cer-Eval repetitions (default: one per CPU; results do not depend on it)")
-    aud.add_argument("--out", type=pathlib.Path, help="also write audit.json, audit.md and the plot here")
+    aud.add_argument("--out", type=a_path, help="also write audit.json, audit.md and the plot here")
     aud.add_argument("--no-tracking", action="store_true", help="do not log an MLflow run")
     pl = sub.add_parser("plan", help="expected labels and cost of each policy for a replay job, from a pilot sample")
     job_arguments(pl, "a replay job file with its costs: section", "costs.judge=0.01",
@@ -101,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     sch = sub.add_parser("schema", help="print the JSON Schema of selection.json")
     sch.add_argument("--version-only", action="store_true", help="print only the schema version")
     jobs = sub.add_parser("jobs", help="list past jobs (their labels, reports and status), remove old ones")
-    jobs.add_argument("state_dir", nargs="?", type=pathlib.Path, default=None,
+    jobs.add_argument("state_dir", nargs="?", type=a_path, default=None,
                       help="the jobs folder (default: HOME/jobs; a job file's state.dir if it sets one)")
     jobs.add_argument("--remove", nargs="+", metavar="JOB_ID", default=[], help="delete these jobs' folders")
     jobs.add_argument("--clean", choices=("finished", "failed", "all"),
@@ -115,12 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     lm.add_argument("--filter", default=None, help="the lm-eval filter (default: the task's only one)")
     lm.add_argument("--reference", default=None, metavar="NAME",
                     help="a run to compare with: adds score_reference and loss_drop (for recovery or drop jobs)")
-    lm.add_argument("--out", required=True, type=pathlib.Path, help="the table to write (.parquet, .csv or .jsonl)")
+    lm.add_argument("--out", required=True, type=a_path, help="the table to write (.parquet, .csv or .jsonl)")
     it = sub.add_parser("inspect-table", help="pair inspect-ai logs (one per model or prompt) into a loss table")
-    it.add_argument("logs", nargs="+", type=pathlib.Path, metavar="LOG_DIR_OR_FILE",
+    it.add_argument("logs", nargs="+", type=a_path, metavar="LOG_DIR_OR_FILE",
                     help="inspect logs (.eval or .json) or folders of them; the order given is the table's rank, "
                          "the fixed sequence of procedure fst")
     it.add_argument("--scorer", default=None, help="the scorer whose score is used (default: the task's first)")
     it.add_argument("--key", default=None, help="the key of a dict-valued score")
-    it.add_argument("--out", required=True, type=pathlib.Path, help="the table to write (.parquet, .csv or .jsonl)")
+    it.add_argument("--out", required=True, type=a_path, help="the table to write (.parquet, .csv or .jsonl)")
     return p
