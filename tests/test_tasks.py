@@ -35,6 +35,15 @@ def _raw(tmp_path, **over):
     return {**raw, **over}
 
 
+def _rows(db) -> int:
+    """The labels in a candidate's label log (a SQLite file)."""
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        tables = [t for (t,) in con.execute("select name from sqlite_master where type = 'table'")]
+        return sum(con.execute(f'select count(*) from "{t}"').fetchone()[0] for t in tables)
+
+
 def test_the_combined_evidence_is_the_smallest_e_value_then_the_procedure():
     rng = np.random.default_rng(0)
     log_e = rng.normal(2.5, 2.0, size=(3, 12))
@@ -179,6 +188,16 @@ def test_the_multi_task_job_is_a_job_its_tasks_name_and_a_rerun_is_answered_by_i
     out = capsys.readouterr().out
     assert f"job {parent['job_id']} already finished" in out and "no label bought now" in out
     assert len(list((tmp_path / "jobs").glob("*/job.json"))) == 3  # no task ran again
+    # the job failed after its tasks finished (say, while writing its report): a rerun resumes it, and its
+    # finished tasks run again from their label logs, buying nothing
+    path = tmp_path / "jobs" / parent["job_id"] / "job.json"
+    path.write_text(json.dumps({**parent, "status": "failed"}))
+    logs = {p: _rows(p) for p in (tmp_path / "jobs").glob("*/labels/*.db")}  # each candidate's label log
+    assert logs and cli.main(["run", str(job), "--no-progress", "--no-tracking"]) == 0
+    metas = {m["job_id"]: m for m in (json.loads(p.read_text()) for p in (tmp_path / "jobs").glob("*/job.json"))}
+    assert len(metas) == 3 and metas[parent["job_id"]]["status"] == "finished"
+    assert all(metas[m["job_id"]]["attempts"] == 2 and metas[m["job_id"]]["status"] == "finished" for m in tasks)
+    assert {p: _rows(p) for p in logs} == logs  # no label bought twice
 
 
 @pytest.mark.slow

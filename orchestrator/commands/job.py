@@ -68,6 +68,7 @@ class RunOptions:
     data: JobData | None = None
     on_servers: Callable | None = None
     on_stage: Callable | None = None
+    reopen: bool = False  # ``resume`` may name a finished job: run again from its log, buying nothing
 
 
 def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[JobResult, str | None]:
@@ -222,7 +223,8 @@ def _open_job(cfg: RunConfig, data, o: RunOptions, clock: StageClock, started: f
     if not o.durable:
         return JobLifecycle(None, clock, started)
     life = JobLifecycle.open(cfg.state.dir, config_fingerprint(cfg, data.fingerprint), name=cfg.name,
-                             resume=o.resume, auto=cfg.state.resume == "auto", clock=clock, started=started)
+                             resume=o.resume, auto=cfg.state.resume == "auto", reopen=o.reopen, clock=clock,
+                             started=started)
     if o.on_job is not None:
         o.on_job(life.job)
     return life

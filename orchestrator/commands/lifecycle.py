@@ -32,11 +32,11 @@ class JobLifecycle:
 
     @classmethod
     def open(cls, root, fingerprint: str, *, name: str, resume: str | None = None, auto: bool = True,
-             front_end: str | None = None, clock: StageClock | None = None,
+             reopen: bool = False, front_end: str | None = None, clock: StageClock | None = None,
              started: float | None = None) -> JobLifecycle:
-        """The job with ``fingerprint`` under ``root``: the one ``resume`` names, else an unfinished one (``auto``),
-        else a new folder."""
-        job = JobState.open(root, fingerprint, resume=resume, auto=auto)
+        """The job with ``fingerprint`` under ``root``: the one ``resume`` names (``reopen``: even a finished one),
+        else an unfinished one (``auto``), else a new folder."""
+        job = JobState.open(root, fingerprint, resume=resume, auto=auto, reopen=reopen)
         job.update(name=name, **({"front_end": front_end} if front_end else {}))
         return cls(job, clock, started)
 

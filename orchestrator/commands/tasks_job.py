@@ -15,7 +15,7 @@ from certsel.orchestrator.outputs.mlflow_store import precheck
 from certsel.errors import InputError, first_line
 from certsel.orchestrator.engine.state import JobState, config_fingerprint
 
-from .job import execute
+from .job import execute, finished_job
 from .lifecycle import JobLifecycle
 from certsel.orchestrator.inputs.stacked_tasks import load_tasks
 from certsel.orchestrator.results.task_combination import MultiTaskResult, TaskOutcome, combine
@@ -44,9 +44,11 @@ def execute_tasks(cfg: RunConfig, *, output=None, track: bool = True, progress=N
         life.tracker, life.run_id = tracker, None if tracker is None else tracker.run_id
         outcomes = []
         for t, tc, data in zip(cfg.tasks, cfgs, datas, strict=True):
+            done = finished_job(tc, data)  # a task that finished in an earlier run: its labels are in its log
             result, run_id = execute(tc, output=folder / t.name if given else None, track=track,
                                      progress=progress, warn=warn, on_job=task_job,
-                                     parent_run=None if tracker is None else tracker.run_id, data=data)
+                                     parent_run=None if tracker is None else tracker.run_id, data=data,
+                                     resume=None if done is None else done.job_id, reopen=done is not None)
             outcomes.append(TaskOutcome(t.name, tc, result, run_id))
         res = combine(cfg, outcomes)
         if tracker is not None:

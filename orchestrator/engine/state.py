@@ -109,9 +109,11 @@ class JobState:
         _write_atomic(self.dir / "job.json", self.meta)
 
     @classmethod
-    def open(cls, root, fingerprint: str, *, resume: str | None = None, auto: bool = True) -> JobState:
+    def open(cls, root, fingerprint: str, *, resume: str | None = None, auto: bool = True,
+             reopen: bool = False) -> JobState:
         """The job to run: ``resume`` (a job id), else the unfinished job with this fingerprint (``auto``), else a new
-        one."""
+        one. ``reopen``: ``resume`` may name a finished job (it is run again from its checkpoint and label log, buying
+        nothing: a multi-task job's finished task)."""
         root = pathlib.Path(root)
         if resume is not None:
             if not resume or any(c not in "0123456789abcdef" for c in resume):
@@ -123,7 +125,7 @@ class JobState:
             if meta.get("fingerprint") != fingerprint:
                 raise StateProblem(f"--resume: job {resume} was run with a different configuration or data; "
                                    "resuming it with this one would mix two jobs' labels")
-            if meta.get("status") == "finished":
+            if meta.get("status") == "finished" and not reopen:
                 raise StateProblem(f"--resume: job {resume} already finished (certsel show {meta.get('mlflow_run')})")
             state = cls(root, meta)
             if not state.lock():
