@@ -188,25 +188,31 @@ class Answered:
 def answer_finished(cfg: RunConfig, data, track: bool) -> Answered | None:
     """The finished job that answers a rerun of ``cfg`` (None: none, or no auto-resume), its run logged to the tracking
     store named now when that store does not hold it."""
-    import json
-
     from certsel.orchestrator.outputs.selection_schema import parse
     from certsel.orchestrator.outputs.tracking import log_finished
 
     done = finished_job(cfg, data)
     if done is None:
         return None
-    where = done.output / "selection.json"
-    try:
-        cert = parse(json.loads(where.read_text()))
-    except ValueError as exc:  # a file cut short or edited by hand (pydantic's errors are ValueErrors too)
-        raise InputError(f"{where}: the finished job's certificate cannot be read ({first_line(exc)}); "
-                         "--fresh runs the job again") from None
+    cert = finished_certificate(done, parse)
     run_id, logged = None, False
     if track:
         precheck(cfg.tracking.uri)
         run_id, logged = log_finished(cfg.tracking.uri, cfg.tracking.experiment, done.job_id, done.output, cert)
     return Answered(done.job_id, done.output, cert.model_copy(update={"answered_by": done.job_id}), run_id, logged)
+
+
+def finished_certificate(done: Finished, parse):
+    """A finished job's certificate, read with ``parse``; a file cut short or edited by hand is one line (pydantic's
+    errors are ValueErrors too)."""
+    import json
+
+    where = done.output / "selection.json"
+    try:
+        return parse(json.loads(where.read_text()))
+    except ValueError as exc:
+        raise InputError(f"{where}: the finished job's certificate cannot be read ({first_line(exc)}); "
+                         "--fresh runs the job again") from None
 
 
 def finished_job(cfg: RunConfig, data) -> Finished | None:

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import pathlib
 import re
-from dataclasses import dataclass
 
 from certsel.config import RunConfig
 
 from certsel.orchestrator.outputs.paths import output_dir
 from certsel.orchestrator.outputs.tasks_outputs import TasksTracker, write_tasks_report
 from certsel.orchestrator.outputs.mlflow_store import precheck
-from certsel.errors import InputError, first_line
 from certsel.orchestrator.engine.state import JobState, config_fingerprint
 
-from .job import execute, finished_job
+from .job import Answered, execute, finished_certificate, finished_job
 from .lifecycle import JobLifecycle
 from certsel.orchestrator.inputs.stacked_tasks import load_tasks
 from certsel.orchestrator.results.task_combination import MultiTaskResult, TaskOutcome, combine
@@ -60,35 +58,16 @@ def execute_tasks(cfg: RunConfig, *, output=None, track: bool = True, progress=N
         return res
 
 
-def finished_tasks_job(cfg: RunConfig):
+def finished_tasks_job(cfg: RunConfig) -> Answered | None:
     """The finished multi-task job a rerun of ``cfg`` is (None: none, or no auto-resume), its certificate read: a rerun
     shows it instead of buying its tasks' labels again."""
-    import json
-
     from certsel.orchestrator.outputs.tasks_schema import parse_any
 
     if cfg.state.resume != "auto":
         return None
     done = JobState.finished(cfg.state.dir, tasks_fingerprint(cfg, load_tasks(cfg)[1]))
-    if done is None:
-        return None
-    where = done.output / "selection.json"
-    try:
-        cert = parse_any(json.loads(where.read_text()))
-    except ValueError as exc:  # a file cut short or edited by hand
-        raise InputError(f"{where}: the finished job's certificate cannot be read ({first_line(exc)}); "
-                         "--fresh runs the job again") from None
-    return FinishedTasks(done.job_id, done.output, cert, done.mlflow_run)
-
-
-@dataclass(frozen=True)
-class FinishedTasks:
-    """A finished multi-task job: its folder's id, where its outputs are, its certificate and MLflow run."""
-
-    job_id: str
-    output: pathlib.Path
-    certificate: object  # outputs.tasks_schema.TasksCertificate
-    mlflow_run: str | None
+    return None if done is None else Answered(done.job_id, done.output, finished_certificate(done, parse_any),
+                                              done.mlflow_run)
 
 
 def tasks_fingerprint(cfg: RunConfig, datas) -> str:
