@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from typing import TYPE_CHECKING
 
 from certsel.orchestrator.outputs.goals import Column, goal_of
@@ -19,6 +20,9 @@ if TYPE_CHECKING:  # the schema imports pydantic: only where a certificate is pa
     from certsel.orchestrator.outputs.tasks_schema import TasksCertificate
 
 FORMATS = ("table", "json", "csv", "markdown")
+# the width of a table printed to a pipe or a file (CI logs, a saved report): $COLUMNS when set; the columns that do
+# not fit are named under it, and --format csv has every column
+PIPED_WIDTH = 100
 
 
 def fit_columns(cols: list[Column], rows: list[list[str]], width: int | None) -> list[int]:
@@ -39,10 +43,11 @@ def fit_columns(cols: list[Column], rows: list[list[str]], width: int | None) ->
 
 
 def render_table(console, title: str, cols: list[Column], rows: list[list[str]], bold: list[bool]) -> None:
-    """The table fitted to a terminal's width, or at its natural width anywhere else."""
+    """The table fitted to a terminal's width, or to $COLUMNS (default :data:`PIPED_WIDTH`) anywhere else."""
     from rich.table import Table
 
-    shown = fit_columns(cols, rows, console.width if console.is_terminal else None)
+    piped = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else PIPED_WIDTH
+    shown = fit_columns(cols, rows, console.width if console.is_terminal else piped)
     t = Table(title=title)
     id_width = max([len(cols[0].name), *(len(r[0]) for r in rows)])
     for i in shown:
@@ -51,7 +56,7 @@ def render_table(console, title: str, cols: list[Column], rows: list[list[str]],
                      min_width=min(id_width, console.width - 24) if i == 0 else None)
     for r, b in zip(rows, bold, strict=True):
         t.add_row(*(r[i] for i in shown), style="bold" if b else None)
-    if not console.is_terminal:  # a pipe or a file: as wide as the table needs
+    if not console.is_terminal:  # a pipe or a file: as wide as the columns kept need
         console.width = max(80, _natural_width(cols, rows, shown))
     console.print(t)
     dropped = [cols[i].name for i in range(len(cols)) if i not in shown]

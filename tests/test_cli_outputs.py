@@ -227,3 +227,17 @@ def test_one_home_for_every_output(tmp_path, ray_session, capsys, monkeypatch):
     assert code == 0 and len(list((other / "jobs").iterdir())) == 1, err
     code, out, _ = main("jobs", "--home", str(tmp_path / "nothing"))
     assert code == 0 and "no jobs yet in" in out
+
+def test_a_piped_table_fits_100_columns_and_names_what_it_leaves_out(tmp_path):
+    """In a CI log (stdout a pipe) the table is fitted to 100 columns, or to $COLUMNS: the
+    columns left out are named under it, and --format csv still has every one."""
+    path = _job(tmp_path)
+    p = run("run", str(path), "--no-progress", "--no-tracking")
+    assert p.returncode == 0, p.stderr
+    table = [line for line in p.stdout.splitlines() if any(c in line for c in "│┃┏┗┡└")]
+    assert table and max(len(line) for line in table) <= 100, table
+    assert "not shown at this width" in p.stdout and "--format csv has every column" in p.stdout
+    wide = subprocess.run([CERTSEL, "run", str(path), "--no-progress", "--no-tracking", "--fresh"],
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"}, timeout=600)
+    rows = [line for line in wide.stdout.splitlines() if any(c in line for c in "│┃┏┗┡└")]
+    assert max(len(line) for line in rows) > 100 and "not shown at this width" not in wide.stdout
