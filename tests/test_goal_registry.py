@@ -77,7 +77,7 @@ def test_a_goal_added_in_one_file_reaches_every_output(release_goal, ray_session
     job = job_file(tmp_path, name="release-7", procedure="gate", objective=None,
                    scheduling={"start": "top"})
     home = tmp_path / "home"
-    assert cli.main(["run", str(job), "--no-progress", "--home", str(home)]) in (0, 1)
+    assert cli.main(["run", str(job), "--no-progress", "--home", str(home)]) == 0
     out = capsys.readouterr().out
     assert "margin to alpha" in out and "release gate:" in out
     [folder] = [p for p in (home / "jobs").iterdir() if p.is_dir()]
