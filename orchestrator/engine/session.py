@@ -92,12 +92,9 @@ class SelectionSession:
         self.testing, self.mode, self.lookahead = testing, mode, lookahead
         self.key = None if key is None else np.asarray(key, dtype=np.float64)
         self.K = len(records)
+        self.by_name = {r.name: r for r in records}  # the records never change: looked up on every snapshot
         self.rules = Rules(procedure, delta, testing=testing, adaptive=mode == "adaptive", futility=futility,
                            prune_keys=tuple(float(k) for k in self.key) if prune and self.key is not None else None)
-
-    @property
-    def by_name(self) -> dict[str, CandidateRecord]:
-        return {r.name: r for r in self.records}
 
     # -- levels ------------------------------------------------------------------------
     def log_thresholds(self) -> np.ndarray:
