@@ -23,21 +23,62 @@ if TYPE_CHECKING:
     from certsel.orchestrator.outputs.gate_files import GateRow
     from certsel.orchestrator.outputs.selection_schema import Certificate
 
-__all__ = ["GateResult", "gate", "gate_config"]
+__all__ = ["GateResult", "RegressionAsk", "gate", "gate_config"]
 
 # a selection's keys that a gate does not use: its fixed sequence and where that sequence starts
 _SELECTION_ONLY = ("order",)
 _PILOT_ONLY = ("start", "pilot_items", "pilot_margin", "pilot_check")
 
 
-def as_gate(raw: dict, only=None, warn=None, labels=None) -> dict:
+@dataclass(frozen=True)
+class RegressionAsk:
+    """A regression gate asked for on the command line (``--baseline``, ``--margin``, ``--superiority``): it replaces
+    the job file's target."""
+
+    baseline: str | None = None
+    margin: float | None = None
+    superiority: bool = False
+
+    @classmethod
+    def of(cls, baseline, margin, superiority) -> RegressionAsk | None:
+        if baseline is None and margin is None and not superiority:
+            return None
+        return cls(baseline, margin, superiority)
+
+    def apply(self, raw: dict, warn=None) -> dict:
+        """``raw`` with this regression claim (the file's ``regression:`` completed, or its target replaced)."""
+        given = dict(raw.get("regression") or {})
+        if self.baseline is None and not given:
+            raise InputError("--margin and --superiority are a regression gate's: name its --baseline (or set "
+                             "regression.baseline in the job file)")
+        reg = {**given, **({"baseline": self.baseline} if self.baseline is not None else {}),
+               **({"margin": self.margin} if self.margin is not None else {}),
+               **({"superiority": True} if self.superiority else {})}
+        raw = {**raw, "regression": reg}
+        replaced = [k for k in ("alpha", "recovery") if raw.pop(k, None) is not None]
+        data = dict(raw.get("data") or {})
+        replaced += [f"data.{k}" for k in ("reference", "judge_reference") if data.pop(k, None) is not None]
+        if raw.get("data") is not None:
+            raw["data"] = data
+        if replaced and warn is not None:
+            warn(f"{', '.join(replaced)}: replaced by the regression claim against {reg['baseline']!r}")
+        return raw
+
+
+def as_gate(raw: dict, only=None, warn=None, labels=None, regression: RegressionAsk | None = None,
+            series: str | None = None) -> dict:
     """A job's mapping as its gate: procedure ``gate``, no fixed sequence or pilot, futility at delta (the fail
     rule), only the candidates ``only``, labels kept across runs in ``labels`` (default: the job's ``state.store``,
-    else CERTSEL_HOME/labels.db)."""
+    else CERTSEL_HOME/labels.db); ``regression``: against a baseline instead of the file's target; ``series``: a
+    release of this series."""
     from certsel.config import RunConfig
     from certsel.home import home
 
     raw = dict(raw)
+    if regression is not None:
+        raw = regression.apply(raw, warn)
+    if series is not None:
+        raw["series"] = series
     state = dict(raw.get("state") or {})
     if labels is not None or state.get("store") is None:
         if labels is None:  # certsel's home, made on first use as the jobs folder is
@@ -65,7 +106,8 @@ def as_gate(raw: dict, only=None, warn=None, labels=None) -> dict:
     return raw
 
 
-def gate_config(job, overrides=(), only=None, warn=None, compressed=None, base=None, labels=None):
+def gate_config(job, overrides=(), only=None, warn=None, compressed=None, base=None, labels=None, regression=None,
+                series=None):
     """The :class:`~certsel.config.RunConfig` of ``job``'s gate (a job file, a mapping or a RunConfig; ``overrides``:
     ``KEY=VALUE`` strings), checked as ``certsel run`` checks a job. An llm-compressor lm-eval test config gates the
     checkpoint ``compressed`` against ``base`` (default: the config's model; :mod:`certsel.config.llmcompressor`)."""
@@ -81,7 +123,7 @@ def gate_config(job, overrides=(), only=None, warn=None, compressed=None, base=N
         elif compressed is not None or base is not None:
             raise InputError(f"{where}: --compressed and --base are for llm-compressor test configs; this is a "
                              "certsel job (name its candidates and reference in the file)")
-        return as_gate(raw, only, warn, labels)
+        return as_gate(raw, only, warn, labels, regression, series)
 
     if isinstance(job, (str, pathlib.Path)):
         return load_config(job, overrides, adjust=lambda raw: adjust(raw, str(job)))
@@ -120,19 +162,22 @@ def result_of(cert, output_dir=None, mlflow_run=None) -> GateResult:
 
 
 def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh: bool = False,
-         progress=None, warn=None, compressed=None, base=None, labels=None) -> GateResult:
+         progress=None, warn=None, compressed=None, base=None, labels=None, regression: RegressionAsk | None = None,
+         series: str | None = None) -> GateResult:
     """Gate ``job``'s candidates (a job file, a mapping or a RunConfig) and return the :class:`GateResult`.
 
     A finished job of the same configuration answers without running (``fresh=True`` runs it anew). ``compressed``,
     ``base``: an llm-compressor test config's checkpoint and base model (:func:`gate_config`). ``labels``: the label
     store's file (:func:`as_gate`); a label an earlier gate bought for the same model, task, item and settings is
-    reused and counted as such. Bad input raises :class:`~certsel.errors.InputError`."""
+    reused and counted as such. ``regression`` (:class:`RegressionAsk`): gate each candidate against a baseline on
+    the same items; ``series``: gate a release of this series (its level delta / (k (k + 1)),
+    :mod:`~certsel.orchestrator.engine.series`). Bad input raises :class:`~certsel.errors.InputError`."""
     from certsel.orchestrator.commands.job import answer_finished, execute
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.outputs.certificate import certificate_of
     from certsel.workers.label_store import check_store
 
-    cfg = gate_config(job, overrides, only, warn, compressed, base, labels)
+    cfg = gate_config(job, overrides, only, warn, compressed, base, labels, regression, series)
     if fresh:
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
     try:
@@ -142,6 +187,10 @@ def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh
             raise InputError("--only" + str(exc).removeprefix("candidates")) from None
         raise
     check_store(cfg.state.store)  # a store CI restored corrupt or locked is bad input, before any answer
+    if cfg.series is not None:  # each release's place in its series and its level (a rerun: the same ones)
+        from certsel.orchestrator.engine.series import in_series
+
+        cfg = in_series(cfg, data)
     done = None if fresh or output is not None else answer_finished(cfg, data, track)
     if done is not None:  # the same gate finished before: its answer, nothing bought now
         return result_of(done.certificate, done.output, done.mlflow_run)

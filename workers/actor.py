@@ -21,6 +21,7 @@ from .contracts import (CandidateSpec, HostRequest, JobArrays, Journaled, LabelR
                         QueueReport, Snapshot, SourceError)
 from .label_store import LabelStore, StoredSource
 from .labellog import LabelLog, LoggedSource, log_path
+from .paired import PairedSource
 
 
 _TESTING = (TestingCandidate, ChosenTestingCandidate)
@@ -31,7 +32,10 @@ def build_candidate(spec: CandidateSpec, arrays: JobArrays, rows=(None, None)):
     judge) of the loss table."""
     source = spec.source.build(arrays, rows)
     if spec.store is not None and spec.identity is not None:  # labels an earlier job bought are reused
-        source = StoredSource(source, LabelStore(spec.store), spec.identity)
+        store = LabelStore(spec.store)
+        # a paired source keeps each side under its own identity (the baseline's serves later comparisons)
+        source = source.in_store(store, spec.identity) if isinstance(source, PairedSource) else \
+            StoredSource(source, store, spec.identity)
     if spec.job_dir is not None:  # a durable label log: labels survive crashes, never bought twice
         log = LabelLog(log_path(spec.job_dir, spec.name), spec.name)
         if isinstance(source, Journaled):  # its own records (an annotation queue's) beside the labels

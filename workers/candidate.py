@@ -57,7 +57,7 @@ class _Candidate:
         # reused_labels: a source wrapped by the label store (or by a log over one) counts them
         return Snapshot(self.name, n_human=self.source.human_labels, n_judge=self.source.judge_labels,
                         requests=self.source.requests, reused=getattr(self.source, "reused_labels", 0),
-                        waiting=self.waiting)
+                        baseline=getattr(self.source, "baseline_labels", None), waiting=self.waiting)
 
 
 class TestingCandidate(_Candidate):

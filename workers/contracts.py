@@ -211,6 +211,7 @@ class Snapshot:
     n_judge: int = 0
     requests: int = 0
     reused: int = 0  # human labels taken from the label store (workers/label_store.py)
+    baseline: tuple | None = None  # a regression candidate's baseline labels (bought, reused) (workers/paired.py)
     t: int = 0
     exhausted: bool = False
     estimate: float = float("nan")

@@ -28,13 +28,20 @@ STORED = "store"  # a label log row's ``response`` for a label taken from the st
 LOCK_TIMEOUT = 60.0  # seconds a job waits for another process's write lock on the store before it gives up
 # the store's tables and their columns: a file with other tables is someone else's database
 TABLES = {"labels": ["identity", "role", "item", "loss"],
-          "claims": ["claim", "seq", "fingerprint", "job", "base", "t", "outcome", "created", "state"]}
+          "claims": ["claim", "seq", "fingerprint", "job", "base", "t", "outcome", "created", "state"],
+          "series": ["series", "release", "claim", "candidate", "delta", "created"]}
 LABELS_DDL = ("create table if not exists labels (identity text not null, role text not null, item integer not null, "
               "loss real not null, primary key (identity, role, item))")
 # each claim's test, run by run (workers/claims.py)
 CLAIMS_DDL = ("create table if not exists claims (claim text not null, seq integer not null, fingerprint text not null, "
               "job text, base integer not null, t integer not null, outcome text not null, created real not null, "
               "state blob not null, primary key (claim, seq))")
+
+
+# each release series' gated claims in order (orchestrator/engine/series.py)
+SERIES_DDL = ("create table if not exists series (series text not null, release integer not null, claim text not null, "
+              "candidate text not null, delta real not null, created real not null, primary key (series, release), "
+              "unique (series, claim))")
 
 
 def identity_key(identity: dict) -> str:

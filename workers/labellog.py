@@ -270,6 +270,11 @@ class LoggedSource:
     def reused_labels(self) -> int:
         return self.log.reused(self.used)
 
+    @property
+    def baseline_labels(self) -> tuple[int, int] | None:
+        """A paired source's baseline labels (bought, reused) by this process (None: not a paired source)."""
+        return getattr(self.source, "baseline_labels", None)
+
     def _labels(self, role: str, items) -> np.ndarray:
         items = np.asarray(items, dtype=np.int64)
         log = self.log

@@ -88,6 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write report.html, selection.json and labels.parquet here (default: the job's folder)")
     gt.add_argument("--labels", type=a_path, metavar="PATH",
                     help="the label store, reused across runs (default: HOME/labels.db; a path CI caches)")
+    gt.add_argument("--baseline", metavar="NAME",
+                    help="a regression gate: compare each candidate with this one on the same items (a candidate of "
+                         "the table); pass: score >= the baseline's - --margin")
+    gt.add_argument("--margin", type=float, metavar="M",
+                    help="the regression gate's margin in score points, in [0, 1) (default 0)")
+    gt.add_argument("--superiority", action="store_true",
+                    help="a regression gate's pass is score >= the baseline's + --margin (better, not only not worse)")
+    gt.add_argument("--series", metavar="NAME",
+                    help="gate a release of this series: release k is gated at delta / (k (k + 1)), so the error over "
+                         "every release of the series is at most delta")
     gt.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     gt.add_argument("--fresh", action="store_true", help="run again even if this gate finished before")
     gt.add_argument("--quiet", action="store_true", help="print only the outcome lines")

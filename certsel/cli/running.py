@@ -78,7 +78,7 @@ def run_command(args) -> int:
 
 def gate_command(args) -> int:
     """``certsel gate``: a line per candidate, the files CI reads, and the gate's exit status."""
-    from certsel.gates import gate
+    from certsel.gates import RegressionAsk, gate
     from certsel.orchestrator.outputs.gate_files import gate_markdown, junit_xml, write_json
     from certsel.orchestrator.outputs.goals import goal_of
     from certsel.orchestrator.outputs.paths import output_file
@@ -88,7 +88,8 @@ def gate_command(args) -> int:
             output_file(path, opt)  # a folder that cannot be written is bad input, before anything runs
     res = gate(args.config, only=args.only, overrides=args.overrides, output=args.output,
                track=not args.no_tracking, fresh=args.fresh, compressed=args.compressed, base=args.base,
-               labels=args.labels,
+               labels=args.labels, regression=RegressionAsk.of(args.baseline, args.margin, args.superiority),
+               series=args.series,
                warn=lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True))
     cert = res.selection
     for row in res.rows:

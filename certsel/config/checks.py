@@ -85,6 +85,9 @@ class JobChecks:
     def _check_recovery(self) -> None:
         """A recovery job reads score columns of a table and tests them at a risk target."""
         cols = self.data.recovery_columns if self.data is not None else {}
+        if self.regression is not None:
+            self._check_regression(cols)
+            return
         if self.recovery is None:
             if cols:
                 raise ValueError(f"{', '.join(cols)}: score columns are read by recovery jobs only (set recovery: "
@@ -119,8 +122,38 @@ class JobChecks:
         if (self.data.judge_score is None) != (self.data.judge_reference is None):
             raise ValueError("recovery: give both data.judge_score and data.judge_reference, or neither")
 
+    def _check_regression(self, cols: dict) -> None:
+        """A regression job compares each candidate of a table with its baseline, paired on the same items."""
+        if self.data is None:
+            raise ValueError(f"regression: compares candidates of a table with a baseline among them (data:); a "
+                             f"{self.source_kind} source is not supported yet (gate its candidates on alpha or "
+                             "recovery)")
+        if not self.policy.is_testing:
+            raise ValueError(f"regression: needs a testing policy ({', '.join(kinds_of(Family.TESTING))}), not "
+                             f"{self.policy.kind!r}")
+        if self.proc.ranking:
+            raise ValueError(f"regression: certifies candidates against a baseline; procedure {self.procedure!r} "
+                             "ranks them against each other")
+        extra = sorted(set(cols) - {"data.score", "data.judge_score"})
+        if extra:
+            raise ValueError(f"{', '.join(extra)}: a recovery job's reference columns; a "
+                             "regression job's baseline is a candidate of the table (regression.baseline)")
+        if self.data.score is not None and "human" in self.data.model_fields_set:
+            raise ValueError("regression: give data.score (scores, higher is better) or data.human (losses), not both")
+        if self.data.judge is not None and self.data.judge_score is not None:
+            raise ValueError("regression: give data.judge (judge losses) or data.judge_score (judge scores), not both")
+        if self.candidates is not None and self.regression.baseline in self.candidates:
+            raise ValueError(f"candidates: lists the baseline {self.regression.baseline!r}; it is what the others "
+                             "are compared with, not gated itself")
+        if self.order is not None and self.regression.baseline in self.order:
+            raise ValueError(f"order: lists the baseline {self.regression.baseline!r}; it is what the others are "
+                             "compared with")
+
     def _check_procedure(self) -> None:
         proc, kind = self.proc, self.policy.kind
+        if self.series is not None and not proc.gates:
+            raise ValueError(f"series: a release series is gated (procedure gate, or certsel gate), not run with "
+                             f"procedure {self.procedure!r}")
         if proc.gates and self.policy.is_testing and self.scheduling.futility != self.delta:
             raise ValueError(f"procedure {self.procedure!r} fails a candidate when R >= alpha is certified at delta: "
                              f"scheduling.futility must be delta ({self.delta:g}) or left out, got "
@@ -183,6 +216,8 @@ class JobChecks:
     def _source_has(self) -> dict:
         if self.data is not None:
             judge = self.data.judge if self.recovery is None else self.data.judge_score
+            if self.regression is not None:
+                judge = self.data.judge or self.data.judge_score
             return {"judge": judge is not None,
                     "judge_key": "data.judge" if self.recovery is None else "data.judge_score and data.judge_reference",
                     "features": self.data.features is not None, "features_key": "data.features"}

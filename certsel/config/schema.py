@@ -13,7 +13,8 @@ from .base import Strict, no_duplicates
 from .sources import DataConfig, LabelsConfig, LiveConfig, PythonSourceConfig
 from .checks import JobChecks
 from .sections import (DEFAULT_FUTILITY, AggregateConfig, BudgetConfig, CostsConfig,  # noqa: F401
-                       ObjectiveConfig, PairwiseConfig, PolicyConfig, RayConfig, RecoveryConfig, SchedulingConfig,
+                       ObjectiveConfig, PairwiseConfig, PolicyConfig, RayConfig, RecoveryConfig, RegressionConfig,
+                       SchedulingConfig, SeriesConfig,
                        StateConfig, TaskConfig, TrackingConfig, _gates)
 
 
@@ -39,6 +40,11 @@ class RunConfig(Strict, JobChecks):
     # certify recovery >= at_least of a reference model (data.score, data.reference) instead of R <= alpha;
     # alpha is then 1 / (1 + at_least), set here, not by the user
     recovery: RecoveryConfig | None = None
+    # certify each candidate against a baseline model on the same items (non-inferiority within a margin, or
+    # superiority); alpha is then (1 + m) / 2, set here, not by the user
+    regression: RegressionConfig | None = None
+    # a gate's release series: the error is controlled over every release ever gated in it (certsel gate --series)
+    series: SeriesConfig | None = None
     delta: float = Field(0.1, gt=0, lt=1, description="family-wise error level")
     # a registered procedure (certsel.policies.procedures.PROCEDURES)
     procedure: str = "fst"
@@ -73,7 +79,7 @@ class RunConfig(Strict, JobChecks):
         judge = data.get("judge") if isinstance(data, dict) else getattr(data, "judge", None)
         if ("start" not in sched and v.get("procedure", "fst") == "fst" and sched.get("mode") != "full"
                 and policy.uses_judge and judge
-                and v.get("recovery") is None and not v.get("tasks")):
+                and v.get("recovery") is None and v.get("regression") is None and not v.get("tasks")):
             sched["start"] = "pilot"
         return {**v, "scheduling": sched}
 
@@ -90,6 +96,15 @@ class RunConfig(Strict, JobChecks):
             except ValueError:
                 return v  # the field's own validation reports it, under its key
             v = {**v, "recovery": rec, "alpha": rec.claim.alpha}
+        if isinstance(v, dict) and v.get("regression") is not None:
+            if "alpha" in v or v.get("recovery") is not None:
+                raise ValueError("give one target: regression (certify a candidate against its baseline), recovery "
+                                 "or alpha, not two")
+            try:
+                reg = RegressionConfig.model_validate(v["regression"])
+            except ValueError:
+                return v
+            v = {**v, "regression": reg, "alpha": reg.claim.alpha}
         return v
 
     @field_validator("candidates", "order")
@@ -134,6 +149,8 @@ class RunConfig(Strict, JobChecks):
     def judge_name(self) -> str | None:
         """The judge, for reports: the loss column, the judge's model, or the function."""
         if self.data is not None:
+            if self.regression is not None:
+                return self.data.judge or self.data.judge_score
             return self.data.judge if self.recovery is None else self.data.judge_score
         if self.tasks is not None:  # the tasks' judge columns, each named once
             cols = [t.data.judge if self.recovery is None else t.data.judge_score for t in self.tasks]

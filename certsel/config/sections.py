@@ -14,6 +14,7 @@ from certsel.policies.pair_bets import pair_bet
 from certsel.policies.kinds import POLICY_KINDS, Family, JudgeUse, PolicyKind, get_policy_kind
 
 from certsel.policies.recovery import Recovery
+from certsel.policies.regression import Regression
 from certsel.policies.sampling import SAMPLINGS, IID, Sampling, sampling_named
 
 from .base import Strict
@@ -270,6 +271,37 @@ class RecoveryConfig(Strict):
     @property
     def claim(self) -> Recovery:
         return Recovery(self.at_least)
+
+
+class RegressionConfig(Strict):
+    """Certify a candidate against a ``baseline`` model on the same items instead of a risk
+    (:class:`~certsel.policies.regression.Regression`): score >= the baseline's - ``margin`` (non-inferiority), or with
+    ``superiority`` score >= the baseline's + ``margin``; the job tests the paired losses (l - b + 1) / 2 at
+    alpha = (1 + m) / 2. ``baseline`` is a candidate of the table (it is not gated itself) or the live reference."""
+
+    baseline: str = Field(min_length=1)
+    margin: float = Field(0.0, ge=0, lt=1)
+    superiority: bool = False
+
+    @property
+    def claim(self) -> Regression:
+        return Regression(self.margin, self.superiority)
+
+
+class SeriesConfig(Strict):
+    """Gates of successive releases in one series (``certsel gate --series NAME``): release k of the series is gated at
+    delta_k = delta / (k (k + 1)), levels that sum to the series' ``delta``, so the chance of any false pass or false
+    fail over every release ever gated in it is at most ``delta`` (:mod:`certsel.orchestrator.engine.series`).
+    ``releases`` and ``delta`` are filled in from the store's series ledger when the gate runs."""
+
+    name: str = Field(min_length=1)
+    delta: float | None = Field(None, gt=0, lt=1, description="the series' level (its first gate's delta)")
+    releases: list[int] | None = None  # this job's candidates' positions in the series (1-based)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, v):
+        return {"name": v} if isinstance(v, str) else v
 
 
 class TaskConfig(Strict):

@@ -80,6 +80,10 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
     started = time.time()
     output = None if o.output is None else output_dir(o.output, "--output")
     data = _checked_data(cfg, o, clock)
+    if cfg.series is not None and cfg.series.releases is None:  # each release's place and level in its series
+        from certsel.orchestrator.engine.series import in_series
+
+        cfg = in_series(cfg, data)
     life = _open_job(cfg, data, o, clock, started)
     with contextlib.ExitStack() as resources:  # released in reverse order, whatever happens
         resources.callback(life.release)

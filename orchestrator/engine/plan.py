@@ -56,7 +56,12 @@ class JobPlan:
         n, r = cfg.budget.n, (cfg.budget.r if self.uses_judge else 0)
         self.n, self.r = n, r
         with_judge = self.uses_judge or self.judge_strata
-        if table is not None:
+        paired = self.data.paired
+        if paired is not None:  # a regression job: each side raw, paired on the workers (workers/paired.py)
+            judge = paired.baseline_judge if with_judge else None
+            self.rows = {nm: (paired.human[k], paired.judge[k] if with_judge else None, paired.baseline_human, judge)
+                         for k, nm in enumerate(names)}
+        elif table is not None:
             self.rows = {nm: (table.human[k], table.judge[k] if with_judge else None) for k, nm in enumerate(names)}
         else:  # live or python: each actor builds its candidates' sources from their specs
             self.rows = {}

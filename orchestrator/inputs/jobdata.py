@@ -13,6 +13,7 @@ import numpy as np
 
 from certsel.config import RunConfig
 from certsel.policies.recovery import Recovery, recovery_of
+from certsel.policies.regression import Regression
 from certsel.policies.registry import did_you_mean
 from certsel.workers.replay import LossTable, load_features, load_loss_table
 from certsel.workers.tables import read_table, table_format
@@ -50,6 +51,28 @@ class RecoveryScores:
 
 
 @dataclass(frozen=True)
+class PairedLosses:
+    """A regression job's raw losses (:class:`~certsel.policies.regression.Regression`): each candidate's and the
+    baseline's on every item (a score column read as 1 - score), from which its table's paired losses were compiled;
+    the workers label the two sides apart, so a baseline label one job bought serves every later one."""
+
+    claim: Regression
+    baseline: str
+    human: np.ndarray  # candidates x items
+    judge: np.ndarray | None
+    baseline_human: np.ndarray  # items
+    baseline_judge: np.ndarray | None
+
+    @property
+    def on_table(self) -> np.ndarray:
+        """Each candidate's E[s] - E[s_base] over the whole table."""
+        return self.baseline_human.mean() - self.human.mean(axis=1)
+
+    def take(self, idx: np.ndarray) -> PairedLosses:
+        return dataclasses.replace(self, human=self.human[idx], judge=None if self.judge is None else self.judge[idx])
+
+
+@dataclass(frozen=True)
 class PilotStart:
     """Where a fixed sequence started (``scheduling.start: pilot``, policies/pilot.py): the configs before ``start``
     were not tested; ``estimates``: the piloted configs' mean judge losses on ``items`` items (``judge_labels`` judge
@@ -78,6 +101,7 @@ class JobData:
     function: object = None  # python: the label function; a registered source: what its load() returns for spec()
     n_source_items: int = 0  # python and registered sources: the number of items
     recovery: RecoveryScores | None = None  # a recovery job's scores (its table's losses come from them)
+    paired: PairedLosses | None = None  # a regression job's raw losses (its table's paired losses come from them)
     # losses the policies see -> the certified risk: M of a stacked aggregate (stacked_tasks.py; alpha / M), else 1
     unit: float = 1.0
     aggregate: object = None  # an aggregate job's Aggregate (how its table was stacked)
@@ -142,8 +166,8 @@ def _require_columns(path: pathlib.Path, names: set, cfg: RunConfig) -> None:
         "data.judge": cfg.data.judge, "data.order": cfg.data.order,
         "objective.column": cfg.objective.column if cfg.objective else None, **cfg.data.recovery_columns,
     }
-    if cfg.recovery is not None:  # a recovery job's losses are compiled from its scores
-        del wanted["data.human"]
+    if cfg.recovery is not None or (cfg.regression is not None and cfg.data.score is not None):
+        del wanted["data.human"]  # its losses are compiled from its scores
     for key, col in wanted.items():
         if col is not None and col not in names:
             raise ValueError(f"{path}: missing column {col!r} (named by {key}; the table has {', '.join(sorted(names))})")
@@ -285,14 +309,42 @@ def _recovery_table(raw, cfg: RunConfig, path: pathlib.Path) -> tuple[LossTable,
     return table, RecoveryScores(claim, cfg.recovery_reference, cand.human, ref.human)
 
 
+def _regression_table(raw, cfg: RunConfig, path: pathlib.Path) -> tuple[LossTable, PairedLosses]:
+    """A regression job's table: each candidate's paired losses (l - b + 1) / 2 against the baseline's on the same
+    items (score columns read as losses 1 - score), the baseline's row left out and every raw loss kept beside."""
+    d, reg = cfg.data, cfg.regression
+    scores = d.score is not None
+    judge_col = d.judge_score if d.judge_score is not None else d.judge
+    full = load_loss_table(raw, human=d.score if scores else d.human, judge=judge_col, candidate=d.candidate,
+                           item=d.item, order=d.order, objective=cfg.objective.column if cfg.objective else None,
+                           name=str(path))
+    if scores:
+        full = dataclasses.replace(full, human=1.0 - full.human)
+    if d.judge_score is not None:
+        full = dataclasses.replace(full, judge=1.0 - full.judge)
+    b = _positions(full, [reg.baseline], "regression.baseline")[0]
+    rest = np.flatnonzero(np.arange(len(full.candidates)) != b)
+    if rest.size == 0:
+        raise ValueError(f"regression.baseline: {reg.baseline!r} is the table's only candidate; nothing to compare")
+    cand = _subset(full, rest)
+    claim = reg.claim
+    table = dataclasses.replace(cand, human=claim.losses(cand.human, np.broadcast_to(full.human[b], cand.human.shape)),
+                                judge=None if cand.judge is None else
+                                claim.losses(cand.judge, np.broadcast_to(full.judge[b], cand.judge.shape)))
+    return table, PairedLosses(claim, reg.baseline, cand.human, cand.judge, full.human[b],
+                               None if full.judge is None else full.judge[b])
+
+
 def load_replay(cfg: RunConfig) -> JobData:
     """The loss table (and features for Cer-Eval); a recovery job's compiled from its scores."""
     path = pathlib.Path(cfg.data.path)
     raw = read_table(path, "loss table")
     _require_columns(path, set(raw.column_names), cfg)
-    recovery = None
+    recovery = paired = None
     if cfg.recovery is not None:
         table, recovery = _recovery_table(raw, cfg, path)
+    elif cfg.regression is not None:
+        table, paired = _regression_table(raw, cfg, path)
     else:
         table = load_loss_table(
             raw, human=cfg.data.human, judge=cfg.data.judge, candidate=cfg.data.candidate, item=cfg.data.item,
@@ -312,10 +364,12 @@ def load_replay(cfg: RunConfig) -> JobData:
     if idx is not None:
         table = _subset(table, idx)
         recovery = None if recovery is None else recovery.take(idx)
+        paired = None if paired is None else paired.take(idx)
     K, I = table.human.shape
     check_count(cfg, K)
     check_size(cfg, I, "the table")
     features = None
     if cfg.data.features is not None:
         features = load_features(cfg.data.features, table.items)
-    return JobData(table=table, features=features, fingerprint=fingerprint(path, cfg.data.features), recovery=recovery)
+    return JobData(table=table, features=features, fingerprint=fingerprint(path, cfg.data.features), recovery=recovery,
+                   paired=paired)

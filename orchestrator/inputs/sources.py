@@ -24,6 +24,8 @@ import numpy as np
 from certsel.config import RunConfig
 from certsel.errors import as_input_errors
 from certsel.workers.python_source import PythonSpec
+from certsel.workers.label_store import identity_key
+from certsel.workers.paired import PairedReplaySpec
 from certsel.workers.replay import ReplaySpec
 
 from .jobdata import JobData, check_count, check_size, load_python, load_replay
@@ -44,7 +46,12 @@ class ReplayKind(SourceKind):
         return load_replay(cfg)
 
     def spec(self, cfg, data, k, with_judge):
-        return ReplaySpec()
+        if data.paired is None:
+            return ReplaySpec()
+        p = data.paired  # a regression job: the candidate's and the baseline's labels apart
+        baseline = None if cfg.state.store is None else identity_key(
+            {**table_identity(data.table.items, p.baseline_human, p.baseline_judge), "unit": data.unit})
+        return PairedReplaySpec(p.claim, p.baseline, baseline)
 
     def items_words(self, n_items):
         return f"the {n_items} items of the loss table"
@@ -57,15 +64,26 @@ class ReplayKind(SourceKind):
         # derived from what the candidate's source serves (its item ids and its rows of losses as read, after any
         # transform), never from the keys that chose them: a job that reads other rows, ids or columns for the same
         # name is another identity whatever key made the difference (tests/test_label_identity.py walks the schema)
-        t = data.table
+        t, p = data.table, data.paired
+        if p is not None:  # a regression candidate's own labels (the pairing is the claim's, not the labels')
+            return table_identity(t.items, p.human[k], None if p.judge is None else p.judge[k])
         return {"source": "table", "values": rows_digest(t.items, t.human[k], None if t.judge is None else t.judge[k]),
                 "recovery": None if cfg.recovery is None else cfg.recovery.at_least}
 
     def claim_identity(self, cfg, data, k):
         # the human losses alone: a judge column decides only judge labels, and a test stays valid with any judge
-        t = data.table
+        t, p = data.table, data.paired
+        if p is not None:  # the candidate's and the baseline's human losses (the margin is in the claim's alpha)
+            return {"source": "table", "values": rows_digest(t.items, p.human[k]),
+                    "regression": {"baseline": rows_digest(t.items, p.baseline_human)}}
         return {"source": "table", "values": rows_digest(t.items, t.human[k]),
                 "recovery": None if cfg.recovery is None else cfg.recovery.at_least}
+
+
+def table_identity(items, human, judge) -> dict:
+    """The label identity of one model's rows of raw losses in a table (a plain risk job's candidate, a regression
+    job's candidate or baseline alike: the same losses are the same labels)."""
+    return {"source": "table", "values": rows_digest(items, human, judge), "recovery": None}
 
 
 def rows_digest(items, *rows) -> str:

@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 
 from .goals import goal_of
+from .goals.regression import diff_text
 from .numbers import bound_text, share_text
 
 
@@ -32,12 +33,18 @@ class GateRow:
     earlier_labels: int = 0
     earlier_runs: int = 0
     earlier_job: str | None = None
+    # a regression gate: the baseline, and its labels this run bought and reused from the store
+    baseline: str | None = None
+    baseline_bought: int = 0
+    baseline_reused: int = 0
 
     def bound_words(self) -> str:
         if self.bound is None:
             return "no bound"
         if self.bound_side == "lower":
             return f"recovery >= {share_text(self.bound)}"
+        if self.bound_side == "difference":
+            return f"score - {self.baseline!r} >= {diff_text(self.bound)}"
         return f"R <= {bound_text(self.bound)}"
 
     def line(self) -> str:
@@ -54,6 +61,8 @@ class GateRow:
             runs = "run" if self.earlier_runs == 1 else "runs"
             used = (f"{self.labels + self.reused + self.earlier_labels} labels ({used} now, {self.earlier_labels} in "
                     f"{self.earlier_runs} earlier {runs} of its claim, last job {self.earlier_job or '?'})")
+        if self.baseline is not None and (self.baseline_bought or self.baseline_reused):
+            used += f" (baseline: {self.baseline_bought} bought, {self.baseline_reused} reused)"
         return f"{self.outcome.upper():9} {self.candidate}: {used}, {claim}"
 
 
@@ -61,9 +70,14 @@ def gate_rows(cert) -> list[GateRow]:
     """The gate's candidates, in the certificate's order."""
     out = []
     for c in cert.candidates:
-        rec = c.recovery
+        rec, reg = c.recovery, c.regression
         bound, side = (c.upper_bound, "upper") if rec is None else (rec.lower_bound, "lower")
         estimate = c.estimate if rec is None else rec.estimate
+        paired = {}
+        if reg is not None:  # a regression gate: its bound and estimate are on the score difference
+            bound, side, estimate = reg.lower_bound, "difference", reg.estimate
+            paired = {"baseline": reg.baseline, "baseline_bought": reg.baseline_bought,
+                      "baseline_reused": reg.baseline_reused}
         reused = c.reused or 0
         before = c.continued
         earlier = (before.labels, before.runs, before.jobs[-1] if before.jobs else None) if before else (0, 0, None)
@@ -71,7 +85,7 @@ def gate_rows(cert) -> list[GateRow]:
         if cert.answered_by is not None:  # answered by the finished job: its labels are an earlier run's, none now
             earlier, bought = (earlier[0] + c.labels_human, earlier[1] + 1, cert.answered_by), (0, 0)
         out.append(GateRow(c.candidate, c.outcome, *bought, bound, side, c.e_value, c.threshold, c.futility_e_value,
-                           estimate, c.reason or "", cert.gate.opposite, *earlier))
+                           estimate, c.reason or "", cert.gate.opposite, *earlier, **paired))
     return out
 
 

@@ -62,23 +62,31 @@ def bounds_plot(result: JobResult, cert: Certificate, path: pathlib.Path) -> pat
 
 
 def _recovery_bounds_plot(cert: Certificate, path: pathlib.Path) -> pathlib.Path | None:
-    """A recovery job's bounds: each candidate's own lower bound on its recovery (a bar from its estimate) against r."""
-    rows = [c for c in cert.candidates if c.recovery.lower_bound is not None and c.labels_human > 0]
+    """A recovery or regression job's bounds: each candidate's own lower bound (a bar from its estimate) against the
+    claim's threshold (r, or the baseline less the margin)."""
+    claim = cert.claim
+    if claim.kind == "regression":
+        shift = -claim.margin if claim.superiority else claim.margin
+        figs, thr = (lambda c: c.regression), -shift
+        words = (f"score - score of {claim.baseline!r}", f"{claim.words}")
+    else:
+        figs, thr = (lambda c: c.recovery), claim.at_least
+        words = (f"recovery of {claim.reference!r}", f"r = {claim.at_least:g}")
+    rows = [c for c in cert.candidates if figs(c).lower_bound is not None and c.labels_human > 0]
     if not rows:
         return None
-    claim, plt = cert.claim, _plt()
+    plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, max(2.5, 0.22 * len(rows) + 1.2)))
     y = np.arange(len(rows))[::-1]
     for yi, c in zip(y, rows, strict=True):
-        rec, color = c.recovery, "#1f6f3f" if c.certified else "#9a3b3b"
-        hi = rec.estimate if rec.estimate is not None else rec.lower_bound
-        ax.plot([rec.lower_bound, max(hi, rec.lower_bound)], [yi, yi], color=color, lw=3 if c.selected else 1.8)
-        ax.plot([rec.lower_bound], [yi], "|", color=color, ms=9, mew=2)
-    ax.axvline(claim.at_least, color="k", ls="--", lw=1, label=f"r = {claim.at_least:g}")
+        f, color = figs(c), "#1f6f3f" if c.certified else "#9a3b3b"
+        hi = f.estimate if f.estimate is not None else f.lower_bound
+        ax.plot([f.lower_bound, max(hi, f.lower_bound)], [yi, yi], color=color, lw=3 if c.selected else 1.8)
+        ax.plot([f.lower_bound], [yi], "|", color=color, ms=9, mew=2)
+    ax.axvline(thr, color="k", ls="--", lw=1, label=words[1])
     ax.set_yticks(y, [c.candidate + ("  (selected)" if c.selected else "") for c in rows], fontsize=_FONT)
-    ax.set_xlabel(f"recovery of {claim.reference!r}: its own test's lower bound to the estimate "
-                  "(green: certified >= r)")
-    ax.set_title("each candidate's own one-sided recovery bound (per-candidate level) against r")
+    ax.set_xlabel(f"{words[0]}: its own test's lower bound to the estimate (green: certified)")
+    ax.set_title("each candidate's own one-sided lower bound (per-candidate level) against the claim")
     ax.legend(loc="lower left", fontsize=_FONT)
     return _save(fig, path)
 

@@ -135,6 +135,33 @@ class Claim(_Doc):
     bound_note: str
 
 
+class RegressionFigures(_Doc):
+    """A regression job's numbers for one candidate: d = E[s] - E[s_base] against its baseline, on the same items."""
+
+    baseline: str = Field(description="the baseline model's name")
+    estimate: float | None = Field(description="the mean paired difference on its labelled items")
+    lower_bound: float | None = Field(description="one-sided lower bound on d at the level of its decision (1 - 2 U "
+                                                  "from its paired losses' bound U)")
+    simultaneous_lower_bound: float | None = Field(description="holds for every candidate at once at 1 - delta")
+    on_full_table: float | None = Field(description="d on the whole table")
+    labels: int = Field(ge=0, description="paired items its test used (each a candidate's and a baseline's label)")
+    baseline_bought: int = Field(ge=0, description="baseline labels this run bought")
+    baseline_reused: int = Field(ge=0, description="baseline labels taken from the label store (bought by an "
+                                                   "earlier run)")
+
+
+class RegressionClaim(_Doc):
+    """What a regression job certifies, and the risk test it runs as."""
+
+    kind: Literal["regression"]
+    baseline: str = Field(description="the baseline model's name")
+    margin: float = Field(ge=0, lt=1)
+    superiority: bool
+    words: str
+    risk_alpha: float = Field(description="the equivalent risk test's target (1 + m) / 2")
+    bound_note: str
+
+
 class AggregatePart(_Doc):
     """One task of an aggregate: its weight and how its losses were scaled in the stacked table."""
 
@@ -185,6 +212,7 @@ class Evidence(_Doc):
     estimate_note: str
     ci_level: float
     recovery: RecoveryFigures | None = None
+    regression: RegressionFigures | None = None
 
 
 class ContinuedClaim(_Doc):
@@ -227,6 +255,7 @@ class Candidate(_Doc):
     cost: float | None = None
     position: int | None = None
     recovery: RecoveryFigures | None = None
+    regression: RegressionFigures | None = None
     tasks: dict[str, TaskFigures] | None = Field(None, description="an aggregate job: per task")
     futility_e_value: float | None = Field(None, description="the futility test's e-value for R >= alpha (its "
                                                              "running maximum; a gate's fail when >= 1/delta)")
@@ -334,6 +363,14 @@ class Pilot(_Doc):
     note: str
 
 
+class Series(_Doc):
+    """A gate's release series: the error over every release ever gated in it is at most its ``delta``."""
+
+    name: str
+    delta: float = Field(gt=0, lt=1, description="the series' level: its releases' levels delta / (k (k + 1)) sum to it")
+    releases: list[int] = Field(description="this job's candidates' positions k in the series, in the job's order")
+
+
 class Gate(_Doc):
     """A gate (procedure ``gate``, ``certsel gate``): each candidate decided on its own."""
 
@@ -346,6 +383,7 @@ class Gate(_Doc):
     exit_code: Literal[0, 1, 3] = Field(description="certsel gate's exit status: 1 any failed, else 3 any undecided, "
                                                    "else 0")
     note: str
+    series: Series | None = Field(None, description="a release series (certsel gate --series)")
 
 
 class Certificate(_Doc):
@@ -360,7 +398,8 @@ class Certificate(_Doc):
     selected: str | None
     selected_objective: float | None
     certificate: str = Field(description="the certified statement, in words")
-    claim: Claim | None = Field(None, description="a recovery job's claim (absent: the claim is R <= alpha)")
+    claim: Claim | RegressionClaim | None = Field(None, discriminator="kind", description="a recovery or regression "
+                                                  "job's claim (absent: the claim is R <= alpha)")
     aggregate: Aggregate | None = Field(None, description="an aggregate job: R is the weighted mean of its "
                                                           "tasks' risks (absent: one table)")
     guarantee: str = Field(description="what R is and why the statement holds")

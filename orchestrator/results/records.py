@@ -103,6 +103,7 @@ class CandidateRecord:
     waiting: int = 0  # answers its label source awaits from people (an annotation queue)
     queue: QueueReport | None = None  # what its annotation queue did (imported, withdrawn, agreement)
     claim: ContinuedClaim | None = None  # a claim whose test this job continued (workers/claims.py)
+    baseline: tuple | None = None  # a regression candidate's baseline labels (bought, reused) (workers/paired.py)
 
     @property
     def finished(self) -> bool:
@@ -115,6 +116,8 @@ class CandidateRecord:
         """Fold an actor snapshot into the record."""
         self.n_human, self.n_judge, self.requests = snap.n_human, snap.n_judge, snap.requests
         self.reused = snap.reused
+        if snap.baseline is not None:
+            self.baseline = tuple(snap.baseline)
         self.t, self.exhausted = snap.t, snap.exhausted
         self.estimate = snap.estimate
         if snap.ci is not None:

@@ -57,6 +57,7 @@ class Ask:
 
     ranking: bool = False
     recovery: bool = False
+    regression: bool = False  # certified against a baseline on the same items
     stacked: bool = False
     gates: bool = False
     tasks: bool = False  # a multi-task job: each task a job of its own

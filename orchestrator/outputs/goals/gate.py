@@ -80,7 +80,18 @@ class _Gate:
         return (f"pass: {yes} certified at delta = {cfg.delta:g}; fail: {no} certified at delta (the futility test on "
                 f"the mirrored losses); undecided: neither within the budget. Each outcome is wrong with probability "
                 f"<= {cfg.delta:g} on its own, at any stopping time: a statement per candidate, not simultaneous "
-                f"over them.")
+                f"over them.{self.series_words(cfg)}")
+
+    @staticmethod
+    def series_words(cfg) -> str:
+        """What a release series adds to the gate's statement ("" outside a series)."""
+        s = cfg.series
+        if s is None or s.releases is None:
+            return ""
+        which = ", ".join(str(k) for k in s.releases)
+        return (f" Series {s.name!r}: release {which} of the series, gated at delta_k = delta / (k (k + 1)) with the "
+                f"series' delta = {s.delta:g} (the smallest of this job's releases' levels); the chance of any false "
+                f"pass or false fail over every release ever gated in the series is at most {s.delta:g}.")
 
     @staticmethod
     def outcomes(result) -> list[Outcome]:
@@ -111,7 +122,9 @@ class _Gate:
             **{k: [n for n, o in outcomes.items() if o is v] for k, v in (("passed", Outcome.PASS),
                                                                          ("failed", Outcome.FAIL),
                                                                          ("undecided", Outcome.UNDECIDED))},
-            "exit_code": gate_exit_code(outcomes.values()), "note": self.gate_note(cfg)}}
+            "exit_code": gate_exit_code(outcomes.values()), "note": self.gate_note(cfg),
+            **({} if cfg.series is None else {"series": {"name": cfg.series.name, "delta": cfg.series.delta,
+                                                         "releases": cfg.series.releases}})}}
 
     def candidate_note(self, result, row) -> list[str]:
         return [f"{row.outcome}: {self.gate_note(result.cfg)}"]
@@ -122,7 +135,7 @@ class GateRisk(_Gate, RiskSelection):
     """Each candidate gated on R <= alpha."""
 
     name = "gate"
-    asks = {"gates": True, "recovery": False}
+    asks = {"gates": True, "recovery": False, "regression": False}
 
 
 @register

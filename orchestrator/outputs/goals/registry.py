@@ -42,13 +42,15 @@ def goal_of(cert) -> Goal:
 
     if isinstance(cert, TasksCertificate):  # a multi-task job's certificate lists tasks, not one claim
         return choose(Ask(tasks=True, job=cert.job))
-    return choose(Ask(ranking=cert.ranking is not None, recovery=cert.claim is not None,
+    kind = None if cert.claim is None else cert.claim.kind
+    return choose(Ask(ranking=cert.ranking is not None, recovery=kind == "recovery", regression=kind == "regression",
                       stacked=cert.aggregate is not None, gates=cert.gate is not None, job=cert.job))
 
 
 def goal_for_config(cfg, stacked: bool | None = None) -> Goal:
     """The goal a job's configuration asks for (``stacked``: whether its data was stacked, once known)."""
     return choose(Ask(ranking=cfg.proc.ranking, recovery=cfg.recovery is not None,
+                      regression=cfg.regression is not None,
                       stacked=cfg.aggregate is not None if stacked is None else stacked, gates=cfg.proc.gates,
                       job=cfg.name))
 
