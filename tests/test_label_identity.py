@@ -36,7 +36,9 @@ NOT_VARIED = {"plugins": "modules imported before validation (registries), not t
               "policy.betting": "the bet (a strategy spec): the test, not the labels",
               "aggregate.weights": "multi-task aggregates",
               "ray.address": "where Ray runs", "tracking.uri": "where the job is tracked",
-              "state.dir": "where the job's folder is", "state.store": "the store itself"}
+              "state.dir": "where the job's folder is", "state.store": "the store itself",
+              "series.releases": "filled in from the store's series ledger: each claim's place in its series, not "
+                                 "its labels"}
 
 COLUMNS = {
     "candidate": ["candidate", "cand2"], "item": ["item", "item2"], "human": ["loss_human", "loss2"],
