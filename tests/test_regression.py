@@ -161,3 +161,6 @@ def test_a_series_keeps_each_releases_place_and_level_across_reruns(tmp_path, ra
     with pytest.raises(InputError, match="was started at delta 0.1"):
         gate(job, only=["same"], series="app", track=False, overrides=["delta=0.2"])
     assert "any false pass or false fail over every release" in one.selection.gate.note
+    # a finished job's SQLite logs and the store keep no write-ahead log behind (what a CI cache would carry)
+    wals = [*tmp_path.glob("jobs/*/labels/*.db-wal"), tmp_path / "labels.db-wal"]
+    assert wals and all(not w.exists() or w.stat().st_size == 0 for w in wals)
