@@ -32,7 +32,7 @@ NEEDS_A_SERVER = {
     "make_template_answers.py": "a served chat model (it writes examples/data/template_answers.parquet)",
 }
 # what each offline job file is run with, and the exit status it ends with (a gate: 1 when a candidate fails)
-COMMANDS = {"gate_recovery.yaml": (["gate"], {0, 1, 3})}
+COMMANDS = {"gate_recovery.yaml": (["gate"], {0, 1, 3}), "gate_regression.yaml": (["gate"], {0, 1, 3})}
 # documented command lines that do not run here, by their start, and why
 NOT_HERE = {
     "pip install": "installs (the README's first command is run without it: the suite runs installed)",
