@@ -24,14 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-def _losses(x, name: str) -> np.ndarray:
-    a = np.asarray(x, dtype=np.float64)
-    if a.size == 0 or not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} losses must be finite and non-empty")
-    if a.min() < 0.0 or a.max() > 1.0:
-        raise ValueError(f"{name} losses must lie in [0, 1], got values in [{a.min():.6g}, {a.max():.6g}]")
-    return a
+from ._validation import check_losses
 
 
 @dataclass(frozen=True)
@@ -59,7 +52,7 @@ class Regression:
 
     def losses(self, loss, baseline) -> np.ndarray:
         """u = (l - b + 1) / 2 in [0, 1], elementwise (any shape, paired)."""
-        ell, b = _losses(loss, "candidate"), _losses(baseline, "baseline")
+        ell, b = check_losses(loss, "candidate losses", (0.0, 1.0)), check_losses(baseline, "baseline losses", (0.0, 1.0))
         if ell.shape != b.shape:
             raise ValueError(f"candidate and baseline losses must be paired, got shapes {ell.shape} and {b.shape}")
         return (ell - b + 1.0) / 2.0

@@ -101,15 +101,10 @@ class JobChecks:
             raise ValueError(f"recovery: needs a table with score columns (data: with data.score and "
                              f"data.reference) or a live job with live.reference; a {self.source_kind} source has "
                              "neither")
-        if not self.policy.is_testing:
-            raise ValueError(f"recovery: needs a testing policy ({', '.join(kinds_of(Family.TESTING))}), not "
-                             f"{self.policy.kind!r}")
+        self._check_compared("recovery", "a reference")
         if self.policy.without_replacement:  # its bounds invert R-Eval over the recovery ratio: i.i.d. only so far
             raise ValueError("recovery: policy.sampling 'without-replacement' is not available for recovery jobs; "
                              "use the default 'iid'")
-        if self.proc.ranking:
-            raise ValueError(f"recovery: certifies candidates against a reference; procedure {self.procedure!r} "
-                             "ranks them against each other")
         if self.data is None:
             return
         missing = [k for k in ("score", "reference") if getattr(self.data, k) is None]
@@ -122,18 +117,22 @@ class JobChecks:
         if (self.data.judge_score is None) != (self.data.judge_reference is None):
             raise ValueError("recovery: give both data.judge_score and data.judge_reference, or neither")
 
+    def _check_compared(self, key: str, against: str) -> None:
+        """A claim against another model is a testing policy's, candidate by candidate."""
+        if not self.policy.is_testing:
+            raise ValueError(f"{key}: needs a testing policy ({', '.join(kinds_of(Family.TESTING))}), not "
+                             f"{self.policy.kind!r}")
+        if self.proc.ranking:
+            raise ValueError(f"{key}: certifies candidates against {against}; procedure {self.procedure!r} "
+                             "ranks them against each other")
+
     def _check_regression(self, cols: dict) -> None:
         """A regression job compares each candidate of a table with its baseline, paired on the same items."""
         if self.data is None:
             raise ValueError(f"regression: compares candidates of a table with a baseline among them (data:); a "
                              f"{self.source_kind} source is not supported yet (gate its candidates on alpha or "
                              "recovery)")
-        if not self.policy.is_testing:
-            raise ValueError(f"regression: needs a testing policy ({', '.join(kinds_of(Family.TESTING))}), not "
-                             f"{self.policy.kind!r}")
-        if self.proc.ranking:
-            raise ValueError(f"regression: certifies candidates against a baseline; procedure {self.procedure!r} "
-                             "ranks them against each other")
+        self._check_compared("regression", "a baseline")
         extra = sorted(set(cols) - {"data.score", "data.judge_score"})
         if extra:
             raise ValueError(f"{', '.join(extra)}: a recovery job's reference columns; a "
