@@ -87,17 +87,19 @@ def run_table(s: np.ndarray, args, rng):
     for k in range(1, R + 1):
         level = release_level(args.delta, k)
         d = mean[None, :] - mean[base][:, None]  # (S, K): each model's true difference from the stream's baseline
-        groups = [(d < -M), (d >= -M) & (d <= 0), (d > 0)]
-        for g in groups:
-            g[np.arange(S), base] = False
-        want = rng.integers(0, 3, size=S)
-        cand = np.empty(S, dtype=np.int64)
-        for i in range(S):  # the draw of each stream's release (S x K booleans, cheap)
-            options = [j for j in (want[i], (want[i] + 1) % 3, (want[i] + 2) % 3) if groups[j][i].any()]
-            j = options[0]
-            kinds[("beyond", "within", "better")[j]] += 1
-            cand[i] = rng.choice(np.flatnonzero(groups[j][i]))
-        rows = np.arange(S)[:, None]
+        groups = np.stack([(d < -M), (d >= -M) & (d <= 0), (d > 0)])  # (3, S, K)
+        groups[:, np.arange(S), base] = False
+        # each stream's wanted kind, else the next one it has; a uniform member of it (the largest of random keys)
+        want, noise = rng.integers(0, 3, size=S), rng.random((S, K))
+        cand, kind = np.full(S, -1), np.full(S, -1)
+        for shift in range(3):
+            j = (want + shift) % 3
+            members = groups[j, np.arange(S)]
+            take = (kind < 0) & members.any(axis=1)
+            cand[take] = np.where(members, noise, -1.0).argmax(axis=1)[take]
+            kind[take] = j[take]
+        for j, name in enumerate(("beyond", "within", "better")):
+            kinds[name] += int(np.sum(kind == j))
         u = claim.losses(1.0 - s[cand[:, None], items], 1.0 - s[base[:, None], items])
         outcome, t = gate_step(u, claim, level, n)
         true_d = mean[cand] - mean[base]
@@ -117,7 +119,6 @@ def run_table(s: np.ndarray, args, rng):
         flips.append(verdicts[0] != verdicts[1])
         point_false |= verdicts[0] & (true_d < -M)
         base = np.where(outcome == 1, cand, base)
-        del rows
     used = np.concatenate(used)
     return {"false_pass": int(false_pass.sum()), "false_fail": int(false_fail.sum()), "bought": bought,
             "scratch": scratch, "median_items": float(np.median(used)), "flip": float(np.mean(np.concatenate(flips))),
