@@ -8,7 +8,7 @@ import decimal
 from certsel.policies.regression import Regression
 
 from ..numbers import _round, round_down
-from .base import _fmt
+from .base import Field, _fmt
 from .gate import _Gate
 from .registry import register
 from .risk import RiskSelection
@@ -140,6 +140,14 @@ class GateRegression(_Gate, RegressionSelection):
 
     name = "regression gate"
     asks = {"gates": True, "regression": True}
+
+    def fields(self, cert) -> list[Field]:
+        """The gate's columns, with the baseline's labels (bought now, reused from the store) after the candidate's."""
+        out = super().fields(cert)
+        at = next(i for i, f in enumerate(out) if f.head == "reused") + 1
+        baseline = Field("baseline bought / reused",
+                         lambda c: f"{c.regression.baseline_bought} / {c.regression.baseline_reused}", 3)
+        return [*out[:at], baseline, *out[at:]]
 
     def gate_claims(self, cfg) -> tuple[str, str]:
         reg = cfg.regression
