@@ -65,8 +65,9 @@ VOLATILE = {"created", "seconds", "job_id", "certsel_version"}  # differ between
 FORMAT = {"schema_version"}
 # fields added after the baseline, left out where they hold the value every baseline job has
 # (a record's exact: a table job never decides on an exact mean; True would still differ; a record's
-# reused: no baseline job keeps labels across jobs; a record's claim: none continues a claim's test)
-ADDED = {"exact": False, "reused": 0, "claim": None}
+# reused: no baseline job keeps labels across jobs; a record's claim: none continues a claim's test;
+# a record's baseline: no baseline job gates against a baseline model)
+ADDED = {"exact": False, "reused": 0, "claim": None, "baseline": None}
 
 
 def plain(x):

@@ -94,8 +94,8 @@ class RegressionSelection(RiskSelection):
         cfg, sel = result.cfg, result.selected_record
         if sel is None:
             return "no candidate certified"
-        fig = regression_figures(result)[sel.index]
-        return (f"score({sel.name}) - score({cfg.regression.baseline!r}) >= {diff_text(fig['simultaneous_lower_bound'])}"
+        bound = round_down(Regression.difference_bound(sel.joint_bound))
+        return (f"score({sel.name}) - score({cfg.regression.baseline!r}) >= {diff_text(bound)}"
                 f" with probability >= {1 - cfg.delta:g}, simultaneously for the {len(result.certified)} certified of "
                 f"{len(result.records)} candidates ({self.claim_words_of(cfg)} for each; {result.level})")
 
