@@ -27,6 +27,11 @@ def summary_path(text: str) -> pathlib.Path:
     return a_path(text, "is $GITHUB_STEP_SUMMARY unset? GitHub Actions sets it on its runners only")
 
 
+def outputs_path(text: str) -> pathlib.Path:
+    """``--outputs "$GITHUB_OUTPUT"`` outside GitHub Actions is an empty path: said so."""
+    return a_path(text, "is $GITHUB_OUTPUT unset? GitHub Actions sets it on its runners only")
+
+
 def job_arguments(parser: argparse.ArgumentParser, config_help: str, set_example: str, *, seed_help: str | None = None):
     """The job file and its ``--set`` overrides, and ``--seed`` where the command draws its own samples."""
     parser.add_argument("config", type=a_path, help=config_help)
@@ -84,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     gt.add_argument("--junit", type=a_path, metavar="PATH", help="write JUnit XML here (a test case per candidate)")
     gt.add_argument("--summary", type=summary_path, metavar="PATH",
                     help="append a Markdown summary here (e.g. \"$GITHUB_STEP_SUMMARY\")")
+    gt.add_argument("--outputs", type=outputs_path, metavar="PATH",
+                    help="append NAME=VALUE lines here (exit-code, passed, failed, undecided, delta, job-id, report; "
+                         "e.g. \"$GITHUB_OUTPUT\")")
     gt.add_argument("--output", type=a_path, metavar="DIR",
                     help="write report.html, selection.json and labels.parquet here (default: the job's folder)")
     gt.add_argument("--labels", type=a_path, metavar="PATH",

@@ -79,11 +79,12 @@ def run_command(args) -> int:
 def gate_command(args) -> int:
     """``certsel gate``: a line per candidate, the files CI reads, and the gate's exit status."""
     from certsel.gates import RegressionAsk, gate
-    from certsel.orchestrator.outputs.gate_files import gate_markdown, junit_xml, write_json
+    from certsel.orchestrator.outputs.gate_files import gate_markdown, junit_xml, step_outputs, write_json
     from certsel.orchestrator.outputs.goals import goal_of
     from certsel.orchestrator.outputs.paths import output_file
 
-    for path, opt in ((args.json, "--json"), (args.junit, "--junit"), (args.summary, "--summary")):
+    for path, opt in ((args.json, "--json"), (args.junit, "--junit"), (args.summary, "--summary"),
+                      (args.outputs, "--outputs")):
         if path is not None:
             output_file(path, opt)  # a folder that cannot be written is bad input, before anything runs
     res = gate(args.config, only=args.only, overrides=args.overrides, output=args.output,
@@ -112,6 +113,9 @@ def gate_command(args) -> int:
     if args.summary is not None:
         with args.summary.open("a") as f:
             f.write(gate_markdown(cert))
+    if args.outputs is not None:
+        with args.outputs.open("a") as f:
+            f.write(step_outputs(cert, None if res.output_dir is None else str(res.output_dir / "report.html")))
     return res.exit_code
 
 

@@ -1,5 +1,6 @@
-"""A gate's answer in the forms CI reads: rows (:class:`GateRow`), ``--json``, JUnit XML (``--junit``) and a
-Markdown summary (``--summary``). Every number is the certificate's own."""
+"""A gate's answer in the forms CI reads: rows (:class:`GateRow`), ``--json``, JUnit XML (``--junit``), a
+Markdown summary (``--summary``) and step outputs (``--outputs``, GitHub Actions' ``$GITHUB_OUTPUT`` format). Every
+number is the certificate's own."""
 
 from __future__ import annotations
 
@@ -130,14 +131,28 @@ def gate_markdown(cert) -> str:
     """A Markdown summary: the headline, a table of the candidates and what the outcomes mean."""
     goal, g = goal_of(cert), cert.gate
     icon = {"pass": "✅ pass", "fail": "❌ fail", "undecided": "⚠️ undecided"}
+    rows = gate_rows(cert)
+    paired = any(r.baseline is not None for r in rows)  # a regression gate: what the baseline's side cost
+    base_head, base_rule = (" baseline bought / reused |", "---:|") if paired else ("", "")
     lines = [f"### {goal.headline(cert)}", "", f"**{cert.job}**: pass when {g.claim} is certified at delta = "
-             f"{g.delta:g}", "", "| candidate | outcome | labels bought | reused | bound | e-value / threshold |",
-             "|---|---|---:|---:|---|---:|"]
-    for r in gate_rows(cert):
+             f"{g.delta:g}", "", f"| candidate | outcome | labels bought | reused |{base_head} bound | e-value / threshold |",
+             f"|---|---|---:|---:|{base_rule}---|---:|"]
+    for r in rows:
         e = "" if r.e_value is None else f"{r.e_value:.3g} / {r.threshold:.3g}"
-        lines.append(f"| {r.candidate} | {icon[r.outcome]} | {r.labels} | {r.reused} | {r.bound_words()} | {e} |")
+        base = f" {r.baseline_bought} / {r.baseline_reused} |" if paired else ""
+        lines.append(f"| {r.candidate} | {icon[r.outcome]} | {r.labels} | {r.reused} |{base} {r.bound_words()} | {e} |")
     lines += ["", g.note, ""]
     if cert.answered_by is not None:
         lines.insert(2, f"Answered by the finished job {cert.answered_by} (same configuration and data): no label "
                         "was bought by this run (`certsel gate --fresh` runs it again).\n")
     return "\n".join(lines)
+
+
+def step_outputs(cert, report: str | None = None) -> str:
+    """``--outputs``: NAME=VALUE lines as GitHub Actions reads ``$GITHUB_OUTPUT`` (the candidates of each outcome as
+    JSON lists, one line each, so a workflow reads them with ``fromJSON``)."""
+    g = cert.gate
+    values = {"exit-code": str(g.exit_code), "passed": json.dumps(g.passed), "failed": json.dumps(g.failed),
+              "undecided": json.dumps(g.undecided), "delta": f"{g.delta:g}", "job-id": cert.job_id or "",
+              "answered-by": cert.answered_by or "", "report": report or ""}
+    return "".join(f"{k}={v}\n" for k, v in values.items())
