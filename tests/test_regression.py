@@ -123,6 +123,8 @@ def test_the_baseline_is_labelled_once_and_each_release_serves_as_the_next_basel
     row = first.rows[0]
     assert row.baseline == "v1" and row.baseline_bought == row.labels > 0 and row.baseline_reused == 0
     assert row.bound_side == "difference"
+    reason = first.selection.candidates[0].reason  # the futility stop, in the claim's words
+    assert reason.startswith("score <= 'v1' - 0.05 certified at the futility level after"), reason
     # another release against the same baseline: the baseline's labels the first gate bought are reused
     second = gate(_job(tmp_path), only=["better"], track=False)
     assert second.outcomes == {"better": "pass"}

@@ -35,7 +35,9 @@ from certsel.policies.comparison import (
 from certsel.policies.procedures import CandidateView, Procedure
 
 from certsel.orchestrator.results.ranking import Ranking, TopK
+from certsel.orchestrator.results.outcomes import FUTILE_WORDS
 from certsel.orchestrator.results.records import Status
+
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ def settle(evidence: Sequence[Evidence], rules: Rules) -> list[Decision]:
             end(k, Status.ABOVE_ALPHA, "risk above alpha certified")
         elif (rules.futility_log_level is not None and rules.adaptive
               and e.max_log_futility >= rules.futility_log_level):
-            end(k, Status.FUTILE, f"R >= alpha certified at the futility level after {e.labels} human labels")
+            end(k, Status.FUTILE, f"{FUTILE_WORDS} at the futility level after {e.labels} human labels")
         elif e.exhausted:
             end(k, Status.NOT_CERTIFIED, "budget spent")
     if not rules.adaptive:

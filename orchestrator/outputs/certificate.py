@@ -91,7 +91,8 @@ def _fields(result: JobResult) -> dict:
     """The certificate's fields, as :class:`Certificate` takes them: the statement, then one block per part."""
     cfg, sel, goal = result.cfg, result.selected_record, goal_for(result)
     extra = goal.candidate_fields(result)
-    rows = [{**_candidate_row(result, r), **extra[r.index]} for r in result.records]
+    rows = [{**_candidate_row(result, r), "reason": goal.reason(cfg, r.reason), **extra[r.index]}
+            for r in result.records]
     if cfg.costs is not None:
         for r, row in zip(result.records, rows, strict=True):
             row["cost"] = _round(cfg.costs.of(r.n_human, r.n_judge, r.requests)["total"], 6)

@@ -6,6 +6,8 @@ from enum import StrEnum
 
 # the statuses (records.Status values) of a candidate whose claim's opposite was certified
 FAIL_STATUSES = ("futile", "above alpha")
+# a futility stop's reason, on the tested losses; a goal words it as its claim's opposite (Goal.reason)
+FUTILE_WORDS = "R >= alpha certified"
 
 
 class Outcome(StrEnum):

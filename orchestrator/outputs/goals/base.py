@@ -260,6 +260,10 @@ class Goal:
         """Fields of selection.json this goal adds (a recovery's claim, an aggregate's, a ranking)."""
         return {}
 
+    def reason(self, cfg, reason: str | None) -> str | None:
+        """A candidate's reason for stopping, as the engine gave it, in this goal's words."""
+        return reason
+
     def candidate_fields(self, result) -> list[dict]:
         """Per candidate, the fields this goal adds to its row."""
         return [{} for _ in result.records]

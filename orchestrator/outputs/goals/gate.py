@@ -146,5 +146,4 @@ class GateRecovery(_Gate, RecoverySelection):
     asks = {"gates": True, "recovery": True}
 
     def gate_claims(self, cfg) -> tuple[str, str]:
-        r = cfg.recovery.at_least
-        return self.claim_words_of(cfg), f"recovery <= {r * 100:g}% of {cfg.recovery_reference!r}"
+        return self.claim_words_of(cfg), self.failed_claim_words(cfg)

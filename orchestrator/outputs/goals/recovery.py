@@ -99,6 +99,9 @@ class RecoverySelection(RiskSelection):
     def claim_prefix(self) -> str:
         return "recovery"
 
+    def failed_claim_words(self, cfg) -> str:
+        return f"{self.claim_prefix()} <= {cfg.recovery.at_least * 100:g}% of {cfg.recovery_reference!r}"
+
     def claim_words_of(self, cfg) -> str:
         """The claim in words: "recovery >= 95% of 'score_fp_human'"."""
         return f"{self.claim_prefix()} >= {cfg.recovery.at_least * 100:g}% of {cfg.recovery_reference!r}"

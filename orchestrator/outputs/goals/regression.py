@@ -87,6 +87,9 @@ class RegressionSelection(RiskSelection):
     def note(self, cert) -> str | None:
         return REGRESSION_NOTE.format(b=cert.claim.baseline, conf=1 - cert.procedure.delta)
 
+    def failed_claim_words(self, cfg) -> str:
+        return cfg.regression.claim.opposite_words(cfg.regression.baseline)
+
     def claim_words_of(self, cfg) -> str:
         return cfg.regression.claim.words(cfg.regression.baseline)
 
@@ -151,4 +154,4 @@ class GateRegression(_Gate, RegressionSelection):
 
     def gate_claims(self, cfg) -> tuple[str, str]:
         reg = cfg.regression
-        return reg.claim.words(reg.baseline), reg.claim.opposite_words(reg.baseline)
+        return reg.claim.words(reg.baseline), self.failed_claim_words(cfg)

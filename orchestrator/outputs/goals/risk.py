@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..cells import e_value_cell, e_value_line, efficiency_cell, judge_cell, objective_head
 from ..numbers import bound_text
+from certsel.orchestrator.results.outcomes import FUTILE_WORDS
+
 from .base import Field, Goal, Shown, _fmt, nominal_words, note_cell, people_fields
 from .registry import register
 
@@ -40,6 +42,14 @@ class RiskSelection(Goal):
 
     def target(self, cert) -> str:
         return f"alpha={cert.procedure.alpha:g}"
+
+    def failed_claim_words(self, cfg) -> str:
+        """What a futility stop certifies, in this goal's words."""
+        return f"R >= {cfg.alpha:g}"
+
+    def reason(self, cfg, reason: str | None) -> str | None:
+        # the engine states a futility stop on the tested losses; a recovery or regression says it of its claim
+        return None if reason is None else reason.replace(FUTILE_WORDS, f"{self.failed_claim_words(cfg)} certified", 1)
 
     def title(self, cert) -> str:
         p = cert.procedure
