@@ -176,6 +176,11 @@ def test_jobs_lists_and_removes(tmp_path, ray_session, capsys):
     assert str(job_dir / "report.html") in out.replace("\n", "")
     _, out, _ = main("jobs", str(tmp_path / "jobs"), "--clean", "failed")
     assert "removed 0 job(s)" in out and job_dir.is_dir()
+    _, out, _ = main("jobs", str(tmp_path / "jobs"), "--max-size", "1GB")  # within the limit: kept
+    assert "removed 0 job(s)" in out and job_dir.is_dir()
+    with pytest.raises(SystemExit) as bad:  # argparse's error: one line, exit 2
+        main("jobs", str(tmp_path / "jobs"), "--max-size", "lots")
+    assert bad.value.code == 2 and "'lots' is not a size" in capsys.readouterr().err
     code, out, _ = main("jobs", str(tmp_path / "jobs"), "--remove", job_dir.name)
     assert code == 0 and "removed 1 job(s)" in out and not job_dir.exists()
     code, _, err = main("jobs", str(tmp_path / "jobs"), "--remove", "abc")
@@ -241,3 +246,22 @@ def test_a_piped_table_fits_100_columns_and_names_what_it_leaves_out(tmp_path):
                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"}, timeout=600)
     rows = [line for line in wide.stdout.splitlines() if any(c in line for c in "│┃┏┗┡└")]
     assert max(len(line) for line in rows) > 100 and "not shown at this width" not in wide.stdout
+
+
+def test_max_size_deletes_finished_and_failed_jobs_oldest_first():
+    import pathlib
+
+    from certsel.cli.kept import over_size
+    from certsel.cli.parser import size_bytes
+    from certsel.orchestrator.engine.state import JobInfo
+
+    def job(i, status, size):
+        return JobInfo(f"j{i}", "x", status, f"2026-11-0{i}T00:00:00", 1, None, size, pathlib.Path("."))
+
+    jobs = [job(1, "unfinished", 50), job(2, "finished", 30), job(3, "failed", 20), job(4, "finished", 40),
+            job(5, "running", 10)]
+    assert over_size(jobs, 150, set()) == []
+    assert over_size(jobs, 100, set()) == ["j2", "j3"]  # 150 -> 100: the two oldest that may go
+    assert over_size(jobs, 0, set()) == ["j2", "j3", "j4"]  # resumable and running jobs stay
+    assert over_size(jobs, 100, {"j2"}) == ["j3"]  # already removed by --remove / --clean
+    assert size_bytes("500MB") == 500 * 10**6 and size_bytes("2gb") == 2 * 10**9 and size_bytes("1024") == 1024

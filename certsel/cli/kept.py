@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import TYPE_CHECKING
 
 from certsel.errors import first_line
@@ -16,6 +17,20 @@ if TYPE_CHECKING:
 
 def size_text(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.0f} kB"
+
+
+def over_size(jobs, limit: int, gone: set[str]) -> list[str]:
+    """The finished and failed jobs to delete, oldest first, until what is left holds at most ``limit`` bytes (jobs
+    that can resume, or are running, are never among them)."""
+    size = sum(j.bytes for j in jobs if j.job_id not in gone)
+    out = []
+    for j in sorted(jobs, key=lambda j: j.created):
+        if size <= limit:
+            break
+        if j.job_id not in gone and j.status in ("finished", "failed"):
+            out.append(j.job_id)
+            size -= j.bytes
+    return out
 
 
 def jobs_command(args) -> int:
@@ -34,9 +49,15 @@ def jobs_command(args) -> int:
         wanted = {"finished": {"finished"}, "failed": {"failed", "interrupted", "unfinished"},
                   "all": {"finished", "failed", "interrupted", "unfinished"}}[args.clean]
         gone += [j.job_id for j in list_jobs(root) if j.status in wanted]
-    if args.remove or args.clean:
+    if args.max_size is not None:
+        gone += over_size(list_jobs(root), args.max_size, set(gone))
+    if args.remove or args.clean or args.max_size is not None:
         freed = sum(remove_job(root, job_id) for job_id in dict.fromkeys(gone))
-        print(f"removed {len(set(gone))} job(s) from {root}, {size_text(freed)} freed")
+        left = sum(j.bytes for j in list_jobs(root))
+        print(f"removed {len(set(gone))} job(s) from {root}, {size_text(freed)} freed, {size_text(left)} left")
+        if args.max_size is not None and left > args.max_size:
+            print(f"certsel: the jobs that are left can resume (or are running) and were kept: {size_text(left)}, "
+                  f"over --max-size {size_text(args.max_size)}", file=sys.stderr)
         return 0
     jobs = list_jobs(root)
     if not jobs:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import re
 
 from certsel._version import __version__
 
@@ -30,6 +31,18 @@ def summary_path(text: str) -> pathlib.Path:
 def outputs_path(text: str) -> pathlib.Path:
     """``--outputs "$GITHUB_OUTPUT"`` outside GitHub Actions is an empty path: said so."""
     return a_path(text, "is $GITHUB_OUTPUT unset? GitHub Actions sets it on its runners only")
+
+
+SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+              "t": 10**12, "tb": 10**12}
+
+
+def size_bytes(text: str) -> int:
+    """A size: a number of bytes, or with a unit (500MB, 2GB, 100k; decimal units)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if m is None or m.group(2).lower() not in SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 500MB, 2GB)")
+    return int(float(m.group(1)) * SIZE_UNITS[m.group(2).lower()])
 
 
 def job_arguments(parser: argparse.ArgumentParser, config_help: str, set_example: str, *, seed_help: str | None = None):
@@ -136,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--remove", nargs="+", metavar="JOB_ID", default=[], help="delete these jobs' folders")
     jobs.add_argument("--clean", choices=("finished", "failed", "all"),
                       help="delete every job with this status (all: every job not running now)")
+    jobs.add_argument("--max-size", type=size_bytes, metavar="SIZE",
+                      help="delete finished and failed jobs, oldest first, until the jobs folder holds at most SIZE "
+                           "(e.g. 500MB, 2GB); jobs that can resume are kept, and so is the label store")
     lm = sub.add_parser("lm-eval-table", help="pair lm-evaluation-harness runs (--log_samples) into a loss table")
     lm.add_argument("--run", action="append", required=True, metavar="NAME=FOLDER",
                     help="a model's lm_eval --output_path (repeatable; the order given is the table's rank, "
