@@ -60,6 +60,10 @@ class RegressionAsk:
         replaced += [f"data.{k}" for k in ("reference", "judge_reference") if data.pop(k, None) is not None]
         if raw.get("data") is not None:
             raw["data"] = data
+        live = raw.get("live")
+        if isinstance(live, dict) and isinstance(live.get("reference"), str) and live["reference"] != reg.get("baseline"):
+            raw["live"] = {k: v for k, v in live.items() if k != "reference"}  # the baseline becomes the reference
+            replaced.append("live.reference")
         if replaced and warn is not None:
             warn(f"{', '.join(replaced)}: replaced by the regression claim against {reg['baseline']!r}")
         return raw

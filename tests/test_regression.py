@@ -166,3 +166,61 @@ def test_a_series_keeps_each_releases_place_and_level_across_reruns(tmp_path, ra
     # a finished job's SQLite logs and the store keep no write-ahead log behind (what a CI cache would carry)
     wals = [*tmp_path.glob("jobs/*/labels/*.db-wal"), tmp_path / "labels.db-wal"]
     assert wals and all(not w.exists() or w.stat().st_size == 0 for w in wals)
+
+
+@pytest.mark.integration
+def test_a_live_regression_gate_pairs_each_model_with_the_served_baseline(tmp_path, ray_session):
+    """Live models on a real HTTP server (tests/helpers/servers.py): the baseline 'exact-short' is asked the same
+    items as each candidate, and each paired loss is (l - l_base + 1) / 2 of the two answers' own losses."""
+    import yaml
+
+    from helpers.jobs import write_job
+    from helpers.servers import adder_server
+
+    with adder_server() as (url, srv):
+        raw = yaml.safe_load(write_job(tmp_path, url).read_text())
+        raw["live"]["candidates"].append({"id": "exact-long", "base_url": url, "model": "exact",
+                                          "template": "What is {question}?"})
+        for key in ("alpha", "objective"):
+            raw.pop(key)
+        raw.update(procedure="gate", regression={"baseline": "exact-short", "margin": 0.05},
+                   budget={"n": 100, "r": 3, "batch": 20})
+        job = tmp_path / "regression.yaml"
+        job.write_text(yaml.safe_dump(raw))
+        res = gate(job, track=False, output=tmp_path / "out")
+    # weak is wrong when 7 divides a*b (27% of the items): 0.27 below the baseline; exact-long answers as it does
+    assert res.outcomes == {"weak-short": "fail", "weak-long": "fail", "exact-long": "pass"}, res.rows
+    for row in res.rows:
+        assert row.bound_side == "difference" and row.baseline == "exact-short"
+        assert row.baseline_bought == row.labels > 0 and row.baseline_reused == 0
+    cert = res.selection
+    assert cert.claim.kind == "regression" and [c.candidate for c in cert.candidates] == \
+        ["weak-short", "weak-long", "exact-long"]
+    log = pq.read_table(tmp_path / "out" / "labels.parquet").to_pandas()
+    human = log[log.role == "human"]
+    a_b = human.item_id.str.split("+", expand=True).astype(int)
+    weak_wrong = ((a_b[0] * a_b[1]) % 7 == 0).to_numpy()
+    expected = np.where(human.candidate.str.startswith("weak") & weak_wrong, 1.0, 0.5)
+    np.testing.assert_array_equal(human.loss.to_numpy(), expected)
+    assert (log[log.role == "judge"].loss.isin([0.5, 1.0])).all()
+
+
+def test_a_live_regression_job_takes_its_baseline_as_the_reference(tmp_path):
+    (tmp_path / "items.jsonl").write_text('{"id": "q1", "question": "1+1", "answer": "2"}\n')
+    live = {"items": str(tmp_path / "items.jsonl"), "candidates": [
+        {"id": "v1", "base_url": "http://127.0.0.1:9", "model": "m1"},
+        {"id": "v2", "base_url": "http://127.0.0.1:9", "model": "m2"}]}
+    raw = {"live": live, "policy": {"kind": "r-eval"}, "procedure": "gate",
+           "regression": {"baseline": "v1", "margin": 0.02}}
+    cfg = parse_config(raw)
+    assert cfg.live.reference == "v1" and cfg.alpha == pytest.approx(0.51)
+    for bad, match in (({"regression": {"baseline": "v9"}}, "'v9' is not among live.candidates"),
+                       ({"live": {**live, "reference": "v2"}}, "is not the regression's baseline"),
+                       ({"live": {**live, "judge": {"base_url": "http://127.0.0.1:9", "model": "j",
+                                                    "mode": "pairwise"}}}, "pairwise judge"),
+                       ({"candidates": ["v1", "v2"]}, "lists the baseline")):
+        with pytest.raises(ConfigError, match=match):
+            parse_config({**raw, **bad})
+    said = []
+    asked = RegressionAsk("v2", 0.05).apply({**raw, "live": {**live, "reference": "v1"}}, warn=said.append)
+    assert parse_config(asked).live.reference == "v2" and "live.reference" in said[0]

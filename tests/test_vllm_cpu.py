@@ -431,3 +431,38 @@ def test_gate_through_lm_eval_on_vllm(ray_session, shared_url, tmp_path, monkeyp
         assert (b["labels"], b["reused"], b["outcome"]) == (0, a["labels"], a["outcome"])
     cert = json.loads(pathlib.Path(again["files"]["selection"]).read_text())
     assert all(c["requests"] == 0 for c in cert["candidates"])
+
+
+def test_regression_gate_against_a_served_baseline_on_vllm(ray_session, shared_url, tmp_path):
+    """A regression gate of live models on the real server: two prompt templates of SmolLM2 against the baseline
+    template 'strict', paired on the same items; the baseline is asked each item a candidate is, each paired loss is
+    (l - l_base + 1) / 2 of two exact-match losses, and every e-value is recomputed from the label log at the claim's
+    alpha = (1 + margin) / 2."""
+    from certsel.gates import gate
+
+    write_items(tmp_path)
+    sampling = {"temperature": 0, "max_tokens": 12}
+    url, served = shared_url
+    where = {"base_url": url, "model": served, "sampling": sampling, "timeout": 300}
+    job = {
+        "name": "smollm2-regression",
+        "live": {
+            "items": "items.jsonl", "loss": "numeric", "cache_dir": "cache",
+            "candidates": [{"id": "strict", **where, "template": "Compute {question}. Reply with the number only."},
+                           {"id": "bare", **where, "template": "{question} ="},
+                           {"id": "ask", **where, "template": "What is {question}?"}],
+            "judge": {**where, "mode": "answer", "template": "Calculate {question}. Answer with just the result."},
+        },
+        "regression": {"baseline": "strict", "margin": 0.1},
+        "policy": {"kind": "r-autoeval+"}, "delta": 0.1, "budget": {"n": 20, "r": 2, "batch": 10}, "seed": 0,
+        "state": {"dir": str(tmp_path / "jobs")},
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    res = gate(tmp_path / "job.yaml", track=False, output=tmp_path / "report")
+    assert set(res.outcomes) == {"bare", "ask"} and set(res.outcomes.values()) <= {"pass", "fail", "undecided"}
+    log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
+    for c in res.selection.candidates:
+        assert c.regression.baseline == "strict" and c.regression.baseline_bought == c.labels_human > 0
+        log_e, human = log_evalues_from_label_log(log, c.candidate, alpha=0.55, delta=0.1, horizon=20)
+        assert set(human.loss.unique()) <= {0.0, 0.5, 1.0}
+        assert max(0.0, log_e.max()) == pytest.approx(c.log_e_value, abs=1e-5)

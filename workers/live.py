@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from certsel.policies.recovery import Recovery
+from certsel.policies.regression import Regression
 
 from .losses import (
     LOSSES,
@@ -66,7 +67,8 @@ class LiveSource:
                  judge_sampling: dict | None = None, grade_scale=(0, 10), verdict_attempts: int = 3,
                  reference: OpenAIClient | None = None, reference_template: str = "{question}",
                  reference_sampling: dict | None = None, judge_constrained: bool = True, judge_soft: bool = False,
-                 recovery: float | None = None, judge_order: str = "both", preference: bool | None = None):
+                 recovery: float | None = None, judge_order: str = "both", preference: bool | None = None,
+                 regression: Regression | None = None):
         if "{question}" not in template:
             raise ValueError("the prompt template must contain {question}")
         if judge_mode not in ("answer", "grade", "pairwise"):
@@ -94,8 +96,13 @@ class LiveSource:
         self.judge_template = judge_template or (template if judge_mode == "answer" else default)
         self.judge_sampling = {"temperature": 0.0, **(judge_sampling or {})}
         self.grade_scale, self.verdict_attempts = grade_scale, verdict_attempts
-        # with a reference model: the drop (default), or the recovery loss at this r (recovery jobs)
+        # with a reference model: the drop (default), the recovery loss at this r (recovery jobs), or the paired loss
+        # against the baseline (regression jobs)
         self.recovery = None if recovery is None else Recovery(recovery)
+        if regression is not None and (reference is None or self.preference or recovery is not None):
+            raise ValueError("a regression against a baseline needs the baseline as the reference, and neither a "
+                             "pairwise judge nor a recovery")
+        self.regression = regression
         if reference is not None and "{question}" not in reference_template:
             raise ValueError("the reference's prompt template must contain {question}")
         self.reference, self.reference_template = reference, reference_template
@@ -122,6 +129,12 @@ class LiveSource:
     @property
     def requests(self) -> int:
         return sum(c.stats.sent for c in (self.target, self.judge_client, self.reference) if c is not None)
+
+    @property
+    def baseline_labels(self) -> tuple[int, int] | None:
+        """A regression job's baseline labels, (bought, reused): its answers scored on every item the candidate's
+        were; none from the label store (a served model is asked, its answers cached by the response cache)."""
+        return None if self.regression is None else (self.human_labels, 0)
 
     # -- labels ----------------------------------------------------------------------------
     def _generate(self, client, template, sampling, store: dict, items) -> list[str]:
@@ -161,6 +174,9 @@ class LiveSource:
         loss."""
         if self.preference:
             return preference_loss(candidate, reference)
+        if self.regression is not None:
+            return self.regression.losses(np.asarray(candidate, dtype=np.float64),
+                                          np.asarray(reference, dtype=np.float64))
         if self.recovery is None:
             return relative_loss(candidate, reference)
         return self.recovery.losses(1.0 - np.asarray(candidate, dtype=np.float64),
@@ -318,6 +334,7 @@ class LiveSpec:
     recovery: float | None = None  # a recovery job's r (losses against the reference)
     fleet: str | None = None  # the job's server fleet (a named Ray actor), for endpoints that name a server
     preference: bool = False  # a pairwise job: losses are "loses to the reference" (judge.mode: pairwise)
+    regression: Regression | None = None  # a regression job's claim (paired losses against the reference)
     kind = "live"
 
     def servers(self, prefetched=frozenset()) -> set[str]:
@@ -349,7 +366,7 @@ def live_source(spec: LiveSpec, items) -> LiveSource:
         kw.update(reference=client(ref, cache, spec.fleet, who),
                   reference_template=ref["template"], reference_sampling=ref["sampling"])
     return LiveSource(list(items), target, cand["template"], loss=spec.loss, sampling=cand["sampling"],
-                      recovery=spec.recovery, preference=spec.preference, **kw)
+                      recovery=spec.recovery, preference=spec.preference, regression=spec.regression, **kw)
 
 
 def prefetch_answers(spec: dict, template: str, items, indices, cache_dir, fleet: str | None = None,

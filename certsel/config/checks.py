@@ -128,11 +128,22 @@ class JobChecks:
 
     def _check_regression(self, cols: dict) -> None:
         """A regression job compares each candidate of a table with its baseline, paired on the same items."""
-        if self.data is None:
-            raise ValueError(f"regression: compares candidates of a table with a baseline among them (data:); a "
-                             f"{self.source_kind} source is not supported yet (gate its candidates on alpha or "
-                             "recovery)")
+        if self.data is None and self.live is None:
+            raise ValueError(f"regression: compares candidates of a table (data:) or live models (live:) with a "
+                             f"baseline among them; a {self.source_kind} source is not supported yet (gate its "
+                             "candidates on alpha or recovery)")
         self._check_compared("regression", "a baseline")
+        self._check_listed_baseline()
+        if self.live is not None:
+            ref = self.live.reference
+            if isinstance(ref, str) and ref != self.regression.baseline:
+                raise ValueError(f"live.reference: {ref!r} is not the regression's baseline "
+                                 f"{self.regression.baseline!r}; a regression job's reference is its baseline (leave "
+                                 "live.reference out)")
+            if self.live.judge is not None and self.live.judge.mode == "pairwise":
+                raise ValueError("regression: a pairwise judge says which answer is better, not each answer's loss; "
+                                 "use judge.mode 'answer' or 'grade'")
+            return
         extra = sorted(set(cols) - {"data.score", "data.judge_score"})
         if extra:
             raise ValueError(f"{', '.join(extra)}: a recovery job's reference columns; a "
@@ -141,6 +152,8 @@ class JobChecks:
             raise ValueError("regression: give data.score (scores, higher is better) or data.human (losses), not both")
         if self.data.judge is not None and self.data.judge_score is not None:
             raise ValueError("regression: give data.judge (judge losses) or data.judge_score (judge scores), not both")
+
+    def _check_listed_baseline(self) -> None:
         if self.candidates is not None and self.regression.baseline in self.candidates:
             raise ValueError(f"candidates: lists the baseline {self.regression.baseline!r}; it is what the others "
                              "are compared with, not gated itself")

@@ -105,6 +105,14 @@ class RunConfig(Strict, JobChecks):
             except ValueError:
                 return v
             v = {**v, "regression": reg, "alpha": reg.claim.alpha}
+            live = v.get("live")
+            if isinstance(live, dict) and live.get("reference") is None:  # a live baseline is the jobs' reference
+                ids = [c.get("id") for c in live.get("candidates") or () if isinstance(c, dict)]
+                if reg.baseline not in ids:
+                    raise ValueError(f"regression.baseline: {reg.baseline!r} is not among live.candidates "
+                                     f"({', '.join(map(str, ids[:8]))}); name the candidate the others are compared "
+                                     "with, or give live.reference as an endpoint")
+                v = {**v, "live": {**live, "reference": reg.baseline}}
         return v
 
     @field_validator("candidates", "order")

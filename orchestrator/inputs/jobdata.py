@@ -271,6 +271,8 @@ def load_live(cfg: RunConfig) -> JobData:
     items = load_items(cfg.live.items)
     check_size(cfg, len(items), str(cfg.live.items))
     cands = listed(cfg, cfg.live.candidates, "live.candidates")
+    if cfg.regression is not None:  # the baseline is what the others are compared with, not gated itself
+        cands = tuple(c for c in cands if c.id != cfg.regression.baseline)
     check_count(cfg, len(cands))
     return JobData(table=None, features=None, fingerprint=fingerprint(cfg.live.items), items=items, live=cands)
 

@@ -92,7 +92,8 @@ class LiveKind(SourceKind):
         return LiveSpec(candidate=data.live[k].model_dump(), judge=judge, loss=live.loss, cache_dir=str(live.cache_dir),
                         reference=live.reference_endpoint(),
                         recovery=None if cfg.recovery is None else cfg.recovery.at_least, fleet=data.servers,
-                        preference=live.judge is not None and live.judge.mode == "pairwise")
+                        preference=live.judge is not None and live.judge.mode == "pairwise",
+                        regression=None if cfg.regression is None else cfg.regression.claim)
 
     def loss_words(self, cfg):
         """The answer's loss in words; with a reference model, each item's loss is the candidate's drop against it."""
