@@ -110,3 +110,35 @@ def test_mistakes_stop_the_job_before_any_label(tmp_path, tasks):
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "labels.metric: 'bleu' is not known to lie in [0, 1] per document" in lines[0]
     assert not (tmp_path / "jobs").exists() and not (tmp_path / "store.db").exists()
+
+
+def test_a_regression_gate_on_an_lm_eval_task_evaluates_the_baseline_once(tmp_path, tasks, ray_session):
+    """The baseline is one of the task's models: each document a candidate is evaluated on is evaluated for the
+    baseline too, kept in the label store under the baseline model's identity, and a later gate of another model
+    against it reuses those documents' labels; each paired loss is (l - l_base + 1) / 2 of lm-eval's two metrics."""
+    from certsel.gates import gate
+
+    with adder_server() as (url, _):
+        cfg = _job(tmp_path, tasks, url, "additions")
+        raw = yaml.safe_load((tmp_path / "job.yaml").read_text())
+        args = raw["labels"]["candidates"][0]["model_args"]
+        raw["labels"]["candidates"].append({"id": "off5", "model": "local-chat-completions",
+                                            "model_args": args.replace("model=exact", "model=off5")})
+        for key in ("order", "alpha"):
+            raw.pop(key)
+        raw.update(regression={"baseline": "exact", "margin": 0.05}, state={"dir": "jobs", "store": "labels.db"})
+        (tmp_path / "job.yaml").write_text(yaml.safe_dump(raw))
+        first = gate(tmp_path / "job.yaml", only=["weak"], track=False, output=tmp_path / "out")
+        second = gate(tmp_path / "job.yaml", only=["off5"], track=False)
+    assert cfg.labels.kind == "lm-eval"
+    (w,), (o,) = first.rows, second.rows
+    assert first.outcomes == {"weak": "fail"} and second.outcomes == {"off5": "fail"}  # 27% and 20% below exact
+    assert w.baseline == "exact" and w.baseline_bought == w.labels > 0 and w.baseline_reused == 0
+    paired = o.labels + o.reused
+    assert o.baseline_reused == min(paired, w.labels) and o.baseline_bought == paired - o.baseline_reused
+    log = pq.read_table(tmp_path / "out" / "labels.parquet").to_pandas()
+    human = log[log.role == "human"]
+    docs = [json.loads(x) for x in (tasks / "additions.jsonl").read_text().splitlines()]
+    for item, loss in zip(human["item"], human.loss, strict=True):
+        a, b = (int(x) for x in docs[item]["question"][8:-1].split(" + "))
+        assert loss == (1.0 if (a * b) % 7 == 0 else 0.5)  # weak wrong, exact right: (1 - 0 + 1) / 2

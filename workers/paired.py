@@ -36,6 +36,24 @@ class PairedReplaySpec:
                             self.baseline_identity)
 
 
+@dataclass(frozen=True)
+class PairedSpec:
+    """Any two sources' specs paired: the candidate's and its baseline's (a model of an lm-eval task, say), each built
+    as it would be alone; ``baseline_identity`` as in :class:`PairedReplaySpec`."""
+
+    candidate: object
+    baseline_spec: object
+    claim: Regression
+    baseline: str
+    baseline_identity: str | None = None
+
+    kind = "paired"
+
+    def build(self, arrays, rows) -> PairedSource:
+        return PairedSource(self.candidate.build(arrays, rows), self.baseline_spec.build(arrays, rows), self.claim,
+                            self.baseline_identity)
+
+
 class PairedSource:
     """A label source of paired losses u = (l - b + 1) / 2 over a candidate's source and its baseline's."""
 
@@ -79,8 +97,10 @@ class PairedSource:
         return self.baseline.human_labels - reused, reused
 
     def prime(self, items) -> None:
-        self.candidate.prime(items)
-        self.baseline.prime(items)
+        for side in (self.candidate, self.baseline):  # a side that counts generations (a replay source's)
+            prime = getattr(side, "prime", None)
+            if prime is not None:
+                prime(items)
 
     def origins(self, role: str, items) -> list[bool]:
         """Whether each of ``items`` came from the store: the candidate's side (a paired label is reused when its

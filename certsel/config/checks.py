@@ -127,13 +127,16 @@ class JobChecks:
                              "ranks them against each other")
 
     def _check_regression(self, cols: dict) -> None:
-        """A regression job compares each candidate of a table with its baseline, paired on the same items."""
-        if self.data is None and self.live is None:
-            raise ValueError(f"regression: compares candidates of a table (data:) or live models (live:) with a "
-                             f"baseline among them; a {self.source_kind} source is not supported yet (gate its "
-                             "candidates on alpha or recovery)")
+        """A regression job compares each candidate with its baseline, paired on the same items: a table's, live models,
+        or a registered source's that pairs (an lm-eval task's models)."""
+        if self.data is None and self.live is None and self.labels is None:
+            raise ValueError(f"regression: compares candidates of a table (data:), live models (live:) or a labels: "
+                             f"source's with a baseline among them; a {self.source_kind} source is not supported yet "
+                             "(gate its candidates on alpha or recovery)")
         self._check_compared("regression", "a baseline")
         self._check_listed_baseline()
+        if self.labels is not None:  # the source kind says whether it pairs (orchestrator.inputs.sources)
+            return
         if self.live is not None:
             ref = self.live.reference
             if isinstance(ref, str) and ref != self.regression.baseline:

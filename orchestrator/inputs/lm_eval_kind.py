@@ -4,7 +4,9 @@
 
 With a ``reference`` model, each document's loss compares the candidate's score s with the reference's s_ref (score: the
 metric, or 1 - metric when lower is better): with ``recovery: r`` the recovery loss (r s_ref - s + 1) / (1 + r), else
-the drop max(s_ref - s, 0).
+the drop max(s_ref - s, 0). A regression job's baseline is one of the candidates (or the reference): each side is its
+own source under its own label identity (:class:`~certsel.workers.paired.PairedSpec`), so a baseline's documents are
+evaluated once across jobs.
 
 Everything is checked when the job's data is loaded, before any label is bought: the task exists and is one task, the
 metric is computed by it, has a direction and lies in [0, 1].
@@ -19,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from certsel.config import LiveCandidateRef
 from certsel.config.base import no_duplicates
 from certsel.home import home
+from certsel.workers.label_store import identity_key
 from certsel.workers.lm_eval_source import LmEvalSpec, load_task, task_fingerprint, task_metric
+from certsel.workers.paired import PairedSpec
 
 from .jobdata import JobData, listed
 from .source_kind import Provides, SourceKind, register_source_kind
@@ -63,7 +67,7 @@ class LmEvalKind(SourceKind):
 
     def provides(self, cfg):
         return Provides(False, False, "a judge (the lm-eval source has none)", "features (the lm-eval source has none)",
-                        reference=self.settings(cfg).reference is not None)
+                        reference=self.settings(cfg).reference is not None, paired=True)
 
     def load(self, cfg):
         opts = self.settings(cfg)
@@ -71,12 +75,34 @@ class LmEvalKind(SourceKind):
         metric, higher = task_metric(task, opts.metric)
         cands = listed(cfg, [LiveCandidateRef(id=c.id, objective=c.objective) for c in opts.candidates],
                        "labels.candidates")
+        if cfg.regression is not None:  # the baseline is what the others are compared with, not gated itself
+            self._baseline(opts, cfg.regression.baseline)
+            cands = tuple(c for c in cands if c.id != cfg.regression.baseline)
         return JobData(table=None, features=None, fingerprint=task_fingerprint(task), live=cands,
                        function=(metric, higher), n_source_items=len(task.eval_docs))
+
+    @staticmethod
+    def _baseline(opts, name: str) -> LmEvalCandidate:
+        """A regression job's baseline: a candidate, or the reference of that id."""
+        models = {c.id: c for c in opts.candidates}
+        if opts.reference is not None:
+            if opts.reference.id != name:
+                raise ValueError(f"labels.reference: {opts.reference.id!r} is not the regression's baseline {name!r}; "
+                                 "a regression job's reference is its baseline (leave labels.reference out)")
+            models[name] = opts.reference
+        if name not in models:
+            raise ValueError(f"regression.baseline: {name!r} is not among labels.candidates "
+                             f"({', '.join(list(models)[:8])}) or labels.reference")
+        return models[name]
 
     def spec(self, cfg, data, k, with_judge):
         opts = self.settings(cfg)
         c = next(c for c in opts.candidates if c.id == data.names[k])
+        if cfg.regression is not None:  # each side alone, kept under its own identity
+            reg = cfg.regression
+            base = self._model_spec(opts, self._baseline(opts, reg.baseline), data)
+            identity = None if cfg.state.store is None else identity_key(self._identity(base, data))
+            return PairedSpec(self._model_spec(opts, c, data), base, reg.claim, reg.baseline, identity)
         ref = None if opts.reference is None else self._model_spec(opts, opts.reference, data)
         return dataclasses.replace(self._model_spec(opts, c, data), reference=ref,
                                    recovery=None if cfg.recovery is None else cfg.recovery.at_least)
@@ -94,17 +120,31 @@ class LmEvalKind(SourceKind):
     def label_identity(self, cfg, data, k):
         # the model, every request setting, the task's content, the reference and the claim; a local checkpoint
         # by its files too (one rebuilt at the same path is another model)
-        spec = dataclasses.asdict(self.spec(cfg, data, k, False))
-        for one in (spec, spec["reference"]):
+        spec = self.spec(cfg, data, k, False)
+        if isinstance(spec, PairedSpec):  # a regression candidate's own labels: those of the model alone
+            return self._identity(spec.candidate, data)
+        return self._identity(spec, data)
+
+    def claim_identity(self, cfg, data, k):
+        spec = self.spec(cfg, data, k, False)
+        if isinstance(spec, PairedSpec):  # the candidate's and the baseline's models (the margin is in alpha)
+            return {**self._identity(spec.candidate, data),
+                    "regression": {"baseline": self._identity(spec.baseline_spec, data)}}
+        return self._identity(spec, data)
+
+    @staticmethod
+    def _identity(spec: LmEvalSpec, data) -> dict:
+        out = dataclasses.asdict(spec)
+        for one in (out, out["reference"]):
             if one is not None:
                 for key in ("candidate", "cache_dir", "batch_size"):  # names and plumbing, not what decides a loss
                     one.pop(key)
                 one["checkpoint_files"] = local_checkpoint(one["model_args"])
-        return {"source": "lm-eval", "task": data.fingerprint, **spec}
+        return {"source": "lm-eval", "task": data.fingerprint, **out}
 
     def loss_words(self, cfg):
         opts = self.settings(cfg)
-        if opts.reference is None or cfg.recovery is not None:  # a recovery goal words its own loss
+        if opts.reference is None or cfg.recovery is not None or cfg.regression is not None:  # words of their own
             return None
         return (f"drop against the reference model {opts.reference.id!r} (per document: max(s_ref - s, 0), s the "
                 f"task's metric as a score)")

@@ -49,6 +49,7 @@ class Provides:
     judge_key: str
     features_key: str
     reference: bool = False  # each item is also scored by a reference model (recovery and drop claims)
+    paired: bool = False  # a candidate can be compared with a baseline among them, item by item (regression claims)
 
 
 class ServerFleet(Protocol):

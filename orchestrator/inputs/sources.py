@@ -165,6 +165,9 @@ def load_job_data(cfg: RunConfig) -> JobData:
             raise ValueError(f"recovery: needs a reference model's scores; the {kind.name} source has none"
                              + (" (set labels.reference)" if "reference" in (kind.options.model_fields if kind.options
                                                                            else {}) else ""))
+        if cfg.regression is not None and not has.paired:
+            raise ValueError(f"regression: the {kind.name} source cannot compare a candidate with a baseline item by "
+                             "item (gate its candidates on alpha or recovery)")
         data = kind.load(cfg)
         # what the built-in loaders check, for whatever a registered source returned
         check_size(cfg, data.n_items, f"the {kind.name} source")
