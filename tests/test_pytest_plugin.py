@@ -68,3 +68,42 @@ def test_a_users_suite_gates_a_job_without_any_setup(tmp_path):
     # undecided as xfail: the option, the answering finished jobs (nothing bought again)
     again = _run(tmp_path, "--certsel-undecided", "xfail", "-k", "borderline")
     assert "1 xfailed" in again.stdout, again.stdout + again.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_plugin_works_in_a_fresh_virtual_environment(tmp_path):
+    """``pip install certsel`` is all it takes: a new virtual environment gets this checkout as a wheel (its
+    dependencies resolved by pip, as a user's install resolves them) and pytest, nothing of this environment; the
+    user's suite then finds the plugin through the entry point the wheel declares and passes, fails and skips."""
+    import os
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    wheels = tmp_path / "wheels"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels),
+                            str(root)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = wheels.glob("certsel-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    got = subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(wheel), "pytest", "-c",
+                          str(root / "constraints.txt")], capture_output=True, text=True, timeout=1200)
+    assert got.returncode == 0, got.stderr[-2000:]
+    user = tmp_path / "user"
+    user.mkdir()
+    _suite(user)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS")}
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", CERTSEL_HOME=str(tmp_path / "home"))
+    where = subprocess.run([str(python), "-c", "import certsel; print(certsel.__file__)"], capture_output=True,
+                           text=True, env=env, cwd=user, timeout=120)
+    assert where.stdout.strip().startswith(str(venv)), where.stdout + where.stderr  # the wheel, not this checkout
+    markers = subprocess.run([str(python), "-m", "pytest", "--markers"], capture_output=True, text=True, env=env,
+                             cwd=user, timeout=300)
+    assert "@pytest.mark.certsel_gate(job" in markers.stdout, markers.stdout[-2000:] + markers.stderr[-2000:]
+    done = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"], capture_output=True,
+                          text=True, env=env, cwd=user, timeout=900)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1 and "1 failed, 1 passed, 1 skipped" in out, out[-3000:]
+    assert "FAIL      bad: " in out and "R >= 0.2 certified" in out, out[-3000:]
