@@ -15,6 +15,7 @@ def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
     statistics (not where it is tracked, run or named) and the data's content."""
     # the pilot's keys only when the job starts from one: jobs from before they existed keep their identity
     pilot = set() if cfg.scheduling.start == "pilot" else set(PILOT_KEYS)
+    pilot |= {"budget_stop"} if cfg.scheduling.budget_stop is None else set()  # likewise: only when on
     sampling = set() if cfg.policy.sampling != "iid" else {"sampling"}  # likewise: only when not the default
     bet = set() if cfg.pairwise.bet is not None else {"bet"}  # likewise: only when set
     body = cfg.model_dump(mode="json", exclude={"name": True, "tracking": True, "ray": True, "state": True,

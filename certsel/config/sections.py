@@ -156,6 +156,11 @@ class SchedulingConfig(Strict):
     # e-process on the mirrored losses; it never certifies, so the family-wise error is unchanged, and a candidate
     # with R < alpha is stopped with probability <= futility. Unset: DEFAULT_FUTILITY; null: off
     futility: float | None = Field(None, gt=0, lt=1)
+    # budget stop (testing policies, policies/budget_stop.py): stop a candidate, not certified, once its remaining
+    # budget would certify it with probability < budget_stop / 2, its growth taken at its upper budget_stop / 2 bound;
+    # it never certifies, so every guarantee is unchanged, and a candidate the full budget would certify is stopped
+    # with probability <= budget_stop (a Gaussian model of the e-process; benchmarks/budget_stop.py). null: off
+    budget_stop: float | None = Field(None, gt=0, lt=1)
     # rounds (testing policies, a ranking's pairs): "predicted" gives a candidate close to its threshold (a pair close
     # to an order or a tie) a round of about the labels its evidence says it still needs, between budget.min_batch
     # and budget.batch, so it does not buy a whole round past its decision; "fixed": budget.batch for every one
@@ -170,8 +175,11 @@ class SchedulingConfig(Strict):
     pilot_check: int = Field(30, ge=0, description="start: pilot: human labels people check the start on (0: none)")
 
     def stated(self) -> dict:
-        """The keys as a certificate states them: the pilot's only when the job starts from one."""
-        return self.model_dump(exclude=None if self.start == "pilot" else set(PILOT_KEYS))
+        """The keys as a certificate states them: the pilot's only when the job starts from one, the budget stop's only
+        when it is on (jobs without it keep the certificate and identity they had)."""
+        left_out = (set() if self.start == "pilot" else set(PILOT_KEYS)) | \
+            ({"budget_stop"} if self.budget_stop is None else set())
+        return self.model_dump(exclude=left_out or None)
 
 
 # scheduling.futility's level where the job does not set it (testing policies; None turns it off)

@@ -35,7 +35,9 @@ from certsel.policies.comparison import (
 from certsel.policies.procedures import CandidateView, Procedure
 
 from certsel.orchestrator.results.ranking import Ranking, TopK
-from certsel.orchestrator.results.outcomes import FUTILE_WORDS
+from certsel.orchestrator.results.outcomes import BUDGET_STOP_WORDS, FUTILE_WORDS
+from certsel.policies.budget_stop import Growth
+from certsel.policies.budget_stop import stops as budget_stops
 from certsel.orchestrator.results.records import Status
 
 
@@ -51,6 +53,9 @@ class Evidence:
     exhausted: bool = False  # its budget is spent: no more labels will come
     max_log_futility: float = 0.0  # the futility test's evidence for R >= alpha (log, running max)
     decision: int = 0  # an estimation policy's own: -1 R < alpha certified, +1 R > alpha certified
+    log_e: float = 0.0  # its log e-value now (testing policies)
+    growth: Growth | None = None  # how its log e-value grew lately (the budget stop's estimate)
+    remaining: int | None = None  # human labels its budget has left (None: no budget known)
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class Rules:
     adaptive: bool = True
     futility: float | None = None
     prune_keys: tuple[float, ...] | None = None
+    budget_stop: float | None = None  # gamma of the budget stop (policies/budget_stop.py); None: off
 
     @property
     def futility_log_level(self) -> float | None:
@@ -133,6 +139,11 @@ def settle(evidence: Sequence[Evidence], rules: Rules) -> list[Decision]:
         elif (rules.futility_log_level is not None and rules.adaptive
               and e.max_log_futility >= rules.futility_log_level):
             end(k, Status.FUTILE, f"{FUTILE_WORDS} at the futility level after {e.labels} human labels")
+        elif (rules.budget_stop is not None and rules.adaptive and rules.testing and e.growth is not None
+              and e.remaining is not None and not e.exhausted
+              and budget_stops(e.growth, e.log_e, float(thresholds[k]), e.remaining, rules.budget_stop)):
+            end(k, Status.NOT_CERTIFIED, f"{BUDGET_STOP_WORDS} after {e.labels} human labels: its remaining "
+                                         f"{e.remaining} would certify it with probability < {rules.budget_stop / 2:g}")
         elif e.exhausted:
             end(k, Status.NOT_CERTIFIED, "budget spent")
     if not rules.adaptive:

@@ -48,7 +48,8 @@ def session_of(plan, records: list[CandidateRecord]) -> SelectionSession:
     return SelectionSession(records, procedure=plan.procedure, delta=cfg.delta, alpha=cfg.alpha, testing=plan.testing,
                             mode=cfg.scheduling.mode, lookahead=cfg.scheduling.lookahead,
                             key=objective_key(cfg, plan.data), prune=cfg.scheduling.prune,
-                            futility=cfg.scheduling.futility, budget=cfg.budget.n)
+                            futility=cfg.scheduling.futility, budget=cfg.budget.n,
+                            budget_stop=cfg.scheduling.budget_stop)
 
 
 def round_sizes(active, log_thresholds, batch: int, smallest: int) -> dict:

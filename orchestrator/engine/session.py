@@ -17,6 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
+from certsel.policies.budget_stop import Growth
 from certsel.policies.procedures import CandidateView, Procedure
 from certsel.workers.contracts import Snapshot
 
@@ -49,12 +50,15 @@ def new_records(names, objective=None, true_risk=None) -> list[CandidateRecord]:
                             None if true_risk is None else float(true_risk[k])) for k, nm in enumerate(names)]
 
 
-def evidence(records: list[CandidateRecord]) -> tuple[Evidence, ...]:
+def evidence(records: list[CandidateRecord], budget: int | None = None) -> tuple[Evidence, ...]:
     """The frozen evidence the decision core decides on (it changes no record): a testing record whose every item is
     known (``exact``, its ``decision`` -1 where the exact mean passes) has the evidence +inf or -inf (exact p-value 0
-    or 1)."""
+    or 1). With the candidates' human-label ``budget``, each record's recent growth and the labels it has left (the
+    budget stop's inputs)."""
     return tuple(Evidence(r.name, r.status, r.t, r.max_log_e if not r.exact else
-                          (math.inf if r.decision == -1 else -math.inf), r.exhausted, r.max_log_futility, r.decision)
+                          (math.inf if r.decision == -1 else -math.inf), r.exhausted, r.max_log_futility, r.decision,
+                          r.log_e, None if budget is None or not r.path else Growth.of(r.path),
+                          None if budget is None else max(budget - r.t, 0))
                  for r in records)
 
 
@@ -84,7 +88,7 @@ class SelectionSession:
 
     def __init__(self, records: list[CandidateRecord], *, procedure: Procedure, delta: float, alpha: float = 0.1,
                  testing: bool = True, mode: str = "adaptive", lookahead: int = 1, key=None, prune: bool = False,
-                 futility: float | None = None, budget: int | None = None):
+                 futility: float | None = None, budget: int | None = None, budget_stop: float | None = None):
         self.records, self.delta, self.alpha = records, delta, alpha
         # each testing candidate's human-label budget: look-ahead is spent only on a frontier that can meet it
         self.budget = budget
@@ -94,7 +98,8 @@ class SelectionSession:
         self.K = len(records)
         self.by_name = {r.name: r for r in records}  # the records never change: looked up on every snapshot
         self.rules = Rules(procedure, delta, testing=testing, adaptive=mode == "adaptive", futility=futility,
-                           prune_keys=tuple(float(k) for k in self.key) if prune and self.key is not None else None)
+                           prune_keys=tuple(float(k) for k in self.key) if prune and self.key is not None else None,
+                           budget_stop=budget_stop)
 
     # -- levels ------------------------------------------------------------------------
     def log_thresholds(self) -> np.ndarray:
@@ -127,7 +132,7 @@ class SelectionSession:
 
     def settle(self) -> list[Decision]:
         """The decision core's decisions on the evidence now (:func:`~.decisions.settle`), applied and returned."""
-        out = settle(evidence(self.records), self.rules)
+        out = settle(evidence(self.records, self.budget if self.rules.budget_stop is not None else None), self.rules)
         apply(self.records, out)
         return out
 

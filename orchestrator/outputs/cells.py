@@ -3,6 +3,8 @@ and ``certsel show``: pure formatting with no heavy imports, so that showing a p
 
 from __future__ import annotations
 
+from certsel.orchestrator.results.outcomes import BUDGET_STOP_WORDS
+
 
 def efficiency_cell(row) -> str:
     """A certified candidate's labels to certify against the fewest any test would need: "174 / 60" (else blank)."""
@@ -155,6 +157,15 @@ def setting_lines(cert) -> list[str]:
         lines.append(f"futility: {len(futile)} candidate(s) stopped once R >= alpha was certified at {level:g}, "
                      f"{rest} human labels short of their budget; --set scheduling.futility=null would have spent "
                      f"them (each such stop is wrong with probability <= {level:g})")
+    stopped = [c for c in cert.candidates if c.status == "not certified" and (c.reason or "").startswith(
+        BUDGET_STOP_WORDS)]
+    if stopped and budget:
+        rest = sum(max(int(budget) - c.labels_human, 0) for c in stopped)
+        level = cert.scheduling.get("budget_stop")
+        lines.append(f"budget stop: {len(stopped)} candidate(s) stopped, not certified, once the rest of their budget "
+                     f"was unlikely to certify them, {rest} human labels short of it; --set scheduling.budget_stop=null "
+                     f"would have spent them (a candidate the full budget certifies is stopped with probability <= "
+                     f"{level:g})")
     pilot = cert.pilot
     if pilot is not None and not cert.certified_set:
         lines.append(f"pilot start: the sequence started at {pilot.start} and certified nothing. That is no evidence "

@@ -8,6 +8,8 @@ from enum import StrEnum
 FAIL_STATUSES = ("futile", "above alpha")
 # a futility stop's reason, on the tested losses; a goal words it as its claim's opposite (Goal.reason)
 FUTILE_WORDS = "R >= alpha certified"
+# a budget stop's reason (policies/budget_stop.py): not certified, its remaining budget unlikely to certify it
+BUDGET_STOP_WORDS = "budget stop"
 
 
 class Outcome(StrEnum):

@@ -1,0 +1,91 @@
+"""The budget stop: end a candidate, not certified, once its remaining budget is unlikely to certify it.
+
+A testing candidate is certified when its log e-value reaches its threshold c. After t human labels its log e-value is
+log E_t, and n - t labels of its budget are left. Its path so far tells how fast its evidence grows: over the later half
+of the path (a mixture's growth settles once its weights concentrate) the increments of log E have mean g and standard
+deviation s over w labels.
+
+Model the rest of the path as a Brownian motion with drift mu and variance s^2 per label, started at log E_t. The chance
+that it reaches c within m = n - t labels is the first-passage probability of drifted Brownian motion (the reflection
+principle; e.g. Borodin and Salminen, *Handbook of Brownian Motion*, part II, 2.1.1.4), with b = c - log E_t > 0:
+
+    P(max_{u <= m} X_u >= b) = Phi((mu m - b) / (s sqrt m)) + exp(2 mu b / s^2) Phi((-b - mu m) / (s sqrt m))   (1)
+
+The rule at level gamma (:func:`stops`): take mu at the upper (1 - gamma/2) confidence bound of the growth,
+g + z_{1 - gamma/2} s / sqrt(w), and stop when (1) at that mu is below gamma / 2. Under the model, a candidate that the full
+budget would certify is stopped with probability at most gamma (its growth above the bound: gamma / 2; its path reaching
+c from where it stopped: gamma / 2). The model is an approximation of a betting e-process; benchmarks/budget_stop.py
+measures the rate on the bundled tables.
+
+**The guarantee is unchanged.** Stopping a candidate never certifies it, so every certificate's error control holds
+whatever the rule does (optional stopping of an e-process, docs/statistics.md); the stop only costs power, which the
+level bounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm
+
+from ._validation import check_level
+
+MIN_WINDOW = 20  # increments the growth is estimated from before the rule may stop a candidate (40 human labels)
+
+
+def reach_probability(gap, drift, spread, remaining) -> np.ndarray:
+    """Eq. (1): the chance that Brownian motion with ``drift`` and standard deviation ``spread`` per label, started
+    ``gap`` below a barrier, reaches it within ``remaining`` labels (1 where ``gap`` <= 0; 0 where nothing remains
+    and ``gap`` > 0). Broadcast over its arguments; the second term is taken in logs, since exp(2 mu b / s^2) overflows
+    where its Phi underflows."""
+    b, mu, s, m = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (gap, drift, spread, remaining)))
+    if (s < 0).any() or (m < 0).any():
+        raise ValueError("spread and remaining must be >= 0")
+    out = np.zeros(b.shape)
+    out[b <= 0] = 1.0
+    live = (b > 0) & (m > 0)
+    flat = live & (s == 0)  # no noise: the drift alone reaches it, or not
+    out[flat] = (mu[flat] * m[flat] >= b[flat]).astype(np.float64)
+    go = live & (s > 0)
+    if go.any():
+        b, mu, s, m = b[go], mu[go], s[go], m[go]
+        root = s * np.sqrt(m)
+        first = norm.cdf((mu * m - b) / root)
+        second = np.exp(np.minimum(2.0 * mu * b / s**2 + norm.logcdf((-b - mu * m) / root), 0.0))
+        out[go] = np.minimum(first + second, 1.0)
+    return out
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How a log e-value path grew over the later half of its labels: mean ``rate`` and standard deviation ``spread``
+    of its increments per label, over ``window`` increments."""
+
+    rate: float
+    spread: float
+    window: int
+
+    @classmethod
+    def of(cls, path) -> Growth:
+        p = np.asarray(path, dtype=np.float64)
+        t = p.size
+        if t < 2:
+            return cls(0.0, 0.0, 0)
+        steps = np.diff(p, prepend=0.0)[t // 2:]
+        return cls(float(steps.mean()), float(steps.std(ddof=1)) if steps.size > 1 else 0.0, int(steps.size))
+
+    def upper_rate(self, level: float) -> float:
+        """The upper (1 - level) confidence bound of the rate (a normal approximation)."""
+        return self.rate + float(norm.ppf(1.0 - level)) * self.spread / np.sqrt(max(self.window, 1))
+
+
+def stops(growth: Growth, log_e: float, log_threshold: float, remaining: int, level: float) -> bool:
+    """Whether the budget stop at ``level`` ends a candidate now (see the module docstring): its growth's upper
+    (1 - level/2) bound makes reaching ``log_threshold`` from ``log_e`` within ``remaining`` labels less likely than
+    level / 2. Never before :data:`MIN_WINDOW` increments, nor once the threshold is reached."""
+    level = check_level(level, "scheduling.budget_stop")
+    if growth.window < MIN_WINDOW or remaining <= 0 or log_e >= log_threshold:
+        return False
+    drift = growth.upper_rate(level / 2.0)
+    return float(reach_probability(log_threshold - log_e, drift, growth.spread, remaining)) < level / 2.0

@@ -1,0 +1,117 @@
+"""The budget stop (policies/budget_stop.py): eq. (1) against a literal loop and against simulated random walks, its
+edge cases, the rule's own conditions, and the rate at which it stops a candidate the full budget would certify on
+simulated R-AutoEval+ paths, against its level."""
+
+import math
+
+import numpy as np
+import pytest
+
+from certsel.policies import log_evalue_paths, scheme_rhos
+from certsel.policies.budget_stop import MIN_WINDOW, Growth, reach_probability, stops
+
+
+def _phi(x):
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))  # erfc: accurate far in the lower tail
+
+
+def _literal(b, mu, s, m):
+    if b <= 0:
+        return 1.0
+    if m == 0:
+        return 0.0
+    root = s * math.sqrt(m)
+    tail = _phi((-b - mu * m) / root)
+    second = 0.0 if tail == 0.0 else math.exp(min(2 * mu * b / s**2 + math.log(tail), 0.0))
+    return min(1.0, _phi((mu * m - b) / root) + second)
+
+
+def test_eq1_equals_a_literal_loop():
+    rng = np.random.default_rng(1)
+    b, mu, s, m = rng.uniform(-1, 5, 300), rng.normal(0, 0.05, 300), rng.uniform(0.05, 0.5, 300), rng.integers(0, 400, 300)
+    got = reach_probability(b, mu, s, m)
+    want = [_literal(*x) for x in zip(b, mu, s, m)]
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("b, mu, s, m", [(2.0, 0.0, 0.15, 200), (3.0, 0.01, 0.12, 150), (1.5, -0.01, 0.2, 100)])
+def test_eq1_is_the_chance_a_simulated_walk_reaches_the_barrier(b, mu, s, m):
+    """Gaussian walks with ten steps per label. The formula is for continuous paths; a walk seen at steps of size
+    dt reaches a barrier b as a continuous path reaches b + 0.5826 s sqrt(dt) (Broadie, Glasserman and Kou, "A
+    continuity correction for discrete barrier options", 1997), which the comparison applies."""
+    rng = np.random.default_rng(3)
+    k = 10
+    hit = np.mean([(np.cumsum(rng.normal(mu / k, s / math.sqrt(k), size=(10_000, m * k)), axis=1).max(axis=1) >= b)
+                   .mean() for _ in range(4)])  # 40,000 walks: standard error <= 0.0025
+    assert float(reach_probability(b + 0.5826 * s / math.sqrt(k), mu, s, m)) == pytest.approx(hit, abs=0.01)
+
+
+def test_eq1_edges():
+    assert reach_probability(0.0, -1.0, 0.1, 10) == 1.0 and reach_probability(1.0, 1.0, 0.1, 0) == 0.0
+    assert reach_probability(1.0, 0.02, 0.0, 100) == 1.0 and reach_probability(3.0, 0.02, 0.0, 100) == 0.0
+    assert 0.0 <= float(reach_probability(50.0, 5.0, 0.01, 100)) <= 1.0  # no overflow where exp() would
+    with pytest.raises(ValueError, match="spread and remaining"):
+        reach_probability(1.0, 0.0, -0.1, 10)
+
+
+def test_the_rule_waits_for_its_window_and_never_stops_a_reached_threshold():
+    down = np.linspace(0, -3, 60)  # falling steadily: hopeless
+    assert stops(Growth.of(down), down[-1], math.log(10), 240, 0.2)
+    short = down[: 2 * MIN_WINDOW - 2]
+    assert Growth.of(short).window < MIN_WINDOW and not stops(Growth.of(short), short[-1], math.log(10), 240, 0.2)
+    up = np.linspace(0, 2.0, 60)  # on its way: 2.3 is reached within the budget
+    assert not stops(Growth.of(up), up[-1], math.log(10), 240, 0.2)
+    assert not stops(Growth.of(down), 2.4, math.log(10), 240, 0.2)
+    g = Growth.of(np.cumsum(np.r_[np.zeros(10), np.full(10, 0.1)]))
+    assert g.rate == pytest.approx(0.1) and g.window == 10
+    with pytest.raises(ValueError, match="scheduling.budget_stop"):
+        stops(Growth.of(down), 0.0, 1.0, 10, 1.5)
+
+
+@pytest.mark.parametrize("risk", [0.06, 0.08, 0.095])
+def test_it_rarely_stops_a_candidate_the_full_budget_certifies(risk):
+    """R-AutoEval+ paths on Bernoulli human losses with a judge that agrees 85% of the time, alpha 0.1, 300 labels: the
+    share of runs that the full budget certifies and the rule (level 0.2, checked every 25 labels as rounds are) had
+    stopped first stays below the level."""
+    rng = np.random.default_rng(int(risk * 1000))
+    reps, n, r, alpha, level = 300, 300, 3, 0.1, 0.2
+    human = (rng.random((reps, n * (1 + r))) < risk).astype(float)
+    judge = np.where(rng.random(human.shape) < 0.85, human, 1.0 - human)
+    paths = log_evalue_paths(human[:, :n], judge[:, :n], judge[:, n:], alpha=alpha, delta=0.1,
+                             rhos=scheme_rhos("r-autoeval+"), horizon=n, observation="split")
+    c = math.log(10)
+    reached = np.maximum.accumulate(paths, axis=1) >= c
+    certified_at = np.where(reached.any(1), reached.argmax(1) + 1, n + 1)
+    stopped_at = np.full(reps, n + 1)
+    for t in range(25, n, 25):
+        for i in np.flatnonzero((stopped_at > n) & (certified_at > t)):
+            if stops(Growth.of(paths[i, :t]), paths[i, t - 1], c, n - t, level):
+                stopped_at[i] = t
+    lost = ((certified_at <= n) & (stopped_at < certified_at)).mean()
+    assert lost <= level / 2  # its level bounds it; measured far below
+
+
+@pytest.mark.integration
+def test_the_quickstart_stops_its_boundary_candidate_through_the_cli(ray_session, tmp_path, capsys, monkeypatch):
+    """examples/quantization.yaml with and without the stop on a real Ray: the same selection and certified set, the
+    boundary config (R = 0.0994 at alpha 0.1) stopped as 'budget stop' well short of its 300 labels, every e-value of
+    the shared part of the paths the same, and the job's last lines say what it left unspent."""
+    import json
+    import pathlib
+
+    from certsel import cli
+
+    monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
+    example = str(pathlib.Path(__file__).resolve().parents[1] / "examples" / "quantization.yaml")
+    runs = {}
+    for name, sets in (("off", []), ("on", ["--set", "scheduling.budget_stop=0.2"])):
+        assert cli.main(["run", example, *sets, "--no-tracking", "--no-progress", "--json",
+                         str(tmp_path / f"{name}.json")]) == 0
+        runs[name] = (json.loads((tmp_path / f"{name}.json").read_text()), capsys.readouterr().out)
+    (off, _), (on, said) = runs["off"], runs["on"]
+    assert on["selected"] == off["selected"] and on["certified_set"] == off["certified_set"]
+    stopped = [c for c in on["candidates"] if (c["reason"] or "").startswith("budget stop")]
+    assert [c["candidate"] for c in stopped] == ["mx_m4_r8_k16"] and stopped[0]["labels_human"] < 200
+    assert on["labels"]["spent"]["human"] < 0.7 * off["labels"]["spent"]["human"]
+    assert on["scheduling"]["budget_stop"] == 0.2 and "budget_stop" not in off["scheduling"]
+    assert "budget stop: 1 candidate(s) stopped" in said and "--set scheduling.budget_stop=null" in said
