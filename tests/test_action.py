@@ -70,12 +70,17 @@ def _workspace(tmp_path) -> pathlib.Path:
     return ws
 
 
-def test_the_actions_steps_gate_and_carry_the_label_store_in_the_cache(tmp_path):
+@pytest.fixture
+def setup(tmp_path):
+    """(the workspace with its job, the action on an empty cache); the steps run the certsel on PATH."""
     if shutil.which("certsel") is None:
         pytest.skip("certsel is not on PATH")
-    ws, cache = _workspace(tmp_path), tmp_path / "cache"
-    cache.mkdir()
-    action = CompositeAction(ROOT, cache)
+    (tmp_path / "cache").mkdir()
+    return _workspace(tmp_path), CompositeAction(ROOT, tmp_path / "cache")
+
+
+def test_the_actions_steps_gate_and_carry_the_label_store_in_the_cache(setup):
+    ws, action = setup
     inputs = {"job": "gate.yaml", "baseline": "v1", "margin": "0.05", "install": ""}
     # release 'close' (at the margin): undecided within 160 items, which 'undecided: pass' lets through
     one = action.run({**inputs, "only": "close", "undecided": "pass"}, ws, run_id="101")
@@ -104,12 +109,8 @@ def test_the_actions_steps_gate_and_carry_the_label_store_in_the_cache(tmp_path)
     assert third["baseline_bought"] == 0 and third["baseline_reused"] == third["labels"] + third["reused"] > 0
 
 
-def test_bad_input_fails_the_action_with_its_one_line(tmp_path):
-    if shutil.which("certsel") is None:
-        pytest.skip("certsel is not on PATH")
-    ws, cache = _workspace(tmp_path), tmp_path / "cache"
-    cache.mkdir()
-    action = CompositeAction(ROOT, cache)
+def test_bad_input_fails_the_action_with_its_one_line(setup):
+    ws, action = setup
     missing = action.run({"job": "nope.yaml", "install": ""}, ws)
     assert not missing.success and missing.outputs["exit-code"] == "2"
     assert "certsel: error:" in missing.steps[3].log and "nope.yaml" in missing.steps[3].log, missing.log()
