@@ -224,3 +224,20 @@ def test_a_live_regression_job_takes_its_baseline_as_the_reference(tmp_path):
     said = []
     asked = RegressionAsk("v2", 0.05).apply({**raw, "live": {**live, "reference": "v1"}}, warn=said.append)
     assert parse_config(asked).live.reference == "v2" and "live.reference" in said[0]
+
+
+def test_a_regression_job_without_a_job_folder_returns_its_paired_labels(tmp_path):
+    """In one process with no job folder (the API's run_job, the behaviour guard), the label log is the paired losses
+    the test saw, each item once per role."""
+    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
+    from certsel.orchestrator.inputs.sources import load_job_data
+
+    raw = {**_job(tmp_path), "procedure": "gate"}
+    raw.pop("state")
+    cfg = parse_config(raw)
+    res = run_job(cfg, load_job_data(cfg), LocalRuntime(1))
+    for r in res.records:
+        log = res.labels[r.name]
+        human = log.loss[log.role == "human"]
+        assert human.size == r.n_human > 0 and np.isin(human, [0.0, 0.5, 1.0]).all()
+        assert np.unique(log.item[log.role == "human"]).size == human.size

@@ -60,6 +60,8 @@ class PairedSource:
     def __init__(self, candidate, baseline, claim: Regression, baseline_identity: str | None = None):
         self.candidate, self.baseline, self.claim = candidate, baseline, claim
         self.baseline_identity = baseline_identity
+        self.log: list = []  # (items, role, paired losses) of every paired label bought, in order
+        self._done: dict[str, set] = {"human": set(), "judge": set()}
 
     def in_store(self, store: LabelStore, identity: str) -> PairedSource:
         """This source with each side kept in ``store`` under its own identity (the candidate's ``identity``, the
@@ -111,11 +113,19 @@ class PairedSource:
 
     def human(self, items) -> np.ndarray:
         items = np.asarray(items, dtype=np.int64)
-        return self.claim.losses(self.candidate.human(items), self.baseline.human(items))
+        return self._logged("human", items, self.claim.losses(self.candidate.human(items), self.baseline.human(items)))
 
     def judge(self, items) -> np.ndarray:
         items = np.asarray(items, dtype=np.int64)
-        return self.claim.losses(self.candidate.judge(items), self.baseline.judge(items))
+        return self._logged("judge", items, self.claim.losses(self.candidate.judge(items), self.baseline.judge(items)))
+
+    def _logged(self, role: str, items: np.ndarray, losses: np.ndarray) -> np.ndarray:
+        """``losses``, with the items labelled in ``role`` for the first time added to :attr:`log`."""
+        done = self._done[role]
+        new = [k for k, i in enumerate(items.tolist()) if i not in done and not done.add(i)]
+        if new:
+            self.log.append((items[new], role, losses[new]))
+        return losses
 
     def losses(self, items) -> np.ndarray:
         return self.human(items)
