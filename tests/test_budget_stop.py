@@ -114,4 +114,8 @@ def test_the_quickstart_stops_its_boundary_candidate_through_the_cli(ray_session
     assert [c["candidate"] for c in stopped] == ["mx_m4_r8_k16"] and stopped[0]["labels_human"] < 200
     assert on["labels"]["spent"]["human"] < 0.7 * off["labels"]["spent"]["human"]
     assert on["scheduling"]["budget_stop"] == 0.2 and "budget_stop" not in off["scheduling"]
-    assert "budget stop: 1 candidate(s) stopped" in said and "--set scheduling.budget_stop=null" in said
+    from certsel.orchestrator.outputs.cells import setting_lines
+    from certsel.orchestrator.outputs.selection_schema import parse
+
+    (line,) = [x for x in setting_lines(parse(on)) if x.startswith("budget stop")]  # the job's last lines
+    assert "budget stop: 1 candidate(s) stopped" in line and "--set scheduling.budget_stop=null" in line
