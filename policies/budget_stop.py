@@ -68,12 +68,16 @@ class Growth:
 
     @classmethod
     def of(cls, path) -> Growth:
+        """The later half of ``path`` (log E after each label; its start is log E_0 = 0): the rate is its gain over the
+        window divided by the window, the spread its increments' standard deviation."""
         p = np.asarray(path, dtype=np.float64)
         t = p.size
-        if t < 2:
+        if t == 0:
             return cls(0.0, 0.0, 0)
-        steps = np.diff(p, prepend=0.0)[t // 2:]
-        return cls(float(steps.mean()), float(steps.std(ddof=1)) if steps.size > 1 else 0.0, int(steps.size))
+        half = t // 2
+        rate = float((p[-1] - (p[half - 1] if half else 0.0)) / (t - half))
+        steps = np.diff(p, prepend=0.0)[half:]
+        return cls(rate, float(steps.std(ddof=1)) if steps.size > 1 else 0.0, int(steps.size))
 
     def upper_rate(self, level: float) -> float:
         """The upper (1 - level) confidence bound of the rate (a normal approximation)."""

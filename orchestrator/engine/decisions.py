@@ -41,7 +41,6 @@ from certsel.policies.budget_stop import stops as budget_stops
 from certsel.orchestrator.results.records import Status
 
 
-
 @dataclass(frozen=True)
 class Evidence:
     """One candidate's evidence as the rules see it (a copy: deciding changes no record)."""

@@ -248,9 +248,5 @@ class SelectionSession:
 
 def recent_growth(path) -> float:
     """log E gained per label over the later half of the path: a mixture's evidence grows faster once its weights have
-    concentrated, so the early labels under-state the rate."""
-    t = len(path)
-    if t == 0:
-        return 0.0
-    half = t // 2
-    return (path[-1] - (path[half - 1] if half else 0.0)) / (t - half)
+    concentrated, so the early labels under-state the rate (:class:`~certsel.policies.budget_stop.Growth`)."""
+    return Growth.of(path).rate
