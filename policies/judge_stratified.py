@@ -125,6 +125,7 @@ class StratifiedTest:
         self.futility = None if futility is None else check_level(futility, "futility")
         self.futility_state = BettingState()
         self.futility_max_log_evalue = 0.0
+        self.last_futility_path = np.zeros(0)  # its log E after each label of the last update (the budget stop)
 
     # -- drawing and labels -------------------------------------------------------------------
     def next_items(self, batch: int) -> np.ndarray:
@@ -145,6 +146,7 @@ class StratifiedTest:
             raise ValueError("labels for items that were not drawn")
         got = self.design.observe_block(items, z)
         y, a, b = got.y_scaled, got.lo_scaled, got.hi_scaled  # (S, t)
+        self.last_futility_path = np.zeros(0)
         if y.shape[1] == 0:
             return np.zeros(0)
         if self.futility is not None:  # mirrored: 1 - Y has mean 1 - mu and lies below 1 - a
@@ -152,6 +154,7 @@ class StratifiedTest:
                                                       self.futility_state, self.futility, 1.0 - self.alpha)
             fpath, self._futility_wealth = self._mix(fpath, self._futility_wealth)
             self.futility_max_log_evalue = max(self.futility_max_log_evalue, float(fpath.max()))
+            self.last_futility_path = fpath
         path, self.state, u = self._bet(normalised(y, b, self.alpha), self.state, self.delta, self.alpha)
         path, self._log_wealth = self._mix(path, self._log_wealth)
         self.max_log_evalue = max(self.max_log_evalue, float(path.max()))

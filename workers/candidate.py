@@ -88,6 +88,7 @@ class TestingCandidate(_Candidate):
         self._ju: list[np.ndarray] = []
         self._ci: tuple[float, float] | None = None
         self._bound: dict = {}  # level -> upper bound (cleared by new labels)
+        self._futility_path: np.ndarray | None = None  # the futility test's log E after each label of the last step
 
     @classmethod
     def from_kind(cls, name, source, kind: PolicyKind, settings: PolicySettings, inputs: PolicyInputs):
@@ -265,7 +266,7 @@ class TestingCandidate(_Candidate):
         if got is None:
             return self.snapshot()
         if self.futility is not None:
-            self.futility.update(*mirrored(*got))
+            self._futility_path = np.asarray(self.futility.update(*mirrored(*got)), dtype=np.float64)
         return self.after_update(self.test.update(*got))
 
     def snapshot(self, path=None, numbers=None) -> Snapshot:
@@ -281,6 +282,7 @@ class TestingCandidate(_Candidate):
         out.ci = self._ci
         if self.futility is not None:
             out.futility_log_e = float(self.futility.max_log_evalue)
+            out.futility_path, self._futility_path = self._futility_path if path is not None else None, None
         return out
 
 
@@ -416,6 +418,7 @@ class ChosenTestingCandidate(_Candidate):
         out.ci = self.test.interval() if self.t and self.intervals != "none" else None
         if self.test.futility is not None:
             out.futility_log_e = self.test.futility_max_log_evalue
+            out.futility_path = None if path is None else self.test.last_futility_path
         return out
 
     def state_dict(self) -> dict:

@@ -221,6 +221,7 @@ class Snapshot:
     label_minimum: float | None = None  # testing, final: the fewest labels any test would need, from its labels
     judge: dict | None = None  # agreement of the judge with the human labels (testing with a judge)
     futility_log_e: float | None = None  # max log e-value of the futility test (evidence for R >= alpha)
+    futility_path: np.ndarray | None = None  # the futility test's log E after each new human label (the budget stop)
     path: np.ndarray | None = None
     log_e: float = 0.0
     max_log_e: float = 0.0

@@ -73,9 +73,9 @@ def _update_together(fetched: list[tuple[TestingCandidate, tuple | None]]) -> li
     path = test.update(h, jl, ju)
     if cands[0].futility is not None:  # the mirrored tests, stacked the same way
         fut = SequentialTest.stack([c.futility for c in cands])
-        fut.update(*mirrored(h, jl, ju))
-        for c, part in zip(cands, fut.split(), strict=True):
-            c.futility = part
+        fpath = np.asarray(fut.update(*mirrored(h, jl, ju)), dtype=np.float64)
+        for i, (c, part) in enumerate(zip(cands, fut.split(), strict=True)):
+            c.futility, c._futility_path = part, fpath[i]
     # the snapshot numbers for the whole batch at once (the same formulas as snapshot())
     log_e, max_log_e, weights = test.log_evalue.tolist(), test.max_log_evalue.tolist(), test.rho_weights
     est = test.estimate

@@ -55,6 +55,19 @@ class Evidence:
     log_e: float = 0.0  # its log e-value now (testing policies)
     growth: Growth | None = None  # how its log e-value grew lately (the budget stop's estimate)
     remaining: int | None = None  # human labels its budget has left (None: no budget known)
+    futility_log_e: float = 0.0  # the futility test's log e-value now
+    futility_growth: Growth | None = None  # how it grew lately (None: no futility path known)
+
+    def decidable(self, rules: Rules, log_threshold: float) -> bool:
+        """Whether the rest of its budget could still decide it, as the budget stop judges (policies/budget_stop.py):
+        its test could still reach ``log_threshold``, or, with a futility stop, the futility test its level. A side
+        whose growth is unknown counts as able to."""
+        level = rules.budget_stop
+        if self.growth is None or not budget_stops(self.growth, self.log_e, log_threshold, self.remaining, level):
+            return True
+        fut = rules.futility_log_level
+        return fut is not None and (self.futility_growth is None or not budget_stops(
+            self.futility_growth, self.futility_log_e, fut, self.remaining, level))
 
 
 @dataclass(frozen=True)
@@ -138,11 +151,11 @@ def settle(evidence: Sequence[Evidence], rules: Rules) -> list[Decision]:
         elif (rules.futility_log_level is not None and rules.adaptive
               and e.max_log_futility >= rules.futility_log_level):
             end(k, Status.FUTILE, f"{FUTILE_WORDS} at the futility level after {e.labels} human labels")
-        elif (rules.budget_stop is not None and rules.adaptive and rules.testing and e.growth is not None
-              and e.remaining is not None and not e.exhausted
-              and budget_stops(e.growth, e.log_e, float(thresholds[k]), e.remaining, rules.budget_stop)):
+        elif (rules.budget_stop is not None and rules.adaptive and rules.testing and e.remaining is not None
+              and not e.exhausted and not e.decidable(rules, float(thresholds[k]))):
             end(k, Status.NOT_CERTIFIED, f"{BUDGET_STOP_WORDS} after {e.labels} human labels: its remaining "
-                                         f"{e.remaining} would certify it with probability < {rules.budget_stop / 2:g}")
+                                         f"{e.remaining} would {'decide' if rules.futility_log_level is not None else 'certify'} "
+                                         f"it with probability < {rules.budget_stop / 2:g}")
         elif e.exhausted:
             end(k, Status.NOT_CERTIFIED, "budget spent")
     if not rules.adaptive:

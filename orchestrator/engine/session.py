@@ -55,10 +55,13 @@ def evidence(records: list[CandidateRecord], budget: int | None = None) -> tuple
     known (``exact``, its ``decision`` -1 where the exact mean passes) has the evidence +inf or -inf (exact p-value 0
     or 1). With the candidates' human-label ``budget``, each record's recent growth and the labels it has left (the
     budget stop's inputs)."""
+    def growth(path):
+        return None if budget is None or not path else Growth.of(path)
+
     return tuple(Evidence(r.name, r.status, r.t, r.max_log_e if not r.exact else
                           (math.inf if r.decision == -1 else -math.inf), r.exhausted, r.max_log_futility, r.decision,
-                          r.log_e, None if budget is None or not r.path else Growth.of(r.path),
-                          None if budget is None else max(budget - r.t, 0))
+                          r.log_e, growth(r.path), None if budget is None else max(budget - r.t, 0),
+                          r.futility_path[-1] if r.futility_path else 0.0, growth(r.futility_path))
                  for r in records)
 
 

@@ -95,6 +95,7 @@ class CandidateRecord:
     label_minimum: float | None = None  # the fewest labels any test would need, estimated from its labels
     judge: dict | None = None  # the judge's agreement with the human labels
     max_log_futility: float = 0.0  # the futility test's evidence for R >= alpha (log, running max)
+    futility_path: list = field(default_factory=list)  # its log e-value after each human label (the budget stop)
     decision: int = 0
     rho_weights: list | None = None
     certified_at: int = 0  # human labels when certification was observed (0: never)
@@ -128,6 +129,8 @@ class CandidateRecord:
             self.judge = snap.judge
         if snap.futility_log_e is not None:
             self.max_log_futility = snap.futility_log_e
+        if snap.futility_path is not None and snap.futility_path.size:
+            self.futility_path.extend(snap.futility_path.tolist())
         if snap.path is not None:
             if snap.path.size:
                 self.path.extend(snap.path.tolist())
@@ -268,6 +271,7 @@ def dump_records(records) -> list[dict]:
         d = dataclasses.asdict(r)
         d["status"] = str(r.status)
         d["path"] = np.asarray(r.path, dtype=np.float64)
+        d["futility_path"] = np.asarray(r.futility_path, dtype=np.float64)
         out.append(d)
     return out
 
@@ -281,6 +285,7 @@ def load_records(records, saved: list[dict]) -> None:
             setattr(r, k, v)
         r.status = Status(d["status"])
         r.path = np.asarray(d["path"]).tolist()
+        r.futility_path = np.asarray(d.get("futility_path", ())).tolist()
         if isinstance(d.get("claim"), dict):
             r.claim = ContinuedClaim(**d["claim"])
         if isinstance(d.get("queue"), dict):
