@@ -63,6 +63,9 @@ AUDITS = [
 VOLATILE = {"created", "seconds", "job_id", "certsel_version"}  # differ between any two runs
 # the file's format, not the job's behaviour: selection.json gained a schema version after the baseline
 FORMAT = {"schema_version"}
+# traces kept since the baseline, of numbers it compares already: a record's futility_path (the futility test's log E
+# after each label, for the budget stop; its running maximum, max_log_futility, is compared)
+TRACES = {"futility_path"}
 # fields added after the baseline, left out where they hold the value every baseline job has
 # (a record's exact: a table job never decides on an exact mean; True would still differ; a record's
 # reused: no baseline job keeps labels across jobs; a record's claim: none continues a claim's test;
@@ -76,7 +79,7 @@ def plain(x):
         return plain(dataclasses.asdict(x))
     if isinstance(x, dict):
         return {str(k): plain(v) for k, v in x.items()
-                if k not in VOLATILE | FORMAT and not (k in ADDED and type(v) is type(ADDED[k]) and v == ADDED[k])}
+                if k not in VOLATILE | FORMAT | TRACES and not (k in ADDED and type(v) is type(ADDED[k]) and v == ADDED[k])}
     if isinstance(x, (list, tuple)):
         return [plain(v) for v in x]
     if isinstance(x, np.ndarray):

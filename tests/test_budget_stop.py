@@ -68,6 +68,58 @@ def test_the_rule_waits_for_its_window_and_never_stops_a_reached_threshold():
         stops(Growth.of(down), 0.0, 1.0, 10, 1.5)
 
 
+def _settled(futility, fut_path):
+    """settle() on one running candidate whose own test falls steadily (hopeless), with a futility test whose log E
+    path is ``fut_path`` (None: none known)."""
+    from certsel.orchestrator.engine.decisions import Evidence, Rules, settle
+    from certsel.orchestrator.results.records import Status
+    from certsel.policies.procedures import PROCEDURES
+
+    down = np.linspace(0, -3, 60)
+    e = Evidence("c", Status.RUNNING, labels=60, max_log_e=0.0, log_e=float(down[-1]), growth=Growth.of(down),
+                 remaining=240, futility_log_e=0.0 if fut_path is None else float(fut_path[-1]),
+                 futility_growth=None if fut_path is None else Growth.of(fut_path))
+    rules = Rules(PROCEDURES.lookup("fst"), 0.1, futility=futility, budget_stop=0.2)
+    return [(d.status.value, d.reason) for d in settle([e], rules)]
+
+
+def test_with_a_futility_test_it_stops_only_when_neither_test_can_reach_its_level():
+    """A gate's candidate ends early as undecided only when the rest of its budget is unlikely to certify it *and*
+    unlikely to show the opposite: a futility test on its way keeps it running, and so does one whose growth is not
+    known yet (a continued claim's futility path starts empty)."""
+    (only,) = _settled(None, None)  # no futility test: its own test decides
+    assert only[0] == "not certified" and only[1].startswith("budget stop") and "certify it" in only[1]
+    assert _settled(0.05, np.linspace(0, 2.0, 60)) == []  # the opposite is on its way: it runs on
+    assert _settled(0.05, None) == []  # the futility test's growth unknown: it runs on
+    (both,) = _settled(0.05, np.linspace(0, -1.0, 60))  # neither can reach: stopped, undecided
+    assert both[0] == "not certified" and "decide it" in both[1]
+
+
+def test_a_job_records_each_futility_test_path_label_by_label_and_its_checkpoint_keeps_it():
+    """Stacked or apart, every tested candidate's record holds its futility test's log E after each of its labels,
+    whose maximum is the futility evidence the job decided on, and a driver checkpoint round-trips it."""
+    import pathlib
+
+    from certsel.config import load_config
+    from certsel.orchestrator.engine.driver import LocalRuntime, run_job
+    from certsel.orchestrator.inputs.sources import load_job_data
+    from certsel.orchestrator.results.records import dump_records, load_records
+
+    cfg = load_config(pathlib.Path(__file__).resolve().parents[1] / "examples" / "quantization.yaml",
+                      ["seed=0", "scheduling.budget_stop=0.2"])
+    res = run_job(cfg, load_job_data(cfg), LocalRuntime(1))
+    tested = [r for r in res.records if r.t]
+    assert len(tested) >= 3
+    for r in tested:
+        assert len(r.futility_path) == len(r.path) == r.t
+        assert max(0.0, max(r.futility_path)) == pytest.approx(r.max_log_futility)
+    saved = dump_records(res.records)
+    for r in res.records:
+        r.futility_path = []
+    load_records(res.records, saved)
+    assert [len(r.futility_path) for r in tested] == [r.t for r in tested]
+
+
 @pytest.mark.parametrize("risk", [0.06, 0.08, 0.095])
 def test_it_rarely_stops_a_candidate_the_full_budget_certifies(risk):
     """R-AutoEval+ paths on Bernoulli human losses with a judge that agrees 85% of the time, alpha 0.1, 300 labels: the
