@@ -42,7 +42,7 @@ LARGE = "1,000 templates (Holm, alpha 0.3)"  # benchmarks/defaults.py's 1,000-ca
 def run(task):
     """One job: (its file, seed, level) -> (human labels, certified set, selection, candidates)."""
     path, seed, level = task
-    sets = [f"seed={seed}"] + ([] if level is None else [f"scheduling.budget_stop={level}"])
+    sets = [f"seed={seed}"] + [f"scheduling.budget_stop={'null' if level is None else level}"]
     cfg = load_config(path, sets)
     res = run_job(cfg, load_job_data(cfg), LocalRuntime(1))
     return res.spent["human"], frozenset(res.certified), res.selected, len(res.records)
@@ -111,7 +111,7 @@ def _gate(task):
     from certsel.orchestrator.results.outcomes import Outcome
 
     seed, level = task
-    sets = [f"seed={seed}", "budget.n=1000"] + ([] if level is None else [f"scheduling.budget_stop={level}"])
+    sets = [f"seed={seed}", "budget.n=1000"] + [f"scheduling.budget_stop={'null' if level is None else level}"]
     cfg = gate_config(ROOT / "examples" / "gate_recovery.yaml", sets)
     cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"store": None})})
     res = run_job(cfg, load_job_data(cfg), LocalRuntime(), collect_labels=False)

@@ -134,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     job_arguments(pl, "a replay job file with its costs: section", "costs.judge=0.01",
                    seed_help="seed of the pilot's draws (independent of the job's)")
     pl.add_argument("--pilot", type=int, default=50, help="pilot items per candidate (default 50)")
+    pl.add_argument("--sims", type=int, default=8,
+                    help="simulated runs of the job as configured, on tables drawn from the pilot (default 8; 0: none)")
     show = sub.add_parser("show", help="print the certificate of a past job")
     show.add_argument("run_id", help="the job's id or MLflow run id, or a prefix of either (as certsel run prints "
                                      "them); a candidate's run id is looked up in MLflow")

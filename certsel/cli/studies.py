@@ -90,13 +90,18 @@ def audit_tasks_command(args, cfg) -> int:
 def plan_command(args) -> int:
     from certsel.config import load_config
     from certsel.orchestrator.inputs.sources import load_job_data
-    from certsel.orchestrator.inputs.planning import plan, plan_table
+    from certsel.orchestrator.engine.forecast import forecast
+    from certsel.orchestrator.inputs.planning import pilot, plan, plan_table
 
     cfg = load_config(args.config, args.overrides)
     if cfg.tasks is not None and cfg.aggregate is None:
         raise ValueError(f"{args.config}: certsel plan sizes one job; plan each task's table as a job of its own")
+    if args.sims < 0:
+        raise ValueError(f"--sims must be 0 or more, got {args.sims}")
     data = load_job_data(cfg)
-    cfg = data.policy_config(cfg)  # an aggregate is planned in its stacked table's units (alpha / M)
-    rows = plan(cfg, data, m=args.pilot, seed=args.seed)
-    print(plan_table(cfg, rows, args.pilot))
+    units = data.policy_config(cfg)  # an aggregate is planned in its stacked table's units (alpha / M)
+    rows = plan(units, data, m=args.pilot, seed=args.seed)
+    print(plan_table(units, rows, args.pilot))
+    if args.sims:  # the job itself (its own units: the engine converts them), run on tables drawn from the pilot
+        print(forecast(cfg, data, pilot(data.table, args.pilot, args.seed), sims=args.sims, seed=args.seed).line())
     return 0

@@ -1,0 +1,87 @@
+"""What a replay job will spend, forecast by running it: ``certsel plan``'s line for the job as configured.
+
+Counting each candidate's expected labels alone (:mod:`certsel.orchestrator.inputs.planning`) misses what a job does
+around its tests: a pilot start skips the configs before the frontier, futility and budget stops end hopeless
+candidates early, a fixed sequence ends at its first failure, Holm certifies what it certifies at looser levels. Rather
+than model each, the forecast runs the job's own engine (:func:`~.driver.run_job`, in this process, no label store, no
+tracking) on ``sims`` tables drawn from the plan's pilot items, so every rule the job would apply is applied.
+
+Each simulated table gives every candidate ``N`` item columns (the job's table size) drawn from the pilot's items with
+the weights of a Bayesian bootstrap (Dirichlet(1, ..., 1) over the pilot items, then drawn with those weights; Rubin,
+*The Bayesian Bootstrap*, Ann. Statist. 1981): the table's risks vary around the pilot's means as a posterior over
+them does, so the forecast averages over what the pilot leaves unknown instead of taking its means as the truth. The
+same columns serve every candidate, keeping the candidates' losses on an item together (a judge's with its human's).
+
+It certifies nothing: the pilot's items are drawn with their own generator (:func:`~..inputs.planning.pilot`), apart
+from the job's order, and their labels never enter the job's evidence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from certsel.config import RunConfig
+
+from certsel.orchestrator.inputs.jobdata import JobData
+from certsel.workers.replay import LossTable
+
+from .driver import run_job
+from .runtime import LocalRuntime
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The job's spend over ``sims`` simulated runs: means, and the range of its human labels."""
+
+    sims: int
+    human: float
+    human_low: int
+    human_high: int
+    judge: float
+    requests: float
+    certified: float  # candidates certified, on average
+    selections: dict  # how often each candidate (None: none) was selected
+
+    def line(self) -> str:
+        """The forecast as the plan prints it."""
+        top = max(self.selections.items(), key=lambda kv: kv[1])
+        return (f"the job as configured: about {self.human:,.0f} human labels (from {self.human_low:,} to "
+                f"{self.human_high:,} over {self.sims} simulated runs), {self.judge:,.0f} judge labels, "
+                f"{self.certified:.1f} candidates certified, selecting {top[0] or 'none'} in {top[1]} of "
+                f"{self.sims} runs: its own engine run on tables drawn from the pilot's items (every stop, the "
+                f"pilot start and the procedure's end as the job applies them)")
+
+
+def simulated_table(table: LossTable, items: np.ndarray, rng: np.random.Generator) -> LossTable:
+    """A table of the same shape whose item columns are drawn from ``items`` with Bayesian-bootstrap weights."""
+    weights = rng.dirichlet(np.ones(items.size))
+    cols = rng.choice(items, size=table.human.shape[1], p=weights)
+    return dataclasses.replace(table, human=table.human[:, cols],
+                               judge=None if table.judge is None else table.judge[:, cols])
+
+
+def forecast(cfg: RunConfig, data: JobData, items: np.ndarray, *, sims: int = 8, seed: int = 0) -> Forecast:
+    """The job ``cfg`` run ``sims`` times on tables drawn from the pilot ``items`` (each run its own seed)."""
+    if sims < 1:
+        raise ValueError(f"--sims must be at least 1, got {sims}")
+    if data.table is None:
+        raise ValueError("certsel plan needs a replay job (data:): its pilot comes from the loss table")
+    rng = np.random.default_rng([int(seed), 0xF0CA])
+    quiet = cfg.model_copy(update={"state": cfg.state.model_copy(update={"store": None})})
+    spent, certified, chosen = [], [], {}
+    for s in range(sims):
+        table = simulated_table(data.table, np.asarray(items), rng)
+        # the run's data: the drawn table, no pilot start yet (the run takes its own), no raw scores kept
+        sim = dataclasses.replace(data, table=table, pilot=None, recovery=None, paired=None)
+        res = run_job(quiet.model_copy(update={"seed": int(seed) * 1000 + s}), sim, LocalRuntime(1),
+                      collect_labels=False)
+        spent.append(res.spent)
+        certified.append(len(res.certified))
+        chosen[res.selected] = chosen.get(res.selected, 0) + 1
+    human = np.array([x["human"] for x in spent])
+    return Forecast(sims, float(human.mean()), int(human.min()), int(human.max()),
+                    float(np.mean([x["judge"] for x in spent])), float(np.mean([x["requests"] for x in spent])),
+                    float(np.mean(certified)), chosen)
