@@ -70,7 +70,7 @@ TRACES = {"futility_path"}
 # (a record's exact: a table job never decides on an exact mean; True would still differ; a record's
 # reused: no baseline job keeps labels across jobs; a record's claim: none continues a claim's test;
 # a record's baseline: no baseline job gates against a baseline model)
-ADDED = {"exact": False, "reused": 0, "claim": None, "baseline": None}
+ADDED = {"exact": False, "reused": 0, "claim": None, "baseline": None, "stop_minimum": None, "stopped": None, "stop": 0.0}
 
 
 def plain(x):

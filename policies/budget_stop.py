@@ -31,6 +31,7 @@ from scipy.stats import norm
 
 from ._validation import check_level
 
+DEFAULT_LEVEL = 0.2  # gamma where a level is needed and the job sets none (the oracle's labels to end a candidate)
 MIN_WINDOW = 20  # increments the growth is estimated from before the rule may stop a candidate (40 human labels)
 
 

@@ -121,3 +121,69 @@ def split_limit(human, judge, alpha: float, delta: float, *, r: int, judge_mean:
         if labels < best.labels:
             best = PPILimit(labels, float(rho), float(res.x))
     return best
+
+
+def bernoulli_kl(p: float, q: float) -> float:
+    """kl(p, q) = p log(p/q) + (1 - p) log((1 - p)/(1 - q)), with 0 log 0 = 0."""
+    from scipy.special import rel_entr
+
+    return float(rel_entr(p, q) + rel_entr(1.0 - p, 1.0 - q))
+
+
+def stop_limit(x, alpha: float, delta: float, budget: int, gamma: float, *, lower: float = 0.0,
+               upper: float = 1.0) -> float:
+    """The fewest labels (on average) any procedure needs to end, without certifying it, a candidate whose observations
+    are distributed as the samples ``x`` (values in [lower, upper]; the test of R <= alpha at ``delta`` with ``budget``
+    labels), when it must end it within the budget at least half the time and may end one its budget certifies easily
+    at most ``gamma`` of the time.
+
+    "Certifies easily": the risk ``a`` at which the limit (:func:`label_limit`) of ``x`` moved to mean ``a`` is half the
+    budget. By the change-of-measure inequality (Kaufmann, Cappe and Garivier, *On the complexity of best-arm
+    identification in multi-armed bandit models*, JMLR 2016, Lemma 1), a stopping time N and an event E of the data it
+    has seen satisfy E_P[N] KL(P, Q) >= kl(P(E), Q(E)) for every Q. With E "ended without certifying", P(E) >= 1/2 and
+    Q(E) <= gamma for every Q of mean at most ``a``:
+
+        E_P[N] >= kl(1/2, gamma) / KL_inf^-(P, a),   KL_inf^-(P, a) = min {KL(P, Q) : Q on [lower, inf), mean(Q) <= a}
+
+    (:func:`kl_inf` on the mirrored samples), capped at the budget. Inf when the samples' mean is at most ``a`` (they
+    look certifiable: nothing bounds the labels to end it); 0 when no risk in [lower, alpha) is certified in half the
+    budget (no candidate constrains the procedure); NaN when gamma >= 1/2 (no information is needed).
+    """
+    delta = check_level(delta, "delta")
+    gamma = check_level(gamma, "gamma")
+    x = np.asarray(x, dtype=np.float64).ravel()
+    if x.size == 0 or int(budget) < 1:
+        raise ValueError("stop_limit needs samples and a positive budget")
+    if gamma >= 0.5:
+        return float("nan")
+    mean, half = float(x.mean()), 0.5 * int(budget)
+
+    def limit_at(a: float) -> float:  # the limit of x moved to mean a (inf at a >= alpha); its top moves with it
+        return label_limit(x - (mean - a), alpha, delta, upper + max(a - mean, 0.0))
+
+    lo, hi = lower, alpha  # limit_at rises from its least (at the bottom of the range) to inf (at alpha)
+    if not lower < alpha or limit_at(lo) > half:
+        return 0.0  # no risk in the range is certified in half the budget: the rule asks nothing of a procedure
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if limit_at(mid) <= half else (lo, mid)
+    a = lo
+    if mean <= a:
+        return float("inf")
+    divergence, _ = kl_inf(-x, -a, -lower)  # the smallest KL from P to a law of mean <= a above `lower`
+    if divergence <= 0:
+        return float("inf")
+    return float(min(bernoulli_kl(0.5, gamma) / divergence, budget))
+
+
+def ppi_stop_limit(human, judge, alpha: float, delta: float, budget: int, gamma: float, *,
+                   judge_mean: float | None = None, rhos=np.linspace(0.0, 1.0, 11)) -> float:
+    """:func:`stop_limit` for any policy with this judge: its smallest over rho of the prediction-powered observations
+    X_rho = h - rho j + rho mu_J (in [rho mu_J - rho, 1 + rho mu_J]), as :func:`ppi_limit` takes the floor."""
+    h = np.asarray(human, dtype=np.float64)
+    j = np.asarray(judge, dtype=np.float64)
+    if h.shape != j.shape:
+        raise ValueError("human and judge losses must be paired (same shape)")
+    mu = float(j.mean()) if judge_mean is None else float(judge_mean)
+    return min(stop_limit(h - rho * j + rho * mu, alpha, delta, budget, gamma, lower=rho * mu - rho,
+                          upper=1.0 + rho * mu) for rho in np.asarray(rhos, dtype=np.float64))

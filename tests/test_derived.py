@@ -11,7 +11,8 @@ from certsel.orchestrator.inputs.sources import load_job_data
 from certsel.orchestrator.outputs.cells import oracle_line
 from certsel.orchestrator.outputs.certificate import certificate
 from certsel.orchestrator.outputs.report import _html, _markdown
-from certsel.policies.limits import label_limit, ppi_limit
+from certsel.policies.budget_stop import DEFAULT_LEVEL
+from certsel.policies.limits import label_limit, ppi_limit, stop_limit
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
@@ -42,6 +43,16 @@ def test_labels_against_the_oracle_count_the_certified_candidates_minimums(sets)
         else:
             need = label_limit(h, cfg.alpha, level)
         expect += need
+    # a fixed sequence: the first candidate it tested and did not certify, with the labels any procedure needs to end it
+    first = next((r for r in res.records if r.t and r.name not in res.certified), None)
+    if cfg.proc.needs_order and first is not None:
+        h = res.labels[first.name].loss[res.labels[first.name].role == "human"]
+        gamma = cfg.scheduling.budget_stop or DEFAULT_LEVEL
+        stop = stop_limit(h, cfg.alpha, res.levels[first.index], cfg.budget.n, gamma)
+        assert o.stopped == first.name and o.stop == pytest.approx(stop, rel=1e-9) and 0 < stop <= first.n_human
+        expect += stop
+    else:
+        assert o.stopped is None and o.stop == 0
     assert o.candidates == len(res.certified)
     assert o.labels == sum(r.n_human for r in res.records) == res.spent["human"]
     assert o.oracle == pytest.approx(expect, rel=1e-9)

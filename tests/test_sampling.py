@@ -214,7 +214,7 @@ def test_sampling_enters_a_jobs_identity_only_when_it_is_not_iid():
         body["scheduling"].pop(key)
     body["policy"].pop("sampling")
     body["pairwise"].pop("bet")  # likewise pairwise.bet when not set
-    body["scheduling"].pop("budget_stop")  # and the budget stop when off
+    assert body["scheduling"]["budget_stop"] == 0.2  # the budget stop, on by default, is part of it
     body["data"].pop("measures")  # wording, never part of the identity
     canon = json.dumps({"config": body, "data": "d"}, sort_keys=True, separators=(",", ":"))
     assert config_fingerprint(iid, "d") == hashlib.sha256(canon.encode()).hexdigest()[:24]

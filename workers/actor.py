@@ -139,9 +139,10 @@ class CandidateHost:
             # with the log rows it had used: its label counters resume from there
             c.source.log.write_snapshot(self.history[name], {"candidate": c.state_dict(), "log_used": c.source.used})
 
-    def finalize(self, names: list[str], levels: list | None = None) -> list[Snapshot]:
+    def finalize(self, names: list[str], levels: list | None = None, stop: dict | None = None) -> list[Snapshot]:
         """Final snapshots with the two-sided interval and, for testing candidates, the one-sided bounds that invert
-        their test at ``levels[i]`` (the decision's level and the level of the simultaneous statement)."""
+        their test at ``levels[i]`` (the decision's level and the level of the simultaneous statement); for those named
+        in ``stop`` ({name: gamma}), the fewest labels any procedure needs to end them uncertified."""
         self._have(names)
         # what can be, stacked across candidates first (the same numbers as one call each)
         testing = [(k, c) for k, n in enumerate(names) if isinstance(c := self.candidates[n], TestingCandidate)]
@@ -161,6 +162,8 @@ class CandidateHost:
                 if levels is not None:
                     snap.level_bounds = {float(lv): c.upper_bound(float(lv)) for lv in levels[k]}
                     snap.label_minimum = c.label_minimum(float(levels[k][0]))
+                    if stop and n in stop:
+                        snap.stop_minimum = c.stop_minimum(float(levels[k][0]), float(stop[n]))
             out.append(snap)
         return out
 

@@ -16,7 +16,7 @@ import numpy as np
 from certsel.errors import first_line
 from certsel.policies import SequentialTest, confidence_interval, decision_upper_bound, judge_agreement
 from certsel.policies.kinds import Family, JudgeUse, Labels, PolicyInputs, PolicyKind, PolicySettings, with_futility
-from certsel.policies.limits import label_limit, ppi_limit
+from certsel.policies.limits import label_limit, ppi_limit, ppi_stop_limit, stop_limit
 
 from .contracts import JobArrays, LabelSource, LabelsPending, Snapshot
 
@@ -178,6 +178,20 @@ class TestingCandidate(_Candidate):
         else:
             limit = ppi_limit(h, jl, self.test.alpha, level, judge_mean=float(np.mean(np.concatenate([jl, ju])))).labels
         return None if not np.isfinite(limit) else float(limit)
+
+    def stop_minimum(self, level: float, gamma: float) -> float | None:
+        """The fewest human labels any procedure needs, on average, to end this candidate within its budget without
+        certifying it (:func:`~certsel.policies.limits.stop_limit`; with a judge its floor over rho), estimated from its
+        labels; None when they make it look certifiable, nothing forces a label, or it has none."""
+        if self.t == 0:
+            return None
+        h, jl, ju = self._data()
+        if not self.test.uses_judge:
+            limit = stop_limit(h, self.test.alpha, level, self.n, gamma)
+        else:
+            limit = ppi_stop_limit(h, jl, self.test.alpha, level, self.n, gamma,
+                                   judge_mean=float(np.mean(np.concatenate([jl, ju]))))
+        return float(limit) if np.isfinite(limit) and limit > 0 else None
 
     def estimate(self) -> float:
         """The R-AutoEval+ point estimate: unbiased at a fixed number of labels, not at a stop that depends on the
@@ -396,6 +410,15 @@ class ChosenTestingCandidate(_Candidate):
         items, h = self.test.labelled()
         limit = ppi_limit(h, self.test.judge[items], self.test.alpha, level, judge_mean=float(self.test.judge.mean())).labels
         return None if not np.isfinite(limit) else float(limit)
+
+    def stop_minimum(self, level: float, gamma: float) -> float | None:
+        """As :meth:`TestingCandidate.stop_minimum`, with the judge's mean over the whole test set."""
+        if self.t == 0:
+            return None
+        items, h = self.test.labelled()
+        limit = ppi_stop_limit(h, self.test.judge[items], self.test.alpha, level, self.n, gamma,
+                               judge_mean=float(self.test.judge.mean()))
+        return float(limit) if np.isfinite(limit) and limit > 0 else None
 
     def step(self, batch: int) -> Snapshot:
         if self.asked is None:

@@ -219,6 +219,7 @@ class Snapshot:
     upper_bound: float | None = None  # estimation: the one-sided bound at the policy's level
     level_bounds: dict | None = None  # testing, final: {level: the one-sided bound that inverts its test there}
     label_minimum: float | None = None  # testing, final: the fewest labels any test would need, from its labels
+    stop_minimum: float | None = None  # testing, final, if asked: the fewest any procedure needs to end it uncertified
     judge: dict | None = None  # agreement of the judge with the human labels (testing with a judge)
     futility_log_e: float | None = None  # max log e-value of the futility test (evidence for R >= alpha)
     futility_path: np.ndarray | None = None  # the futility test's log E after each new human label (the budget stop)
@@ -311,9 +312,10 @@ class Finalize:
 
     names: list[str]
     levels: list[list[float]] | None = None
+    stop: dict[str, float] | None = None  # {name: gamma}: also the fewest labels any procedure needs to end it
 
     def run(self, host) -> list[Snapshot]:
-        return host.finalize(self.names, self.levels)
+        return host.finalize(self.names, self.levels, self.stop)
 
 
 @dataclass(frozen=True, eq=False)

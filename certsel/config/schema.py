@@ -12,7 +12,7 @@ from certsel.policies.procedures import Procedure, get_procedure
 from .base import Strict, no_duplicates
 from .sources import DataConfig, LabelsConfig, LiveConfig, PythonSourceConfig
 from .checks import JobChecks
-from .sections import (DEFAULT_FUTILITY, AggregateConfig, BudgetConfig, CostsConfig,  # noqa: F401
+from .sections import (DEFAULT_BUDGET_STOP, DEFAULT_FUTILITY, AggregateConfig, BudgetConfig, CostsConfig,  # noqa: F401
                        ObjectiveConfig, PairwiseConfig, PolicyConfig, RayConfig, RecoveryConfig, RegressionConfig,
                        SchedulingConfig, SeriesConfig,
                        StateConfig, TaskConfig, TrackingConfig, _gates)
@@ -62,7 +62,8 @@ class RunConfig(Strict, JobChecks):
     @classmethod
     def _measured_defaults(cls, v):
         # defaults that depend on the rest of the job, chosen by measurement (docs/results.md, "Defaults against the old
-        # settings"): a testing policy gets scheduling.futility DEFAULT_FUTILITY, and a fixed sequence whose policy
+        # settings"): a testing policy gets scheduling.futility DEFAULT_FUTILITY and scheduling.budget_stop
+        # DEFAULT_BUDGET_STOP (docs/results.md, "Budget stop"), and a fixed sequence whose policy
         # pairs human labels with a recorded judge starts from the judge-only pilot; keys the job sets are kept
         if not isinstance(v, dict) or not isinstance(v.get("scheduling", {}), dict):
             return v
@@ -75,6 +76,8 @@ class RunConfig(Strict, JobChecks):
         if "futility" not in sched and policy.is_testing:
             # a gate fails a candidate once the opposite of its claim is certified at the gate's own level
             sched["futility"] = v.get("delta", cls.model_fields["delta"].default) if gate else DEFAULT_FUTILITY
+        if "budget_stop" not in sched and policy.is_testing:  # a gate too: it stops at "undecided" early
+            sched["budget_stop"] = DEFAULT_BUDGET_STOP
         data = v.get("data")
         judge = data.get("judge") if isinstance(data, dict) else getattr(data, "judge", None)
         if ("start" not in sched and v.get("procedure", "fst") == "fst" and sched.get("mode") != "full"

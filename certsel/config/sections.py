@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from certsel.policies.budget_stop import DEFAULT_LEVEL as BUDGET_STOP_LEVEL
 from certsel.policies.procedures import PROCEDURES
 from certsel.policies.betting import BettingStrategy, get_strategy
 from certsel.policies.pair_bets import pair_bet
@@ -159,7 +160,8 @@ class SchedulingConfig(Strict):
     # budget stop (testing policies, policies/budget_stop.py): stop a candidate, not certified, once its remaining
     # budget would certify it with probability < budget_stop / 2, its growth taken at its upper budget_stop / 2 bound;
     # it never certifies, so every guarantee is unchanged, and a candidate the full budget would certify is stopped
-    # with probability <= budget_stop (a Gaussian model of the e-process; benchmarks/budget_stop.py). null: off
+    # with probability <= budget_stop (a Gaussian model of the e-process; benchmarks/budget_stop.py). With a futility
+    # test, only when neither test is likely to reach its level. Unset: DEFAULT_BUDGET_STOP (testing policies); null: off
     budget_stop: float | None = Field(None, gt=0, lt=1)
     # rounds (testing policies, a ranking's pairs): "predicted" gives a candidate close to its threshold (a pair close
     # to an order or a tie) a round of about the labels its evidence says it still needs, between budget.min_batch
@@ -184,6 +186,8 @@ class SchedulingConfig(Strict):
 
 # scheduling.futility's level where the job does not set it (testing policies; None turns it off)
 DEFAULT_FUTILITY = 0.05
+# scheduling.budget_stop's level where the job does not set it (testing policies; None turns it off)
+DEFAULT_BUDGET_STOP = BUDGET_STOP_LEVEL
 
 def _gates(name) -> bool:
     """Whether ``procedure: NAME`` is a gate (False for a name the field's validation reports)."""

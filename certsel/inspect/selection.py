@@ -130,8 +130,9 @@ class CertifiedSelection:
         """A member's new evidence (:meth:`~certsel.inspect.task.TaskTest.snapshot`), to the session."""
         self.session.fold({snapshot.name: snapshot})
 
-    def finalize(self, names, levels) -> dict:
-        """The members' final bounds, asked by the session at its end (its ``FinalBounds``)."""
+    def finalize(self, names, levels, stop=None) -> dict:
+        """The members' final bounds, asked by the session at its end (its ``FinalBounds``; ``stop``: no oracle here,
+        so the labels to end a candidate are not computed)."""
         return {n: self.members[n].final_snapshot(levels[n]) for n in names}
 
     def _all(self):

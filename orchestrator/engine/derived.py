@@ -54,8 +54,12 @@ def oracle_estimate(result: JobResult) -> OracleEstimate | None:
     mins = [r.label_minimum for r in result.records if r.name in set(result.certified)]
     if not mins or any(m is None for m in mins):
         return None
+    # a fixed sequence's first uncertified candidate: what any procedure needs to end it (session.stop_request)
+    first = next((r for r in result.records if r.stop_minimum is not None), None)
+    stop = 0.0 if first is None else float(first.stop_minimum)
     # what the job bought, a pilot's check included: the same count as the certificate's labels.spent
-    return OracleEstimate(labels=int(result.spent["human"]), oracle=float(sum(mins)), candidates=len(mins))
+    return OracleEstimate(labels=int(result.spent["human"]), oracle=float(sum(mins)) + stop, candidates=len(mins),
+                          stop=stop, stopped=None if first is None else first.name)
 
 
 def _ranking_oracle(result: JobResult) -> OracleEstimate | None:

@@ -139,10 +139,11 @@ class HostPool:
         for h, snaps in got.items():
             self._check_restored(snaps, batches[h], self.recovered)
 
-    def finalize(self, names, levels: dict | None = None) -> dict[str, Snapshot]:
+    def finalize(self, names, levels: dict | None = None, stop: dict | None = None) -> dict[str, Snapshot]:
         """Final snapshots (intervals; with ``levels[name]``, a list of levels, testing candidates' one-sided bounds at
-        each of them)."""
-        return self._ask(names, lambda nms: Finalize(nms, None if levels is None else [levels[n] for n in nms]))
+        each of them; with ``stop[name]`` = gamma, its :meth:`~certsel.workers.candidate.TestingCandidate.stop_minimum`)."""
+        return self._ask(names, lambda nms: Finalize(nms, None if levels is None else [levels[n] for n in nms],
+                                                     None if stop is None else {n: stop[n] for n in nms if n in stop}))
 
     def losses_of(self, requests: dict, role: str = "human", open_names=()) -> dict[str, ModelLosses]:
         """``{name: items}`` -> each model's losses or error (pairwise label servers), asked in waves whose servers fit

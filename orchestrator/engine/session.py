@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from certsel.policies.budget_stop import Growth
+from certsel.policies.budget_stop import DEFAULT_LEVEL, Growth
 from certsel.policies.procedures import CandidateView, Procedure
 from certsel.workers.contracts import Snapshot
 
@@ -41,7 +41,8 @@ class FinalBounds(Protocol):
     """Where a session's candidates' final bounds come from: the hosts' policies (``HostPool``) or inspect's tasks.
     ``levels[name]``: the levels of the one-sided bounds asked for that candidate."""
 
-    def finalize(self, names: list[str], levels: dict[str, list[float]]) -> dict[str, Snapshot]: ...
+    def finalize(self, names: list[str], levels: dict[str, list[float]],
+                 stop: dict[str, float] | None = None) -> dict[str, Snapshot]: ...
 
 
 def new_records(names, objective=None, true_risk=None) -> list[CandidateRecord]:
@@ -188,6 +189,16 @@ class SelectionSession:
         own = np.array([np.nan if np.isnan(lv) else own_at(k, float(lv)) for k, lv in enumerate(joint_levels)])
         return certified, self.decision_levels(), decisions.joint_bounds(rules, self.alpha, certified, own)
 
+    def stop_request(self, certified: np.ndarray) -> dict[str, float] | None:
+        """{name: gamma} of the first candidate a fixed sequence tested and did not certify, whose labels to end it
+        the oracle counts (:func:`~certsel.policies.limits.stop_limit`; gamma: the budget stop's level, or its default
+        where the job has none); None for other procedures, whose oracle counts the certified only."""
+        if not self.procedure.needs_order:
+            return None
+        first = next((r for r in self.records if r.t > 0 and not certified[r.index]), None)
+        gamma = self.rules.budget_stop if self.rules.budget_stop is not None else DEFAULT_LEVEL
+        return None if first is None else {first.name: gamma}
+
     def final_bounds(self, bounds: FinalBounds | None, certified: np.ndarray, unit: float = 1.0) -> None:
         """Each candidate's own one-sided bound at the level of its decision and the bounds that hold together for all
         candidates (:meth:`Procedure.simultaneous_bounds`): a testing candidate's ``bounds`` give both levels; an
@@ -201,14 +212,14 @@ class SelectionSession:
             ran = [r for r in records if r.t > 0]
             asked = {r.name: [float(levels[r.index])] + ([] if np.isnan(joint_levels[r.index])
                                                          else [float(joint_levels[r.index])]) for r in ran}
-            finals = bounds.finalize([r.name for r in ran], asked)
+            finals = bounds.finalize([r.name for r in ran], asked, self.stop_request(certified))
             for r in records:
                 if r.t == 0:  # never labelled: the trivial bound
                     own[r.index] = 1.0
                     continue
                 snap = finals[r.name].in_units(unit)
                 r.ci = None if snap.ci is None else tuple(snap.ci)
-                r.judge, r.label_minimum = snap.judge, snap.label_minimum
+                r.judge, r.label_minimum, r.stop_minimum = snap.judge, snap.label_minimum, snap.stop_minimum
                 r.upper_bound = snap.level_bounds[float(levels[r.index])]
                 if not np.isnan(joint_levels[r.index]):
                     own[r.index] = snap.level_bounds[float(joint_levels[r.index])]

@@ -21,7 +21,10 @@ def oracle_line(oracle) -> str:
     why = ("what an oracle that knew each pair's mean difference and spread would evaluate for a full ranking of the "
            f"{n} models, estimated from their labels" if oracle.basis == "ranking" else
            f"an oracle that knew every risk would label only the {n} certified candidate{'s' if n != 1 else ''}, each "
-           "with the fewest labels any test needs, estimated from its labels")
+           "with the fewest labels any test needs" + ("" if oracle.stop is None else
+                                                      f", and {oracle.stop.candidate} with the {oracle.stop.labels:,.0f} "
+                                                      "any procedure needs to end it uncertified") +
+           ", estimated from their labels")
     return (f"labels used / oracle estimate: {oracle.labels:,} / {oracle.oracle_estimate:,.0f} = {oracle.ratio:.2f}x "
             f"({why})")
 

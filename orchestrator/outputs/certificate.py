@@ -204,14 +204,16 @@ _ORACLE_NOTES = {
                 "job's labels: a plug-in estimate, not a bound"),
     "certified": ("an oracle that knew every risk would test only the certified candidates, each with the fewest labels "
                   "any level test needs on average (log(1/level) / KL_inf, or the prediction-powered floor with a "
-                  "judge), estimated from their own labels: a plug-in estimate, not a bound"),
+                  "judge), estimated from their own labels: a plug-in estimate, not a bound; under a fixed sequence "
+                  "also the fewest labels any procedure needs to end the first candidate it cannot certify (stop)"),
 }
 
 
 def _oracle(o) -> dict:
     """Labels used against the oracle's estimate (engine/derived.py), rounded for the file."""
     return {"labels": o.labels, "oracle_estimate": _round(o.oracle, 1), "ratio": _round(o.ratio, 3),
-            "candidates": o.candidates, "basis": o.basis, "note": _ORACLE_NOTES[o.basis]}
+            "candidates": o.candidates, "basis": o.basis, "note": _ORACLE_NOTES[o.basis],
+            **({} if o.stopped is None else {"stop": {"candidate": o.stopped, "labels": _round(o.stop, 1)}})}
 
 
 def _pilot(p) -> dict:

@@ -41,6 +41,15 @@ class Saved(_Doc):
     requests: float
 
 
+class OracleStop(_Doc):
+    """What the oracle counts for the first candidate a fixed sequence could not certify."""
+
+    candidate: str
+    labels: float = Field(ge=0, description="the fewest human labels, on average, any procedure needs to end it within "
+                                            "its budget at least half the time while ending one its budget certifies "
+                                            "easily at most gamma of the time (policies/limits.py, stop_limit)")
+
+
 class Oracle(_Doc):
     """The job's human labels against an oracle's estimated need (testing procedures)."""
 
@@ -49,6 +58,8 @@ class Oracle(_Doc):
                                                      "certified (see basis)")
     ratio: float = Field(gt=0, description="labels / oracle_estimate")
     candidates: int = Field(ge=1, description="the candidates the estimate counts")
+    stop: OracleStop | None = Field(None, description="a fixed sequence: the labels any procedure needs to end the "
+                                                      "first candidate it cannot certify, counted in oracle_estimate")
     basis: Literal["certified", "ranking"] = Field(description="certified: the certified candidates' fewest labels "
                                                                "any test needs; ranking: a full ranking's evaluations "
                                                                "for an oracle that knows each pair's moments")

@@ -93,6 +93,7 @@ class CandidateRecord:
     upper_bound: float | None = None  # its own test's one-sided bound, at the level of its decision
     joint_bound: float | None = None  # the bound that holds together with all others' (None: no statement)
     label_minimum: float | None = None  # the fewest labels any test would need, estimated from its labels
+    stop_minimum: float | None = None  # the first uncertified of a sequence: the fewest any procedure needs to end it
     judge: dict | None = None  # the judge's agreement with the human labels
     max_log_futility: float = 0.0  # the futility test's evidence for R >= alpha (log, running max)
     futility_path: list = field(default_factory=list)  # its log e-value after each human label (the budget stop)
@@ -206,6 +207,8 @@ class OracleEstimate:
     oracle: float  # the fewest any test would need for the certified candidates, estimated from their labels
     candidates: int  # the candidates the estimate counts: the certified ones, or every model of a ranking
     basis: str = "certified"  # "certified": the certified candidates' minimums; "ranking": a full ranking's
+    stop: float = 0.0  # of ``oracle``: the labels any procedure needs to end the first candidate it cannot certify
+    stopped: str | None = None  # that candidate (None: none counted)
 
     @property
     def ratio(self) -> float:
