@@ -1,12 +1,15 @@
-"""The defaults since 0.2.0 against the old ones, on every bundled replay example and on a
-1,000-candidate job, through `certsel run` as a user runs it.
+"""The defaults against the old ones, on every bundled replay example and on a 1,000-candidate
+job, through `certsel run` as a user runs it.
 
-Two settings changed (certsel/config/schema.py, ``RunConfig._measured_defaults``): a testing
-policy stops a candidate once R >= alpha is certified at ``scheduling.futility: 0.05`` (it was
-off), and a fixed sequence whose policy pairs human labels with a recorded judge starts from the
-judge-only pilot (``scheduling.start: pilot``; it was ``top``). The old behaviour is
-``--set scheduling.futility=null --set scheduling.start=top``. Each example runs both ways in a
-fresh home (no MLflow), and the table compares what was certified, the labels and the wall time.
+Three settings changed (certsel/config/schema.py, ``RunConfig._measured_defaults``): a testing
+policy stops a candidate once R >= alpha is certified at ``scheduling.futility: 0.05`` (0.2.0;
+it was off), and once the rest of its budget is unlikely to decide it at
+``scheduling.budget_stop: 0.2`` (after 0.2.0; it was off), and a fixed sequence whose policy
+pairs human labels with a recorded judge starts from the judge-only pilot
+(``scheduling.start: pilot``, 0.2.0; it was ``top``). The old behaviour is
+``--set scheduling.futility=null --set scheduling.budget_stop=null --set scheduling.start=top``.
+Each example runs both ways in a fresh home (no MLflow), and the table compares what was
+certified, the labels and the wall time.
 
 The 1,000-candidate job: 1,000 prompt templates x 2,000 items with Bernoulli losses (risks
 spread over 0.1-0.6, seeded), a judge agreeing with the human label on 85% of items, Holm,
@@ -37,7 +40,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from results_doc import results_section  # noqa: E402
 
-OLD = ["scheduling.futility=null", "scheduling.start=top"]
+OLD = ["scheduling.futility=null", "scheduling.budget_stop=null", "scheduling.start=top"]
 EXAMPLES = ["quantization.yaml", "quantization_recovery.yaml", "prompts.yaml", "prompts_tasks.yaml",
             "prompts_aggregate.yaml", "alpacaeval_ranking.yaml"]
 # live jobs that start their own CPU vLLM server (bash deploy/cpu/setup.sh first); both runs share one
@@ -45,9 +48,9 @@ EXAMPLES = ["quantization.yaml", "quantization_recovery.yaml", "prompts.yaml", "
 LIVE = ["live_additions.yaml", "live_precision_drop.yaml"]
 # lm-eval's live example asks a server that is already running (deploy/cpu/serve.sh): started here
 LM_EVAL = "lm_eval_live.yaml"
-NOT_RUN = {"live_templates.yaml": "sets scheduling.futility itself (0.1): no default applies",
-           "live_ranking.yaml": "Seq, pairwise: neither default applies",
-           "annotators.yaml": "needs people grading in Label Studio; futility applies, not measured"}
+NOT_RUN = {"live_templates.yaml": "sets scheduling.futility itself (0.1): only the budget stop's default applies",
+           "live_ranking.yaml": "Seq, pairwise: no default applies",
+           "annotators.yaml": "needs people grading in Label Studio; futility and the budget stop apply, not measured"}
 LARGE_JOB = """name: templates-1000
 data: {{path: {path}, human: loss_human, judge: loss_judge}}
 objective: {{column: prompt_len, goal: minimize}}
@@ -143,7 +146,8 @@ def main(argv=None) -> int:
                                                                write=args.docs):
         tmp = pathlib.Path(tmp)
         print("Each bundled replay example and a 1,000-candidate job through `certsel run` (Ray, no MLflow, a "
-              "fresh home), with the defaults (`scheduling.futility: 0.05` for testing policies, "
+              "fresh home), with the defaults (`scheduling.futility: 0.05` and `scheduling.budget_stop: 0.2` for "
+              "testing policies, "
               "`scheduling.start: pilot` for a fixed sequence with a judge) and with the old settings "
               f"(`--set {' --set '.join(OLD)}`). Cells: defaults / old. `certified`: the candidates certified "
               "(a ranking: its certified orders and ties), compared over the configs a pilot-started sequence tested. Wall time: the whole command, Ray's start "
