@@ -55,7 +55,8 @@ class Oracle(_Doc):
 
     labels: int = Field(ge=0, description="human labels the job bought, every candidate")
     oracle_estimate: float = Field(gt=0, description="the fewest an oracle would need on average for what the job "
-                                                     "certified (see basis)")
+                                                     "certified (see basis), and, under a fixed sequence, to end the "
+                                                     "first candidate it could not certify (stop)")
     ratio: float = Field(gt=0, description="labels / oracle_estimate")
     candidates: int = Field(ge=1, description="the candidates the estimate counts")
     stop: OracleStop | None = Field(None, description="a fixed sequence: the labels any procedure needs to end the "
