@@ -1,10 +1,10 @@
 """`certsel plan`'s forecasts against real runs: for each bundled replay example, the human labels the plan forecasts
-for the job as configured (its engine run on tables drawn from a pilot of 50 items per candidate,
+for the job as configured (its engine run on tables drawn from a pilot of 200 items per candidate,
 orchestrator/engine/forecast.py) against the labels the job then used: at its own seed, and on average over
 ``--seeds`` seeds (what a forecast of an expectation is measured against). The plan's per-policy row for the job's
 policy (each candidate's expected labels alone, no stops, orchestrator/inputs/planning.py) is shown beside it.
 
-    python benchmarks/plan_vs_run.py [--pilot 50] [--sims 8] [--seeds 10] [--docs]
+    python benchmarks/plan_vs_run.py [--pilot 200] [--sims 8] [--seeds 10] [--docs]
 
 The plan's pilot is drawn apart from the job's order (its own seed), so a forecast is an honest one, not a replay.
 Prints a Markdown table; with ``--docs`` it becomes the section "plan" of docs/results.md.
@@ -37,7 +37,7 @@ LOW, HIGH = 0.8, 1.25
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pilot", type=int, default=50)
+    ap.add_argument("--pilot", type=int, default=200)
     ap.add_argument("--sims", type=int, default=8)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--examples", nargs="+", default=EXAMPLES)

@@ -8,6 +8,9 @@ import re
 
 from certsel._version import __version__
 
+# certsel plan's pilot items per candidate without --pilot (a replay table gives them for free; fewer items: all of them)
+PLAN_PILOT = 200
+
 
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not usage + message
@@ -133,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="expected labels and cost of each policy for a replay job, from a pilot sample")
     job_arguments(pl, "a replay job file with its costs: section", "costs.judge=0.01",
                    seed_help="seed of the pilot's draws (independent of the job's)")
-    pl.add_argument("--pilot", type=int, default=50, help="pilot items per candidate (default 50)")
+    pl.add_argument("--pilot", type=int, default=None,
+                    help=f"pilot items per candidate (default {PLAN_PILOT}, or every item of a smaller table)")
     pl.add_argument("--sims", type=int, default=8,
                     help="simulated runs of the job as configured, on tables drawn from the pilot (default 8; 0: none)")
     show = sub.add_parser("show", help="print the certificate of a past job")
