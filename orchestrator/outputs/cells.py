@@ -165,9 +165,10 @@ def setting_lines(cert) -> list[str]:
     if stopped and budget:
         rest = sum(max(int(budget) - c.labels_human, 0) for c in stopped)
         level = cert.scheduling.get("budget_stop")
+        verb = "decide" if cert.scheduling.get("futility") is not None else "certify"  # with futility: either way
         lines.append(f"budget stop: {len(stopped)} candidate(s) stopped, not certified, once the rest of their budget "
-                     f"was unlikely to certify them, {rest} human labels short of it; --set scheduling.budget_stop=null "
-                     f"would have spent them (a candidate the full budget certifies is stopped with probability <= "
+                     f"was unlikely to {verb} them, {rest} human labels short of it; --set scheduling.budget_stop=null "
+                     f"would have spent them (a candidate the full budget {verb}s is stopped with probability <= "
                      f"{level:g})")
     pilot = cert.pilot
     if pilot is not None and not cert.certified_set:
