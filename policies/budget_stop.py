@@ -90,7 +90,8 @@ def stops(growth: Growth, log_e: float, log_threshold: float, remaining: int, le
     (1 - level/2) bound makes reaching ``log_threshold`` from ``log_e`` within ``remaining`` labels less likely than
     level / 2. Never before :data:`MIN_WINDOW` increments, nor once the threshold is reached."""
     level = check_level(level, "scheduling.budget_stop")
-    if growth.window < MIN_WINDOW or remaining <= 0 or log_e >= log_threshold:
+    # no noise to bound (every increment alike, e.g. a model that answers as its baseline): the model says nothing
+    if growth.window < MIN_WINDOW or remaining <= 0 or log_e >= log_threshold or growth.spread == 0:
         return False
     drift = growth.upper_rate(level / 2.0)
     return float(reach_probability(log_threshold - log_e, drift, growth.spread, remaining)) < level / 2.0

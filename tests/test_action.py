@@ -66,7 +66,8 @@ def _workspace(tmp_path) -> pathlib.Path:
     ws.mkdir()
     (ws / "gate.yaml").write_text(yaml.safe_dump({
         "data": {"path": str(_table(ws)), "score": "score"}, "policy": {"kind": "r-eval"}, "delta": 0.1,
-        "budget": {"n": 160, "batch": 40}, "seed": 1}))
+        # the budget stop off: 'close' spends its whole budget, the labels the cache then carries
+        "budget": {"n": 160, "batch": 40}, "seed": 1, "scheduling": {"budget_stop": None}}))
     return ws
 
 

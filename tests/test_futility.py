@@ -39,10 +39,9 @@ def test_futility_through_the_driver(ray_session):
     """The prompt-template example (Bonferroni over 25 templates) with and without futility:
     the certified set with futility is within the one without, stopped templates are
     "futile" with their risk above alpha on the table, and they spent fewer labels."""
-    cfg = load_config(EXAMPLES / "prompts.yaml", ["scheduling.prune=false", "tracking.intervals=none",
-                                                  "scheduling.futility=null"])
-    fut = load_config(EXAMPLES / "prompts.yaml", ["scheduling.prune=false", "tracking.intervals=none",
-                                                  "scheduling.futility=0.05"])
+    off = ["scheduling.prune=false", "tracking.intervals=none", "scheduling.budget_stop=null"]  # futility alone
+    cfg = load_config(EXAMPLES / "prompts.yaml", [*off, "scheduling.futility=null"])
+    fut = load_config(EXAMPLES / "prompts.yaml", [*off, "scheduling.futility=0.05"])
     data = load_job_data(cfg)
     rt = RayRuntime()
     try:
