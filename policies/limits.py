@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize_scalar
+from scipy.special import rel_entr
 
 from ._validation import check_level
 
@@ -125,8 +126,6 @@ def split_limit(human, judge, alpha: float, delta: float, *, r: int, judge_mean:
 
 def bernoulli_kl(p: float, q: float) -> float:
     """kl(p, q) = p log(p/q) + (1 - p) log((1 - p)/(1 - q)), with 0 log 0 = 0."""
-    from scipy.special import rel_entr
-
     return float(rel_entr(p, q) + rel_entr(1.0 - p, 1.0 - q))
 
 
