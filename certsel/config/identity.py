@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+from certsel.policies.budget_stop import RULE_VERSION as BUDGET_STOP_RULE
+
 from .schema import RunConfig
 from .sections import PILOT_KEYS
 
@@ -21,5 +23,8 @@ def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
     body = cfg.model_dump(mode="json", exclude={"name": True, "tracking": True, "ray": True, "state": True,
                                                 "scheduling": pilot, "policy": sampling, "pairwise": bet,
                                                 "data": {"measures"}, "tasks": {"__all__": {"data": {"measures"}}}})
-    canon = json.dumps({"config": body, "data": data_fingerprint}, sort_keys=True, separators=(",", ":"))
+    identity = {"config": body, "data": data_fingerprint}
+    if cfg.scheduling.budget_stop is not None:  # the stop's rule decides which labels are bought
+        identity["budget_stop_rule"] = BUDGET_STOP_RULE
+    canon = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()[:24]
