@@ -149,6 +149,7 @@ def test_the_quickstart_stops_its_boundary_candidate_through_the_cli(ray_session
     certified set, the
     boundary config (R = 0.0994 at alpha 0.1) stopped as 'budget stop' well short of its 300 labels, every e-value of
     the shared part of the paths the same, and the job's last lines say what it left unspent."""
+    import html
     import json
     import pathlib
 
@@ -172,3 +173,7 @@ def test_the_quickstart_stops_its_boundary_candidate_through_the_cli(ray_session
 
     (line,) = [x for x in setting_lines(parse(on)) if x.startswith("budget stop")]  # the job's last lines
     assert "budget stop: 1 candidate(s) stopped" in line and "--set scheduling.budget_stop=null" in line
+    # the report says it too, under its labels table
+    folder = tmp_path / "home" / "jobs" / on["job_id"]
+    assert line in (folder / "report.md").read_text()
+    assert html.escape(line, quote=False) in (folder / "report.html").read_text().replace("&#39;", "'")

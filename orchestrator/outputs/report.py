@@ -113,6 +113,12 @@ def _gpu_heading(cert: Certificate) -> tuple[str, str] | None:
     return "GPU time", _GPU_WORDS
 
 
+def _label_notes(cert: Certificate, goal) -> list[str]:
+    """The lines under the labels table, as the job's last lines say them: the oracle's estimate, and what each stop
+    or default spared or risked (``setting_lines``: the budget stop, futility, a pilot start that certified nothing)."""
+    return ([oracle_line(cert.labels.oracle)] if cert.labels.oracle is not None else []) + goal.setting_lines(cert)
+
+
 def _markdown(cert: Certificate, plots) -> str:
     goal = goal_of(cert)
     head, lines = goal.summary(cert)
@@ -126,8 +132,8 @@ def _markdown(cert: Certificate, plots) -> str:
     for table in (labels, *_gpu_tables(cert), goal.rows(cert), *sections):
         out += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
         out += ["| " + " | ".join(r) + " |" for r in table[1:]] + [""]
-        if table is labels and cert.labels.oracle is not None:
-            out += [oracle_line(cert.labels.oracle), ""]
+        if table is labels:
+            out += [x for note in _label_notes(cert, goal) for x in (note, "")]
     note = goal.note(cert)
     if note is not None:
         out += [note, ""]
@@ -155,7 +161,7 @@ _HTML = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True
 <p><b>Certificate:</b> {{ certificate }}.</p>
 <p class="muted">{{ guarantee }}</p>
 <p class="muted">Policy {{ policy }}, delta = {{ delta }}{% if alpha %}, alpha = {{ alpha }}{% endif %}, procedure: {{ level }}.</p>
-<h2>Labels</h2>{{ table(labels) }}{% if labels_note %}<p class="muted">{{ labels_note }}</p>{% endif %}
+<h2>Labels</h2>{{ table(labels) }}{% for x in label_notes %}<p class="muted">{{ x }}</p>{% endfor %}
 {% if gpu_heading %}
 <h2>{{ gpu_heading[0] }}</h2><p class="muted">{{ gpu_heading[1] }}</p>
 {% for t in gpu %}<div class="wide">{{ table(t) }}</div>{% endfor %}
@@ -190,7 +196,7 @@ def _html(cert: Certificate, plots) -> str:
         job=cert.job, css=_CSS, selected=cert.selected, head=head, lines=lines,
         certificate=cert.certificate, guarantee=cert.guarantee, policy=_policy_words(cert),
         delta=f"{p.delta:g}", alpha=f"{p.alpha:g}" if p.alpha is not None else None, level=p.level,
-        labels=_labels_table(cert), labels_note=oracle_line(cert.labels.oracle), table_heading=goal.table_heading,
+        labels=_labels_table(cert), label_notes=_label_notes(cert, goal), table_heading=goal.table_heading,
         rows=goal.rows(cert), classes=goal.classes(cert), note=goal.note(cert),
         sections=goal.sections(cert), incidents=goal.failures(cert), images=images, gpu=_gpu_tables(cert),
         gpu_heading=_gpu_heading(cert))
