@@ -48,6 +48,10 @@ def test_parent_run_params_metrics_tags(job):
     assert 0 < m["saved_fraction_human"] < 1
     assert run.data.tags["certsel.selected"] == str(result.selected)
     assert m["selected_objective"] == result.selected_record.objective
+    # the stops, counted as the certificate's candidates say them
+    said = certificate(result).candidates
+    assert m["n_futile"] == sum(c.status == "futile" for c in said)
+    assert m["n_budget_stopped"] == sum((c.reason or "").startswith("budget stop") for c in said)
 
 
 def test_the_runs_table_view_shows_the_results(job):

@@ -17,6 +17,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from certsel._version import __version__
+from certsel.orchestrator.results.outcomes import BUDGET_STOP_WORDS
+from certsel.orchestrator.results.records import Status
 
 
 from .cells import headline
@@ -181,6 +183,10 @@ class JobTracker:
             c.set_terminated(self.child[r.name], "FINISHED")
         metrics = {"rounds": result.rounds, "seconds": result.seconds, "n_certified": len(result.certified),
                    "n_candidates": len(result.records)}
+        # the stops, as the job's last lines count them: jobs compare on them in the runs table
+        metrics["n_futile"] = sum(r.status == Status.FUTILE for r in result.records)
+        metrics["n_budget_stopped"] = sum(r.status == Status.NOT_CERTIFIED and r.reason.startswith(BUDGET_STOP_WORDS)
+                                          for r in result.records)
         metrics.update(goal.job_metrics(result))
         for k in ("human", "judge", "requests"):
             metrics[f"labels_{k}"] = result.spent[k]
