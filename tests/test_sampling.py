@@ -216,7 +216,11 @@ def test_sampling_enters_a_jobs_identity_only_when_it_is_not_iid():
     body["pairwise"].pop("bet")  # likewise pairwise.bet when not set
     assert body["scheduling"]["budget_stop"] == 0.2  # the budget stop, on by default, is part of it
     body["data"].pop("measures")  # wording, never part of the identity
-    canon = json.dumps({"config": body, "data": "d"}, sort_keys=True, separators=(",", ":"))
+    from certsel.policies.budget_stop import RULE_VERSION
+
+    # and, while the stop is on, its rule's version
+    canon = json.dumps({"config": body, "data": "d", "budget_stop_rule": RULE_VERSION}, sort_keys=True,
+                       separators=(",", ":"))
     assert config_fingerprint(iid, "d") == hashlib.sha256(canon.encode()).hexdigest()[:24]
     assert config_fingerprint(parse_config(_raw()), "d") != config_fingerprint(iid, "d")
     assert "sampling" not in certificate_policy(iid)
