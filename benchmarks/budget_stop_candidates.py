@@ -19,7 +19,6 @@ import pathlib
 import sys
 import time
 
-import numpy as np
 from scipy.stats import beta
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -145,6 +145,8 @@ def main() -> None:
               f"{np.sum(flip[near] > 0)} of the {near.sum()} configs, for up to {flip[worst]:.0%} of pairs of draws "
               f"({names[worst]}, true recovery {truth[worst]:.4f}); the first-N test was wrong on "
               f"{np.sum(first[near] != true_pass[near])} of them.")
+        from certsel.policies.budget_stop import DEFAULT_LEVEL
+
         over, beyond = near & (limits > GOAL), near & (limits > BUDGET)
         quick = near & (np.median(labels, axis=0) <= GOAL)
         # the standard error of a recovery estimate from GOAL labels (delta method), for the configs above the budget's
@@ -157,8 +159,8 @@ def main() -> None:
               f"{decided[:, beyond].mean(0).min():.0%} to {decided[:, beyond].mean(0).max():.0%} of orders, and "
               f"a gate cannot tell them apart after {GOAL} labels (true recoveries {truth[beyond].min():.4f} to "
               f"{truth[beyond].max():.4f}, a recovery estimate's standard error about {np.mean(se):.3f}), so ending "
-              f"them there gives up decisions in each, more than the budget stop's level (0.2 by default) allows "
-              f"for those decided more often than that.")
+              f"them there gives up decisions in each, more than the budget stop's level ({DEFAULT_LEVEL:g} by "
+              f"default) allows for those decided more often than that.")
         from scipy.stats import beta
 
         errs = wrong.sum(0)

@@ -3,7 +3,7 @@ and ``certsel show``: pure formatting with no heavy imports, so that showing a p
 
 from __future__ import annotations
 
-from certsel.orchestrator.results.outcomes import BUDGET_STOP_WORDS
+from certsel.orchestrator.results.outcomes import budget_stopped
 
 
 def efficiency_cell(row) -> str:
@@ -160,8 +160,7 @@ def setting_lines(cert) -> list[str]:
         lines.append(f"futility: {len(futile)} candidate(s) stopped once R >= alpha was certified at {level:g}, "
                      f"{rest} human labels short of their budget; --set scheduling.futility=null would have spent "
                      f"them (each such stop is wrong with probability <= {level:g})")
-    stopped = [c for c in cert.candidates if c.status == "not certified" and (c.reason or "").startswith(
-        BUDGET_STOP_WORDS)]
+    stopped = [c for c in cert.candidates if budget_stopped(c.status, c.reason)]
     if stopped and budget:
         rest = sum(max(int(budget) - c.labels_human, 0) for c in stopped)
         level = cert.scheduling.get("budget_stop")

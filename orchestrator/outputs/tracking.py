@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from certsel._version import __version__
-from certsel.orchestrator.results.outcomes import BUDGET_STOP_WORDS
+from certsel.orchestrator.results.outcomes import budget_stopped
 from certsel.orchestrator.results.records import Status
 
 
@@ -185,8 +185,7 @@ class JobTracker:
                    "n_candidates": len(result.records)}
         # the stops, as the job's last lines count them: jobs compare on them in the runs table
         metrics["n_futile"] = sum(r.status == Status.FUTILE for r in result.records)
-        metrics["n_budget_stopped"] = sum(r.status == Status.NOT_CERTIFIED and r.reason.startswith(BUDGET_STOP_WORDS)
-                                          for r in result.records)
+        metrics["n_budget_stopped"] = sum(budget_stopped(r.status, r.reason) for r in result.records)
         metrics.update(goal.job_metrics(result))
         for k in ("human", "judge", "requests"):
             metrics[f"labels_{k}"] = result.spent[k]

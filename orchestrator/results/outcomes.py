@@ -12,6 +12,12 @@ FUTILE_WORDS = "R >= alpha certified"
 BUDGET_STOP_WORDS = "budget stop"
 
 
+def budget_stopped(status: str, reason: str | None) -> bool:
+    """Whether a candidate with this status (records.Status, or its value in a certificate) and reason was ended by
+    the budget stop: not certified, for the stop's reason."""
+    return str(status) == "not certified" and (reason or "").startswith(BUDGET_STOP_WORDS)
+
+
 class Outcome(StrEnum):
     """A gated candidate's outcome: ``pass`` (claim certified at delta), ``fail`` (the opposite certified: futility
     test, or an estimation policy's R > alpha), ``undecided`` (neither within budget, or the source failed)."""
