@@ -10,7 +10,13 @@ and level: mean human labels, how often the certified set and the selection are 
 Then the gates (benchmarks/gate_vs_point.py's setting: `certsel gate examples/gate_recovery.yaml`, recovery >= 0.95,
 1,000 questions, in random orders), where a stopped candidate is "undecided" early: pass / fail / undecided, wrong
 decisions and median labels of the configurations within 5 points of 0.95, without and with the stop. Its rule there
-needs both the claim's test and its futility test to be unlikely to reach their levels.
+needs both the claim's test and its futility test to be unlikely to reach their levels (a fail is a decision); in a
+selection a futile candidate ends uncertified as a stopped one does, so there the rule judges the claim's test alone.
+
+The pooled 'lost / certified' is diluted by the easy candidates, while the rule's statement is per candidate: one that
+the full budget would certify is stopped with probability at most the level. So each job also gets a row per level with
+its candidates' own rates: the seeds the stop cost a candidate over the seeds its full budget certified it, the worst
+among those certified in at least ``--min-certified`` seeds, with a one-sided 95% Clopper-Pearson upper bound.
 
     python benchmarks/budget_stop.py [--seeds 20] [--levels 0.1 0.2] [--gate-orders 100] [--docs]
 """
@@ -25,6 +31,7 @@ import tempfile
 import time
 
 import numpy as np
+from scipy.stats import beta
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -37,15 +44,39 @@ from certsel.orchestrator.inputs.sources import load_job_data  # noqa: E402
 EXAMPLES = ["quantization.yaml", "quantization_recovery.yaml", "prompts.yaml", "prompts_aggregate.yaml",
             "gate_recovery.yaml", "gate_regression.yaml"]
 LARGE = "1,000 templates (Holm, alpha 0.3)"  # benchmarks/defaults.py's 1,000-candidate job
+# The final intervals decide nothing here (the certified set, the selection and the labels come from the e-values; the
+# same on seeds 0 and 1 of every job below) and take nine tenths of the 1,000-template job's time.
+NO_INTERVALS = ["tracking.intervals=none"]
 
 
 def run(task):
     """One job: (its file, seed, level) -> (human labels, certified set, selection, candidates)."""
     path, seed, level = task
-    sets = [f"seed={seed}"] + [f"scheduling.budget_stop={'null' if level is None else level}"]
+    sets = [f"seed={seed}", f"scheduling.budget_stop={'null' if level is None else level}", *NO_INTERVALS]
     cfg = load_config(path, sets)
     res = run_job(cfg, load_job_data(cfg), LocalRuntime(1))
     return res.spent["human"], frozenset(res.certified), res.selected, len(res.records)
+
+
+def upper(lost: int, n: int, conf: float = 0.95) -> float:
+    """One-sided Clopper-Pearson upper bound of a rate of ``lost`` in ``n``."""
+    return 1.0 if lost >= n else float(beta.ppf(conf, lost + 1, n - lost))
+
+
+def per_candidate(name: str, level: float, off, on, min_certified: int) -> str:
+    """The table row of one job at one level: its candidates' own rates (see the module docstring). Among candidates
+    with the same rate the worst is the one whose upper bound is largest (the fewest seeds: the least known)."""
+    names = sorted(set().union(*(o[1] for o in off)))
+    n = {c: sum(c in o[1] for o in off) for c in names}
+    lost = {c: sum(c in a[1] and c not in b[1] for a, b in zip(off, on, strict=True)) for c in names}
+    judged = [c for c in names if n[c] >= min_certified]
+    pooled = f"{sum(lost.values())} / {sum(n.values())}"
+    if not judged:
+        return f"| {name} | {level:g} | {len(names)} | 0 | | | | | {pooled} |"
+    worst = max(judged, key=lambda c: (lost[c] / n[c], upper(lost[c], n[c])))
+    above = sum(lost[c] / n[c] > level for c in judged)
+    return (f"| {name} | {level:g} | {len(names)} | {len(judged)} | {worst} | {lost[worst]} / {n[worst]} | "
+            f"{upper(lost[worst], n[worst]):.2f} | {above} | {pooled} |")
 
 
 def main() -> None:
@@ -56,6 +87,8 @@ def main() -> None:
     ap.add_argument("--large-levels", type=float, nargs="*", default=[0.2],
                     help="levels for the 1,000-template job (none: leave it out)")
     ap.add_argument("--gate-orders", type=int, default=100, help="random orders of the gate (0: no gate rows)")
+    ap.add_argument("--min-certified", type=int, default=5,
+                    help="seeds a candidate must be certified in for its own rate to be judged (fewer say little)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--docs", action="store_true", help="write what this prints as its section of docs/results.md")
     args = ap.parse_args()
@@ -81,12 +114,14 @@ def main() -> None:
             large_table(table)
             job.write_text(LARGE_JOB.format(path=table))
             jobs.append((LARGE, job, args.large_levels))
+        rows = []  # each job's per-candidate rows, printed after the main table
         for name, path, levels in jobs:
             off = pool.map(run, [(path, s, None) for s in range(args.seeds)])
             base = np.mean([o[0] for o in off])
             print(f"| {name} | off | {base:,.1f} | 1.00x | | | | | |", flush=True)
             for level in levels:
                 on = pool.map(run, [(path, s, level) for s in range(args.seeds)])
+                rows.append(per_candidate(name, level, off, on, args.min_certified))
                 pairs = list(zip(off, on, strict=True))
                 lost = sum(len(a[1] - b[1]) for a, b in pairs)
                 certified = sum(len(a[1]) for a in off)
@@ -100,6 +135,15 @@ def main() -> None:
             if name == "quantization.yaml":
                 print(f"| (the quickstart: seed 0) | off / {' / '.join(f'{x:g}' for x in levels)} | "
                       f"{' / '.join(str(run((path, 0, x))[0]) for x in [None, *levels])} | | | | | | |", flush=True)
+        print(f"\nEach candidate's own rate: n, the seeds whose run without the stop certified it; lost, those of them "
+              f"the stop cost. The rule bounds lost / n by the level under its model; 'worst': the largest lost / n "
+              f"among candidates with n >= {args.min_certified} (ties: the largest upper bound), with its one-sided "
+              "95% Clopper-Pearson upper bound.\n")
+        print(f"| job | budget_stop | candidates certified in some seed | with n >= {args.min_certified} | "
+              "worst: candidate | lost / n | 95% upper bound | candidates with lost / n above the level | "
+              "pooled lost / certified |")
+        print("|---|---:|---:|---:|---|---:|---:|---:|---:|")
+        print("\n".join(rows), flush=True)
         if args.gate_orders:
             gates(pool, args.gate_orders, args.levels)
         print(f"\n({time.time() - t0:.0f} s)")
@@ -111,7 +155,8 @@ def _gate(task):
     from certsel.orchestrator.results.outcomes import Outcome
 
     seed, level = task
-    sets = [f"seed={seed}", "budget.n=1000"] + [f"scheduling.budget_stop={'null' if level is None else level}"]
+    sets = [f"seed={seed}", "budget.n=1000", f"scheduling.budget_stop={'null' if level is None else level}",
+            *NO_INTERVALS]
     cfg = gate_config(ROOT / "examples" / "gate_recovery.yaml", sets)
     cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"store": None})})
     res = run_job(cfg, load_job_data(cfg), LocalRuntime(), collect_labels=False)
