@@ -34,9 +34,8 @@ from ._validation import check_level
 DEFAULT_LEVEL = 0.2  # gamma where a level is needed and the job sets none (the oracle's labels to end a candidate)
 MIN_WINDOW = 20  # increments the growth is estimated from before the rule may stop a candidate (40 human labels)
 # The rule's version, part of a job's identity while the stop is on: a job folder made under an earlier rule (1: the own
-# test alone; 2: both sides whenever a futility test runs; 3: both sides in a gate, the own test alone in a selection,
-# Evidence.decidable) is not shown as this rule's answer.
-RULE_VERSION = 3
+# test alone; 2: both sides when a futility test runs, Evidence.decidable) is not shown as this rule's answer.
+RULE_VERSION = 2
 
 
 def reach_probability(gap, drift, spread, remaining) -> np.ndarray:

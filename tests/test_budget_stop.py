@@ -68,9 +68,9 @@ def test_the_rule_waits_for_its_window_and_never_stops_a_reached_threshold():
         stops(Growth.of(down), 0.0, 1.0, 10, 1.5)
 
 
-def _settled(futility, fut_path, procedure="gate"):
-    """settle() on one running candidate of ``procedure`` whose own test falls steadily (hopeless), with a futility
-    test whose log E path is ``fut_path`` (None: none known)."""
+def _settled(futility, fut_path):
+    """settle() on one running candidate whose own test falls steadily (hopeless), with a futility test whose log E
+    path is ``fut_path`` (None: none known)."""
     from certsel.orchestrator.engine.decisions import Evidence, Rules, settle
     from certsel.orchestrator.results.records import Status
     from certsel.policies.procedures import PROCEDURES
@@ -79,7 +79,7 @@ def _settled(futility, fut_path, procedure="gate"):
     e = Evidence("c", Status.RUNNING, labels=60, max_log_e=0.0, log_e=float(down[-1]), growth=Growth.of(down),
                  remaining=240, futility_log_e=0.0 if fut_path is None else float(fut_path[-1]),
                  futility_growth=None if fut_path is None else Growth.of(fut_path))
-    rules = Rules(PROCEDURES.lookup(procedure), 0.1, futility=futility, budget_stop=0.2)
+    rules = Rules(PROCEDURES.lookup("fst"), 0.1, futility=futility, budget_stop=0.2)
     return [(d.status.value, d.reason) for d in settle([e], rules)]
 
 
@@ -93,16 +93,6 @@ def test_with_a_futility_test_it_stops_only_when_neither_test_can_reach_its_leve
     assert _settled(0.05, None) == []  # the futility test's growth unknown: it runs on
     (both,) = _settled(0.05, np.linspace(0, -1.0, 60))  # neither can reach: stopped, undecided
     assert both[0] == "not certified" and "decide it" in both[1]
-
-
-@pytest.mark.parametrize("procedure", ["fst", "holm", "bonferroni"])
-def test_in_a_selection_it_judges_the_claims_own_test_alone(procedure):
-    """In a selection a futile candidate ends uncertified, as a budget-stopped one does, so a futility test on its way
-    to its level buys nothing the selection uses: the candidate stops once its own test is unlikely to certify it."""
-    on_its_way = np.linspace(0, 2.0, 60)
-    (own,) = _settled(0.05, on_its_way, procedure)
-    assert own[0] == "not certified" and own[1].startswith("budget stop") and "certify it" in own[1]
-    assert _settled(0.05, on_its_way, "gate") == []  # the same evidence in a gate: a fail is on its way, it runs on
 
 
 def test_a_job_records_each_futility_test_path_label_by_label_and_its_checkpoint_keeps_it():
