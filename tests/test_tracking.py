@@ -261,3 +261,26 @@ def test_mlflow_telemetry_is_off_unless_asked(tmp_path):
 
     assert hosts("off.db") == []
     assert any("mlflow" in h for h in hosts("on.db", MLFLOW_DISABLE_TELEMETRY="false"))
+
+
+def test_a_gate_run_counts_its_futile_candidates(ray_session, tmp_path):
+    """n_futile counts what the job ended as futile: a gate whose 'bad' candidate (R = 0.6 at alpha 0.2) fails early."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from certsel.gates import gate_config
+
+    rng = np.random.default_rng(3)
+    names, risks = ["good", "bad"], [0.02, 0.6]
+    loss = np.concatenate([(rng.random(200) < r).astype(float) for r in risks])
+    pq.write_table(pa.table({"candidate": np.repeat(names, 200), "item": np.tile(np.arange(200), 2),
+                             "loss_human": loss}), tmp_path / "t.parquet")
+    uri = f"sqlite:///{tmp_path}/store.db"
+    cfg = gate_config({"data": {"path": str(tmp_path / "t.parquet")}, "policy": {"kind": "r-eval"}, "alpha": 0.2,
+                       "delta": 0.1, "budget": {"n": 100, "batch": 20}, "seed": 0,
+                       "state": {"dir": str(tmp_path / "jobs"), "store": None}, "tracking": {"uri": uri}})
+    result, run_id = execute(cfg, output=tmp_path / "report")
+    statuses = {r.name: r.status.value for r in result.records}
+    assert statuses["bad"] == "futile"
+    m = MlflowClient(uri).get_run(run_id).data.metrics
+    assert m["n_futile"] == 1 and m["n_budget_stopped"] == 0
