@@ -30,13 +30,13 @@ import tempfile
 import time
 
 import numpy as np
-from scipy.stats import beta
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from results_doc import results_section  # noqa: E402
 
 from certsel.config import load_config  # noqa: E402
+from certsel.orchestrator.audit.base import clopper_pearson  # noqa: E402
 from certsel.orchestrator.engine.driver import LocalRuntime, run_job  # noqa: E402
 from certsel.orchestrator.inputs.sources import load_job_data  # noqa: E402
 
@@ -57,9 +57,9 @@ def run(task):
     return res.spent["human"], frozenset(res.certified), res.selected, len(res.records)
 
 
-def upper(lost: int, n: int, conf: float = 0.95) -> float:
-    """One-sided Clopper-Pearson upper bound of a rate of ``lost`` in ``n``."""
-    return 1.0 if lost >= n else float(beta.ppf(conf, lost + 1, n - lost))
+def upper(lost: int, n: int) -> float:
+    """One-sided 95% Clopper-Pearson upper bound of a rate of ``lost`` in ``n``."""
+    return clopper_pearson(lost, n, 0.95)[1]
 
 
 def per_candidate(name: str, level: float, off, on, min_certified: int) -> str:

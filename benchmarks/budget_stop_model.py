@@ -21,8 +21,9 @@ futility test's, runs to the whole budget n) over ``--seeds`` seeds. On those pa
 Thresholds: FST log(1/delta), Bonferroni log(K/delta), Holm the final step-down's log((K - C)/delta) with C the
 candidates the full budget certifies (a job's Holm threshold starts higher and falls to it). The replay ignores what
 decides which candidates a job tests (a fixed sequence's end, the pilot's start), so its labels are per candidate, not
-a job's; benchmarks/budget_stop.py measures the current rule on whole jobs, and the replay of its rule 2 is checked
-against it (the 1,000-template job's pooled lost / certified: 0.0087 there).
+a job's; benchmarks/budget_stop.py measures the current rule on whole jobs, to compare the replay of its rule 2 with
+(the 1,000-template job's pooled lost / certified: 0.0087 there). :func:`unlikely` without the regret term is the
+rule of policies/budget_stop.stops on many rows at once; tests/test_budget_stop.py checks it against that function.
 
     python benchmarks/budget_stop_model.py [--seeds 10] [--docs]
 """
@@ -50,6 +51,7 @@ from certsel.config import load_config  # noqa: E402
 from certsel.orchestrator.engine.driver import LocalRuntime, run_job  # noqa: E402
 from certsel.orchestrator.inputs.sources import load_job_data  # noqa: E402
 from certsel.policies.budget_stop import MIN_WINDOW, reach_probability  # noqa: E402
+from certsel.policies.procedures import PROCEDURES  # noqa: E402
 
 EXAMPLES = ["quantization.yaml", "quantization_recovery.yaml", "prompts.yaml", "prompts_aggregate.yaml"]
 LEVELS = (0.1, 0.2)
@@ -66,11 +68,9 @@ def full_paths(task):
     own = np.array([np.asarray(r.path, dtype=np.float64)[:n] for r in res.records])
     fut = (np.array([np.asarray(r.futility_path, dtype=np.float64)[:n] for r in res.records])
            if cfg.scheduling.futility is not None else None)
-    from certsel.policies.procedures import PROCEDURES
-
-    procedure = PROCEDURES.lookup(cfg.procedure)
-    certified = np.array([r.name in set(res.certified) for r in res.records])
-    thresholds = procedure.log_thresholds(cfg.delta, certified)
+    certified_names = set(res.certified)
+    certified = np.array([r.name in certified_names for r in res.records])
+    thresholds = PROCEDURES.lookup(cfg.procedure).log_thresholds(cfg.delta, certified)
     return ([r.name for r in res.records], own, fut, thresholds,
             None if cfg.scheduling.futility is None else math.log(1.0 / cfg.scheduling.futility))
 

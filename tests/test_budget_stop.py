@@ -177,3 +177,28 @@ def test_the_quickstart_stops_its_boundary_candidate_through_the_cli(ray_session
     folder = tmp_path / "home" / "jobs" / on["job_id"]
     assert line in (folder / "report.md").read_text()
     assert html.escape(line, quote=False) in (folder / "report.html").read_text().replace("&#39;", "'")
+
+
+def test_the_model_benchmarks_vectorised_rule_is_the_policys_rule():
+    """benchmarks/budget_stop_model.py replays the stop on many paths at once; without its regret term that replay
+    must decide as policies/budget_stop.stops does, path by path (a literal loop), or its table measures another rule."""
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    from budget_stop_model import unlikely
+
+    rng = np.random.default_rng(11)
+    n = 200
+    drift = rng.uniform(-0.03, 0.04, 300)[:, None]
+    paths = np.cumsum(drift + rng.normal(0, 0.15, (300, n)), axis=1)
+    paths[:5] = np.linspace(0, 1, n)  # no noise: spread 0, the rule says nothing
+    threshold = np.full(300, math.log(10))
+    fired = 0
+    for level in (0.1, 0.2):
+        for t in range(2 * MIN_WINDOW, n, 25):
+            got = unlikely(paths, t, n, threshold, level, regret=False)
+            want = [stops(Growth.of(p[:t]), p[t - 1], math.log(10), n - t, level) for p in paths]
+            np.testing.assert_array_equal(got, want)
+            fired += int(got.sum())
+    assert 0 < fired < 300 * 2 * len(range(2 * MIN_WINDOW, n, 25)) // 2  # both answers occur
