@@ -10,7 +10,8 @@ and level: mean human labels, how often the certified set and the selection are 
 Then the gates (benchmarks/gate_vs_point.py's setting: `certsel gate examples/gate_recovery.yaml`, recovery >= 0.95,
 1,000 questions, in random orders), where a stopped candidate is "undecided" early: pass / fail / undecided, wrong
 decisions and median labels of the configurations within 5 points of 0.95, without and with the stop. Its rule there
-needs both the claim's test and its futility test to be unlikely to reach their levels, as in every job with futility.
+needs both the claim's test and its futility test to be unlikely to reach their levels, as in every gate (a selection
+judges the claim's own test alone: engine/decisions.Rules.decides_futility).
 
 The pooled 'lost / certified' is diluted by the easy candidates, while the rule's statement is per candidate: one that
 the full budget would certify is stopped with probability at most the level. So each job also gets a row per level with

@@ -11,19 +11,20 @@ futility test's, runs to the whole budget n) over ``--seeds`` seeds. On those pa
 
 - **bias**: at t labels, the later half's slope against the slope the path then actually took to n, averaged over the
   candidates, next to the regret term above;
-- **rules**, replayed on the paths every ``--step`` labels from 40 on (a job's rounds are about 25 labels): the current
-  rule (2: a candidate stops when its own test is unlikely to reach its threshold and, with a futility test, that test
-  too), the own test alone (3), each with the slope as it is and with the regret term added (the rest's gain
-  g m - (1/2) log((t + m)/t)). Per rule and level: human labels against no stop (a candidate's labels end at its
-  certification, its futility stop, the budget stop or n), certified-by-the-full-budget candidates the stop ends first
-  (lost / certified, pooled), and candidates certified in at least 5 seeds whose own rate is above the level.
+- **rules**, replayed on the paths every ``--step`` labels from 40 on (a job's rounds are about 25 labels): both
+  tests (2: a candidate stops when its own test is unlikely to reach its threshold and, with a futility test, that test
+  too; a gate's rule) and the own test alone (3: a selection's), each with the slope as it is and with the regret term
+  added (the default since policies/budget_stop.RULE_VERSION 3). Per rule and level: human labels against no stop (a
+  candidate's labels end at its certification, its futility stop, the budget stop or n), certified-by-the-full-budget
+  candidates the stop ends first (lost / certified, pooled), and candidates certified in at least 5 seeds whose own
+  rate is above the level.
 
 Thresholds: FST log(1/delta), Bonferroni log(K/delta), Holm the final step-down's log((K - C)/delta) with C the
 candidates the full budget certifies (a job's Holm threshold starts higher and falls to it). The replay ignores what
 decides which candidates a job tests (a fixed sequence's end, the pilot's start), so its labels are per candidate, not
-a job's; benchmarks/budget_stop.py measures the current rule on whole jobs, to compare the replay of its rule 2 with
-(the 1,000-template job's pooled lost / certified: 0.0087 there). :func:`unlikely` without the regret term is the
-rule of policies/budget_stop.stops on many rows at once; tests/test_budget_stop.py checks it against that function.
+a job's; benchmarks/budget_stop.py measures the current rule on whole jobs, to compare the replay of its rule 3 with
+the regret term with. :func:`unlikely` with the regret term is the rule of policies/budget_stop.stops on many rows at
+once; tests/test_budget_stop.py checks it against that function.
 
     python benchmarks/budget_stop_model.py [--seeds 10] [--docs]
 """
@@ -81,7 +82,8 @@ def _first(mask: np.ndarray, n: int) -> np.ndarray:
 
 
 def unlikely(paths: np.ndarray, t: int, n: int, log_threshold, level: float, regret: bool) -> np.ndarray:
-    """The rule of policies/budget_stop.stops on every row at t labels (vectorised), optionally with the regret term."""
+    """The rule of policies/budget_stop.stops on every row at t labels (vectorised); without the regret term, the rule
+    before RULE_VERSION 3."""
     h = t // 2
     rate = (paths[:, t - 1] - paths[:, h - 1]) / (t - h)
     spread = np.diff(paths[:, h - 1:t], axis=1).std(axis=1, ddof=1)
@@ -171,7 +173,7 @@ def main() -> None:
                         rows.append(f"| {name} | {level:g} | {rule} | {'with' if regret else 'without'} | "
                                     f"{labels / base:.3f}x | {lost} / {cert} = {lost / max(cert, 1):.4f} | "
                                     f"{above} / {judged} |")
-        print("\nRules replayed. 'rule': 2 needs both tests unlikely to reach their levels (the default), 3 the own "
+        print("\nRules replayed. 'rule': 2 needs both tests unlikely to reach their levels (a gate's), 3 the own "
               "test alone; 'regret term': the rest's gain with - (1/2) log((t + m)/t) and the slope with its "
               "(1/2) log(t/h)/(t - h) back.\n")
         print("| job | level | rule | regret term | labels vs no stop | lost / certified | candidates above the "

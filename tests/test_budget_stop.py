@@ -63,14 +63,29 @@ def test_the_rule_waits_for_its_window_and_never_stops_a_reached_threshold():
     assert not stops(Growth.of(up), up[-1], math.log(10), 240, 0.2)
     assert not stops(Growth.of(down), 2.4, math.log(10), 240, 0.2)
     g = Growth.of(np.cumsum(np.r_[np.zeros(10), np.full(10, 0.1)]))
-    assert g.rate == pytest.approx(0.1) and g.window == 10
+    assert g.rate == pytest.approx(0.1) and g.window == 10 and g.labels == 20
     with pytest.raises(ValueError, match="scheduling.budget_stop"):
         stops(Growth.of(down), 0.0, 1.0, 10, 1.5)
 
 
-def _settled(futility, fut_path):
-    """settle() on one running candidate whose own test falls steadily (hopeless), with a futility test whose log E
-    path is ``fut_path`` (None: none known)."""
+def test_the_regret_term_is_its_formula_and_positive():
+    """Growth.regret against the literal formula (1/2) log(t/h)/(t - h) - (1/2) log((t + m)/t)/m, positive at every
+    t and m: it only raises the drift the rule assumes, so it never stops a path the rule without it would keep (the
+    model benchmark's test below checks that on paths)."""
+    for t in (40, 41, 75, 200, 999):
+        h = t // 2
+        for m in (1, 10, 260, 5000):
+            g = Growth(0.0, 0.1, t - h, t)
+            want = 0.5 * math.log(t / h) / (t - h) - 0.5 * math.log((t + m) / t) / m
+            assert g.regret(m) == pytest.approx(want, rel=1e-12) and g.regret(m) > 0
+    assert Growth(0.0, 0.1, 20, 40).regret(0) == 0.0 and Growth(0.0, 0.0, 0, 0).regret(10) == 0.0
+    assert Growth.of(np.linspace(0, 1, 81)).regret(100) == pytest.approx(
+        0.5 * math.log(81 / 40) / 41 - 0.5 * math.log(181 / 81) / 100)
+
+
+def _settled(futility, fut_path, procedure="gate"):
+    """settle() on one running candidate of ``procedure`` whose own test falls steadily (hopeless), with a futility
+    test whose log E path is ``fut_path`` (None: none known)."""
     from certsel.orchestrator.engine.decisions import Evidence, Rules, settle
     from certsel.orchestrator.results.records import Status
     from certsel.policies.procedures import PROCEDURES
@@ -79,7 +94,7 @@ def _settled(futility, fut_path):
     e = Evidence("c", Status.RUNNING, labels=60, max_log_e=0.0, log_e=float(down[-1]), growth=Growth.of(down),
                  remaining=240, futility_log_e=0.0 if fut_path is None else float(fut_path[-1]),
                  futility_growth=None if fut_path is None else Growth.of(fut_path))
-    rules = Rules(PROCEDURES.lookup("fst"), 0.1, futility=futility, budget_stop=0.2)
+    rules = Rules(PROCEDURES.lookup(procedure), 0.1, futility=futility, budget_stop=0.1)
     return [(d.status.value, d.reason) for d in settle([e], rules)]
 
 
@@ -93,6 +108,16 @@ def test_with_a_futility_test_it_stops_only_when_neither_test_can_reach_its_leve
     assert _settled(0.05, None) == []  # the futility test's growth unknown: it runs on
     (both,) = _settled(0.05, np.linspace(0, -1.0, 60))  # neither can reach: stopped, undecided
     assert both[0] == "not certified" and "decide it" in both[1]
+
+
+@pytest.mark.parametrize("procedure", ["fst", "holm", "bonferroni"])
+def test_in_a_selection_it_judges_the_claims_own_test_alone(procedure):
+    """In a selection a futile candidate ends uncertified, as a budget-stopped one does, so a futility test on its way
+    to its level buys nothing the selection uses: the candidate stops once its own test is unlikely to certify it."""
+    on_its_way = np.linspace(0, 2.0, 60)
+    (own,) = _settled(0.05, on_its_way, procedure)
+    assert own[0] == "not certified" and own[1].startswith("budget stop") and "certify it" in own[1]
+    assert _settled(0.05, on_its_way, "gate") == []  # the same evidence in a gate: a fail is on its way, it runs on
 
 
 def test_a_job_records_each_futility_test_path_label_by_label_and_its_checkpoint_keeps_it():
@@ -167,7 +192,9 @@ def test_the_quickstart_stops_its_boundary_candidate_through_the_cli(ray_session
     stopped = [c for c in on["candidates"] if (c["reason"] or "").startswith("budget stop")]
     assert [c["candidate"] for c in stopped] == ["mx_m4_r8_k16"] and stopped[0]["labels_human"] < 200
     assert on["labels"]["spent"]["human"] < 0.7 * off["labels"]["spent"]["human"]
-    assert on["scheduling"]["budget_stop"] == 0.2 and "budget_stop" not in off["scheduling"]
+    from certsel.policies.budget_stop import DEFAULT_LEVEL
+
+    assert on["scheduling"]["budget_stop"] == DEFAULT_LEVEL and "budget_stop" not in off["scheduling"]
     from certsel.orchestrator.outputs.cells import setting_lines
     from certsel.orchestrator.outputs.selection_schema import parse
 
@@ -180,8 +207,8 @@ def test_the_quickstart_stops_its_boundary_candidate_through_the_cli(ray_session
 
 
 def test_the_model_benchmarks_vectorised_rule_is_the_policys_rule():
-    """benchmarks/budget_stop_model.py replays the stop on many paths at once; without its regret term that replay
-    must decide as policies/budget_stop.stops does, path by path (a literal loop), or its table measures another rule."""
+    """benchmarks/budget_stop_model.py replays the stop on many paths at once; with its regret term that replay must
+    decide as policies/budget_stop.stops does, path by path (a literal loop), or its table measures another rule."""
     import pathlib
     import sys
 
@@ -194,11 +221,15 @@ def test_the_model_benchmarks_vectorised_rule_is_the_policys_rule():
     paths = np.cumsum(drift + rng.normal(0, 0.15, (300, n)), axis=1)
     paths[:5] = np.linspace(0, 1, n)  # no noise: spread 0, the rule says nothing
     threshold = np.full(300, math.log(10))
-    fired = 0
+    fired = kept_by_the_term = 0
     for level in (0.1, 0.2):
         for t in range(2 * MIN_WINDOW, n, 25):
-            got = unlikely(paths, t, n, threshold, level, regret=False)
+            got = unlikely(paths, t, n, threshold, level, regret=True)
             want = [stops(Growth.of(p[:t]), p[t - 1], math.log(10), n - t, level) for p in paths]
             np.testing.assert_array_equal(got, want)
             fired += int(got.sum())
+            without = unlikely(paths, t, n, threshold, level, regret=False)
+            assert not (got & ~without).any()  # the term never stops a path the rule without it keeps
+            kept_by_the_term += int((without & ~got).sum())
     assert 0 < fired < 300 * 2 * len(range(2 * MIN_WINDOW, n, 25)) // 2  # both answers occur
+    assert kept_by_the_term > 0  # and the term matters: without it, the comparison above would fail

@@ -38,12 +38,12 @@ def test_the_objective_is_named_by_its_column():
 def test_setting_lines_say_what_the_other_setting_would_have_done():
     from certsel.orchestrator.outputs.cells import setting_lines
 
-    def cert(statuses, labels, certified=(), pilot=None, reasons=None):
+    def cert(statuses, labels, certified=(), pilot=None, reasons=None, gate=None):
         cands = [SimpleNamespace(status=s, labels_human=n, reason=r)
                  for s, n, r in zip(statuses, labels, reasons or [None] * len(statuses))]
         return SimpleNamespace(candidates=cands, labels=SimpleNamespace(budget={"n": 300}),
                                scheduling={"futility": 0.05, "budget_stop": 0.2}, pilot=pilot,
-                               certified_set=list(certified))
+                               certified_set=list(certified), gate=gate)
 
     assert setting_lines(cert(["certified", "not certified"], [40, 300], ["a"])) == []
     (line,) = setting_lines(cert(["certified", "futile", "futile"], [40, 100, 250], ["a"]))
@@ -58,3 +58,7 @@ def test_setting_lines_say_what_the_other_setting_would_have_done():
                                  reasons=[None, "budget stop after 125 human labels: ...", "budget spent"]))
     assert line.startswith("budget stop: 1 candidate(s) stopped") and "175 human labels short" in line
     assert "--set scheduling.budget_stop=null" in line and "probability <= 0.2" in line
+    assert "unlikely to certify them" in line and "the full budget certifies" in line  # a selection: its own test
+    stopped = ["not certified"], [125], (), None, ["budget stop after 125 human labels: ..."]
+    (line,) = setting_lines(cert(*stopped, gate=SimpleNamespace()))
+    assert "unlikely to decide them" in line and "the full budget decides" in line  # a gate waits for a fail too

@@ -214,9 +214,10 @@ def test_sampling_enters_a_jobs_identity_only_when_it_is_not_iid():
         body["scheduling"].pop(key)
     body["policy"].pop("sampling")
     body["pairwise"].pop("bet")  # likewise pairwise.bet when not set
-    assert body["scheduling"]["budget_stop"] == 0.2  # the budget stop, on by default, is part of it
+    from certsel.policies.budget_stop import DEFAULT_LEVEL, RULE_VERSION
+
+    assert body["scheduling"]["budget_stop"] == DEFAULT_LEVEL  # the budget stop, on by default, is part of it
     body["data"].pop("measures")  # wording, never part of the identity
-    from certsel.policies.budget_stop import RULE_VERSION
 
     # and, while the stop is on, its rule's version
     canon = json.dumps({"config": body, "data": "d", "budget_stop_rule": RULE_VERSION}, sort_keys=True,

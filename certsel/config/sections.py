@@ -158,10 +158,12 @@ class SchedulingConfig(Strict):
     # with R < alpha is stopped with probability <= futility. Unset: DEFAULT_FUTILITY; null: off
     futility: float | None = Field(None, gt=0, lt=1)
     # budget stop (testing policies, policies/budget_stop.py): stop a candidate, not certified, once its remaining
-    # budget would certify it with probability < budget_stop / 2, its growth taken at its upper budget_stop / 2 bound;
-    # it never certifies, so every guarantee is unchanged, and a candidate the full budget would certify is stopped
-    # with probability <= budget_stop (a Gaussian model of the e-process; benchmarks/budget_stop.py). With a futility
-    # test, only when neither test is likely to reach its level. Unset: DEFAULT_BUDGET_STOP (testing policies); null: off
+    # budget would certify it with probability < budget_stop / 2, its growth taken at its upper budget_stop / 2 bound
+    # (with a learned bet's regret term); it never certifies, so every guarantee is unchanged, and a candidate the full
+    # budget would certify is stopped with probability <= budget_stop (a Gaussian model of the e-process;
+    # benchmarks/budget_stop.py). In a gate with a futility test, only when neither test is likely to reach its level
+    # (a fail is a decision; in a selection a futile candidate ends uncertified as a stopped one does).
+    # Unset: DEFAULT_BUDGET_STOP (testing policies); null: off
     budget_stop: float | None = Field(None, gt=0, lt=1)
     # rounds (testing policies, a ranking's pairs): "predicted" gives a candidate close to its threshold (a pair close
     # to an order or a tie) a round of about the labels its evidence says it still needs, between budget.min_batch

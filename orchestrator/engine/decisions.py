@@ -60,14 +60,13 @@ class Evidence:
 
     def decidable(self, rules: Rules, log_threshold: float) -> bool:
         """Whether the rest of its budget could still decide it, as the budget stop judges (policies/budget_stop.py):
-        its test could still reach ``log_threshold``, or, with a futility stop, the futility test its level. A side
-        whose growth is unknown counts as able to."""
+        its test could still reach ``log_threshold``, or, in a gate with a futility stop, the futility test its level
+        (:attr:`Rules.decides_futility`). A side whose growth is unknown counts as able to."""
         level = rules.budget_stop
         if self.growth is None or not budget_stops(self.growth, self.log_e, log_threshold, self.remaining, level):
             return True
-        fut = rules.futility_log_level
-        return fut is not None and (self.futility_growth is None or not budget_stops(
-            self.futility_growth, self.futility_log_e, fut, self.remaining, level))
+        return rules.decides_futility and (self.futility_growth is None or not budget_stops(
+            self.futility_growth, self.futility_log_e, rules.futility_log_level, self.remaining, level))
 
 
 @dataclass(frozen=True)
@@ -89,6 +88,13 @@ class Rules:
     @property
     def futility_log_level(self) -> float | None:
         return None if self.futility is None or not self.testing else math.log(1.0 / self.futility)
+
+    @property
+    def decides_futility(self) -> bool:
+        """Whether a futility stop is an outcome of its own, worth the budget stop's patience: in a gate a futile
+        candidate fails, a decision; in a selection it ends uncertified, as a budget-stopped one does, so there the
+        budget stop judges the claim's own test alone (policies/budget_stop.RULE_VERSION 3)."""
+        return self.futility_log_level is not None and self.procedure.gates
 
 
 class Certify(NamedTuple):
@@ -154,7 +160,7 @@ def settle(evidence: Sequence[Evidence], rules: Rules) -> list[Decision]:
         elif (rules.budget_stop is not None and rules.adaptive and rules.testing and e.remaining is not None
               and not e.exhausted and not e.decidable(rules, float(thresholds[k]))):
             end(k, Status.NOT_CERTIFIED, f"{BUDGET_STOP_WORDS} after {e.labels} human labels: its remaining "
-                                         f"{e.remaining} would {'decide' if rules.futility_log_level is not None else 'certify'} "
+                                         f"{e.remaining} would {'decide' if rules.decides_futility else 'certify'} "
                                          f"it with probability < {rules.budget_stop / 2:g}")
         elif e.exhausted:
             end(k, Status.NOT_CERTIFIED, "budget spent")

@@ -164,10 +164,12 @@ def setting_lines(cert) -> list[str]:
     if stopped and budget:
         rest = sum(max(int(budget) - c.labels_human, 0) for c in stopped)
         level = cert.scheduling.get("budget_stop")
-        verb = "decide" if cert.scheduling.get("futility") is not None else "certify"  # with futility: either way
+        # a gate with futility waits for either side (Rules.decides_futility); a selection for its own test alone
+        verb, verbs = (("decide", "decides") if cert.gate is not None and cert.scheduling.get("futility") is not None
+                       else ("certify", "certifies"))
         lines.append(f"budget stop: {len(stopped)} candidate(s) stopped, not certified, once the rest of their budget "
                      f"was unlikely to {verb} them, {rest} human labels short of it; --set scheduling.budget_stop=null "
-                     f"would have spent them (a candidate the full budget {verb}s is stopped with probability <= "
+                     f"would have spent them (a candidate the full budget {verbs} is stopped with probability <= "
                      f"{level:g})")
     pilot = cert.pilot
     if pilot is not None and not cert.certified_set:
