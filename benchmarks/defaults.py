@@ -4,7 +4,7 @@ job, through `certsel run` as a user runs it.
 Three settings changed (certsel/config/schema.py, ``RunConfig._measured_defaults``): a testing
 policy stops a candidate once R >= alpha is certified at ``scheduling.futility: 0.05`` (0.2.0;
 it was off), and once the rest of its budget is unlikely to decide it at
-``scheduling.budget_stop: 0.2`` (after 0.2.0; it was off), and a fixed sequence whose policy
+``scheduling.budget_stop: 0.1`` (after 0.2.0; it was off), and a fixed sequence whose policy
 pairs human labels with a recorded judge starts from the judge-only pilot
 (``scheduling.start: pilot``, 0.2.0; it was ``top``). The old behaviour is
 ``--set scheduling.futility=null --set scheduling.budget_stop=null --set scheduling.start=top``.
@@ -39,6 +39,8 @@ import pyarrow.parquet as pq
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from results_doc import results_section  # noqa: E402
+
+from certsel.config.sections import DEFAULT_BUDGET_STOP, DEFAULT_FUTILITY  # noqa: E402
 
 OLD = ["scheduling.futility=null", "scheduling.budget_stop=null", "scheduling.start=top"]
 EXAMPLES = ["quantization.yaml", "quantization_recovery.yaml", "prompts.yaml", "prompts_tasks.yaml",
@@ -146,8 +148,8 @@ def main(argv=None) -> int:
                                                                write=args.docs):
         tmp = pathlib.Path(tmp)
         print("Each bundled replay example and a 1,000-candidate job through `certsel run` (Ray, no MLflow, a "
-              "fresh home), with the defaults (`scheduling.futility: 0.05` and `scheduling.budget_stop: 0.2` for "
-              "testing policies, "
+              f"fresh home), with the defaults (`scheduling.futility: {DEFAULT_FUTILITY:g}` and "
+              f"`scheduling.budget_stop: {DEFAULT_BUDGET_STOP:g}` for testing policies, "
               "`scheduling.start: pilot` for a fixed sequence with a judge) and with the old settings "
               f"(`--set {' --set '.join(OLD)}`). Cells: defaults / old. `certified`: the candidates certified "
               "(a ranking: its certified orders and ties), compared over the configs a pilot-started sequence tested. Wall time: the whole command, Ray's start "

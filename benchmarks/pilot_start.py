@@ -37,15 +37,18 @@ EXAMPLE = ROOT / "examples" / "quantization.yaml"
 sys.path.insert(0, str(ROOT / "tests"))  # the boundary table shared with tests/test_pilot_start.py
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from results_doc import results_section  # noqa: E402
+
+from certsel.config.sections import DEFAULT_BUDGET_STOP as STOP, DEFAULT_FUTILITY as FUT  # noqa: E402
+
 # the old defaults (no futility stop, no budget stop, from the top), the pilot alone, each stop on it, and the defaults
-# (the pilot's start, futility at 0.05 and the budget stop at 0.2): each row names every setting it compares
+# (the pilot's start, futility and the budget stop at their default levels): each row names every setting it compares
 OLD = ["scheduling.futility=null", "scheduling.budget_stop=null", "scheduling.start=top"]
 RUNS = {"r-eval, from the top": ["policy.kind=r-eval", *OLD],
         "r-autoeval+, from the top (old defaults)": OLD,
         "r-autoeval+, pilot start": ["scheduling.futility=null", "scheduling.budget_stop=null", "scheduling.start=pilot"],
-        "r-autoeval+, pilot start + futility 0.05": ["scheduling.budget_stop=null", "scheduling.start=pilot"],
-        "r-autoeval+, pilot start + budget stop 0.2": ["scheduling.futility=null", "scheduling.start=pilot"],
-        "r-autoeval+, pilot start + futility 0.05 + budget stop 0.2 (defaults)": []}
+        f"r-autoeval+, pilot start + futility {FUT:g}": ["scheduling.budget_stop=null", "scheduling.start=pilot"],
+        f"r-autoeval+, pilot start + budget stop {STOP:g}": ["scheduling.futility=null", "scheduling.start=pilot"],
+        f"r-autoeval+, pilot start + futility {FUT:g} + budget stop {STOP:g} (defaults)": []}
 
 
 def one(judge: str, sets: list[str], seed: int) -> dict:
