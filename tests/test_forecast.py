@@ -70,6 +70,7 @@ def test_the_forecast_is_the_jobs_own_engine_on_the_drawn_tables(job):
         spent.append(run_job(quiet.model_copy(update={"seed": 3000 + s}), sim, LocalRuntime(1),
                              collect_labels=False).spent["human"])
     assert f.human == pytest.approx(np.mean(spent)) and (f.human_low, f.human_high) == (min(spent), max(spent))
+    assert f.human_se == pytest.approx(np.std(spent, ddof=1) / np.sqrt(2))
     assert sum(f.selections.values()) == 2 and "human labels" in f.line()
     with pytest.raises(ValueError, match="--sims"):
         forecast(cfg, data, items, sims=0)

@@ -38,6 +38,7 @@ class Forecast:
 
     sims: int
     human: float
+    human_se: float  # the mean's standard error over the runs (0 for one run)
     human_low: int
     human_high: int
     judge: float
@@ -48,8 +49,9 @@ class Forecast:
     def line(self) -> str:
         """The forecast as the plan prints it."""
         top = max(self.selections.items(), key=lambda kv: kv[1])
-        return (f"the job as configured: about {self.human:,.0f} human labels (from {self.human_low:,} to "
-                f"{self.human_high:,} over {self.sims} simulated runs), {self.judge:,.0f} judge labels, "
+        return (f"the job as configured: about {self.human:,.0f} ± {self.human_se:,.0f} human labels (the mean's "
+                f"standard error; from {self.human_low:,} to {self.human_high:,} over {self.sims} simulated runs), "
+                f"{self.judge:,.0f} judge labels, "
                 f"{self.certified:.1f} candidates certified, selecting {top[0] or 'none'} in {top[1]} of "
                 f"{self.sims} runs: its own engine run on tables drawn from the pilot's items (every stop, the "
                 f"pilot start and the procedure's end as the job applies them)")
@@ -82,6 +84,7 @@ def forecast(cfg: RunConfig, data: JobData, items: np.ndarray, *, sims: int = 8,
         certified.append(len(res.certified))
         chosen[res.selected] = chosen.get(res.selected, 0) + 1
     human = np.array([x["human"] for x in spent])
-    return Forecast(sims, float(human.mean()), int(human.min()), int(human.max()),
+    se = float(human.std(ddof=1) / np.sqrt(sims)) if sims > 1 else 0.0
+    return Forecast(sims, float(human.mean()), se, int(human.min()), int(human.max()),
                     float(np.mean([x["judge"] for x in spent])), float(np.mean([x["requests"] for x in spent])),
                     float(np.mean(certified)), chosen)
