@@ -20,7 +20,7 @@ from .sampling import IID, Sampling
 def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, delta: float, rhos=DEFAULT_RHOS,
                            betting: str | dict | BettingStrategy = "up", loss_bounds=(0.0, 1.0), weights=None,
                            horizon: int | None = None, sampling: Sampling = IID(),
-                           past_horizon: bool = False) -> np.ndarray:
+                           past_horizon: bool = False, n_used=None) -> np.ndarray:
     """Anytime-valid upper confidence bound on R at level 1 - delta (App. D.5), with the strategy's
     :meth:`~certsel.policies.betting.BettingStrategy.interval_strategy` (``past_horizon``: more labels than ``horizon``
     are allowed, as :func:`check_horizon` says).
@@ -28,6 +28,8 @@ def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, d
     ``U_n = inf{a : max_{i<=n} E_i(a) >= 1/delta}``. With bets bounded by 1/(M_s - m_s) (independent of the target)
     every E_i(a) is non-decreasing in a, so the confidence set is an interval and bisection finds its end (the upper end
     of the final bracket: conservative). P(exists n: R > U_n) <= delta by Ville's inequality at a = R.
+    ``n_used`` (batch shape): the labels each element holds, the rest padding (default all): its bound is the one of its
+    first ``n_used`` labels alone, since every bet is chosen from the past.
     """
     delta = check_level(delta, "delta")
     obs, w, betting, horizon = _prepare(
@@ -37,19 +39,24 @@ def upper_confidence_bound(human, judge_labeled=None, judge_unlabeled=None, *, d
         raise ValueError(f"betting {betting.name!r} bets depend on the target, so its rejected targets need not "
                          f"form an interval; use {betting.name}.interval_strategy() for confidence bounds")
     # interval form: a prior that does not move with the target (for UP, eq. 19's Beta(1/2, 1/2))
-    return _bisect_upper(obs, w, betting.interval_strategy(), horizon, level=delta)
+    return _bisect_upper(obs, w, betting.interval_strategy(), horizon, level=delta, n_used=n_used)
 
 
-def _bisect_upper(obs, w, betting, horizon, *, level) -> np.ndarray:
-    """inf{a : max_i E_i(a) >= 1/level} by bisection over the range-scaled e-processes of App. D.5
+def _bisect_upper(obs, w, betting, horizon, *, level, n_used=None) -> np.ndarray:
+    """inf{a : max_{i <= n_used} E_i(a) >= 1/level} by bisection over the range-scaled e-processes of App. D.5
     (:attr:`monotone_in_target` strategies only); returns the upper end of the final bracket, a rejected target."""
     lo, hi = obs.loss_bounds
     threshold = np.log(1.0 / level)
     batch = obs.q.shape[:-2]
+    n = obs.q.shape[-1]
+    held = None if n_used is None else np.arange(n) < np.broadcast_to(np.asarray(n_used), batch)[..., None]
 
     def rejected(a):
-        comps = component_log_evalues(obs, a, delta=level, betting=betting, horizon=horizon, ci_scale=True)
-        return mix_log_evalues(comps, w).max(axis=-1) >= threshold
+        log_e = mix_log_evalues(component_log_evalues(obs, a, delta=level, betting=betting, horizon=horizon,
+                                                      ci_scale=True), w)
+        if held is not None:
+            log_e = np.where(held, log_e, -np.inf)
+        return log_e.max(axis=-1) >= threshold
 
     low = np.full(batch, lo)
     high = np.full(batch, hi)  # every target >= hi is trivially rejected

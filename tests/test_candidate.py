@@ -28,7 +28,7 @@ class FailingSource(ReplaySource):
         return super().human(items)
 
 
-def candidates(fail_after=None, k=3, seed=0):
+def candidates(fail_after=None, k=3, seed=0, observation="split"):
     rng = np.random.default_rng(seed)
     order = rng.permutation(N * (1 + R))
     out = []
@@ -37,7 +37,7 @@ def candidates(fail_after=None, k=3, seed=0):
         judge = np.where(rng.random(human.size) < 0.8, human, 1 - human)
         source = FailingSource(human, judge, fail_after) if (fail_after is not None and i == 1) \
             else ReplaySource(human, judge)
-        test = SequentialTest(alpha=ALPHA, delta=DELTA, horizon=N, rhos=[0.0, 0.5, 1.0], r=R, observation="split")
+        test = SequentialTest(alpha=ALPHA, delta=DELTA, horizon=N, rhos=[0.0, 0.5, 1.0], r=R, observation=observation)
         out.append(TestingCandidate(f"c{i}", source, test, human_items=order[:N], judge_items=order[N:],
                                     ci_delta=DELTA))
     return out
@@ -65,28 +65,35 @@ def test_a_failing_source_in_a_stacked_step_costs_the_others_nothing():
         assert c.test.max_log_evalue == pytest.approx(ref.test.max_log_evalue, rel=1e-12, abs=1e-15)
 
 
-def test_stacked_intervals_and_bounds_equal_one_call_each():
-    cands = candidates()
+@pytest.mark.parametrize("observation", ["split", "paper"])
+def test_stacked_intervals_and_bounds_equal_one_call_each(observation):
+    """Final bounds of candidates at different label counts are searched in one padded call (the shorter ones' padding
+    left out by ``n_used``), and equal one call each: the padding changes no step before it."""
+    cands = candidates(k=5, observation=observation)
     step_together(cands, 25)
-    step_together(cands[:2], 15)  # two at t = 40, one at t = 25: two groups, one of them alone
+    step_together(cands[:3], 15)  # three at t = 40
+    step_together(cands[:1], 7)   # one at t = 47, one at t = 40 left with two at t = 25
+    assert sorted(c.t for c in cands) == [25, 25, 40, 40, 47]
     want_ci = []
     for c in cands:
         h, jl, ju = c._data()
         lo, hi = confidence_interval(h, jl, ju, delta=DELTA, rhos=c.rhos, betting=c.betting.interval_strategy(),
                                      horizon=N)
         want_ci.append((float(lo), float(hi)))
-    levels = [DELTA, DELTA / 3, DELTA]
+    levels = [DELTA, DELTA / 3, DELTA, DELTA / 3, DELTA / 3]
     want_bound = []
     for c, lv in zip(cands, levels, strict=True):
         c._bound.clear()
         want_bound.append(c.upper_bound(lv))
         c._bound.clear()
     intervals_together(cands)
+    assert all(c._ci is not None for c in cands)  # every one in the stacked call, whatever its label count
     upper_bounds_together(cands, levels)
+    assert all(lv in c._bound for c, lv in zip(cands, levels, strict=True) if levels.count(lv) > 1)
     # stacked arithmetic equals one call each up to rounding (the summation order of a stacked
     # reduction is the machine's BLAS's, so the last bit may differ between machines)
     close = dict(rel=1e-12, abs=1e-15)
-    assert [c._ci for c in cands[:2]] == [pytest.approx(w, **close) for w in want_ci[:2]]  # stacked
-    assert cands[2]._ci is None and cands[2].interval() == pytest.approx(want_ci[2], **close)  # its own call
-    got = [c._bound.get(lv, c.upper_bound(lv)) for c, lv in zip(cands, levels, strict=True)]
+    assert [c._ci for c in cands] == [pytest.approx(w, **close) for w in want_ci]
+    got = [c._bound[lv] for c, lv in zip(cands, levels, strict=True)]
     assert got == pytest.approx(want_bound, **close)
+    assert len({round(b, 6) for b in got}) > 1  # not one number for all

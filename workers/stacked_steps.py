@@ -1,7 +1,8 @@
 """Testing candidates stepped together: those at the same label count, with the same test settings, have their
-:class:`~certsel.policies.SequentialTest` states stacked and updated (or their bounds searched) in one vectorised call,
-then split back, each candidate's numbers up to the last bit (BLAS may add a stacked sum in another order). A label
-source that fails for good ends only its own candidate."""
+:class:`~certsel.policies.SequentialTest` states stacked and updated in one vectorised call, and those with the same
+test settings have their final bounds searched in one call per chunk (the shorter padded), then split back, each
+candidate's numbers up to the last bit (BLAS may add a stacked sum in another order). A label source that fails for
+good ends only its own candidate."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from certsel.policies import SequentialTest, confidence_interval, decision_upper_bound
+from certsel.policies.sampling import IID
 
 from .candidate import mirrored
 from .contracts import LabelsPending, Snapshot, SourceError
@@ -87,28 +89,50 @@ def _update_together(fetched: list[tuple[TestingCandidate, tuple | None]]) -> li
     return out
 
 
+# rows of one stacked bound search: a search holds (points, rows, S, labels) arrays, so rows are taken in chunks
+_BOUND_ROWS = 64
+
+
 def _stackable(cands: list[TestingCandidate], todo, key) -> list[list[TestingCandidate]]:
-    """Groups (of two or more) of the candidates for which ``todo(c)`` holds and whose ``key(c)`` (labels, test
-    settings) agree: one stacked call per group; an unhashable key leaves a candidate to its own call."""
+    """Groups (of two or more) of the candidates for which ``todo(c)`` holds and whose ``key(c)`` (test settings)
+    agree, in chunks of at most :data:`_BOUND_ROWS` of similar label counts: one stacked call per chunk, the shorter
+    members padded (:func:`_stacked`); an unhashable key leaves a candidate to its own call."""
     groups: dict = {}
     for c in cands:
         if c.t == 0 or not todo(c):
             continue
-        k = (c.t, c.n, c.horizon, c.test.uses_judge, tuple(np.atleast_1d(c.rhos).tolist()), *key(c))
+        # under sampling without replacement a draw's conditional mean depends on the table left, which padding would
+        # draw from: those candidates stack only with others at their own label count
+        held = None if isinstance(c.test.sampling, IID) else c.t
+        k = (held, c.n, c.horizon, c.test.uses_judge, tuple(np.atleast_1d(c.rhos).tolist()), *key(c))
         try:
             groups.setdefault(k, []).append(c)
         except TypeError:
             continue
-    return [g for g in groups.values() if len(g) > 1]
+    out = []
+    for members in groups.values():
+        members = sorted(members, key=lambda c: c.t)  # neighbours in label count: little padding per chunk
+        out.extend(chunk for i in range(0, len(members), _BOUND_ROWS)
+                   if len(chunk := members[i:i + _BOUND_ROWS]) > 1)
+    return out
 
 
 def _stacked(members: list[TestingCandidate]):
-    """The members' labels as (K, t) arrays (judge arrays None without a judge)."""
+    """The members' labels as (K, t) arrays, t the largest label count, and each member's own count: a shorter member's
+    arrays are padded with zeros (a loss in range) that the bounds leave out (``n_used``: every bet is chosen from the
+    past, so the padding changes none of the steps before it). Judge arrays None without a judge."""
     data = [c._data() for c in members]
-    h = np.stack([d[0] for d in data])
+    used = np.array([d[0].size for d in data])
+    t = int(used.max())
+
+    def pad(arrays, width):
+        return np.stack([np.pad(a, (0, width - a.size)) for a in arrays])
+
+    h = pad([d[0] for d in data], t)
     if not members[0].test.uses_judge:
-        return h, None, None
-    return h, np.stack([d[1] for d in data]), np.stack([d[2] for d in data])
+        return (h, None, None), used
+    r = members[0].r
+    return (h, pad([d[1] for d in data], t), pad([d[2] for d in data], r * t)), used
 
 
 def intervals_together(cands: list[TestingCandidate]) -> None:
@@ -117,9 +141,10 @@ def intervals_together(cands: list[TestingCandidate]) -> None:
     for members in _stackable(cands, lambda c: c._ci is None,
                               lambda c: (c.ci_delta, c.betting.interval_strategy(), c.test.sampling)):
         first = members[0]
-        lo, hi = confidence_interval(*_stacked(members), delta=first.ci_delta, rhos=first.rhos,
+        labels, used = _stacked(members)
+        lo, hi = confidence_interval(*labels, delta=first.ci_delta, rhos=first.rhos,
                                      betting=first.betting.interval_strategy(), horizon=first.horizon,
-                                     sampling=first.test.sampling, past_horizon=True)
+                                     sampling=first.test.sampling, past_horizon=True, n_used=used)
         for c, a, b in zip(members, np.asarray(lo).tolist(), np.asarray(hi).tolist(), strict=True):
             c._ci = (float(a), float(b))
 
@@ -132,9 +157,11 @@ def upper_bounds_together(cands: list[TestingCandidate], levels: list[float]) ->
                               lambda c: (at[id(c)], c.test.delta, c.test.alpha, c.betting, c.test.observation,
                                          c.test.sampling)):
         first, level = members[0], at[id(members[0])]
-        got = decision_upper_bound(*_stacked(members), level=level, delta=first.test.delta, alpha=first.test.alpha,
+        labels, used = _stacked(members)
+        got = decision_upper_bound(*labels, level=level, delta=first.test.delta, alpha=first.test.alpha,
                                    rhos=first.rhos, betting=first.betting, horizon=first.horizon,
                                    max_log_evalue=np.array([c.test.max_log_evalue for c in members]),
-                                   observation=first.test.observation, sampling=first.test.sampling, past_horizon=True)
+                                   observation=first.test.observation, sampling=first.test.sampling, past_horizon=True,
+                                   n_used=used)
         for c, u in zip(members, np.asarray(got).tolist(), strict=True):
             c._bound[level] = float(u)
