@@ -118,6 +118,8 @@ def job_config(job=None, data=None, **overrides):
         if data is None and not overrides:
             return job
         raw = job.model_dump(mode="json", exclude_none=True)
+        if job.state.store is None and "store" in job.state.model_fields_set:  # the ledger turned off stays off
+            raw.setdefault("state", {})["store"] = None
     elif isinstance(job, dict):
         raw = copy.deepcopy(job)
     elif isinstance(job, (str, pathlib.Path)):
@@ -147,7 +149,9 @@ def run(job=None, data=None, *, output=None, track: bool = True, resume: str | N
     from certsel.orchestrator.outputs.certificate import certificate_of
     from certsel.orchestrator.commands.job import execute
 
-    cfg = job_config(job, data, **overrides)
+    from certsel.config.ledger import with_ledger
+
+    cfg = with_ledger(job_config(job, data, **overrides))
     if fresh:
         if resume:
             raise InputError("fresh=True and resume exclude each other")

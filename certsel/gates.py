@@ -76,20 +76,14 @@ def as_gate(raw: dict, only=None, warn=None, labels=None, regression: Regression
     else CERTSEL_HOME/labels.db); ``regression``: against a baseline instead of the file's target; ``series``: a
     release of this series."""
     from certsel.config import RunConfig
-    from certsel.home import home
+    from certsel.config.ledger import raw_with_ledger
 
     raw = dict(raw)
     if regression is not None:
         raw = regression.apply(raw, warn)
     if series is not None:
         raw["series"] = series
-    state = dict(raw.get("state") or {})
-    if labels is not None or state.get("store") is None:
-        if labels is None:  # certsel's home, made on first use as the jobs folder is
-            home().mkdir(parents=True, exist_ok=True)
-        state["store"] = str(pathlib.Path(labels).expanduser().absolute() if labels is not None
-                             else home() / "labels.db")
-    raw["state"] = state
+    raw = raw_with_ledger(raw, labels)
     if raw.get("tasks") is not None:
         raise InputError("certsel gate: gates one table or source; gate each task of a multi-task job as a job of "
                          "its own")

@@ -71,7 +71,8 @@ class ClaimLedger:
     def plan(self, claim: str, fingerprint: str, job: str | None, pinned: int | None = None,
              stale=lambda job: False) -> tuple[ClaimRun | None, bool]:
         """(the run a job continues, whether it recomputes one already recorded). A resumed job continues its pinned run;
-        a configuration recorded before recomputes from where it started; otherwise the claim's newest run. Raises
+        the configuration of the claim's newest run recomputes from where that started; otherwise (another
+        configuration, or this one after the claim moved on) the job continues the claim's newest run. Raises
         :class:`ClaimBusy` when another job holds the claim (``stale(job)``: that job is gone, its hold is dropped and
         the items it had planned stay consumed)."""
         runs = {r.seq: r for r in self.runs(claim)}
@@ -81,9 +82,10 @@ class ClaimLedger:
         if held:
             raise ClaimBusy(held[-1].job)
         done = [r for r in runs.values() if r.outcome not in (RUNNING, DROPPED)]
-        same = [r for r in done if r.fingerprint == fingerprint]
-        if same:
-            return runs.get(same[0].base), True
+        if done and done[-1].fingerprint == fingerprint:  # the claim stands where this configuration left it
+            return runs.get(next(r for r in done if r.fingerprint == fingerprint).base), True
+        # the newest run, also when this configuration ran before and the claim has moved on since: a rerun states
+        # where the claim's test stands now, never an older run's outcome
         return (done[-1] if done else None), False
 
     def begin(self, claim: str, fingerprint: str, job: str, base: int, state: dict) -> None:

@@ -16,10 +16,11 @@ if TYPE_CHECKING:
 
 def run_command(args) -> int:
     from certsel.config import load_config
+    from certsel.config.ledger import with_ledger
     from certsel.orchestrator.commands.job import execute
     from certsel.orchestrator.outputs.certificate import certificate_of
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = with_ledger(load_config(args.config, args.overrides))
     if args.fresh:
         if args.resume:
             raise ValueError("--fresh and --resume exclude each other")
@@ -79,6 +80,7 @@ def run_command(args) -> int:
 def gate_command(args) -> int:
     """``certsel gate``: a line per candidate, the files CI reads, and the gate's exit status."""
     from certsel.gates import RegressionAsk, gate
+    from certsel.orchestrator.outputs.cells import ledger_lines
     from certsel.orchestrator.outputs.gate_files import gate_markdown, junit_xml, step_outputs, write_json
     from certsel.orchestrator.outputs.goals import goal_of
     from certsel.orchestrator.outputs.paths import output_file
@@ -99,6 +101,8 @@ def gate_command(args) -> int:
     if res.answered_by is not None:  # nothing ran: said whatever --quiet asks, as CI logs must show it
         print(f"answered by the finished job {res.answered_by} (same configuration and data): no label bought now "
               "(certsel gate --fresh runs it again)", flush=True)
+    for line in ledger_lines(cert):  # a gate without the ledger: said whatever --quiet asks
+        print(line, flush=True)
     if not args.quiet:
         print(cert.gate.note)
         if res.output_dir is not None:

@@ -14,7 +14,8 @@ from .sections import PILOT_KEYS
 
 def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
     """What makes two runs the same job: the configuration that decides labels and
-    statistics (not where it is tracked, run or named) and the data's content."""
+    statistics (not where it is tracked, run or named), the data's content and the label store whose ledger holds
+    its claims' tests (a finished job answers a rerun only when it ran in the same ledger)."""
     # the pilot's keys only when the job starts from one: jobs from before they existed keep their identity
     pilot = set() if cfg.scheduling.start == "pilot" else set(PILOT_KEYS)
     pilot |= {"budget_stop"} if cfg.scheduling.budget_stop is None else set()  # likewise: only when on
@@ -24,6 +25,8 @@ def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
                                                 "scheduling": pilot, "policy": sampling, "pairwise": bet,
                                                 "data": {"measures"}, "tasks": {"__all__": {"data": {"measures"}}}})
     identity = {"config": body, "data": data_fingerprint}
+    if cfg.state.store is not None:  # a job answers a rerun only in its own ledger (a run without one: none)
+        identity["store"] = str(cfg.state.store)
     if cfg.scheduling.budget_stop is not None:  # the stop's rule decides which labels are bought
         identity["budget_stop_rule"] = BUDGET_STOP_RULE
     canon = json.dumps(identity, sort_keys=True, separators=(",", ":"))

@@ -20,7 +20,7 @@ from certsel.config import RunConfig
 from certsel.errors import InputError, first_line, job_error
 from certsel.workers.label_store import check_store
 
-from certsel.orchestrator.engine.claims import claim_starts
+from certsel.orchestrator.engine.claims import claim_starts, moved_on
 from certsel.orchestrator.engine.driver import run_job
 from certsel.orchestrator.engine.pilot import start_from_pilot
 from certsel.orchestrator.engine.runtime import RayRuntime
@@ -220,11 +220,14 @@ def finished_certificate(done: Finished, parse):
 
 
 def finished_job(cfg: RunConfig, data) -> Finished | None:
-    """The finished job this configuration and data would be (None: none, or no auto-resume): a rerun shows it
-    instead of buying its labels again."""
+    """The finished job this configuration and data would be (None: none, no auto-resume, or the ledger holds a later
+    run of one of its claims): a rerun shows it instead of buying its labels again."""
     if cfg.state.resume != "auto":
         return None
-    return JobState.finished(cfg.state.dir, config_fingerprint(cfg, data.fingerprint))
+    done = JobState.finished(cfg.state.dir, config_fingerprint(cfg, data.fingerprint))
+    if done is not None and moved_on(cfg, data, pathlib.Path(cfg.state.dir) / done.job_id):
+        return None  # a later run of another configuration moved its claims on: the rerun states where they stand
+    return done
 
 
 def _open_job(cfg: RunConfig, data, o: RunOptions, clock: StageClock, started: float) -> JobLifecycle:

@@ -73,6 +73,32 @@ def claim_starts(cfg, data, job_dir=None) -> list[ClaimStart | None]:
     return out
 
 
+def moved_on(cfg, data, job_dir) -> list[str]:
+    """The candidates of the finished job in ``job_dir`` whose claim the ledger has moved on since (a later run of
+    another configuration recorded it): that job's outcome is no longer where their test stands, so it cannot answer a
+    rerun. Empty without a store."""
+    pins_at = pin_file(job_dir)
+    if cfg.state.store is None or not pathlib.Path(cfg.state.store).exists():
+        return []
+    from certsel.config.identity import config_fingerprint
+
+    pins = json.loads(pins_at.read_text()) if pins_at.exists() else {}
+    fp, job = config_fingerprint(cfg, data.fingerprint), pathlib.Path(job_dir).name
+    ledger = ClaimLedger(cfg.state.store)
+    try:
+        out = []
+        for name, identity in zip(data.names, claim_identities(cfg, data), strict=True):
+            if identity is None:
+                continue
+            key = claim_key(identity, cfg.alpha / data.unit)
+            done = [r for r in ledger.runs(key) if r.outcome not in (RUNNING, DROPPED)]
+            if done and not (done[-1].job == job or done[-1].fingerprint == fp or done[-1].seq == pins.get(key)):
+                out.append(name)
+        return out
+    finally:
+        ledger.close()
+
+
 def _start(cfg, data, ledger: ClaimLedger, key: str, name: str, fp: str, job: str | None, pins: dict) -> ClaimStart:
     def gone(holder):  # a job whose folder is gone will never end: its hold is dropped
         return holder is None or not (pathlib.Path(cfg.state.dir) / holder).exists()

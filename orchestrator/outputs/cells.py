@@ -148,6 +148,13 @@ def cost_line(costs) -> str:
         f" of {costs.full_budget.total:,.6g} {u} at full budget"
 
 
+def ledger_lines(cert) -> list[str]:
+    """A run without the ledger says that its statement holds for it alone (certsel.config.ledger)."""
+    if cert.ledger is None or cert.ledger.store is not None:
+        return []
+    return [f"ledger: {cert.ledger.statement}"]
+
+
 def setting_lines(cert) -> list[str]:
     """Where a measured default may not have been the best for this job: what the other setting would likely have
     changed, with the ``--set`` that gives it (docs/results.md, "Defaults against the old settings")."""

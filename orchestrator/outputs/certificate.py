@@ -127,7 +127,19 @@ def _fields(result: JobResult) -> dict:
     }
     if result.data.pilot is not None:
         out["pilot"] = _pilot(result.data.pilot)
+    out["ledger"] = ledger_block(cfg)
     return out
+
+
+def ledger_block(cfg) -> dict:
+    """Where each claim's test is kept (:mod:`certsel.config.ledger`): a rerun continues it, or (off) is a new test."""
+    from certsel.config.ledger import OFF_LINE
+
+    if cfg.state.store is None:
+        return {"store": None, "statement": OFF_LINE.removeprefix("ledger: ")}
+    return {"store": str(cfg.state.store),
+            "statement": "each claim's test is kept in this store's ledger: a rerun of a claim, through any front "
+                         "end, continues its one test, so its statement holds at delta however often it is rerun"}
 
 
 def _candidate_row(result: JobResult, r) -> dict:

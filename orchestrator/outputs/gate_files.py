@@ -8,6 +8,7 @@ import json
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 
+from .cells import ledger_lines
 from .goals import goal_of
 from .goals.regression import diff_text
 from .numbers import bound_text, share_text
@@ -141,7 +142,7 @@ def gate_markdown(cert) -> str:
         e = "" if r.e_value is None else f"{r.e_value:.3g} / {r.threshold:.3g}"
         base = f" {r.baseline_bought} / {r.baseline_reused} |" if paired else ""
         lines.append(f"| {r.candidate} | {icon[r.outcome]} | {r.labels} | {r.reused} |{base} {r.bound_words()} | {e} |")
-    lines += ["", g.note, ""]
+    lines += ["", g.note, *(f"\n{line}" for line in ledger_lines(cert)), ""]
     if cert.answered_by is not None:
         lines.insert(2, f"Answered by the finished job {cert.answered_by} (same configuration and data): no label "
                         "was bought by this run (`certsel gate --fresh` runs it again).\n")

@@ -16,7 +16,7 @@ import numpy as np
 
 from certsel.policies.kinds import Family, get_policy_kind
 
-from .cells import oracle_line
+from .cells import ledger_lines, oracle_line
 from .certificate import certificate_of
 from .goals import goal_of
 from .plots import write_plots
@@ -116,7 +116,8 @@ def _gpu_heading(cert: Certificate) -> tuple[str, str] | None:
 def _label_notes(cert: Certificate, goal) -> list[str]:
     """The lines under the labels table, as the job's last lines say them: the oracle's estimate, and what each stop
     or default spared or risked (``setting_lines``: the budget stop, futility, a pilot start that certified nothing)."""
-    return ([oracle_line(cert.labels.oracle)] if cert.labels.oracle is not None else []) + goal.setting_lines(cert)
+    return (([oracle_line(cert.labels.oracle)] if cert.labels.oracle is not None else []) + goal.setting_lines(cert)
+            + ledger_lines(cert))
 
 
 def _markdown(cert: Certificate, plots) -> str:

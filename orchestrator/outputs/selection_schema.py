@@ -398,6 +398,12 @@ class Gate(_Doc):
     series: Series | None = Field(None, description="a release series (certsel gate --series)")
 
 
+class Ledger(_Doc):
+    store: str | None = Field(description="the label store whose ledger holds each claim's test (null: off, the "
+                                          "statement holds for this run alone)")
+    statement: str = Field(description="what the ledger means for this certificate, in words")
+
+
 class Certificate(_Doc):
     """One job's certificate (``selection.json``)."""
 
@@ -438,6 +444,8 @@ class Certificate(_Doc):
     gate: Gate | None = Field(None, description="a gate: each candidate's outcome (absent: a selection or ranking)")
     answered_by: str | None = Field(None, description="a rerun answered by this finished job without running: no "
                                                       "label was bought then (absent: the job ran)")
+    ledger: Ledger | None = Field(None, description="where each claim's test is kept across runs (absent: a "
+                                                    "certificate written before the field existed)")
 
 
 def parse(cert: dict) -> Certificate:

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..cells import agreement_cell, cost_line, headline, oracle_line, saved_text, setting_lines, tasks_cell
+from ..cells import (agreement_cell, cost_line, headline, ledger_lines, oracle_line, saved_text, setting_lines,
+                     tasks_cell)
 from ..gpu import gpu_line
 
 
@@ -205,7 +206,7 @@ class Goal:
             r = cert.recovered
             lines.append(f"workers rebuilt after a crash: {r.hosts} ({r.steps_from_snapshots} candidate steps "
                          f"from snapshots, {r.steps_replayed} replayed from the label log)")
-        return lines + self.setting_lines(cert)
+        return lines + self.setting_lines(cert) + ledger_lines(cert)
 
     def setting_lines(self, cert) -> list[str]:
         """Where a measured default may not have been the best for this job (cells.setting_lines)."""
