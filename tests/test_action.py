@@ -95,7 +95,8 @@ def test_the_actions_steps_gate_and_carry_the_label_store_in_the_cache(setup):
     # the next release, on a new runner: the store comes back from the cache, the baseline's labels with it
     two = action.run({**inputs, "only": "better"}, ws, run_id="102")
     assert two.success, two.log()
-    assert "Cache restored from key: certsel-labels-101-1" in two.steps[1].log
+    assert "Cache restored from key: certsel-labels.default.101-1" in two.steps[1].log
+    assert "label store restored from the cache entry certsel-labels.default.101-1" in two.steps[3].log
     assert two.outputs["exit-code"] == "0" and json.loads(two.outputs["passed"]) == ["better"], two.log()
     second = json.loads(pathlib.Path(two.outputs["json"]).read_text())["candidates"][0]
     paired = second["labels"] + second["reused"]
@@ -108,6 +109,26 @@ def test_the_actions_steps_gate_and_carry_the_label_store_in_the_cache(setup):
     assert json.loads(three.outputs["failed"]) == ["worse"]
     third = json.loads(pathlib.Path(three.outputs["json"]).read_text())["candidates"][0]
     assert third["baseline_bought"] == 0 and third["baseline_reused"] == third["labels"] + third["reused"] > 0
+
+
+def test_another_workflows_cache_entries_never_restore_into_this_store(setup):
+    """Another workflow's entry whose key starts with this one's prefix (``certsel-labels-nightly-...``) is not
+    restored: the gate starts a new store and says so; this store's own entry is restored by the next run."""
+    ws, action = setup
+    other = action.cache / "certsel-labels-nightly-7-1"
+    other.mkdir()
+    (other / "content").write_bytes(b"another workflow's store")
+    inputs = {"job": "gate.yaml", "baseline": "v1", "margin": "0.05", "install": "", "only": "better"}
+    one = action.run(inputs, ws, run_id="201")
+    assert one.success, one.log()
+    assert "Cache not found" in one.steps[1].log
+    assert "no cache entry starts with certsel-labels.default.: a new label store" in one.steps[3].log
+    named = action.run({**inputs, "store-name": "nightly"}, ws, run_id="202")  # another store name: its own entries
+    assert "Cache not found" in named.steps[1].log, named.log()
+    two = action.run(inputs, ws, run_id="203")
+    assert "Cache restored from key: certsel-labels.default.201-1" in two.steps[1].log, two.log()
+    bad = action.run({**inputs, "cache-key": "certsel.labels"}, ws, run_id="204")
+    assert not bad.success and "cache-key must be letters, digits, '_' and '-'" in bad.steps[0].log
 
 
 def test_bad_input_fails_the_action_with_its_one_line(setup):
