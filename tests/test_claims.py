@@ -252,3 +252,95 @@ def test_a_claim_tested_by_a_policy_that_chooses_its_items_is_not_tested_again(t
     other = parse_config({**raw, "policy": {"kind": "r-eval"}})
     with pytest.raises(InputError, match="with policy.kind 'seq'; a rerun continues that test"):
         JobPlan(other, load_job_data(other), None)
+
+
+class _Killed(Exception):
+    pass
+
+
+def _killed_after(rounds):
+    def progress(records, n):
+        if n >= rounds:
+            raise _Killed
+    return progress
+
+
+@pytest.mark.parametrize("kind, r", [("r-eval", 0), ("r-autoeval+", 2)])
+def test_a_killed_job_whose_folder_is_cleaned_continues_where_it_stood(tmp_path, kind, r):
+    """Kill, clean, new seed: a job killed between checkpoints, its folder removed, then a rerun with another seed and
+    the same budget. The rerun continues the claim from the killed job's last write-ahead and replays the labels it
+    bought since from the store, so its e-process is, to the last bit, that of the same job run without the kill (in
+    a store of its own), and it buys only the labels the killed job had not."""
+    import shutil
+
+    _judged_table(tmp_path / "t.parquet")
+    more = {"data": {"path": str(tmp_path / "t.parquet"), "human": "loss", "judge": "judge" if r else None},
+            "policy": {"kind": kind}, "budget": {"n": 200, "r": max(r, 1), "batch": 10},
+            "state": {"dir": str(tmp_path / "jobs"), "snapshot_every": 3}}
+
+    def cfg(seed, store):
+        return gate_config({**_cfg(tmp_path, seed, 200).model_dump(mode="json", exclude_none=True), **more,
+                            "seed": seed}, labels=tmp_path / store)
+
+    whole = _run(cfg(0, "whole.db")).records[0]
+    job_dir = tmp_path / "jobs" / "killed"
+    job_dir.mkdir(parents=True)
+    killed = cfg(0, "labels.db")
+    with pytest.raises(_Killed):  # 7 rounds of 10 labels: its last write-ahead was at round 6
+        run_job(killed, load_job_data(killed), LocalRuntime(), collect_labels=False, job_dir=job_dir,
+                progress=_killed_after(7))
+    shutil.rmtree(job_dir)  # what certsel jobs --clean does to an unfinished job's folder
+    again = cfg(5, "labels.db")
+    (tmp_path / "jobs" / "next").mkdir()
+    plan = JobPlan(again, load_job_data(again), str(tmp_path / "jobs" / "next")).specs[0].claim
+    assert plan.continued and plan.base.outcome == "interrupted" and plan.base.t == 60
+    ledger = ClaimLedger(tmp_path / "labels.db")
+    (claim,) = {row[0] for row in ledger._db.execute("select claim from claims")}
+    assert [run.outcome for run in ledger.runs(claim)] == ["interrupted", "running"]
+    ledger.close()
+    rerun = run_job(again, load_job_data(again), LocalRuntime(), collect_labels=False,
+                    job_dir=tmp_path / "jobs" / "next").records[0]
+    assert rerun.t == whole.t and rerun.path == whole.path and rerun.max_log_e == whole.max_log_e
+    assert rerun.n_human - rerun.reused == whole.t - 70, "the killed job's 70 labels come from the store"
+
+
+def test_a_dropped_first_run_before_any_label_leaves_its_items_consumed(tmp_path):
+    """A held run that wrote nothing ahead (a store from before the write-ahead) and is gone: a continuation of the
+    claim's last run does not take its planned items again."""
+    _table(tmp_path / "t.parquet")
+    _run(_cfg(tmp_path, 0, 60))
+    ledger = ClaimLedger(tmp_path / "labels.db")
+    (claim,) = {row[0] for row in ledger._db.execute("select claim from claims")}
+    planned = np.arange(60, 160)
+    ledger.begin(claim, "old", "gone-job", 1, {"jobs": ["gone-job"], "human_items": planned,
+                                               "judge_items": np.zeros(0, dtype=np.int64)})
+    ledger.close()
+    cfg = _cfg(tmp_path, 3, 200)
+    start = JobPlan(cfg, load_job_data(cfg), None).specs[0].claim
+    assert start.base.seq == 1 and not set(start.human_items[60:]) & set(planned)
+
+
+@pytest.mark.integration
+def test_kill_clean_and_a_new_seed_continue_the_claim_through_every_front_end(tmp_path, monkeypatch, capsys):
+    """The door the red team found: a job interrupted while undecided (here certsel.run, Ctrl-C after 4 rounds), its
+    folder removed by ``certsel jobs --clean all``, then ``certsel gate`` with the next seed: the gate continues the
+    claim's test (an earlier run of it, whose labels it replays from the store) instead of starting a new one."""
+    import certsel
+
+    monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
+    _judged_table(tmp_path / "t.parquet")
+    job = tmp_path / "g.yaml"
+    job.write_text(f"data: {{path: {tmp_path / 't.parquet'}, human: loss}}\nalpha: 0.1\npolicy: {{kind: r-eval}}\n"
+                   "order: [c0]\nbudget: {n: 300, batch: 10}\nscheduling: {budget_stop: null}\nray: {num_cpus: 1}\n")
+    with pytest.raises(KeyboardInterrupt):
+        certsel.run(str(job), track=False, progress=lambda records, n: (_ for _ in ()).throw(KeyboardInterrupt)
+                    if n >= 4 else None)
+    assert cli.main(["jobs", "--clean", "all"]) == 0
+    capsys.readouterr()
+    code = cli.main(["gate", str(job), "--no-tracking", "--set", "seed=1", "--json", str(tmp_path / "g.json")])
+    out = capsys.readouterr().out
+    (row,) = json.loads((tmp_path / "g.json").read_text())["candidates"]
+    # the interrupted run: an earlier run of the claim; its 40 labels, bought after its last write-ahead, replayed
+    # from the store first (in its order), the new ones after them
+    assert code in (0, 1, 3) and row["earlier_runs"] == 1 and row["reused"] >= 40, out
+    assert "in 1 earlier run of its claim" in out

@@ -131,6 +131,8 @@ class TestingCandidate(_Candidate):
         h = np.concatenate(self._h) if self._h else np.zeros(0)
         if not self.test.uses_judge:
             return h, None, None
+        if not self._jl:  # no label yet (the claim's test written ahead before its first round)
+            return h, np.zeros(0), np.zeros(0)
         return h, np.concatenate(self._jl), np.concatenate(self._ju)
 
     def interval(self) -> tuple[float, float]:

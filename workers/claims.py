@@ -41,7 +41,11 @@ def claim_key(identity: str, alpha: float) -> str:
 
 
 RUNNING = "running"  # the outcome of a run whose job has not ended: it holds the claim (a lease)
-DROPPED = "dropped"  # a run whose job is gone unfinished: its planned items stay consumed, its evidence is lost
+DROPPED = "dropped"  # a run whose job is gone unfinished before it wrote its test ahead: it had bought no label
+# a run whose job is gone unfinished after writing its test ahead: a test state like a finished run's, continued from
+# there (its planned items first, their labels from the store), so no evidence it bought is dropped
+INTERRUPTED = "interrupted"
+PLANNED = ("planned_human", "planned_judge")  # a held run's planned item orders, in its state
 
 
 class ClaimBusy(Exception):
@@ -82,7 +86,7 @@ class ClaimLedger:
         if held:
             raise ClaimBusy(held[-1].job)
         done = [r for r in runs.values() if r.outcome not in (RUNNING, DROPPED)]
-        if done and done[-1].fingerprint == fingerprint:  # the claim stands where this configuration left it
+        if done and done[-1].fingerprint == fingerprint and done[-1].outcome != INTERRUPTED:  # where it left it
             return runs.get(next(r for r in done if r.fingerprint == fingerprint).base), True
         # the newest run, also when this configuration ran before and the claim has moved on since: a rerun states
         # where the claim's test stands now, never an older run's outcome
@@ -131,6 +135,22 @@ class ClaimLedger:
                                  (claim, seq, fingerprint, job, base, int(t), outcome, time.time(), pack(state)))
         return ClaimRun(claim, seq, fingerprint, job, base, int(t), outcome, time.time(), state)
 
+    def write_ahead(self, claim: str, job: str, t: int, state: dict) -> bool:
+        """The test state of ``job``'s held run of the claim as it stands now (labels consumed, e-process, futility
+        test), with the items the run planned: should the job never end, the claim continues from here
+        (:data:`INTERRUPTED`). False: the job holds no run of it."""
+        with self._db:
+            self._db.execute("begin immediate")
+            row = self._db.execute("select seq, state from claims where claim = ? and job = ? and outcome = ?",
+                                   (claim, job, RUNNING)).fetchone()
+            if row is None:
+                return False
+            held = unpack(row[1])
+            planned = {k: held.get(k, held.get(k.removeprefix("planned_") + "_items")) for k in PLANNED}
+            self._db.execute("update claims set t = ?, state = ? where claim = ? and seq = ?",
+                             (int(t), pack({**state, **planned}), claim, row[0]))
+        return True
+
     def drop(self, claim: str, seq: int, outcome: str) -> None:
         """Mark a run that will never end (its job is gone): its items stay consumed, its hold ends."""
         with self._db:
@@ -144,15 +164,23 @@ def continued_orders(base: ClaimRun, n_items: int, n: int, without_replacement: 
     """A continued claim's item orders for a job with human-label budget ``n`` (the claim's total): the consumed items
     in their order, then the items not consumed in the order of the claim's first run (its seed: a rerun's seed cannot
     choose which items come next; i.i.d.: no item twice, human or judge; without replacement: each stream its own order
-    over the table, as :func:`~certsel.workers.replay.label_orders`). ``planned``: (human, judge) items of runs that
-    were dropped unfinished, consumed too. The judge ratio is the recorded test's. The new items depend on which items
-    were consumed, never on their labels, so each is a fresh draw given the past."""
+    over the table, as :func:`~certsel.workers.replay.label_orders`). ``planned``: (human, judge) items other runs of
+    the claim planned and did not consume, consumed too. The judge ratio is the recorded test's. The new items depend
+    on which items were consumed, never on their labels, so each is a fresh draw given the past.
+
+    An interrupted base (its job gone after writing its test ahead) is continued on the rest of its own plan first, in
+    its order, whatever ``n``: the labels it bought after its last write-ahead are in the store, so the test replays
+    exactly what that run saw, at no cost, before any new item."""
     seed = base.state["seed"]
     used_h = np.asarray(base.state["human_items"], dtype=np.int64)
     used_j = np.asarray(base.state["judge_items"], dtype=np.int64)
+    r = int(base.state["candidate"]["test"]["config"]["r"]) if _uses_judge(base) else 0
+    rest_h = _without(np.asarray(base.state.get("planned_human", used_h), dtype=np.int64), used_h)
+    rest_j = (_without(np.asarray(base.state.get("planned_judge", used_j), dtype=np.int64), used_j) if r
+              else np.zeros(0, dtype=np.int64))[: r * rest_h.size]
+    used_h, used_j = np.concatenate([used_h, rest_h]), np.concatenate([used_j, rest_j])
     gone_h = np.concatenate([used_h, *[np.asarray(h, dtype=np.int64) for h, _ in planned]])
     gone_j = np.concatenate([used_j, *[np.asarray(j, dtype=np.int64) for _, j in planned]])
-    r = int(base.state["candidate"]["test"]["config"]["r"]) if _uses_judge(base) else 0
     t = used_h.size
     if without_replacement:
         fresh_h = _without(item_order(n_items, seed), gone_h)

@@ -12,7 +12,8 @@ import numpy as np
 
 from certsel.errors import InputError
 from certsel.policies.kinds import Family, Labels
-from certsel.workers.claims import DROPPED, RUNNING, ClaimBusy, ClaimLedger, claim_key, continued_orders, pin_file
+from certsel.workers.claims import (DROPPED, INTERRUPTED, RUNNING, ClaimBusy, ClaimLedger, claim_key, continued_orders,
+                                    pin_file)
 from certsel.workers.contracts import ClaimRun, ClaimStart
 from certsel.workers.label_store import identity_key
 from certsel.workers.replay import label_orders
@@ -103,11 +104,10 @@ def _start(cfg, data, ledger: ClaimLedger, key: str, name: str, fp: str, job: st
     def gone(holder):  # a job whose folder is gone will never end: its hold is dropped
         return holder is None or not (pathlib.Path(cfg.state.dir) / holder).exists()
 
-    lost = [r for r in ledger.runs(key) if r.outcome == DROPPED or (r.outcome == RUNNING and r.job != job
-                                                                     and gone(r.job))]
+    lost = [r for r in ledger.runs(key) if r.outcome == RUNNING and r.job != job and gone(r.job)]
     if job is not None:  # a job that runs marks them, a check before it only reads
-        for run in lost:
-            ledger.drop(key, run.seq, DROPPED)
+        for run in lost:  # written ahead: its test continues from there; else it had bought nothing
+            ledger.drop(key, run.seq, INTERRUPTED if "candidate" in run.state else DROPPED)
     try:
         base, recompute = ledger.plan(key, fp, job, None if pins.get(key) is None else int(pins[key]), stale=gone)
     except ClaimBusy as busy:
@@ -117,9 +117,23 @@ def _start(cfg, data, ledger: ClaimLedger, key: str, name: str, fp: str, job: st
     if base is None:
         return ClaimStart(key, fp, recompute=recompute)
     _check_same_test(cfg, base, name)
-    dropped = [(r.state.get("human_items", ()), r.state.get("judge_items", ())) for r in lost if r.base == base.seq]
-    human, judge = continued_orders(base, data.n_items, cfg.budget.n, cfg.policy.without_replacement, dropped)
+    human, judge = continued_orders(base, data.n_items, cfg.budget.n, cfg.policy.without_replacement,
+                                    _planned(ledger.runs(key), base, job))
     return ClaimStart(key, fp, base, human, judge, recompute=recompute)
+
+
+def _planned(runs, base, job: str | None) -> list[tuple]:
+    """The (human, judge) items every other run of the claim planned (not ``job``'s own, which a resumed job plans
+    again): they stay consumed, whether or not it bought them (the base's own plan comes first in its continuation)."""
+    out = []
+    for r in runs:
+        if r.seq == base.seq or r.state is None or (job is not None and r.job == job):
+            continue
+        h = r.state.get("planned_human", r.state.get("human_items") if r.outcome in (RUNNING, DROPPED) else None)
+        j = r.state.get("planned_judge", r.state.get("judge_items") if r.outcome in (RUNNING, DROPPED) else None)
+        if h is not None:
+            out.append((h, () if j is None else j))
+    return out
 
 
 def _hold(cfg, data, ledger: ClaimLedger, c: ClaimStart, job: str) -> None:
@@ -211,6 +225,37 @@ def prime(records: list[CandidateRecord], specs) -> None:
                                  list(base.state.get("jobs", [])))
 
 
+def _test_state(cfg, claim: ClaimStart, r: CandidateRecord, candidate_state: dict, job: str | None) -> dict:
+    """What the ledger keeps of a run of the claim: its candidate's test state and consumed items, the e-process path,
+    and the chain's first seed and level."""
+    before = claim.base.state if claim.continued else {"seed": cfg.seed, "delta": cfg.delta}
+    return {**candidate_state, "path": np.asarray(r.path, dtype=np.float64), "kind": cfg.policy.kind,
+            "runs": int(before.get("runs", 0)) + 1, "jobs": [*before.get("jobs", []), job],
+            "seed": before["seed"], "delta": before["delta"]}
+
+
+def write_ahead(plan, pool, records: list[CandidateRecord], job_dir) -> None:
+    """Each held claim's test as it stands now, into the ledger (write-ahead): if the job never ends (killed, its
+    folder cleaned), a later run continues the claim from here and replays, from the store, the labels bought since, so
+    no evidence the job bought is dropped and no housekeeping turns the claim into a fresh test. Called before the
+    first round and at every checkpoint."""
+    cfg = plan.cfg
+    if job_dir is None or cfg.state.store is None or plan.procedure.ranking or not continues(cfg.policy.policy_kind):
+        return
+    held = {s.name: s.claim for s in plan.specs if s.claim is not None and not s.claim.recompute}
+    if not held:
+        return
+    states = pool.claim_states(list(held))
+    job = pathlib.Path(job_dir).name
+    ledger = ClaimLedger(cfg.state.store)
+    try:
+        for r in records:
+            if r.name in held and r.name in states:
+                ledger.write_ahead(held[r.name].key, job, r.t, _test_state(cfg, held[r.name], r, states[r.name], job))
+    finally:
+        ledger.close()
+
+
 def record(plan, pool, records: list[CandidateRecord], certified: set, job_dir) -> None:
     """Each claim's test after this job, as a run of the claim in the ledger; a job that added no label to a claim
     lets go of it, and a recomputation of a recorded configuration adds nothing."""
@@ -234,10 +279,7 @@ def record(plan, pool, records: list[CandidateRecord], certified: set, job_dir) 
             if r not in ran or (continues(cfg.policy.policy_kind) and name not in states):
                 ledger.finish(claim.key, claim.fingerprint, job, base, r.t, "", None)  # nothing added: let go
                 continue
-            before = claim.base.state if claim.continued else {"seed": cfg.seed, "delta": cfg.delta}
-            state = {**states.get(name, {}), "path": np.asarray(r.path, dtype=np.float64), "kind": cfg.policy.kind,
-                     "runs": int(before.get("runs", 0)) + 1, "jobs": [*before.get("jobs", []), job],
-                     "seed": before["seed"], "delta": before["delta"]}
+            state = _test_state(cfg, claim, r, states.get(name, {}), job)
             try:
                 ledger.finish(claim.key, claim.fingerprint, job, base, r.t, str(Outcome.of(r.status, name in certified)),
                               state)

@@ -56,10 +56,10 @@ class Rounds(Protocol):
 
 
 def run_rounds(rounds: Rounds, records: list[CandidateRecord], *, job_dir=None, every: int = 1, tracker=None,
-               progress=None, t0: float | None = None) -> JobResult:
+               progress=None, t0: float | None = None, on_checkpoint=None) -> JobResult:
     """Run ``rounds`` to the end (see the module docstring); ``progress(records, round)`` after every round,
     ``tracker.on_round(moved)`` too; with ``job_dir``, resumed from its checkpoint and checkpointed every ``every``
-    rounds."""
+    rounds, ``on_checkpoint()`` with each checkpoint."""
     t0 = time.perf_counter() if t0 is None else t0
     names = [r.name for r in records]
     n, resume = 0, None
@@ -81,6 +81,8 @@ def run_rounds(rounds: Rounds, records: list[CandidateRecord], *, job_dir=None, 
         if job_dir is not None and n % every == 0:
             write_checkpoint(job_dir, {"kind": rounds.kind, "names": names, "round": n,
                                        "records": dump_records(records), **rounds.state()})
+            if on_checkpoint is not None:
+                on_checkpoint()
         if progress is not None:
             progress(records, n)
     res = rounds.result(n)
@@ -118,8 +120,13 @@ def run_job(cfg: RunConfig, data: JobData, runtime: Runtime, *, progress=None, n
     pool = HostPool(runtime, assign(names, n_hosts), plan, runtime.put(plan.rows), records, schedule)
     pool.load()
     rounds = (PairwiseRounds if plan.procedure.ranking else SelectionRounds)(plan, pool, records)
+    claims.write_ahead(plan, pool, records, job_dir)  # before any label: the claims' tests as they start
+
+    def checkpoint():  # the claims' tests as they stand, with the driver's checkpoint
+        claims.write_ahead(plan, pool, records, job_dir)
+
     res = run_rounds(rounds, records, job_dir=job_dir, every=cfg.state.snapshot_every, tracker=tracker,
-                     progress=progress, t0=t0)
+                     progress=progress, t0=t0, on_checkpoint=checkpoint)
     claims.record(plan, pool, records, set(res.certified), job_dir)
     res.recovered = pool.recovered
     res.gpu = schedule.usage()
