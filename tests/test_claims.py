@@ -344,3 +344,55 @@ def test_kill_clean_and_a_new_seed_continue_the_claim_through_every_front_end(tm
     # from the store first (in its order), the new ones after them
     assert code in (0, 1, 3) and row["earlier_runs"] == 1 and row["reused"] >= 40, out
     assert "in 1 earlier run of its claim" in out
+
+
+def test_a_jobs_identity_names_its_ledger(tmp_path):
+    """A run without the ledger and a run in a store are two jobs, and so are runs in two stores: a finished job
+    answers only a rerun in its own ledger."""
+    from certsel.config.identity import config_fingerprint
+
+    _table(tmp_path / "t.parquet")
+    on = _cfg(tmp_path, 1, 100)
+    off = on.model_copy(update={"state": on.state.model_copy(update={"store": None})})
+    other = on.model_copy(update={"state": on.state.model_copy(update={"store": tmp_path / "other.db"})})
+    assert len({config_fingerprint(c, "d") for c in (on, off, other)}) == 3
+
+
+@pytest.mark.integration
+def test_a_gate_never_answers_with_a_job_outside_its_ledger_or_behind_it(tmp_path, monkeypatch, capsys):
+    """Sequence 1 of the red team: gates of a boundary claim (seed 1, budget 100; seed 2, budget 200), then the same
+    claim run without the ledger (certsel run, store off: its output says its statement holds for it alone), then the
+    gate with that run's seed and budget. The gate is not answered by the ledger-less job: it continues the claim and
+    prints where the ledger holds it. And a gate rerun with its first configuration, after the claim moved on, prints
+    the claim's state now, not its own old outcome."""
+    monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
+    _table(tmp_path / "t.parquet", means=(0.1,), n=1200, seed=11)
+    job = tmp_path / "g.yaml"
+    job.write_text(f"data: {{path: {tmp_path / 't.parquet'}, human: loss}}\nalpha: 0.1\npolicy: {{kind: r-eval}}\n"
+                   "order: [c0]\nbudget: {n: 100}\nray: {num_cpus: 1}\n")
+
+    def gate(*sets):
+        capsys.readouterr()
+        code = cli.main(["gate", str(job), "--no-tracking", "--json", str(tmp_path / "g.json"),
+                         *(x for s in sets for x in ("--set", s))])
+        (row,) = json.loads((tmp_path / "g.json").read_text())["candidates"]
+        return code, row, capsys.readouterr().out
+
+    _, first, _ = gate("seed=1")
+    _, second, _ = gate("seed=2", "budget.n=200")
+    assert second["earlier_runs"] == 1
+    capsys.readouterr()
+    assert cli.main(["run", str(job), "--no-tracking", "--no-progress", "--set", "procedure=gate", "--set", "order=null", "--set",
+                     "state.store=null", "--set", "seed=11", "--set", "budget.n=1000"]) == 0
+    assert "ledger: off (state.store: null): this statement holds for this run alone" in capsys.readouterr().out
+    _, last, out = gate("seed=11", "budget.n=1000")
+    assert "answered by the finished job" not in out
+    assert last["earlier_runs"] == 2 and last["earlier_labels"] == second["earlier_labels"] + second["labels"]
+    ledger = ClaimLedger(tmp_path / "home" / "labels.db")
+    (claim,) = {row[0] for row in ledger._db.execute("select claim from claims")}
+    assert ledger.runs(claim)[-1].outcome == last["outcome"]  # what it printed is the ledger's state
+    ledger.close()
+    # the first configuration again: the claim has moved on since, so no finished job answers it
+    _, again, out = gate("seed=1")
+    assert "answered by the finished job" not in out and again["labels"] == 0
+    assert again["outcome"] == last["outcome"] and again["earlier_runs"] == 3 and first["earlier_runs"] == 0
