@@ -12,6 +12,13 @@ os.environ["CERTSEL_HOME"] = tempfile.mkdtemp(prefix="certsel-home-")
 from certsel.workers.replay import DEFAULT_TABLE, load_loss_table
 
 
+@pytest.fixture(autouse=True)
+def _own_home(tmp_path_factory, monkeypatch):
+    """Each test its own certsel home: the front ends keep claims in its ledger (labels.db) by default, so a test that
+    reruns a bundled example would otherwise continue another test's claims."""
+    monkeypatch.setenv("CERTSEL_HOME", str(tmp_path_factory.mktemp("certsel-home")))
+
+
 TIERS = ("integration", "slow", "vllm", "multinode", "label_studio")
 
 

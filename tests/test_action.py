@@ -127,6 +127,12 @@ def test_another_workflows_cache_entries_never_restore_into_this_store(setup):
     assert "Cache not found" in named.steps[1].log, named.log()
     two = action.run(inputs, ws, run_id="203")
     assert "Cache restored from key: certsel-labels.default.201-1" in two.steps[1].log, two.log()
+    # an entry this action saved under its old key format (PREFIX-RUN-ATTEMPT) still restores when no new one exists
+    shutil.copytree(action.cache / "certsel-labels.default.203-1", action.cache / "certsel-labels-150-1")
+    for entry in action.cache.glob("certsel-labels.*"):
+        shutil.rmtree(entry)
+    old = action.run(inputs, ws, run_id="205")
+    assert "Cache restored from key: certsel-labels-150-1" in old.steps[1].log, old.log()
     bad = action.run({**inputs, "cache-key": "certsel.labels"}, ws, run_id="204")
     assert not bad.success and "cache-key must be letters, digits, '_' and '-'" in bad.steps[0].log
 

@@ -80,6 +80,10 @@ class ClaimLedger:
         :class:`ClaimBusy` when another job holds the claim (``stale(job)``: that job is gone, its hold is dropped and
         the items it had planned stay consumed)."""
         runs = {r.seq: r for r in self.runs(claim)}
+        mine = [r for r in runs.values() if job is not None and r.job == job
+                and r.outcome not in (RUNNING, DROPPED, INTERRUPTED)]
+        if mine:  # a finished job run again from its log (a multi-task job's task): recomputed, recorded already
+            return runs.get(mine[0].base), True
         if pinned is not None:
             return runs.get(pinned), False
         held = [r for r in runs.values() if r.outcome == RUNNING and r.job != job and not stale(r.job)]

@@ -134,7 +134,11 @@ def _checked_data(cfg: RunConfig, o: RunOptions, clock: StageClock) -> JobData:
     source_of(cfg).precheck(cfg)  # external servers answer before any folder, Ray or run exists
     if cfg.state.store is not None:  # the store is one, and every claim tested before can be continued as set
         check_store(cfg.state.store)
-        if any(c is None for c in claim_starts(cfg, data)) and not cfg.proc.ranking:
+        from certsel.config.ledger import default_store
+
+        # a store named by the job: said at once; the default ledger's: said with the certificate (ledger_block)
+        if (any(c is None for c in claim_starts(cfg, data)) and not cfg.proc.ranking
+                and pathlib.Path(cfg.state.store) != default_store()):
             (o.warn or log.warning)(f"the {source_of(cfg).name} source has no label identity: its labels are not kept "
                                     "in the store, and each run is a test of its own (docs/gate.md, 'Reruns')")
     return data

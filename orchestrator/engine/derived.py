@@ -43,13 +43,16 @@ def oracle_estimate(result: JobResult) -> OracleEstimate | None:
     them: the certified set is a prefix) and spends on each the fewest labels any level test can need on average,
     log(1/level) / KL_inf (with a judge, the prediction-powered floor): each certified candidate's ``label_minimum`` at
     its decision level (:mod:`certsel.policies.limits`). The sum is a plug-in estimate, not a bound; None for an
-    estimation policy, a gate, or a job that certified nothing.
+    estimation policy, a gate, a job that continued a claim tested before (its labels span runs), or a job that
+    certified nothing.
     """
     cfg = result.cfg
     if cfg.proc.ranking:
         return _ranking_oracle(result)
     # a gate decides failures too, whose fewest labels are the mirrored test's: not estimated here
     if not cfg.policy.is_testing or cfg.proc.gates:
+        return None
+    if any(r.claim is not None for r in result.records):  # a continued claim's labels span runs: no one job's spend
         return None
     mins = [r.label_minimum for r in result.records if r.name in set(result.certified)]
     if not mins or any(m is None for m in mins):

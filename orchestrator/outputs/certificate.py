@@ -127,16 +127,22 @@ def _fields(result: JobResult) -> dict:
     }
     if result.data.pilot is not None:
         out["pilot"] = _pilot(result.data.pilot)
-    out["ledger"] = ledger_block(cfg)
+    out["ledger"] = ledger_block(cfg, result.data)
     return out
 
 
-def ledger_block(cfg) -> dict:
-    """Where each claim's test is kept (:mod:`certsel.config.ledger`): a rerun continues it, or (off) is a new test."""
+def ledger_block(cfg, data) -> dict:
+    """Where each claim's test is kept (:mod:`certsel.config.ledger`): a rerun continues it, or (off, or a source
+    without label identity) is a new test."""
     from certsel.config.ledger import OFF_LINE
 
     if cfg.state.store is None:
         return {"store": None, "statement": OFF_LINE.removeprefix("ledger: ")}
+    kind = source_of(cfg)
+    if not cfg.proc.ranking and all(kind.claim_identity(cfg, data, k) is None for k in range(len(data.names))):
+        return {"store": None, "statement": f"the {kind.name} source has no label identity, so no claim is "
+                                            "kept: this statement holds for this run alone, and a rerun is a new test "
+                                            "(docs/gate.md, 'Reruns')"}
     return {"store": str(cfg.state.store),
             "statement": "each claim's test is kept in this store's ledger: a rerun of a claim, through any front "
                          "end, continues its one test, so its statement holds at delta however often it is rerun"}

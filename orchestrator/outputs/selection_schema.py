@@ -75,7 +75,7 @@ class Labels(_Doc):
     budget: dict[str, int | float | None] = Field(description="the job's budget keys (n, r, batch, ...)")
     rounds: int = Field(ge=0)
     oracle: Oracle | None = Field(None, description="labels used against an oracle's estimate (absent: a ranking, an "
-                                                    "estimation policy, or nothing certified)")
+                                                    "estimation policy, a continued claim, or nothing certified)")
 
 
 class Procedure(_Doc):

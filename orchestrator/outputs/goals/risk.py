@@ -107,7 +107,8 @@ class RiskSelection(Goal):
                  f"at level {ev.level:.3g}; not adjusted for the selection)"]
         if ev.e_value is not None:
             lines.append(e_value_line(ev))
-        lines.append(f"  estimate: {ev.estimate:.3f} ({ev.estimate_note})")
+        if ev.estimate is not None:  # none: a continued claim that took no label in this run
+            lines.append(f"  estimate: {ev.estimate:.3f} ({ev.estimate_note})")
         if ev.certified_at_labels:
             lines.append(f"  human labels: certified after {ev.certified_at_labels}, {ev.labels_human} bought"
                          + (f"; any test would need about {ev.labels_minimum_estimate:.0f} on average (estimated "
