@@ -184,7 +184,8 @@ def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh
         if only and str(exc).startswith("candidates: unknown"):
             raise InputError("--only" + str(exc).removeprefix("candidates")) from None
         raise
-    check_store(cfg.state.store)  # a store CI restored corrupt or locked is bad input, before any answer
+    if cfg.state.store is not None:  # a store CI restored corrupt or locked is bad input, before any answer
+        check_store(cfg.state.store)
     if cfg.series is not None:  # each release's place in its series and its level (a rerun: the same ones)
         from certsel.orchestrator.engine.series import in_series
 

@@ -6,6 +6,7 @@ configuration already recorded, a resumed job's pinned start, a rerun with anoth
 the error rates of reruns at the boundary (the benchmark's simulation, smaller)."""
 
 import json
+import pathlib
 import sys
 
 import numpy as np
@@ -396,3 +397,38 @@ def test_a_gate_never_answers_with_a_job_outside_its_ledger_or_behind_it(tmp_pat
     _, again, out = gate("seed=1")
     assert "answered by the finished job" not in out and again["labels"] == 0
     assert again["outcome"] == last["outcome"] and again["earlier_runs"] == 3 and first["earlier_runs"] == 0
+
+
+@pytest.mark.slow
+def test_killed_and_cleaned_reruns_at_the_boundary_pass_and_fail_at_most_delta():
+    """The door benchmark's simulation (benchmarks/rerun_doors.py), smaller: 150 boundary claims, each rerun 4 times
+    with every rerun but the last killed after 7 rounds and its folder removed: any pass and any fail stay within
+    delta's binomial slack, and the killed runs' evidence is not lost (the last runs continue past their labels)."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
+    from rerun_doors import killed_sequences
+    from reruns import clopper_pearson
+
+    o = killed_sequences("risk", 150, 4, 100, 0.1, kill_round=7, seed=3)
+    passes, fails = int((o == "pass").any(axis=1).sum()), int((o == "fail").any(axis=1).sum())
+    assert (o[:, :-1] == "killed").mean() > 0.5 and not (o[:, -1] == "killed").any()
+    assert clopper_pearson(passes, 150)[0] <= 0.1 and clopper_pearson(fails, 150)[0] <= 0.1
+
+
+@pytest.mark.integration
+def test_a_gate_without_the_ledger_says_so_in_every_output(tmp_path, capsys):
+    """``state.store: null`` turns the ledger off explicitly: the gate's lines, its step summary and selection.json
+    say that its statement holds for this run alone, and nothing is written to a store."""
+    _table(tmp_path / "t.parquet", means=(0.0,))
+    job = tmp_path / "g.yaml"
+    job.write_text(f"data: {{path: {tmp_path / 't.parquet'}, human: loss}}\nalpha: 0.1\npolicy: {{kind: r-eval}}\n"
+                   "budget: {n: 100}\nray: {num_cpus: 1}\n")
+    code = cli.main(["gate", str(job), "--no-tracking", "--set", "state.store=null", "--summary",
+                     str(tmp_path / "s.md"), "--json", str(tmp_path / "g.json")])
+    out = capsys.readouterr().out
+    said = "ledger: off (state.store: null): this statement holds for this run alone"
+    assert code == 0 and said in out and said in (tmp_path / "s.md").read_text()
+    folder = json.loads((tmp_path / "g.json").read_text())["files"]["selection"]
+    ledger = json.loads(open(folder).read())["ledger"]
+    assert ledger["store"] is None and ledger["statement"].startswith("off (state.store: null)")
+    import os
+    assert not (pathlib.Path(os.environ["CERTSEL_HOME"]) / "labels.db").exists()

@@ -264,8 +264,10 @@ class StateConfig(Strict):
     dir: pathlib.Path = Field(default_factory=jobs_dir)
     resume: Literal["auto", "never"] = "auto"
     snapshot_every: int = Field(10, ge=1, description="rounds between policy snapshots and driver checkpoints")
-    # labels kept across jobs (workers/label_store.py): a job on the same model, task, item and settings
-    # reuses what an earlier one bought. None: off (certsel gate uses CERTSEL_HOME/labels.db unless --labels)
+    # labels and each claim's test kept across jobs (workers/label_store.py, workers/claims.py): a job on the same
+    # model, task, item and settings reuses what an earlier one bought and continues its claims' tests. Absent: the
+    # front ends (certsel run, certsel gate, the Python API) use CERTSEL_HOME/labels.db (certsel.config.ledger);
+    # an explicit null turns it off. The engine itself takes it as given (None: no store)
     store: pathlib.Path | None = None
 
 
