@@ -432,3 +432,51 @@ def test_a_gate_without_the_ledger_says_so_in_every_output(tmp_path, capsys):
     assert ledger["store"] is None and ledger["statement"].startswith("off (state.store: null)")
     import os
     assert not (pathlib.Path(os.environ["CERTSEL_HOME"]) / "labels.db").exists()
+
+
+def _family_cfg(tmp_path, order=None, procedure="fst", candidates=None, seed=0, n=60):
+    from certsel.config import parse_config
+
+    raw = {"data": {"path": str(tmp_path / "t.parquet"), "human": "loss"}, "alpha": 0.1, "delta": 0.1,
+           "policy": {"kind": "r-eval"}, "seed": seed, "budget": {"n": n, "batch": 20}, "procedure": procedure,
+           "scheduling": {"budget_stop": None}, "state": {"dir": str(tmp_path / "jobs"),
+                                                         "store": str(tmp_path / "labels.db")}}
+    if procedure == "fst":
+        raw["order"] = order
+    else:
+        raw["objective"] = {"column": "size"}
+    if candidates is not None:
+        raw["candidates"] = candidates
+    return parse_config(raw)
+
+
+def test_a_selections_family_is_part_of_its_claims(tmp_path):
+    """Sequence 3 of the red team: a fixed sequence rerun with its order re-sorted, or a Holm family shrunk to its
+    leaders, or a selection over claims gated on their own before, is refused with one line naming what changed; the
+    same family with a new seed and a larger budget continues."""
+    from certsel.errors import InputError
+
+    _table(tmp_path / "t.parquet", means=(0.09, 0.1, 0.11))
+    t = pq.read_table(tmp_path / "t.parquet")
+    sizes = [float(c[1:]) for c in t.column("candidate").to_pylist()]
+    pq.write_table(t.append_column("size", pa.array(sizes)),
+                   tmp_path / "t.parquet")
+    first = _family_cfg(tmp_path, order=["c0", "c1", "c2"])
+    _run(first)
+    again = _family_cfg(tmp_path, order=["c0", "c1", "c2"], seed=4, n=120)
+    assert JobPlan(again, load_job_data(again), None).specs[0].claim.continued  # the same family: continued
+    resorted = _family_cfg(tmp_path, order=["c2", "c0", "c1"], seed=5, n=120)
+    with pytest.raises(InputError, match="was tested before in a fst family of 3 candidates .*: its order changed"):
+        JobPlan(resorted, load_job_data(resorted), None)
+    shorter = _family_cfg(tmp_path, order=["c1", "c2"], seed=5, n=120)
+    with pytest.raises(InputError, match="1 of its 3 candidates left out"):
+        JobPlan(shorter, load_job_data(shorter), None)
+    holm = _family_cfg(tmp_path, procedure="holm", seed=5, n=120)
+    with pytest.raises(InputError, match=r"procedure fst \(now holm\)"):
+        JobPlan(holm, load_job_data(holm), None)
+    # a claim gated on its own, then taken into a selection: its family would be chosen after its evidence
+    _run(_cfg(tmp_path, 0, 60, data={"path": str(tmp_path / "t.parquet"), "human": "loss"}, alpha=0.2))
+    leaders = _family_cfg(tmp_path, procedure="holm", candidates=["c0", "c1"])
+    leaders = leaders.model_copy(update={"alpha": 0.2})
+    with pytest.raises(InputError, match="outside any recorded family"):
+        JobPlan(leaders, load_job_data(leaders), None)

@@ -23,10 +23,12 @@ import json
 import pathlib
 import sqlite3
 import time
+from dataclasses import dataclass
+
 import numpy as np
 
 from .contracts import ClaimRun
-from .label_store import CLAIMS_DDL, LOCK_TIMEOUT, TABLES
+from .label_store import CLAIMS_DDL, FAMILIES_DDL, LOCK_TIMEOUT, TABLES
 from .labellog import pack, unpack
 from .replay import JUDGE_ORDER_STREAM, item_order
 
@@ -48,6 +50,36 @@ INTERRUPTED = "interrupted"
 PLANNED = ("planned_human", "planned_judge")  # a held run's planned item orders, in its state
 
 
+@dataclass(frozen=True)
+class Family:
+    """A selection's family as its claims were tested in it: the procedure and its members' claim keys, in the
+    procedure's order (a fixed sequence's from its start; the others' sorted). A family chosen after seeing its claims'
+    evidence (a sequence re-sorted by the e-values so far, a Holm family shrunk to the leaders) is no family, so a
+    rerun keeps the one its claims were first tested in."""
+
+    procedure: str
+    members: tuple[str, ...]
+    job: str | None = None
+
+    @classmethod
+    def of(cls, procedure: str, keys, ordered: bool, job: str | None = None) -> Family:
+        return cls(procedure, tuple(keys) if ordered else tuple(sorted(keys)), job)
+
+    def change(self, now: Family) -> str | None:
+        """How ``now`` differs from this family, in words (None: the same family)."""
+        if (self.procedure, self.members) == (now.procedure, now.members):
+            return None
+        then, new = set(self.members), set(now.members)
+        parts = [f"procedure {self.procedure} (now {now.procedure})"] if self.procedure != now.procedure else []
+        if new - then:
+            parts.append(f"{len(new - then)} candidate(s) added")
+        if then - new:
+            parts.append(f"{len(then - new)} of its {len(then)} candidates left out")
+        if then == new:
+            parts.append("its order changed")
+        return ", ".join(parts)
+
+
 class ClaimBusy(Exception):
     """The claim is under test by another job that has not ended (``job``): continuing from the state before it would
     start a second test beside it."""
@@ -66,6 +98,7 @@ class ClaimLedger:
         self.path = pathlib.Path(path)
         self._db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT, isolation_level=None)
         self._db.execute(CLAIMS_DDL)
+        self._db.execute(FAMILIES_DDL)
 
     def runs(self, claim: str) -> list[ClaimRun]:
         rows = self._db.execute(f"select {', '.join(CLAIMS_COLUMNS)} from claims where claim = ? order by seq",
@@ -154,6 +187,19 @@ class ClaimLedger:
             self._db.execute("update claims set t = ?, state = ? where claim = ? and seq = ?",
                              (int(t), pack({**state, **planned}), claim, row[0]))
         return True
+
+    def family(self, claim: str) -> Family | None:
+        """The selection family the claim was first tested in (None: never in one)."""
+        row = self._db.execute("select procedure, members, job from families where claim = ?", (claim,)).fetchone()
+        return None if row is None else Family(row[0], tuple(json.loads(row[1])), row[2])
+
+    def record_family(self, claims, family: Family) -> None:
+        """``family`` for each of ``claims`` not in one yet (the first family a claim is tested in stays its own)."""
+        with self._db:
+            self._db.execute("begin immediate")
+            self._db.executemany("insert or ignore into families values (?, ?, ?, ?, ?)",
+                                 [(c, family.procedure, json.dumps(list(family.members)), family.job, time.time())
+                                  for c in claims])
 
     def drop(self, claim: str, seq: int, outcome: str) -> None:
         """Mark a run that will never end (its job is gone): its items stay consumed, its hold ends."""

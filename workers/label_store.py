@@ -29,13 +29,19 @@ LOCK_TIMEOUT = 60.0  # seconds a job waits for another process's write lock on t
 # the store's tables and their columns: a file with other tables is someone else's database
 TABLES = {"labels": ["identity", "role", "item", "loss"],
           "claims": ["claim", "seq", "fingerprint", "job", "base", "t", "outcome", "created", "state"],
-          "series": ["series", "release", "claim", "candidate", "delta", "created"]}
+          "series": ["series", "release", "claim", "candidate", "delta", "created"],
+          "families": ["claim", "procedure", "members", "job", "created"]}
 LABELS_DDL = ("create table if not exists labels (identity text not null, role text not null, item integer not null, "
               "loss real not null, primary key (identity, role, item))")
 # each claim's test, run by run (workers/claims.py)
 CLAIMS_DDL = ("create table if not exists claims (claim text not null, seq integer not null, fingerprint text not null, "
               "job text, base integer not null, t integer not null, outcome text not null, created real not null, "
               "state blob not null, primary key (claim, seq))")
+
+# the selection family each claim was first tested in: its procedure and its members' claims, in the procedure's
+# order (workers/claims.py)
+FAMILIES_DDL = ("create table if not exists families (claim text primary key, procedure text not null, members text "
+                "not null, job text, created real not null)")
 
 
 # each release series' gated claims in order (orchestrator/engine/series.py)

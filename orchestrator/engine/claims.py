@@ -12,8 +12,8 @@ import numpy as np
 
 from certsel.errors import InputError
 from certsel.policies.kinds import Family, Labels
-from certsel.workers.claims import (DROPPED, INTERRUPTED, RUNNING, ClaimBusy, ClaimLedger, claim_key, continued_orders,
-                                    pin_file)
+from certsel.workers.claims import DROPPED, INTERRUPTED, RUNNING, ClaimBusy, ClaimLedger, claim_key, continued_orders, pin_file
+from certsel.workers.claims import Family as ClaimFamily
 from certsel.workers.contracts import ClaimRun, ClaimStart
 from certsel.workers.label_store import identity_key
 from certsel.workers.replay import label_orders
@@ -59,6 +59,9 @@ def claim_starts(cfg, data, job_dir=None) -> list[ClaimStart | None]:
     ledger = ClaimLedger(cfg.state.store)
     out = []
     try:
+        family = _check_family(cfg, data, ledger, identities, job)
+        if family is not None and job is not None:  # held from the start: a killed job's family stays recorded
+            ledger.record_family(family.members, family)
         for k, identity in enumerate(identities):
             out.append(None if identity is None else
                        _start(cfg, data, ledger, claim_key(identity, cfg.alpha / data.unit), data.names[k], fp, job,
@@ -120,6 +123,45 @@ def _start(cfg, data, ledger: ClaimLedger, key: str, name: str, fp: str, job: st
     human, judge = continued_orders(base, data.n_items, cfg.budget.n, cfg.policy.without_replacement,
                                     _planned(ledger.runs(key), base, job))
     return ClaimStart(key, fp, base, human, judge, recompute=recompute)
+
+
+def selection_family(cfg, data, identities, job: str | None = None) -> ClaimFamily | None:
+    """The family a selection tests its claims in (None: a gate, whose outcomes are per candidate, a ranking, or a
+    procedure without a simultaneous statement): its procedure and its claims, a fixed sequence's in its order from
+    its start."""
+    proc = cfg.proc
+    if proc.gates or proc.ranking or not proc.simultaneous:
+        return None
+    keys = [claim_key(i, cfg.alpha / data.unit) for i in identities if i is not None]
+    return ClaimFamily.of(cfg.procedure, keys, proc.needs_order, job) if keys else None
+
+
+def _check_family(cfg, data, ledger: ClaimLedger, identities, job: str | None) -> ClaimFamily | None:
+    """A rerun keeps the family its claims were tested in: a selection whose procedure, candidates or order differ
+    from a claim's recorded family, or that takes in a claim tested on its own before (a gate), is bad input, since a
+    family chosen after seeing its claims' evidence (a sequence re-sorted by its e-values, a family shrunk to its
+    leaders) could certify a false claim at the full delta."""
+    family = selection_family(cfg, data, identities, job)
+    if family is None:
+        return None
+    names = dict(zip([None if i is None else claim_key(i, cfg.alpha / data.unit) for i in identities], data.names))
+    for key in family.members:
+        then = ledger.family(key)
+        tested = [r for r in ledger.runs(key) if (job is None or r.job != job) and r.outcome != DROPPED]
+        where = f"{names[key]}: its claim (R <= {cfg.alpha:g} on these labels) was tested before"
+        if then is None and tested:
+            raise InputError(f"{where} outside any recorded family (a gate, job {tested[-1].job or '?'}); a "
+                             "selection over it would choose its family after seeing that evidence: gate it again, or "
+                             "select in a store of its own (state.store)")
+        change = None if then is None else then.change(family)
+        if change is not None:
+            start = " (a fixed sequence starts where its first run's pilot started: rerun with that seed)" \
+                if cfg.scheduling.start == "pilot" and cfg.proc.needs_order else ""
+            raise InputError(f"{where} in a {then.procedure} family of {len(then.members)} candidates (job "
+                             f"{then.job or '?'}); this run's family differs: {change}{start}. A rerun keeps its "
+                             "claims' family, since one chosen after seeing their evidence could certify a false "
+                             "claim: keep it, or test the new family in a store of its own (state.store)")
+    return family
 
 
 def _planned(runs, base, job: str | None) -> list[tuple]:
@@ -267,12 +309,15 @@ def record(plan, pool, records: list[CandidateRecord], certified: set, job_dir) 
     with_claim = {s.name: s.claim for s in plan.specs if s.claim is not None and not s.claim.recompute}
     if not with_claim:
         return
+    family = selection_family(cfg, plan.data, claim_identities(cfg, plan.data), job)
     ran = [r for r in records if r.name in with_claim and r.t > (with_claim[r.name].base.t
                                                                   if with_claim[r.name].continued else 0)]
     states = pool.claim_states([r.name for r in ran]) if ran else {}
     by_name = {r.name: r for r in records}
     ledger = ClaimLedger(cfg.state.store)
     try:
+        if family is not None:
+            ledger.record_family(family.members, family)
         for name, claim in with_claim.items():
             r = by_name[name]
             base = claim.base.seq if claim.continued else 0
