@@ -480,3 +480,154 @@ def test_a_selections_family_is_part_of_its_claims(tmp_path):
     leaders = leaders.model_copy(update={"alpha": 0.2})
     with pytest.raises(InputError, match="outside any recorded family"):
         JobPlan(leaders, load_job_data(leaders), None)
+
+
+def _rewrites(src, tmp_path):
+    """The same measurements written again as a user rewrites a table: a CSV round trip with the ids as strings, the
+    values rounded to 6 places, the rows shuffled."""
+    from pyarrow import csv
+
+    t = pq.read_table(src)
+    rng = np.random.default_rng(1)
+    shuffled = t.take(rng.permutation(t.num_rows))
+    as_str = shuffled.set_column(shuffled.column_names.index("item"), "item",
+                                 pa.array([str(i) for i in shuffled.column("item").to_pylist()]))
+    csv.write_csv(as_str, tmp_path / "t.csv")
+    rounded = t.set_column(t.column_names.index("loss"), "loss", pa.array(np.round(t.column("loss").to_numpy(), 6)))
+    pq.write_table(rounded, tmp_path / "rounded.parquet")
+    return [tmp_path / "t.csv", tmp_path / "rounded.parquet"]
+
+
+@pytest.mark.integration
+def test_a_table_written_again_continues_its_claim_and_another_value_is_another_claim(tmp_path, monkeypatch, capsys):
+    """Sequence 6 of the red team, through the real CLI: a gate of an undecided claim on a table of losses with many
+    decimals, then the same measurements written again (a CSV round trip with string ids, rows shuffled; values
+    rounded to 6 places), each gated with a new seed: each continues the claim's one test (its earlier runs and labels
+    in the line), the e-process never restarts. A table whose values differ beyond 6 decimals is another claim."""
+    monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
+    rng = np.random.default_rng(5)
+    n = 1500
+    loss = np.clip(rng.beta(1, 9, n) + rng.normal(0, 1e-3, n), 0, 1)  # mean about 0.1, values with 16 digits
+    pq.write_table(pa.table({"candidate": ["c0"] * n, "item": list(range(n)), "loss": loss}), tmp_path / "t.parquet")
+
+    def gate(path, *sets):
+        job = tmp_path / "g.yaml"
+        job.write_text(f"data: {{path: {path}, human: loss}}\nalpha: 0.1\npolicy: {{kind: r-eval}}\n"
+                       "order: [c0]\nbudget: {n: 100}\n")
+        capsys.readouterr()
+        cli.main(["gate", str(job), "--no-tracking", "--json", str(tmp_path / "g.json"),
+                  *(x for s in sets for x in ("--set", s))])
+        (row,) = json.loads((tmp_path / "g.json").read_text())["candidates"]
+        return row
+
+    first = gate(tmp_path / "t.parquet", "seed=1")
+    assert first["outcome"] == "undecided" and first["earlier_runs"] == 0
+    runs, labels = 1, first["labels"]
+    for k, path in enumerate(_rewrites(tmp_path / "t.parquet", tmp_path), start=2):
+        row = gate(path, f"seed={k}", f"budget.n={100 * k}")
+        assert (row["earlier_runs"], row["earlier_labels"]) == (runs, labels), path.name
+        runs, labels = runs + 1, labels + row["labels"]
+    ledger = ClaimLedger(tmp_path / "home" / "labels.db")
+    assert len({row[0] for row in ledger._db.execute("select claim from claims")}) == 1
+    ledger.close()
+    moved = pq.read_table(tmp_path / "t.parquet")
+    moved = moved.set_column(2, "loss", pa.array(np.clip(loss + 1e-5, 0, 1)))
+    pq.write_table(moved, tmp_path / "moved.parquet")
+    assert gate(tmp_path / "moved.parquet", "seed=9")["earlier_runs"] == 0  # other measurements: another claim
+
+
+def test_a_claim_recorded_under_an_earlier_releases_identity_keeps_its_test(tmp_path):
+    """A store written by certsel 0.2, whose claim keys digested a table's exact values: the claim moves to its key now
+    (values at 6 decimals) with its family, and a rerun continues its test."""
+    from certsel.orchestrator.engine.claims import claim_identities
+    from certsel.orchestrator.inputs.sources import ReplayKind
+    from certsel.workers.claims import claim_key
+    from certsel.workers.label_store import identity_key
+
+    rng = np.random.default_rng(2)
+    loss = rng.beta(1, 9, 400)
+    pq.write_table(pa.table({"candidate": ["c0"] * 400, "item": list(range(400)), "loss": loss}),
+                   tmp_path / "t.parquet")
+    cfg = _cfg(tmp_path, 0, 60)
+    data = load_job_data(cfg)
+    _run(cfg)
+    (now,) = claim_identities(cfg, data)
+    old = claim_key(identity_key({**ReplayKind().legacy_claim_identity(cfg, data, 0), "unit": data.unit}), 0.1)
+    assert old != claim_key(now, 0.1)
+    ledger = ClaimLedger(tmp_path / "labels.db")
+    with ledger._db:  # the store as the earlier release left it
+        ledger._db.execute("update claims set claim = ?", (old,))
+    ledger.close()
+    start = JobPlan(_cfg(tmp_path, 3, 200), data, None).specs[0].claim
+    assert start.continued and start.base.t == 60 and start.key == claim_key(now, 0.1)
+    ledger = ClaimLedger(tmp_path / "labels.db")
+    assert [r[0] for r in ledger._db.execute("select distinct claim from claims")] == [claim_key(now, 0.1)]
+    ledger.close()
+
+
+def test_a_checkpoint_copied_or_its_arguments_respelled_is_the_same_claim(tmp_path):
+    """Sequence 6 for lm-eval: a local checkpoint copied with ``cp -r`` (new files, new mtimes) or its model_args
+    respaced and reordered is the same model, so the same claim; one weight byte changed is another claim."""
+    import subprocess
+
+    from certsel.config import parse_config
+    from certsel.orchestrator.inputs.jobdata import JobData
+    from certsel.orchestrator.inputs.lm_eval_kind import LmEvalCandidate, LmEvalKind
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"layers": 2}')
+    (ckpt / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+
+    def identity(args):
+        cand = {"id": "a", "model": "hf", "model_args": args}
+        cfg = parse_config({"labels": {"kind": "lm-eval", "task": "t", "candidates": [cand]},
+                            "policy": {"kind": "r-eval"}, "alpha": 0.3})
+        data = JobData(table=None, features=None, fingerprint="task t", live=(LmEvalCandidate(**cand),),
+                       function=("acc", True), n_source_items=10)
+        return LmEvalKind().claim_identity(cfg, data, 0)
+
+    base = identity(f"pretrained={ckpt},dtype=float16")
+    subprocess.run(["cp", "-r", str(ckpt), str(tmp_path / "copy")], check=True)
+    assert identity(f"pretrained={tmp_path / 'copy'},dtype=float16") == base
+    assert identity(f" dtype = float16 , pretrained={ckpt}") == base
+    assert identity(f"pretrained={ckpt},dtype=bfloat16") != base
+    weights = bytearray((tmp_path / "copy" / "model.safetensors").read_bytes())
+    weights[100] ^= 1
+    (tmp_path / "copy" / "model.safetensors").write_bytes(bytes(weights))
+    assert identity(f"pretrained={tmp_path / 'copy'},dtype=float16") != base
+    # a served model's arguments name it: respelled, the same; another model, another claim
+    served = identity("base_url=http://127.0.0.1:9/v1,model=m")
+    assert identity("model=m, base_url=http://127.0.0.1:9/v1") == served != identity("base_url=http://127.0.0.1:9/v1,model=n")
+
+
+@pytest.mark.integration
+def test_the_reversed_hypothesis_is_one_statement_with_one_test(tmp_path, monkeypatch, capsys):
+    """Sequence 7 of the red team: "Y beats X by 0.02" gated as Y against X (--superiority), then as X against Y
+    (non-inferiority at margin 0.02, whose fail is the same statement): the second is refused in one line naming how
+    the statement was tested, so one statement keeps one test; the first way continues."""
+    monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
+    rng = np.random.default_rng(8)
+    n = 1000
+    x = (rng.random(n) < 0.30).astype(float)
+    y = np.where(rng.random(n) < 0.1, (rng.random(n) < 0.1).astype(float), x)  # a little better than x
+    pq.write_table(pa.table({"candidate": ["X"] * n + ["Y"] * n, "item": list(range(n)) * 2,
+                             "loss": np.concatenate([x, y])}), tmp_path / "t.parquet")
+    job = tmp_path / "g.yaml"
+    job.write_text(f"data: {{path: {tmp_path / 't.parquet'}, human: loss}}\npolicy: {{kind: r-eval}}\n"
+                   "budget: {n: 60}\nseed: 1\n")
+
+    def gate(cand, base, *more):
+        capsys.readouterr()
+        code = cli.main(["gate", str(job), "--no-tracking", "--only", cand, "--baseline", base, "--margin", "0.02",
+                         *more])
+        return code, capsys.readouterr()
+
+    code, _ = gate("Y", "X", "--superiority")
+    assert code in (0, 1, 3)
+    code, out = gate("X", "Y")
+    assert code == 2 and out.err.count("\n") == 1
+    assert "X against Y: this claim's statement was tested before with the sides exchanged (Y against X, " \
+           "superiority at margin 0.02" in out.err
+    code, out = gate("Y", "X", "--superiority", "--set", "seed=2", "--set", "budget.n=120")
+    assert code != 2 and "1 earlier run of its claim" in out.out

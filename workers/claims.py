@@ -201,6 +201,28 @@ class ClaimLedger:
                                  [(c, family.procedure, json.dumps(list(family.members)), family.job, time.time())
                                   for c in claims])
 
+    def adopt(self, old: str, new: str) -> bool:
+        """Move the claim recorded under key ``old`` (the identity of an earlier release, :meth:`~certsel.orchestrator.
+        inputs.source_kind.SourceKind.legacy_claim_identity`) to key ``new``, with its family and release series, when
+        nothing is recorded under ``new`` yet: the same claim keeps its one test across the change of key. True: it
+        moved."""
+        if old == new:
+            return False
+        with self._db:
+            self._db.execute("begin immediate")
+            if (self._db.execute("select 1 from claims where claim = ?", (new,)).fetchone()
+                    or not self._db.execute("select 1 from claims where claim = ?", (old,)).fetchone()):
+                return False
+            self._db.execute("update claims set claim = ? where claim = ?", (new, old))
+            self._db.execute("update or ignore families set claim = ? where claim = ?", (new, old))
+            rows = self._db.execute("select claim, members from families where members like ?", (f'%"{old}"%',))
+            for claim, members in rows.fetchall():
+                now = [new if m == old else m for m in json.loads(members)]
+                self._db.execute("update families set members = ? where claim = ?", (json.dumps(now), claim))
+            if self._db.execute("select 1 from sqlite_master where type = 'table' and name = 'series'").fetchone():
+                self._db.execute("update or ignore series set claim = ? where claim = ?", (new, old))
+        return True
+
     def drop(self, claim: str, seq: int, outcome: str) -> None:
         """Mark a run that will never end (its job is gone): its items stay consumed, its hold ends."""
         with self._db:

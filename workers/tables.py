@@ -9,6 +9,7 @@ anything ``pyarrow.table`` accepts works: a ``pyarrow.Table``, a pandas or polar
 from __future__ import annotations
 
 import pathlib
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -72,15 +73,24 @@ def read_table(source, what: str = "table") -> pa.Table:
                          f"got {type(source).__name__} ({first_line(exc, limit=120)})") from None
 
 
+# an id written as a decimal integer, the way str(int) writes it ("7", "-3"; not "007", "+7" or "7.0")
+_DECIMAL_INT = re.compile(r"-?(0|[1-9][0-9]{0,17})")
+
+
 def id_column(values: np.ndarray, name: str, where) -> np.ndarray:
     """An item-id column as integers or strings; floats (``1.0``), booleans and missing ids are errors, since an id must
-    match exactly across tables."""
+    match exactly across tables. A string column whose every id is a decimal integer as ``str(int)`` writes it is read
+    as integers: the ids ``7`` and ``"7"`` are one item, so a table written again with its ids as strings (or a CSV
+    round trip) holds the same items in the same order, and its claims stay the same claims (workers/claims.py)."""
     if values.dtype.kind in "iu":
         return values.astype(np.int64)
     if values.dtype.kind in "OUS":
         if any(v is None for v in values):
             raise ValueError(f"{where}: column {name!r} has missing item ids")
-        return values.astype(str)
+        ids = values.astype(str)
+        if ids.size and all(_DECIMAL_INT.fullmatch(v) for v in np.unique(ids)):
+            return ids.astype(np.int64)
+        return ids
     raise ValueError(f"{where}: column {name!r} must hold integer or string item ids, got {values.dtype}")
 
 

@@ -38,6 +38,16 @@ def claim_identities(cfg, data) -> list[str | None]:
     return out
 
 
+def adopt_legacy(cfg, data, ledger: ClaimLedger, identities) -> None:
+    """Claims the ledger holds under an earlier release's identity move to their key now (ClaimLedger.adopt)."""
+    kind = source_of(cfg)
+    for k, identity in enumerate(identities):
+        legacy = None if identity is None else kind.legacy_claim_identity(cfg, data, k)
+        if legacy is not None:
+            old = identity_key({**legacy, "unit": data.unit})
+            ledger.adopt(claim_key(old, cfg.alpha / data.unit), claim_key(identity, cfg.alpha / data.unit))
+
+
 def claim_starts(cfg, data, job_dir=None) -> list[ClaimStart | None]:
     """Each candidate's claim in the store's ledger (None: no identity, or the store is off). A claim tested before is
     continued: its recorded test on its consumed items, then new ones in its first run's order. With ``job_dir`` (a
@@ -59,10 +69,12 @@ def claim_starts(cfg, data, job_dir=None) -> list[ClaimStart | None]:
     ledger = ClaimLedger(cfg.state.store)
     out = []
     try:
+        adopt_legacy(cfg, data, ledger, identities)
         family = _check_family(cfg, data, ledger, identities, job)
         if family is not None and job is not None:  # held from the start: a killed job's family stays recorded
             ledger.record_family(family.members, family)
         for k, identity in enumerate(identities):
+            _check_mirror(cfg, data, ledger, k, identity, job)
             out.append(None if identity is None else
                        _start(cfg, data, ledger, claim_key(identity, cfg.alpha / data.unit), data.names[k], fp, job,
                               pins))
@@ -91,7 +103,9 @@ def moved_on(cfg, data, job_dir) -> list[str]:
     ledger = ClaimLedger(cfg.state.store)
     try:
         out = []
-        for name, identity in zip(data.names, claim_identities(cfg, data), strict=True):
+        identities = claim_identities(cfg, data)
+        adopt_legacy(cfg, data, ledger, identities)
+        for name, identity in zip(data.names, identities, strict=True):
             if identity is None:
                 continue
             key = claim_key(identity, cfg.alpha / data.unit)
@@ -162,6 +176,27 @@ def _check_family(cfg, data, ledger: ClaimLedger, identities, job: str | None) -
                              "claims' family, since one chosen after seeing their evidence could certify a false "
                              "claim: keep it, or test the new family in a store of its own (state.store)")
     return family
+
+
+def _check_mirror(cfg, data, ledger: ClaimLedger, k: int, identity: str | None, job: str | None) -> None:
+    """A regression claim whose mirror was tested (the two sides exchanged, the level 1 - alpha: "Y beats X by m" as
+    X against Y) is that claim's statement: a second test of it would double its error, so it is bad input naming the
+    way it was tested."""
+    mirror = None if identity is None else source_of(cfg).mirror_claim_identity(cfg, data, k)
+    if mirror is None:
+        return
+    key = claim_key(identity_key({**mirror, "unit": data.unit}), 1.0 - cfg.alpha / data.unit)
+    if key == claim_key(identity, cfg.alpha / data.unit):  # a model against itself at margin 0: its own claim
+        return
+    tested = [r for r in ledger.runs(key) if r.outcome != DROPPED and (job is None or r.job != job)]
+    if tested:
+        reg = cfg.regression
+        then = "non-inferiority" if reg.superiority else "superiority"
+        raise InputError(f"{data.names[k]} against {reg.baseline}: this claim's statement was tested before with the "
+                         f"sides exchanged ({reg.baseline} against {data.names[k]}, {then} at margin {reg.margin:g}; "
+                         f"job {tested[-1].job or '?'}, {tested[-1].t} labels), whose pass is this claim's fail: "
+                         "rerun it that way, which continues its test (a second test of one statement would double "
+                         "its error)")
 
 
 def _planned(runs, base, job: str | None) -> list[tuple]:

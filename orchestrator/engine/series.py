@@ -18,10 +18,10 @@ import sqlite3
 import time
 
 from certsel.errors import InputError
-from certsel.workers.claims import claim_key
+from certsel.workers.claims import ClaimLedger, claim_key
 from certsel.workers.label_store import LOCK_TIMEOUT, SERIES_DDL
 
-from .claims import claim_identities
+from .claims import adopt_legacy, claim_identities
 
 
 def release_level(delta: float, k: int) -> float:
@@ -38,8 +38,13 @@ def in_series(cfg, data):
     series = cfg.series
     if cfg.state.store is None:
         raise InputError(f"series {series.name!r}: needs the label store (state.store), where the series is kept")
-    keys = []
-    for name, identity in zip(data.names, claim_identities(cfg, data), strict=True):
+    keys, identities = [], claim_identities(cfg, data)
+    ledger = ClaimLedger(cfg.state.store)
+    try:  # a release recorded under an earlier release's identity of its claim is that release still
+        adopt_legacy(cfg, data, ledger, identities)
+    finally:
+        ledger.close()
+    for name, identity in zip(data.names, identities, strict=True):
         if identity is None:
             raise InputError(f"series {series.name!r}: candidate {name} has no label identity (a live server, a "
                              "Python function or people): its releases cannot be told apart across runs")

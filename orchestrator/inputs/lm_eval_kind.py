@@ -132,14 +132,35 @@ class LmEvalKind(SourceKind):
                     "regression": {"baseline": self._identity(spec.baseline_spec, data)}}
         return self._identity(spec, data)
 
+    def mirror_claim_identity(self, cfg, data, k):
+        spec = self.spec(cfg, data, k, False)
+        if not isinstance(spec, PairedSpec):
+            return None
+        return {**self._identity(spec.baseline_spec, data),
+                "regression": {"baseline": self._identity(spec.candidate, data)}}
+
+    def legacy_claim_identity(self, cfg, data, k):
+        # certsel 0.2's: model_args as written, a local checkpoint's files by modification time
+        spec = self.spec(cfg, data, k, False)
+        if isinstance(spec, PairedSpec):
+            return {**self._identity(spec.candidate, data, legacy=True),
+                    "regression": {"baseline": self._identity(spec.baseline_spec, data, legacy=True)}}
+        return self._identity(spec, data, legacy=True)
+
     @staticmethod
-    def _identity(spec: LmEvalSpec, data) -> dict:
+    def _identity(spec: LmEvalSpec, data, legacy: bool = False) -> dict:
+        # what decides a loss, as measured: the model's arguments parsed (not their spelling), a local checkpoint by
+        # the content of its files (not where or when they were written)
         out = dataclasses.asdict(spec)
         for one in (out, out["reference"]):
             if one is not None:
                 for key in ("candidate", "cache_dir", "batch_size"):  # names and plumbing, not what decides a loss
                     one.pop(key)
-                one["checkpoint_files"] = local_checkpoint(one["model_args"])
+                if legacy:
+                    one["checkpoint_files"] = local_checkpoint(one["model_args"], by="mtime")
+                else:
+                    one["checkpoint_files"] = local_checkpoint(one["model_args"])
+                    one["model_args"] = parsed_args(one["model_args"])
         return {"source": "lm-eval", "task": data.fingerprint, **out}
 
     def loss_words(self, cfg):
@@ -153,26 +174,62 @@ class LmEvalKind(SourceKind):
         return f"the {n_items} documents of the lm-eval task"
 
 
-def local_checkpoint(model_args: str) -> list | None:
-    """The files of a local checkpoint named in ``model_args`` (``pretrained=``, ``path=`` or ``model=`` a folder or
-    file on this machine): (name, size, modification time) of each, so that a checkpoint written again, even at the same
-    path, is another identity. None for a model that is not a local path (a served model, a hub id: its arguments name
-    it)."""
+def parsed_args(model_args: str) -> dict[str, str]:
+    """``model_args`` as lm-eval reads it (``key=value`` pairs split on commas), keys and values stripped: one set of
+    arguments however it is spaced or ordered. A checkpoint's path is left out when the checkpoint is local (its
+    content is its identity, :func:`local_checkpoint`)."""
+    out = {}
+    for part in model_args.split(","):
+        key, _, value = part.partition("=")
+        if key.strip():
+            out[key.strip()] = value.strip()
+    if _checkpoint_path(model_args) is not None:
+        for key in _PATH_KEYS:
+            out.pop(key, None)
+    return dict(sorted(out.items()))
+
+
+_PATH_KEYS = ("pretrained", "path", "model")  # the model_args that name a checkpoint
+
+
+def _checkpoint_path(model_args: str):
     import pathlib
 
     for part in model_args.split(","):
         key, _, value = part.partition("=")
-        if key.strip() in ("pretrained", "path", "model") and value.strip():
+        if key.strip() in _PATH_KEYS and value.strip():
             p = pathlib.Path(value.strip()).expanduser()
-            if p.is_file():
-                files = [p]
-            elif p.is_dir():
-                files = sorted(f for f in p.rglob("*") if f.is_file())
-            else:
-                continue
-            return [[str(f.relative_to(p) if f != p else f.name), f.stat().st_size, f.stat().st_mtime_ns]
-                    for f in files]
+            if p.is_file() or p.is_dir():
+                return p
     return None
+
+
+_HASHES: dict[tuple, str] = {}  # (path, size, mtime_ns, inode) -> sha256: a checkpoint is hashed once per process
+
+
+def _content(f) -> str:
+    import hashlib
+
+    st = f.stat()
+    key = (str(f.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key not in _HASHES:
+        with open(f, "rb") as fh:
+            _HASHES[key] = hashlib.file_digest(fh, "sha256").hexdigest()
+    return _HASHES[key]
+
+
+def local_checkpoint(model_args: str, by: str = "content") -> list | None:
+    """The files of a local checkpoint named in ``model_args`` (``pretrained=``, ``path=`` or ``model=`` a folder or
+    file on this machine): (name, size, sha256) of each, so that a checkpoint copied or written again with the same
+    weights is the same model and one rebuilt with other weights, even at the same path, is another. ``by="mtime"``:
+    the modification time in place of the hash (certsel 0.2's identity). None for a model that is not a local path (a
+    served model, a hub id: its arguments name it)."""
+    p = _checkpoint_path(model_args)
+    if p is None:
+        return None
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
+    return [[str(f.relative_to(p) if f != p else f.name), f.stat().st_size,
+             f.stat().st_mtime_ns if by == "mtime" else _content(f)] for f in files]
 
 
 register_source_kind(LmEvalKind)

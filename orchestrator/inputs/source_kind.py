@@ -138,6 +138,18 @@ class SourceKind:
         with any judge, so another judge is the same claim). Default: the label identity."""
         return self.label_identity(cfg, data, k)
 
+    def mirror_claim_identity(self, cfg: RunConfig, data: JobData, k: int) -> dict | None:
+        """A regression claim's identity with its two sides exchanged (the candidate as the baseline): "Y beats X by m"
+        tested as Y against X and "X stays within -m of Y" tested as X against Y are one statement, whose test is the
+        mirror of the other's. None (the default): no regression, or the kind cannot say."""
+        return None
+
+    def legacy_claim_identity(self, cfg: RunConfig, data: JobData, k: int) -> dict | None:
+        """The claim identity an earlier release gave candidate ``k`` (None, the default: the same as now). A claim
+        the ledger holds under that identity's key moves to the new key (:meth:`~certsel.workers.claims.ClaimLedger.
+        adopt`), so a new way of writing an identity never turns a claim into a fresh test."""
+        return None
+
 
 BUILT_IN = ("replay", "live", "python", "tasks")  # the job file's data, live, source and tasks sections
 

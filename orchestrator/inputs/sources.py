@@ -71,9 +71,31 @@ class ReplayKind(SourceKind):
                 "recovery": None if cfg.recovery is None else cfg.recovery.at_least}
 
     def claim_identity(self, cfg, data, k):
-        # the human losses alone: a judge column decides only judge labels, and a test stays valid with any judge
-        t, p = data.table, data.paired
+        # the human losses alone (a judge column decides only judge labels, and a test stays valid with any judge), as
+        # measured, not as written: ids normalised when read (workers/tables.id_column), values at CLAIM_DECIMALS
+        t, p, rec = data.table, data.paired, data.recovery
         if p is not None:  # the candidate's and the baseline's human losses (the margin is in the claim's alpha)
+            return {"source": "table", "values": claim_digest(t.items, p.human[k]),
+                    "regression": {"baseline": claim_digest(t.items, p.baseline_human)}}
+        if rec is not None:  # the scores the losses are compiled from (a transform of rounded scores rounds anew)
+            weight = None if rec.weight is None else claim_digest(t.items, rec.weight)
+            return {"source": "table", "values": claim_digest(t.items, rec.score[k]),
+                    "recovery": {"at_least": cfg.recovery.at_least, "reference": claim_digest(t.items, rec.reference[k]),
+                                 "weight": weight}}
+        return {"source": "table", "values": claim_digest(t.items, t.human[k]),
+                "recovery": None if cfg.recovery is None else cfg.recovery.at_least}
+
+    def mirror_claim_identity(self, cfg, data, k):
+        t, p = data.table, data.paired
+        if p is None:
+            return None
+        return {"source": "table", "values": claim_digest(t.items, p.baseline_human),
+                "regression": {"baseline": claim_digest(t.items, p.human[k])}}
+
+    def legacy_claim_identity(self, cfg, data, k):
+        # the identity of certsel 0.2 (exact values; a recovery claim by its compiled losses)
+        t, p = data.table, data.paired
+        if p is not None:
             return {"source": "table", "values": rows_digest(t.items, p.human[k]),
                     "regression": {"baseline": rows_digest(t.items, p.baseline_human)}}
         return {"source": "table", "values": rows_digest(t.items, t.human[k]),
@@ -84,6 +106,17 @@ def table_identity(items, human, judge) -> dict:
     """The label identity of one model's rows of raw losses in a table (a plain risk job's candidate, a regression
     job's candidate or baseline alike: the same losses are the same labels)."""
     return {"source": "table", "values": rows_digest(items, human, judge), "recovery": None}
+
+
+# a claim's values are what was measured to this many decimals: a table written again (a CSV round trip, values
+# rounded to 6 places) is the same claim; values that differ beyond it are another claim (docs/statistics.md)
+CLAIM_DECIMALS = 6
+
+
+def claim_digest(items, *rows) -> str:
+    """:func:`rows_digest` of ``rows`` rounded to :data:`CLAIM_DECIMALS` (-0.0 read as 0.0). Values already given to
+    that many decimals (0/1 losses) digest as before, so their claims keep their keys."""
+    return rows_digest(items, *(np.round(np.asarray(r, dtype=np.float64), CLAIM_DECIMALS) + 0.0 for r in rows))
 
 
 def rows_digest(items, *rows) -> str:
