@@ -207,7 +207,9 @@ class CertifiedSelection:
         names = [self.names[k] for k in np.flatnonzero(certified)]
         statement = (f"with probability >= {1 - self.delta:g}, every certified candidate's mean score is at least "
                      f"{self.at_least:g} ({self.proc.level(self.delta, self.K)}); "
-                     + (f"selected {chosen}" if chosen else "nothing certified, nothing selected"))
+                     + (f"selected {chosen}" if chosen else "nothing certified, nothing selected")
+                     + "; for this eval alone (inspect-ai's front ends keep no claim ledger yet: a rerun is a new test, "
+                       "docs/gate.md, 'Every door of a rerun')")
         result = SelectionResult(procedure=self.proc.level(self.delta, self.K), at_least=self.at_least,
                                  delta=self.delta, selected=chosen, certified=names, candidates=cands,
                                  samples_run=int(run), samples_full=int(full), statement=statement)
