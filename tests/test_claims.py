@@ -631,3 +631,40 @@ def test_the_reversed_hypothesis_is_one_statement_with_one_test(tmp_path, monkey
            "superiority at margin 0.02" in out.err
     code, out = gate("Y", "X", "--superiority", "--set", "seed=2", "--set", "budget.n=120")
     assert code != 2 and "1 earlier run of its claim" in out.out
+
+
+def test_a_rerun_starts_its_fixed_sequence_where_its_claims_first_selection_started(tmp_path):
+    """The quickstart rerun with another seed: its own judge-only pilot would start the sequence elsewhere, which
+    would be another family of claims (refused). It starts where the first selection of its claims started instead,
+    continues their tests, and its certificate says so (pilot.pinned_by, the note, the statement)."""
+    from certsel.config import load_config
+    from certsel.orchestrator.outputs.certificate import certificate
+    from certsel.policies.pilot import run_pilot
+
+    def cfg(seed):
+        return load_config("examples/quantization.yaml", [
+            f"seed={seed}", "scheduling.start=pilot", "scheduling.pilot_items=8", "scheduling.pilot_check=0",
+            "budget.n=100", f"state.store={tmp_path / 'labels.db'}", f"state.dir={tmp_path / 'jobs'}"])
+
+    first = cfg(0)
+    data = load_job_data(first)
+    sch = first.scheduling
+
+    def start(seed):
+        return run_pilot(data.table.judge, data.policy_config(first).alpha, sch.pilot_items, sch.pilot_margin, seed,
+                         human=data.table.human, check=0).start
+
+    other = next(s for s in range(1, 200) if start(s) != start(0))
+    (tmp_path / "jobs" / "first").mkdir(parents=True)
+    res = run_job(first, data, LocalRuntime(), collect_labels=False, job_dir=tmp_path / "jobs" / "first")
+    assert res.data.pilot.start == data.names[start(0)] and res.data.pilot.pinned_by is None
+    again = cfg(other)
+    (tmp_path / "jobs" / "again").mkdir()
+    rerun = run_job(again, load_job_data(again), LocalRuntime(), collect_labels=False,
+                    job_dir=tmp_path / "jobs" / "again")
+    p = rerun.data.pilot
+    assert p.start == res.data.pilot.start and p.pinned_by == "first" and p.piloted == data.names[start(other)]
+    assert all(r.claim is not None for r in rerun.records if r.t > 0)  # each tested claim continued
+    cert = certificate(rerun)
+    assert cert.pilot.pinned_by == "first" and "where the first selection of its claims started (job first)" in \
+        cert.pilot.note

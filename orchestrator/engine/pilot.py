@@ -27,8 +27,38 @@ def start_from_pilot(cfg: RunConfig, data: JobData) -> JobData:
     run = run_pilot(table.judge, data.policy_config(cfg).alpha, sch.pilot_items, sch.pilot_margin, cfg.seed,
                     human=table.human, check=sch.pilot_check)
     names = data.names
-    pilot = PilotStart(start=names[run.start], skipped=tuple(names[:run.start]), items=run.items,
+    recorded = recorded_start(cfg, data)
+    start = run.start if recorded is None else recorded[0]
+    pilot = PilotStart(start=names[start], skipped=tuple(names[:start]), items=run.items,
                        margin=sch.pilot_margin, estimates={n: float(e) for n, e in zip(names, run.estimates, strict=False)},
                        judge_labels=run.judge_labels, checked={names[k]: m for k, m in run.checked.items()},
-                       human_labels=run.human_labels)
-    return dataclasses.replace(data, table=_subset(table, np.arange(run.start, len(names))), pilot=pilot)
+                       human_labels=run.human_labels, pinned_by=None if recorded is None else recorded[1],
+                       piloted=names[run.start])
+    return dataclasses.replace(data, table=_subset(table, np.arange(start, len(names))), pilot=pilot)
+
+
+def recorded_start(cfg: RunConfig, data: JobData) -> tuple[int, str] | None:
+    """(the start, the job) of the fixed sequence its claims were first tested in, when the store's ledger records
+    one for this order: a rerun starts where that selection started, whatever its own pilot says, so that its family
+    stays the one its claims were tested in (orchestrator/engine/claims.py). None: no such record."""
+    import pathlib
+
+    if cfg.state.store is None or not pathlib.Path(cfg.state.store).exists():
+        return None
+    from certsel.workers.claims import ClaimLedger, claim_key
+
+    from .claims import claim_identities
+
+    identities = claim_identities(cfg, data)
+    if any(i is None for i in identities):
+        return None
+    keys = [claim_key(i, cfg.alpha / data.unit) for i in identities]
+    ledger = ClaimLedger(cfg.state.store)
+    try:
+        for s, key in enumerate(keys):
+            family = ledger.family(key)
+            if family is not None and family.procedure == cfg.procedure and family.members == tuple(keys[s:]):
+                return s, family.job or "?"
+    finally:
+        ledger.close()
+    return None

@@ -86,6 +86,9 @@ class PilotStart:
     judge_labels: int
     checked: dict[str, float] = field(default_factory=dict)
     human_labels: int = 0
+    # a rerun starts where its claims' first selection started (that job), not where its own pilot would (piloted)
+    pinned_by: str | None = None
+    piloted: str | None = None
 
 
 @dataclass(frozen=True)

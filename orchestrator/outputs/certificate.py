@@ -243,11 +243,23 @@ def _pilot(p) -> dict:
             "estimates": {k: _round(v) for k, v in p.estimates.items()}, "judge_labels": p.judge_labels,
             **({"checked": {k: _round(v) for k, v in p.checked.items()}, "human_labels": p.human_labels}
                if p.checked else {}),
-            "note": (f"the sequence ran from {p.start}, {p.margin} config(s) before the frontier a judge-only pilot "
-                     f"estimated on {p.items} items of its own random draws{checked}; the {len(p.skipped)} config(s) "
-                     "before it were not tested and the certificate says nothing about them. The start depends only "
-                     "on the pilot's draws, independent of the tests' own, so the sequence is fixed before its tests "
-                     "and fixed-sequence testing keeps its level")}
+            **({"pinned_by": p.pinned_by} if p.pinned_by else {}),
+            "note": _pilot_note(p, checked)}
+
+
+def _pilot_note(p, checked: str) -> str:
+    if p.pinned_by:  # a rerun: its claims' family is the first selection's (engine/pilot.recorded_start)
+        return (f"the sequence ran from {p.start}, where the first selection of its claims started (job "
+                f"{p.pinned_by}), so that it is the family they were tested in; this run's judge-only pilot, on "
+                f"{p.items} items of its own random draws{checked}, would have started at {p.piloted}. The "
+                f"{len(p.skipped)} config(s) before {p.start} were not tested and the certificate says nothing about "
+                "them. That start depended only on its pilot's draws, independent of the tests' own, so the sequence "
+                "was fixed before its tests and fixed-sequence testing keeps its level")
+    return (f"the sequence ran from {p.start}, {p.margin} config(s) before the frontier a judge-only pilot "
+            f"estimated on {p.items} items of its own random draws{checked}; the {len(p.skipped)} config(s) "
+            "before it were not tested and the certificate says nothing about them. The start depends only "
+            "on the pilot's draws, independent of the tests' own, so the sequence is fixed before its tests "
+            "and fixed-sequence testing keeps its level")
 
 
 def certificate_of(result: JobResult) -> Certificate:

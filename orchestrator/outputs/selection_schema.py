@@ -372,6 +372,8 @@ class Pilot(_Doc):
     checked: dict[str, float] | None = Field(None, description="configs people checked the start on: their mean "
                                                                "human loss on the check items (absent: no check)")
     human_labels: int | None = Field(None, ge=0, description="the check's human labels (counted in labels.spent)")
+    pinned_by: str | None = Field(None, description="a rerun: the job whose selection first tested these claims, "
+                                                    "where the sequence started (absent: its own pilot's start)")
     note: str
 
 

@@ -167,8 +167,9 @@ class RiskSelection(Goal):
                f"{cfg.proc.joint_words(cfg.alpha, len(result.certified), len(result.records))} ({result.level})"
                + nominal_words(cfg) + f"; R: a candidate's mean {self.loss_words(cfg)}")
         if result.data.pilot is not None:
-            out += (f"; the sequence ran from {result.data.pilot.start} (a judge-only pilot's start: the "
-                    f"{len(result.data.pilot.skipped)} configs before it were not tested)")
+            p = result.data.pilot
+            how = f"its claims' first selection's start, job {p.pinned_by}" if p.pinned_by else "a judge-only pilot's start"
+            out += f"; the sequence ran from {p.start} ({how}: the {len(p.skipped)} configs before it were not tested)"
         return out
 
     def procedure_fields(self, cfg) -> dict:
