@@ -668,3 +668,25 @@ def test_a_rerun_starts_its_fixed_sequence_where_its_claims_first_selection_star
     cert = certificate(rerun)
     assert cert.pilot.pinned_by == "first" and "where the first selection of its claims started (job first)" in \
         cert.pilot.note
+
+
+def test_a_refusal_names_the_claim_in_the_users_units_and_the_way_out(tmp_path):
+    """A recovery claim tested before with another bet: the one-line refusal states the claim as the user wrote it
+    (recovery >= 0.95, not the risk test's alpha 0.512821) and both ways on (set the test as then, or a store of its
+    own for another analysis)."""
+    from certsel.errors import InputError
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    from reruns import boundary_tables, job_for
+
+    boundary_tables(tmp_path / "r.parquet", np.random.default_rng(0), "recovery", 300)
+    first = gate_config({**job_for("recovery", tmp_path / "r.parquet", 0.1), "budget": {"n": 60}}, labels=tmp_path / "l.db")
+    _run(first)
+    other = gate_config({**job_for("recovery", tmp_path / "r.parquet", 0.1), "budget": {"n": 60},
+                         "policy": {"kind": "r-eval", "betting": "wsr"}}, labels=tmp_path / "l.db")
+    with pytest.raises(InputError) as err:
+        JobPlan(other, load_job_data(other), None)
+    line = str(err.value)
+    assert "\n" not in line and "c0: its claim (recovery >= 0.95 on these labels) was tested before" in line
+    assert "0.5128" not in line and "set them as then; or, as another analysis of these claims, test them in a " \
+        "store of their own (--set state.store=PATH)" in line

@@ -38,6 +38,21 @@ def claim_identities(cfg, data) -> list[str | None]:
     return out
 
 
+def claim_words(cfg) -> str:
+    """A candidate's claim in the user's units, for the lines that name it (a recovery's level, a regression's margin;
+    not the risk test's alpha they become)."""
+    if cfg.recovery is not None:
+        return f"recovery >= {cfg.recovery.at_least:g} on these labels"
+    if cfg.regression is not None:
+        reg = cfg.regression
+        return f"{reg.claim.words(reg.baseline)} on these labels"
+    return f"R <= {cfg.alpha:g} on these labels"
+
+
+ELSEWHERE = ("; or, as another analysis of these claims, test them in a store of their own (--set state.store=PATH), "
+             "which makes a second test of each: the guarantee is then per store")
+
+
 def adopt_legacy(cfg, data, ledger: ClaimLedger, identities) -> None:
     """Claims the ledger holds under an earlier release's identity move to their key now (ClaimLedger.adopt)."""
     kind = source_of(cfg)
@@ -128,7 +143,7 @@ def _start(cfg, data, ledger: ClaimLedger, key: str, name: str, fp: str, job: st
     try:
         base, recompute = ledger.plan(key, fp, job, None if pins.get(key) is None else int(pins[key]), stale=gone)
     except ClaimBusy as busy:
-        raise InputError(f"{name}: its claim (R <= {cfg.alpha:g} on these labels) is under test by the unfinished job "
+        raise InputError(f"{name}: its claim ({claim_words(cfg)}) is under test by the unfinished job "
                          f"{busy.job}: let it end or resume it (certsel run --resume {busy.job}); a run beside it "
                          "would be a second test") from None
     if base is None:
@@ -162,7 +177,7 @@ def _check_family(cfg, data, ledger: ClaimLedger, identities, job: str | None) -
     for key in family.members:
         then = ledger.family(key)
         tested = [r for r in ledger.runs(key) if (job is None or r.job != job) and r.outcome != DROPPED]
-        where = f"{names[key]}: its claim (R <= {cfg.alpha:g} on these labels) was tested before"
+        where = f"{names[key]}: its claim ({claim_words(cfg)}) was tested before"
         if then is None and tested:
             raise InputError(f"{where} outside any recorded family (a gate, job {tested[-1].job or '?'}); a "
                              "selection over it would choose its family after seeing that evidence: gate it again, or "
@@ -260,11 +275,12 @@ def _check_same_test(cfg, base: ClaimRun, name: str) -> None:
     """A rerun continues the claim's recorded test: the settings that make the test must be the recorded ones, and its
     level may not be looser than the first run's (a level chosen after seeing the evidence is no level)."""
     pol = cfg.policy
-    where = f"{name}: its claim (R <= {cfg.alpha:g} on these labels) was tested before (job " \
+    where = f"{name}: its claim ({claim_words(cfg)}) was tested before (job " \
             f"{(base.state.get('jobs') or [None])[-1] or '?'}, {base.t} labels)"
     if base.state.get("kind") != pol.kind:
         raise InputError(f"{where} with policy.kind {base.state.get('kind')!r}; a rerun continues that test: set "
-                         f"policy.kind: {base.state.get('kind')} (another alpha, or other labels, is another claim)")
+                         f"policy.kind: {base.state.get('kind')} (another alpha, or other labels, is another claim)"
+                         + ELSEWHERE)
     if not continues(pol.policy_kind):
         raise InputError(f"{where} by policy {pol.kind!r}, whose test cannot be continued; rerun that job's "
                          "configuration (it is recomputed), or test another claim")
@@ -279,7 +295,7 @@ def _check_same_test(cfg, base: ClaimRun, name: str) -> None:
             test["observation"], "policy.sampling": "without-replacement" if "population" in test else "iid"}
     differ = [f"{k} {then[k]!r} (now {now[k]!r})" for k in now if now[k] != then[k]]
     if differ:
-        raise InputError(f"{where} with {', '.join(differ)}; a rerun continues that test: set them as then")
+        raise InputError(f"{where} with {', '.join(differ)}; a rerun continues that test: set them as then" + ELSEWHERE)
 
 
 def prime(records: list[CandidateRecord], specs) -> None:
