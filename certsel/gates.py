@@ -161,7 +161,7 @@ def result_of(cert, output_dir=None, mlflow_run=None) -> GateResult:
 
 def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh: bool = False,
          progress=None, warn=None, compressed=None, base=None, labels=None, regression: RegressionAsk | None = None,
-         series: str | None = None) -> GateResult:
+         series: str | None = None, on_runtime=None) -> GateResult:
     """Gate ``job``'s candidates (a job file, a mapping or a RunConfig) and return the :class:`GateResult`.
 
     A finished job of the same configuration answers without running (``fresh=True`` runs it anew). ``compressed``,
@@ -193,5 +193,6 @@ def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh
     done = None if fresh or output is not None else answer_finished(cfg, data, track)
     if done is not None:  # the same gate finished before: its answer, nothing bought now
         return result_of(done.certificate, done.output, done.mlflow_run)
-    result, run_id = execute(cfg, output=output, track=track, progress=progress, data=data, warn=warn)
+    result, run_id = execute(cfg, output=output, track=track, progress=progress, data=data, warn=warn,
+                             on_runtime=on_runtime)
     return result_of(certificate_of(result), result.output_dir, run_id)

@@ -119,7 +119,10 @@ class ClaimLedger:
             return runs.get(mine[0].base), True
         if pinned is not None:
             return runs.get(pinned), False
-        held = [r for r in runs.values() if r.outcome == RUNNING and r.job != job and not stale(r.job)]
+        # a check before the job (job None) does not see the job it is about to resume as another's: that holder has
+        # this configuration (a resumed or auto-resumed job keeps its configuration's identity)
+        held = [r for r in runs.values() if r.outcome == RUNNING and r.job != job and not stale(r.job)
+                and not (job is None and r.fingerprint == fingerprint)]
         if held:
             raise ClaimBusy(held[-1].job)
         done = [r for r in runs.values() if r.outcome not in (RUNNING, DROPPED)]

@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "folder, STATE_DIR/JOB_ID; the path is printed at the end)")
     format_argument(run)
     run.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    run.add_argument("--runtime", choices=("auto", "local", "ray"),
+                    help="where the candidates run (the job's runtime: key): auto (default) runs a recorded table "
+                         "in-process and live models, lm-eval and clusters on Ray; the certificate is the same")
     run.add_argument("--no-progress", action="store_true", help="no live progress display")
     run.add_argument("--quiet", action="store_true", help="print only the selection")
     run.add_argument("--resume", metavar="JOB_ID", help="resume this unfinished job (its labels are not bought again)")
@@ -128,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="gate a release of this series: release k is gated at delta / (k (k + 1)), so the error over "
                          "every release of the series is at most delta")
     gt.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    gt.add_argument("--runtime", choices=("auto", "local", "ray"),
+                    help="where the candidates run (the job's runtime: key): auto (default) runs a recorded table "
+                         "in-process and live models, lm-eval and clusters on Ray; the certificate is the same")
     gt.add_argument("--fresh", action="store_true", help="run again even if this gate finished before")
     gt.add_argument("--quiet", action="store_true", help="print only the outcome lines")
     aud = sub.add_parser("audit", help="repeat a job's policy on its replay data: failure rates, coverage, FT-Eval")

@@ -14,13 +14,18 @@ if TYPE_CHECKING:
     from certsel.orchestrator.outputs.tasks_schema import TasksCertificate
 
 
+def runtime_overrides(args) -> list[str]:
+    """The job's ``--set`` overrides, ``--runtime`` among them (the job file's ``runtime:`` key)."""
+    return [*args.overrides, *([f"runtime={args.runtime}"] if getattr(args, "runtime", None) else [])]
+
+
 def run_command(args) -> int:
     from certsel.config import load_config
     from certsel.config.ledger import with_ledger
     from certsel.orchestrator.commands.job import execute
     from certsel.orchestrator.outputs.certificate import certificate_of
 
-    cfg = with_ledger(load_config(args.config, args.overrides))
+    cfg = with_ledger(load_config(args.config, runtime_overrides(args)))
     if args.fresh:
         if args.resume:
             raise ValueError("--fresh and --resume exclude each other")
@@ -30,7 +35,7 @@ def run_command(args) -> int:
 
     def on_job(job):
         # what Ctrl-C prints: the same command, resuming this job (its labels are not bought again)
-        words = ["certsel", "run", str(args.config), *(x for o in args.overrides for x in ("--set", o)),
+        words = ["certsel", "run", str(args.config), *(x for o in runtime_overrides(args) for x in ("--set", o)),
                  *(["--home", str(args.home)] if getattr(args, "home", None) else []), "--resume", job.job_id]
         args.resume_command = shlex.join(words)
         # printed first: the job id is what a resume needs if this process dies
@@ -56,6 +61,8 @@ def run_command(args) -> int:
             return 0
     kw = {"output": args.output, "track": not args.no_tracking, "resume": args.resume, "on_job": on_job, "data": data,
           "warn": lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True),
+          "on_runtime": None if args.quiet else
+          lambda choice: print(choice.line(), flush=True, file=sys.stderr if machine else sys.stdout),
           "check_outputs": [] if args.json is None else [(args.json, "--json")]}
     if args.no_progress:
         result, run_id = execute(cfg, **kw)
@@ -89,10 +96,10 @@ def gate_command(args) -> int:
                       (args.outputs, "--outputs")):
         if path is not None:
             output_file(path, opt)  # a folder that cannot be written is bad input, before anything runs
-    res = gate(args.config, only=args.only, overrides=args.overrides, output=args.output,
+    res = gate(args.config, only=args.only, overrides=runtime_overrides(args), output=args.output,
                track=not args.no_tracking, fresh=args.fresh, compressed=args.compressed, base=args.base,
                labels=args.labels, regression=RegressionAsk.of(args.baseline, args.margin, args.superiority),
-               series=args.series,
+               series=args.series, on_runtime=None if args.quiet else lambda choice: print(choice.line(), flush=True),
                warn=lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True))
     cert = res.selection
     for row in res.rows:

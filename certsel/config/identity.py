@@ -21,7 +21,7 @@ def config_fingerprint(cfg: RunConfig, data_fingerprint: str) -> str:
     pilot |= {"budget_stop"} if cfg.scheduling.budget_stop is None else set()  # likewise: only when on
     sampling = set() if cfg.policy.sampling != "iid" else {"sampling"}  # likewise: only when not the default
     bet = set() if cfg.pairwise.bet is not None else {"bet"}  # likewise: only when set
-    body = cfg.model_dump(mode="json", exclude={"name": True, "tracking": True, "ray": True, "state": True,
+    body = cfg.model_dump(mode="json", exclude={"name": True, "tracking": True, "ray": True, "runtime": True, "state": True,
                                                 "scheduling": pilot, "policy": sampling, "pairwise": bet,
                                                 "data": {"measures"}, "tasks": {"__all__": {"data": {"measures"}}}})
     identity = {"config": body, "data": data_fingerprint}

@@ -3,6 +3,7 @@ policy and source kinds); its sections are :mod:`.sections`', its cross-section 
 
 from __future__ import annotations
 
+from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -56,6 +57,10 @@ class RunConfig(Strict, JobChecks):
     seed: int = 0
     tracking: TrackingConfig = TrackingConfig()
     ray: RayConfig = RayConfig()
+    # where the candidates run: in this process (local), on Ray (ray), or auto: Ray where parallel work pays for its
+    # start (model servers and calls, a cluster address), in-process otherwise (a recorded table); the certificate is
+    # the same under both (orchestrator/engine/runtime_choice.py)
+    runtime: Literal["auto", "local", "ray"] = "auto"
     state: StateConfig = Field(default_factory=StateConfig)  # its folder is read from the home when a job is loaded
 
     @model_validator(mode="before")

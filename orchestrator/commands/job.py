@@ -23,7 +23,8 @@ from certsel.workers.label_store import check_store
 from certsel.orchestrator.engine.claims import claim_starts, moved_on
 from certsel.orchestrator.engine.driver import run_job
 from certsel.orchestrator.engine.pilot import start_from_pilot
-from certsel.orchestrator.engine.runtime import RayRuntime
+from certsel.orchestrator.engine.runtime import LocalRuntime
+from certsel.orchestrator.engine.runtime_choice import RuntimeKind, choose_runtime
 from certsel.orchestrator.engine.servers import FleetSchedule
 from certsel.orchestrator.engine.session import new_records
 from certsel.orchestrator.engine.state import Finished, JobState, config_fingerprint
@@ -69,6 +70,7 @@ class RunOptions:
     on_servers: Callable | None = None
     on_stage: Callable | None = None
     reopen: bool = False  # ``resume`` may name a finished job: run again from its log, buying nothing
+    on_runtime: Callable | None = None  # told the runtime chosen (engine/runtime_choice.RuntimeChoice)
 
 
 def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[JobResult, str | None]:
@@ -84,6 +86,7 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
         from certsel.orchestrator.engine.series import in_series
 
         cfg = in_series(cfg, data)
+    choice = choose_runtime(cfg)  # bad input (runtime: local where only Ray serves) before any folder exists
     life = _open_job(cfg, data, o, clock, started)
     with contextlib.ExitStack() as resources:  # released in reverse order, whatever happens
         resources.callback(life.release)
@@ -91,7 +94,7 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
         resources.callback(lambda: source_of(cfg).release(cfg, data))
         try:
             opening = _open_store(cfg, clock, resources) if o.track else None  # opens while Ray starts
-            runtime = _start_runtime(cfg, data, life, clock, resources)
+            runtime = _start_runtime(choice, cfg, data, life, clock, resources, o.on_runtime)
             kind = source_of(cfg)
             servers = None
             if kind.prepare_stage is not None:
@@ -155,11 +158,19 @@ def _open_store(cfg: RunConfig, clock: StageClock, resources: contextlib.ExitSta
     return pool.submit(open_store)
 
 
-def _start_runtime(cfg: RunConfig, data, life: JobLifecycle, clock: StageClock, resources: contextlib.ExitStack):
-    """Ray, with the hosts' worker processes booting (imports) while the runs are created; stopped when the job ends.
-    No cluster: a job created just now leaves nothing behind."""
+def _start_runtime(choice, cfg: RunConfig, data, life: JobLifecycle, clock: StageClock,
+                   resources: contextlib.ExitStack, on_runtime=None):
+    """The runtime ``runtime:`` chooses (engine/runtime_choice.py; ``on_runtime`` is told the choice): in-process, or
+    Ray, with the hosts' worker processes booting (imports) while the runs are created, stopped when the job ends. No
+    cluster: a job created just now leaves nothing behind."""
+    if on_runtime is not None:
+        on_runtime(choice)
+    if choice.kind is RuntimeKind.LOCAL:  # the same hosts, in this process: nothing to start or stop
+        return LocalRuntime()
     try:
         with clock.stage(RAY):
+            from certsel.orchestrator.engine.runtime import RayRuntime
+
             runtime = RayRuntime(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.max_actors)
             runtime.ensure_hosts(runtime.default_hosts(len(data.names)))
     except InputError:

@@ -28,6 +28,8 @@ def start_from_pilot(cfg: RunConfig, data: JobData) -> JobData:
                     human=table.human, check=sch.pilot_check)
     names = data.names
     recorded = recorded_start(cfg, data)
+    if recorded is not None and recorded[0] == run.start:  # its own pilot's start (a resumed job's, say): not pinned
+        recorded = None
     start = run.start if recorded is None else recorded[0]
     pilot = PilotStart(start=names[start], skipped=tuple(names[:start]), items=run.items,
                        margin=sch.pilot_margin, estimates={n: float(e) for n, e in zip(names, run.estimates, strict=False)},

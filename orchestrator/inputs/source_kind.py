@@ -69,6 +69,10 @@ class SourceKind:
     options: ClassVar[type[BaseModel] | None] = None  # the schema of ``labels:`` besides ``kind`` (registered kinds)
     # the progress line's stage while :meth:`prepare` runs; None: the kind prepares nothing
     prepare_stage: ClassVar[str | None] = None
+    # whether the kind's labels come from work that runs in parallel across candidates long enough to pay for Ray's
+    # start (model calls); False: labels are arithmetic on what is loaded, and `runtime: auto` runs the job in-process
+    # (orchestrator/engine/runtime_choice.py). A registered kind is assumed to call models unless it says otherwise.
+    parallel: ClassVar[bool] = True
 
     def server_specs(self, cfg: RunConfig) -> list[dict]:
         """The job's own model servers to start before :meth:`prepare` (keyword dicts of

@@ -38,6 +38,7 @@ from . import label_studio_kind  # noqa: F401  (registers the label-studio sourc
 
 class ReplayKind(SourceKind):
     name = "replay"
+    parallel = False  # a recorded table: its labels are lookups
 
     def provides(self, cfg):
         return Provides(cfg.data.judge is not None, cfg.data.features is not None, "data.judge", "data.features")
@@ -152,6 +153,7 @@ class TasksKind(SourceKind):
     their own (:mod:`certsel.orchestrator.commands.tasks_job`)."""
 
     name = "tasks"
+    parallel = False  # recorded tables, stacked
 
     def provides(self, cfg):
         recovery = cfg.recovery is not None

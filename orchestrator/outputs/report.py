@@ -210,7 +210,10 @@ def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:
 
     ids = result.data.item_ids
     cols = {"candidate": [], "seq": [], "item": [], "item_id": [], "role": [], "loss": []}
-    for name, log in result.labels.items():
+    rank = {n: k for k, n in enumerate(result.data.names)}
+    # in the job's candidate order, whichever host sent its labels first (the same file in-process and on Ray)
+    for name in sorted(result.labels, key=lambda n: (rank.get(n, len(rank)), n)):
+        log = result.labels[name]
         cols["candidate"].append(np.full(len(log), name, dtype=object))
         cols["seq"].append(np.arange(len(log)))
         cols["item"].append(log.item)

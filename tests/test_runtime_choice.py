@@ -1,0 +1,107 @@
+"""The runtime a job gets (orchestrator/engine/runtime_choice.py): auto's choice for each kind of job with its one-line
+reason, and the same certificate and label log under the in-process runtime and a real Ray, for a selection, a gate, a
+ranking and a job killed in-process and resumed on Ray."""
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from certsel.config import load_config, parse_config
+from certsel.errors import InputError
+from certsel.orchestrator.commands.job import execute
+from certsel.orchestrator.engine.runtime_choice import RuntimeKind, choose_runtime
+from certsel.orchestrator.outputs.certificate import certificate_of
+
+TABLE = "examples/data/triviaqa_llama31_8b_mx.parquet"
+
+
+def _table_job(**more):
+    return parse_config({"data": {"path": TABLE, "human": "loss_human"}, "policy": {"kind": "r-eval"},
+                         "procedure": "gate", **more})
+
+
+def test_auto_runs_a_table_in_process_and_models_or_a_cluster_on_ray(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    table = choose_runtime(_table_job())
+    assert table.kind is RuntimeKind.LOCAL
+    assert table.line() == ("runtime: in-process (a recorded table: its labels are lookups, nothing runs long enough "
+                            "in parallel to pay for starting Ray; --runtime ray runs it on Ray)")
+    live = parse_config({"live": {"items": "examples/data/single_digit_additions.jsonl", "loss": "numeric",
+                                  "candidates": [{"id": "a", "base_url": "http://127.0.0.1:9/v1", "model": "m",
+                                                  "template": "{question} ="}]},
+                         "policy": {"kind": "r-eval"}, "procedure": "gate"})
+    assert choose_runtime(live).kind is RuntimeKind.RAY
+    assert "the live source's labels come from model calls" in choose_runtime(live).line()
+    lm = parse_config({"labels": {"kind": "lm-eval", "task": "t", "candidates": [
+        {"id": "a", "model": "local-completions", "model_args": "base_url=http://127.0.0.1:9/v1,model=m"}]},
+        "policy": {"kind": "r-eval"}, "procedure": "gate"})
+    assert choose_runtime(lm).kind is RuntimeKind.RAY
+    assert choose_runtime(_table_job(runtime="ray")).reason == "runtime: ray asked"
+    assert choose_runtime(_table_job(ray={"address": "10.0.0.1:6379"})).line().startswith(
+        "runtime: Ray (a Ray cluster is named (ray.address: 10.0.0.1:6379)")
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    assert choose_runtime(_table_job()).kind is RuntimeKind.RAY
+    with pytest.raises(InputError, match=r"runtime: local: a Ray cluster is named \(RAY_ADDRESS: ray://head:10001\)"):
+        choose_runtime(_table_job(runtime="local"))
+
+
+def test_local_where_only_ray_serves_is_bad_input_naming_why():
+    job = load_config("examples/live_templates.yaml", ["runtime=local"])
+    with pytest.raises(InputError, match=r"^runtime: local: the job starts its own model servers \(live.serve\)"):
+        choose_runtime(job)
+
+
+def _same(a, b) -> None:
+    """Two certificates of one job run twice, less what differs between any two runs (ids, times, folders)."""
+    drop = ("created", "seconds", "job_id", "ledger", "resume")
+    x, y = ({k: v for k, v in c.as_json().items() if k not in drop} for c in (a, b))
+    assert json.dumps(x, sort_keys=True) == json.dumps(y, sort_keys=True)
+
+
+def _run(path, sets, tmp_path, runtime, home=None, **kw):
+    home = tmp_path / (home or runtime)
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = load_config(path, [*sets, f"runtime={runtime}", f"state.dir={home / 'jobs'}",
+                             f"state.store={home / 'labels.db'}"])
+    result, _ = execute(cfg, track=False, **kw)
+    return result
+
+
+CASES = {
+    "selection": ("examples/quantization.yaml", ["budget.n=100"]),
+    "gate": ("examples/gate_recovery.yaml", ["candidates=[mx_m5_r2_k16,mx_m7_r4_k16,mx_m4_r8_k64]", "budget.n=300"]),
+    "ranking": ("examples/alpacaeval_ranking.yaml", ["budget.n=150"]),
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_certificate_and_labels_are_the_same_in_process_and_on_ray(case, tmp_path):
+    path, sets = CASES[case]
+    local, ray = (_run(path, sets, tmp_path, r) for r in ("local", "ray"))
+    assert "starting Ray" in ray.stages and "starting Ray" not in local.stages
+    _same(certificate_of(local), certificate_of(ray))
+    a, b = (pq.read_table(r.output_dir / "labels.parquet") for r in (local, ray))
+    assert a.num_rows > 0 and a.equals(b)
+
+
+class _Killed(Exception):
+    pass
+
+
+@pytest.mark.integration
+def test_a_job_killed_in_process_resumes_on_ray_to_the_same_certificate(tmp_path):
+    path, sets = CASES["selection"]
+    whole = _run(path, sets, tmp_path / "whole", "local")
+    jobs = []
+
+    def kill(records, n):
+        if n >= 2:
+            raise _Killed
+
+    with pytest.raises(Exception):
+        _run(path, [*sets, "state.snapshot_every=1"], tmp_path, "local", "killed", progress=kill, on_job=jobs.append)
+    resumed = _run(path, [*sets, "state.snapshot_every=1"], tmp_path, "ray", "killed", resume=jobs[0].job_id)
+    assert resumed.resume is not None and resumed.resume.from_round >= 2
+    _same(certificate_of(whole), certificate_of(resumed))
