@@ -170,12 +170,12 @@ def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh
     reused and counted as such. ``regression`` (:class:`RegressionAsk`): gate each candidate against a baseline on
     the same items; ``series``: gate a release of this series (its level delta / (k (k + 1)),
     :mod:`~certsel.orchestrator.engine.series`). Bad input raises :class:`~certsel.errors.InputError`."""
-    from certsel.orchestrator.commands.job import answer_finished, execute
+    cfg = gate_config(job, overrides, only, warn, compressed, base, labels, regression, series)
+    from certsel.orchestrator.commands.job import answer_finished, execute  # after the job file is read
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.outputs.certificate import certificate_of
     from certsel.workers.label_store import check_store
 
-    cfg = gate_config(job, overrides, only, warn, compressed, base, labels, regression, series)
     if fresh:
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
     try:

@@ -15,67 +15,48 @@ Chen, Li and Xu; Seq, Cer-Eval and pairwise comparison in :mod:`~certsel.policie
 bounded random variables by betting" (arXiv:2010.09686).
 """
 
-from .autoeval import (
-    DEFAULT_RHOS,
-    SCHEMES,
-    EffectiveObservations,
-    TestResult,
-    certify,
-    decision_fractions,
-    effective_observations,
-    evalue_path,
-    evalue_paths,
-    judge_agreement,
-    log_evalue_paths,
-    scheme_rhos,
-    test_from_log_evalues,
-)
-from .autoeval_bounds import (
-    confidence_interval,
-    decision_upper_bound,
-    interval_excludes,
-    lower_confidence_bound,
-    upper_confidence_bound,
-)
-from .bets import BETS, Bet, BetUse, bet_names, get_bet, register_bet
-from .betting import (
-    ONS,
-    UP,
-    WSR,
-    BetContext,
-    BettingState,
-    BettingStrategy,
-    UPPrior,
-    bet_log_factors,
-    get_strategy,
-    register_strategy,
-    up_prior,
-)
-from .bounds import inverted_upper_bound, max_log_wealth
-from .cer_eval import Base, CerEval, Seq, oracle
-from .estimation import RADII, EstimationPolicy, EstimationResult
-from .multiple_testing import (
-    bonferroni,
-    fixed_sequence,
-    holm,
-    p_values,
-    select,
-)
-from .confseq import BettingCS
-from .partition import FixedPartition, NearestNeighborPartition, ScorePartition, score_partition
-from .radius import (
-    adaptive_hoeffding_radius,
-    bernstein_eta,
-    bernstein_radius,
-    epsilon_star,
-    hoeffding_radius,
-    prpl_path,
-)
-from .recovery import Recovery, recovery_lower_bound, recovery_of
-from .sampling import IID, Sampling, WithoutReplacement
-from .seq_bank import SeqBank
-from .sequential import SequentialTest
-from .stratified import StratifiedBetting, seq_paths
+import importlib
+
+# where each public name lives: a name is imported from its module when first used (PEP 562), so that reading a job
+# file (the registries of bets, procedures and policy kinds) does not import every policy and scipy with it
+_MODULES = {
+    "autoeval": ("DEFAULT_RHOS", "SCHEMES", "EffectiveObservations", "TestResult", "certify", "decision_fractions",
+                 "effective_observations", "evalue_path", "evalue_paths", "judge_agreement", "log_evalue_paths",
+                 "scheme_rhos", "test_from_log_evalues"),
+    "autoeval_bounds": ("confidence_interval", "decision_upper_bound", "interval_excludes", "lower_confidence_bound",
+                        "upper_confidence_bound"),
+    "bets": ("BETS", "Bet", "BetUse", "bet_names", "get_bet", "register_bet"),
+    "betting": ("ONS", "UP", "WSR", "BetContext", "BettingState", "BettingStrategy", "UPPrior", "bet_log_factors",
+                "get_strategy", "register_strategy", "up_prior"),
+    "bounds": ("inverted_upper_bound", "max_log_wealth"),
+    "cer_eval": ("Base", "CerEval", "Seq", "oracle"),
+    "estimation": ("RADII", "EstimationPolicy", "EstimationResult"),
+    "multiple_testing": ("bonferroni", "fixed_sequence", "holm", "p_values", "select"),
+    "confseq": ("BettingCS",),
+    "partition": ("FixedPartition", "NearestNeighborPartition", "ScorePartition", "score_partition"),
+    "radius": ("adaptive_hoeffding_radius", "bernstein_eta", "bernstein_radius", "epsilon_star", "hoeffding_radius",
+               "prpl_path"),
+    "recovery": ("Recovery", "recovery_lower_bound", "recovery_of"),
+    "sampling": ("IID", "Sampling", "WithoutReplacement"),
+    "seq_bank": ("SeqBank",),
+    "sequential": ("SequentialTest",),
+    "stratified": ("StratifiedBetting", "seq_paths"),
+}
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # found once
+    return value
+
+
+def __dir__():
+    return sorted([*globals(), *_WHERE])
+
 
 __all__ = [
     "BETS",

@@ -28,7 +28,6 @@ as re-chosen ones (the certified candidates' bounds); above alpha re-chosen bets
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
 
 from ._validation import check_level
 
@@ -66,6 +65,7 @@ def max_log_wealth(q, upper, u, target, *, log_weights=None, n_used=None, cap_ta
         mix = path[..., 0, :]
     else:
         lw = np.full(S, -np.log(S)) if log_weights is None else np.asarray(log_weights, dtype=np.float64)
+        from scipy.special import logsumexp  # here, not at import: reading a job file needs no scipy
         mix = logsumexp(path + lw[:, None], axis=-2)
     if n_used is not None:
         mix = np.where(np.arange(n) < np.asarray(n_used)[..., None], mix, -np.inf)

@@ -34,7 +34,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
 
 from ._validation import check_level
 
@@ -63,6 +62,8 @@ def reach_probability(gap, drift, spread, remaining) -> np.ndarray:
     if go.any():
         b, mu, s, m = b[go], mu[go], s[go], m[go]
         root = s * np.sqrt(m)
+        from scipy.stats import norm  # here, not at import: reading a job file needs no scipy
+
         first = norm.cdf((mu * m - b) / root)
         second = np.exp(np.minimum(2.0 * mu * b / s**2 + norm.logcdf((-b - mu * m) / root), 0.0))
         out[go] = np.minimum(first + second, 1.0)
@@ -94,6 +95,8 @@ class Growth:
 
     def upper_rate(self, level: float) -> float:
         """The upper (1 - level) confidence bound of the rate (a normal approximation)."""
+        from scipy.stats import norm
+
         return self.rate + float(norm.ppf(1.0 - level)) * self.spread / np.sqrt(max(self.window, 1))
 
     def regret(self, remaining: int) -> float:

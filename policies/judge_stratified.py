@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from scipy.special import logsumexp
 
 from ._validation import check_level, check_positive_int, check_rhos, check_target
 from .betting import BetContext, BettingState, BettingStrategy, bet_log_factors, get_strategy
@@ -168,6 +167,7 @@ class StratifiedTest:
         """log of the uniform mixture over scales of the wealth after each draw, from each scale's log wealth ``before``
         and the cumulative log factors ``paths`` (S, t)."""
         wealth = before[:, None] + paths
+        from scipy.special import logsumexp  # here, not at import: reading a job file needs no scipy
         return logsumexp(wealth, axis=0) - np.log(wealth.shape[0]), wealth[:, -1].copy()
 
     def _bet(self, x: np.ndarray, state: BettingState, delta: float, target: float):
@@ -192,6 +192,7 @@ class StratifiedTest:
     @property
     def log_evalue(self) -> float:
         """log E_t now: the uniform mixture over control scales of their wealths."""
+        from scipy.special import logsumexp  # here, not at import: reading a job file needs no scipy
         return float(logsumexp(self._log_wealth) - np.log(self._log_wealth.size))
 
     @property
@@ -249,6 +250,7 @@ class StratifiedTest:
             u, _ = self.strategy.checked_fractions(flat, zero, one, BettingState(), delta=self.delta,
                                                    horizon=self.horizon, context=self._context(self.alpha, points))
             paths = np.cumsum(bet_log_factors(u, flat, zero, one), axis=-1).reshape(points, S, n)
+            from scipy.special import logsumexp  # here, not at import: reading a job file needs no scipy
             return (logsumexp(paths, axis=1) - np.log(S)).max(axis=-1)[:, None]
 
         return float(inverted_upper_bound(self._y[None], self._b[None], self._u[None], self.alpha,

@@ -19,8 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize_scalar
-from scipy.special import rel_entr
 
 from ._validation import check_level
 
@@ -45,6 +43,7 @@ def kl_inf(x, alpha: float, upper: float) -> tuple[float, float]:
             return -float(np.mean(np.log1p(-u * y)))
 
     # E log(1 - u y) is concave in u; at the cap u = 1 it is -inf only if some y = 1
+    from scipy.optimize import minimize_scalar  # here, not at import: reading a job file needs no scipy
     res = minimize_scalar(minus_growth, bounds=(0.0, 1.0), method="bounded", options={"xatol": 1e-10})
     u = float(res.x)
     if minus_growth(1.0) <= res.fun:  # the maximiser sits at the cap
@@ -116,6 +115,7 @@ def split_limit(human, judge, alpha: float, delta: float, *, r: int, judge_mean:
             with np.errstate(divide="ignore"):
                 return -float(np.mean(np.log1p(-u * cap * x)) + np.mean(np.log1p(-u * cap * b)))
 
+        from scipy.optimize import minimize_scalar  # here, not at import: reading a job file needs no scipy
         res = minimize_scalar(minus_growth, bounds=(0.0, 1.0), method="bounded", options={"xatol": 1e-9})
         growth = -float(res.fun)
         labels = float(np.log(1.0 / delta) / growth) if growth > 0 else float("inf")
@@ -126,6 +126,7 @@ def split_limit(human, judge, alpha: float, delta: float, *, r: int, judge_mean:
 
 def bernoulli_kl(p: float, q: float) -> float:
     """kl(p, q) = p log(p/q) + (1 - p) log((1 - p)/(1 - q)), with 0 log 0 = 0."""
+    from scipy.special import rel_entr  # here, not at import: reading a job file needs no scipy
     return float(rel_entr(p, q) + rel_entr(1.0 - p, 1.0 - q))
 
 

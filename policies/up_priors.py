@@ -8,8 +8,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import roots_jacobi
 
 UP_PRIORS = ("alternatives", "exact", "grid")
 # The judge-controlled rows' atom, as a fraction of the largest bet: the worst outcome costs at most log 20 = 3 nats.
@@ -90,6 +88,8 @@ def alternatives_prior(theta: float, *, horizon: int | None, cap_mass: float = 0
         raise ValueError("the alternatives prior needs a positive horizon (number of observations)")
     m = int(horizon) // 2 + 1
     top = theta if delta is None else _certifiable(theta, math.log(1.0 / float(delta)) / int(horizon))
+    from scipy.special import roots_jacobi  # here, not at import: reading a job file needs no scipy
+
     x, w = roots_jacobi(m, 0.0, -0.5)  # weight (1 + x)^(-1/2) on [-1, 1], i.e. p^(-1/2) with p = top (1 + x) / 2
     p = 0.5 * top * (1.0 + x)
     w = w / np.sqrt(1.0 - p)
@@ -106,4 +106,6 @@ def _certifiable(theta: float, rate: float) -> float:
 
     if gap(0.0) <= 0.0:  # not even the easiest alternative gets there: keep them all
         return theta
+    from scipy.optimize import brentq
+
     return brentq(gap, 0.0, theta, xtol=1e-14, rtol=1e-12)

@@ -25,7 +25,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from .contracts import SourceError  # noqa: F401  (re-exported)
@@ -75,6 +74,8 @@ class Endpoint:
 def check_served(ep: Endpoint, seconds: float = 4.0) -> str | None:
     """Whether the server at ``ep.base_url`` serves ``ep.model``, asked once (``GET /v1/models``, no retries) before a
     job spends anything: None when it does (or has no model list), else what is wrong."""
+    import httpx  # here: a job that never calls a server never imports the client
+
     url = ep.base_url.rstrip("/") + "/v1/models"
     try:
         got = httpx.get(url, headers=ep.headers(), timeout=seconds)
@@ -257,6 +258,8 @@ class OpenAIClient:
     async def _attempt(self, client: httpx.AsyncClient, url: str, kind: str, payload: dict):
         """One POST: the value, :class:`_Retry` (a failure worth retrying), or :class:`SourceError` (a 4xx outside
         ``_RETRY_STATUS``)."""
+        import httpx
+
         try:
             status, text, raw = await self._send(client, url, payload)
         except httpx.TimeoutException:
@@ -296,6 +299,8 @@ class OpenAIClient:
         self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
 
     async def _run(self, kind: str, payloads: list[dict]) -> list:
+        import httpx
+
         ep = self.endpoint
         keys = [ResponseCache.key(kind, ep.cache_key or ep.base_url, ep.model, p) for p in payloads]
         results: dict[str, object] = {}

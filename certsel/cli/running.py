@@ -22,10 +22,11 @@ def runtime_overrides(args) -> list[str]:
 def run_command(args) -> int:
     from certsel.config import load_config
     from certsel.config.ledger import with_ledger
+
+    cfg = with_ledger(load_config(args.config, runtime_overrides(args)))  # bad input exits before the engine loads
     from certsel.orchestrator.commands.job import execute
     from certsel.orchestrator.outputs.certificate import certificate_of
 
-    cfg = with_ledger(load_config(args.config, runtime_overrides(args)))
     if args.fresh:
         if args.resume:
             raise ValueError("--fresh and --resume exclude each other")
@@ -87,9 +88,6 @@ def run_command(args) -> int:
 def gate_command(args) -> int:
     """``certsel gate``: a line per candidate, the files CI reads, and the gate's exit status."""
     from certsel.gates import RegressionAsk, gate
-    from certsel.orchestrator.outputs.cells import ledger_lines
-    from certsel.orchestrator.outputs.gate_files import gate_markdown, junit_xml, step_outputs, write_json
-    from certsel.orchestrator.outputs.goals import goal_of
     from certsel.orchestrator.outputs.paths import output_file
 
     for path, opt in ((args.json, "--json"), (args.junit, "--junit"), (args.summary, "--summary"),
@@ -101,6 +99,10 @@ def gate_command(args) -> int:
                labels=args.labels, regression=RegressionAsk.of(args.baseline, args.margin, args.superiority),
                series=args.series, on_runtime=None if args.quiet else lambda choice: print(choice.line(), flush=True),
                warn=lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True))
+    from certsel.orchestrator.outputs.cells import ledger_lines
+    from certsel.orchestrator.outputs.gate_files import gate_markdown, junit_xml, step_outputs, write_json
+    from certsel.orchestrator.outputs.goals import goal_of
+
     cert = res.selection
     for row in res.rows:
         print(row.line(), flush=True)
