@@ -4,6 +4,7 @@ by quadrature, the paper's grid, and certsel's default, Jeffreys' prior on the a
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -88,15 +89,25 @@ def alternatives_prior(theta: float, *, horizon: int | None, cap_mass: float = 0
         raise ValueError("the alternatives prior needs a positive horizon (number of observations)")
     m = int(horizon) // 2 + 1
     top = theta if delta is None else _certifiable(theta, math.log(1.0 / float(delta)) / int(horizon))
-    from scipy.special import roots_jacobi  # here, not at import: reading a job file needs no scipy
-
-    x, w = roots_jacobi(m, 0.0, -0.5)  # weight (1 + x)^(-1/2) on [-1, 1], i.e. p^(-1/2) with p = top (1 + x) / 2
+    x, w = _jacobi(m)  # weight (1 + x)^(-1/2) on [-1, 1], i.e. p^(-1/2) with p = top (1 + x) / 2
     p = 0.5 * top * (1.0 + x)
     w = w / np.sqrt(1.0 - p)
     nodes = np.append(1.0 - p / theta, CAP_NODE)
     weights = np.append((1.0 - cap_mass) * w / w.sum(), cap_mass)
     order = np.argsort(nodes, kind="stable")
     return UPPrior(nodes[order], weights[order], "alternatives")
+
+
+@functools.lru_cache(maxsize=64)
+def _jacobi(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Jacobi nodes and weights of order ``m`` for (1 + x)^(-1/2): an eigenproblem of size m, the same for every
+    candidate of a job (one horizon), so solved once (read-only arrays)."""
+    from scipy.special import roots_jacobi  # here, not at import: reading a job file needs no scipy
+
+    x, w = roots_jacobi(m, 0.0, -0.5)
+    x.flags.writeable = False
+    w.flags.writeable = False
+    return x, w
 
 
 def _certifiable(theta: float, rate: float) -> float:

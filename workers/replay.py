@@ -61,6 +61,23 @@ def _numeric(values: np.ndarray, name: str, path, where=None) -> np.ndarray:
     return v
 
 
+def _candidates(table, name: str, path) -> tuple[np.ndarray, np.ndarray]:
+    """The candidate names, sorted, and each row's index into them: ``np.unique(column as str, return_inverse=True)``.
+    A string column is dictionary-encoded by pyarrow and only its distinct names are sorted (hashing and sorting every
+    row's string in numpy takes most of a long table's load)."""
+    import pyarrow as pa
+
+    if name in table.column_names and pa.types.is_string(table.schema.field(name).type):
+        enc = table.column(name).combine_chunks().dictionary_encode()
+        if enc.null_count == 0:
+            distinct = np.array(enc.dictionary.to_pylist(), dtype=str)
+            order = np.argsort(distinct, kind="stable")
+            rank = np.empty(order.size, dtype=np.intp)
+            rank[order] = np.arange(order.size)
+            return distinct[order], rank[enc.indices.to_numpy()]
+    return np.unique(_column(table, name, path).astype(str), return_inverse=True)
+
+
 def load_loss_table(
     source=DEFAULT_TABLE,
     *,
@@ -79,9 +96,9 @@ def load_loss_table(
     path = name or (source if isinstance(source, (str, pathlib.Path)) else "the loss table")
     if table.num_rows == 0:
         raise ValueError(f"{path}: the table has no rows")
-    cand = _column(table, candidate, path).astype(str)
+    names, cidx = _candidates(table, candidate, path)
+    cand = names[cidx]  # what the rows say (for the error lines)
     items = id_column(_column(table, item, path), item, path)
-    names, cidx = np.unique(cand, return_inverse=True)
     item_ids, iidx = np.unique(items, return_inverse=True)
     K, I = names.size, item_ids.size
     flat = cidx * I + iidx
