@@ -177,7 +177,7 @@ def test_the_stacked_test_keeps_its_level_where_an_unweighted_stack_would_not(tm
 
 
 @pytest.mark.integration
-def test_an_aggregate_job_runs_through_ray_and_mlflow(tmp_path, ray_session):
+def test_an_aggregate_job_runs_through_ray_and_mlflow(tmp_path):
     from certsel.orchestrator.commands.job import execute
     from mlflow.tracking import MlflowClient
 

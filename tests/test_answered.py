@@ -26,7 +26,7 @@ def _job(tmp_path):
     return job
 
 
-def test_a_gate_answered_by_its_finished_job_says_so_everywhere(tmp_path, ray_session, capsys):
+def test_a_gate_answered_by_its_finished_job_says_so_everywhere(tmp_path, capsys):
     job = _job(tmp_path)
     base = ["gate", str(job), "--no-tracking", "--labels", str(tmp_path / "labels.db")]
     assert cli.main([*base, "--json", str(tmp_path / "1.json")]) == 1
@@ -49,7 +49,7 @@ def test_a_gate_answered_by_its_finished_job_says_so_everywhere(tmp_path, ray_se
     assert f"Answered by the finished job {first['job_id']}" in (tmp_path / "2.md").read_text()
 
 
-def test_a_rerun_into_another_tracking_store_is_logged_there(tmp_path, ray_session, capsys):
+def test_a_rerun_into_another_tracking_store_is_logged_there(tmp_path, capsys):
     """A job finished without tracking, then run again by the CLI with a tracking store: the store gets the finished
     job's run (its certificate readable by certsel show), once; the answer buys nothing."""
     from mlflow.tracking import MlflowClient

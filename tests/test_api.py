@@ -34,7 +34,7 @@ def frame():
     return pq.read_table(TRIVIA).to_pandas()
 
 
-def test_run_on_a_dataframe_matches_the_job_file_run(tmp_path, ray_session, frame):
+def test_run_on_a_dataframe_matches_the_job_file_run(tmp_path, frame):
     res = certsel.run(_job(tmp_path), data=frame, alpha=0.1, budget={"batch": 20})
     ref = certsel.run(_job(tmp_path), data=TRIVIA, budget={"batch": 20}, track=False, output=tmp_path / "ref")
     # the same table in memory and on disk: the same job, the same answer and evidence
@@ -65,7 +65,7 @@ def test_run_on_a_dataframe_matches_the_job_file_run(tmp_path, ray_session, fram
     assert ref.run_id is None and ref.output_dir == (tmp_path / "ref").resolve()
 
 
-def test_csv_with_string_item_ids(tmp_path, ray_session, frame):
+def test_csv_with_string_item_ids(tmp_path, frame):
     sub = frame[frame.candidate.isin(FRONTIER)].copy()
     sub["item"] = [f"q{i:05d}" for i in sub["item"]]
     path = tmp_path / "losses.csv"

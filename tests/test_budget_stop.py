@@ -169,7 +169,7 @@ def test_it_rarely_stops_a_candidate_the_full_budget_certifies(risk):
 
 
 @pytest.mark.integration
-def test_the_quickstart_stops_its_boundary_candidate_through_the_cli(ray_session, tmp_path, capsys, monkeypatch):
+def test_the_quickstart_stops_its_boundary_candidate_through_the_cli(tmp_path, capsys, monkeypatch):
     """examples/quantization.yaml with the stop (the default) and without it on a real Ray: the same selection and
     certified set, the
     boundary config (R = 0.0994 at alpha 0.1) stopped as 'budget stop' well short of its 300 labels, every e-value of

@@ -70,7 +70,7 @@ def _agrees(cert: dict, procedure: str) -> None:
     ("bonferroni", {"kind": "judge-stratified", "betting": "wsr"}),
     ("holm", {"kind": "r-autoeval+", "betting": "up"}),
 ])
-def test_every_bound_agrees_with_the_certificate(tmp_path, ray_session, procedure, policy):
+def test_every_bound_agrees_with_the_certificate(tmp_path, procedure, policy):
     cfg = (_trivia if procedure == "fst" else _prompts)(tmp_path, procedure, policy)
     result, run_id = execute(cfg, output=tmp_path / "report")
     cert = json.loads((tmp_path / "report" / "selection.json").read_text())
@@ -98,7 +98,7 @@ def test_every_bound_agrees_with_the_certificate(tmp_path, ray_session, procedur
 
 
 @pytest.mark.integration
-def test_a_nominal_level_says_so_in_the_headline(tmp_path, ray_session):
+def test_a_nominal_level_says_so_in_the_headline(tmp_path):
     """Cer-Eval with the paper's closed-form radii and the 1-NN partition fitted to the labels
     is not exact: the headline says NOT EXACT next to its probability."""
     models = ["FuseChat-Llama-3.2-1B-Instruct", "claude", "gpt4_gamed"]
@@ -127,7 +127,7 @@ def test_printed_bounds_are_rounded_up_and_never_cross_alpha_when_the_bound_does
 
 
 @pytest.mark.integration
-def test_the_spend_in_the_users_unit(tmp_path, ray_session):
+def test_the_spend_in_the_users_unit(tmp_path):
     """With costs: the spend per candidate and in total, by kind, equals the label counters at
     the prices (generations: the requests that were not judge calls), in selection.json, in
     the CLI's line and as MLflow metrics."""

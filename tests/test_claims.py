@@ -127,7 +127,7 @@ def test_the_continued_orders_take_new_items_only(tmp_path):
 
 
 @pytest.mark.integration
-def test_a_decided_claim_stays_decided_and_a_recomputation_adds_no_run(tmp_path, ray_session, capsys):
+def test_a_decided_claim_stays_decided_and_a_recomputation_adds_no_run(tmp_path, capsys):
     _table(tmp_path / "t.parquet", means=(0.0, 0.6))
     store = tmp_path / "labels.db"
     base = ["gate", str(tmp_path / "g.yaml"), "--no-tracking", "--labels", str(store), "--home", str(tmp_path / "h")]
@@ -182,7 +182,7 @@ def test_a_job_holds_its_claims_until_it_ends(tmp_path):
 
 
 @pytest.mark.integration
-def test_a_rerun_with_another_test_is_refused_as_bad_input(tmp_path, ray_session, capsys):
+def test_a_rerun_with_another_test_is_refused_as_bad_input(tmp_path, capsys):
     _table(tmp_path / "t.parquet")
     _run(_cfg(tmp_path, 0, 60))
     job = tmp_path / "g.yaml"

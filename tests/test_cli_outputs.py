@@ -40,7 +40,7 @@ def _in_process(capsys):
     return main
 
 
-def test_formats_parse_back_and_the_outputs_are_where_it_says(tmp_path, ray_session, capsys):
+def test_formats_parse_back_and_the_outputs_are_where_it_says(tmp_path, capsys):
     """Stdout holds the format alone."""
     main = _in_process(capsys)
     path = _job(tmp_path)
@@ -166,7 +166,7 @@ def test_no_candidate_evaluated_exits_1(tmp_path):
     assert "selected: none" in p.stdout
 
 
-def test_jobs_lists_and_removes(tmp_path, ray_session, capsys):
+def test_jobs_lists_and_removes(tmp_path, capsys):
     main = _in_process(capsys)
     path = _job(tmp_path)
     assert main("run", str(path), "--no-progress", "--no-tracking")[0] == 0
@@ -196,7 +196,7 @@ def test_bare_command_prints_usage_and_log_level():
     assert p.returncode == 2 and "--log-level" in p.stderr
 
 
-def test_one_home_for_every_output(tmp_path, ray_session, capsys, monkeypatch):
+def test_one_home_for_every_output(tmp_path, capsys, monkeypatch):
     """A job file that names no folders: its job folder and the MLflow store go to certsel's
     home (--home here, CERTSEL_HOME or ~/.certsel otherwise), nothing beside the job file or
     in the working directory; `certsel jobs` from another folder lists it, and `certsel show`

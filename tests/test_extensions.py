@@ -77,6 +77,7 @@ def test_a_procedure_and_a_strategy_from_user_code_run_through_ray_and_mlflow(ra
         "procedure": "weighted-test", "objective": {"column": "avg_bitwidth"},
         "budget": {"n": 150, "r": 0, "batch": 50}, "seed": 2,
         "tracking": {"uri": uri, "intervals": "final"}, "state": {"dir": str(tmp_path / "jobs")},
+        "runtime": "ray",  # the user's code travels to Ray's actors by value: what this test is about
     })
     result, run_id = execute(cfg, output=tmp_path / "report")
 

@@ -93,7 +93,7 @@ def test_a_gate_fails_at_delta_and_says_so_when_the_job_file_set_another_futilit
 
 
 @pytest.mark.integration
-def test_the_command_exits_0_1_3_and_2_and_writes_what_ci_reads(tmp_path, ray_session, capsys):
+def test_the_command_exits_0_1_3_and_2_and_writes_what_ci_reads(tmp_path, capsys):
     job = _job(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
@@ -167,7 +167,7 @@ def test_pass_at_the_boundary_is_wrong_at_most_delta_of_the_time(r):
 
 
 @pytest.mark.integration
-def test_assert_certified_passes_fails_and_skips(tmp_path, ray_session):
+def test_assert_certified_passes_fails_and_skips(tmp_path):
     from certsel.testing import assert_certified
 
     job = _job(tmp_path)
@@ -227,7 +227,7 @@ def test_an_llm_compressor_config_is_read_as_it_is(tmp_path):
 
 
 @pytest.mark.integration
-def test_an_llm_compressor_gate_decides_on_a_recorded_table(tmp_path, ray_session):
+def test_an_llm_compressor_gate_decides_on_a_recorded_table(tmp_path):
     """The config's job with a recorded table standing in for the model runs: the quantization
     table's scores of a config at recovery 1.00 and one at 0.40 against full precision."""
     from certsel.config.llmcompressor import gate_job
@@ -249,7 +249,7 @@ def test_an_llm_compressor_gate_decides_on_a_recorded_table(tmp_path, ray_sessio
 
 
 @pytest.mark.integration
-def test_a_second_gate_on_the_same_model_reuses_every_label_and_buys_none(tmp_path, ray_session):
+def test_a_second_gate_on_the_same_model_reuses_every_label_and_buys_none(tmp_path):
     """Through a real Ray and the durable label log: the rerun (a new job: --fresh) takes every
     label from the store, bought none, and decides the same; the label log marks them."""
     from certsel.gates import gate

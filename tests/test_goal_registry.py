@@ -71,7 +71,7 @@ def release_goal():
 
 
 @pytest.mark.integration
-def test_a_goal_added_in_one_file_reaches_every_output(release_goal, ray_session, tmp_path, capsys):
+def test_a_goal_added_in_one_file_reaches_every_output(release_goal, tmp_path, capsys):
     assert type(choose(Ask(gates=True, job="release-7"))) is ReleaseGate
     assert type(choose(Ask(gates=True, job="nightly"))) is GateRisk  # other gates keep their goal
     job = job_file(tmp_path, name="release-7", procedure="gate", objective=None,

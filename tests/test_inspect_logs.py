@@ -67,7 +67,7 @@ def test_epochs_are_averaged_per_sample(logs):
     assert info["epochs"] == [2]
 
 
-def test_a_job_certifies_and_audits_from_the_table(logs, tmp_path, ray_session):
+def test_a_job_certifies_and_audits_from_the_table(logs, tmp_path):
     from certsel.config import parse_config
     from certsel.orchestrator.commands.audit import audit
     from certsel.orchestrator.commands.job import execute

@@ -169,6 +169,7 @@ def test_a_policy_kind_from_user_code_runs_through_ray_and_mlflow(ray_session, t
         "alpha": 0.2, "delta": 0.1, "procedure": "bonferroni", "objective": {"column": "avg_bitwidth"},
         "budget": {"n": 900, "batch": 150}, "seed": 3,
         "tracking": {"uri": uri}, "state": {"dir": str(tmp_path / "jobs"), "snapshot_every": 2},
+        "runtime": "ray",  # the user's policy travels to Ray's actors by value: what this test is about
     })
     assert not cfg.policy.is_testing and cfg.policy.policy_kind is hoeffding
     result, run_id = execute(cfg, output=tmp_path / "report")

@@ -103,7 +103,7 @@ def test_a_zero_reference_through_the_cli_exits_2_and_buys_nothing(tmp_path):
 
 
 @pytest.mark.integration
-def test_a_recovery_job_states_recoveries_recomputed_from_its_label_log(tmp_path, ray_session):
+def test_a_recovery_job_states_recoveries_recomputed_from_its_label_log(tmp_path):
     from certsel.orchestrator.commands.job import execute
     from mlflow.tracking import MlflowClient
 

@@ -114,7 +114,7 @@ def test_tables_that_do_not_fit_together_are_refused_before_anything_runs(tmp_pa
 
 
 @pytest.mark.integration
-def test_a_candidate_failing_one_task_is_not_certified(tmp_path, ray_session):
+def test_a_candidate_failing_one_task_is_not_certified(tmp_path):
     from certsel.orchestrator.commands.tasks_job import execute_tasks
     from certsel.orchestrator.outputs.tasks_outputs import tasks_certificate
     from mlflow.tracking import MlflowClient
@@ -167,7 +167,7 @@ def test_a_candidate_failing_one_task_is_not_certified(tmp_path, ray_session):
 
 
 @pytest.mark.integration
-def test_the_multi_task_job_is_a_job_its_tasks_name_and_a_rerun_is_answered_by_it(tmp_path, ray_session, capsys):
+def test_the_multi_task_job_is_a_job_its_tasks_name_and_a_rerun_is_answered_by_it(tmp_path, capsys):
     """The multi-task job has a folder of its own through the one job lifecycle: listed by ``certsel jobs``, its
     tasks' folders naming it as their parent; the same job again is answered by its certificate, no task run again."""
     import yaml

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration  # Ray, MLflow, HTTP servers or the CLI
 
 
 @pytest.fixture(scope="module")
-def job(ray_session, tmp_path_factory):
+def job(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mlflow")
     uri = f"sqlite:///{tmp}/store.db"
     cfg = parse_config({
@@ -78,7 +78,7 @@ def test_the_runs_table_view_shows_the_results(job):
     assert have["metrics.`human_labels_saved_percent`"] == round(100 * (1 - result.spent["human"] / (48 * 100)), 1)
     assert "radius" not in run.data.params and "partition" not in run.data.params  # Cer-Eval's options
     took = (run.info.end_time - run.info.start_time) / 1000  # from the command's start, not the run's creation
-    assert took >= result.stages["starting Ray"] + result.stages["creating MLflow runs"] + result.stages["rounds"]
+    assert took >= result.stages.get("starting Ray", 0.0) + result.stages["creating MLflow runs"] + result.stages["rounds"]
     assert ui_link("http://h:5000", exp.experiment_id).endswith(f"/runs?workflowType=machine_learning"
                                                                 f"&viewStateShareKey={RESULTS_VIEW}")
 
@@ -165,7 +165,7 @@ def test_certified_candidates_have_upper_bounds_below_alpha(job):
     assert client.get_run(run_id).data.tags["mlflow.note.content"].startswith(f"**Selected: {sel.name}.**")
 
 
-def test_failure_mid_job_marks_runs_failed(ray_session, tmp_path):
+def test_failure_mid_job_marks_runs_failed(tmp_path):
     """A job that breaks after its runs exist leaves them FAILED, never FINISHED."""
     uri = f"sqlite:///{tmp_path}/store.db"
     cfg = parse_config({
@@ -189,7 +189,7 @@ def test_failure_mid_job_marks_runs_failed(ray_session, tmp_path):
 
 
 @pytest.mark.parametrize("example", ["prompts.yaml", "alpacaeval_ranking.yaml"])
-def test_bundled_examples_run(ray_session, tmp_path, example):
+def test_bundled_examples_run(tmp_path, example):
     from certsel.config import load_config
 
     examples = DATA_DIR.parent
@@ -263,7 +263,7 @@ def test_mlflow_telemetry_is_off_unless_asked(tmp_path):
     assert any("mlflow" in h for h in hosts("on.db", MLFLOW_DISABLE_TELEMETRY="false"))
 
 
-def test_a_gate_run_counts_its_futile_candidates(ray_session, tmp_path):
+def test_a_gate_run_counts_its_futile_candidates(tmp_path):
     """n_futile counts what the job ended as futile: a gate whose 'bad' candidate (R = 0.6 at alpha 0.2) fails early."""
     import numpy as np
     import pyarrow as pa
