@@ -209,7 +209,7 @@ def test_sampling_enters_a_jobs_identity_only_when_it_is_not_iid():
     from certsel.orchestrator.engine.state import config_fingerprint
 
     iid = parse_config({**_raw(), "policy": {"kind": "r-autoeval+"}})
-    body = iid.model_dump(mode="json", exclude={"name": True, "tracking": True, "ray": True, "state": True})
+    body = iid.model_dump(mode="json", exclude={"name": True, "tracking": True, "ray": True, "runtime": True, "state": True})
     for key in PILOT_KEYS:  # the keys a job without a pilot leaves out, as before
         body["scheduling"].pop(key)
     body["policy"].pop("sampling")
