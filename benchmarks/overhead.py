@@ -105,6 +105,7 @@ def main() -> None:
         print(f"\nWhere Ray starts to pay for a recorded table: one job of K candidates (4,000 items, R-Eval, "
               f"budget 1,000, each gated, risks from 0.03 to 0.2 against alpha 0.1), no tracking, in-process against Ray on this "
               f"machine, best of {args.repeat}:\n")
+        ratios = []
         print("| candidates | in-process s | Ray s | Ray / in-process |")
         print("|---:|---:|---:|---:|")
         for k in args.candidates:
@@ -118,6 +119,11 @@ def main() -> None:
                 secs[runtime] = min(_timed([CERTSEL, "run", str(job), "--no-tracking", "--no-progress", "--runtime",
                                             runtime], tmp / f"x-{k}-{runtime}-{rep}") for rep in range(args.repeat))
             print(f"| {k} | {secs['local']:.1f} | {secs['ray']:.1f} | {secs['ray'] / secs['local']:.2f} |")
+            ratios.append(secs["ray"] / secs["local"])
+        paid = [k for k, r in zip(args.candidates, ratios, strict=True) if r < 1]
+        print(f"\nRay paid for a recorded table from {paid[0]} candidates on." if paid else
+              f"\nRay did not pay for a recorded table up to {args.candidates[-1]} candidates on this machine, so "
+              f"`runtime: auto` runs tables in-process (`runtime: ray` asks for Ray).")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ The two runtimes (:mod:`.runtime`) host the same candidates and hand them the sa
 label log and MLflow run are the same under both (tests/test_runtime_choice.py); they differ only in what they cost.
 Ray pays where work runs in parallel for long enough to outweigh its start (a few seconds for the cluster, more for
 each worker process to import the product): model servers and model runs (live, lm-eval, a Python label function), a
-cluster, GPUs. A recorded table's labels are arithmetic, milliseconds a round, so ``auto`` runs it in-process at any
-size this machine can hold (the crossover measured by benchmarks/overhead.py, docs/results.md "Overhead").
+cluster, GPUs. A recorded table's labels are arithmetic, milliseconds a round, so ``auto`` runs it in-process: on two
+cores Ray took 2.8x as long with 4 candidates, 1.8x with 32 and 1.4x with 128 (benchmarks/overhead.py, docs/results.md
+"Overhead"); past that, a many-core machine may cross over, and ``runtime: ray`` asks for it.
 """
 
 from __future__ import annotations
