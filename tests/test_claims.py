@@ -601,18 +601,52 @@ def test_a_checkpoint_copied_or_its_arguments_respelled_is_the_same_claim(tmp_pa
     assert identity("model=m, base_url=http://127.0.0.1:9/v1") == served != identity("base_url=http://127.0.0.1:9/v1,model=n")
 
 
-@pytest.mark.integration
-def test_the_reversed_hypothesis_is_one_statement_with_one_test(tmp_path, monkeypatch, capsys):
-    """Sequence 7 of the red team: "Y beats X by 0.02" gated as Y against X (--superiority), then as X against Y
-    (non-inferiority at margin 0.02, whose fail is the same statement): the second is refused in one line naming how
-    the statement was tested, so one statement keeps one test; the first way continues."""
-    monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
+def _pair_table(path, n=1000):
     rng = np.random.default_rng(8)
-    n = 1000
     x = (rng.random(n) < 0.30).astype(float)
     y = np.where(rng.random(n) < 0.1, (rng.random(n) < 0.1).astype(float), x)  # a little better than x
     pq.write_table(pa.table({"candidate": ["X"] * n + ["Y"] * n, "item": list(range(n)) * 2,
-                             "loss": np.concatenate([x, y])}), tmp_path / "t.parquet")
+                             "loss": np.concatenate([x, y])}), path)
+
+
+def _pair_gate(tmp_path, store, cand, base, seed, n, superiority=False):
+    job = {"data": {"path": str(tmp_path / "t.parquet"), "human": "loss"}, "policy": {"kind": "r-eval"},
+           "candidates": [cand], "regression": {"baseline": base, "margin": 0.02, "superiority": superiority},
+           "seed": seed, "budget": {"n": n, "batch": 20}, "state": {"dir": str(tmp_path / "jobs")},
+           "scheduling": {"budget_stop": None}}
+    cfg = gate_config(job, labels=tmp_path / store)
+    return _run(cfg).records[0]
+
+
+def test_the_reversed_hypothesis_continues_the_same_test(tmp_path):
+    """Sequence 7 of the red team: "Y beats X by 0.02" gated as Y against X (superiority), then as X against Y
+    (non-inferiority at margin 0.02, whose fail is the same statement). The second continues the first's one test
+    from its other side: its e-process is, to the last bit, that of gating X against Y both times, and the ledger
+    holds one claim."""
+    _pair_table(tmp_path / "t.parquet")
+    first = _pair_gate(tmp_path, "a.db", "Y", "X", 1, 120, superiority=True)
+    assert first.t == 120 and first.status not in ("certified", "futile")  # undecided: a test to continue
+    crossed = _pair_gate(tmp_path, "a.db", "X", "Y", 2, 240)
+    assert crossed.claim is not None and crossed.claim.before == 120  # continued, not a fresh test
+    _pair_gate(tmp_path, "b.db", "X", "Y", 1, 120)
+    straight = _pair_gate(tmp_path, "b.db", "X", "Y", 2, 240)
+    assert crossed.t == straight.t and crossed.path == straight.path and crossed.max_log_e == straight.max_log_e
+    assert crossed.max_log_futility == straight.max_log_futility and crossed.status == straight.status
+    ledger = ClaimLedger(tmp_path / "a.db")
+    assert len({row[0] for row in ledger._db.execute("select claim from claims")}) == 1
+    ledger.close()
+    # and back again: Y against X continues the same test (its pass is the fail of X against Y)
+    again = _pair_gate(tmp_path, "a.db", "Y", "X", 3, 360, superiority=True)
+    assert again.claim is not None and again.claim.before == crossed.t
+
+
+@pytest.mark.integration
+def test_the_reversed_hypothesis_through_the_cli_continues_and_a_selection_is_refused(tmp_path, monkeypatch,
+                                                                                      capsys):
+    """The same through `certsel gate` (its line counts the earlier run of its claim), and a selection over the
+    reversed claim refused in one line naming how the statement was tested."""
+    monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
+    _pair_table(tmp_path / "t.parquet")
     job = tmp_path / "g.yaml"
     job.write_text(f"data: {{path: {tmp_path / 't.parquet'}, human: loss}}\npolicy: {{kind: r-eval}}\n"
                    "budget: {n: 60}\nseed: 1\n")
@@ -625,12 +659,13 @@ def test_the_reversed_hypothesis_is_one_statement_with_one_test(tmp_path, monkey
 
     code, _ = gate("Y", "X", "--superiority")
     assert code in (0, 1, 3)
-    code, out = gate("X", "Y")
-    assert code == 2 and out.err.count("\n") == 1
-    assert "X against Y: this claim's statement was tested before with the sides exchanged (Y against X, " \
-           "superiority at margin 0.02" in out.err
-    code, out = gate("Y", "X", "--superiority", "--set", "seed=2", "--set", "budget.n=120")
-    assert code != 2 and "1 earlier run of its claim" in out.out
+    code, out = gate("X", "Y", "--set", "seed=2", "--set", "budget.n=120")
+    assert code != 2 and "1 earlier run of its claim" in out.out, out.err
+    code = cli.main(["run", str(job), "--no-tracking", "--no-progress", "--set", "regression={baseline: Y, margin: 0.02}",
+                     "--set", "candidates=[X]", "--set", "procedure=fst", "--set", "order=[X]"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "X against Y: this claim's statement was tested before with the " \
+        "sides exchanged (Y against X, superiority at margin 0.02" in err and "a selection cannot continue" in err
 
 
 def test_a_rerun_starts_its_fixed_sequence_where_its_claims_first_selection_started(tmp_path):

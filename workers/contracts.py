@@ -174,6 +174,9 @@ class ClaimStart:
     human_items: np.ndarray | None = None
     judge_items: np.ndarray | None = None
     recompute: bool = False  # a configuration recorded before: recomputed from where it started, not recorded again
+    # the claim's statement tested the other way round (a regression's sides exchanged): ``key`` and the ledger's runs
+    # are that orientation's, ``base`` seen from this one (its pass and fail tests exchanged; engine/claims.py)
+    mirrored: bool = False
 
     @property
     def continued(self) -> bool:

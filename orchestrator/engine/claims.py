@@ -4,6 +4,7 @@ test written to the store's ledger when the job ends."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import pathlib
@@ -89,8 +90,8 @@ def claim_starts(cfg, data, job_dir=None) -> list[ClaimStart | None]:
         if family is not None and job is not None:  # held from the start: a killed job's family stays recorded
             ledger.record_family(family.members, family)
         for k, identity in enumerate(identities):
-            _check_mirror(cfg, data, ledger, k, identity, job)
-            out.append(None if identity is None else
+            mirrored = _mirror_start(cfg, data, ledger, k, identity, fp, job, pins)
+            out.append(mirrored if mirrored is not None else None if identity is None else
                        _start(cfg, data, ledger, claim_key(identity, cfg.alpha / data.unit), data.names[k], fp, job,
                               pins))
         if job_dir is not None:
@@ -132,7 +133,8 @@ def moved_on(cfg, data, job_dir) -> list[str]:
         ledger.close()
 
 
-def _start(cfg, data, ledger: ClaimLedger, key: str, name: str, fp: str, job: str | None, pins: dict) -> ClaimStart:
+def _start(cfg, data, ledger: ClaimLedger, key: str, name: str, fp: str, job: str | None, pins: dict,
+           mirror_of: str | None = None) -> ClaimStart:
     def gone(holder):  # a job whose folder is gone will never end: its hold is dropped
         return holder is None or not (pathlib.Path(cfg.state.dir) / holder).exists()
 
@@ -148,6 +150,8 @@ def _start(cfg, data, ledger: ClaimLedger, key: str, name: str, fp: str, job: st
                          "would be a second test") from None
     if base is None:
         return ClaimStart(key, fp, recompute=recompute)
+    if mirror_of is not None:  # the ledger keeps the claim as first tested: seen from this side
+        base = mirror_base(base, mirror_of)
     _check_same_test(cfg, base, name)
     human, judge = continued_orders(base, data.n_items, cfg.budget.n, cfg.policy.without_replacement,
                                     _planned(ledger.runs(key), base, job))
@@ -193,25 +197,52 @@ def _check_family(cfg, data, ledger: ClaimLedger, identities, job: str | None) -
     return family
 
 
-def _check_mirror(cfg, data, ledger: ClaimLedger, k: int, identity: str | None, job: str | None) -> None:
-    """A regression claim whose mirror was tested (the two sides exchanged, the level 1 - alpha: "Y beats X by m" as
-    X against Y) is that claim's statement: a second test of it would double its error, so it is bad input naming the
-    way it was tested."""
+def _mirror_start(cfg, data, ledger: ClaimLedger, k: int, identity: str | None, fp: str, job: str | None,
+                  pins: dict) -> ClaimStart | None:
+    """A regression claim whose statement was tested the other way round (its sides exchanged, the level 1 - alpha:
+    "Y beats X by m" as X against Y): that one test continues, seen from this side (mirror_base), so one statement
+    keeps one test. None: no such test. Bad input where it cannot continue: a selection (its family is the other
+    side's), or a run recorded without its fail test's path (before certsel recorded it)."""
     mirror = None if identity is None else source_of(cfg).mirror_claim_identity(cfg, data, k)
     if mirror is None:
-        return
+        return None
+    own = claim_key(identity, cfg.alpha / data.unit)
     key = claim_key(identity_key({**mirror, "unit": data.unit}), 1.0 - cfg.alpha / data.unit)
-    if key == claim_key(identity, cfg.alpha / data.unit):  # a model against itself at margin 0: its own claim
-        return
+    if key == own or ledger.runs(own):  # a model against itself at margin 0, or this side tested already
+        return None
     tested = [r for r in ledger.runs(key) if r.outcome != DROPPED and (job is None or r.job != job)]
-    if tested:
-        reg = cfg.regression
-        then = "non-inferiority" if reg.superiority else "superiority"
-        raise InputError(f"{data.names[k]} against {reg.baseline}: this claim's statement was tested before with the "
-                         f"sides exchanged ({reg.baseline} against {data.names[k]}, {then} at margin {reg.margin:g}; "
-                         f"job {tested[-1].job or '?'}, {tested[-1].t} labels), whose pass is this claim's fail: "
-                         "rerun it that way, which continues its test (a second test of one statement would double "
-                         "its error)")
+    if not tested:
+        return None
+    reg, name = cfg.regression, data.names[k]
+    then = "non-inferiority" if reg.superiority else "superiority"
+    where = (f"{name} against {reg.baseline}: this claim's statement was tested before with the sides exchanged "
+             f"({reg.baseline} against {name}, {then} at margin {reg.margin:g}; job {tested[-1].job or '?'}, "
+             f"{tested[-1].t} labels), whose pass is this claim's fail")
+    if not cfg.proc.gates:
+        raise InputError(f"{where}: a selection cannot continue that gate's test; gate it ({cfg.regression.baseline} "
+                         "against the candidates, or this way as a gate, which continues it)")
+    start = _start(cfg, data, ledger, key, name, fp, job, pins, mirror_of=where)
+    return dataclasses.replace(start, mirrored=True)
+
+
+def mirror_base(run: ClaimRun, where: str) -> ClaimRun:
+    """``run`` seen from its claim's other side: its fail test (the same test on the mirrored losses 1 - u at level
+    1 - alpha) is this side's pass test and the other way round, their e-value paths with them; the items are the
+    same. Bad input when the run kept no fail-test path or the two tests were held to different levels."""
+    st, cand = run.state, run.state.get("candidate", {})
+    path = st.get("futility_path")
+    if "futility" not in cand or path is None or len(path) != len(st.get("path", ())) or run.outcome == INTERRUPTED:
+        raise InputError(f"{where}; that run kept no fail-test path to continue from (recorded before certsel kept "
+                         "one, or interrupted): rerun it the way it was tested")
+    if cand["test"]["config"].get("delta") != cand["futility"]["config"].get("delta"):
+        raise InputError(f"{where}; its pass and fail tests were held to different levels: rerun it the way it was "
+                         "tested")
+    flipped = {**st, "candidate": {**cand, "test": cand["futility"], "futility": cand["test"]},
+               "path": path, "futility_path": st["path"]}
+    return dataclasses.replace(run, state=flipped, outcome=_FLIP.get(run.outcome, run.outcome))
+
+
+_FLIP = {"pass": "fail", "fail": "pass", "certified": "futile", "futile": "certified"}
 
 
 def _planned(runs, base, job: str | None) -> list[tuple]:
@@ -322,9 +353,20 @@ def _test_state(cfg, claim: ClaimStart, r: CandidateRecord, candidate_state: dic
     """What the ledger keeps of a run of the claim: its candidate's test state and consumed items, the e-process path,
     and the chain's first seed and level."""
     before = claim.base.state if claim.continued else {"seed": cfg.seed, "delta": cfg.delta}
-    return {**candidate_state, "path": np.asarray(r.path, dtype=np.float64), "kind": cfg.policy.kind,
-            "runs": int(before.get("runs", 0)) + 1, "jobs": [*before.get("jobs", []), job],
-            "seed": before["seed"], "delta": before["delta"]}
+    out = {**candidate_state, "path": np.asarray(r.path, dtype=np.float64), "kind": cfg.policy.kind,
+           "runs": int(before.get("runs", 0)) + 1, "jobs": [*before.get("jobs", []), job],
+           "seed": before["seed"], "delta": before["delta"]}
+    # the fail test's path over the whole test (the earlier runs' and this one's), so that the claim's statement can be
+    # continued from its other side (mirror_base)
+    futility = [*(before.get("futility_path", ()) if claim.continued else ()), *r.futility_path]
+    if len(futility) == len(r.path):
+        out["futility_path"] = np.asarray(futility, dtype=np.float64)
+    if claim.mirrored:  # kept as the claim was first tested: its pass and fail tests exchanged back
+        cand = out.get("candidate")
+        if cand is not None and "futility" in cand:
+            out["candidate"] = {**cand, "test": cand["futility"], "futility": cand["test"]}
+        out["path"], out["futility_path"] = out.pop("futility_path", np.zeros(0)), out["path"]
+    return out
 
 
 def write_ahead(plan, pool, records: list[CandidateRecord], job_dir) -> None:
@@ -377,8 +419,9 @@ def record(plan, pool, records: list[CandidateRecord], certified: set, job_dir) 
                 continue
             state = _test_state(cfg, claim, r, states.get(name, {}), job)
             try:
-                ledger.finish(claim.key, claim.fingerprint, job, base, r.t, str(Outcome.of(r.status, name in certified)),
-                              state)
+                outcome = str(Outcome.of(r.status, name in certified))
+                ledger.finish(claim.key, claim.fingerprint, job, base, r.t,
+                              _FLIP.get(outcome, outcome) if claim.mirrored else outcome, state)
             except ClaimBusy:  # a job without a folder, beside another run of the claim: not recorded
                 log.warning("%s: its claim was continued by another run meanwhile; this run is not recorded", name)
     finally:
