@@ -166,7 +166,7 @@ def _start_runtime(choice, cfg: RunConfig, data, life: JobLifecycle, clock: Stag
     if on_runtime is not None:
         on_runtime(choice)
     if choice.kind is RuntimeKind.LOCAL:  # the same hosts, in this process: nothing to start or stop
-        return LocalRuntime()
+        return LocalRuntime.like_ray(cfg.ray.num_cpus, cfg.ray.max_actors)
     try:
         with clock.stage(RAY):
             from certsel.orchestrator.engine.runtime import RayRuntime

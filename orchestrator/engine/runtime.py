@@ -67,9 +67,24 @@ class LocalRuntime:
 
     def __init__(self, n_hosts: int = 1):
         self.hosts = [CandidateHost() for _ in range(n_hosts)]
+        self._packing: tuple[int | None, int | None] | None = None  # like_ray's (num_cpus, max_actors)
+
+    @classmethod
+    def like_ray(cls, num_cpus: int | None = None, max_actors: int | None = None) -> LocalRuntime:
+        """Hosts packed as a local Ray packs its actors (one per CPU, ``max_actors`` at most): a host computes its
+        candidates as one vectorised block, whose matrix products can round their last bit by the block's size, so
+        the same packing gives the same e-values to the last bit in-process and on Ray."""
+        rt = cls()
+        rt._packing = (num_cpus, max_actors)
+        return rt
 
     def default_hosts(self, n_candidates: int) -> int:
-        return len(self.hosts)
+        if self._packing is None:
+            return len(self.hosts)
+        num_cpus, max_actors = self._packing
+        if max_actors is not None:
+            return min(max_actors, n_candidates)
+        return max(1, min(n_candidates, num_cpus or os.cpu_count() or 1))
 
     def ensure_hosts(self, n: int) -> None:
         while len(self.hosts) < n:
