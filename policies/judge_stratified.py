@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 from ._validation import check_level, check_positive_int, check_rhos, check_target
 from .betting import BetContext, BettingState, BettingStrategy, bet_log_factors, get_strategy
 from .bounds import MIN_RANGE, inverted_upper_bound

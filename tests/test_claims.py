@@ -609,34 +609,36 @@ def _pair_table(path, n=1000):
                              "loss": np.concatenate([x, y])}), path)
 
 
-def _pair_gate(tmp_path, store, cand, base, seed, n, superiority=False):
+def _pair_gate(tmp_path, store, cand, base, seed, n, superiority=False, margin=0.02):
     job = {"data": {"path": str(tmp_path / "t.parquet"), "human": "loss"}, "policy": {"kind": "r-eval"},
-           "candidates": [cand], "regression": {"baseline": base, "margin": 0.02, "superiority": superiority},
+           "candidates": [cand], "regression": {"baseline": base, "margin": margin, "superiority": superiority},
            "seed": seed, "budget": {"n": n, "batch": 20}, "state": {"dir": str(tmp_path / "jobs")},
            "scheduling": {"budget_stop": None}}
     cfg = gate_config(job, labels=tmp_path / store)
     return _run(cfg).records[0]
 
 
-def test_the_reversed_hypothesis_continues_the_same_test(tmp_path):
+# 0.001: a margin whose levels (1 + m) / 2 and (1 - m) / 2 are not each other's 1 - x to the last bit
+@pytest.mark.parametrize("margin", [0.02, 0.001])
+def test_the_reversed_hypothesis_continues_the_same_test(tmp_path, margin):
     """Sequence 7 of the red team: "Y beats X by 0.02" gated as Y against X (superiority), then as X against Y
     (non-inferiority at margin 0.02, whose fail is the same statement). The second continues the first's one test
     from its other side: its e-process is, to the last bit, that of gating X against Y both times, and the ledger
     holds one claim."""
     _pair_table(tmp_path / "t.parquet")
-    first = _pair_gate(tmp_path, "a.db", "Y", "X", 1, 120, superiority=True)
+    first = _pair_gate(tmp_path, "a.db", "Y", "X", 1, 120, superiority=True, margin=margin)
     assert first.t == 120 and first.status not in ("certified", "futile")  # undecided: a test to continue
-    crossed = _pair_gate(tmp_path, "a.db", "X", "Y", 2, 240)
+    crossed = _pair_gate(tmp_path, "a.db", "X", "Y", 2, 240, margin=margin)
     assert crossed.claim is not None and crossed.claim.before == 120  # continued, not a fresh test
-    _pair_gate(tmp_path, "b.db", "X", "Y", 1, 120)
-    straight = _pair_gate(tmp_path, "b.db", "X", "Y", 2, 240)
+    _pair_gate(tmp_path, "b.db", "X", "Y", 1, 120, margin=margin)
+    straight = _pair_gate(tmp_path, "b.db", "X", "Y", 2, 240, margin=margin)
     assert crossed.t == straight.t and crossed.path == straight.path and crossed.max_log_e == straight.max_log_e
     assert crossed.max_log_futility == straight.max_log_futility and crossed.status == straight.status
     ledger = ClaimLedger(tmp_path / "a.db")
     assert len({row[0] for row in ledger._db.execute("select claim from claims")}) == 1
     ledger.close()
     # and back again: Y against X continues the same test (its pass is the fail of X against Y)
-    again = _pair_gate(tmp_path, "a.db", "Y", "X", 3, 360, superiority=True)
+    again = _pair_gate(tmp_path, "a.db", "Y", "X", 3, 360, superiority=True, margin=margin)
     assert again.claim is not None and again.claim.before == crossed.t
 
 

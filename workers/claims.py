@@ -209,8 +209,8 @@ class ClaimLedger:
         inputs.source_kind.SourceKind.legacy_claim_identity`) to key ``new``, with its family and release series, when
         nothing is recorded under ``new`` yet: the same claim keeps its one test across the change of key. True: it
         moved."""
-        if old == new:
-            return False
+        if old == new or not self._db.execute("select 1 from claims where claim = ?", (old,)).fetchone():
+            return False  # nothing recorded under the earlier key (the common case): no write lock taken
         with self._db:
             self._db.execute("begin immediate")
             if (self._db.execute("select 1 from claims where claim = ?", (new,)).fetchone()

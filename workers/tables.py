@@ -9,7 +9,6 @@ anything ``pyarrow.table`` accepts works: a ``pyarrow.Table``, a pandas or polar
 from __future__ import annotations
 
 import pathlib
-import re
 
 import numpy as np
 import pyarrow as pa
@@ -73,10 +72,6 @@ def read_table(source, what: str = "table") -> pa.Table:
                          f"got {type(source).__name__} ({first_line(exc, limit=120)})") from None
 
 
-# an id written as a decimal integer, the way str(int) writes it ("7", "-3"; not "007", "+7" or "7.0")
-_DECIMAL_INT = re.compile(r"-?(0|[1-9][0-9]{0,17})")
-
-
 def id_column(values: np.ndarray, name: str, where) -> np.ndarray:
     """An item-id column as integers or strings; floats (``1.0``), booleans and missing ids are errors, since an id must
     match exactly across tables. A string column whose every id is a decimal integer as ``str(int)`` writes it is read
@@ -88,9 +83,11 @@ def id_column(values: np.ndarray, name: str, where) -> np.ndarray:
         if any(v is None for v in values):
             raise ValueError(f"{where}: column {name!r} has missing item ids")
         ids = values.astype(str)
-        if ids.size and all(_DECIMAL_INT.fullmatch(v) for v in np.unique(ids)):
-            return ids.astype(np.int64)
-        return ids
+        try:  # integers written as str(int) writes them ("7", "-3"; not "007", "+7", " 7", "-0" or "7.0")
+            ints = ids.astype(np.int64)
+        except (ValueError, OverflowError):
+            return ids
+        return ints if ids.size and np.array_equal(ints.astype(str), ids) else ids
     raise ValueError(f"{where}: column {name!r} must hold integer or string item ids, got {values.dtype}")
 
 

@@ -125,6 +125,9 @@ def moved_on(cfg, data, job_dir) -> list[str]:
             if identity is None:
                 continue
             key = claim_key(identity, cfg.alpha / data.unit)
+            mirrored = mirror_key(cfg, data, data.names.index(name), identity)
+            if mirrored is not None and not ledger.runs(key):  # kept as first tested, with its sides exchanged
+                key = mirrored
             done = [r for r in ledger.runs(key) if r.outcome not in (RUNNING, DROPPED)]
             if done and not (done[-1].job == job or done[-1].fingerprint == fp or done[-1].seq == pins.get(key)):
                 out.append(name)
@@ -188,10 +191,8 @@ def _check_family(cfg, data, ledger: ClaimLedger, identities, job: str | None) -
                              "select in a store of its own (state.store)")
         change = None if then is None else then.change(family)
         if change is not None:
-            start = " (a fixed sequence starts where its first run's pilot started: rerun with that seed)" \
-                if cfg.scheduling.start == "pilot" and cfg.proc.needs_order else ""
             raise InputError(f"{where} in a {then.procedure} family of {len(then.members)} candidates (job "
-                             f"{then.job or '?'}); this run's family differs: {change}{start}. A rerun keeps its "
+                             f"{then.job or '?'}); this run's family differs: {change}. A rerun keeps its "
                              "claims' family, since one chosen after seeing their evidence could certify a false "
                              "claim: keep it, or test the new family in a store of its own (state.store)")
     return family
@@ -203,12 +204,8 @@ def _mirror_start(cfg, data, ledger: ClaimLedger, k: int, identity: str | None, 
     "Y beats X by m" as X against Y): that one test continues, seen from this side (mirror_base), so one statement
     keeps one test. None: no such test. Bad input where it cannot continue: a selection (its family is the other
     side's), or a run recorded without its fail test's path (before certsel recorded it)."""
-    mirror = None if identity is None else source_of(cfg).mirror_claim_identity(cfg, data, k)
-    if mirror is None:
-        return None
-    own = claim_key(identity, cfg.alpha / data.unit)
-    key = claim_key(identity_key({**mirror, "unit": data.unit}), 1.0 - cfg.alpha / data.unit)
-    if key == own or ledger.runs(own):  # a model against itself at margin 0, or this side tested already
+    own, key = claim_key(identity, cfg.alpha / data.unit), mirror_key(cfg, data, k, identity)
+    if key is None or key == own or ledger.runs(own):  # no regression, a model against itself, or this side tested
         return None
     tested = [r for r in ledger.runs(key) if r.outcome != DROPPED and (job is None or r.job != job)]
     if not tested:
@@ -223,6 +220,18 @@ def _mirror_start(cfg, data, ledger: ClaimLedger, k: int, identity: str | None, 
                          "against the candidates, or this way as a gate, which continues it)")
     start = _start(cfg, data, ledger, key, name, fp, job, pins, mirror_of=where)
     return dataclasses.replace(start, mirrored=True)
+
+
+def mirror_key(cfg, data, k: int, identity: str | None) -> str | None:
+    """The key of candidate ``k``'s regression claim with its sides exchanged (None: no regression, or no identity).
+    Its level is computed as that side's job computes it (the opposite claim's alpha, not 1 - alpha: the two differ in
+    the last bit for most margins, and a key is exact)."""
+    mirror = None if identity is None else source_of(cfg).mirror_claim_identity(cfg, data, k)
+    if mirror is None:
+        return None
+    reg = cfg.regression.claim
+    opposite = dataclasses.replace(reg, superiority=not reg.superiority)
+    return claim_key(identity_key({**mirror, "unit": data.unit}), opposite.alpha / data.unit)
 
 
 def mirror_base(run: ClaimRun, where: str) -> ClaimRun:
@@ -362,10 +371,11 @@ def _test_state(cfg, claim: ClaimStart, r: CandidateRecord, candidate_state: dic
     if len(futility) == len(r.path):
         out["futility_path"] = np.asarray(futility, dtype=np.float64)
     if claim.mirrored:  # kept as the claim was first tested: its pass and fail tests exchanged back
-        cand = out.get("candidate")
-        if cand is not None and "futility" in cand:
-            out["candidate"] = {**cand, "test": cand["futility"], "futility": cand["test"]}
-        out["path"], out["futility_path"] = out.pop("futility_path", np.zeros(0)), out["path"]
+        cand = out.get("candidate", {})
+        if "futility" not in cand or "futility_path" not in out:  # mirror_base required both: a broken invariant
+            raise RuntimeError(f"{r.name}: a continued mirrored claim without its fail test's whole path")
+        out["candidate"] = {**cand, "test": cand["futility"], "futility": cand["test"]}
+        out["path"], out["futility_path"] = out["futility_path"], out["path"]
     return out
 
 

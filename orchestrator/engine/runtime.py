@@ -73,7 +73,9 @@ class LocalRuntime:
     def like_ray(cls, num_cpus: int | None = None, max_actors: int | None = None) -> LocalRuntime:
         """Hosts packed as a local Ray packs its actors (one per CPU, ``max_actors`` at most): a host computes its
         candidates as one vectorised block, whose matrix products can round their last bit by the block's size, so
-        the same packing gives the same e-values to the last bit in-process and on Ray."""
+        the same packing gives the same e-values to the last bit in-process and on Ray. The CPUs are os.cpu_count()
+        unless ``num_cpus`` names them; Ray reads a container's CPU quota, so where the two differ, ``ray.num_cpus``
+        pins both."""
         rt = cls()
         rt._packing = (num_cpus, max_actors)
         return rt
