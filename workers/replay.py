@@ -61,21 +61,55 @@ def _numeric(values: np.ndarray, name: str, path, where=None) -> np.ndarray:
     return v
 
 
-def _candidates(table, name: str, path) -> tuple[np.ndarray, np.ndarray]:
-    """The candidate names, sorted, and each row's index into them: ``np.unique(column as str, return_inverse=True)``.
-    A string column is dictionary-encoded by pyarrow and only its distinct names are sorted (hashing and sorting every
-    row's string in numpy takes most of a long table's load)."""
+def _encoded(table, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """A column's distinct values and each row's index into them, hashed by pyarrow (``dictionary_encode``), or None
+    where pyarrow cannot (a missing value, a type it does not hash): only the distinct values then reach numpy, so a long
+    table's load is not spent sorting every row's string or id."""
     import pyarrow as pa
 
-    if name in table.column_names and pa.types.is_string(table.schema.field(name).type):
-        enc = table.column(name).combine_chunks().dictionary_encode()
-        if enc.null_count == 0:
-            distinct = np.array(enc.dictionary.to_pylist(), dtype=str)
-            order = np.argsort(distinct, kind="stable")
-            rank = np.empty(order.size, dtype=np.intp)
-            rank[order] = np.arange(order.size)
-            return distinct[order], rank[enc.indices.to_numpy()]
+    col = table.column(name)
+    if col.null_count or not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+                              or pa.types.is_integer(col.type)):
+        return None
+    enc = col.combine_chunks().dictionary_encode()
+    values = enc.dictionary.to_numpy(zero_copy_only=False)
+    return (values.astype(str) if values.dtype.kind == "O" else values), enc.indices.to_numpy()
+
+
+def _sorted_codes(distinct: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values sorted and each row's index into the sorted ones: ``np.unique(values, return_inverse=True)``."""
+    order = np.argsort(distinct, kind="stable")
+    rank = np.empty(order.size, dtype=np.intp)
+    rank[order] = np.arange(order.size)
+    return distinct[order], rank[index]
+
+
+def _candidates(table, name: str, path) -> tuple[np.ndarray, np.ndarray]:
+    """The candidate names, sorted, and each row's index into them."""
+    enc = _encoded(table, name) if name in table.column_names else None
+    if enc is not None:
+        return _sorted_codes(enc[0].astype(str), enc[1])
     return np.unique(_column(table, name, path).astype(str), return_inverse=True)
+
+
+def _items(table, name: str, path) -> tuple[np.ndarray, np.ndarray]:
+    """The item ids, sorted, and each row's index into them; ids normalised by :func:`id_column` (checked on the
+    distinct ids, which is the same check: a string id is an integer exactly when every row holding it is)."""
+    enc = _encoded(table, name) if name in table.column_names else None
+    if enc is not None:
+        return _sorted_codes(id_column(enc[0], name, path), enc[1])
+    return np.unique(id_column(_column(table, name, path), name, path), return_inverse=True)
+
+
+def _repeated(flat: np.ndarray, cells: int) -> np.ndarray:
+    """Rows whose (candidate, item) cell an earlier row already holds."""
+    if cells <= 4 * flat.size:  # a count per cell is cheap when the table is about as large as its cells
+        if np.bincount(flat, minlength=cells).max(initial=0) <= 1:
+            return np.zeros(flat.size, bool)
+    _, first = np.unique(flat, return_index=True)
+    again = np.ones(flat.size, bool)
+    again[first] = False
+    return again
 
 
 def load_loss_table(
@@ -98,14 +132,12 @@ def load_loss_table(
         raise ValueError(f"{path}: the table has no rows")
     names, cidx = _candidates(table, candidate, path)
     cand = names[cidx]  # what the rows say (for the error lines)
-    items = id_column(_column(table, item, path), item, path)
-    item_ids, iidx = np.unique(items, return_inverse=True)
+    item_ids, iidx = _items(table, item, path)
+    items = item_ids[iidx]  # what the rows say
     K, I = names.size, item_ids.size
     flat = cidx * I + iidx
-    if np.unique(flat).size != flat.size:
-        _, first = np.unique(flat, return_index=True)
-        again = np.ones(flat.size, bool)
-        again[first] = False  # every row after the first of its (candidate, item)
+    again = _repeated(flat, K * I)
+    if again.any():
         raise ValueError(f"{path}: duplicated ({candidate}, {item}) rows: "
                          f"{_rows_named(again, lambda r: f'{cand[r]}, {items[r]}')}")
     if flat.size != K * I:
