@@ -171,6 +171,19 @@ def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh
     the same items; ``series``: gate a release of this series (its level delta / (k (k + 1)),
     :mod:`~certsel.orchestrator.engine.series`). Bad input raises :class:`~certsel.errors.InputError`."""
     cfg = gate_config(job, overrides, only, warn, compressed, base, labels, regression, series)
+    from certsel.orchestrator.outputs.output_process import outputs_for
+
+    outputs = outputs_for(cfg, track)  # importing MLflow (or matplotlib) from now on, beside everything below
+    try:
+        return _gate(cfg, outputs, only=only, output=output, track=track, fresh=fresh, progress=progress, warn=warn,
+                     on_runtime=on_runtime)
+    except BaseException:
+        if outputs is not None:
+            outputs.close()
+        raise
+
+
+def _gate(cfg, outputs, *, only, output, track, fresh, progress, warn, on_runtime) -> GateResult:
     from certsel.orchestrator.commands.job import answer_finished, execute  # after the job file is read
     from certsel.orchestrator.inputs.sources import load_job_data
     from certsel.orchestrator.outputs.certificate import certificate_of
@@ -192,7 +205,9 @@ def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh
         cfg = in_series(cfg, data)
     done = None if fresh or output is not None else answer_finished(cfg, data, track)
     if done is not None:  # the same gate finished before: its answer, nothing bought now
+        if outputs is not None:
+            outputs.close()
         return result_of(done.certificate, done.output, done.mlflow_run)
     result, run_id = execute(cfg, output=output, track=track, progress=progress, data=data, warn=warn,
-                             on_runtime=on_runtime)
+                             on_runtime=on_runtime, outputs=outputs)
     return result_of(certificate_of(result), result.output_dir, run_id)

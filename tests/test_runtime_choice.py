@@ -12,6 +12,7 @@ from certsel.errors import InputError
 from certsel.orchestrator.commands.job import execute
 from certsel.orchestrator.engine.runtime_choice import RuntimeKind, choose_runtime
 from certsel.orchestrator.outputs.certificate import certificate_of
+from helpers.mlflow_record import job_record
 
 TABLE = "examples/data/triviaqa_llama31_8b_mx.parquet"
 
@@ -115,8 +116,6 @@ def test_a_job_killed_in_process_resumes_on_ray_to_the_same_certificate(tmp_path
 def test_the_mlflow_runs_are_the_same_in_process_and_on_ray(tmp_path):
     """The tracking record of one gate under each runtime: the same parameters, the same metrics (every step of each
     candidate's e-value and labels) and the same child runs, less ids, times and folders."""
-    from mlflow.tracking import MlflowClient
-
     path, sets = CASES["gate"]
     records = {}
     for runtime in ("local", "ray"):
@@ -126,17 +125,7 @@ def test_the_mlflow_runs_are_the_same_in_process_and_on_ray(tmp_path):
         cfg = load_config(path, [*sets, f"runtime={runtime}", f"state.dir={home / 'jobs'}",
                                  f"state.store={home / 'labels.db'}", f"tracking.uri={uri}", *PACKING])
         _, run_id = execute(cfg, track=True)
-        client = MlflowClient(uri)
-        parent = client.get_run(run_id)
-        children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
-
-        def view(run):
-            keep = {k: v for k, v in run.data.params.items() if not any(w in k for w in ("dir", "store", "path"))}
-            steps = {k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)]
-                     for k in sorted(run.data.metrics) if "seconds" not in k and "stage" not in k}
-            return keep, steps, run.data.tags.get("mlflow.runName")
-
-        records[runtime] = (view(parent), sorted((view(c) for c in children), key=lambda v: str(v[2])))
+        records[runtime] = job_record(uri, run_id)
     assert records["local"] == records["ray"]
     assert records["local"][1] and records["local"][0][1]  # not vacuous: child runs and metric histories
 

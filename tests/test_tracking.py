@@ -165,8 +165,37 @@ def test_certified_candidates_have_upper_bounds_below_alpha(job):
     assert client.get_run(run_id).data.tags["mlflow.note.content"].startswith(f"**Selected: {sel.name}.**")
 
 
-def test_failure_mid_job_marks_runs_failed(tmp_path):
-    """A job that breaks after its runs exist leaves them FAILED, never FINISHED."""
+def _breaks_at_round_2(records, rounds):
+    if rounds == 2:
+        raise RuntimeError("progress display crashed")
+
+
+def test_failure_mid_job_marks_runs_failed(tmp_path, monkeypatch):
+    """A job whose labels take long is logged as it runs: one that breaks after its runs exist leaves them FAILED,
+    never FINISHED."""
+    (tmp_path / "slow_labels.py").write_text("import numpy as np\n"
+                                             "def losses(candidate, items, role):\n"
+                                             "    return np.zeros(len(items))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    uri = f"sqlite:///{tmp_path}/store.db"
+    cfg = parse_config({
+        "source": {"python": "slow_labels:losses", "items": 500,
+                   "candidates": [{"id": c, "objective": float(k)} for k, c in enumerate("abc")]},
+        "policy": {"kind": "r-eval"}, "procedure": "bonferroni", "objective": {"column": "size"},
+        "budget": {"n": 50, "batch": 10}, "runtime": "local",
+        "tracking": {"uri": uri}, "state": {"dir": str(tmp_path / "jobs")},
+    })
+    with pytest.raises(RuntimeError, match="progress display crashed"):
+        execute(cfg, progress=_breaks_at_round_2)
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("certsel").experiment_id])
+    assert len(runs) == 4
+    assert {r.info.status for r in runs} == {"FAILED"}
+
+
+def test_failed_table_job_leaves_no_run(tmp_path):
+    """A recorded table's runs are logged when it ends (outputs/output_process.py): one that breaks mid-job leaves
+    none, and its folder says it failed."""
     uri = f"sqlite:///{tmp_path}/store.db"
     cfg = parse_config({
         "data": {"path": str(DATA_DIR / "triviaqa_llama31_8b_mx.parquet"), "judge": "loss_judge_best",
@@ -175,17 +204,12 @@ def test_failure_mid_job_marks_runs_failed(tmp_path):
         "objective": {"column": "avg_bitwidth"}, "budget": {"n": 50, "r": 1, "batch": 10},
         "tracking": {"uri": uri}, "state": {"dir": str(tmp_path / "jobs")},
     })
-
-    def broken_progress(records, rounds):
-        if rounds == 2:
-            raise RuntimeError("progress display crashed")
-
     with pytest.raises(RuntimeError, match="progress display crashed"):
-        execute(cfg, progress=broken_progress)
+        execute(cfg, progress=_breaks_at_round_2)
     client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name("certsel").experiment_id])
-    assert len(runs) == 4
-    assert {r.info.status for r in runs} == {"FAILED"}
+    assert client.search_runs([client.get_experiment_by_name("certsel").experiment_id]) == []
+    (job,) = (tmp_path / "jobs").iterdir()
+    assert json.loads((job / "job.json").read_text())["status"] == "failed"
 
 
 @pytest.mark.parametrize("example", ["prompts.yaml", "alpacaeval_ranking.yaml"])

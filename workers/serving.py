@@ -25,7 +25,6 @@ import subprocess
 import sys
 import time
 
-import httpx
 
 from certsel.errors import InputError
 
@@ -92,6 +91,8 @@ class ModelServer:
         """Poll ``/health`` until it answers 200; :class:`ServeError` if the process exits or ``timeout`` seconds pass.
         """
         name = self.spec["name"]
+        import httpx  # here: a job that serves nothing never imports it
+
         deadline = time.monotonic() + timeout
         while True:
             code = self.proc.poll()

@@ -24,15 +24,29 @@ def run_command(args) -> int:
     from certsel.config.ledger import with_ledger
 
     cfg = with_ledger(load_config(args.config, runtime_overrides(args)))  # bad input exits before the engine loads
-    from certsel.orchestrator.commands.job import execute
-    from certsel.orchestrator.outputs.certificate import certificate_of
-
     if args.fresh:
         if args.resume:
             raise ValueError("--fresh and --resume exclude each other")
         cfg = cfg.model_copy(update={"state": cfg.state.model_copy(update={"resume": "never"})})
+    if cfg.tasks is not None and cfg.aggregate is None:
+        return run_tasks(args, cfg, *_consoles(args), _on_job(args))
+    from certsel.orchestrator.outputs.output_process import outputs_for
+
+    outputs = outputs_for(cfg, not args.no_tracking)  # importing MLflow (or matplotlib) beside everything below
+    try:
+        return _run(args, cfg, outputs)
+    finally:
+        if outputs is not None:
+            outputs.close()
+
+
+def _consoles(args):
     machine = args.format != "table"  # stdout holds only the formatted result
-    console = make_console(stderr=machine)
+    return make_console(stderr=machine), machine
+
+
+def _on_job(args):
+    machine = args.format != "table"
 
     def on_job(job):
         # what Ctrl-C prints: the same command, resuming this job (its labels are not bought again)
@@ -44,8 +58,15 @@ def run_command(args) -> int:
         if not args.quiet or job.resumed:
             print(f"{verb}: labels kept in {job.dir}", flush=True, file=sys.stderr if machine else sys.stdout)
 
-    if cfg.tasks is not None and cfg.aggregate is None:
-        return run_tasks(args, cfg, console, machine, on_job)
+    return on_job
+
+
+def _run(args, cfg, outputs) -> int:
+    from certsel.orchestrator.commands.job import execute
+    from certsel.orchestrator.outputs.certificate import certificate_of
+
+    console, machine = _consoles(args)
+    on_job = _on_job(args)
     data = None
     if not args.resume and args.output is None:  # the same job finished before: show it, buy nothing
         from certsel.orchestrator.commands.job import answer_finished
@@ -61,6 +82,7 @@ def run_command(args) -> int:
             emit(args, console, machine, done.certificate, run_id=done.mlflow_run, output_dir=done.output)
             return 0
     kw = {"output": args.output, "track": not args.no_tracking, "resume": args.resume, "on_job": on_job, "data": data,
+          "outputs": outputs,
           "warn": lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True),
           "on_runtime": None if args.quiet else
           lambda choice: print(choice.line(), flush=True, file=sys.stderr if machine else sys.stdout),

@@ -34,6 +34,8 @@ from certsel.orchestrator.inputs.source_kind import SourceKind
 from certsel.orchestrator.inputs.sources import load_job_data, source_of
 from certsel.orchestrator.outputs.paths import output_dir, output_file
 from certsel.orchestrator.outputs.mlflow_store import precheck
+from certsel.orchestrator.outputs.output_process import OutputProcess, outputs_for
+from certsel.orchestrator.outputs.plots import write_plots
 from certsel.orchestrator.outputs.tracking import JobTracker
 from certsel.orchestrator.results.records import JobResult
 
@@ -71,6 +73,7 @@ class RunOptions:
     on_stage: Callable | None = None
     reopen: bool = False  # ``resume`` may name a finished job: run again from its log, buying nothing
     on_runtime: Callable | None = None  # told the runtime chosen (engine/runtime_choice.RuntimeChoice)
+    outputs: OutputProcess | None = None  # started by the front end (output_process.outputs_for); closed here
 
 
 def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[JobResult, str | None]:
@@ -80,20 +83,34 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
     o = options if options is not None else RunOptions(**kw)
     clock = StageClock(o.on_stage)
     started = time.time()
-    output = None if o.output is None else output_dir(o.output, "--output")
-    data = _checked_data(cfg, o, clock)
-    if cfg.series is not None and cfg.series.releases is None:  # each release's place and level in its series
-        from certsel.orchestrator.engine.series import in_series
+    # a recorded table's runs are logged when it ends (its rounds take milliseconds); a process of its own imports
+    # MLflow meanwhile (or, untracked, matplotlib) where this one has not yet (outputs/output_process.py)
+    deferred = not source_of(cfg).parallel
+    outputs = o.outputs if o.outputs is not None or not deferred else outputs_for(cfg, o.track)
+    try:
+        output = None if o.output is None else output_dir(o.output, "--output")
+        data = _checked_data(cfg, o, clock)
+        if cfg.series is not None and cfg.series.releases is None:  # each release's place and level in its series
+            from certsel.orchestrator.engine.series import in_series
 
-        cfg = in_series(cfg, data)
-    choice = choose_runtime(cfg)  # bad input (runtime: local where only Ray serves) before any folder exists
-    life = _open_job(cfg, data, o, clock, started)
+            cfg = in_series(cfg, data)
+        choice = choose_runtime(cfg)  # bad input (runtime: local where only Ray serves) before any folder exists
+        life = _open_job(cfg, data, o, clock, started)
+    except BaseException:
+        if outputs is not None:
+            outputs.close()
+        raise
     with contextlib.ExitStack() as resources:  # released in reverse order, whatever happens
+        if outputs is not None:
+            resources.callback(outputs.close)
         resources.callback(life.release)
         # late-bound: release sees the cfg and data the job ran with (prepare_source may replace them)
         resources.callback(lambda: source_of(cfg).release(cfg, data))
         try:
-            opening = _open_store(cfg, clock, resources) if o.track else None  # opens while Ray starts
+            opening = None
+            if o.track:  # opens while Ray starts and the job runs
+                opening = _open_store(cfg, clock, resources) if outputs is None else outputs.open_store(
+                    cfg.tracking.uri, cfg.tracking.experiment)
             runtime = _start_runtime(choice, cfg, data, life, clock, resources, o.on_runtime)
             kind = source_of(cfg)
             servers = None
@@ -102,9 +119,14 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
                     cfg, data, servers = prepare_source(kind, cfg, data, o.on_servers)
                 if servers is not None:
                     resources.callback(servers.close)
-            if opening is not None:
-                life.track(opening.result(), cfg, data, new_records(data.names, data.objective),
-                           parent_run=o.parent_run)
+
+            def track():
+                with clock.stage(TRACKING):  # what the job waits for the store (it opened meanwhile)
+                    tracker = opening.result() if outputs is None else outputs.tracker()
+                life.track(tracker, cfg, data, new_records(data.names, data.objective), parent_run=o.parent_run)
+
+            if o.track and not deferred:
+                track()
             try:
                 with clock.stage(ROUNDS):
                     result = run_job(cfg, data, runtime, progress=o.progress, tracker=life.tracker, job_dir=life.dir,
@@ -114,7 +136,9 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
             except Exception as exc:  # while the job ran: a job error, whatever its type
                 raise job_error(exc) from exc
             result.stages = clock.seconds  # the clock's own dict: the stages after this one land in it too
-            life.finish(result, output)
+            # deferred: the runs after the report, then every round's step metrics at once (JobTracker.finish)
+            life.finish(result, output, draw=outputs.draw if outputs is not None and not o.track else write_plots,
+                        track=track if o.track and deferred else None)
             return result, life.run_id
         except BaseException as exc:  # the runs say how it ended: KILLED on Ctrl-C, FAILED otherwise
             life.fail(exc)
@@ -150,12 +174,7 @@ def _checked_data(cfg: RunConfig, o: RunOptions, clock: StageClock) -> JobData:
 def _open_store(cfg: RunConfig, clock: StageClock, resources: contextlib.ExitStack):
     """The tracking store opening in a thread (imports, migrations of a new SQLite file): a future of its tracker."""
     pool = resources.enter_context(ThreadPoolExecutor(1, thread_name_prefix="certsel-mlflow"))
-
-    def open_store():
-        with clock.stage(TRACKING, tell=False):
-            return JobTracker(cfg.tracking.uri, cfg.tracking.experiment)
-
-    return pool.submit(open_store)
+    return pool.submit(JobTracker, cfg.tracking.uri, cfg.tracking.experiment)
 
 
 def _start_runtime(choice, cfg: RunConfig, data, life: JobLifecycle, clock: StageClock,

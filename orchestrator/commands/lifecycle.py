@@ -15,7 +15,9 @@ import tempfile
 import time
 
 from certsel.orchestrator.engine.state import JobState
+from certsel.orchestrator.outputs.plots import write_plots
 from certsel.orchestrator.outputs.report import write_report
+from certsel.orchestrator.outputs.tracking import TrackedJob
 from certsel.orchestrator.results.records import JobResult
 
 from .stages import LOGGING, REPORT, RUNS, StageClock
@@ -50,30 +52,34 @@ class JobLifecycle:
         and name it in the folder."""
         self.tracker = tracker
         with self.clock.stage(RUNS):
-            self.run_id = tracker.start(cfg, data, records, job=self.job, parent_run=parent_run, started=self.started)
+            self.run_id = tracker.start(cfg, data, records, job=TrackedJob.of(self.job), parent_run=parent_run,
+                                        started=self.started)
         if self.job is not None:
             self.job.update(mlflow_runs=[*self.job.meta.get("mlflow_runs", []), self.run_id])
         return self.run_id
 
     # -- the end ----------------------------------------------------------------------------------
-    def finish(self, result: JobResult, folder=None, *, files=()) -> JobResult:
+    def finish(self, result: JobResult, folder=None, *, files=(), draw=write_plots, track=None) -> JobResult:
         """The job's outputs: report and certificate into ``folder`` (default: the job's folder; none: only MLflow
         gets them), ``files`` already there listed with them, the MLflow run finished; the folder marked finished,
-        or failed when no candidate could be evaluated (a rerun resumes it)."""
+        or failed when no candidate could be evaluated (a rerun resumes it). ``draw``: what draws the plots (the
+        output process's, :mod:`~certsel.orchestrator.outputs.output_process`); ``track``: creates the runs now (a job
+        logged at its end: its store opened while the report was written)."""
         job = self.job
         result.job_id = None if job is None else job.job_id
-        if self.tracker is not None:
-            t = self.tracker
-            result.tracking = {"uri": t.uri, "experiment_id": t.experiment_id, "run_id": self.run_id}
         folder = folder if folder is not None else self.dir
         with tempfile.TemporaryDirectory() as tmp:
             with self.clock.stage(REPORT):
-                written = write_report(result, folder or tmp)
+                written = write_report(result, folder or tmp, draw)
             if folder is not None:
                 result.output_dir, result.files = pathlib.Path(folder), [*files, *written]
+            if track is not None:
+                track()
             if self.tracker is not None:
+                t = self.tracker
+                result.tracking = {"uri": t.uri, "experiment_id": t.experiment_id, "run_id": self.run_id}
                 with self.clock.stage(LOGGING):
-                    self.tracker.finish(result, written)
+                    t.finish(result, written)
         self.mark_ended(result.cfg.name, result.output_dir, result.selected, result.evaluated)
         if result.cfg.state.store is not None:  # the label store too: CI caches the file
             checkpoint_file(pathlib.Path(result.cfg.state.store))

@@ -26,8 +26,6 @@ from certsel.config.identity import config_fingerprint
 from certsel.errors import first_line
 from certsel.policies.kinds import Labels
 from certsel.workers.annotations import COMBINE, AnswerScale, control_of, data_keys, labelling_config
-from certsel.workers.label_studio_client import LabelStudioClient, LabelStudioError, token_from
-from certsel.workers.label_studio_source import LabelStudioSpec
 from certsel.workers.tables import read_table
 
 from .jobdata import JobData, fingerprint, listed
@@ -186,6 +184,8 @@ def read_outputs(opts: LabelStudioOptions):
 def check_server(opts: LabelStudioOptions, sends: set[str]) -> None:
     """The server answers, accepts the token and, for an existing project, its labelling config can be answered on the
     declared scale with the data certsel sends."""
+    from certsel.workers.label_studio_client import LabelStudioClient, LabelStudioError, token_from
+
     with LabelStudioClient(opts.url, token_from(opts.api_key_env), retries=0) as client:
         client.whoami()
         if isinstance(opts.project, int):
@@ -224,6 +224,8 @@ class LabelStudioKind(SourceKind):
     def release(self, cfg, data):
         """Delete the job's webhook and stop its endpoint (a failure is logged: the job's outcome does not depend on
         it)."""
+        from certsel.workers.label_studio_client import LabelStudioClient, LabelStudioError, token_from
+
         ann = data.function
         if not isinstance(ann, Annotation) or ann.hook is None:
             return
@@ -237,6 +239,8 @@ class LabelStudioKind(SourceKind):
             ann.hook.close()
 
     def load(self, cfg: RunConfig) -> JobData:
+        from certsel.workers.label_studio_client import LabelStudioClient, LabelStudioError, token_from
+
         opts = self.settings(cfg)
         if cfg.proc.ranking:
             raise ValueError("labels.kind label-studio: pairwise rankings are not supported (a selection "
@@ -261,6 +265,8 @@ class LabelStudioKind(SourceKind):
     def prepare(self, cfg: RunConfig, data: JobData, fleet):
         """The project (found again by the job's marker, else created; or the one named by id) and the tasks already in
         it, mapped back to candidates and items by their keys."""
+        from certsel.workers.label_studio_client import LabelStudioClient, LabelStudioError, token_from
+
         opts = self.settings(cfg)
         ann: Annotation = data.function
         marker = config_fingerprint(cfg, data.fingerprint)[:16]  # the job's identity, as its folder's
@@ -303,6 +309,8 @@ class LabelStudioKind(SourceKind):
         return cfg, dataclasses.replace(data, function=ann)
 
     def spec(self, cfg, data, k, with_judge):
+        from certsel.workers.label_studio_source import LabelStudioSpec
+
         opts = self.settings(cfg)
         ann: Annotation = data.function
         c = data.names[k]

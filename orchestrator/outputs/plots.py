@@ -1,20 +1,59 @@
 """The report's plots: bounds against alpha, e-values against their thresholds, the selection against the budget, and a
 ranking's certified pairs. Labels at least 8 pt, thresholds drawn, e-values on a log axis, the selection marked.
+
+The plots read a :class:`PlotInputs` (the certificate and the few figures of the job it does not hold), so that they
+can be drawn by another process (:mod:`.output_process`) without the job's result.
 """
 
 from __future__ import annotations
 
 import math
 import pathlib
+from dataclasses import dataclass
 
 import numpy as np
-
-
-from certsel.orchestrator.results.records import JobResult
 
 from .selection_schema import Certificate
 
 _FONT = 8
+
+
+@dataclass(frozen=True)
+class EvaluePath:
+    """One candidate's log e-value after each human label."""
+
+    name: str
+    log_e: np.ndarray
+    certified: bool
+    selected: bool
+
+
+@dataclass(frozen=True)
+class PlotInputs:
+    """What the plots draw: the certificate, and from the job the e-value paths, the strictest threshold (in words),
+    alpha and the budget curve."""
+
+    cert: Certificate
+    alpha: float | None
+    paths: tuple[EvaluePath, ...]
+    threshold: float | None  # 1 / the strictest decision level
+    threshold_words: str
+    budget_curve: tuple[tuple[int, float | None], ...]
+    objective: str
+
+
+def plot_inputs(result, cert: Certificate) -> PlotInputs:
+    """The :class:`PlotInputs` of a finished job (a :class:`~certsel.orchestrator.results.records.JobResult`)."""
+    cfg = result.cfg
+    certified = set(result.certified)
+    paths = tuple(EvaluePath(r.name, np.asarray(r.path, dtype=np.float64), r.name in certified,
+                             r.name == result.selected) for r in result.records if r.path)
+    threshold = words = None
+    if paths:
+        threshold, words = 1.0 / min(result.levels), cfg.proc.threshold_words(cfg.delta, len(result.records))
+    return PlotInputs(cert=cert, alpha=None if cert.claim else cfg.alpha, paths=paths, threshold=threshold,
+                      threshold_words=words or "", budget_curve=tuple(result.budget_curve or ()),
+                      objective=cfg.objective.column if cfg.objective else "objective")
 
 
 def _plt():
@@ -36,8 +75,9 @@ def _save(fig, path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def bounds_plot(result: JobResult, cert: Certificate, path: pathlib.Path) -> pathlib.Path | None:
+def bounds_plot(inputs: PlotInputs, path: pathlib.Path) -> pathlib.Path | None:
     """Each candidate's own upper bound on R (a bar from its estimate, at its test's level) against alpha."""
+    cert, alpha = inputs.cert, inputs.alpha
     if cert.claim:
         return _recovery_bounds_plot(cert, path)
     rows = [c for c in cert.candidates if c.upper_bound is not None and c.labels_human > 0]
@@ -52,8 +92,8 @@ def bounds_plot(result: JobResult, cert: Certificate, path: pathlib.Path) -> pat
         lo = max(lo, 0.0)  # R is in [0, 1]: an estimate below 0 (a judge-corrected mean can be) is drawn from 0
         ax.plot([min(lo, c.upper_bound), c.upper_bound], [yi, yi], color=color, lw=3 if c.selected else 1.8)
         ax.plot([c.upper_bound], [yi], "|", color=color, ms=9, mew=2)
-    ax.axvline(result.cfg.alpha, color="k", ls="--", lw=1, label=f"alpha = {result.cfg.alpha:g}")
-    ax.set_xlim(0.0, min(1.0, 1.1 * max(result.cfg.alpha, *(c.upper_bound for c in rows))))  # within R's range
+    ax.axvline(alpha, color="k", ls="--", lw=1, label=f"alpha = {alpha:g}")
+    ax.set_xlim(0.0, min(1.0, 1.1 * max(alpha, *(c.upper_bound for c in rows))))  # within R's range
     ax.set_yticks(y, [c.candidate + ("  (selected)" if c.selected else "") for c in rows], fontsize=_FONT)
     ax.set_xlabel("risk R: estimate to its own test's upper bound (green: certified R <= alpha)")
     ax.set_title("each candidate's own one-sided bound (per-candidate level) against alpha")
@@ -91,22 +131,18 @@ def _recovery_bounds_plot(cert: Certificate, path: pathlib.Path) -> pathlib.Path
     return _save(fig, path)
 
 
-def evalue_plot(result: JobResult, path: pathlib.Path) -> pathlib.Path | None:
+def evalue_plot(inputs: PlotInputs, path: pathlib.Path) -> pathlib.Path | None:
     """E-value paths on a log axis with each path's threshold (the strictest one drawn)."""
-    ran = [r for r in result.records if r.path]
-    if not ran:
+    if not inputs.paths:
         return None
     plt = _plt()
-    cfg, K = result.cfg, len(result.records)
-    proc = cfg.proc
     fig, ax = plt.subplots(figsize=(7.5, 4))
-    for r in ran:
-        e = np.exp(np.minimum(np.asarray(r.path), 700))
-        style = "-" if r.name in result.certified else ":"
-        ax.plot(np.arange(1, e.size + 1), e, style, lw=2.5 if r.name == result.selected else 0.9,
-                label=f"{r.name} (selected)" if r.name == result.selected else None)
+    for r in inputs.paths:
+        e = np.exp(np.minimum(r.log_e, 700))
+        ax.plot(np.arange(1, e.size + 1), e, "-" if r.certified else ":", lw=2.5 if r.selected else 0.9,
+                label=f"{r.name} (selected)" if r.selected else None)
     # the strictest threshold any candidate was held to (the engine's decision levels)
-    ax.axhline(1.0 / min(result.levels), color="k", lw=1, label=f"threshold: {proc.threshold_words(cfg.delta, K)}")
+    ax.axhline(inputs.threshold, color="k", lw=1, label=f"threshold: {inputs.threshold_words}")
     ax.set_yscale("log")
     ax.set_xlabel("human labels")
     ax.set_ylabel("e-value (log axis)")
@@ -115,17 +151,16 @@ def evalue_plot(result: JobResult, path: pathlib.Path) -> pathlib.Path | None:
     return _save(fig, path)
 
 
-def budget_plot(result: JobResult, path: pathlib.Path) -> pathlib.Path | None:
+def budget_plot(inputs: PlotInputs, path: pathlib.Path) -> pathlib.Path | None:
     """The objective of what the job would have selected with a smaller per-candidate budget."""
-    cfg = result.cfg
-    if not result.budget_curve:
+    if not inputs.budget_curve:
         return None
-    budgets, sel = zip(*result.budget_curve, strict=True)  # the engine's (engine/derived.py)
+    budgets, sel = zip(*inputs.budget_curve, strict=True)  # the engine's (engine/derived.py)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.2))
     ax.step(budgets, [np.nan if s is None else s for s in sel], where="post")
     ax.set_xlabel("human labels per candidate (budget)")
-    ax.set_ylabel(cfg.objective.column if cfg.objective else "objective")
+    ax.set_ylabel(inputs.objective)
     ax.set_title("objective of the selected candidate vs. budget")
     return _save(fig, path)
 
@@ -157,8 +192,10 @@ def ranking_plot(cert: Certificate, path: pathlib.Path) -> pathlib.Path | None:
     return _save(fig, path)
 
 
-def write_plots(result: JobResult, cert: Certificate, outdir: pathlib.Path) -> list[pathlib.Path]:
-    made = [bounds_plot(result, cert, outdir / "bounds.png") if cert.ranking is None else None,
-            evalue_plot(result, outdir / "evalue_paths.png"), budget_plot(result, outdir / "selected_vs_budget.png"),
+def write_plots(inputs: PlotInputs, outdir: pathlib.Path) -> list[pathlib.Path]:
+    """Every plot the job has into ``outdir``; the files made."""
+    cert, outdir = inputs.cert, pathlib.Path(outdir)
+    made = [bounds_plot(inputs, outdir / "bounds.png") if cert.ranking is None else None,
+            evalue_plot(inputs, outdir / "evalue_paths.png"), budget_plot(inputs, outdir / "selected_vs_budget.png"),
             ranking_plot(cert, outdir / "ranking.png")]
     return [p for p in made if p is not None]

@@ -19,7 +19,7 @@ from certsel.policies.kinds import Family, get_policy_kind
 from .cells import ledger_lines, oracle_line
 from .certificate import certificate_of
 from .goals import goal_of
-from .plots import write_plots
+from .plots import plot_inputs, write_plots
 from .selection_schema import Certificate
 from certsel.orchestrator.results.records import JobResult
 
@@ -225,14 +225,15 @@ def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def write_report(result: JobResult, outdir) -> list[pathlib.Path]:
-    """Write selection.json, report.md, report.html, labels.parquet and the plots into ``outdir``."""
+def write_report(result: JobResult, outdir, draw=write_plots) -> list[pathlib.Path]:
+    """Write selection.json, report.md, report.html, labels.parquet and the plots into ``outdir``; ``draw`` draws the
+    plots (:func:`~.plots.write_plots`, or the output process's)."""
     outdir = pathlib.Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     cert = certificate_of(result)  # checked against the published schema when it was built
     files = [outdir / "selection.json"]
     files[0].write_text(json.dumps(cert.as_json(), indent=2, allow_nan=False))
-    plots = write_plots(result, cert, outdir)
+    plots = draw(plot_inputs(result, cert), outdir)
     if result.labels is not None:
         files.append(_write_labels(result, outdir / "labels.parquet"))
     files.append(outdir / "report.md")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -28,6 +29,23 @@ from .goals import goal_for, goal_for_config
 from .gpu import gpu_metrics
 from .selection_schema import Candidate
 
+@dataclass(frozen=True)
+class TrackedJob:
+    """What the runs say of the job folder they belong to: its id, which attempt this is, and the parent runs earlier
+    attempts left (a killed driver's, RUNNING until this one marks them KILLED)."""
+
+    job_id: str
+    attempt: int
+    earlier_runs: tuple[str, ...]
+
+    @classmethod
+    def of(cls, state) -> TrackedJob | None:
+        """From a :class:`~certsel.orchestrator.engine.state.JobState` (None: no folder)."""
+        if state is None:
+            return None
+        return cls(state.job_id, int(state.meta.get("attempts", 1)), tuple(state.meta.get("mlflow_runs", [])))
+
+
 class JobTracker:
     """Logs one job; use :meth:`start`, :meth:`on_round`, then :meth:`finish` or :meth:`fail`."""
 
@@ -42,9 +60,9 @@ class JobTracker:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="certsel-mlflow-steps")
         self._pending: list = []
 
-    def start(self, cfg, data, records, job=None, parent_run: str | None = None, started: float | None = None) -> str:
-        """``job``: the :class:`~certsel.orchestrator.engine.state.JobState` (id and attempt are tagged; runs a killed
-        driver left RUNNING become KILLED)."""
+    def start(self, cfg, data, records, job: TrackedJob | None = None, parent_run: str | None = None,
+              started: float | None = None) -> str:
+        """``job``: its folder (id and attempt are tagged; runs a killed driver left RUNNING become KILLED)."""
         from mlflow.entities import Param, RunTag
 
         c = self.client
@@ -52,8 +70,8 @@ class JobTracker:
         if parent_run is not None:  # a task of a multi-task job: nested under the job's run
             tags["mlflow.parentRunId"] = parent_run
         if job is not None:
-            tags.update({"certsel.job_id": job.job_id, "certsel.attempt": str(job.meta.get("attempts", 1))})
-            for old in job.meta.get("mlflow_runs", []):
+            tags.update({"certsel.job_id": job.job_id, "certsel.attempt": str(job.attempt)})
+            for old in job.earlier_runs:
                 self._close_stale(old)
         goal = goal_for_config(cfg)
         tags[NOTE] = (f"certsel job **{cfg.name}**: {cfg.policy.kind}, procedure {cfg.procedure}, delta = {cfg.delta:g}"

@@ -1,0 +1,106 @@
+"""The output process (orchestrator/outputs/output_process.py): a job on a recorded table in a fresh interpreter leaves
+MLflow (tracked) or matplotlib (untracked) to a process of its own, and what that process writes is what this one
+writes: the same runs, parameters, every step of every metric, tags, artifacts, and the same plot files to the byte."""
+
+import json
+import subprocess
+import sys
+
+import matplotlib  # noqa: F401  (imported here: this process's jobs draw and log in-process, the reference)
+import mlflow  # noqa: F401
+import pytest
+
+from certsel.config import load_config, parse_config
+from certsel.orchestrator.commands.job import execute
+from certsel.orchestrator.outputs.output_process import OutputProcess, OutputProcessError, outputs_for, wanted
+from helpers.mlflow_record import job_record
+
+pytestmark = pytest.mark.integration
+
+JOB = ("examples/gate_recovery.yaml", ["candidates=[mx_m5_r2_k16,mx_m7_r4_k16,mx_m4_r8_k64]", "budget.n=300",
+                                       "ray.num_cpus=2"])
+
+# a fresh interpreter running one job, saying which heavy modules it imported itself
+SCRIPT = """
+import json, sys
+from certsel.config import load_config, parse_config
+from certsel.orchestrator.commands.job import execute
+cfg = load_config(sys.argv[1], json.loads(sys.argv[2]))
+result, run_id = execute(cfg, track=sys.argv[3] == "track")
+print(json.dumps({"run_id": run_id, "folder": str(result.output_dir),
+                  "imported": sorted(m for m in ("mlflow", "matplotlib") if m in sys.modules)}))
+"""
+
+
+def _sets(tmp_path, name, uri=None):
+    home = tmp_path / name
+    home.mkdir()
+    return [*JOB[1], f"state.dir={home / 'jobs'}", f"state.store={home / 'labels.db'}",
+            *([f"tracking.uri={uri}"] if uri else [])]
+
+
+def _fresh_interpreter(sets, track: bool) -> dict:
+    p = subprocess.run([sys.executable, "-c", SCRIPT, JOB[0], json.dumps(sets), "track" if track else "no"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _plots(folder) -> dict:
+    import pathlib
+
+    return {p.name: p.read_bytes() for p in sorted(pathlib.Path(folder).glob("*.png"))}
+
+
+def test_a_tracked_job_logs_through_its_own_process_the_runs_logged_in_process(tmp_path):
+    uri_there, uri_here = (f"sqlite:///{tmp_path}/{n}.db" for n in ("there", "here"))
+    there = _fresh_interpreter(_sets(tmp_path, "there", uri_there), track=True)
+    assert there["imported"] == ["matplotlib"]  # MLflow was the output process's alone; the plots drawn here
+    assert not wanted(True)  # this process has MLflow: its job logs in-process, the reference
+    result, run_id = execute(load_config(JOB[0], _sets(tmp_path, "here", uri_here)), track=True)
+    a, b = job_record(uri_there, there["run_id"], tags=True), job_record(uri_here, run_id, tags=True)
+    assert a == b
+    assert len(a[1]) == 3 and a[0][1]["labels_human"] and a[1][0][1]["log_evalue_path"]  # not vacuous
+    assert {"report.html", "selection.json", "bounds.png"} <= set(a[2])
+    assert _plots(there["folder"]) == _plots(result.output_dir) != {}
+
+
+def test_an_untracked_job_draws_its_plots_in_its_own_process_the_same_bytes(tmp_path):
+    there = _fresh_interpreter(_sets(tmp_path, "there"), track=False)
+    assert there["imported"] == []  # matplotlib was the output process's alone
+    result, _ = execute(load_config(JOB[0], _sets(tmp_path, "here")), track=False)
+    assert _plots(there["folder"]) == _plots(result.output_dir)
+    assert set(_plots(result.output_dir)) == {"bounds.png", "evalue_paths.png"}
+
+
+def test_only_a_recorded_table_gets_one_and_only_where_it_pays(tmp_path, monkeypatch):
+    monkeypatch.delitem(sys.modules, "matplotlib")  # as in a fresh interpreter (the module stays imported)
+    table = load_config(JOB[0], _sets(tmp_path, "t"))
+    process = outputs_for(table, track=False)
+    try:
+        assert isinstance(process, OutputProcess)
+    finally:
+        process.close()
+        process.close()  # closing twice is closing once
+    assert outputs_for(table, track=True) is None  # MLflow is imported here: nothing to take off the job's path
+    live = parse_config({"live": {"items": "examples/data/single_digit_additions.jsonl", "loss": "numeric",
+                                  "candidates": [{"id": "a", "base_url": "http://127.0.0.1:9/v1", "model": "m",
+                                                  "template": "{question} ="}]},
+                         "policy": {"kind": "r-eval"}, "procedure": "gate"})
+    assert outputs_for(live, track=False) is None  # model calls: its runs are logged as it goes, here
+
+
+def test_an_error_there_is_raised_here_and_a_dead_process_is_named(tmp_path):
+    process = OutputProcess(f"sqlite:///{tmp_path}/missing/dir/store.db")
+    try:
+        process.open_store(f"sqlite:///{tmp_path}/missing/dir/store.db", "certsel")
+        with pytest.raises(Exception, match="does not exist"):
+            process.tracker()
+    finally:
+        process.close()
+    process = OutputProcess(None)
+    process._proc.kill()
+    process._proc.wait()
+    with pytest.raises(OutputProcessError, match="output process ended"):
+        process.call("plots", None, tmp_path)
+    process.close()
