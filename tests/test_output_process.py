@@ -79,9 +79,12 @@ def test_only_a_recorded_table_gets_one_and_only_where_it_pays(tmp_path, monkeyp
     process = outputs_for(table, track=False)
     try:
         assert isinstance(process, OutputProcess)
-    finally:
         process.close()
         process.close()  # closing twice is closing once
+        assert outputs_for(table, track=True) is process  # it waits for this interpreter's next job, warm
+    finally:
+        process.end()
+    assert not process.alive
     assert outputs_for(table, track=True) is None  # MLflow is imported here: nothing to take off the job's path
     live = parse_config({"live": {"items": "examples/data/single_digit_additions.jsonl", "loss": "numeric",
                                   "candidates": [{"id": "a", "base_url": "http://127.0.0.1:9/v1", "model": "m",
@@ -97,10 +100,37 @@ def test_an_error_there_is_raised_here_and_a_dead_process_is_named(tmp_path):
         with pytest.raises(Exception, match="does not exist"):
             process.tracker()
     finally:
-        process.close()
+        process.end()
     process = OutputProcess(None)
     process._proc.kill()
     process._proc.wait()
     with pytest.raises(OutputProcessError, match="output process ended"):
         process.call("plots", None, tmp_path)
     process.close()
+
+
+TWO_JOBS = """
+import json, sys
+from certsel.config import load_config
+from certsel.orchestrator.commands.job import execute
+from certsel.orchestrator.outputs import output_process
+pids, runs = [], []
+for seed in (0, 1):
+    cfg = load_config(sys.argv[1], [*json.loads(sys.argv[2]), f"seed={seed}"])
+    result, run_id = execute(cfg, track=True)
+    pids.append([p._proc.pid for p in output_process._IDLE])
+    runs.append(run_id)
+print(json.dumps({"pids": pids, "runs": runs, "mlflow": "mlflow" in sys.modules}))
+"""
+
+
+def test_a_second_job_of_one_interpreter_takes_the_first_jobs_process(tmp_path):
+    """A notebook's second job: the process the first one used waits, warm, and logs the second's runs too."""
+    uri = f"sqlite:///{tmp_path}/store.db"
+    p = subprocess.run([sys.executable, "-c", TWO_JOBS, JOB[0], json.dumps(_sets(tmp_path, "two", uri))],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert len(out["pids"][0]) == 1 and out["pids"][0] == out["pids"][1] and not out["mlflow"]
+    for run_id in out["runs"]:
+        assert job_record(uri, run_id)[1]  # both jobs' runs, with their candidates'

@@ -10,6 +10,10 @@ loads the data, runs the rounds and draws the plots, opens the store once this p
 meanwhile and draws them). What it writes is what this process would write: the same :class:`~.tracking.JobTracker`
 and :func:`~.plots.write_plots`, given the same inputs.
 
+A process that has done a job's outputs waits for the next job of this interpreter (a notebook's, a test process's):
+:meth:`~OutputProcess.close` hands it back to the pool :func:`outputs_for` takes from, its libraries imported and its
+stores' modules loaded, so a second job pays nothing to start one.
+
 It is a fresh interpreter (``python -m``), not a ``multiprocessing`` child: those import the caller's main module again,
 which reruns a user's script that calls :func:`certsel.api.run` at its top level. It ignores Ctrl-C (this process
 handles it, and a store half-migrated would be a broken store) and ends when this process closes its end of the socket,
@@ -18,32 +22,53 @@ or dies.
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import signal
 import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from certsel.errors import first_line
 
 def wanted(track: bool) -> bool:
-    """Whether a process of its own pays: the library it would take (MLflow with tracking, else matplotlib) is not
-    imported in this one yet (a first job; a notebook's second job or a test process has it)."""
+    """Whether a new process of its own pays: the library it would take (MLflow with tracking, else matplotlib) is not
+    imported in this one (a job in a process that has it, a notebook that imported MLflow, does it in-process)."""
     return ("mlflow" if track else "matplotlib") not in sys.modules
 
 
+_IDLE: list[OutputProcess] = []  # processes whose job has ended, waiting for this interpreter's next one
+_IDLE_LOCK = threading.Lock()
+
+
+@atexit.register
+def _end_idle() -> None:
+    """The waiting processes end with this interpreter (they would at the socket's close; this reaps them)."""
+    for process in list(_IDLE):
+        process.end()
+
+
 def outputs_for(cfg, track: bool) -> OutputProcess | None:
-    """The output process of a job on ``cfg``, started now (a front end calls this as soon as the job file is read,
-    so that its imports overlap everything after), or None where it does not pay: a job whose labels take long
-    (:attr:`~certsel.orchestrator.inputs.source_kind.SourceKind.parallel`; its runs are logged as it goes), or one
-    whose library this process has already."""
+    """The output process of a job on ``cfg``: a waiting one, else one started now (a front end calls this as soon as
+    the job file is read, so that its imports overlap everything after), or None where none pays: a job whose labels
+    take long (:attr:`~certsel.orchestrator.inputs.source_kind.SourceKind.parallel`; its runs are logged as it goes),
+    or one whose library this process has already."""
     from certsel.orchestrator.inputs.sources import source_of
     from .mlflow_store import resolve_uri
 
-    if source_of(cfg).parallel or not wanted(track):
+    if source_of(cfg).parallel:
+        return None
+    with _IDLE_LOCK:
+        while _IDLE:
+            process = _IDLE.pop()
+            if process.alive:
+                return process
+            process.close()
+    if not wanted(track):
         return None
     return OutputProcess(resolve_uri(cfg.tracking.uri) if track else None)
 
@@ -95,7 +120,8 @@ class OutputProcess:
     Calls are answered in the order they were made."""
 
     def __init__(self, track_uri: str | None):
-        """``track_uri``: the tracking store (the process takes MLflow); None: it takes the plots."""
+        """``track_uri``: the tracking store (the process imports MLflow and its store's module first); None: it
+        imports matplotlib first. Either serves both."""
         here, there = socket.socketpair()
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": os.environ.get("MLFLOW_DISABLE_TELEMETRY", "true")}
         self._proc = subprocess.Popen(
@@ -146,9 +172,31 @@ class OutputProcess:
         """:func:`~.plots.write_plots` there."""
         return self.call("plots", inputs, outdir)
 
+    @property
+    def alive(self) -> bool:
+        return not self._conn.closed and self._proc.poll() is None
+
     def close(self) -> None:
-        """End the process. Before the store was asked for it is only importing and is stopped at once; after, it
-        finishes what it does (a store mid-migration) and exits when this end closes. Closing twice is closing once."""
+        """This job is done with it. Every call answered: back to the pool for the next job. Else the process ends:
+        before the store was asked for it is only importing and is stopped at once; after, it finishes what it does (a
+        store mid-migration) and exits when this end closes. Closing twice is closing once."""
+        if self._conn.closed:
+            return
+        if self._received == self._sent and self._proc.poll() is None:
+            self._sent = self._received = 0
+            self._replies.clear()
+            self._opening, self._store_asked = None, False
+            with _IDLE_LOCK:
+                if self not in _IDLE:
+                    _IDLE.append(self)
+            return
+        self.end()
+
+    def end(self) -> None:
+        """End the process (see :meth:`close`)."""
+        with _IDLE_LOCK:
+            if self in _IDLE:
+                _IDLE.remove(self)
         if self._conn.closed:
             return
         if not self._store_asked:
@@ -162,35 +210,31 @@ class OutputProcess:
 
 
 def _serve(conn: Connection, track_uri: str) -> None:
-    """The process's side: import, then answer calls until the socket closes."""
+    """The process's side: import what its first job needs, then answer calls until the socket closes (importing what a
+    later job needs when it first asks)."""
     if track_uri:
-        from .mlflow_store import _sqlite_path, no_telemetry
-
-        no_telemetry()
-        from .tracking import JobTracker
-
-        if _sqlite_path(track_uri) is not None:  # most of opening a SQLite store is importing its module
-            import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-        else:
-            import mlflow.tracking  # noqa: F401
+        _import_tracking(track_uri)
     else:
-        from . import plots
-
-        plots._plt()  # matplotlib and its backend, while the job runs
-    tracker = None
+        _import_plots()
+    trackers: dict[int, object] = {}
 
     def open_store(uri, experiment):
-        nonlocal tracker
-        tracker = JobTracker(uri, experiment)
+        from .tracking import JobTracker
+
+        trackers.clear()  # one job at a time: a new store is a new job
+        tracker = trackers[0] = JobTracker(uri, experiment)
         return tracker.uri, tracker.experiment_id
+
+    def draw(inputs, outdir):
+        return _import_plots().write_plots(inputs, outdir)
 
     ops = {
         "open": open_store,
-        "plots": lambda inputs, outdir: plots.write_plots(inputs, outdir),
-        "start": lambda *a: tracker.start(*a[:3], job=a[3], parent_run=a[4], started=a[5]),
-        "on_round": lambda records: tracker.on_round(records),
-        "finish": lambda result, artifacts: tracker.finish(result, artifacts),
-        "fail": lambda status: tracker.fail(status),
+        "plots": draw,
+        "start": lambda *a: trackers[0].start(*a[:3], job=a[3], parent_run=a[4], started=a[5]),
+        "on_round": lambda records: trackers[0].on_round(records),
+        "finish": lambda result, artifacts: trackers[0].finish(result, artifacts),
+        "fail": lambda status: trackers[0].fail(status),
     }
     while True:
         try:
@@ -205,6 +249,27 @@ def _serve(conn: Connection, track_uri: str) -> None:
             conn.send(reply)
         except (EOFError, OSError):
             return
+
+
+def _import_tracking(track_uri: str) -> None:
+    """MLflow, and the SQLite store's module for such a store (most of opening one is importing it)."""
+    from .mlflow_store import _sqlite_path, no_telemetry
+
+    no_telemetry()
+    from . import tracking  # noqa: F401
+
+    if _sqlite_path(track_uri) is not None:
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    else:
+        import mlflow.tracking  # noqa: F401
+
+
+def _import_plots():
+    """matplotlib and its backend."""
+    from . import plots
+
+    plots._plt()
+    return plots
 
 
 def main(argv: list[str]) -> None:
