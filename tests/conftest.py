@@ -52,8 +52,17 @@ def alpaca():
 
 
 @pytest.fixture(scope="module")
-def ray_session():
-    """A real local Ray for one test module (its own instance, never one already running)."""
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+def ray_session(_one_ray_per_process):
+    """A real local Ray, one per test process (its own instance, never one already running on the machine): started by
+    the first module that asks and kept for the next, since a start costs seconds. A module that needs a Ray of another
+    shape (a cluster, logical GPUs) shuts it down and starts its own; the next module asking gets a new one."""
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
-    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def _one_ray_per_process():
+    yield
+    if ray.is_initialized():
+        ray.shutdown()

@@ -43,6 +43,8 @@ def cluster():
     test finds three nodes, in any order); shut down at the module's end or before a test
     that builds its own."""
     if "cluster" not in _SHARED:
+        if ray.is_initialized():  # the test process's local Ray (conftest.ray_session): a cluster is another shape
+            ray.shutdown()
         c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, **STORE})
         workers = [c.add_node(num_cpus=1, **STORE) for _ in range(2)]
         c.wait_for_nodes()
@@ -195,6 +197,8 @@ def test_node_with_a_served_model_removed_mid_run(tmp_path, caplog):
 
     caplog.set_level(logging.WARNING, logger="certsel.orchestrator.engine.hosts")
     _drop_shared()
+    if ray.is_initialized():
+        ray.shutdown()
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, **STORE})
     a = c.add_node(num_cpus=1, resources={"serving": 1}, **STORE)
     c.add_node(num_cpus=1, **STORE)

@@ -53,6 +53,8 @@ def write_job(tmp_path):
 
 def test_three_servers_one_slot(tmp_path):
     path = write_job(tmp_path)
+    if ray.is_initialized():  # the test process's shared Ray (conftest.ray_session): this test needs its own shape
+        ray.shutdown()
     ray.init(address="local", num_cpus=2, resources={"vllm_slot": 1}, include_dashboard=False, log_to_driver=False)
     try:
         swapped, _ = execute(load_config(path))
@@ -68,6 +70,8 @@ def test_three_servers_one_slot(tmp_path):
 
     # the same job with room for every server: all answers are cached, so nothing starts,
     # and the certificate is the one the swapped run gave
+    if ray.is_initialized():
+        ray.shutdown()
     ray.init(address="local", num_cpus=2, resources={"vllm_slot": 3}, include_dashboard=False, log_to_driver=False)
     try:
         wide, _ = execute(load_config(path))

@@ -179,17 +179,27 @@ class ClaimLedger:
         """The test state of ``job``'s held run of the claim as it stands now (labels consumed, e-process, futility
         test), with the items the run planned: should the job never end, the claim continues from here
         (:data:`INTERRUPTED`). False: the job holds no run of it."""
+        return self.write_ahead_all(job, [(claim, t, state)])[0]
+
+    def write_ahead_all(self, job: str, entries) -> list[bool]:
+        """:meth:`write_ahead` for each ``(claim, t, state)`` of ``entries``, in one transaction (a checkpoint of many
+        candidates writes them together)."""
+        wrote = []
         with self._db:
             self._db.execute("begin immediate")
-            row = self._db.execute("select seq, state from claims where claim = ? and job = ? and outcome = ?",
-                                   (claim, job, RUNNING)).fetchone()
-            if row is None:
-                return False
-            held = unpack(row[1])
-            planned = {k: held.get(k, held.get(k.removeprefix("planned_") + "_items")) for k in PLANNED}
-            self._db.execute("update claims set t = ?, state = ? where claim = ? and seq = ?",
-                             (int(t), pack({**state, **planned}), claim, row[0]))
-        return True
+            for claim, t, state in entries:
+                row = self._db.execute("select seq, state from claims where claim = ? and job = ? and outcome = ?",
+                                       (claim, job, RUNNING)).fetchone()
+                if row is None:
+                    wrote.append(False)
+                    continue
+                # the planned item orders (written under their older names by an earlier certsel, read as such)
+                held = unpack(row[1], [*PLANNED, *(k.removeprefix("planned_") + "_items" for k in PLANNED)])
+                planned = {k: held.get(k, held.get(k.removeprefix("planned_") + "_items")) for k in PLANNED}
+                self._db.execute("update claims set t = ?, state = ? where claim = ? and seq = ?",
+                                 (int(t), pack({**state, **planned}), claim, row[0]))
+                wrote.append(True)
+        return wrote
 
     def family(self, claim: str) -> Family | None:
         """The selection family the claim was first tested in (None: never in one)."""

@@ -74,24 +74,26 @@ def pack(obj) -> bytes:
     return buf.getvalue()
 
 
-def unpack(blob: bytes):
-    """The inverse of :func:`pack` (no pickle: ``allow_pickle=False``)."""
+def unpack(blob: bytes, keys=None):
+    """The inverse of :func:`pack` (no pickle: ``allow_pickle=False``). ``keys``: only these top-level keys of a dict
+    state (those present), reading only their arrays (a write-ahead needs two of a state's many)."""
     with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    text = str(arrays.pop("__state__"))
+        tree = json.loads(str(z["__state__"]))
+        if keys is not None:
+            tree = {k: tree[k] for k in keys if k in tree}
 
-    def walk(x):
-        if isinstance(x, dict):
-            if set(x) == {"__array__"}:
-                return arrays[x["__array__"]]
-            if set(x) == {"__tuple__"}:
-                return tuple(walk(v) for v in x["__tuple__"])
-            return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        return x
+        def walk(x):
+            if isinstance(x, dict):
+                if set(x) == {"__array__"}:
+                    return z[x["__array__"]]
+                if set(x) == {"__tuple__"}:
+                    return tuple(walk(v) for v in x["__tuple__"])
+                return {k: walk(v) for k, v in x.items()}
+            if isinstance(x, list):
+                return [walk(v) for v in x]
+            return x
 
-    return walk(json.loads(text))
+        return walk(tree)
 
 
 def log_path(job_dir, candidate: str) -> pathlib.Path:

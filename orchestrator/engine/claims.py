@@ -394,9 +394,8 @@ def write_ahead(plan, pool, records: list[CandidateRecord], job_dir) -> None:
     job = pathlib.Path(job_dir).name
     ledger = ClaimLedger(cfg.state.store)
     try:
-        for r in records:
-            if r.name in held and r.name in states:
-                ledger.write_ahead(held[r.name].key, job, r.t, _test_state(cfg, held[r.name], r, states[r.name], job))
+        ledger.write_ahead_all(job, [(held[r.name].key, r.t, _test_state(cfg, held[r.name], r, states[r.name], job))
+                                     for r in records if r.name in held and r.name in states])
     finally:
         ledger.close()
 
