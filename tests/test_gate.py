@@ -126,6 +126,10 @@ def test_the_command_exits_0_1_3_and_2_and_writes_what_ci_reads(tmp_path, capsys
     assert suite.tests == 3 and suite.failures == 1 and suite.skipped == 1
     md = (out / "summary.md").read_text()
     assert md.startswith("### gate: 1 pass, 1 fail, 1 undecided (exit 1)") and "| bad | ❌ fail |" in md
+    # a FAIL row shows what its terminal line shows: the fail test's certified opposite and its e-value
+    (bad_row,) = [line for line in md.splitlines() if line.startswith("| bad |")]
+    assert bad_row.endswith(f"| R >= 0.2 certified | {bad['fail_e_value']:.3g} / 10 |"), bad_row
+    assert f"R >= 0.2 certified (fail e-value {bad['fail_e_value']:.3g} / 10)" in text
     # bad input: nothing runs, exit 2 with one line naming the problem
     assert cli.main([*base, "--only", "nobody"]) == 2
     assert "--only: unknown candidate(s)" in capsys.readouterr().err

@@ -49,14 +49,21 @@ class GateRow:
             return f"score - {self.baseline!r} >= {diff_text(self.bound)}"
         return f"R <= {bound_text(self.bound)}"
 
+    def evidence(self) -> tuple[str, str]:
+        """What decided it, as the terminal, the summary and JUnit all say it: a fail's certified opposite and its
+        fail test's e-value; else the claim's bound and its test's e-value (each against its threshold; "" for none)."""
+        if self.outcome == "fail":
+            e = "" if self.fail_e_value is None else f"{self.fail_e_value:.3g} / {self.threshold:.3g}"
+            return f"{self.fail_claim} certified", e
+        return self.bound_words(), "" if self.e_value is None else f"{self.e_value:.3g} / {self.threshold:.3g}"
+
     def line(self) -> str:
         """The one line a CI log shows for it: bound (a fail's certified opposite) and e-value."""
+        said, e = self.evidence()
         if self.outcome == "fail":
-            e = "" if self.fail_e_value is None else f" (fail e-value {self.fail_e_value:.3g} / {self.threshold:.3g})"
-            claim = f"{self.fail_claim} certified{e}"
+            claim = f"{said} (fail e-value {e})" if e else said
         else:
-            e = "" if self.e_value is None else f", e-value {self.e_value:.3g} / {self.threshold:.3g}"
-            claim = f"{self.bound_words()}{e}"
+            claim = f"{said}, e-value {e}" if e else said
         used = f"{self.labels} labels" if not self.reused else \
             f"{self.labels + self.reused} labels ({self.labels} bought, {self.reused} reused)"
         if self.earlier_runs:
@@ -136,12 +143,12 @@ def gate_markdown(cert) -> str:
     paired = any(r.baseline is not None for r in rows)  # a regression gate: what the baseline's side cost
     base_head, base_rule = (" baseline bought / reused |", "---:|") if paired else ("", "")
     lines = [f"### {goal.headline(cert)}", "", f"**{cert.job}**: pass when {g.claim} is certified at delta = "
-             f"{g.delta:g}", "", f"| candidate | outcome | labels bought | reused |{base_head} bound | e-value / threshold |",
-             f"|---|---|---:|---:|{base_rule}---|---:|"]
+             f"{g.delta:g}", "", f"| candidate | outcome | labels bought | reused |{base_head} what holds | "
+             "e-value / threshold |", f"|---|---|---:|---:|{base_rule}---|---:|"]
     for r in rows:
-        e = "" if r.e_value is None else f"{r.e_value:.3g} / {r.threshold:.3g}"
+        said, e = r.evidence()  # a fail: its fail test's bound and e-value, as its terminal line says
         base = f" {r.baseline_bought} / {r.baseline_reused} |" if paired else ""
-        lines.append(f"| {r.candidate} | {icon[r.outcome]} | {r.labels} | {r.reused} |{base} {r.bound_words()} | {e} |")
+        lines.append(f"| {r.candidate} | {icon[r.outcome]} | {r.labels} | {r.reused} |{base} {said} | {e} |")
     lines += ["", g.note, *(f"\n{line}" for line in ledger_lines(cert)), ""]
     if cert.answered_by is not None:
         lines.insert(2, f"Answered by the finished job {cert.answered_by} (same configuration and data): no label "
