@@ -212,6 +212,8 @@ class Bonferroni(Procedure):
 
     name = "bonferroni"
     allows_prune = True
+    # without an objective the selection is the certified candidate with the smallest simultaneous bound
+    needs_objective = False
 
     def candidate_deltas(self, delta, K):
         return np.full(K, float(delta) / K)

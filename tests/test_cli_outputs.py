@@ -265,3 +265,31 @@ def test_max_size_deletes_finished_and_failed_jobs_oldest_first():
     assert over_size(jobs, 0, set()) == ["j2", "j3", "j4"]  # resumable and running jobs stay
     assert over_size(jobs, 100, {"j2"}) == ["j3"]  # already removed by --remove / --clean
     assert size_bytes("500MB") == 500 * 10**6 and size_bytes("2gb") == 2 * 10**9 and size_bytes("1024") == 1024
+
+
+def test_a_minimal_table_runs_and_says_which_defaults_it_chose(tmp_path, capsys):
+    """A user's table of model, question_id and loss runs as it is (exit 0), with the two lines of the defaults it
+    chose, and selects among what it certified."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(20261207)  # not the job's seed: the job's item order is its own draw
+    risks = np.repeat([0.02, 0.06, 0.3], 1500)
+    pq.write_table(pa.table({"model": np.repeat(["small", "medium", "large"], 1500),
+                             "question_id": np.tile(np.arange(1500), 3),
+                             "loss": (rng.random(risks.size) < risks).astype(float)}), tmp_path / "mine.parquet")
+    (tmp_path / "job.yaml").write_text("data: {path: mine.parquet, candidate: model, item: question_id, human: loss}\n")
+    main = _in_process(capsys)
+    code, out, err = main("run", str(tmp_path / "job.yaml"), "--no-progress", "--no-tracking", "--json",
+                          str(tmp_path / "out.json"))
+    assert code == 0, err
+    assert "certsel: policy: r-eval (human labels alone): the table has no judge column" in err
+    assert "certsel: procedure: holm (every candidate tested" in err
+    cert = json.loads((tmp_path / "out.json").read_text())
+    rows = {c["candidate"]: c for c in cert["candidates"]}
+    inside = [n for n, c in rows.items() if c["certified"]]
+    assert "large" not in inside and len(inside) >= 1  # risk 0.3 is not certified at alpha 0.1
+    # selected: the certified one with the smallest bound (Holm's certified set shares alpha: then its own bound)
+    assert cert["selected"] == min(inside, key=lambda n: (rows[n]["simultaneous_bound"], rows[n]["upper_bound"]))
+    assert f"selected: {cert['selected']}" in out

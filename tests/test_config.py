@@ -45,8 +45,8 @@ def _base(**over):
     (_base(budget={"r": -1}), "budget.r: Input should be greater than or equal to 0"),
     (_base(candidates=[]), "candidates: must list at least one candidate"),
     (_base(candidates=["a", "b", "a"]), "duplicate candidate ids: a"),
-    (_base(data={"path": TABLE, "judge": "loss_judge_best"}), "procedure 'fst' needs data.order"),
-    (_base(data={"path": TABLE, "order": "rank"}), "needs data.judge"),
+    (_base(procedure="fst", data={"path": TABLE, "judge": "loss_judge_best"}), "procedure 'fst' needs data.order"),
+    (_base(policy={"kind": "r-autoeval+"}, data={"path": TABLE, "order": "rank"}), "needs data.judge"),
     (_base(data={"path": "/no/such/file.parquet", "judge": "j", "order": "rank"}), "data.path: file not found"),
     (_base(policy={"kind": "cer-eval"}), "needs data.features"),
     (_base(procedure="pairwise"), "procedure 'pairwise' ranks models"),
@@ -55,7 +55,7 @@ def _base(**over):
     (_base(scheduling={"prune": True}), "scheduling.prune applies to procedure 'bonferroni' only"),
     (_base(scheduling={"lookahead": -1}), "scheduling.lookahead: Input should be greater than or equal to 0"),
     (_base(procedure="holm", policy={"kind": "seq"}), "procedure 'holm' needs e-values"),
-    (_base(procedure="bonferroni", objective=None), "procedure 'bonferroni' selects by an objective"),
+    (_base(procedure="bonferroni", objective=None, scheduling={"prune": True}), "scheduling.prune stops candidates"),
     (_base(order=["a", "b"], candidates=["a", "c"]), "order and candidates must name the same candidates"),
     (_base(order=["a", "a"]), "order: duplicate candidate ids: a"),
     (_base(procedure="holm", order=["a"]), "order is the fixed sequence of procedure 'fst'"),
@@ -130,3 +130,24 @@ def test_bad_live_configs(raw, needle):
     with pytest.raises(ConfigError) as exc:
         parse_config(raw, source="job.yaml")
     assert needle in str(exc.value)
+
+
+def test_a_table_without_judge_or_order_runs_with_the_defaults_it_can_and_says_so():
+    """A table of candidate, item and loss: R-Eval (no judge column) and Holm (no order column), each in one line
+    naming the key that sets it; a key the job sets is kept, and a table that has the column keeps the default."""
+    cfg = parse_config({"data": {"path": TABLE, "human": "loss_human"}})
+    assert (cfg.policy.kind, cfg.procedure, cfg.objective) == ("r-eval", "holm", None)
+    assert len(cfg.adapted) == 2
+    assert cfg.adapted[0].startswith("policy: r-eval (human labels alone): the table has no judge column")
+    assert "data.judge names one" in cfg.adapted[0] and "policy.kind sets the policy" in cfg.adapted[0]
+    assert cfg.adapted[1].startswith("procedure: holm (every candidate tested")
+    assert "the certified one with the smallest bound" in cfg.adapted[1] and "data.order names one" in cfg.adapted[1]
+    assert cfg.model_copy(update={"seed": 1}).adapted == cfg.adapted  # a job's copies say the same
+    full = parse_config({"data": {"path": TABLE, "judge": "loss_judge_best", "order": "rank"}})
+    assert (full.policy.kind, full.procedure, full.adapted) == ("r-autoeval+", "fst", ())
+    asked = parse_config({"data": {"path": TABLE}, "policy": {"kind": "seq"}, "procedure": "bonferroni"})
+    assert (asked.policy.kind, asked.procedure, asked.adapted) == ("seq", "bonferroni", ())
+    with pytest.raises(ConfigError, match="needs data.judge"):  # asked for a judge the table lacks: an error
+        parse_config({"data": {"path": TABLE}, "policy": {"kind": "r-autoeval+"}, "procedure": "holm"})
+    objective = parse_config({"data": {"path": TABLE}, "objective": {"column": "avg_bitwidth"}})
+    assert "the certified one with the best objective" in objective.adapted[1]

@@ -181,6 +181,9 @@ class JobChecks:
                              f"policy {kind!r} supports {', '.join(n for n, p in PROCEDURES.items() if p.estimation)}")
         if self.order is not None and not proc.needs_order:
             raise ValueError(f"order is the fixed sequence of procedure 'fst', not {self.procedure!r}")
+        if self.scheduling.prune and self.objective is None:
+            raise ValueError("scheduling.prune stops candidates whose objective cannot beat a certified one's: set "
+                             "objective.column")
         if self.scheduling.prune and not proc.allows_prune:
             allowed = ", ".join(repr(n) for n, p in PROCEDURES.items() if p.allows_prune)
             raise ValueError(f"scheduling.prune applies to procedure {allowed} only (elsewhere it could change the "

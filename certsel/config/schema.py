@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from certsel.policies.procedures import Procedure, get_procedure
 
@@ -17,6 +17,34 @@ from .sections import (DEFAULT_BUDGET_STOP, DEFAULT_FUTILITY, AggregateConfig, B
                        ObjectiveConfig, PairwiseConfig, PolicyConfig, RayConfig, RecoveryConfig, RegressionConfig,
                        SchedulingConfig, SeriesConfig,
                        StateConfig, TaskConfig, TrackingConfig, _gates)
+
+
+def adapted_defaults(v: dict) -> tuple[dict, tuple[str, ...]]:
+    """A recorded table's job with the defaults its table can run: without a judge column the policy is R-Eval (human
+    labels alone), without an order the procedure is Holm (every candidate tested, the family-wise error at delta),
+    each only where the job sets no such key, and each said in one line naming the key. Neither decides validity:
+    every policy and procedure keeps its guarantee; only the labels it takes differ."""
+    data = v.get("data")
+    if not isinstance(data, dict) or v.get("tasks"):
+        return v, ()
+    notes = []
+    policy = v.get("policy")
+    if policy is None or (isinstance(policy, dict) and "kind" not in policy):
+        judge_key = "data.judge_score" if v.get("recovery") is not None else "data.judge"
+        judged = data.get("judge_score") if v.get("recovery") is not None else \
+            (data.get("judge") or (data.get("judge_score") if v.get("regression") is not None else None))
+        if not judged:
+            v = {**v, "policy": {**(policy or {}), "kind": "r-eval"}}
+            notes.append(f"policy: r-eval (human labels alone): the table has no judge column ({judge_key} names one "
+                         "for r-autoeval+; policy.kind sets the policy)")
+    if "procedure" not in v and not data.get("order") and v.get("order") is None:
+        v = {**v, "procedure": "holm"}
+        pick = "the certified one with the best objective" if v.get("objective") else \
+            "the certified one with the smallest bound"
+        notes.append(f"procedure: holm (every candidate tested, each certified one wrong with probability <= delta "
+                     f"together; selected: {pick}): the table has no order column for a fixed sequence (data.order "
+                     "names one; procedure sets it)")
+    return v, tuple(notes)
 
 
 class RunConfig(Strict, JobChecks):
@@ -62,6 +90,14 @@ class RunConfig(Strict, JobChecks):
     # the same under both (orchestrator/engine/runtime_choice.py)
     runtime: Literal["auto", "local", "ray"] = "auto"
     state: StateConfig = Field(default_factory=StateConfig)  # its folder is read from the home when a job is loaded
+    # the defaults this job's table chose (adapted_defaults), one line each for the output; not part of the job
+    _adapted: tuple[str, ...] = PrivateAttr(default=())
+
+    @property
+    def adapted(self) -> tuple[str, ...]:
+        """One line per default the job's table chose (a policy without a judge column, a procedure without an order),
+        naming the key that sets it."""
+        return self._adapted
 
     @model_validator(mode="before")
     @classmethod
@@ -90,6 +126,18 @@ class RunConfig(Strict, JobChecks):
                 and v.get("recovery") is None and v.get("regression") is None and not v.get("tasks")):
             sched["start"] = "pilot"
         return {**v, "scheduling": sched}
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _table_defaults(cls, v, handler):
+        # defined after _measured_defaults, so it runs before it: the defaults measured for a policy see the policy
+        notes = ()
+        if isinstance(v, dict):
+            v, notes = adapted_defaults(v)
+        cfg = handler(v)
+        if notes:
+            cfg._adapted = notes
+        return cfg
 
     @model_validator(mode="before")
     @classmethod

@@ -90,6 +90,8 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
     try:
         output = None if o.output is None else output_dir(o.output, "--output")
         data = _checked_data(cfg, o, clock)
+        for line in cfg.adapted:  # the defaults the table chose, each with the key that sets it
+            (o.warn or log.warning)(line)
         if cfg.series is not None and cfg.series.releases is None:  # each release's place and level in its series
             from certsel.orchestrator.engine.series import in_series
 

@@ -234,10 +234,14 @@ class SelectionSession:
 
     def selection(self, certified: np.ndarray) -> int:
         """The selected candidate's index (-1: none): the certified one with the best objective; without one, the end
-        of a fixed sequence's certified prefix, else the smallest simultaneous bound."""
+        of a fixed sequence's certified prefix, else the smallest simultaneous bound, ties (Holm's certified set all
+        share alpha) to the smallest upper bound of its own test."""
         key = self.key
         if key is None and not self.procedure.needs_order:
-            key = np.array([np.inf if r.joint_bound is None else r.joint_bound for r in self.records])
+            joint = np.array([np.inf if r.joint_bound is None else r.joint_bound for r in self.records])
+            own = np.array([np.inf if r.upper_bound is None else r.upper_bound for r in self.records])
+            key = np.empty(joint.size)
+            key[np.lexsort((own, joint))] = np.arange(joint.size)  # rank by joint bound, then own bound
         return self.procedure.selection(certified, key)
 
     def finish(self, bounds: FinalBounds | None, unit: float = 1.0) -> SessionEnd:
