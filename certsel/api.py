@@ -63,6 +63,38 @@ class Result:
         """selection.json as a dict (a fresh one)."""
         return self.selection.as_json()
 
+    def __repr__(self) -> str:
+        """One short line: what was selected, how many were certified, where the rest is."""
+        where = f", report={str(self.report)!r}" if self.report is not None else ""
+        return (f"Result(selected={self.selected!r}, certified={len(self.certified)} of {len(self.rows)}, "
+                f"job_id={self.job_id!r}{where}; .certificate: the statement, .to_frame(): every column)")
+
+    # the columns a notebook shows first (all of them: to_frame())
+    SHOWN = ("candidate", "status", "certified", "selected", "e_value", "threshold", "simultaneous_bound",
+             "upper_bound", "estimate", "labels_human")
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the certified statement, then a table of the candidates (the first columns of
+        :attr:`rows`; :meth:`to_frame` has every one)."""
+        import html
+
+        rows = self.rows
+        cols = [c for c in self.SHOWN if any(c in r for r in rows)]
+
+        def cell(v) -> str:
+            if isinstance(v, float):
+                return f"{v:.4g}"
+            return "" if v is None else html.escape(str(v))
+
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+        body = "".join("<tr" + (' style="font-weight:bold"' if r.get("selected") else "") + ">"
+                       + "".join(f"<td>{cell(r.get(c))}</td>" for c in cols) + "</tr>" for r in rows)
+        report = "" if self.report is None else f"<p>report: <code>{html.escape(str(self.report))}</code></p>"
+        return (f"<div><p><b>selected: {html.escape(str(self.selected or 'none'))}</b></p>"
+                f"<p>{html.escape(self.certificate)}</p><table><thead><tr>{head}</tr></thead><tbody>{body}"
+                f"</tbody></table><p>{len(self.certified)} certified of {len(rows)}; <code>.to_frame()</code> has every "
+                f"column</p>{report}</div>")
+
     def to_frame(self):
         """The per-candidate rows as a pandas DataFrame, indexed by candidate."""
         try:

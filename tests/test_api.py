@@ -63,6 +63,31 @@ def test_run_on_a_dataframe_matches_the_job_file_run(tmp_path, frame):
     run = MlflowClient(f"sqlite:///{tmp_path}/store.db").get_run(res.run_id)
     assert run.data.tags["certsel.selected"] == res.selected
     assert ref.run_id is None and ref.output_dir == (tmp_path / "ref").resolve()
+    # a notebook: one short line as text, the statement and a table of candidates as HTML (read back by a parser)
+    text = repr(res)
+    assert text.startswith(f"Result(selected={res.selected!r}, certified={len(res.certified)} of {len(FRONTIER)}, ")
+    assert "\n" not in text and len(text) < 400
+    from html.parser import HTMLParser
+
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.rows, self.text = [], []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "tr":
+                self.rows.append([])
+
+        def handle_data(self, data):
+            self.text.append(data)
+            if self.lasttag in ("td", "th") and self.rows:
+                self.rows[-1].append(data)
+
+    page = Cells()
+    page.feed(res._repr_html_())
+    head, *body = page.rows
+    assert head[:3] == ["candidate", "status", "certified"] and [r[0] for r in body] == FRONTIER
+    assert f"selected: {res.selected}" in page.text and res.certificate in page.text
 
 
 def test_csv_with_string_item_ids(tmp_path, frame):
