@@ -4,6 +4,9 @@ only (each run has a new temporary folder): the second run of a regression gate 
 step summary, ``undecided:`` input and bad input are checked too."""
 
 import json
+import sys
+import subprocess
+import os
 import pathlib
 import re
 import shutil
@@ -160,8 +163,22 @@ def test_the_documented_workflow_runs_as_written(tmp_path):
     ours = next(s for s in steps if "/certsel@" in s.get("uses", ""))
     assert workflow["concurrency"]["cancel-in-progress"] is False
     (tmp_path / "cache").mkdir()
-    done = CompositeAction(ROOT, tmp_path / "cache").run({**ours["with"], "install": ""}, ROOT, temp_root=tmp_path,
-                                                         env={"CERTSEL_HOME": str(tmp_path / "home")})
+    assert "install" not in ours["with"]  # the default: the action's own checkout, at the ref `uses:` names
+    # a runner's fresh Python: the step installs certsel from the action's path into it (no index serves certsel);
+    # its dependencies are this environment's, seen through a .pth file, so only certsel itself is installed there
+    venv = tmp_path / "runner"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    (site / "deps.pth").write_text("\n".join(p for p in sys.path if p.endswith("site-packages")) + "\n")
+    path = f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    done = CompositeAction(ROOT, tmp_path / "cache").run(ours["with"], ROOT, temp_root=tmp_path,
+                                                         env={"CERTSEL_HOME": str(tmp_path / "home"), "PATH": path,
+                                                              "VIRTUAL_ENV": str(venv)})
+    install = next(s for s in done.steps if s.name == "install certsel")
+    assert install.outcome == "success", done.log()
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import certsel; print(certsel.__file__)"],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert where.stdout.startswith(str(site)), where.stdout + where.stderr  # the runner's certsel is the action's
     assert done.outputs["exit-code"] in ("0", "1", "3"), done.log()
     assert done.success == (done.outputs["exit-code"] == "0") and "Cache saved" in done.steps[4].log
-    assert "prompt_020" in done.summary and "Series 'prompts'" in done.summary, done.summary
+    assert "prompt_020" in done.summary and "Series 'prompts'" in done.summary, done.summary + done.log()
