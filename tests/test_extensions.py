@@ -234,7 +234,9 @@ def test_python_source_job_through_the_cli(tmp_path):
 
 
 @pytest.mark.integration
-def test_a_job_that_fails_in_an_actor_exits_1_with_its_runs_failed(tmp_path):
+def test_a_job_that_fails_in_an_actor_exits_1_and_leaves_no_run(tmp_path):
+    """A table job's runs are logged at its end (outputs/output_process.py): one that fails leaves none, never a
+    FINISHED one (a job whose labels take long leaves FAILED runs: tests/test_tracking.py)."""
     (tmp_path / "failing_ext.py").write_text(textwrap.dedent(FAILING))
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump({
@@ -248,5 +250,4 @@ def test_a_job_that_fails_in_an_actor_exits_1_with_its_runs_failed(tmp_path):
     last = out.stderr.strip().splitlines()[-1]
     assert last == "certsel: error: job failed: RuntimeError: the strategy has a bug"
     client = MlflowClient(f"sqlite:///{tmp_path}/store.db")
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert runs and {r.info.status for r in runs} == {"FAILED"}
+    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
