@@ -120,14 +120,21 @@ def _label_notes(cert: Certificate, goal) -> list[str]:
             + ledger_lines(cert))
 
 
+def _target_words(cert: Certificate) -> str:
+    """The job's target in the user's units: a recovery's or a regression's claim (its test's alpha is internal:
+    ``selection.json`` keeps it as ``claim.risk_alpha``), else alpha."""
+    if cert.claim is not None:
+        return f", claim: {cert.claim.words}"
+    return "" if cert.procedure.alpha is None else f", alpha = {cert.procedure.alpha:g}"
+
+
 def _markdown(cert: Certificate, plots) -> str:
     goal = goal_of(cert)
     head, lines = goal.summary(cert)
     p = cert.procedure
     out = [f"# certsel: {cert.job}", "", f"> **{head}**", *[f"> {x}  " for x in lines], "",
            f"**Certificate:** {cert.certificate}.", "", cert.guarantee, "",
-           f"Policy {_policy_words(cert)}, delta = {p.delta:g}"
-           + (f", alpha = {p.alpha:g}" if p.alpha is not None else "") + f", procedure: {p.level}.", ""]
+           f"Policy {_policy_words(cert)}, delta = {p.delta:g}" + _target_words(cert) + f", procedure: {p.level}.", ""]
     labels = _labels_table(cert)
     sections = [t for part in goal.sections(cert) for t in part.tables]
     for table in (labels, *_gpu_tables(cert), goal.rows(cert), *sections):
@@ -161,7 +168,7 @@ _HTML = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True
 {%- for x in lines %}<div>{{ x }}</div>{% endfor %}</div>
 <p><b>Certificate:</b> {{ certificate }}.</p>
 <p class="muted">{{ guarantee }}</p>
-<p class="muted">Policy {{ policy }}, delta = {{ delta }}{% if alpha %}, alpha = {{ alpha }}{% endif %}, procedure: {{ level }}.</p>
+<p class="muted">Policy {{ policy }}, delta = {{ delta }}{{ target }}, procedure: {{ level }}.</p>
 <h2>Labels</h2>{{ table(labels) }}{% for x in label_notes %}<p class="muted">{{ x }}</p>{% endfor %}
 {% if gpu_heading %}
 <h2>{{ gpu_heading[0] }}</h2><p class="muted">{{ gpu_heading[1] }}</p>
@@ -196,7 +203,7 @@ def _html(cert: Certificate, plots) -> str:
     return _HTML.render(
         job=cert.job, css=_CSS, selected=cert.selected, head=head, lines=lines,
         certificate=cert.certificate, guarantee=cert.guarantee, policy=_policy_words(cert),
-        delta=f"{p.delta:g}", alpha=f"{p.alpha:g}" if p.alpha is not None else None, level=p.level,
+        delta=f"{p.delta:g}", target=_target_words(cert), level=p.level,
         labels=_labels_table(cert), label_notes=_label_notes(cert, goal), table_heading=goal.table_heading,
         rows=goal.rows(cert), classes=goal.classes(cert), note=goal.note(cert),
         sections=goal.sections(cert), incidents=goal.failures(cert), images=images, gpu=_gpu_tables(cert),

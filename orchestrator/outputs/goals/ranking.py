@@ -116,7 +116,9 @@ def _ties_words(rk) -> str:
     if rk.epsilon is None:
         return ""
     groups = " > ".join("{" + ", ".join(g) + "}" if len(g) > 1 else g[0] for g in rk.rank_groups)
-    return (f", as are the {rk.pairs_tied} ties |R(A) - R(B)| < {rk.epsilon:g}; certified groups, best first: "
-            f"{groups}")
+    ties = (f"no pair is certified tied (|R(A) - R(B)| < {rk.epsilon:g})" if rk.pairs_tied == 0 else
+            f"as is the tie |R(A) - R(B)| < {rk.epsilon:g}" if rk.pairs_tied == 1 else
+            f"as are the {rk.pairs_tied} ties |R(A) - R(B)| < {rk.epsilon:g}")
+    return f", {ties}; certified groups, best first: {groups}"
 
 

@@ -102,6 +102,9 @@ class RecoverySelection(RiskSelection):
     def failed_claim_words(self, cfg) -> str:
         return f"{self.claim_prefix()} <= {cfg.recovery.at_least * 100:g}% of {cfg.recovery_reference!r}"
 
+    def note_target(self, cfg) -> str:  # the claim in the user's units, not its test's internal alpha
+        return f", claim: {self.claim_words_of(cfg)}"
+
     def claim_words_of(self, cfg) -> str:
         """The claim in words: "recovery >= 95% of 'score_fp_human'"."""
         return f"{self.claim_prefix()} >= {cfg.recovery.at_least * 100:g}% of {cfg.recovery_reference!r}"

@@ -90,6 +90,9 @@ class RegressionSelection(RiskSelection):
     def failed_claim_words(self, cfg) -> str:
         return cfg.regression.claim.opposite_words(cfg.regression.baseline)
 
+    def note_target(self, cfg) -> str:  # the claim in the user's units, not its test's internal alpha
+        return f", claim: {self.claim_words_of(cfg)}"
+
     def claim_words_of(self, cfg) -> str:
         return cfg.regression.claim.words(cfg.regression.baseline)
 

@@ -169,7 +169,10 @@ class RiskSelection(Goal):
         if result.data.pilot is not None:
             p = result.data.pilot
             how = f"its claims' first selection's start, job {p.pinned_by}" if p.pinned_by else "a judge-only pilot's start"
-            out += f"; the sequence ran from {p.start} ({how}: the {len(p.skipped)} configs before it were not tested)"
+            skipped = len(p.skipped)
+            before = ("no config comes before it" if skipped == 0 else "the config before it was not tested"
+                      if skipped == 1 else f"the {skipped} configs before it were not tested")
+            out += f"; the sequence ran from {p.start} ({how}: {before})"
         return out
 
     def procedure_fields(self, cfg) -> dict:
