@@ -123,11 +123,12 @@ class OutputProcess:
         """``track_uri``: the tracking store (the process imports MLflow and its store's module first); None: it
         imports matplotlib first. Either serves both."""
         here, there = socket.socketpair()
-        # this process's module path, and not the working directory (-P): a folder there named like a module (a
-        # checkout's certsel/, a user's mlflow.py) must not shadow what this process imported; what the job's plugins
-        # put on the path is found there too
+        # exactly this process's module path (-P: not the working directory unless this process has it, as a notebook
+        # or `python -c` does): a folder there named like a module (a checkout's certsel/, a user's mlflow.py) must
+        # not shadow what this process imported, and what the job's plugins put on the path is found there too
+        path = [os.getcwd() if p == "" else p for p in sys.path]
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": os.environ.get("MLFLOW_DISABLE_TELEMETRY", "true"),
-               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+               "PYTHONPATH": os.pathsep.join(path)}
         self._proc = subprocess.Popen(
             [sys.executable, "-P", "-m", __name__, str(there.fileno()), track_uri or ""],
             pass_fds=(there.fileno(),), stdin=subprocess.DEVNULL, env=env)
