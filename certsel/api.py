@@ -87,8 +87,8 @@ class Result:
             return "" if v is None else html.escape(str(v))
 
         head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-        body = "".join("<tr" + (' style="font-weight:bold"' if r.get("selected") else "") + ">"
-                       + "".join(f"<td>{cell(r.get(c))}</td>" for c in cols) + "</tr>" for r in rows)
+        body = "".join("<tr" + (' style="font-weight:bold"' if csv_row.get("selected") else "") + ">"
+                       + "".join(f"<td>{cell(csv_row.get(c))}</td>" for c in cols) + "</tr>" for csv_row in rows)
         report = "" if self.report is None else f"<p>report: <code>{html.escape(str(self.report))}</code></p>"
         return (f"<div><p><b>selected: {html.escape(str(self.selected or 'none'))}</b></p>"
                 f"<p>{html.escape(self.certificate)}</p><table><thead><tr>{head}</tr></thead><tbody>{body}"

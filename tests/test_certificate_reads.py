@@ -45,6 +45,7 @@ NOT_CERTIFICATES = {
     "cols": "labels.parquet's columns (report._write_labels)",
     "result.spent": "the engine's label counts (JobResult.spent)",
     "result.full": "the engine's full-budget label counts (JobResult.full)",
+    "csv_row": "Result.rows' flat dicts, the --format csv columns (api.Result._repr_html_)",
 }
 # `"name" in X` where X is a set of names, not a certificate: a policy kind's parameters, the
 # fields a model was given
