@@ -228,6 +228,12 @@ def test_candidate_names_cannot_escape_the_job(ray_session, tmp_path):
     assert len(list((work / "jobs").glob("*/labels/*.db"))) == len(names)
 
 
+def _as_a_terminal() -> None:
+    """In the child before it runs: SIGINT at its default and unblocked."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_ctrl_c_prints_the_resume_command(tmp_path):
     """Ctrl-C (SIGINT) mid-job: exit 130, one line that says how to resume, and that very
     command resumes the job (its labels are not bought again) and finishes."""
@@ -236,9 +242,13 @@ def test_ctrl_c_prints_the_resume_command(tmp_path):
         srv.delay = 2.0  # each round takes seconds: the job is still running 3 s in, on any machine
         # without futility stops the weak templates run to their budget: the job is still running at the signal
         # --fresh: a finished job of the same identity in the shared home is never shown instead
+        # the command starts as a terminal starts it, with Ctrl-C at its default and not blocked: a test process may
+        # hand its children an ignored or blocked SIGINT (in two clean-clone CI runs this test's child finished
+        # with exit 0 and said nothing, as a process that never saw the signal does)
+        here = (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []))
         proc = subprocess.Popen([*CERTSEL, "run", "job.yaml", "--no-progress", "--fresh", "--set", "seed=3", "--set",
                                  "scheduling.futility=null"], cwd=tmp_path,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_a_terminal)
         first = proc.stdout.readline()
         job_id = first.split()[1].rstrip(":")
         deadline = time.monotonic() + 120
@@ -247,7 +257,7 @@ def test_ctrl_c_prints_the_resume_command(tmp_path):
         assert sum(srv.calls.values()), "the job asked the server nothing"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 130, err
+        assert proc.returncode == 130, f"{err} (this test process: SIGINT handler {here[0]}, blocked {here[1]})"
         line = err.strip().splitlines()[-1]
         assert line.startswith("certsel: interrupted (runs marked KILLED); resume with: certsel run ")
         resume = line.split("resume with: ", 1)[1]
