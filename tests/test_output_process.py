@@ -3,11 +3,13 @@ MLflow (tracked) or matplotlib (untracked) to a process of its own, and what tha
 writes: the same runs, parameters, every step of every metric, tags, artifacts, and the same plot files to the byte."""
 
 import json
+import pathlib
 import subprocess
 import sys
 
 import matplotlib  # noqa: F401  (imported here: this process's jobs draw and log in-process, the reference)
 import mlflow  # noqa: F401
+import mlflow.tracking
 import pytest
 
 from certsel.config import load_config, parse_config
@@ -134,3 +136,67 @@ def test_a_second_job_of_one_interpreter_takes_the_first_jobs_process(tmp_path):
     assert len(out["pids"][0]) == 1 and out["pids"][0] == out["pids"][1] and not out["mlflow"]
     for run_id in out["runs"]:
         assert job_record(uri, run_id)[1]  # both jobs' runs, with their candidates'
+
+
+PLUGIN = '''
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from certsel.policies import BettingState, BettingStrategy, register_strategy
+from certsel.policies.procedures import Procedure, register_procedure
+
+
+@register_strategy
+@dataclass(frozen=True)
+class HalfBet(BettingStrategy):
+    name: ClassVar[str] = "half-output-test"
+
+    def fractions(self, q, alpha, scale, state, *, delta, horizon):
+        return np.full(q.shape, 0.5), BettingState(state.count + q.shape[-1])
+
+
+@register_procedure
+class HalfFirst(Procedure):
+    name = "half-first-output-test"
+
+    def candidate_deltas(self, delta, K):
+        w = np.full(K, 0.5 / (K - 1))
+        w[0] = 0.5
+        return delta * w
+
+    def certified(self, max_log_e, delta):
+        return max_log_e >= -np.log(self.candidate_deltas(delta, max_log_e.shape[-1]))
+
+    def level(self, delta, K):
+        return "delta/2 to the first, the rest shared"
+'''
+
+
+def test_a_plugins_procedure_and_bet_are_logged_by_the_output_process(tmp_path):
+    """The runs name what the job's plugins registered: the output process imports them before it logs."""
+    import os
+    import shutil
+
+    import yaml
+
+    (tmp_path / "my_plugin.py").write_text(PLUGIN)
+    uri = f"sqlite:///{tmp_path}/store.db"
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump({
+        "plugins": ["my_plugin"], "data": {"path": str(pathlib.Path(JOB[0]).resolve().parent / "data" /
+                                                       "triviaqa_llama31_8b_mx.parquet"),
+                                           "judge": "loss_judge_best", "order": "rank"},
+        "candidates": ["mx_m10_r8_k16", "mx_m8_r8_k16", "mx_m6_r8_k16"],
+        "policy": {"kind": "r-eval", "betting": {"kind": "half-output-test"}}, "procedure": "half-first-output-test",
+        "objective": {"column": "avg_bitwidth"}, "budget": {"n": 100, "batch": 50},
+        "tracking": {"uri": uri}, "state": {"dir": str(tmp_path / "jobs"), "store": str(tmp_path / "labels.db")}}))
+    certsel = shutil.which("certsel", path=str(pathlib.Path(sys.executable).parent)) or "certsel"
+    p = subprocess.run([certsel, "run", "job.yaml", "--no-progress", "--json", "out.json"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "CERTSEL_HOME": str(tmp_path)})
+    assert p.returncode == 0, p.stderr
+    client = mlflow.tracking.MlflowClient(uri)
+    (job_run,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                    "tags.`certsel.kind` = 'job'")
+    params = job_record(uri, job_run.info.run_id)[0][0]
+    assert params["procedure"] == "half-first-output-test" and params["betting"].startswith("half-output-test")

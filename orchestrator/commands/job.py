@@ -112,7 +112,7 @@ def execute(cfg: RunConfig, options: RunOptions | None = None, **kw) -> tuple[Jo
             opening = None
             if o.track:  # opens while Ray starts and the job runs
                 opening = _open_store(cfg, clock, resources) if outputs is None else outputs.open_store(
-                    cfg.tracking.uri, cfg.tracking.experiment)
+                    cfg.tracking.uri, cfg.tracking.experiment, cfg.plugins)
             runtime = _start_runtime(choice, cfg, data, life, clock, resources, o.on_runtime)
             kind = source_of(cfg)
             servers = None

@@ -163,9 +163,11 @@ class OutputProcess:
     def call(self, op: str, *args):
         return self._reply(self._send(op, *args))
 
-    def open_store(self, uri: str | None, experiment: str) -> None:
-        """Open the tracking store there (imports, a new SQLite file's migrations); answered by :meth:`tracker`."""
-        self._opening = self._send("open", uri, experiment)
+    def open_store(self, uri: str | None, experiment: str, plugins=()) -> None:
+        """Open the tracking store there (imports, a new SQLite file's migrations), with the job's ``plugins`` imported
+        first on this process's module path as it is now (the runs name a plugin's procedure or bet, and a waiting
+        process was started for an earlier job); answered by :meth:`tracker`."""
+        self._opening = self._send("open", uri, experiment, list(plugins), list(sys.path))
         self._store_asked = True
 
     def tracker(self) -> RemoteTracker:
@@ -221,13 +223,17 @@ def _serve(conn: Connection, track_uri: str) -> None:
         _import_tracking(track_uri)
     else:
         _import_plots()
-    trackers: dict[int, object] = {}
+    tracker = None  # the job's, made by "open" (one job at a time)
 
-    def open_store(uri, experiment):
+    def open_store(uri, experiment, plugins, path):
+        nonlocal tracker
+        from certsel.config.loading import load_plugins
+
         from .tracking import JobTracker
 
-        trackers.clear()  # one job at a time: a new store is a new job
-        tracker = trackers[0] = JobTracker(uri, experiment)
+        sys.path.extend(p for p in path if p not in sys.path)
+        load_plugins(plugins, "job")  # what the runs name (a plugin's procedure, bet or policy) is registered here too
+        tracker = JobTracker(uri, experiment)
         return tracker.uri, tracker.experiment_id
 
     def draw(inputs, outdir):
@@ -236,10 +242,10 @@ def _serve(conn: Connection, track_uri: str) -> None:
     ops = {
         "open": open_store,
         "plots": draw,
-        "start": lambda *a: trackers[0].start(*a[:3], job=a[3], parent_run=a[4], started=a[5]),
-        "on_round": lambda records: trackers[0].on_round(records),
-        "finish": lambda result, artifacts: trackers[0].finish(result, artifacts),
-        "fail": lambda status: trackers[0].fail(status),
+        "start": lambda *a: tracker.start(*a[:3], job=a[3], parent_run=a[4], started=a[5]),
+        "on_round": lambda records: tracker.on_round(records),
+        "finish": lambda result, artifacts: tracker.finish(result, artifacts),
+        "fail": lambda status: tracker.fail(status),
     }
     while True:
         try:
