@@ -177,10 +177,9 @@ def gate(job, *, only=None, overrides=(), output=None, track: bool = True, fresh
     try:
         return _gate(cfg, outputs, only=only, output=output, track=track, fresh=fresh, progress=progress, warn=warn,
                      on_runtime=on_runtime)
-    except BaseException:
+    finally:  # unused (a finished job answered), failed, or done: closing again after execute is closing once
         if outputs is not None:
             outputs.close()
-        raise
 
 
 def _gate(cfg, outputs, *, only, output, track, fresh, progress, warn, on_runtime) -> GateResult:
@@ -205,8 +204,6 @@ def _gate(cfg, outputs, *, only, output, track, fresh, progress, warn, on_runtim
         cfg = in_series(cfg, data)
     done = None if fresh or output is not None else answer_finished(cfg, data, track)
     if done is not None:  # the same gate finished before: its answer, nothing bought now
-        if outputs is not None:
-            outputs.close()
         return result_of(done.certificate, done.output, done.mlflow_run)
     result, run_id = execute(cfg, output=output, track=track, progress=progress, data=data, warn=warn,
                              on_runtime=on_runtime, outputs=outputs)
