@@ -163,11 +163,12 @@ def judge_assisted(reps: int) -> None:
             managers, counters, tasks = [], [], []
             for k in range(reps):
                 if mode.startswith("R-Eval"):
-                    m = CertifiedStopping(at_least=T, delta=0.05, sampling="iid", keep=False)
+                    m = CertifiedStopping(at_least=T, delta=0.05, sampling="iid", keep=False, store=None)
                     c = Counted(recorded_score())
                     scorers = [m.gate(c, name="recorded_score")]  # gated, but every sample is labelled
                 else:
-                    m = CertifiedStopping(at_least=T, delta=0.05, judge="recorded_judge", ratio=3, keep=False)
+                    m = CertifiedStopping(at_least=T, delta=0.05, judge="recorded_judge", ratio=3, keep=False,
+                                          store=None)
                     c = Counted(recorded_score())
                     scorers = [m.gate(c, name="recorded_score"), recorded_judge()]
                 managers.append(m)

@@ -76,16 +76,21 @@ def one_task(args) -> None:
     [log] = eval(Task(dataset=questions(), solver=solver_, scorer=match(numeric=True), early_stopping=manager),
                  model=model, max_samples=8, display="none", log_dir=args.logs)
     print(manager.certificate.words())
-    print(f"inspect's accuracy on the {manager.certificate.samples.scored} scored samples: "
+    if log.results is None:  # a rerun of a claim its ledger holds as decided runs no sample
+        print(f"no sample ran: its claim's test was decided by an earlier run; log: {log.location}\n")
+        return
+    counts = manager.certificate.samples
+    print(f"inspect's accuracy on the {counts.scored - counts.earlier} samples scored here: "
           f"{log.results.scores[0].metrics['accuracy'].value:.3f}; log: {log.location}\n")
 
 
-def selection(args, procedure: str) -> None:
-    """Four mock models in one eval(): which may ship with accuracy >= 0.85?"""
+def selection(args, procedure: str, store="home") -> None:
+    """Four mock models in one eval(): which may ship with accuracy >= 0.85? ``store``: the ledger that keeps each
+    claim's test (certsel's home's; None: this eval alone)."""
     names = list(SLIPS)
     cost = {"careful": 4.0, "hurried": 1.0, "tired": 0.5, "sloppy": 0.25}  # e.g. dollars per 1,000 questions
     sel = CertifiedSelection(names, at_least=0.85, delta=0.05, procedure=procedure, objective=cost,
-                             out=f"{args.logs}/selection-{procedure}.json")
+                             out=f"{args.logs}/selection-{procedure}.json", store=store)
     data = questions()  # one shuffle, shared: the candidates answer the same questions first
     tasks = [Task(dataset=data, solver=mock_adder(n), scorer=match(numeric=True), model=f"mockllm/{n}",
                   early_stopping=sel.member(n), name=f"additions_{n}") for n in names]
@@ -127,8 +132,10 @@ def main(argv=None) -> None:
     args = parser().parse_args(argv)
     one_task(args)
     if args.model == "mockllm/model":
-        for procedure in ("fst", "bonferroni"):
-            selection(args, procedure)
+        selection(args, "fst")  # its claims' tests kept in the ledger: a rerun of the example continues them
+        # the same claims under another procedure would be a second test of each: the ledger refuses it, so this
+        # comparison is an analysis of its own, for this eval alone
+        selection(args, "bonferroni", store=None)
         ranking(args)
 
 

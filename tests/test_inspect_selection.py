@@ -76,8 +76,8 @@ def test_fixed_sequence_selects_the_end_of_the_certified_prefix_and_stops_the_re
     shown = capsys.readouterr().out
     assert "selected: m2" in shown and "fixed-sequence" in shown
     assert "fixed-sequence" in r.statement and "selected m2" in r.statement
-    assert "for this eval alone (inspect-ai's front ends keep no claim ledger yet" in r.statement
-    assert saved["ledger"]["store"] is None and "holds for this run alone" in saved["ledger"]["statement"]
+    assert "each claim's test is kept in the ledger" in r.statement and "a rerun continues it" in r.statement
+    assert saved["ledger"]["store"] == str(sel.store) and "a rerun of a claim" in saved["ledger"]["statement"]
 
 
 def test_bonferroni_certifies_every_good_model_at_delta_over_k_and_logs_to_mlflow(scores, tmp_path):

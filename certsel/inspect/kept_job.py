@@ -30,7 +30,7 @@ def member_losses(m) -> list:
     blocks (one labelled sample, then ``ratio`` judge-only ones)."""
     run = m.run
     if run.judge is None:
-        return [(i, loss, None) for i, loss in zip(run.ledger.order, run.losses)]
+        return [(i, loss, None) for i, loss in zip(run.tested_ids(), run.losses, strict=True)]
     h, jl, ju = run.judge.all()
     ids = run.ledger.order[: len(h) * (m.ratio + 1)]
     judge = np.column_stack([jl, ju.reshape(len(h), m.ratio)]).reshape(-1) if len(h) else np.zeros(0)
@@ -125,6 +125,7 @@ def selection_result(sel, end, items: list, losses: dict, path, data_fp: str):
            "alpha": sel.alpha, "delta": sel.delta, "procedure": sel.procedure,
            "budget": {"n": first.run.horizon, **({"r": first.ratio} if judge else {})},
            "scheduling": {"futility": sel.futility, "start": "top"},  # inspect runs no pilot
+           "state": {"store": None if sel.store is None else str(sel.store)},  # the ledger its claims are kept in
            "tracking": {"experiment": sel.experiment, **({"uri": sel.mlflow} if sel.mlflow else {})}}
     if objective is not None:
         raw["objective"] = {"column": sel.objective_column, "goal": sel.objective_goal}
@@ -161,6 +162,7 @@ def ranking_result(rk, losses: dict, path, data_fp: str):
     raw = {"name": rk.name, "data": {"path": str(path)}, "policy": {"kind": "seq"}, "procedure": "pairwise",
            "delta": rk.delta, "seed": rk.seed, "budget": {"n": rk.cap},
            "pairwise": {"goal": rk.goal, "topk": rk.topk, "epsilon": rk.epsilon, "bet": rk.bet},
+           "state": {"store": None if rk.store is None else str(rk.store)},
            "tracking": {"experiment": rk.experiment, **({"uri": rk.mlflow} if rk.mlflow else {})}}
     data = JobData(table=loss_table(rk.names, rk.order, losses, None), features=None, fingerprint=data_fp)
     for r in rk.session.records:  # its losses on every sample, where it scored them all

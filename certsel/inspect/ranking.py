@@ -18,7 +18,8 @@ task per model with ``ranking.member(name)`` as its manager.
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from certsel.policies.comparison import GOALS
 from certsel.policies.kinds import POLICY_KINDS
 from certsel.policies.procedures import PROCEDURES
 
+from .claims import HOME, RANKING_KIND, WRITTEN, TaskClaim, ledger_words, store_path, task_identity
 from .schedule import ScheduleLedger
 from .scores import ScoreError, ScoreReader
 from .setup import SetupError, check_samples, checked_level
@@ -51,6 +53,7 @@ class _Model:
     stopped: str | None = None  # why its task stops scheduling samples (None: it runs)
     at_stop: int = 0  # positions the pairs had used when it stopped
     skipped: int = 0  # sample-epochs it was told not to run
+    earlier: set = field(default_factory=set)  # samples earlier runs of the ranking scored for it: skipped
     done: bool = False
 
 
@@ -66,6 +69,7 @@ class RankingResult:
     samples_full: int  # every model on every sample
     positions: int  # positions of the common order the pairs used (the most any pair used)
     level: str  # the procedure's level in words, as a pairwise job states it
+    ledger: str = ""  # where the ranking is recorded, and which ranking of these scores it is
 
 
 class _Member:
@@ -94,14 +98,15 @@ class CertifiedRanking:
     ``"ranking"`` (the whole order), ``"best"``, ``"topk"`` (with ``topk``) or ``"all"``; ``delta``: the error
     probability of the whole ranking; ``bet``: ``"margin"`` (sized for the claims a pair stops on) or ``"plug-in"``
     (Seq's own); ``seed``: the pair tests' seed; ``scorer``, ``key``: the score ranked (default: the task's first
-    scorer); ``budget``: the most samples a pair uses (default: all). Bad arguments raise
-    :class:`~certsel.errors.InputError`."""
+    scorer); ``budget``: the most samples a pair uses (default: all); ``store``: the ledger the ranking is recorded in
+    (default: certsel's home's; None: off), which refuses a second ranking of the same models' scores, since a
+    ranking's test cannot be continued yet. Bad arguments raise :class:`~certsel.errors.InputError`."""
 
     def __init__(self, models, *, epsilon: float | None = None, delta: float = 0.05, goal: str = "ranking",
                  topk: int | None = None, bet: str = "margin", seed: int = 0, scorer: str | None = None,
                  key: str | None = None, budget: int | None = None, name: str = "inspect-ranking",
                  mlflow: str | None = None, experiment: str = "certsel-inspect", home=None, keep: bool = True,
-                 track: bool = True):
+                 track: bool = True, store=HOME):
         self.names = [str(m) for m in models]
         if len(self.names) < 2 or len(set(self.names)) != len(self.names):
             raise InputError("models must be a list of at least two distinct names")
@@ -124,6 +129,9 @@ class CertifiedRanking:
         self.reader = ScoreReader(scorer, key)
         self.name, self.mlflow, self.experiment = name, mlflow, experiment
         self.home, self.keep, self.track = home, keep, track
+        self.store = store_path(store)
+        self.identities: dict = {}  # model -> its task's identity (certsel.inspect.claims), once started
+        self.claim: TaskClaim | None = None  # the ranking's claim in the ledger, once every model started
         self.job = None  # the JobResult kept as a certsel job once every task is done
         self.proc = PROCEDURES.lookup("pairwise")
         self.models = {n: _Model(n) for n in self.names}
@@ -190,8 +198,61 @@ class CertifiedRanking:
                              "before it: every model of a ranking runs one shuffled dataset (eval(task, "
                              "model=[...]) does; for tasks of their own, give them the same dataset object)")
         m.reader = self.reader.resolve(task.scorers)
+        if self.store is not None:
+            self.identities[name] = task_identity(task, samples, epochs, m.reader.words)
+            if len(self.identities) == len(self.names):
+                self._claim(task)
         m.ledger, m.scored = ScheduleLedger(ids, epochs), {}
+        if self.claim is not None and self.claim.base is not None and len(self.identities) == len(self.names):
+            self._continue(self.claim.base.run.state)
         return "certsel"
+
+    # -- the ledger -----------------------------------------------------------------------------------
+    def _settings(self) -> dict:
+        return {"goal": self.goal, "topk": self.topk, "bet": self.bet, "seed": self.seed, "delta": self.delta}
+
+    def _claim(self, task) -> None:
+        """Hold the ranking's claim (every model's identity and epsilon) once every model has started: before any
+        pair used a sample, since a position is fed once every model scored it."""
+        identity = "inspect ranking:" + ",".join(sorted(self.identities.values()))
+        self.claim = TaskClaim.open(self.store, identity, float(self.epsilon or 0.0),
+                                    where=f"the ranking of {', '.join(self.names)} on task {task.task}",
+                                    delta=self.delta, settings=self._settings(), kind=RANKING_KIND)
+
+    def _continue(self, state: dict) -> None:
+        """A ranking tested before goes on from its record: the common order starts with the positions its pairs used
+        (fed to them again, which puts every pair test where it stood), and goes on with the other samples in this
+        eval's shuffled order (a uniformly random order of the rest, whatever the record). Every model's recorded
+        scores are taken as given and its samples there skipped, those beyond the positions used included, so no score
+        is drawn twice."""
+        used = [json.loads(i) for i in state["order"]]
+        taken = set(used)
+        self.order = [*used, *(i for i in self.order if i not in taken)]
+        for n in self.names:
+            rec = state["scores"].get(self.identities[n], {"ids": [], "values": np.zeros(0)})
+            m = self.models[n]
+            m.scored = {**m.scored, **dict(zip((json.loads(i) for i in rec["ids"]), np.asarray(rec["values"]).tolist()))}
+            m.earlier = set(json.loads(i) for i in rec["ids"])
+            m.released = 0
+            while m.released < len(self.order) and self.order[m.released] in m.scored:
+                m.released += 1
+        self._advance()
+
+    def _state(self) -> dict:
+        """What the ledger keeps of the ranking: the common order, every model's scores (by its identity) and the
+        settings, with the runs before."""
+        before = {} if self.claim.base is None else self.claim.base.run.state
+        used = int(self.session.pairs.n_labeled.max(initial=0))
+        return {"kind": RANKING_KIND, WRITTEN: True, "order": [json.dumps(i) for i in self.order[:used]],
+                "scores": {self.identities[n]: {"ids": [json.dumps(i) for i in (self.models[n].scored or {})],
+                                                "values": np.array(list((self.models[n].scored or {}).values()),
+                                                                   dtype=np.float64)} for n in self.names},
+                **self._settings(), "jobs": [*before.get("jobs", []), self.claim.holder],
+                "runs": int(before.get("runs", 0)) + 1}
+
+    def _write_ahead(self, force: bool = False) -> None:
+        if self.claim is not None:
+            self.claim.write_ahead(int(self.session.pairs.n_labeled.max(initial=0)), self._state(), force=force)
 
     def _session(self, n_items: int) -> RankingSession:
         """The ranking's session: a ``pairwise`` job's Seq pair tests (radius betting) over the task's samples."""
@@ -208,6 +269,10 @@ class CertifiedRanking:
         from inspect_ai.util import EarlyStop
 
         m = self.models[name]
+        if id in m.earlier:
+            m.skipped += 1
+            return EarlyStop(id=id, epoch=epoch, reason="scored by an earlier run of the ranking",
+                             metadata={"manager": "certsel"})
         if m.stopped is not None:
             m.skipped += 1
             return EarlyStop(id=id, epoch=epoch, reason=m.stopped, metadata={"manager": "certsel"})
@@ -226,7 +291,7 @@ class CertifiedRanking:
             self._fail(m, str(err))
             raise
         m.ledger.complete(id, epoch, value)
-        if m.ledger.done(id):
+        if m.ledger.done(id) and id not in m.earlier:  # a score an earlier run recorded stays the test's
             m.scored[id] = float(np.mean(np.stack(list(m.ledger.values[id].values()))))
             while m.released < len(self.order) and self.order[m.released] in m.scored:
                 m.released += 1
@@ -240,6 +305,8 @@ class CertifiedRanking:
         self._stop(m, "its task ended")
         if all(x.done for x in self.models.values()):
             self.result = self._finish()
+            if self.claim is not None:  # the ranking's test as it stands after this eval, into the ledger
+                self.claim.finish(self.result.positions, "ranked", self._state())
             if self.keep:  # a certsel job like any other: its folder, certificate, report and MLflow run
                 from .kept_job import write_ranking
 
@@ -279,6 +346,7 @@ class CertifiedRanking:
             m = self.models[names[k]]
             if m.stopped is None and m.ledger is not None:
                 self._stop(m, "every pair it is in is settled")
+        self._write_ahead()
 
     def _fail(self, m: _Model, why: str) -> None:
         """``m`` gives no more scores: its pairs end undecided, the others go on."""
@@ -302,7 +370,11 @@ class CertifiedRanking:
         statuses = {r.name: (str(r.status), r.reason) for r in s.records}
         runs = {n: self.models[n].ledger.scheduled for n in self.names}
         return RankingResult(self.outcome.ranking, self.outcome.top, self.outcome.selected, statuses, runs,
-                             len(self.order) * len(self.names), int(s.pairs.n_labeled.max(initial=0)), s.level())
+                             len(self.order) * len(self.names), int(s.pairs.n_labeled.max(initial=0)), s.level(),
+                             self.ledger_words())
+
+    def ledger_words(self) -> str:
+        return ledger_words(self.store)
 
     def _summary(self, m: _Model) -> dict:
         """The task's early-stopping metadata: what the ranking did with this model."""

@@ -22,6 +22,7 @@ class SampleCounts:
     skipped: int  # samples never started (their early stops are in the log's summary)
     skipped_runs: int  # sample-epochs stopped early (what inspect lists in early_stops)
     unfinished: int  # started but not given to the test (an epoch stopped, an error, an earlier one missing)
+    earlier: int = 0  # of ``scored``, those earlier runs of its claim gave the test (skipped by this eval)
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,9 @@ class TaskRecord:
         n = self.samples
         when = (f"decided after {n.at_decision} samples; " if self.status in ("certified", "futile", "not needed")
                 and not self.exact else "")
+        earlier = f" ({n.earlier} by earlier runs of its claim)" if n.earlier else ""
         return (f"{head} {how}; {bound}, e-value {self.e_value:.4g} (needs {self.threshold:.4g}); {when}"
-                f"{n.scored} of {n.total} samples scored, {n.skipped} skipped")
+                f"{n.scored} of {n.total} samples scored{earlier}, {n.skipped} skipped")
 
     def to_dict(self) -> dict:
         out = asdict(self)

@@ -24,6 +24,9 @@ from certsel.orchestrator.engine.session import SelectionSession, new_records
 from certsel.orchestrator.results.records import Status
 from certsel.policies.procedures import PROCEDURES
 
+from certsel.workers.claims import Family
+
+from .claims import HOME, ledger_words, store_path
 from .record import TaskRecord
 from .setup import SetupError
 from .task import StopReason, TaskTest
@@ -65,15 +68,17 @@ class CertifiedSelection:
     ``procedure``: ``"fst"`` (fixed sequence, in the given order), ``"bonferroni"`` or ``"holm"``. ``objective``: a
     number per candidate (cost, size, latency), ``goal`` whether smaller (``"minimize"``) or larger is better; the
     selected candidate is the certified one with the best objective (:meth:`select`). ``out``: a path the certificate
-    JSON is written to once every task is done; ``mlflow``: a tracking URI (``experiment``: the MLflow experiment). The
-    other parameters are :class:`~certsel.inspect.task.TaskTest`'s, shared by every candidate. Bad arguments raise
+    JSON is written to once every task is done; ``mlflow``: a tracking URI (``experiment``: the MLflow experiment);
+    ``store``: the ledger that keeps each candidate's claim and its family (default: certsel's home's; a path; None:
+    off, the statement then holds for this eval alone), so that a rerun continues every claim's test
+    (:mod:`certsel.inspect.claims`) and keeps its family. The other parameters are :class:`~certsel.inspect.task.TaskTest`'s, shared by every candidate. Bad arguments raise
     :class:`~certsel.errors.InputError`.
     """
 
     def __init__(self, candidates, at_least: float | None = None, *, alpha: float | None = None, delta: float = 0.05,
                  procedure: str = "fst", objective: dict | None = None, goal: str = "minimize", out=None,
                  mlflow: str | None = None, experiment: str = "certsel-inspect", name: str = "inspect-selection",
-                 home=None, keep: bool = True, track: bool = True, **kw):
+                 home=None, keep: bool = True, track: bool = True, store=HOME, **kw):
         self.names = [str(c) for c in candidates]
         if not self.names or len(set(self.names)) != len(self.names):
             raise InputError("candidates must be a non-empty list of distinct names")
@@ -93,6 +98,9 @@ class CertifiedSelection:
         self.procedure, self.name = procedure, name
         self.out, self.mlflow, self.experiment = out, mlflow, experiment
         self.home, self.keep, self.track = home, keep, track
+        self.store = store_path(store)  # the claims' ledger (None: off)
+        self.claims: dict = {}  # candidate -> its TaskClaim, once its task started
+        self.refused: str | None = None  # why the ledger refused a member's claim: no member runs on
         self.job = None  # the JobResult kept as a certsel job once every task is done
         self.members = {n: TaskTest(at_least=at_least, alpha=alpha, delta=delta, selection=self, candidate=n,
                                              **kw) for n in self.names}
@@ -116,6 +124,48 @@ class CertifiedSelection:
         if name not in self.members:
             raise InputError(f"unknown candidate {name!r}; the candidates are: {', '.join(self.names)}")
         return self.members[name]
+
+    # -- the ledger: claims and their family ------------------------------------------------------
+    def member_of(self, name: str) -> dict | None:
+        """Candidate ``name``'s place in this selection, as its claim's hold keeps it (None: a task on its own)."""
+        return None if self.K == 1 else {"procedure": self.procedure, "size": self.K, "index": self.names.index(name)}
+
+    def claim_started(self, name: str, claim, where: str) -> None:
+        """A member's claim is held: a selection keeps the family its claims were tested in (a family chosen after
+        seeing their evidence, a sequence re-sorted by its e-values or a family shrunk to its leaders, could certify a
+        false claim at the full delta), so one that differs is a :class:`SetupError`; once every member's claim is
+        known the family is recorded."""
+        if self.K == 1:
+            return
+        ordered, mine = self.proc.needs_order, self.member_of(name)
+        then, was = claim.family(), claim.member_then()
+        if then is None and was is None and claim.tested_alone():
+            raise SetupError(f"{where}: its claim was tested before on its own (by {claim.tested_alone()}); a "
+                             "selection over it would choose its family after seeing that evidence: test it on its "
+                             "own again, or select for this eval alone (store=None)")
+        if then is not None:
+            differs = (then.procedure != self.procedure or len(then.members) != self.K or claim.key not in then.members
+                       or (ordered and then.members[mine["index"]] != claim.key))
+            words = f"a {then.procedure} selection of {len(then.members)} candidates"
+        else:
+            differs = was is not None and (was["procedure"] != self.procedure or was["size"] != self.K
+                                           or (ordered and was["index"] != mine["index"]))
+            words = None if was is None else f"a {was['procedure']} selection of {was['size']} candidates"
+        if differs:
+            raise SetupError(f"{where}: its claim was tested before in {words}; this selection ({self.procedure}, "
+                             f"{self.K} candidates, this one number {mine['index'] + 1}) differs. A rerun keeps its "
+                             "claims' family, since one chosen after seeing their evidence could certify a false "
+                             "claim: keep it, or select for this eval alone (store=None)")
+        self.claims[name] = claim
+        if len(self.claims) == self.K:
+            keys = [self.claims[n].key for n in self.names]
+            now = Family.of(self.procedure, keys, ordered)
+            for n in self.names:
+                change = None if (f := self.claims[n].family()) is None else f.change(now)
+                if change is not None:
+                    raise SetupError(f"{where}: the claims of this selection were tested before in another family "
+                                     f"({change}); keep it, or select for this eval alone (store=None)")
+            claim.record_family(keys, self.procedure, ordered)
 
     # -- levels ----------------------------------------------------------------------------------
     @property
@@ -193,6 +243,8 @@ class CertifiedSelection:
             m.certificate = m.make_certificate()
         end = self.session.finish(self)
         certified, chosen = end.certified, end.selected
+        for k, m in enumerate(self._all()):  # each claim's test, as it stands after this eval, into the ledger
+            m.record_claim(bool(certified[k]))
         if self.keep:  # a certsel job like any other: its folder, certificate, report and MLflow run
             from .kept_job import write_selection
 
@@ -208,8 +260,7 @@ class CertifiedSelection:
         statement = (f"with probability >= {1 - self.delta:g}, every certified candidate's mean score is at least "
                      f"{self.at_least:g} ({self.proc.level(self.delta, self.K)}); "
                      + (f"selected {chosen}" if chosen else "nothing certified, nothing selected")
-                     + "; for this eval alone (inspect-ai's front ends keep no claim ledger yet: a rerun is a new test, "
-                       "docs/gate.md, 'Every door of a rerun')")
+                     + "; " + ledger_words(self.store))
         result = SelectionResult(procedure=self.proc.level(self.delta, self.K), at_least=self.at_least,
                                  delta=self.delta, selected=chosen, certified=names, candidates=cands,
                                  samples_run=int(run), samples_full=int(full), statement=statement)

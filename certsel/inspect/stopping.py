@@ -8,6 +8,7 @@ inspect's protocol are in :mod:`certsel.inspect.task`.
 
 from __future__ import annotations
 
+from .claims import HOME, store_path
 from .selection import CertifiedSelection
 from .task import TaskTest
 
@@ -17,14 +18,17 @@ class CertifiedStopping(TaskTest):
 
     The test's parameters are :class:`~certsel.inspect.task.TaskTest`'s. ``keep``, ``home``, ``name``, ``mlflow``,
     ``experiment``, ``track``: the certsel job the task is kept as, as for a
-    :class:`~certsel.inspect.CertifiedSelection` (``keep=False``: no job).
+    :class:`~certsel.inspect.CertifiedSelection` (``keep=False``: no job); ``store``: the ledger its claim's test is
+    kept in (default: certsel's home's; None: off), so that a rerun continues that test.
     """
 
     def __init__(self, at_least: float | None = None, *, keep: bool = True, home=None, name: str = "inspect-stopping",
-                 mlflow: str | None = None, experiment: str = "certsel-inspect", track: bool = True, **settings):
+                 mlflow: str | None = None, experiment: str = "certsel-inspect", track: bool = True, store=HOME,
+                 **settings):
         super().__init__(at_least, **settings)
         self.settings = dict(at_least=at_least, **settings)
-        self.job_options = dict(keep=keep, home=home, name=name, mlflow=mlflow, experiment=experiment, track=track)
+        self.job_options = dict(keep=keep, home=home, name=name, mlflow=mlflow, experiment=experiment, track=track,
+                                store=store if store is None or store == HOME else store_path(store))
 
     def own_selection(self, model: str) -> None:
         """The selection of one around this manager (its candidate: the task's model)."""

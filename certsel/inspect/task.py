@@ -33,6 +33,7 @@ from certsel.policies.sampling import SAMPLINGS, IID, WithoutReplacement, sampli
 from certsel.policies import judge_agreement
 from certsel.workers.contracts import Snapshot
 
+from .claims import KIND, TaskClaim, task_identity, test_state
 from .judge import NOT_LABELLED, JudgeFeed, gated_scorer
 from .setup import SetupError, check_claim, check_samples, checked_level
 from .record import SampleCounts, TaskRecord
@@ -72,6 +73,29 @@ class _Run:
     skipped_runs: int = 0
     budget_hit: bool = False
     done: bool = False
+    claim: "TaskClaim | None" = None  # its claim in the ledger (None: the ledger is off)
+    earlier: list = field(default_factory=list)  # samples earlier runs of its claim gave the test, in order
+    consumed: set = field(default_factory=set)  # their ids: skipped here
+
+    @property
+    def scored(self) -> int:
+        """Samples the claim's test has seen, earlier runs' included."""
+        return len(self.earlier) + self.ledger.released
+
+    @property
+    def started(self) -> int:
+        """Samples the claim's test has started, earlier runs' included."""
+        return len(self.earlier) + self.ledger.scheduled
+
+    def tested_ids(self) -> list:
+        """The ids of the samples the test has seen, in its order."""
+        return [*self.earlier, *self.ledger.order[: self.ledger.released]]
+
+    def pending(self) -> list:
+        """(id, its epoch mean or None) of the samples started but not given to the test, in schedule order."""
+        led = self.ledger
+        return [(i, float(np.mean(np.stack(list(led.values[i].values())))) if led.done(i) else None)
+                for i in led.order[led.released:]]
 
 
 class TaskTest:
@@ -195,22 +219,111 @@ class TaskTest:
                                   sampling=sampling_named(self.sampling, size),
                                   futility=self.futility)
         test, fut = with_futility(kind, settings, PolicyInputs(size, human_items=np.arange(horizon)))
-        self.run = _Run(task=task.task, model=str(task.model), size=size, epochs=int(epochs),
-                        reader=reader, ledger=ScheduleLedger(ids, epochs), test=test, futility=fut, horizon=horizon,
-                        losses=[], judge=None if judge is None else JudgeFeed(judge, self.ratio))
+        claim = self._claim(task, samples, epochs, reader, judge is not None)
+        ledger = ScheduleLedger(ids, epochs)
+        run = _Run(task=task.task, model=str(task.model), size=size, epochs=int(epochs), reader=reader,
+                   ledger=ledger, test=test, futility=fut, horizon=horizon, losses=[],
+                   judge=None if judge is None else JudgeFeed(judge, self.ratio), claim=claim)
+        if claim is not None and claim.base is not None:  # the claim's test goes on from where it stands
+            base = claim.base
+            run.test = SequentialTest.from_state_dict(base.run.state["test"], self.strategy)
+            run.futility = (None if "futility" not in base.run.state
+                            else SequentialTest.from_state_dict(base.run.state["futility"], self.strategy))
+            run.horizon = int(run.test.horizon)
+            run.earlier, run.consumed = list(base.ids), set(base.ids)
+            run.losses, run.path = base.losses.tolist(), base.path.tolist()
+            for i, value in base.pending:  # started before, not yet in the test: they come next, in their order
+                ledger.schedule(i)
+                if value is not None:
+                    for epoch in range(1, ledger.epochs + 1):
+                        ledger.complete(i, epoch, value)
+        self.run = run
         self.certificate = None
-        self.selection.feed(self.snapshot())  # running, no evidence yet
+        self.selection.feed(self.snapshot(run.path))  # running; a continued claim's evidence so far
         pending = self.selection.pending.pop(self.candidate, None)
         if pending is not None:  # the selection no longer needed it before its task started
             self.stop(StopReason.NOT_NEEDED, pending)
+        fresh = ledger.release()  # an earlier run's scores that come next
+        if fresh.size:
+            self._feed(fresh)
+        if claim is not None:
+            self.selection.update()  # a continued claim may be decided already
+            self.write_ahead(force=True)
         return "certsel"
+
+    def _claim(self, task, samples, epochs: int, reader, judged: bool) -> TaskClaim | None:
+        """The task's claim in its selection's ledger, held (None: the ledger is off)."""
+        sel = self.selection
+        if sel.store is None:
+            return None
+        where = f"{self.candidate} ({task.model} on task {task.task})"
+        settings = {"betting": self.strategy.spec(), "sampling": self.sampling, "futility_level": self.futility,
+                    "judged": judged}
+        claim = None
+        try:
+            claim = TaskClaim.open(sel.store, task_identity(task, samples, epochs, reader.words), self.alpha,
+                                   where=where, delta=self.delta, settings=settings,
+                                   member=sel.member_of(self.candidate))
+            sel.claim_started(self.candidate, claim, where)
+        except BaseException as err:
+            if claim is not None:
+                claim.finish(0, "", None)
+            sel.refused = str(err)  # no candidate of the selection runs another sample
+            raise
+        return claim
+
+    def claim_state(self) -> dict:
+        """The claim's test as it stands, as the ledger keeps it."""
+        run, claim = self.run, self.run.claim
+        settings = {"betting": self.strategy.spec(), "sampling": self.sampling, "futility_level": self.futility,
+                    "judged": run.judge is not None, "member": self.selection.member_of(self.candidate)}
+        before = None if claim.base is None else claim.base.run.state
+        if run.judge is not None:  # not continued (TaskClaim.open refuses it): its run is recorded, not its test
+            return {"kind": KIND, **settings, "jobs": [*((before or {}).get("jobs", [])), claim.holder],
+                    "runs": 1, "delta": self.delta}
+        return test_state(test=run.test, futility=run.futility, ids=run.tested_ids(), losses=run.losses,
+                          path=run.path, pending=run.pending(), settings=settings,
+                          jobs=[*((before or {}).get("jobs", [])), claim.holder],
+                          runs=(before or {}).get("runs", 0) + 1,
+                          first_delta=(before or {}).get("delta", self.delta))
+
+    def write_ahead(self, force: bool = False) -> None:
+        """The claim's test into the ledger as it stands (throttled; ``force``: now)."""
+        run = self.run
+        if run.claim is not None and run.judge is None:
+            run.claim.write_ahead(run.scored, self.claim_state(), force=force)
+
+    def record_claim(self, certified: bool) -> None:
+        """The claim's test after this eval, with its outcome, into the ledger (nothing added: the hold ends)."""
+        run = self.run
+        if run is None or run.claim is None:
+            return
+        base = run.claim.base
+        added = run.scored > (0 if base is None else len(base.ids)) or (
+            run.judge is None and run.pending() != (base.pending if base is not None else []))
+        if certified:
+            outcome = "pass"
+        elif run.stop is StopReason.FUTILE or self.exact_pass() is False:
+            outcome = "fail"
+        else:
+            outcome = "undecided"
+        run.claim.finish(run.scored, outcome, self.claim_state() if added else None)
 
     async def schedule_sample(self, id, epoch: int):
         from inspect_ai.util import EarlyStop
 
         run = self.run
+        if self.selection.refused is not None:
+            self.stop(StopReason.REFUSED, self.selection.refused)
+        if id in run.consumed:  # its claim's test saw it in an earlier run
+            run.skipped_runs += 1
+            return EarlyStop(id=id, epoch=epoch, reason="scored by an earlier run of its claim",
+                             metadata={"manager": "certsel"})
+        if run.ledger.done(id):  # started by an earlier run, its score recorded: it comes next in the test
+            return EarlyStop(id=id, epoch=epoch, reason="scored by an earlier run of its claim",
+                             metadata={"manager": "certsel"})
         new = not run.ledger.is_scheduled(id)
-        if run.stop is None and new and self.budget is not None and run.ledger.scheduled >= self.budget:
+        if run.stop is None and new and self.budget is not None and run.started >= self.budget:
             run.budget_hit = True
             return self._skip(EarlyStop, id, epoch, f"budget of {self.budget} samples reached")
         if run.stop is not None:
@@ -274,6 +387,7 @@ class TaskTest:
                 run.futility.update(h, jl, ju)
         run.path.extend(path)
         self.selection.feed(self.snapshot(path))
+        self.write_ahead()
 
     def refuse(self, why: str) -> None:
         """Its scores cannot be read: it stops, and the session ends it as a failed source."""
@@ -309,7 +423,7 @@ class TaskTest:
     def exact_pass(self) -> bool | None:
         """Whether the exactly known mean is >= T (every sample scored without replacement); None until then."""
         run = self.run
-        if self.sampling != WithoutReplacement.name or run.ledger.released < run.size:
+        if self.sampling != WithoutReplacement.name or run.scored < run.size:
             return None
         return bool(np.mean(run.losses) <= self.alpha)
 
@@ -317,7 +431,7 @@ class TaskTest:
         run = self.run
         if run.stop is None:
             run.stop, run.why = reason, why
-            run.decided_at, run.scheduled_at_stop = run.ledger.released, run.ledger.scheduled
+            run.decided_at, run.scheduled_at_stop = run.scored, run.started
 
     def _skip(self, early_stop, id, epoch, why: str):
         run = self.run
@@ -339,7 +453,7 @@ class TaskTest:
         test = run.test  # its own bets, seeded with its evidence, as a job's candidate inverts its test
         kw = dict(level=level, delta=test.delta, alpha=test.alpha, rhos=test.rhos, betting=self.strategy,
                   horizon=run.horizon, max_log_evalue=test.max_log_evalue, observation=test.observation,
-                  sampling=test.sampling)
+                  sampling=test.sampling, past_horizon=bool(run.earlier))  # a continued test may pass its horizon
         if run.judge is not None:
             h, jl, ju = run.judge.all()
             u = decision_upper_bound(1.0 - h, 1.0 - jl, 1.0 - ju, **kw)
@@ -377,11 +491,11 @@ class TaskTest:
         else:  # its own test passed, the procedure over all candidates did not certify it
             why = (f"{run.why}, but {self.procedure_words()} does not certify it on the evidence of all "
                    "candidates")
-        counts = SampleCounts(total=run.size, scheduled=run.ledger.scheduled, scored=run.ledger.released,
-                              at_decision=run.decided_at if run.stop is not None else run.ledger.released,
+        counts = SampleCounts(total=run.size, scheduled=run.ledger.scheduled, scored=run.scored,
+                              at_decision=run.decided_at if run.stop is not None else run.scored,
                               in_flight_at_stop=(run.scheduled_at_stop - run.decided_at) if run.stop else 0,
                               skipped=len(run.skipped), skipped_runs=run.skipped_runs,
-                              unfinished=run.ledger.pending)
+                              unfinished=run.ledger.pending, earlier=len(run.earlier))
         fut = run.futility
         return TaskRecord(
             task=run.task, model=run.model, candidate=self.candidate, scorer=run.reader.words,

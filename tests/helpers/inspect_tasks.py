@@ -10,6 +10,7 @@ answers do) and answers with mockllm's output; the scorer returns the recorded s
 from __future__ import annotations
 
 import asyncio
+import os
 
 import numpy as np
 from inspect_ai import Task, eval
@@ -30,12 +31,24 @@ def recorded_answer():
     async def solve(state, generate):
         meta = state.metadata
         await asyncio.sleep(float(meta.get("delay", 0.0)))
+        _count_towards_a_kill()
         score = _score_of(meta, model_name(state), state.epoch)
         text = state.target.text if score == 1 else "something else"
         state.output = ModelOutput.from_content(str(state.model), text)
         return state
 
     return solve
+
+
+_ANSWERED = [0]
+
+
+def _count_towards_a_kill() -> None:
+    """``CERTSEL_TEST_KILL_AFTER=k``: the process dies (no cleanup, as under ``kill -9``) at its k-th answer."""
+    after = os.environ.get("CERTSEL_TEST_KILL_AFTER")
+    _ANSWERED[0] += 1
+    if after is not None and _ANSWERED[0] >= int(after):
+        os._exit(9)
 
 
 def _score_of(meta: dict, model: str, epoch: int):
@@ -130,7 +143,8 @@ def boundary_runs(reps: int, log_dir, *, n: int = 100, correct: int = 69, at_lea
     delays = np.where(scores == 1, fast, slow)
     managers, tasks = [], []
     for k in range(reps):
-        m = CertifiedStopping(at_least=at_least, delta=delta, futility=None, keep=False)  # many runs: no jobs
+        # many runs, each a test of its own by design: no jobs, no ledger
+        m = CertifiedStopping(at_least=at_least, delta=delta, futility=None, keep=False, store=None)
         if order == "completion":
             completion_order(m)
         managers.append(m)
