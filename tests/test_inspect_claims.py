@@ -206,3 +206,18 @@ def test_a_ranking_rerun_continues_its_pair_tests(tmp_path):
     np.testing.assert_array_equal(again.session.pairs.n_labeled, whole.session.pairs.n_labeled)
     assert sum(again.result.samples_run.values()) < sum(whole.result.samples_run.values())
     assert "a rerun continues it" in again.result.ledger and "eval alone" in whole.result.ledger
+
+
+def test_the_protocol_driver_states_what_a_real_eval_states(scores, tmp_path):
+    """benchmarks/inspect_reruns.py drives the managers without inspect's runner (helpers/inspect_protocol.py): one
+    sample at a time, a driven eval and a real eval() of the same task on the same shuffle state the same test."""
+    from helpers.inspect_protocol import drive_all, shuffled_samples, spec_like
+
+    real = CertifiedStopping(at_least=0.8, delta=0.05, store=None, keep=False)
+    [log] = run(task(scores, real, shuffle=4, name="real"), tmp_path, max_samples=1)
+    driven = CertifiedStopping(at_least=0.8, delta=0.05, store=None, keep=False)
+    drive_all([(driven, spec_like(log.eval, "driven"), shuffled_samples(N, 4), scores)], concurrency=1)
+    a, b = real.certificate, driven.certificate
+    assert (a.certified, a.status, a.samples.scored, a.samples.scheduled) == \
+        (b.certified, b.status, b.samples.scored, b.samples.scheduled)
+    assert a.log_e_value == b.log_e_value and a.lower_bound == b.lower_bound

@@ -13,8 +13,9 @@ the test sees is one uniformly random order of the task's samples over every run
 chance that the claim's test *ever* certifies a false claim by delta, however often it is rerun.
 
 While it runs, a task holds its claim (a ``running`` row named for this process and its eval's event loop) and writes
-its test ahead (:data:`WRITE_EVERY`): a killed eval's claim continues from there, never from zero. Samples scheduled
-in the last ``WRITE_EVERY`` seconds before a kill return to the pool (their scores were not yet in the test).
+its test ahead whenever a sample starts or is scored (about 0.4 ms each): a killed eval's claim continues from there,
+never from zero, with every score it was given and every started sample in its place (an unfinished sample is often
+a slow, wrong one: putting it back in the pool would let repeated kills skip past the wrong answers).
 ``store=None`` turns the ledger off: the statement then holds for that eval alone (:data:`OFF_WORDS`).
 """
 
@@ -26,7 +27,6 @@ import json
 import os
 import pathlib
 import socket
-import time
 import uuid
 import weakref
 from dataclasses import dataclass, field
@@ -43,7 +43,6 @@ from .setup import SetupError
 
 HOME = "home"  # store=: certsel's home's label store (certsel.config.ledger)
 WRITTEN = "written"  # a state key: the run's test was written ahead (a lost hold continues from it)
-WRITE_EVERY = 0.2  # seconds between write-aheads of a running task's test (its end is always written)
 KIND = "inspect r-eval"  # the recorded test's kind: certsel's R-Eval test on the loss 1 - score
 RANKING_KIND = "inspect ranking"  # a ranking's pair tests on the models' scores
 OFF_WORDS = ("ledger off (store=None): this statement holds for this eval alone; a rerun of any of its claims is a new "
@@ -157,7 +156,6 @@ class TaskClaim:
     def __init__(self, store: pathlib.Path, key: str, holder: str, base: Continued | None):
         self.store, self.key, self.holder, self.base = store, key, holder, base
         self.ledger = ClaimLedger(store)
-        self.written = 0.0  # the last write-ahead's time
         self.closed = False
 
     @classmethod
@@ -210,13 +208,10 @@ class TaskClaim:
     def record_family(self, keys, procedure: str, ordered: bool) -> None:
         self.ledger.record_family(keys, Family.of(procedure, keys, ordered, self.holder))
 
-    def write_ahead(self, t: int, state: dict, *, force: bool = False) -> None:
-        """The test as it stands (``state``: :func:`test_state`), at most every :data:`WRITE_EVERY` seconds."""
-        now = time.monotonic()
-        if self.closed or (not force and now - self.written < WRITE_EVERY):
-            return
-        self.written = now
-        self.ledger.write_ahead(self.key, self.holder, t, state)
+    def write_ahead(self, t: int, state: dict) -> None:
+        """The test as it stands (``state``: :func:`test_state`)."""
+        if not self.closed:
+            self.ledger.write_ahead(self.key, self.holder, t, state)
 
     def finish(self, t: int, outcome: str, state: dict | None) -> None:
         """The run's end: its test and outcome recorded (``state`` None: it added nothing, its hold ends)."""

@@ -250,9 +250,10 @@ class CertifiedRanking:
                 **self._settings(), "jobs": [*before.get("jobs", []), self.claim.holder],
                 "runs": int(before.get("runs", 0)) + 1}
 
-    def _write_ahead(self, force: bool = False) -> None:
+    def _write_ahead(self) -> None:
+        """Every score into the ledger as it comes (a killed ranking continues with all it was given)."""
         if self.claim is not None:
-            self.claim.write_ahead(int(self.session.pairs.n_labeled.max(initial=0)), self._state(), force=force)
+            self.claim.write_ahead(int(self.session.pairs.n_labeled.max(initial=0)), self._state())
 
     def _session(self, n_items: int) -> RankingSession:
         """The ranking's session: a ``pairwise`` job's Seq pair tests (radius betting) over the task's samples."""

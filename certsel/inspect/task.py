@@ -232,23 +232,23 @@ class TaskTest:
             run.horizon = int(run.test.horizon)
             run.earlier, run.consumed = list(base.ids), set(base.ids)
             run.losses, run.path = base.losses.tolist(), base.path.tolist()
-            for i, value in base.pending:  # started before, not yet in the test: they come next, in their order
+            # started before, not yet in the test: they keep their places, next in the order, and those scored their
+            # scores. Putting them back in the pool would not be valid: the first of them is unfinished because it
+            # is slow, often because it is wrong, and a test that skips past it could skip past every such sample
+            for i, value in base.pending:
                 ledger.schedule(i)
                 if value is not None:
-                    for epoch in range(1, ledger.epochs + 1):
-                        ledger.complete(i, epoch, value)
+                    for e in range(1, ledger.epochs + 1):
+                        ledger.complete(i, e, value)
         self.run = run
         self.certificate = None
         self.selection.feed(self.snapshot(run.path))  # running; a continued claim's evidence so far
         pending = self.selection.pending.pop(self.candidate, None)
         if pending is not None:  # the selection no longer needed it before its task started
             self.stop(StopReason.NOT_NEEDED, pending)
-        fresh = ledger.release()  # an earlier run's scores that come next
-        if fresh.size:
-            self._feed(fresh)
-        if claim is not None:
+        if claim is not None and claim.base is not None:
+            self._released()  # an earlier run's scores that come next
             self.selection.update()  # a continued claim may be decided already
-            self.write_ahead(force=True)
         return "certsel"
 
     def _claim(self, task, samples, epochs: int, reader, judged: bool) -> TaskClaim | None:
@@ -287,11 +287,11 @@ class TaskTest:
                           runs=(before or {}).get("runs", 0) + 1,
                           first_delta=(before or {}).get("delta", self.delta))
 
-    def write_ahead(self, force: bool = False) -> None:
-        """The claim's test into the ledger as it stands (throttled; ``force``: now)."""
+    def write_ahead(self) -> None:
+        """The claim's test into the ledger as it stands, with the samples started and the scores not yet in it."""
         run = self.run
         if run.claim is not None and run.judge is None:
-            run.claim.write_ahead(run.scored, self.claim_state(), force=force)
+            run.claim.write_ahead(run.scored, self.claim_state())
 
     def record_claim(self, certified: bool) -> None:
         """The claim's test after this eval, with its outcome, into the ledger (nothing added: the hold ends)."""
@@ -299,8 +299,7 @@ class TaskTest:
         if run is None or run.claim is None:
             return
         base = run.claim.base
-        added = run.scored > (0 if base is None else len(base.ids)) or (
-            run.judge is None and run.pending() != (base.pending if base is not None else []))
+        added = run.ledger.scheduled > 0  # nothing started here: the claim's test is where it stood
         if certified:
             outcome = "pass"
         elif run.stop is StopReason.FUTILE or self.exact_pass() is False:
@@ -319,7 +318,8 @@ class TaskTest:
             run.skipped_runs += 1
             return EarlyStop(id=id, epoch=epoch, reason="scored by an earlier run of its claim",
                              metadata={"manager": "certsel"})
-        if run.ledger.done(id):  # started by an earlier run, its score recorded: it comes next in the test
+        if run.ledger.done(id):  # started by an earlier run, its score recorded: it has its place in the test
+            run.skipped_runs += 1
             return EarlyStop(id=id, epoch=epoch, reason="scored by an earlier run of its claim",
                              metadata={"manager": "certsel"})
         new = not run.ledger.is_scheduled(id)
@@ -329,6 +329,8 @@ class TaskTest:
         if run.stop is not None:
             return self._skip(EarlyStop, id, epoch, f"{run.stop.value}: {run.why}")
         run.ledger.schedule(id)
+        if new:  # its place in the order, kept before it can finish: a kill leaves it there (certsel/inspect/claims.py)
+            self.write_ahead()
         return None
 
     async def complete_sample(self, id, epoch: int, scores) -> None:
@@ -346,12 +348,19 @@ class TaskTest:
             self.refuse(str(err))
             raise err
         run.ledger.complete(id, epoch, value)
+        self._released()
+
+    def _released(self) -> None:
+        """The scores now complete at the front of the order, to the test; then the claim's test written ahead (every
+        score, before inspect shows it: a kill loses none, certsel/inspect/claims.py)."""
+        run = self.run
         fresh = run.ledger.release()
         if run.judge is not None:
             fresh = run.judge.blocks(fresh)
         if fresh is not None and len(fresh):
             self._feed(fresh)
             self.selection.update()
+        self.write_ahead()
 
     def _read(self, id, epoch: int, scores):
         """A sample-epoch's score: a number, or (label or NaN, judge) in judge-assisted testing."""
@@ -387,7 +396,6 @@ class TaskTest:
                 run.futility.update(h, jl, ju)
         run.path.extend(path)
         self.selection.feed(self.snapshot(path))
-        self.write_ahead()
 
     def refuse(self, why: str) -> None:
         """Its scores cannot be read: it stops, and the session ends it as a failed source."""
