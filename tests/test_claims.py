@@ -518,6 +518,7 @@ def test_a_table_written_again_continues_its_claim_and_another_value_is_another_
         cli.main(["gate", str(job), "--no-tracking", "--json", str(tmp_path / "g.json"),
                   *(x for s in sets for x in ("--set", s))])
         (row,) = json.loads((tmp_path / "g.json").read_text())["candidates"]
+        row["stderr"] = capsys.readouterr().err
         return row
 
     first = gate(tmp_path / "t.parquet", "seed=1")
@@ -526,6 +527,7 @@ def test_a_table_written_again_continues_its_claim_and_another_value_is_another_
     for k, path in enumerate(_rewrites(tmp_path / "t.parquet", tmp_path), start=2):
         row = gate(path, f"seed={k}", f"budget.n={100 * k}")
         assert (row["earlier_runs"], row["earlier_labels"]) == (runs, labels), path.name
+        assert "a new claim" not in row["stderr"]
         runs, labels = runs + 1, labels + row["labels"]
     ledger = ClaimLedger(tmp_path / "home" / "labels.db")
     assert len({row[0] for row in ledger._db.execute("select claim from claims")}) == 1
@@ -534,6 +536,15 @@ def test_a_table_written_again_continues_its_claim_and_another_value_is_another_
     moved = moved.set_column(2, "loss", pa.array(np.clip(loss + 1e-5, 0, 1)))
     pq.write_table(moved, tmp_path / "moved.parquet")
     assert gate(tmp_path / "moved.parquet", "seed=9")["earlier_runs"] == 0  # other measurements: another claim
+    # the table edited in place (as a compress-then-gate flow rewrites it): another claim, and the gate says so
+    pq.write_table(moved.set_column(2, "loss", pa.array(np.clip(loss + 2e-5, 0, 1))), tmp_path / "t.parquet")
+    row = gate(tmp_path / "t.parquet", "seed=10")
+    assert row["earlier_runs"] == 0
+    [line] = [x for x in row["stderr"].splitlines() if "a new claim" in x]
+    assert "c0: a new claim (R <= 0.1 on these labels): its measurements in t.parquet differ from those its claim " \
+           "was tested on before (job " in line
+    assert f"{labels} labels)" in line and "its test starts anew at delta" in line
+    assert "a new claim" not in gate(tmp_path / "t.parquet", "seed=11")["stderr"]  # its own claim now
 
 
 def test_a_claim_recorded_under_an_earlier_releases_identity_keeps_its_test(tmp_path):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .contracts import ClaimRun
-from .label_store import CLAIMS_DDL, FAMILIES_DDL, LOCK_TIMEOUT, TABLES
+from .label_store import CLAIMS_DDL, FAMILIES_DDL, LOCK_TIMEOUT, PLACES_DDL, TABLES
 from .labellog import pack, unpack
 from .replay import JUDGE_ORDER_STREAM, item_order
 
@@ -99,6 +99,7 @@ class ClaimLedger:
         self._db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT, isolation_level=None)
         self._db.execute(CLAIMS_DDL)
         self._db.execute(FAMILIES_DDL)
+        self._db.execute(PLACES_DDL)
 
     def runs(self, claim: str) -> list[ClaimRun]:
         rows = self._db.execute(f"select {', '.join(CLAIMS_COLUMNS)} from claims where claim = ? order by seq",
@@ -213,6 +214,18 @@ class ClaimLedger:
             self._db.executemany("insert or ignore into families values (?, ?, ?, ?, ?)",
                                  [(c, family.procedure, json.dumps(list(family.members)), family.job, time.time())
                                   for c in claims])
+
+    def record_place(self, place: str, alpha: float, claim: str, job: str | None) -> None:
+        """``claim`` was tested under ``place`` (a table file and a candidate's name) at level ``alpha``."""
+        with self._db:
+            self._db.execute("begin immediate")
+            self._db.execute("insert or ignore into places values (?, ?, ?, ?, ?)",
+                             (place, float(alpha), claim, job, time.time()))
+
+    def at_place(self, place: str, alpha: float) -> list[tuple[str, str | None]]:
+        """The (claim, job that first tested it) recorded under ``place`` at level ``alpha``, oldest first."""
+        return self._db.execute("select claim, job from places where place = ? and alpha = ? order by created",
+                                (place, float(alpha))).fetchall()
 
     def adopt(self, old: str, new: str) -> bool:
         """Move the claim recorded under key ``old`` (the identity of an earlier release, :meth:`~certsel.orchestrator.

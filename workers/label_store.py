@@ -30,7 +30,8 @@ LOCK_TIMEOUT = 60.0  # seconds a job waits for another process's write lock on t
 TABLES = {"labels": ["identity", "role", "item", "loss"],
           "claims": ["claim", "seq", "fingerprint", "job", "base", "t", "outcome", "created", "state"],
           "series": ["series", "release", "claim", "candidate", "delta", "created"],
-          "families": ["claim", "procedure", "members", "job", "created"]}
+          "families": ["claim", "procedure", "members", "job", "created"],
+          "places": ["place", "alpha", "claim", "job", "created"]}
 LABELS_DDL = ("create table if not exists labels (identity text not null, role text not null, item integer not null, "
               "loss real not null, primary key (identity, role, item))")
 # each claim's test, run by run (workers/claims.py)
@@ -42,6 +43,12 @@ CLAIMS_DDL = ("create table if not exists claims (claim text not null, seq integ
 # order (workers/claims.py)
 FAMILIES_DDL = ("create table if not exists families (claim text primary key, procedure text not null, members text "
                 "not null, job text, created real not null)")
+
+
+# the claims tested under each place (a table file and a candidate's name in it) and level: a claim new in a place
+# that held another is one whose measurements changed there, which a job says (workers/claims.py)
+PLACES_DDL = ("create table if not exists places (place text not null, alpha real not null, claim text not null, "
+              "job text, created real not null, primary key (place, alpha, claim))")
 
 
 # each release series' gated claims in order (orchestrator/engine/series.py)

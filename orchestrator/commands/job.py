@@ -20,7 +20,7 @@ from certsel.config import RunConfig
 from certsel.errors import InputError, first_line, job_error
 from certsel.workers.label_store import check_store
 
-from certsel.orchestrator.engine.claims import claim_starts, moved_on
+from certsel.orchestrator.engine.claims import changed_measurements, claim_starts, moved_on
 from certsel.orchestrator.engine.driver import run_job
 from certsel.orchestrator.engine.pilot import start_from_pilot
 from certsel.orchestrator.engine.runtime import LocalRuntime
@@ -166,6 +166,8 @@ def _checked_data(cfg: RunConfig, o: RunOptions, clock: StageClock) -> JobData:
         from certsel.config.ledger import default_store
 
         # a store named by the job: said at once; the default ledger's: said with the certificate (ledger_block)
+        for line in changed_measurements(cfg, data):
+            (o.warn or log.warning)(line)
         if (any(c is None for c in claim_starts(cfg, data)) and not cfg.proc.ranking
                 and pathlib.Path(cfg.state.store) != default_store()):
             (o.warn or log.warning)(f"the {source_of(cfg).name} source has no label identity: its labels are not kept "

@@ -105,6 +105,36 @@ def claim_starts(cfg, data, job_dir=None) -> list[ClaimStart | None]:
     return out
 
 
+def changed_measurements(cfg, data) -> list[str]:
+    """One line per candidate whose claim is new although its place (its table file and name there) held another
+    claim at this level: its measurements changed (a value beyond 6 decimals, items added or removed), so its test
+    starts anew at delta, which the job says rather than doing quietly (docs/gate.md, "Every door of a rerun")."""
+    if cfg.state.store is None or not pathlib.Path(cfg.state.store).exists():
+        return []
+    kind, out = source_of(cfg), []
+    ledger = ClaimLedger(cfg.state.store)
+    try:
+        for k, identity in enumerate(claim_identities(cfg, data)):
+            place = None if identity is None else kind.claim_place(cfg, data, k)
+            if place is None:
+                continue
+            key, alpha = claim_key(identity, cfg.alpha / data.unit), cfg.alpha / data.unit
+            mirrored = mirror_key(cfg, data, k, identity)
+            if ledger.runs(key) or (mirrored is not None and ledger.runs(mirrored)):
+                continue
+            before = [(c, j) for c, j in ledger.at_place(place, alpha) if c != key and ledger.runs(c)]
+            if before:
+                claim, job = before[-1]
+                t = max(r.t for r in ledger.runs(claim))
+                out.append(f"{data.names[k]}: a new claim ({claim_words(cfg)}): its measurements in "
+                           f"{pathlib.Path(cfg.data.path).name} differ from those its claim was tested on before (job "
+                           f"{job or '?'}, {t} labels): a value changed beyond 6 decimals, or items were added or "
+                           "removed, so its test starts anew at delta (docs/gate.md, 'Every door of a rerun')")
+        return out
+    finally:
+        ledger.close()
+
+
 def moved_on(cfg, data, job_dir) -> list[str]:
     """The candidates of the finished job in ``job_dir`` whose claim the ledger has moved on since (a later run of
     another configuration recorded it): that job's outcome is no longer where their test stands, so it cannot answer a
@@ -427,6 +457,9 @@ def record(plan, pool, records: list[CandidateRecord], certified: set, job_dir) 
                 ledger.finish(claim.key, claim.fingerprint, job, base, r.t, "", None)  # nothing added: let go
                 continue
             state = _test_state(cfg, claim, r, states.get(name, {}), job)
+            place = source_of(cfg).claim_place(cfg, plan.data, plan.data.names.index(name))
+            if place is not None and not claim.mirrored:
+                ledger.record_place(place, cfg.alpha / plan.data.unit, claim.key, job)
             try:
                 outcome = str(Outcome.of(r.status, name in certified))
                 ledger.finish(claim.key, claim.fingerprint, job, base, r.t,

@@ -142,6 +142,12 @@ class SourceKind:
         with any judge, so another judge is the same claim). Default: the label identity."""
         return self.label_identity(cfg, data, k)
 
+    def claim_place(self, cfg: RunConfig, data: JobData, k: int) -> str | None:
+        """Where candidate ``k``'s measurements come from, whatever they are (a table file and its name there): a claim
+        new under a place that held another is one whose measurements changed, which the job says. None (the
+        default): the kind cannot say."""
+        return None
+
     def mirror_claim_identity(self, cfg: RunConfig, data: JobData, k: int) -> dict | None:
         """A regression claim's identity with its two sides exchanged (the candidate as the baseline): "Y beats X by m"
         tested as Y against X and "X stays within -m of Y" tested as X against Y are one statement, whose test is the

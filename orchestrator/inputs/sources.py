@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import pathlib
 from dataclasses import asdict
 
 import numpy as np
@@ -57,6 +58,9 @@ class ReplayKind(SourceKind):
 
     def items_words(self, n_items):
         return f"the {n_items} items of the loss table"
+
+    def claim_place(self, cfg, data, k):
+        return f"{pathlib.Path(cfg.data.path).resolve()}#{data.names[k]}"
 
     def loss_words(self, cfg):
         """The table's words for its loss column (data.measures), else the column's name."""
