@@ -293,3 +293,32 @@ def test_a_minimal_table_runs_and_says_which_defaults_it_chose(tmp_path, capsys)
     # selected: the certified one with the smallest bound (Holm's certified set shares alpha: then its own bound)
     assert cert["selected"] == min(inside, key=lambda n: (rows[n]["simultaneous_bound"], rows[n]["upper_bound"]))
     assert f"selected: {cert['selected']}" in out
+
+
+def test_a_candidate_left_undecided_by_its_budget_is_named_with_the_budget_that_gives_it_every_item(tmp_path, capsys):
+    """Issue 72, point 3: a Holm job on a 2,000-item table with the default budget leaves a candidate of true loss
+    0.065 (alpha 0.1) uncertified; the answer says the budget was the limit, with the --set that gives it every item,
+    and a gate with that budget decides it (continuing its test)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(42)
+    risks = {"big-70b": 0.02, "mid-8b": 0.065, "small-1b": 0.2}
+    pq.write_table(pa.table({"model": np.repeat(list(risks), 2000), "question_id": np.tile(np.arange(2000), 3),
+                             "loss": np.concatenate([(rng.random(2000) < p).astype(float) for p in risks.values()])}),
+                   tmp_path / "t.parquet")
+    (tmp_path / "job.yaml").write_text("data: {path: t.parquet, candidate: model, item: question_id, human: loss}\n"
+                                       "alpha: 0.1\n")
+    main = _in_process(capsys)
+    code, out, err = main("run", str(tmp_path / "job.yaml"), "--no-progress", "--no-tracking", "--json",
+                          str(tmp_path / "out.json"))
+    assert code == 0, err
+    rows = {c["candidate"]: c for c in json.loads((tmp_path / "out.json").read_text())["candidates"]}
+    assert rows["mid-8b"]["status"] == "not certified"
+    flat = " ".join(out.split())
+    assert ("budget: mid-8b ended undecided within budget.n = 300 human labels, while the table has 2,000 items; "
+            "--set budget.n=2000 gives it every item; any test would need about") in flat
+    assert "budget: big-70b" not in flat and "budget: small-1b" not in flat  # certified and failed: not the budget
+    code, out, err = main("gate", str(tmp_path / "job.yaml"), "--no-tracking", "--set", "budget.n=2000")
+    assert "PASS      mid-8b" in out and "budget: mid-8b" not in out  # decided with the larger budget

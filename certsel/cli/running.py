@@ -136,6 +136,8 @@ def gate_command(args) -> int:
         print(line, flush=True)
     if not args.quiet:
         print(cert.gate.note)
+        for line in goal_of(cert).setting_lines(cert):  # what limited the answer (the budget)
+            print(line)
         if res.output_dir is not None:
             print(f"report: {res.output_dir / 'report.html'}  (certsel show {res.job_id} for the full table)")
         if res.mlflow_run is not None:

@@ -155,6 +155,26 @@ def ledger_lines(cert) -> list[str]:
     return [f"ledger: {cert.ledger.statement}"]
 
 
+def budget_cap_lines(cert) -> list[str]:
+    """A candidate left undecided by its budget while its table has more items: the budget was the limit, so the
+    answer says so, with the ``--set budget.n=`` that gives it every item and what its own labels say a decision would
+    take."""
+    budget, items = cert.labels.budget.get("n"), cert.data.items
+    if not budget or int(budget) >= items or cert.procedure.name == "pairwise":
+        return []
+    capped = [c for c in cert.candidates if c.status == "not certified"]
+    out = []
+    for c in capped:
+        need = c.labels_minimum_estimate
+        guide = ("" if need is None else f"; any test would need about {need:,.0f} labels on average, estimated from "
+                 "its own (a rough guide)")
+        out.append(f"budget: {c.candidate} ended undecided within budget.n = {int(budget):,} human labels, while the "
+                   f"table has {items:,} items; --set budget.n={items} gives it every item{guide}. A rerun "
+                   f"continues its test and buys only what the larger budget adds; "
+                   f"certsel plan --set budget.n={items} forecasts that job")
+    return out
+
+
 def setting_lines(cert) -> list[str]:
     """Where a measured default may not have been the best for this job: what the other setting would likely have
     changed, with the ``--set`` that gives it (docs/results.md, "Defaults against the old settings")."""
@@ -178,6 +198,7 @@ def setting_lines(cert) -> list[str]:
                      f"was unlikely to {verb} them, {rest} human labels short of it; --set scheduling.budget_stop=null "
                      f"would have spent them (a candidate the full budget {verbs} is stopped with probability <= "
                      f"{level:g})")
+    lines += budget_cap_lines(cert)
     pilot = cert.pilot
     if pilot is not None and not cert.certified_set:
         lines.append(f"pilot start: the sequence started at {pilot.start} and certified nothing. That is no evidence "

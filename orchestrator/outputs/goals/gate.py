@@ -7,6 +7,7 @@ import math
 
 from certsel.orchestrator.results.outcomes import Outcome, gate_exit_code
 
+from ..cells import budget_cap_lines
 from ..numbers import _round
 from .base import Field, Shown, note_cell, people_fields
 from .recovery import RecoverySelection
@@ -56,7 +57,8 @@ class _Gate:
         return None
 
     def setting_lines(self, cert) -> list[str]:
-        return []  # a gate's futility test is its fail rule, not a default to revisit
+        # a gate's futility test is its fail rule, not a default to revisit; its budget can be what left it undecided
+        return budget_cap_lines(cert)
 
     def summary(self, cert) -> tuple[str, list[str]]:
         g = cert.gate
