@@ -236,3 +236,40 @@ def test_the_model_benchmarks_vectorised_rule_is_the_policys_rule():
             kept_by_the_term += int((without & ~got).sum())
     assert 0 < fired < 300 * 2 * len(range(2 * MIN_WINDOW, n, 25)) // 2  # both answers occur
     assert kept_by_the_term > 0  # and the term matters: without it, the comparison above would fail
+
+
+@pytest.mark.integration
+def test_a_budget_stopped_claim_rerun_at_the_same_budget_buys_nothing_and_a_larger_budget_goes_on(tmp_path, capsys,
+                                                                                                   monkeypatch):
+    """Issue 72, point 7: a gate's budget stop judges the claim's whole test (its pass and fail paths are in the
+    ledger), so a rerun with another seed and the same budget stops it where it stood, buying nothing, and a larger
+    budget has more left and continues it."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from certsel import cli
+
+    monkeypatch.setenv("CERTSEL_HOME", str(tmp_path / "home"))
+    rng = np.random.default_rng(42)
+    pq.write_table(pa.table({"model": ["mid"] * 2000, "question_id": np.arange(2000),
+                             "loss": (rng.random(2000) < 0.075).astype(float)}), tmp_path / "t.parquet")
+    (tmp_path / "g.yaml").write_text("data: {path: t.parquet, candidate: model, item: question_id, human: loss}\n"
+                                     "alpha: 0.1\n")
+
+    def gate(*sets):
+        cli.main(["gate", str(tmp_path / "g.yaml"), "--no-tracking", "--json", str(tmp_path / "g.json"),
+                  *(x for s in sets for x in ("--set", s))])
+        capsys.readouterr()
+        (row,) = json.loads((tmp_path / "g.json").read_text())["candidates"]
+        return row
+
+    first = gate("seed=1")
+    assert first["outcome"] == "undecided" and first["reason"].startswith("budget stop")
+    for seed in (2, 3):
+        again = gate(f"seed={seed}")
+        assert again["labels"] == 0 and again["earlier_labels"] == first["labels"], again
+        assert again["outcome"] == "undecided" and again["reason"].startswith("budget stop")
+    more = gate("seed=4", "budget.n=2000")
+    assert more["labels"] > 0 and more["earlier_labels"] == first["labels"]

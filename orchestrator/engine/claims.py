@@ -382,6 +382,9 @@ def prime(records: list[CandidateRecord], specs) -> None:
         r.max_log_e = float(np.asarray(test["max_log_e"]))
         fut = base.state["candidate"].get("futility")
         r.max_log_futility = 0.0 if fut is None else float(np.asarray(fut["max_log_e"]))
+        # the fail test's path too: the budget stop judges the whole test, so a claim it stopped stays stopped at the
+        # same budget (a rerun with a larger one has more left and goes on)
+        r.futility_path = [float(x) for x in base.state.get("futility_path", ())]
         r.exhausted = base.t >= len(spec.claim.human_items)
         r.status = Status.RUNNING
         r.claim = ContinuedClaim(base.runs, base.t, np.asarray(spec.claim.human_items), dict(test["config"]),
@@ -397,7 +400,7 @@ def _test_state(cfg, claim: ClaimStart, r: CandidateRecord, candidate_state: dic
            "seed": before["seed"], "delta": before["delta"]}
     # the fail test's path over the whole test (the earlier runs' and this one's), so that the claim's statement can be
     # continued from its other side (mirror_base)
-    futility = [*(before.get("futility_path", ()) if claim.continued else ()), *r.futility_path]
+    futility = list(r.futility_path)  # primed with the earlier runs' (prime), as ``r.path`` is
     if len(futility) == len(r.path):
         out["futility_path"] = np.asarray(futility, dtype=np.float64)
     if claim.mirrored:  # kept as the claim was first tested: its pass and fail tests exchanged back
