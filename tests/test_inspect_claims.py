@@ -221,3 +221,26 @@ def test_the_protocol_driver_states_what_a_real_eval_states(scores, tmp_path):
     assert (a.certified, a.status, a.samples.scored, a.samples.scheduled) == \
         (b.certified, b.status, b.samples.scored, b.samples.scheduled)
     assert a.log_e_value == b.log_e_value and a.lower_bound == b.lower_bound
+
+
+def test_a_killed_eval_that_gave_its_test_nothing_continues_with_a_larger_budget(scores, tmp_path):
+    """Killed after its first score, which finished ahead of the first sample in the order: nothing reached the test,
+    but its started samples keep their places; a rerun with a larger budget than the first's horizon continues."""
+    from helpers.inspect_protocol import drive, shuffled_samples, spec_like
+    import asyncio
+
+    [log] = run(task(scores, CertifiedStopping(at_least=0.8, store=None, keep=False), shuffle=0), tmp_path)
+    spec = spec_like(log.eval, "killed-early")
+    first = CertifiedStopping(at_least=0.8, delta=0.05, budget=20)
+    rng = np.random.default_rng(3)
+    while True:  # a kill whose one score is not the order's first: the test saw nothing
+        first = CertifiedStopping(at_least=0.8, delta=0.05, budget=20, store=tmp_path / f"l{rng.integers(1e9)}.db")
+        asyncio.run(drive(first, spec, shuffled_samples(N, 1), scores, rng=rng, kill_after=1))
+        if first.run.scored == 0:
+            break
+    again = CertifiedStopping(at_least=0.8, delta=0.05, budget=60, store=first.selection.store)
+    asyncio.run(drive(again, spec, shuffled_samples(N, 2), scores, rng=rng))
+    cert = again.certificate
+    assert cert is not None and cert.samples.scored > 20  # past the first run's horizon of 20
+    # the killed run's started samples came first, in their order
+    assert again.run.tested_ids()[:10] == first.run.ledger.order[:10]

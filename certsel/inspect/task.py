@@ -461,7 +461,8 @@ class TaskTest:
         test = run.test  # its own bets, seeded with its evidence, as a job's candidate inverts its test
         kw = dict(level=level, delta=test.delta, alpha=test.alpha, rhos=test.rhos, betting=self.strategy,
                   horizon=run.horizon, max_log_evalue=test.max_log_evalue, observation=test.observation,
-                  sampling=test.sampling, past_horizon=bool(run.earlier))  # a continued test may pass its horizon
+                  sampling=test.sampling,
+                  past_horizon=run.claim is not None and run.claim.base is not None)  # a continued test may pass it
         if run.judge is not None:
             h, jl, ju = run.judge.all()
             u = decision_upper_bound(1.0 - h, 1.0 - jl, 1.0 - ju, **kw)
