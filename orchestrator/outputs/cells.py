@@ -122,7 +122,7 @@ GLOSSARY = (
 
 
 def e_value_cell(c) -> str:
-    """A candidate's e-value / threshold; "exact mean" where the exact mean of every item decided, not its e-value."""
+    """A candidate's e-value (its running maximum) / threshold; "exact mean" where the exact mean of every item decided, not its e-value."""
     if c.e_value is None:
         return ""
     return "exact mean" if c.exact else f"{c.e_value:.3g} / {c.threshold:.3g}"
@@ -132,7 +132,9 @@ def e_value_line(ev) -> str:
     """The evidence block's e-value line."""
     if ev.exact:
         return f"  decided on the exact mean of every item (e-value {ev.e_value:.3g}, threshold {ev.threshold:.3g}, not used)"
-    return f"  e-value: {ev.e_value:.3g} (threshold {ev.threshold:.3g})"
+    now = ("" if ev.e_value_now is None or ev.e_value_now >= ev.e_value
+           else f"; {ev.e_value_now:.3g} after its last label, where its plotted path ends")
+    return f"  e-value: {ev.e_value:.3g} at its highest, which is held against the threshold {ev.threshold:.3g}{now}"
 
 
 def saved_text(fraction: float) -> str:
@@ -159,7 +161,10 @@ def budget_cap_lines(cert) -> list[str]:
     """A candidate left undecided by its budget while its table has more items: the budget was the limit, so the
     answer says so, with the ``--set budget.n=`` that gives it every item and what its own labels say a decision would
     take."""
-    budget, items = cert.labels.budget.get("n"), cert.data.items
+    data = getattr(cert, "data", None)
+    budget, items = cert.labels.budget.get("n"), None if data is None else data.items
+    if items is None:
+        return []
     if not budget or int(budget) >= items or cert.procedure.name == "pairwise":
         return []
     capped = [c for c in cert.candidates if c.status == "not certified"]

@@ -164,6 +164,7 @@ def _candidate_row(result: JobResult, r) -> dict:
     }
     if r.path:  # e-values: the threshold is 1 / level
         row.update(e_value=_round(math.exp(min(r.max_log_e, 700)), 4), log_e_value=_round(r.max_log_e),
+                   e_value_now=_round(math.exp(min(r.log_e, 700)), 4),
                    threshold=_round(1.0 / level, 4))
     if cfg.state.store is not None:  # labels kept across jobs: how many of its labels were reused
         row["reused"] = r.reused
@@ -180,7 +181,7 @@ def _candidate_row(result: JobResult, r) -> dict:
     return row
 
 
-_EVIDENCE_KEYS = ("simultaneous_bound", "e_value", "threshold", "log_e_value", "upper_bound", "level", "ci",
+_EVIDENCE_KEYS = ("simultaneous_bound", "e_value", "e_value_now", "threshold", "log_e_value", "upper_bound", "level", "ci",
                   "estimate", "certified_at_labels", "labels_minimum_estimate", "labels_human", "labels_judge")
 
 

@@ -144,7 +144,7 @@ def gate_markdown(cert) -> str:
     base_head, base_rule = (" baseline bought / reused |", "---:|") if paired else ("", "")
     lines = [f"### {goal.headline(cert)}", "", f"**{cert.job}**: pass when {g.claim} is certified at delta = "
              f"{g.delta:g}", "", f"| candidate | outcome | labels bought | reused |{base_head} what holds | "
-             "e-value / threshold |", f"|---|---|---:|---:|{base_rule}---|---:|"]
+             "max e-value / threshold |", f"|---|---|---:|---:|{base_rule}---|---:|"]
     for r in rows:
         said, e = r.evidence()  # a fail: its fail test's bound and e-value, as its terminal line says
         base = f" {r.baseline_bought} / {r.baseline_reused} |" if paired else ""

@@ -131,23 +131,45 @@ def _recovery_bounds_plot(cert: Certificate, path: pathlib.Path) -> pathlib.Path
     return _save(fig, path)
 
 
+MAX_PATHS = 12  # e-value paths drawn (and named in the legend): beyond these, a legend cannot be read
+
+
+def drawn_paths(paths) -> list[EvaluePath]:
+    """The paths the e-value plot draws: all of them up to :data:`MAX_PATHS`, else the selected, the certified and
+    then the most evident others (by their highest e-value)."""
+    if len(paths) <= MAX_PATHS:
+        return list(paths)
+    key = [(not p.selected, not p.certified, -float(np.max(p.log_e))) for p in paths]
+    keep = sorted(range(len(paths)), key=key.__getitem__)[:MAX_PATHS]
+    return [paths[k] for k in sorted(keep)]
+
+
 def evalue_plot(inputs: PlotInputs, path: pathlib.Path) -> pathlib.Path | None:
-    """E-value paths on a log axis with each path's threshold (the strictest one drawn)."""
+    """E-value paths on a log axis with each path's threshold (the strictest one drawn), every path drawn named in the
+    legend, and each one's running maximum marked: the e-value the terminal and the certificate print, which the path
+    itself may have fallen below by its last label."""
     if not inputs.paths:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 4))
-    for r in inputs.paths:
+    drawn = drawn_paths(inputs.paths)
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for r in drawn:
         e = np.exp(np.minimum(r.log_e, 700))
-        ax.plot(np.arange(1, e.size + 1), e, "-" if r.certified else ":", lw=2.5 if r.selected else 0.9,
-                label=f"{r.name} (selected)" if r.selected else None)
+        line, = ax.plot(np.arange(1, e.size + 1), e, "-" if r.certified else ":", lw=2.5 if r.selected else 1.2,
+                        label=f"{r.name} (selected)" if r.selected else r.name)
+        top = int(np.argmax(r.log_e))
+        ax.plot([top + 1], [e[top]], marker="v", color=line.get_color(), ms=5, ls="none")
+    ax.plot([], [], marker="v", color="0.4", ls="none", label="its highest e-value (the one printed)")
     # the strictest threshold any candidate was held to (the engine's decision levels)
     ax.axhline(inputs.threshold, color="k", lw=1, label=f"threshold: {inputs.threshold_words}")
     ax.set_yscale("log")
     ax.set_xlabel("human labels")
     ax.set_ylabel("e-value (log axis)")
-    ax.set_title("e-values: certified when a path reaches its threshold (solid: in the certified set)")
-    ax.legend(loc="best", fontsize=_FONT)
+    more = len(inputs.paths) - len(drawn)
+    ax.set_title("e-values: certified when a path reaches its threshold (solid: in the certified set)"
+                 + (f"\n{len(drawn)} of {len(inputs.paths)} candidates drawn (the selected, the certified, then the "
+                    f"highest); selection.json has every one" if more else ""), fontsize=_FONT + 1)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=_FONT, borderaxespad=0)
     return _save(fig, path)
 
 

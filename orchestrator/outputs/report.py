@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import pathlib
+from dataclasses import dataclass
 
 import jinja2
 import numpy as np
@@ -39,7 +40,17 @@ tr.note td{white-space:normal;text-align:left;color:#666;font-size:.85em;border-
 tr.certified td:nth-child(4){color:#1f6f3f} .wide{overflow-x:auto} img{max-width:100%;margin:.6em 0;border:1px solid #eee}
 .wide td:first-child,.wide th:first-child{position:sticky;left:0;background:#fff} .wide th:first-child{background:#f4f4f6}
 .wide tr.selected td:first-child{background:#fff3c4}
+details{margin:.3em 0} summary{cursor:pointer} table.items th{cursor:pointer} table.items th:hover{background:#e6e6ea}
 """
+# a click on a per-item table's heading sorts its rows by that column (numbers as numbers; again: the other way)
+_SORT_JS = """
+document.querySelectorAll('table.items').forEach(function(t){t.querySelectorAll('th').forEach(function(h,i){
+h.addEventListener('click',function(){var rows=Array.from(t.querySelectorAll('tr')).slice(1);
+var up=h.dataset.up!=='1';h.dataset.up=up?'1':'0';rows.sort(function(a,b){var x=a.children[i].textContent,
+y=b.children[i].textContent,nx=parseFloat(x),ny=parseFloat(y);var c=(isNaN(nx)||isNaN(ny))?x.localeCompare(y):nx-ny;
+return up?c:-c;});rows.forEach(function(r){t.appendChild(r);});});});});
+"""
+ITEM_ROWS = 5000  # per candidate in the report (labels.parquet has every one): a page a browser still opens at once
 
 
 def _policy_words(cert: Certificate) -> str:
@@ -185,8 +196,56 @@ _HTML = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True
 <h2>Plots</h2>
 {% for name, data in images %}<img alt="{{ name }}" src="data:image/png;base64,{{ data }}">
 {% endfor %}
+{% if items %}
+<h2>Items</h2><p class="muted">Every label each candidate bought, in the order it bought them (a click on a heading
+sorts by it); labels.parquet beside this report has the same rows.</p>
+{% for it in items %}<details><summary>{{ it.name }}: {{ it.words }}</summary>
+<div class="wide"><table class="items"><tr>{% for h in it.head %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for r in it.rows %}<tr>{% for v in r %}<td>{{ v }}</td>{% endfor %}</tr>
+{% endfor %}</table></div></details>
+{% endfor %}<script>{{ sort_js | safe }}</script>
+{% endif %}
 </body></html>
 """)
+
+
+@dataclass(frozen=True)
+class ItemTable:
+    """One candidate's labels for the report's per-item view."""
+
+    name: str
+    words: str  # what the table holds, in words
+    head: tuple
+    rows: list
+
+
+def item_tables(result: JobResult) -> list[ItemTable]:
+    """Each candidate's labels in purchase order: the order bought, the item's id, the label's role and loss, and for a
+    human label the judge's loss on the item where the table has one (the first :data:`ITEM_ROWS`, said so)."""
+    if result.labels is None:
+        return []
+    ids, table = result.data.item_ids, result.data.table
+    judge = None if table is None else table.judge
+    rank = {n: k for k, n in enumerate(result.data.names)}
+    out = []
+    for name in sorted(result.labels, key=lambda n: (rank.get(n, len(rank)), n)):
+        log = result.labels[name]
+        if not len(log):  # never labelled (a sequence stopped before it): nothing to show
+            continue
+        k = rank.get(name)
+        shown = min(len(log), ITEM_ROWS)
+        rows = []
+        for seq in range(shown):
+            item = int(log.item[seq])
+            with_judge = judge is not None and k is not None and log.role[seq] == "human"
+            rows.append([str(seq + 1), str(ids[item]), str(log.role[seq]), f"{log.loss[seq]:.4g}",
+                         *([f"{judge[k, item]:.4g}" if with_judge else ""] if judge is not None else [])])
+        humans = int(np.sum(log.role == "human"))
+        words = (f"{len(log):,} labels ({humans:,} human)"
+                 + (f"; the first {shown:,} shown, labels.parquet has all" if shown < len(log) else ""))
+        head = ("order bought", "item", "role", "loss", *(("judge's loss on it",) if judge is not None else ()))
+        out.append(ItemTable(name, words, head, rows))
+    return out
 
 
 _GPU_WORDS = ("The job's own model servers: measured seconds times the GPUs each holds. A server's generation "
@@ -194,7 +253,7 @@ _GPU_WORDS = ("The job's own model servers: measured seconds times the GPUs each
               "job's measured rates, not a measurement.")
 
 
-def _html(cert: Certificate, plots) -> str:
+def _html(cert: Certificate, plots, items=()) -> str:
     goal = goal_of(cert)
     head, lines = goal.summary(cert)
     p = cert.procedure
@@ -207,7 +266,7 @@ def _html(cert: Certificate, plots) -> str:
         labels=_labels_table(cert), label_notes=_label_notes(cert, goal), table_heading=goal.table_heading,
         rows=goal.rows(cert), classes=goal.classes(cert), note=goal.note(cert),
         sections=goal.sections(cert), incidents=goal.failures(cert), images=images, gpu=_gpu_tables(cert),
-        gpu_heading=_gpu_heading(cert))
+        gpu_heading=_gpu_heading(cert), items=list(items), sort_js=_SORT_JS)
 
 
 def _write_labels(result: JobResult, path: pathlib.Path) -> pathlib.Path:
@@ -246,5 +305,5 @@ def write_report(result: JobResult, outdir, draw=write_plots) -> list[pathlib.Pa
     files.append(outdir / "report.md")
     files[-1].write_text(_markdown(cert, plots))
     files.append(outdir / "report.html")
-    files[-1].write_text(_html(cert, plots))
+    files[-1].write_text(_html(cert, plots, item_tables(result)))
     return files + plots

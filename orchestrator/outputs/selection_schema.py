@@ -211,6 +211,7 @@ class Evidence(_Doc):
     e_value: float | None
     threshold: float | None
     log_e_value: float | None
+    e_value_now: float | None = None  # after its last label (e_value: the running maximum, which decides)
     upper_bound: float | None
     level: float
     ci: list[float] | None
@@ -255,8 +256,11 @@ class Candidate(_Doc):
     labels_minimum_estimate: float | None = Field(description="log(1/level) / KL_inf from its own labels")
     risk_on_full_table: float | None = Field(description="replay only: the mean loss on the whole table")
     level: float
-    e_value: float | None = None
+    e_value: float | None = Field(None, description="the running maximum of its e-process (what is held against the "
+                                                    "threshold)")
     log_e_value: float | None = None
+    e_value_now: float | None = Field(None, description="its e-value after its last label (where its plotted path "
+                                                        "ends)")
     threshold: float | None = None
     exact: bool | None = Field(None, description="decided on the exact mean of every item (all of them drawn "
                                                  "without replacement): the e-value, kept for the record, did not "

@@ -40,7 +40,7 @@ class _Gate:
                 Field("labels", lambda c: str(c.labels_human)),
                 Field("reused", lambda c: "" if c.reused is None else str(c.reused), 3),
                 Field(f"{self.own_word} (level {level:g})", part(1)),
-                Field("e-value / threshold", lambda c: "" if c.e_value is None else
+                Field("max e-value / threshold", lambda c: "" if c.e_value is None else
                       f"{c.e_value:.3g} / {c.threshold:.3g}"),
                 Field("fail e-value", lambda c: "" if c.futility_e_value is None else f"{c.futility_e_value:.3g}", 2),
                 Field(self.estimate_head, part(2), 4), Field(self.interval_head, part(3), 5),

@@ -86,7 +86,7 @@ class RiskSelection(Goal):
                 Field("candidate", lambda c: c.candidate, shown=Shown.REPORT),
                 Field(objective_head(cert), lambda c: "" if c.objective is None else f"{c.objective:g}", 2),
                 Field("status", lambda c: c.status), Field("in set", lambda c: "yes" if c.certified else "no", 1),
-                *([Field("e-value / threshold", e_value_cell, 3)] if testing else []),
+                *([Field("max e-value / threshold", e_value_cell, 3)] if testing else []),
                 Field(self.joint_head, part(0)), Field(own, own_cell, 4), Field(self.estimate_head, part(2), 5),
                 Field(self.interval_head, part(3), 7), Field("human", lambda c: str(c.labels_human), 1),
                 *self.extra_fields(cert), *([Field("to certify / min", efficiency_cell, 6)] if testing else []),
