@@ -317,8 +317,8 @@ def test_a_candidate_left_undecided_by_its_budget_is_named_with_the_budget_that_
     rows = {c["candidate"]: c for c in json.loads((tmp_path / "out.json").read_text())["candidates"]}
     assert rows["mid-8b"]["status"] == "not certified"
     flat = " ".join(out.split())
-    assert ("budget: mid-8b ended undecided within budget.n = 300 human labels, while the table has 2,000 items; "
-            "--set budget.n=2000 gives it every item; any test would need about") in flat
+    assert ("budget: mid-8b ended undecided at budget.n = 300 (the table has 2,000 items): --set budget.n=2000 "
+            "gives it every item; its own labels suggest about") in flat
     assert "budget: big-70b" not in flat and "budget: small-1b" not in flat  # certified and failed: not the budget
     code, out, err = main("gate", str(tmp_path / "job.yaml"), "--no-tracking", "--set", "budget.n=2000")
     assert "PASS      mid-8b" in out and "budget: mid-8b" not in out  # decided with the larger budget

@@ -133,8 +133,8 @@ def e_value_line(ev) -> str:
     if ev.exact:
         return f"  decided on the exact mean of every item (e-value {ev.e_value:.3g}, threshold {ev.threshold:.3g}, not used)"
     now = ("" if ev.e_value_now is None or ev.e_value_now >= ev.e_value
-           else f"; {ev.e_value_now:.3g} after its last label, where its plotted path ends")
-    return f"  e-value: {ev.e_value:.3g} at its highest, which is held against the threshold {ev.threshold:.3g}{now}"
+           else f"; {ev.e_value_now:.3g} after its last label")
+    return f"  e-value: {ev.e_value:.3g} at its highest (threshold {ev.threshold:.3g}{now})"
 
 
 def saved_text(fraction: float) -> str:
@@ -171,12 +171,10 @@ def budget_cap_lines(cert) -> list[str]:
     out = []
     for c in capped:
         need = c.labels_minimum_estimate
-        guide = ("" if need is None else f"; any test would need about {need:,.0f} labels on average, estimated from "
-                 "its own (a rough guide)")
-        out.append(f"budget: {c.candidate} ended undecided within budget.n = {int(budget):,} human labels, while the "
-                   f"table has {items:,} items; --set budget.n={items} gives it every item{guide}. A rerun "
-                   f"continues its test and buys only what the larger budget adds; "
-                   f"certsel plan --set budget.n={items} forecasts that job")
+        guide = "" if need is None else f"; its own labels suggest about {need:,.0f} would decide it"
+        out.append(f"budget: {c.candidate} ended undecided at budget.n = {int(budget):,} (the table has {items:,} "
+                   f"items): --set budget.n={items} gives it every item{guide}; a rerun continues its test "
+                   f"(certsel plan --set budget.n={items} forecasts it)")
     return out
 
 
