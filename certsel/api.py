@@ -141,7 +141,7 @@ def _stored_table(table, state_dir: pathlib.Path) -> pathlib.Path:
 def job_config(job=None, data=None, **overrides):
     """The :class:`~certsel.config.RunConfig` that :func:`run` and :func:`audit` run (arguments: module docstring)."""
     from certsel.config import RunConfig, parse_config
-    from certsel.config.loading import read_job_file
+    from certsel.config.loading import job_path, read_job_file
 
     base_dir, source = pathlib.Path.cwd(), "job"
     if job is None:
@@ -155,7 +155,8 @@ def job_config(job=None, data=None, **overrides):
     elif isinstance(job, dict):
         raw = copy.deepcopy(job)
     elif isinstance(job, (str, pathlib.Path)):
-        raw, base_dir, source = read_job_file(job), pathlib.Path(job).parent, str(job)
+        job = job_path(job)  # a bundled example by its name, where no such file is here
+        raw, base_dir, source = read_job_file(job), job.parent, str(job)
         raw.setdefault("name", pathlib.Path(job).stem)  # as `certsel run` names it
     else:
         raise InputError(f"job: expected a job file, a mapping or a RunConfig, got {type(job).__name__}")

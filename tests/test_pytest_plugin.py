@@ -107,3 +107,9 @@ def test_the_plugin_works_in_a_fresh_virtual_environment(tmp_path):
     out = done.stdout + done.stderr
     assert done.returncode == 1 and "1 failed, 1 passed, 1 skipped" in out, out[-3000:]
     assert "FAIL      bad: " in out and "R >= 0.2 certified" in out, out[-3000:]
+    # the README's quickstart from the wheel, in a folder with no checkout: the bundled example and its data are in it
+    job = subprocess.run([str(venv / "bin" / "certsel"), "run", "examples/quantization.yaml", "--no-tracking",
+                          "--no-progress"], capture_output=True, text=True, env=env, cwd=user, timeout=600)
+    assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
+    assert "running the bundled example" in job.stderr and str(venv) in job.stderr, job.stderr[-2000:]
+    assert "selected: mx_m5_r2_k64" in job.stdout, job.stdout[-2000:]

@@ -4,6 +4,7 @@ imported before validation, user modules and relative paths beside the job file,
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import pathlib
 import sys
@@ -226,6 +227,28 @@ def apply_overrides(raw: dict, overrides, source: str) -> dict:
     return raw
 
 
+def bundled_examples() -> pathlib.Path:
+    """The folder of the bundled examples: ``examples/`` of a source checkout, ``certsel/examples`` of an installed
+    wheel."""
+    here = pathlib.Path(__file__).resolve().parents[1]
+    return here / "examples" if (here / "examples").is_dir() else here.parent / "examples"
+
+
+def job_path(path) -> pathlib.Path:
+    """``path``, or, where no such file exists and ``path`` is relative, the bundled example of that name
+    (``examples/quantization.yaml``, ``quantization.yaml`` or ``quantization``), said on stderr: the README's commands
+    then run from a wheel in any folder. Anything else is left to the caller's "not found"."""
+    path = pathlib.Path(path)
+    if path.is_file() or path.is_absolute():
+        return path
+    for name in (path.name, f"{path.name}.yaml"):
+        bundled = bundled_examples() / name
+        if bundled.is_file() and path.parent in (pathlib.Path("."), pathlib.Path("examples")):
+            logging.getLogger("certsel").warning("%s is not here: running the bundled example %s", path, bundled)
+            return bundled
+    return path
+
+
 def read_job_file(path) -> dict:
     """A YAML job file's mapping, not yet validated."""
     path = pathlib.Path(path)
@@ -247,7 +270,7 @@ def read_job_file(path) -> dict:
 def load_config(path, overrides=None, adjust=None) -> RunConfig:
     """Read and validate a YAML job file; ``overrides``: ``KEY=VALUE`` strings; ``adjust``: turns the mapping into
     the job to run before the overrides apply (e.g. into a gate)."""
-    path = pathlib.Path(path)
+    path = job_path(path)
     raw = read_job_file(path)
     raw.setdefault("name", path.stem)  # a job without a name is called after its file
     raw = apply_overrides(raw if adjust is None else adjust(raw), overrides, str(path))
