@@ -106,9 +106,9 @@ GLOSSARY = (
     ("upper bound", "upper_bound", "final_upper_bound",
      "the one-sided bound of the candidate's own test at its level; not adjusted for the selection"),
     ("level", "level", "level", "the level the candidate's own test decided at (delta, delta/K, ... by procedure)"),
-    ("e-value", "e_value", "final_max_log_evalue",
-     "the largest e-value of the candidate's test (MLflow: its natural log); certified once it reaches the "
-     "threshold 1/level"),
+    ("max e-value", "e_value", "final_max_log_evalue",
+     "the largest e-value of the candidate's test, its running maximum (MLflow: its natural log); certified once "
+     "it reaches the threshold 1/level"),
     ("estimate", "estimate", "estimate",
      "the mean of the per-label observations (unbiased at a fixed number of labels, not at a data-dependent stop)"),
     ("two-sided interval", "ci", "final_ci_low",
