@@ -231,7 +231,6 @@ def test_a_killed_eval_that_gave_its_test_nothing_continues_with_a_larger_budget
 
     [log] = run(task(scores, CertifiedStopping(at_least=0.8, store=None, keep=False), shuffle=0), tmp_path)
     spec = spec_like(log.eval, "killed-early")
-    first = CertifiedStopping(at_least=0.8, delta=0.05, budget=20)
     rng = np.random.default_rng(3)
     while True:  # a kill whose one score is not the order's first: the test saw nothing
         first = CertifiedStopping(at_least=0.8, delta=0.05, budget=20, store=tmp_path / f"l{rng.integers(1e9)}.db")

@@ -298,7 +298,6 @@ class TaskTest:
         run = self.run
         if run is None or run.claim is None:
             return
-        base = run.claim.base
         added = run.ledger.scheduled > 0  # nothing started here: the claim's test is where it stood
         if certified:
             outcome = "pass"
