@@ -46,6 +46,10 @@ def main(argv=None) -> int:
         from certsel.home import HOME_ENV
 
         os.environ[HOME_ENV] = str(args.home.expanduser().absolute())
+    if args.command in ("run", "gate"):  # MLflow (or matplotlib) imported there from now on, beside the job's loading
+        from certsel.orchestrator.outputs.output_process import prestart
+
+        prestart(track=not args.no_tracking)
     commands = {"run": running.run_command, "gate": running.gate_command, "show": kept.show_command,
                 "audit": studies.audit_command, "plan": studies.plan_command, "jobs": kept.jobs_command,
                 "schema": kept.schema_command, "lm-eval-table": foreign_logs.lm_eval_table_command,

@@ -116,6 +116,11 @@ def client_for(uri: str | None):
 
     _quiet_mlflow()  # after the import: mlflow sets its own levels when imported
     try:
+        db = _sqlite_path(uri)
+        if db is not None:  # a new SQLite store from MLflow's schema, not by its migrations (seconds)
+            from .mlflow_schema import create_store
+
+            create_store(db)
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)
     except Exception as exc:

@@ -73,6 +73,18 @@ def outputs_for(cfg, track: bool) -> OutputProcess | None:
     return OutputProcess(resolve_uri(cfg.tracking.uri) if track else None)
 
 
+def prestart(track: bool) -> None:
+    """Start a job's output process before its job file is read (the command line calls this first thing for a job):
+    :func:`outputs_for` then takes it from the pool, its imports a few tenths of a second further on. A job that turns
+    out not to want one (its labels take long, or its input is bad) leaves it waiting; it ends with this interpreter
+    (killed at once: it was asked for nothing)."""
+    from .mlflow_store import resolve_uri
+
+    if wanted(track):
+        with _IDLE_LOCK:
+            _IDLE.append(OutputProcess(resolve_uri(None) if track else None))
+
+
 class OutputProcessError(RuntimeError):
     """The output process ended without answering (it crashed or was killed)."""
 
