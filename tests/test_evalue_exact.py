@@ -224,3 +224,21 @@ def test_the_split_observation_matches_its_reference_loop(draws, scheme, prior):
         assert _max_rel(ours, ref) < 1e-9
         finals.append(ref[-1])
     assert finals[0] > 100 and finals[-1] < 10
+
+
+def test_the_certifiable_edge_is_brentqs_root():
+    """The prior's edge (policies/up_priors._certifiable, a bisection to adjacent floats) against scipy's brentq."""
+    from certsel.policies.up_priors import _certifiable
+
+    def kl(p, theta):
+        return (p * np.log(p / theta) if p > 0 else 0.0) + (1 - p) * np.log((1 - p) / (1 - theta))
+
+    rng = np.random.default_rng(3)
+    for theta, rate in zip(rng.uniform(0.001, 0.999, 300), rng.uniform(1e-5, 2.0, 300)):
+        got = _certifiable(theta, rate)
+        if kl(0.0, theta) <= rate:
+            assert got == theta
+            continue
+        root = optimize.brentq(lambda p: kl(p, theta) - rate, 0.0, theta, xtol=1e-15, rtol=1e-15)
+        assert got == pytest.approx(root, rel=1e-12, abs=1e-15)
+        assert kl(got, theta) >= rate  # on the side that certifies

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import pathlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,7 +33,9 @@ from .losses import (
     soft_verdict,
 )
 from .contracts import SourceError
-from .openai_source import Endpoint, OpenAIClient, ResponseCache
+
+if TYPE_CHECKING:  # the client and its retries (tenacity, asyncio) load when a live job makes one, not with a table's
+    from .openai_source import OpenAIClient, ResponseCache
 
 
 @dataclass(frozen=True)
@@ -310,6 +313,8 @@ _ENDPOINT_KEYS = ("base_url", "model", "api_key_env", "timeout", "max_retries", 
 def client(ep: dict, cache: ResponseCache, fleet: str | None, who: str) -> OpenAIClient:
     """An :class:`OpenAIClient` for an endpoint dict; one naming a fleet ``server`` asks the fleet for its URL on a
     cache miss."""
+    from .openai_source import Endpoint, OpenAIClient
+
     endpoint = Endpoint(**{k: ep.get(k) for k in _ENDPOINT_KEYS if k in ep})
     handle = None
     if endpoint.server is not None:
@@ -350,7 +355,7 @@ class LiveSpec:
 
 def live_source(spec: LiveSpec, items) -> LiveSource:
     """A :class:`LiveSource` from a job's :class:`LiveSpec` and its items."""
-    cache = ResponseCache(pathlib.Path(spec.cache_dir) / "responses.db")
+    cache = _cache(spec.cache_dir)
     cand = spec.candidate
     who = cand["id"]
     target = client(cand, cache, spec.fleet, who)
@@ -369,13 +374,19 @@ def live_source(spec: LiveSpec, items) -> LiveSource:
                       recovery=spec.recovery, preference=spec.preference, regression=spec.regression, **kw)
 
 
+def _cache(cache_dir) -> ResponseCache:
+    from .openai_source import ResponseCache
+
+    return ResponseCache(pathlib.Path(cache_dir) / "responses.db")
+
+
 def prefetch_answers(spec: dict, template: str, items, indices, cache_dir, fleet: str | None = None,
                      who: str = "job:reference") -> tuple[int, int]:
     """Generate one model's answers to ``template`` on ``indices`` once, in the driver, before the candidates start: the
     reference model's or an answer-mode judge's (independent of the candidate's answer). The candidates then read them
     from the shared response cache (same requests, same keys) instead of asking at the same time, and no job server is
     kept up for them. Returns (sent, cached)."""
-    model = client(spec, ResponseCache(pathlib.Path(cache_dir) / "responses.db"), fleet, who)
+    model = client(spec, _cache(cache_dir), fleet, who)
     prompts = [[{"role": "user", "content": template.format(question=items[int(i)].question)}] for i in indices]
     model.chat(prompts, **{"temperature": 0.0, **(spec.get("sampling") or {})})
     return model.stats.sent, model.stats.cache_hits
@@ -390,7 +401,7 @@ def embed_items(cfg: dict, items, cache_dir, fleet: str | None = None) -> np.nda
     """Item features for Cer-Eval's partition: ``/v1/embeddings`` of ``cfg["template"]`` filled with each item's
     question, as an ``(n_items, d)`` array (cached like any answer). Vectors of different lengths, or with NaN/inf, are
     an error, not silently repaired."""
-    embedder = client(cfg, ResponseCache(pathlib.Path(cache_dir) / "responses.db"), fleet, "job:features")
+    embedder = client(cfg, _cache(cache_dir), fleet, "job:features")
     vectors = embedder.embed([cfg["template"].format(question=it.question) for it in items])
     where = cfg.get("base_url") or f"server {cfg.get('server')}"
     dims = {len(v) for v in vectors if isinstance(v, list)}
