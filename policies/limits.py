@@ -37,18 +37,34 @@ def kl_inf(x, alpha: float, upper: float) -> tuple[float, float]:
     if x.mean() >= alpha:
         return 0.0, 0.0
     y = (x - alpha) / (upper - alpha)  # <= 1: the growth rate of the fraction u is E log(1 - u y)
+    u = _best_fraction(y)
+    with np.errstate(divide="ignore"):
+        growth = float(np.mean(np.log1p(-u * y)))
+    return max(growth, 0.0), u
 
-    def minus_growth(u: float) -> float:
-        with np.errstate(divide="ignore"):
-            return -float(np.mean(np.log1p(-u * y)))
 
-    # E log(1 - u y) is concave in u; at the cap u = 1 it is -inf only if some y = 1
-    from scipy.optimize import minimize_scalar  # here, not at import: reading a job file needs no scipy
-    res = minimize_scalar(minus_growth, bounds=(0.0, 1.0), method="bounded", options={"xatol": 1e-10})
-    u = float(res.x)
-    if minus_growth(1.0) <= res.fun:  # the maximiser sits at the cap
-        u = 1.0
-    return max(-minus_growth(u), 0.0), u
+def _best_fraction(y: np.ndarray) -> float:
+    """argmax over u in [0, 1] of E log(1 - u y), for y <= 1 with E y < 0.
+
+    The growth is concave in u and its slope -E[y / (1 - u y)] falls from -E y > 0 at 0: the maximiser is the cap
+    where the slope is still >= 0 there, else the slope's root, found by bisection to adjacent floats (one numpy mean a
+    step, no scipy.optimize: its import costs a table job more than its statistics; tests/test_stop_limit.py compares
+    the growth with scipy's bounded minimiser)."""
+    def slope(u: float) -> float:
+        with np.errstate(divide="ignore"):  # some y = 1 at the cap: the slope is -inf there
+            return -float(np.mean(y / (1.0 - u * y)))
+
+    if slope(1.0) >= 0.0:
+        return 1.0
+    lo, hi = 0.0, 1.0  # slope(lo) > 0 > slope(hi)
+    while True:
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            return lo
+        if slope(mid) > 0.0:
+            lo = mid
+        else:
+            hi = mid
 
 
 def label_limit(x, alpha: float, delta: float, upper: float = 1.0) -> float:

@@ -76,3 +76,24 @@ def test_the_budget_stop_spends_at_least_the_limit(risk):
                 break
     truth = (rng.random(200_000) < risk).astype(float)
     assert ended.mean() >= stop_limit(truth, 0.1, 0.1, n, gamma)
+
+
+def test_kl_inf_is_the_maximum_scipys_bounded_minimiser_finds():
+    """kl_inf's maximiser (a bisection on the concave growth's slope) against scipy's bounded minimiser of the same
+    growth, on losses with atoms at the top (a slope of -inf at the cap), continuous losses, and optima at the cap."""
+    from scipy.optimize import minimize_scalar
+
+    rng = np.random.default_rng(5)
+    samples = [rng.random(400) < 0.05, rng.random(400) < 0.09, rng.beta(0.5, 4.0, 300), rng.random(50) * 0.2,
+               np.r_[np.zeros(99), 1.0], np.zeros(20)]
+    for x in samples:
+        for alpha, upper in ((0.1, 1.0), (0.15, 1.0), (0.1, 1.5)):
+            x = np.asarray(x, dtype=float)
+            growth, u = kl_inf(x, alpha, upper)
+            y = (x - alpha) / (upper - alpha)
+            with np.errstate(divide="ignore"):
+                res = minimize_scalar(lambda v: -np.mean(np.log1p(-v * y)), bounds=(0.0, 1.0), method="bounded",
+                                      options={"xatol": 1e-12})
+                at_cap = float(np.mean(np.log1p(-y)))
+            assert growth == pytest.approx(max(-res.fun, at_cap, 0.0), rel=1e-9, abs=1e-15)
+            assert 0.0 <= u <= 1.0
