@@ -13,8 +13,7 @@ import mlflow.tracking
 import pytest
 
 from certsel.config import load_config, parse_config
-from certsel.orchestrator.commands.job import execute
-from certsel.orchestrator.outputs.output_process import OutputProcess, OutputProcessError, outputs_for, wanted
+from certsel.orchestrator.outputs.output_process import OutputProcess, OutputProcessError, outputs_for
 from helpers.mlflow_record import job_record
 
 pytestmark = pytest.mark.integration
@@ -22,9 +21,13 @@ pytestmark = pytest.mark.integration
 JOB = ("examples/gate_recovery.yaml", ["candidates=[mx_m5_r2_k16,mx_m7_r4_k16,mx_m4_r8_k64]", "budget.n=300",
                                        "ray.num_cpus=2"])
 
-# a fresh interpreter running one job, saying which heavy modules it imported itself
+# a fresh interpreter running one job, saying which heavy modules it imported itself; "in-process": it imports both
+# first, so that its job logs and draws in-process (the reference: a fresh interpreter too, so that nothing a long test
+# process did before is part of the comparison)
 SCRIPT = """
 import json, sys
+if sys.argv[4] == "in-process":
+    import matplotlib, mlflow
 from certsel.config import load_config, parse_config
 from certsel.orchestrator.commands.job import execute
 cfg = load_config(sys.argv[1], json.loads(sys.argv[2]))
@@ -41,8 +44,9 @@ def _sets(tmp_path, name, uri=None):
             *([f"tracking.uri={uri}"] if uri else [])]
 
 
-def _fresh_interpreter(sets, track: bool) -> dict:
-    p = subprocess.run([sys.executable, "-c", SCRIPT, JOB[0], json.dumps(sets), "track" if track else "no"],
+def _fresh_interpreter(sets, track: bool, in_process: bool = False) -> dict:
+    p = subprocess.run([sys.executable, "-c", SCRIPT, JOB[0], json.dumps(sets), "track" if track else "no",
+                        "in-process" if in_process else "own process"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -58,21 +62,20 @@ def test_a_tracked_job_logs_through_its_own_process_the_runs_logged_in_process(t
     uri_there, uri_here = (f"sqlite:///{tmp_path}/{n}.db" for n in ("there", "here"))
     there = _fresh_interpreter(_sets(tmp_path, "there", uri_there), track=True)
     assert there["imported"] == ["matplotlib"]  # MLflow was the output process's alone; the plots drawn here
-    assert not wanted(True)  # this process has MLflow: its job logs in-process, the reference
-    result, run_id = execute(load_config(JOB[0], _sets(tmp_path, "here", uri_here)), track=True)
-    a, b = job_record(uri_there, there["run_id"], tags=True), job_record(uri_here, run_id, tags=True)
+    here = _fresh_interpreter(_sets(tmp_path, "here", uri_here), track=True, in_process=True)
+    a, b = job_record(uri_there, there["run_id"], tags=True), job_record(uri_here, here["run_id"], tags=True)
     assert a == b
     assert len(a[1]) == 3 and a[0][1]["labels_human"] and a[1][0][1]["log_evalue_path"]  # not vacuous
     assert {"report.html", "selection.json", "bounds.png"} <= set(a[2])
-    assert _plots(there["folder"]) == _plots(result.output_dir) != {}
+    assert _plots(there["folder"]) == _plots(here["folder"]) != {}
 
 
 def test_an_untracked_job_draws_its_plots_in_its_own_process_the_same_bytes(tmp_path):
     there = _fresh_interpreter(_sets(tmp_path, "there"), track=False)
     assert there["imported"] == []  # matplotlib was the output process's alone
-    result, _ = execute(load_config(JOB[0], _sets(tmp_path, "here")), track=False)
-    assert _plots(there["folder"]) == _plots(result.output_dir)
-    assert set(_plots(result.output_dir)) == {"bounds.png", "evalue_paths.png"}
+    here = _fresh_interpreter(_sets(tmp_path, "here"), track=False, in_process=True)
+    assert _plots(there["folder"]) == _plots(here["folder"])
+    assert set(_plots(here["folder"])) == {"bounds.png", "evalue_paths.png"}
 
 
 def test_only_a_recorded_table_gets_one_and_only_where_it_pays(tmp_path, monkeypatch):

@@ -3,6 +3,9 @@ reason, and the same certificate and label log under the in-process runtime and 
 ranking and a job killed in-process and resumed on Ray."""
 
 import json
+import pathlib
+import subprocess
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -54,10 +57,34 @@ def test_local_where_only_ray_serves_is_bad_input_naming_why():
 
 
 def _same(a, b) -> None:
-    """Two certificates of one job run twice, less what differs between any two runs (ids, times, folders)."""
+    """Two certificates of one job run twice (or their JSON), less what differs between any two runs (ids, times,
+    folders)."""
     drop = ("created", "seconds", "job_id", "ledger", "resume")
-    x, y = ({k: v for k, v in c.as_json().items() if k not in drop} for c in (a, b))
+    x, y = ({k: v for k, v in json.loads(json.dumps(c if isinstance(c, dict) else c.as_json())).items()
+             if k not in drop} for c in (a, b))
     assert json.dumps(x, sort_keys=True) == json.dumps(y, sort_keys=True)
+
+
+FRESH = """
+import json, sys
+from certsel.config import load_config
+from certsel.orchestrator.commands.job import execute
+result, run_id = execute(load_config(sys.argv[1], json.loads(sys.argv[2])), track=sys.argv[3] == "track")
+print(json.dumps({"folder": str(result.output_dir), "run_id": run_id}))
+"""
+
+
+def _run_fresh(path, sets, tmp_path, runtime, uri=None) -> dict:
+    """The job in a fresh interpreter (nothing a long test process did before is part of the comparison): its folder
+    and run id."""
+    home = tmp_path / runtime
+    home.mkdir(parents=True, exist_ok=True)
+    sets = [*sets, f"runtime={runtime}", f"state.dir={home / 'jobs'}", f"state.store={home / 'labels.db'}", *PACKING,
+            *([f"tracking.uri={uri}"] if uri else [])]
+    p = subprocess.run([sys.executable, "-c", FRESH, path, json.dumps(sets), "track" if uri else "no"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def _run(path, sets, tmp_path, runtime, home=None, **kw):
@@ -84,10 +111,11 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_certificate_and_labels_are_the_same_in_process_and_on_ray(case, tmp_path):
     path, sets = CASES[case]
-    local, ray = (_run(path, sets, tmp_path, r) for r in ("local", "ray"))
-    assert "starting Ray" in ray.stages and "starting Ray" not in local.stages
-    _same(certificate_of(local), certificate_of(ray))
-    a, b = (pq.read_table(r.output_dir / "labels.parquet") for r in (local, ray))
+    local = pathlib.Path(_run_fresh(path, sets, tmp_path, "local")["folder"])
+    ray = _run(path, sets, tmp_path, "ray")
+    assert "starting Ray" in ray.stages
+    _same(json.loads((local / "selection.json").read_text()), certificate_of(ray))
+    a, b = (pq.read_table(folder / "labels.parquet") for folder in (local, ray.output_dir))
     assert a.num_rows > 0 and a.equals(b)
 
 
@@ -118,13 +146,16 @@ def test_the_mlflow_runs_are_the_same_in_process_and_on_ray(tmp_path):
     candidate's e-value and labels) and the same child runs, less ids, times and folders."""
     path, sets = CASES["gate"]
     records = {}
-    for runtime in ("local", "ray"):
+    for runtime in ("local", "ray"):  # the local one in a fresh interpreter (its Ray side starts actors anyway)
         uri = f"sqlite:///{tmp_path}/{runtime}.db"
-        home = tmp_path / runtime
-        home.mkdir()
-        cfg = load_config(path, [*sets, f"runtime={runtime}", f"state.dir={home / 'jobs'}",
-                                 f"state.store={home / 'labels.db'}", f"tracking.uri={uri}", *PACKING])
-        _, run_id = execute(cfg, track=True)
+        if runtime == "local":
+            run_id = _run_fresh(path, sets, tmp_path, runtime, uri)["run_id"]
+        else:
+            home = tmp_path / runtime
+            home.mkdir()
+            cfg = load_config(path, [*sets, f"runtime={runtime}", f"state.dir={home / 'jobs'}",
+                                     f"state.store={home / 'labels.db'}", f"tracking.uri={uri}", *PACKING])
+            _, run_id = execute(cfg, track=True)
         records[runtime] = job_record(uri, run_id)
     assert records["local"] == records["ray"]
     assert records["local"][1] and records["local"][0][1]  # not vacuous: child runs and metric histories
