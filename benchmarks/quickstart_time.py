@@ -60,6 +60,7 @@ print(time.perf_counter() - t0, res.selected)
 def quickstart(home: pathlib.Path, cwd: pathlib.Path) -> tuple[float, dict[str, float], str, str]:
     env = {**os.environ, "CERTSEL_HOME": str(home)}
     env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # modules read from their cached bytecode, as an installed package's are
     t0 = time.perf_counter()
     p = subprocess.run([CERTSEL, "run", str(JOB), "--no-progress", "--log-level", "info"], cwd=cwd, env=env,
                        capture_output=True, text=True, timeout=900)
@@ -90,7 +91,8 @@ def python_seconds(code: str) -> float:
 
 def command_seconds(argv: list[str], home: pathlib.Path, cwd: pathlib.Path) -> float:
     t0 = time.perf_counter()
-    p = subprocess.run([CERTSEL, *argv], cwd=cwd, env={**os.environ, "CERTSEL_HOME": str(home)},
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    p = subprocess.run([CERTSEL, *argv], cwd=cwd, env={**env, "CERTSEL_HOME": str(home)},
                        capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
         raise SystemExit(f"certsel {' '.join(argv)} failed: {p.stderr.strip()}")
