@@ -171,3 +171,27 @@ def test_show_renders_a_job_folder_certificate_and_refuses_one_off_the_schema(tm
         lines = s.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"certsel: error: {path}"), s.stderr
         assert match in lines[0] and s.stdout == "", lines[0]
+
+
+def test_the_console_script_ends_with_every_output_whole_and_its_exit_status(tmp_path):
+    """`certsel` ends without the interpreter's teardown (certsel.cli.command): what it wrote is whole when it has
+    exited (the JSON, the JUnit file, the MLflow run FINISHED in a new store), and its exit status is the gate's."""
+    import xml.etree.ElementTree as ET
+
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/store.db"
+    p = subprocess.run([CERTSEL, "gate", "examples/gate_recovery.yaml", "--only", "mx_m7_r4_k16", "--json",
+                        str(tmp_path / "g.json"), "--junit", str(tmp_path / "g.xml"), "--set", f"tracking.uri={uri}"],
+                       capture_output=True, text=True, timeout=600, env={**__import__("os").environ,
+                                                                         "CERTSEL_HOME": str(tmp_path / "home")})
+    out = json.loads((tmp_path / "g.json").read_text())
+    assert p.returncode == out["exit_code"] and p.returncode in (0, 1, 3), p.stderr
+    assert ET.parse(tmp_path / "g.xml").getroot().iter("testcase")
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert runs and {r.info.status for r in runs} == {"FINISHED"}  # the job's run and its candidate's
+    assert pathlib.Path(out["files"]["report"]).stat().st_size > 0
+    bad = subprocess.run([CERTSEL, "gate", "examples/gate_recovery.yaml", "--set", "alpah=0.1"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1

@@ -203,3 +203,26 @@ def test_a_plugins_procedure_and_bet_are_logged_by_the_output_process(tmp_path):
                                     "tags.`certsel.kind` = 'job'")
     params = job_record(uri, job_run.info.run_id)[0][0]
     assert params["procedure"] == "half-first-output-test" and params["betting"].startswith("half-output-test")
+
+
+def test_a_process_started_before_the_job_file_is_read_is_taken_or_ended(tmp_path, monkeypatch):
+    """The command line's prestart: a table job takes the process; a job whose labels take long ends it at once."""
+    from certsel.orchestrator.outputs import output_process
+
+    monkeypatch.delitem(sys.modules, "matplotlib")  # as in a fresh interpreter (the module stays imported)
+    table = load_config(JOB[0], _sets(tmp_path, "t"))
+    live = parse_config({"live": {"items": "examples/data/single_digit_additions.jsonl", "loss": "numeric",
+                                  "candidates": [{"id": "a", "base_url": "http://127.0.0.1:9/v1", "model": "m",
+                                                  "template": "{question} ="}]},
+                         "policy": {"kind": "r-eval"}, "procedure": "gate"})
+    output_process.prestart(track=False)
+    early = output_process._IDLE[-1]
+    assert early.prestarted and early.alive
+    assert outputs_for(live, track=False) is None
+    assert not early.alive and early not in output_process._IDLE  # ended: nothing imports beside the live job
+    output_process.prestart(track=False)
+    early = output_process._IDLE[-1]
+    try:
+        assert outputs_for(table, track=False) is early and not early.prestarted
+    finally:
+        early.end()

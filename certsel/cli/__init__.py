@@ -39,16 +39,15 @@ def command() -> None:
     """The ``certsel`` console script: :func:`main`, then the end of the process without the interpreter's teardown.
 
     Everything a command writes is written (closed or committed) before :func:`main` returns, and what it leaves
-    running ends in its ``atexit`` handlers (Ray, the output process, logging), which run here as at any exit, after
-    any thread it left is joined. What is skipped is freeing every module one by one: about 0.4 s after a job on a
-    table, as long as its statistics (docs/results.md, "Overhead")."""
+    running ends in its ``atexit`` handlers (Ray, the output process, logging), which run here as at any exit. What is
+    skipped is freeing every module one by one: about 0.4 s after a job on a table, as long as its statistics
+    (docs/results.md, "Overhead"). A command that left a thread of its own running ends as any Python program does."""
     import atexit
     import threading
 
     code = main()
-    for thread in threading.enumerate():  # as the interpreter's own shutdown does first
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    if any(t is not threading.current_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        sys.exit(code)  # the interpreter's own shutdown stops and joins them first
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

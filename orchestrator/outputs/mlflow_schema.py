@@ -88,7 +88,7 @@ def create_store(db: pathlib.Path) -> bool:
     place, so a store another process made meanwhile is kept."""
     from mlflow.version import VERSION
 
-    if db.exists():
+    if db.exists() or db.name == ":memory:":
         return False
     text = schema_for(VERSION)
     if text is None:

@@ -60,12 +60,17 @@ def outputs_for(cfg, track: bool) -> OutputProcess | None:
     from certsel.orchestrator.inputs.sources import source_of
     from .mlflow_store import resolve_uri
 
-    if source_of(cfg).parallel:
+    if source_of(cfg).parallel:  # a process started before the job file was read is not wanted after all
+        with _IDLE_LOCK:
+            unwanted = [p for p in _IDLE if p.prestarted]
+        for process in unwanted:
+            process.end()
         return None
     with _IDLE_LOCK:
         while _IDLE:
             process = _IDLE.pop()
             if process.alive:
+                process.prestarted = False  # this job's now, and waiting for a later one after it
                 return process
             process.close()
     if not wanted(track):
@@ -81,8 +86,10 @@ def prestart(track: bool) -> None:
     from .mlflow_store import resolve_uri
 
     if wanted(track):
+        process = OutputProcess(resolve_uri(None) if track else None)
+        process.prestarted = True
         with _IDLE_LOCK:
-            _IDLE.append(OutputProcess(resolve_uri(None) if track else None))
+            _IDLE.append(process)
 
 
 class OutputProcessError(RuntimeError):
@@ -150,6 +157,7 @@ class OutputProcess:
         self._replies: dict[int, object] = {}
         self._opening: int | None = None
         self._store_asked = False
+        self.prestarted = False  # by prestart, for a job not yet read
 
     def _send(self, op: str, *args) -> int:
         try:
