@@ -216,8 +216,9 @@ def test_reruns_at_the_boundary_pass_and_fail_at_most_delta():
     # a claim's test never holds more labels than the rerun's budget (a budget stop may leave some of one run's budget
     # for the next, larger one): rerun k has bought, over all runs, at most k * 100
     assert (np.cumsum(bought, axis=1) <= 100 * np.arange(1, 6)).all()
-    o_new, _ = run_sequences("risk", 300, 5, 100, 0.1, ledger=False, seed=1)
-    assert (o_new == "pass").any(axis=1).sum() > passes
+    # each rerun a new test: 100 sequences show it (about 0.27 of them pass against the ledger's 0.07 or so)
+    o_new, _ = run_sequences("risk", 100, 5, 100, 0.1, ledger=False, seed=1)
+    assert (o_new == "pass").any(axis=1).mean() > passes / 300
 
 
 def test_a_ranking_claim_is_tested_once_per_configuration(tmp_path):
