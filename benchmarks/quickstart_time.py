@@ -91,8 +91,9 @@ def python_seconds(code: str) -> float:
 
 def command_seconds(argv: list[str], home: pathlib.Path, cwd: pathlib.Path) -> float:
     t0 = time.perf_counter()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    p = subprocess.run([CERTSEL, *argv], cwd=cwd, env={**env, "CERTSEL_HOME": str(home)},
+    env = {**os.environ, "CERTSEL_HOME": str(home)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as in quickstart(): cached bytecode, as an installed package's
+    p = subprocess.run([CERTSEL, *argv], cwd=cwd, env=env,
                        capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
         raise SystemExit(f"certsel {' '.join(argv)} failed: {p.stderr.strip()}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._validation import check_level
+from .roots import last_positive
 
 
 def kl_inf(x, alpha: float, upper: float) -> tuple[float, float]:
@@ -47,24 +48,14 @@ def _best_fraction(y: np.ndarray) -> float:
     """argmax over u in [0, 1] of E log(1 - u y), for y <= 1 with E y < 0.
 
     The growth is concave in u and its slope -E[y / (1 - u y)] falls from -E y > 0 at 0: the maximiser is the cap
-    where the slope is still >= 0 there, else the slope's root, found by bisection to adjacent floats (one numpy mean a
-    step, no scipy.optimize: its import costs a table job more than its statistics; tests/test_stop_limit.py compares
-    the growth with scipy's bounded minimiser)."""
+    where the slope is still >= 0 there, else the slope's root, found by bisection to adjacent floats (:mod:`.roots`, one
+    numpy mean a step, no scipy.optimize; tests/test_stop_limit.py compares the growth with scipy's bounded
+    minimiser)."""
     def slope(u: float) -> float:
         with np.errstate(divide="ignore"):  # some y = 1 at the cap: the slope is -inf there
             return -float(np.mean(y / (1.0 - u * y)))
 
-    if slope(1.0) >= 0.0:
-        return 1.0
-    lo, hi = 0.0, 1.0  # slope(lo) > 0 > slope(hi)
-    while True:
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            return lo
-        if slope(mid) > 0.0:
-            lo = mid
-        else:
-            hi = mid
+    return 1.0 if slope(1.0) >= 0.0 else last_positive(slope, 0.0, 1.0)
 
 
 def label_limit(x, alpha: float, delta: float, upper: float = 1.0) -> float:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .roots import last_positive
+
 UP_PRIORS = ("alternatives", "exact", "grid")
 # The judge-controlled rows' atom, as a fraction of the largest bet: the worst outcome costs at most log 20 = 3 nats.
 CAP_NODE = 0.95
@@ -113,21 +115,12 @@ def _jacobi(m: int) -> tuple[np.ndarray, np.ndarray]:
 def _certifiable(theta: float, rate: float) -> float:
     """The largest p with kl(p, theta) >= ``rate``: kl(., theta) falls from log(1/(1 - theta)) at 0 to 0 at theta.
 
-    Found by bisection to adjacent floats: scipy's root finders would cost a table job the import of scipy.optimize
-    (0.4 s, more than its statistics; docs/results.md, "Overhead"), and the prior is valid whatever ``top`` it gets
-    (it depends on the test, never on the data), so this is a matter of efficiency only. tests/test_evalue_exact.py
-    compares it with scipy's brentq."""
+    Found by bisection to adjacent floats (:mod:`.roots`, no scipy.optimize); the prior is valid whatever ``top`` it
+    gets (it depends on the test, never on the data), so its precision is a matter of efficiency only.
+    tests/test_evalue_exact.py compares it with scipy's brentq."""
     def gap(p: float) -> float:
         return (p * math.log(p / theta) if p > 0 else 0.0) + (1.0 - p) * math.log((1.0 - p) / (1.0 - theta)) - rate
 
     if gap(0.0) <= 0.0:  # not even the easiest alternative gets there: keep them all
         return theta
-    lo, hi = 0.0, theta  # gap(lo) > 0 >= gap(hi)
-    while True:
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:  # adjacent floats: lo is the largest p found with kl(p, theta) >= rate
-            return lo
-        if gap(mid) > 0.0:
-            lo = mid
-        else:
-            hi = mid
+    return last_positive(gap, 0.0, theta)  # gap(0) > 0 = gap(theta) + rate
