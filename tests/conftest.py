@@ -1,9 +1,10 @@
 import os
+import re
+import sys
 import tempfile
 
 import numpy as np
 import pytest
-import ray
 
 # certsel's home (the default jobs folder and MLflow store) is a fresh folder per test
 # process: no test writes to ~/.certsel or sees another's jobs (subprocesses inherit it)
@@ -20,6 +21,20 @@ def _own_home(tmp_path_factory, monkeypatch):
 
 
 TIERS = ("integration", "slow", "vllm", "multinode", "label_studio")
+# a module whose every test is in a tier: its pytestmark names one (a list's first entry included)
+_TIERED = re.compile(r"^pytestmark\s*=\s*\[?\s*pytest\.mark\.(" + "|".join(TIERS) + r")\b", re.M)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """``pytest -m unit`` does not import a module it would deselect whole (a tier's pytestmark, no test marked unit
+    in it): the fast tier's collection then skips their imports (inspect-ai, MLflow, Ray, servers), a few seconds a
+    worker. Any other selection collects everything."""
+    if config.getoption("markexpr") != "unit" or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_"):
+        return None
+    source = collection_path.read_text()
+    return True if _TIERED.search(source) and "mark.unit" not in source else None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -56,6 +71,8 @@ def ray_session(_one_ray_per_process):
     """A real local Ray, one per test process (its own instance, never one already running on the machine): started by
     the first module that asks and kept for the next, since a start costs seconds. A module that needs a Ray of another
     shape (a cluster, logical GPUs) shuts it down and starts its own; the next module asking gets a new one."""
+    import ray
+
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
@@ -64,5 +81,6 @@ def ray_session(_one_ray_per_process):
 @pytest.fixture(scope="session")
 def _one_ray_per_process():
     yield
-    if ray.is_initialized():
+    ray = sys.modules.get("ray")  # a process that never started Ray does not import it to say so
+    if ray is not None and ray.is_initialized():
         ray.shutdown()

@@ -1,13 +1,8 @@
 """End to end against a real vLLM server on CPU (SmolLM2-135M-Instruct, deploy/cpu/).
 
-Marked ``vllm``; the rest of the suite does not need it. It runs when either
-
-* ``CERTSEL_VLLM_MODEL`` names the model directory made by ``bash deploy/cpu/setup.sh``
-  (and ``CERTSEL_VLLM_PYTHON`` the interpreter of its virtual environment): the job's
-  ``live.serve`` section makes certsel start the vLLM server itself, as a Ray actor, and
-  stop it at the end (``.ci/run`` does this); or
-* ``CERTSEL_VLLM_URL`` names a running server (``bash deploy/cpu/serve.sh`` gives
-  http://127.0.0.1:8000).
+Marked ``vllm``; the rest of the suite does not need it. How it runs (certsel serving the model, or a running server
+named by ``CERTSEL_VLLM_URL``): tests/helpers/vllm.py. certsel serving two models for one job, and three swapped
+through one slot: tests/test_vllm_serving.py and tests/test_vllm_swap.py.
 
 The task is generated here: single-digit additions with exact answers. Three prompt
 templates are the candidates, the same model is the judge (answering the question itself),
@@ -27,27 +22,11 @@ from certsel.orchestrator.commands.job import execute
 from certsel.orchestrator.outputs.mlflow_store import load_certificate
 from mlflow.tracking import MlflowClient
 from helpers.reference import log_evalues_from_label_log
+from helpers.vllm import ENV, MODEL, URL, endpoint, server_args, write_items
 
-URL = os.environ.get("CERTSEL_VLLM_URL")
-MODEL = os.environ.get("CERTSEL_VLLM_MODEL")
-# float32 unless told otherwise: on a CPU without native bfloat16 (AVX2 only, as on the CI
-# machines) SmolLM2 generates about 5 times faster in float32 (64 chat requests: 16.4 s
-# against 78.8 s at bfloat16, measured on two cores); bfloat16 appears only where the
-# precision is what a test is about
-DTYPE = os.environ.get("CERTSEL_VLLM_DTYPE", "float32")
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(
     URL is None and MODEL is None,
     reason="set CERTSEL_VLLM_MODEL (+ CERTSEL_VLLM_PYTHON) or CERTSEL_VLLM_URL (see deploy/cpu/)")]
-
-
-def endpoint():
-    """Where the candidates and the judge are served: certsel's own server, or a given URL."""
-    if MODEL is not None:
-        serve = [{"name": "smollm2", "model": MODEL, "startup_timeout": 1200,
-                  "args": ["--dtype", DTYPE, "--max-model-len", "2048", "--enforce-eager", "--gpu-memory-utilization",
-                           os.environ.get("CERTSEL_VLLM_MEMORY_FRACTION", "0.25")]}]
-        return {"server": "smollm2"}, serve
-    return {"base_url": URL, "model": "smollm2"}, []
 
 
 SHARED = "smollm2-shared"  # the served name of the module's shared server
@@ -56,8 +35,8 @@ SHARED = "smollm2-shared"  # the served name of the module's shared server
 @pytest.fixture(scope="module")
 def shared_url(ray_session, tmp_path_factory):
     """One server for the tests that need an endpoint, not certsel's own serving (which the
-    first three tests check): started once for the module instead of once per test (about 45 s
-    each on two cores), with the tokenizer endpoints lm-eval's log-likelihoods need. Its
+    first test and tests/test_vllm_serving.py check): started once for the module instead of once per test (about
+    20-45 s each on two cores), with the tokenizer endpoints lm-eval's log-likelihoods need. Its
     served name keeps it apart from the servers the jobs start and must stop. With only
     ``CERTSEL_VLLM_URL``, that server (``deploy/cpu/serve.sh``: served as smollm2, tokenizer
     endpoints on) stands in for it; with both, certsel serves, as in :func:`endpoint`."""
@@ -68,10 +47,8 @@ def shared_url(ray_session, tmp_path_factory):
     from certsel.config import ServeConfig
     from certsel.workers.serving import server_class
 
-    mem = os.environ.get("CERTSEL_VLLM_MEMORY_FRACTION", "0.25")
-    serve = ServeConfig(name=SHARED, model=MODEL, startup_timeout=1200, args=[
-        "--dtype", DTYPE, "--max-model-len", "2048", "--enforce-eager", "--gpu-memory-utilization", mem,
-        "--enable-tokenizer-info-endpoint"])
+    serve = ServeConfig(name=SHARED, model=MODEL, startup_timeout=1200, env=ENV,
+                        args=[*server_args(), "--enable-tokenizer-info-endpoint"])
     spec = {**serve.model_dump(), "python": os.environ.get("CERTSEL_VLLM_PYTHON"), "served_model_name": SHARED,
             "log_dir": str(tmp_path_factory.mktemp("servers"))}
     server = server_class(ray, spec).remote(spec)  # one ModelServer actor, as a job's fleet starts them
@@ -81,13 +58,6 @@ def shared_url(ray_session, tmp_path_factory):
     finally:
         ray.get(server.stop.remote())
         ray.kill(server)
-
-
-def write_items(tmp_path):
-    with open(tmp_path / "items.jsonl", "w") as f:
-        for a in range(1, 10):
-            for b in range(1, 10):
-                f.write(json.dumps({"id": f"{a}+{b}", "question": f"{a}+{b}", "answer": str(a + b)}) + "\n")
 
 
 def test_three_templates_on_smollm2(ray_session, tmp_path):
@@ -137,104 +107,13 @@ def test_three_templates_on_smollm2(ray_session, tmp_path):
     if serve:  # certsel's own server is gone after each job
         import subprocess
 
-        # this job's server only (served as "smollm2"): the shared one, and other test files'
-        # servers running in the other test process, are not this job's
+        # this job's server only (served as "smollm2", a name no other vllm test's server has): the shared one, and
+        # the servers of tests/test_vllm_serving.py and test_vllm_swap.py in the other test process, are not this job's
         left = [line.split()[0] for line in subprocess.run(
             ["pgrep", "-af", f"vllm.entrypoints.openai.api_server --model {MODEL}"],
             capture_output=True, text=True).stdout.splitlines() if "--served-model-name smollm2 " in line]
         assert not left, f"vLLM server processes left running: {left}"
         assert "Application startup complete" in (tmp_path / "cache" / "servers" / "smollm2.log").read_text()
-
-
-def test_cer_eval_with_vllm_embeddings(ray_session, tmp_path):
-    """Cer-Eval on live items: the partition's features are SmolLM2 embeddings from a
-    second vLLM server (``--runner pooling --convert embed``), the labels the answers of
-    the generating one; the job equals Cer-Eval run directly on its label log."""
-    if MODEL is None:
-        pytest.skip("needs CERTSEL_VLLM_MODEL: certsel serves both the generating and the embedding model")
-    import numpy as np
-    from helpers.policies import cer_eval_direct
-
-    write_items(tmp_path)
-    mem = os.environ.get("CERTSEL_VLLM_MEMORY_FRACTION", "0.25")
-    common = ["--dtype", DTYPE, "--max-model-len", "2048", "--enforce-eager", "--gpu-memory-utilization", mem]
-    job = {
-        "name": "smollm2-cer-eval",
-        "live": {
-            "items": "items.jsonl", "loss": "numeric", "cache_dir": "cache",
-            "serve": [{"name": "smollm2", "model": MODEL, "startup_timeout": 1200, "args": common},
-                      {"name": "embed", "model": MODEL, "startup_timeout": 1200,
-                       "args": ["--runner", "pooling", "--convert", "embed", *common]}],
-            "candidates": [{"id": "strict", "server": "smollm2", "objective": 3, "timeout": 300,
-                            "sampling": {"temperature": 0, "max_tokens": 12},
-                            "template": "Compute {question}. Reply with the number only."}],
-            "features": {"server": "embed", "template": "Addition: {question}", "timeout": 300},
-        },
-        "policy": {"kind": "cer-eval"}, "alpha": 0.5, "delta": 0.1, "procedure": "fst",
-        "budget": {"n": 81, "batch": 27}, "seed": 0, "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"},
-    }
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    result, run_id = execute(load_config(tmp_path / "job.yaml"), output=tmp_path / "report")
-    feats = result.data.features
-    assert feats.shape == (81, 576) and np.isfinite(feats).all()  # SmolLM2-135M's hidden size
-    assert np.unique(feats.round(6), axis=0).shape[0] == 81  # 81 different questions, 81 different vectors
-    log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
-    rec = result.records[0]
-    ref = cer_eval_direct(81, delta=0.1, alpha=0.5, seed=[0, 0], features=feats)
-    losses = dict(zip(log.item, log.loss, strict=True))
-    while not ref.done and ref.n_labeled < 81:
-        batch = ref.next_items(27)
-        ref.update(batch, np.array([losses[int(i)] for i in batch]))
-    np.testing.assert_array_equal(log.item.to_numpy(), ref.labeled_items)
-    assert rec.n_human == ref.n_labeled and rec.ci == pytest.approx(ref.ci, abs=1e-12)
-    assert MlflowClient(f"sqlite:///{tmp_path}/store.db").get_run(run_id).info.status == "FINISHED"
-
-
-def test_drop_against_full_precision_on_vllm(ray_session, tmp_path):
-    """``live.reference``: one SmolLM2 checkpoint served twice by certsel, at bfloat16 and at
-    float32 (two ``live.serve`` entries of one checkpoint under different precision
-    settings); both are candidates and float32 is the reference, so each candidate's loss is
-    its drop against the float32 answer on the item. The reference's drop against itself is
-    0 on every item, and every certificate is recomputed from the label log."""
-    if MODEL is None:
-        pytest.skip("needs CERTSEL_VLLM_MODEL: certsel serves the checkpoint at two precisions")
-    write_items(tmp_path)
-    mem = os.environ.get("CERTSEL_VLLM_MEMORY_FRACTION", "0.25")
-    common = ["--max-model-len", "2048", "--enforce-eager", "--gpu-memory-utilization", mem]
-    sampling = {"temperature": 0, "max_tokens": 12}
-    template = "Compute {question}. Reply with the number only."
-    job = {
-        "name": "smollm2-drop",
-        "live": {
-            "items": "items.jsonl", "loss": "numeric", "cache_dir": "cache",
-            "serve": [{"name": "bf16", "model": MODEL, "startup_timeout": 1200, "args": ["--dtype", "bfloat16", *common]},
-                      {"name": "fp32", "model": MODEL, "startup_timeout": 1200, "args": ["--dtype", "float32", *common]}],
-            "candidates": [
-                {"id": "bf16", "server": "bf16", "template": template, "objective": 2, "sampling": sampling,
-                 "timeout": 300},
-                {"id": "fp32", "server": "fp32", "template": template, "objective": 4, "sampling": sampling,
-                 "timeout": 300},
-            ],
-            "reference": "fp32",
-            "judge": {"server": "fp32", "mode": "answer", "sampling": sampling, "timeout": 300,
-                      "template": "Calculate {question}. Answer with just the result."},
-        },
-        "policy": {"kind": "r-autoeval+"}, "alpha": 0.3, "delta": 0.1, "procedure": "bonferroni",
-        "objective": {"column": "size_gb"}, "budget": {"n": 20, "r": 2, "batch": 10}, "seed": 0,
-        "tracking": {"uri": f"sqlite:///{tmp_path}/store.db"},
-    }
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    result, run_id = execute(load_config(tmp_path / "job.yaml"), output=tmp_path / "report")
-    cert = load_certificate(run_id, f"sqlite:///{tmp_path}/store.db")
-    log = pq.read_table(tmp_path / "report" / "labels.parquet").to_pandas()
-    for row in cert["candidates"]:
-        log_e, human = log_evalues_from_label_log(log, row["candidate"], alpha=0.3, delta=0.1, horizon=20)
-        assert row["labels_human"] == len(human) > 0
-        assert max(0.0, log_e.max()) == pytest.approx(row["log_e_value"], abs=1e-5)
-        assert set(human.loss.unique()) <= {0.0, 1.0}
-    mine = log[log.candidate == "fp32"]
-    assert len(mine) > 0 and (mine.loss == 0.0).all()  # no drop against itself, human or judge
-    assert "fp32" in cert["certified_set"]
 
 
 @pytest.mark.parametrize("soft", [False, True])

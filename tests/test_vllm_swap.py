@@ -10,17 +10,12 @@ and a start). The selection is checked against the same job on a cluster with ro
 all three, which, every answer being in the response cache, starts no server.
 """
 
-import json
-import os
-
 import pytest
 import ray
 import yaml
 from certsel.config import load_config
 from certsel.orchestrator.commands.job import execute
-
-MODEL = os.environ.get("CERTSEL_VLLM_MODEL")
-DTYPE = os.environ.get("CERTSEL_VLLM_DTYPE", "float32")
+from helpers.vllm import MODEL, serve_entry, write_items
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(
     MODEL is None, reason="set CERTSEL_VLLM_MODEL and CERTSEL_VLLM_PYTHON (see deploy/cpu/): certsel serves the model")]
 
@@ -29,14 +24,8 @@ TEMPLATES = {"bare": "{question} =", "ask": "What is {question}?",
 
 
 def write_job(tmp_path):
-    with open(tmp_path / "items.jsonl", "w") as f:
-        for a in range(1, 10):
-            for b in range(1, 10):
-                f.write(json.dumps({"id": f"{a}+{b}", "question": f"{a}+{b}", "answer": str(a + b)}) + "\n")
-    mem = os.environ.get("CERTSEL_VLLM_MEMORY_FRACTION", "0.25")
-    serve = [{"name": f"srv-{k}", "model": MODEL, "startup_timeout": 1200, "resources": {"vllm_slot": 1},
-              "args": ["--dtype", DTYPE, "--max-model-len", "2048", "--enforce-eager", "--gpu-memory-utilization", mem]}
-             for k in TEMPLATES]
+    write_items(tmp_path)
+    serve = [serve_entry(f"srv-{k}", resources={"vllm_slot": 1}) for k in TEMPLATES]
     sampling = {"temperature": 0, "max_tokens": 12}
     job = {
         "name": "smollm2-swap",
