@@ -11,10 +11,10 @@ number of human labels until its e-value first reaches 1/delta, the limit and th
   h - rho j + rho mu_J with the judge's mean known and the best rho
   (:func:`certsel.policies.limits.ppi_limit`);
 * R-AutoEval+ (split) also against the split observation's oracle with r judge-only labels
-  (:func:`certsel.policies.limits.split_limit`), the limit ``certsel plan`` scales.
+  (:func:`certsel.policies.limits.split_limit`).
 
-The mean ratios are the ``efficiency`` of each policy kind (``policies/kinds.py``), by which
-``certsel plan`` turns a limit into its expected labels.
+The mean ratios are the ``efficiency`` of each policy kind (``policies/kinds.py``): how far each
+kind is from its limit (``certsel plan`` forecasts a job by running it on simulated tables instead).
 
 The planned budget (``horizon``, which sizes the exact UP prior and WSR's bet) is ``--horizon``
 human labels, so that nearly every order certifies; "cert" is the fraction that did (an

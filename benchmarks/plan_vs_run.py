@@ -1,8 +1,8 @@
 """`certsel plan`'s forecasts against real runs: for each bundled replay example, the human labels the plan forecasts
 for the job as configured (its engine run on tables drawn from a pilot of 1,000 items per candidate,
 orchestrator/engine/forecast.py) against the labels the job then used: at its own seed, and on average over
-``--seeds`` seeds (what a forecast of an expectation is measured against). The plan's per-policy row for the job's
-policy (each candidate's expected labels alone, no stops, orchestrator/inputs/planning.py) is shown beside it.
+``--seeds`` seeds (what a forecast of an expectation is measured against). The forecast is the plan's row for the job
+as configured (every row of the plan is such a forecast, for its policy, on the same drawn tables).
 
     python benchmarks/plan_vs_run.py [--pilot 1000] [--sims 16] [--seeds 20] [--pilot-seeds 3] [--docs]
 
@@ -64,27 +64,22 @@ def table(args) -> None:
           f"engine run {args.sims} times on tables drawn from a pilot of {args.pilot:,} items per candidate, or all "
           f"of a smaller table, the plan's own seed 0, so every stop, the pilot start and the procedure's end apply), "
           f"against the labels the job used at its own seed and on average over {args.seeds} seeds (a forecast is of "
-          "the expectation; the mean's standard error beside it). 'per policy row': the plan's table row for the "
-          "job's policy, each candidate's expected labels alone (no stops), which ranks policies but is no forecast "
-          "of a job.\n")
-    print("| example | per policy row | forecast (range over runs) | used, job's seed | used, mean of seeds | "
+          "the expectation; the mean's standard error beside it). The forecast is the plan's row for the job as "
+          "configured; its other rows are the same forecast for the other policies, on the same drawn tables.\n")
+    print("| example | forecast (range over runs) | used, job's seed | used, mean of seeds | "
           "used / forecast (seed) | used / forecast (mean) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|")
     inside, means, jobs = [], {}, {}
     for name in args.examples:
         cfg = load_config(ROOT / "examples" / name)
         data = load_job_data(cfg)
-        units = data.policy_config(cfg)
-        planning.JUDGE_RATIOS = (cfg.budget.r,)  # the job's own ratio among the planned ones
-        rows = planning.plan(units, data, m=min(args.pilot, data.table.human.shape[1]), seed=0)
-        row = next((r for r in rows if r.policy == units.policy.kind and (r.r is None or r.r == cfg.budget.r)), None)
         f = _forecast(cfg, data, args.pilot, 0, args.sims)
         used = [run_job(load_config(ROOT / "examples" / name, [f"seed={s}"]), data, LocalRuntime()).spent["human"]
                 for s in [cfg.seed, *(s for s in range(args.seeds + 1) if s != cfg.seed)][:args.seeds]]
         mean = float(np.mean(used))
         means[name], jobs[name] = mean, (cfg, data)
         inside.append(LOW <= mean / f.human <= HIGH)
-        print(f"| {name} | {'-' if row is None else f'{row.human:,.0f}'} | {f.human:,.0f} ({f.human_low:,} to "
+        print(f"| {name} | {f.human:,.0f} ({f.human_low:,} to "
               f"{f.human_high:,}) | {used[0]:,} | {mean:,.0f} ± {np.std(used, ddof=1) / np.sqrt(len(used)):,.0f} | "
               f"{used[0] / f.human:.2f} | {mean / f.human:.2f} |", flush=True)
     print(f"\nThe mean within {LOW}-{HIGH} of the forecast on {sum(inside)} of {len(inside)} examples.")

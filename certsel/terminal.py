@@ -11,6 +11,10 @@ import csv
 import io
 import json
 import os
+import pathlib
+import shutil
+import sys
+import textwrap
 from typing import TYPE_CHECKING
 
 from certsel.orchestrator.outputs.goals import Column, goal_of
@@ -23,6 +27,37 @@ FORMATS = ("table", "json", "csv", "markdown")
 # the width of a table printed to a pipe or a file (CI logs, a saved report): $COLUMNS when set; the columns that do
 # not fit are named under it, and --format csv has every column
 PIPED_WIDTH = 100
+
+
+def prose_width(stream=None) -> int:
+    """The columns a line of prose is folded to: the terminal's, else $COLUMNS, else :data:`PIPED_WIDTH`."""
+    stream = sys.stdout if stream is None else stream
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    isatty = getattr(stream, "isatty", None)
+    return shutil.get_terminal_size((PIPED_WIDTH, 24)).columns if isatty is not None and isatty() else PIPED_WIDTH
+
+
+def folded(text: str, width: int | None = None) -> str:
+    """``text`` folded at spaces to ``width`` columns (:func:`prose_width` by default), its continuation lines indented
+    two spaces. A word wider than that (a path, a URL, a command) stays whole on a line of its own: folding never
+    breaks what a reader copies."""
+    return textwrap.fill(text, width or prose_width(), subsequent_indent="  ", break_long_words=False,
+                         break_on_hyphens=False)
+
+
+def short_path(path) -> str:
+    """``path`` as a person reads it: relative to the current folder when inside it, with ``~`` for the home folder
+    when inside that, else as it is."""
+    p = pathlib.Path(path)
+    try:
+        return str(p.resolve().relative_to(pathlib.Path.cwd().resolve()))
+    except (ValueError, OSError):
+        pass
+    try:
+        return "~/" + str(p.resolve().relative_to(pathlib.Path.home().resolve()))
+    except (ValueError, OSError, RuntimeError):
+        return str(p)
 
 
 def fit_columns(cols: list[Column], rows: list[list[str]], width: int | None) -> list[int]:

@@ -112,7 +112,8 @@ class PolicyKind:
     takes: ClassVar[frozenset[str]] = frozenset()
     # why the policy's statement holds, in words (the certificate prints it; the built-in kinds' wording is its own)
     guarantee: ClassVar[str | None] = None
-    # measured human labels to certify over the kind's limit (certsel plan's prediction; None: not measured)
+    # measured human labels to certify over the kind's limit (benchmarks/limit.py, docs/results.md "limit"; None: not
+    # measured). A guide to the kind's efficiency: certsel plan forecasts a job by running it, not from this ratio
     efficiency: ClassVar[float | None] = None
     replication: ClassVar[Replication | None] = None  # how certsel audit repeats it (None: it cannot)
     # whether the certificate words this kind's guarantee itself with the job's numbers (the built-in kinds)

@@ -141,6 +141,36 @@ def test_a_second_job_of_one_interpreter_takes_the_first_jobs_process(tmp_path):
         assert job_record(uri, run_id)[1]  # both jobs' runs, with their candidates'
 
 
+TWO_HOMES = """
+import json, os, sys
+from certsel.config import load_config
+from certsel.orchestrator.commands.job import execute
+from certsel.orchestrator.outputs import output_process
+pids, runs = [], []
+for home in sys.argv[3:]:
+    os.environ["CERTSEL_HOME"] = home  # as a notebook or a test process changes it between jobs
+    cfg = load_config(sys.argv[1], json.loads(sys.argv[2]))
+    result, run_id = execute(cfg, track=True)
+    pids.append([p._proc.pid for p in output_process._IDLE])
+    runs.append(run_id)
+print(json.dumps({"pids": pids, "runs": runs}))
+"""
+
+
+def test_a_waiting_process_logs_a_later_job_to_the_store_of_that_jobs_home(tmp_path):
+    """The default store (no tracking.uri) is resolved where the job runs: a process started for a job under one
+    $CERTSEL_HOME logs the next job, under another, to that one's store (it once logged it to the first's)."""
+    homes = [tmp_path / "first", tmp_path / "second"]
+    sets = JOB[1]  # the job folder, the ledger and the store: each home's defaults
+    p = subprocess.run([sys.executable, "-c", TWO_HOMES, JOB[0], json.dumps(sets), *map(str, homes)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert len(out["pids"][0]) == 1 and out["pids"][0] == out["pids"][1]  # one process for both jobs
+    for home, run_id in zip(homes, out["runs"], strict=True):
+        assert job_record(f"sqlite:///{home / 'mlruns.db'}", run_id)[1]
+
+
 PLUGIN = '''
 from dataclasses import dataclass
 from typing import ClassVar

@@ -1,7 +1,10 @@
-"""certsel plan (orchestrator/inputs/planning.py): the cheapest policy in the job's prices, which need
-not be the one with the fewest human labels; the pilot is drawn apart from the job's order."""
+"""certsel plan (orchestrator/inputs/planning.py, orchestrator/engine/forecast.py): every policy's row is the job's own
+engine on the same simulated tables, the job as configured's row is the forecast line's numbers, the cheapest policy in
+the job's prices need not be the one with the fewest human labels, and the pilot is drawn apart from the job's order."""
 
+import dataclasses
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -10,7 +13,8 @@ import pytest
 from certsel.config import load_config
 from certsel.config.sections import CostsConfig
 from certsel.orchestrator.inputs.sources import load_job_data
-from certsel.orchestrator.inputs.planning import cheapest_rows, expected_labels, pilot, plan
+from certsel.orchestrator.engine.forecast import drawn_columns, forecast_on, plan
+from certsel.orchestrator.inputs.planning import cheapest_rows, pilot, plan_table, variants
 from certsel.workers.replay import item_order
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
@@ -24,29 +28,65 @@ def job():
     return cfg, load_job_data(cfg)
 
 
-@pytest.mark.slow
-def test_the_cheapest_policy_is_not_the_one_with_the_fewest_human_labels(job):
-    """Judge calls at 0.02 and a human label at 0.05 (a generation compared with a reference
-    answer, the quantization case): R-Eval is the cheapest although judge-stratified testing
-    needs the fewest human labels; with annotators at 2.0 a judge pays for itself."""
+def _variant(overrides):
+    def variant(kind, r):
+        cfg = load_config(EXAMPLES / "quantization.yaml", [*overrides, f"policy.kind={kind}",
+                                                           *([] if r is None else [f"budget.r={r}"])])
+        return cfg, load_job_data(cfg)
+
+    return variant
+
+
+@pytest.fixture(scope="module")
+def planned(job):
     cfg, data = job
-    rows = plan(cfg, data, m=50, seed=0)
-    cheapest, fewest = cheapest_rows(rows)
-    assert cheapest.policy == "r-eval" and fewest.policy == "judge-stratified"
+    items = pilot(data.table, 200, seed=0)
+    return items, plan(cfg, data, items, sims=2, seed=0, variant=_variant([JUDGE_DEAR]))
+
+
+@pytest.mark.slow
+def test_every_row_is_the_jobs_engine_on_the_same_tables_and_the_forecast_is_the_configured_row(job, planned):
+    """Each row is forecast_on for that policy's job on the plan's drawn tables (computed here apart); the job as
+    configured is one row, and the forecast line the plan prints is that row's numbers."""
+    cfg, data = job
+    items, (rows, mine, skipped) = planned
+    assert not skipped
+    assert [(r.policy, r.r) for r in rows] == [(k, r) for k, r, _ in variants(cfg, data.table.human.shape[1], True)]
+    (own,) = [r for r in rows if r.configured]
+    assert (own.policy, own.r) == (cfg.policy.kind, cfg.budget.r)
+    assert (own.human, own.human_se, own.judge, own.certified) == (mine.human, mine.human_se, mine.judge, mine.certified)
+    columns = drawn_columns(data, items, 2, 0)
+    for row in rows:
+        vcfg, vdata = _variant([JUDGE_DEAR])(row.policy, row.r)
+        f = forecast_on(vcfg, vdata, columns, seed=0)
+        assert (row.human, row.generations, row.judge, row.certified) == (f.human, f.generations, f.judge, f.certified)
+        assert row.cost == pytest.approx(0.05 * row.human + 0.001 * row.generations + 0.02 * row.judge)
     by = {(r.policy, r.r): r for r in rows}
-    assert by[("judge-stratified", None)].human < by[("r-autoeval+", 3)].human < by[("r-eval", None)].human
-    # the same labels, other prices: the judge now pays
-    dear = load_config(EXAMPLES / "quantization.yaml", [HUMAN_DEAR])
-    cheapest, _ = cheapest_rows(plan(dear, data, m=50, seed=0))
-    assert cheapest.policy == "r-autoeval+"
-    # costs are the counts at the prices
-    for r in rows:
-        assert r.cost == pytest.approx(0.05 * r.human + 0.001 * r.generations + 0.02 * r.judge)
+    assert by[("r-eval", None)].judge == 0 and by[("r-eval", None)].generations == by[("r-eval", None)].human
+    assert by[("judge-stratified", None)].judge >= data.table.human.shape[1]  # the judge on every item first
 
 
-def test_expected_labels_cap_at_the_budget_and_count_the_certified():
-    labels, ok = expected_labels(np.array([10.0, 200.0, np.inf]), 1.5, 250)
-    assert labels.tolist() == [15, 250, 250] and ok.tolist() == [True, False, False]
+@pytest.mark.slow
+def test_the_cheapest_policy_is_not_the_one_with_the_fewest_human_labels(planned):
+    """Judge calls at 0.02 and a human label at 0.05 (a generation compared with a reference answer, the quantization
+    case): a policy without the judge's calls is the cheapest although a judge-assisted one needs fewer human labels;
+    with annotators at 2.0 the judge pays for itself."""
+    _, (rows, _, _) = planned
+    cheapest, fewest = cheapest_rows(rows)
+    assert cheapest.judge == 0 and fewest.judge > 0 and fewest.human < cheapest.human
+    dear = [dataclasses.replace(r, cost=2.0 * r.human + 0.001 * r.generations + 0.002 * r.judge) for r in rows]
+    assert cheapest_rows(dear)[0].judge > 0
+
+
+def test_the_policies_compared_fit_the_table_and_include_the_job_as_configured():
+    cfg = load_config(EXAMPLES / "quantization.yaml")
+    got = variants(cfg, 1000, True)
+    assert ("r-eval", None, False) in got and ("judge-stratified", None, False) in got
+    assert [(k, r) for k, r, own in got if own] == [(cfg.policy.kind, cfg.budget.r)]
+    assert all(cfg.budget.n * (1 + r) <= 1000 for k, r, own in got if r is not None and not own)  # the job's own: as is
+    assert variants(cfg, 1000, False) == [(cfg.policy.kind, cfg.budget.r, True), ("r-eval", None, False)]
+    plain = load_config(EXAMPLES / "quantization.yaml", ["policy.kind=r-eval"])
+    assert variants(plain, 1000, False) == [("r-eval", None, True)]
 
 
 def test_the_pilot_is_drawn_apart_from_the_jobs_order(job):
@@ -62,10 +102,16 @@ def test_the_pilot_is_drawn_apart_from_the_jobs_order(job):
 
 @pytest.mark.integration
 def test_the_plan_command(tmp_path):
+    """The table's row for the job as configured says what the forecast line says: one simulation."""
     p = subprocess.run([sys.executable, "-m", "certsel.cli", "plan", str(EXAMPLES / "quantization.yaml"), "--set",
-                        JUDGE_DEAR, "--pilot", "40"], capture_output=True, text=True, timeout=300)
+                        JUDGE_DEAR, "--pilot", "40", "--sims", "2"], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
-    assert "| r-eval | - |" in p.stdout and "cheapest: r-eval" in p.stdout and "(USD)" in p.stdout
+    assert "| r-eval | - |" in p.stdout and "cheapest: " in p.stdout and "(USD)" in p.stdout
+    (own,) = [line for line in p.stdout.splitlines() if "(as configured)" in line]
+    human, certified = own.split("|")[3].split("±")[0].strip(), own.split("|")[6].strip()
+    line = p.stdout.strip().splitlines()[-1]
+    assert re.search(rf"about {re.escape(human)} ± [\d,]+ human labels", line), (own, line)
+    assert f"{certified} candidates certified" in line, (own, line)
     p = subprocess.run([sys.executable, "-m", "certsel.cli", "plan", str(EXAMPLES / "live_additions.yaml")],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "needs a replay job" in p.stderr
@@ -74,24 +120,23 @@ def test_the_plan_command(tmp_path):
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "costs.human" in p.stderr
 
 
-def test_a_plan_without_prices_compares_counts_only(job):
+def test_a_plan_without_prices_compares_counts_only(job, planned):
     """No costs: section: no cost column, no policy called cheapest (every cost would be 0),
     the fewest human labels named with the judge calls they take."""
-    from certsel.orchestrator.inputs.planning import plan_table
-
-    cfg, data = job
+    cfg, _ = job
+    _, (rows, _, _) = planned
     cfg = cfg.model_copy(update={"costs": None})
-    rows = plan(cfg, data, m=50, seed=0)
-    text = plan_table(cfg, rows, 50)
+    text = plan_table(cfg, rows, 200, 2)
     assert "cost (" not in text and "cheapest:" not in text and "none is called the cheapest" in text
     _, fewest = cheapest_rows(rows)
     assert f"Fewest human labels: {fewest.policy}" in text and f"{fewest.judge:,.0f} judge calls" in text
-    priced = plan_table(cfg.model_copy(update={"costs": CostsConfig(human=1.0, judge=0.001, unit="USD")}), rows, 50)
+    assert text.count("(as configured)") == 1 and "run 2 times for each" in text
+    priced = plan_table(cfg.model_copy(update={"costs": CostsConfig(human=1.0, judge=0.001, unit="USD")}), rows, 200, 2)
     assert "cost (USD)" in priced and "cheapest: " in priced
 
 
 def test_the_efficiencies_are_the_measured_ratios():
-    """certsel plan scales each limit by its policy kind's efficiency: the mean ratios that
+    """A policy kind's efficiency (its human labels over its limit) is the mean ratio that
     `python benchmarks/limit.py --docs` wrote into docs/results.md (section "limit")."""
     from certsel.policies.kinds import POLICY_KINDS
 

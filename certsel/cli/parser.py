@@ -150,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--pilot", type=int, default=None,
                     help=f"pilot items per candidate (default {PLAN_PILOT}, or every item of a smaller table)")
     pl.add_argument("--sims", type=int, default=PLAN_SIMS,
-                    help=f"simulated runs of the job as configured, on tables drawn from the pilot (default {PLAN_SIMS}; "
-                         "0: none)")
+                    help=f"simulated runs of the job for each policy, on the same tables drawn from the pilot (default "
+                         f"{PLAN_SIMS})")
     show = sub.add_parser("show", help="print the certificate of a past job")
     show.add_argument("run_id", help="the job's id or MLflow run id, or a prefix of either (as certsel run prints "
                                      "them); a candidate's run id is looked up in MLflow")

@@ -111,6 +111,7 @@ def gate_command(args) -> int:
     """``certsel gate``: a line per candidate, the files CI reads, and the gate's exit status."""
     from certsel.gates import RegressionAsk, gate
     from certsel.orchestrator.outputs.paths import output_file
+    from certsel.terminal import folded, short_path
 
     for path, opt in ((args.json, "--json"), (args.junit, "--junit"), (args.summary, "--summary"),
                       (args.outputs, "--outputs")):
@@ -119,7 +120,8 @@ def gate_command(args) -> int:
     res = gate(args.config, only=args.only, overrides=runtime_overrides(args), output=args.output,
                track=not args.no_tracking, fresh=args.fresh, compressed=args.compressed, base=args.base,
                labels=args.labels, regression=RegressionAsk.of(args.baseline, args.margin, args.superiority),
-               series=args.series, on_runtime=None if args.quiet else lambda choice: print(choice.line(), flush=True),
+               series=args.series, on_runtime=None if args.quiet else lambda choice: print(folded(choice.line()),
+                                                                                        flush=True),
                warn=lambda line: print(f"certsel: {line}", file=sys.stderr, flush=True))
     from certsel.orchestrator.outputs.cells import ledger_lines
     from certsel.orchestrator.outputs.gate_files import gate_markdown, junit_xml, step_outputs, write_json
@@ -134,12 +136,13 @@ def gate_command(args) -> int:
               "(certsel gate --fresh runs it again)", flush=True)
     for line in ledger_lines(cert):  # a gate without the ledger: said whatever --quiet asks
         print(line, flush=True)
-    if not args.quiet:
-        print(cert.gate.note)
+    if not args.quiet:  # prose folded to the terminal (100 columns piped); paths and commands stay whole
+        print(folded(cert.gate.note))
         for line in goal_of(cert).setting_lines(cert):  # what limited the answer (the budget)
-            print(line)
+            print(folded(line))
         if res.output_dir is not None:
-            print(f"report: {res.output_dir / 'report.html'}  (certsel show {res.job_id} for the full table)")
+            print(f"report: {short_path(res.output_dir / 'report.html')}  (certsel show {res.job_id} for the full "
+                  "table)")
         if res.mlflow_run is not None:
             print(f"MLflow run: {res.mlflow_run}")
     if args.json is not None:

@@ -90,23 +90,32 @@ def audit_tasks_command(args, cfg) -> int:
 def plan_command(args) -> int:
     from certsel.config import load_config
     from certsel.orchestrator.inputs.sources import load_job_data
-    from certsel.orchestrator.engine.forecast import forecast
-    from certsel.orchestrator.inputs.planning import pilot, plan, plan_table
+    from certsel.orchestrator.engine.forecast import plan
+    from certsel.orchestrator.inputs.planning import pilot, plan_table
 
     from .parser import PLAN_PILOT
 
     cfg = load_config(args.config, args.overrides)
     if cfg.tasks is not None and cfg.aggregate is None:
         raise ValueError(f"{args.config}: certsel plan sizes one job; plan each task's table as a job of its own")
-    if args.sims < 0:
-        raise ValueError(f"--sims must be 0 or more, got {args.sims}")
+    if args.sims < 1:
+        raise ValueError(f"--sims must be at least 1, got {args.sims}")
     data = load_job_data(cfg)
     if data.table is None:
         raise ValueError("certsel plan needs a replay job (data:): its pilot comes from the loss table")
     m = min(PLAN_PILOT, data.table.human.shape[1]) if args.pilot is None else args.pilot
-    units = data.policy_config(cfg)  # an aggregate is planned in its stacked table's units (alpha / M)
-    rows = plan(units, data, m=m, seed=args.seed)
-    print(plan_table(units, rows, m))
-    if args.sims:  # the job itself (its own units: the engine converts them), run on tables drawn from the pilot
-        print(forecast(cfg, data, pilot(data.table, m, args.seed), sims=args.sims, seed=args.seed).line())
+    items = pilot(data.table, m, args.seed)
+
+    def variant(kind: str, r: int | None):
+        """The job file with another policy, checked as the user's own file is."""
+        other = load_config(args.config, [*args.overrides, f"policy.kind={kind}",
+                                          *([] if r is None else [f"budget.r={r}"])])
+        return other, load_job_data(other)
+
+    rows, mine, skipped = plan(cfg, data, items, sims=args.sims, seed=args.seed, variant=variant)
+    # an aggregate is shown in its stacked table's units (alpha / M), as its test runs
+    print(plan_table(data.policy_config(cfg), rows, m, args.sims))
+    for line in skipped:
+        print(line)
+    print(mine.line())
     return 0

@@ -1,14 +1,14 @@
 """``certsel plan CONFIG``: which policy and judge ratio is cheapest for this job, in its prices.
 
-From a pilot of ``m`` items per candidate (drawn with a seed of its own, independent of the job's item order), it
-estimates for every candidate the fewest human labels a test would need (:mod:`certsel.policies.limits`: log(1/level) /
-KL_inf for R-Eval, the split observation's oracle with r judge-only labels for R-AutoEval+, the prediction-powered floor
-for judge-stratified testing), scales them by each policy kind's measured ``efficiency``, caps them at the budget, and
-prices them with the job's ``costs:``.
+The plan runs the job's own engine on tables drawn from a pilot of ``m`` items per candidate
+(:mod:`certsel.orchestrator.engine.forecast`) once for each policy it compares: R-Eval, R-AutoEval+ at the judge ratios
+the table holds, judge-stratified testing, and the job as configured. Every row and the forecast line are means over
+the same drawn tables, so each number printed comes from one simulation; the rows are priced with the job's
+``costs:``. This module holds what needs no engine: the pilot's draw, the policies compared, the rows and their table.
 
 Why choosing with it keeps the guarantee: the choice is a function of the pilot's draws only, independent of the job's
 own seeded draws, so conditionally on the choice the job's test is the same level-delta test. Pilot labels are never
-evidence; the predictions (ratios measured on one table's frontier) rank policies, they certify nothing.
+evidence; the forecasts rank policies, they certify nothing.
 """
 
 from __future__ import annotations
@@ -17,25 +17,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from certsel.config import RunConfig, CostsConfig
-from certsel.policies.kinds import POLICY_KINDS
-from certsel.policies.limits import label_limit, ppi_limit, split_limit
+from certsel.config import RunConfig
 
 JUDGE_RATIOS = (1, 2, 3, 5)
-RHOS = np.linspace(0.0, 1.0, 11)  # a coarse grid is enough to rank policies
+_RATIO_POLICIES = ("r-autoeval", "r-autoeval+")  # the kinds whose budget.r is a judge ratio
 
 
 @dataclass(frozen=True)
 class PlanRow:
-    """One policy's expected spend on the job."""
+    """One policy's forecast spend on the job: means over the plan's simulated runs."""
 
     policy: str
     r: int | None
     human: float
+    human_se: float  # the mean's standard error over the runs
     generations: float
     judge: float
     cost: float
-    certified: int  # candidates expected to certify within the budget
+    certified: float  # candidates certified, on average
+    configured: bool = False  # the job as its file says
 
 
 def pilot(table, m: int, seed: int) -> np.ndarray:
@@ -46,77 +46,39 @@ def pilot(table, m: int, seed: int) -> np.ndarray:
     return np.random.default_rng([int(seed), 0x9E37]).choice(n_items, size=m, replace=False)
 
 
-def expected_labels(limits: np.ndarray, ratio: float, budget: int) -> tuple[np.ndarray, np.ndarray]:
-    """Expected human labels per candidate and whether it certifies within ``budget``."""
-    need = ratio * limits
-    ok = np.isfinite(need) & (need <= budget)
-    return np.where(ok, np.ceil(need), budget), ok
+def variants(cfg: RunConfig, n_items: int, has_judge: bool) -> list[tuple[str, int | None, bool]]:
+    """The policies a plan compares, as ``(policy.kind, budget.r or None, whether it is the job as configured)``:
+    R-Eval; with a judge column, R-AutoEval+ at each ratio whose budget fits the table (n (1 + r) items) and
+    judge-stratified testing; the job's own policy among them, or first where it is none of them."""
+    kind = cfg.policy.kind
+    own = (kind, cfg.budget.r if kind in _RATIO_POLICIES else None)
+    out = [("r-eval", None)]
+    if has_judge:
+        out += [("r-autoeval+", r) for r in JUDGE_RATIOS if cfg.budget.n * (1 + r) <= n_items]
+        out.append(("judge-stratified", None))
+    if own not in out:
+        out.insert(0, own)
+    return [(k, r, (k, r) == own) for k, r in out]
 
 
-def evaluated(cfg: RunConfig, ok: np.ndarray) -> np.ndarray:
-    """Which candidates the procedure runs: under FST the prefix up to the first expected failure and its look-ahead,
-    otherwise every candidate."""
-    if not cfg.proc.needs_order or ok.all():
-        return np.ones(ok.size, dtype=bool)
-    stop = int(np.argmin(ok)) + cfg.scheduling.lookahead
-    return np.arange(ok.size) <= stop
-
-
-def plan(cfg: RunConfig, data, *, m: int = 50, seed: int = 0) -> list[PlanRow]:
-    """Expected spend of R-Eval, R-AutoEval+ at several judge ratios and judge-stratified testing on ``cfg``'s replay
-    data, from a pilot of ``m`` items per candidate."""
-    table = data.table
-    if table is None:
-        raise ValueError("certsel plan needs a replay job (data:): its pilot comes from the loss table")
-    costs = cfg.costs or CostsConfig()
-    items = pilot(table, m, seed)
-    K, N = table.human.shape
-    n = cfg.budget.n
-    levels = cfg.proc.candidate_deltas(cfg.delta, K)
-    h = table.human[:, items]
-    rows = []
-
-    def add(policy, r, limits, generations_per_label, judge_per_label, fixed_per_candidate=0):
-        labels, ok = expected_labels(limits, POLICY_KINDS.lookup(policy).efficiency, n)
-        run = evaluated(cfg, ok)
-        human = float(labels[run].sum())
-        fixed = fixed_per_candidate * int(run.sum())
-        gens = human * generations_per_label + fixed
-        judge = human * judge_per_label + fixed
-        cost = human * costs.human + gens * costs.generation + judge * costs.judge
-        rows.append(PlanRow(policy, r, human, gens, judge, cost, int((ok & run).sum())))
-
-    add("r-eval", None, np.array([label_limit(h[k], cfg.alpha, levels[k]) for k in range(K)]), 1.0, 0.0)
-    if table.judge is not None:
-        j = table.judge[:, items]
-        for r in JUDGE_RATIOS:
-            if n * (1 + r) > N:
-                continue
-            lim = np.array([split_limit(h[k], j[k], cfg.alpha, levels[k], r=r, rhos=RHOS, draws=4000).labels
-                            for k in range(K)])
-            add("r-autoeval+", r, lim, 1.0 + r, 1.0 + r)
-        floor = np.array([ppi_limit(h[k], j[k], cfg.alpha, levels[k], rhos=RHOS).labels for k in range(K)])
-        add("judge-stratified", None, floor, 0.0, 0.0, fixed_per_candidate=N)  # every item generated and judged
-    return rows
-
-
-def plan_table(cfg: RunConfig, rows: list[PlanRow], m: int) -> str:
+def plan_table(cfg: RunConfig, rows: list[PlanRow], m: int, sims: int) -> str:
     """The plan as Markdown. With ``costs:``, each policy priced in the job's unit and the cheapest named; without,
     label and call counts only (no prices, so no "cheapest"), and the policy with the fewest human labels next to the
     one with the fewest calls in all."""
     priced = cfg.costs is not None
-    head = [f"Expected spend of {cfg.name!r} by policy, from a pilot of {m} items per candidate (its own draws, "
-            f"never evidence): alpha = {cfg.alpha:g}, delta = {cfg.delta:g}, n = {cfg.budget.n}, procedure "
-            f"{cfg.procedure}", ""]
+    head = [f"Expected spend of {cfg.name!r} by policy: the job's own engine run {sims} times for each, on the same "
+            f"tables drawn from a pilot of {m} items per candidate (its own draws, never evidence): alpha = "
+            f"{cfg.alpha:g}, delta = {cfg.delta:g}, n = {cfg.budget.n}, procedure {cfg.procedure}", ""]
     cols = "| policy | judge-only labels per human label | human labels | target generations | judge calls | " \
-           "expected to certify |"
+           "candidates certified |"
     if priced:
         out = head + [cols + f" cost ({cfg.costs.unit}) |", "|---|---|---|---|---|---|---|"]
     else:
         out = head + [cols, "|---|---|---|---|---|---|"]
     for row in rows:
-        line = (f"| {row.policy} | {'-' if row.r is None else row.r} | {row.human:,.0f} | {row.generations:,.0f} | "
-                f"{row.judge:,.0f} | {row.certified} |")
+        line = (f"| {row.policy}{' (as configured)' if row.configured else ''} | {'-' if row.r is None else row.r} | "
+                f"{row.human:,.0f} ± {row.human_se:,.0f} | {row.generations:,.0f} | {row.judge:,.0f} | "
+                f"{row.certified:.1f} |")
         out.append(line + (f" {row.cost:,.6g} |" if priced else ""))
     cheapest, fewest = cheapest_rows(rows)
     if priced:
@@ -129,8 +91,8 @@ def plan_table(cfg: RunConfig, rows: list[PlanRow], m: int) -> str:
                 f"calls in all: {describe(calls)} ({calls.human:,.0f} human labels, {calls.generations:,.0f} "
                 f"generations, {calls.judge:,.0f} judge calls). Add costs: {{human: ..., generation: ..., judge: ..., "
                 f"unit: ...}} to price them."]
-    out.append("Predictions are rough (ratios to the limit measured on one table); the job's guarantee does not depend "
-               "on them: any policy chosen here is tested on the job's own draws.")
+    out.append("'±': the mean's standard error over the runs. The job's guarantee does not depend on these forecasts: "
+               "any policy chosen here is tested on the job's own draws.")
     return "\n".join(out)
 
 

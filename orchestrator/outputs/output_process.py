@@ -186,8 +186,12 @@ class OutputProcess:
     def open_store(self, uri: str | None, experiment: str, plugins=()) -> None:
         """Open the tracking store there (imports, a new SQLite file's migrations), with the job's ``plugins`` imported
         first on this process's module path as it is now (the runs name a plugin's procedure or bet, and a waiting
-        process was started for an earlier job); answered by :meth:`tracker`."""
-        self._opening = self._send("open", uri, experiment, list(plugins), list(sys.path))
+        process was started for an earlier job); answered by :meth:`tracker`. The default store (``uri`` None) is
+        resolved here, from this process's environment as it is now: a waiting process has the environment of the job
+        it was started for (another $CERTSEL_HOME or $MLFLOW_TRACKING_URI, in a notebook or a test process)."""
+        from .mlflow_store import resolve_uri
+
+        self._opening = self._send("open", resolve_uri(uri), experiment, list(plugins), list(sys.path))
         self._store_asked = True
 
     def tracker(self) -> RemoteTracker:
