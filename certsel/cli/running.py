@@ -132,8 +132,8 @@ def gate_command(args) -> int:
         print(row.line(), flush=True)
     print(goal_of(cert).headline(cert), flush=True)
     if res.answered_by is not None:  # nothing ran: said whatever --quiet asks, as CI logs must show it
-        print(f"answered by the finished job {res.answered_by} (same configuration and data): no label bought now "
-              "(certsel gate --fresh runs it again)", flush=True)
+        print(folded(f"answered by the finished job {res.answered_by} (same configuration and data): no label bought "
+                     "now (certsel gate --fresh runs it again)"), flush=True)
     for line in ledger_lines(cert):  # a gate without the ledger: said whatever --quiet asks
         print(line, flush=True)
     if not args.quiet:  # prose folded to the terminal (100 columns piped); paths and commands stay whole
