@@ -29,13 +29,17 @@ FORMATS = ("table", "json", "csv", "markdown")
 PIPED_WIDTH = 100
 
 
+def piped_width() -> int:
+    """The width of output to a pipe or a file: $COLUMNS when set, else :data:`PIPED_WIDTH`."""
+    return int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else PIPED_WIDTH
+
+
 def prose_width(stream=None) -> int:
-    """The columns a line of prose is folded to: the terminal's, else $COLUMNS, else :data:`PIPED_WIDTH`."""
+    """The columns a line of prose is folded to: a terminal's own (which $COLUMNS overrides), else
+    :func:`piped_width`."""
     stream = sys.stdout if stream is None else stream
-    if os.environ.get("COLUMNS", "").isdigit():
-        return int(os.environ["COLUMNS"])
     isatty = getattr(stream, "isatty", None)
-    return shutil.get_terminal_size((PIPED_WIDTH, 24)).columns if isatty is not None and isatty() else PIPED_WIDTH
+    return shutil.get_terminal_size((PIPED_WIDTH, 24)).columns if isatty is not None and isatty() else piped_width()
 
 
 def folded(text: str, width: int | None = None) -> str:
@@ -81,7 +85,7 @@ def render_table(console, title: str, cols: list[Column], rows: list[list[str]],
     """The table fitted to a terminal's width, or to $COLUMNS (default :data:`PIPED_WIDTH`) anywhere else."""
     from rich.table import Table
 
-    piped = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else PIPED_WIDTH
+    piped = piped_width()
     shown = fit_columns(cols, rows, console.width if console.is_terminal else piped)
     t = Table(title=title)
     id_width = max([len(cols[0].name), *(len(r[0]) for r in rows)])

@@ -25,9 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from certsel.config import RunConfig
-
-from certsel.config import CostsConfig
+from certsel.config import CostsConfig, RunConfig
 from certsel.orchestrator.inputs.jobdata import JobData
 from certsel.orchestrator.inputs.planning import PlanRow, variants
 from certsel.workers.replay import LossTable
@@ -116,20 +114,17 @@ def forecast_on(cfg: RunConfig, data: JobData, columns: list[np.ndarray], *, see
 
 
 def plan(cfg: RunConfig, data: JobData, items: np.ndarray, *, sims: int, seed: int = 0,
-         variant=None) -> tuple[list[PlanRow], Forecast, list[str]]:
+         variant) -> tuple[list[PlanRow], Forecast, list[str]]:
     """Each policy the plan compares (:func:`~..inputs.planning.variants`), forecast on the same ``sims`` tables drawn
     from the pilot ``items``: its rows, the job as configured's forecast (its row's numbers) and, for a policy that
     cannot run this job, the one line saying why. ``variant(kind, r)``: that policy's job and data (a job file loaded
-    again with ``policy.kind`` and ``budget.r`` set, so that it is checked as the user's own would be); without it, only
-    the job as configured."""
+    again with ``policy.kind`` and ``budget.r`` set, so that it is checked as the user's own would be)."""
     columns = drawn_columns(data, items, sims, seed)
     costs = cfg.costs or CostsConfig()
     rows, skipped, mine = [], [], None
     for kind, r, configured in variants(cfg, data.table.human.shape[1], data.table.judge is not None):
         if configured:
             vcfg, vdata = cfg, data
-        elif variant is None:
-            continue
         else:
             try:
                 vcfg, vdata = variant(kind, r)
